@@ -1,0 +1,121 @@
+"""Bringing models in: ONNX loading and checks, scikit-learn and torch conversion to ONNX,
+and the graph/tensor split used by the content-addressed store.
+
+Only this package imports converters (skl2onnx, torch.onnx); both are imported
+lazily, so modelsql works without them (DESIGN.md, "Layout").
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+from onnx import ModelProto
+
+from modelsql.errors import ProgrammingError
+from modelsql.formats.onnx_io import (
+    BLOB_LOCATION_PREFIX,
+    ModelSource,
+    check_model,
+    join_model,
+    load_model,
+    opset,
+    param_count,
+    referenced_digests,
+    signature,
+    split_model,
+    stored_tensors,
+)
+from modelsql.formats.sklearn import from_sklearn, is_sklearn_estimator
+from modelsql.formats.torch import from_torch, is_torch_module
+
+__all__ = [
+    "to_onnx",
+    "load_model",
+    "check_model",
+    "signature",
+    "opset",
+    "split_model",
+    "join_model",
+    "stored_tensors",
+    "referenced_digests",
+    "param_count",
+    "from_sklearn",
+    "from_torch",
+    "is_sklearn_estimator",
+    "is_torch_module",
+    "ModelSource",
+    "BLOB_LOCATION_PREFIX",
+]
+
+
+def _check_feature_count(model: ModelProto, features: tuple[str, ...], what: str) -> None:
+    inputs, _, _ = signature(model)
+    if len(inputs) == 1 and inputs[0].shape is not None and len(inputs[0].shape) == 2:
+        n = inputs[0].shape[1]
+        if isinstance(n, int) and n != len(features):
+            raise ProgrammingError(
+                f"{len(features)} feature names given but {what} takes {n} features",
+                code="feature_count_mismatch",
+            )
+
+
+def to_onnx(
+    obj: Any,
+    *,
+    example_input: Any = None,
+    feature_names: Optional[Sequence[str]] = None,
+) -> tuple[ModelProto, str, str, Optional[tuple[str, ...]]]:
+    """Turn anything modelsql can import into a checked ONNX model.
+
+    Args:
+        obj: a path (``str`` / ``os.PathLike``) to an ``.onnx`` file, serialized ONNX
+            bytes, an ``onnx.ModelProto``, a fitted scikit-learn estimator/Pipeline,
+            or a ``torch.nn.Module``.
+        example_input: required for torch modules (see :func:`from_torch`); ignored otherwise.
+        feature_names: names of the features of a single 2-D input, when the
+            model does not carry them (scikit-learn's ``feature_names_in_`` wins).
+
+    Returns:
+        ``(model, kind, source, features)``: kind is ``"onnx"``, ``"sklearn"`` or
+        ``"torch"``; source is the path, ``"<bytes>"`` / ``"<ModelProto>"``,
+        ``"sklearn:<ClassName>"`` or ``"torch:<ClassName>"``; features as above or None.
+
+    Raises:
+        ProgrammingError: code ``unsupported_model`` for other objects,
+            ``example_input_required`` for a torch module without example input,
+            ``file_not_found``, ``not_fitted``, ``feature_count_mismatch``.
+        DataError: code ``invalid_onnx``.
+        NotSupportedError: codes ``missing_dependency``, ``conversion_failed``.
+    """
+    features = tuple(str(f) for f in feature_names) if feature_names is not None else None
+    if isinstance(obj, (str, os.PathLike, bytes, bytearray, memoryview, ModelProto)):
+        model = load_model(obj)
+        if isinstance(obj, (str, os.PathLike)):
+            source = os.fspath(obj)
+        elif isinstance(obj, ModelProto):
+            source = "<ModelProto>"
+        else:
+            source = "<bytes>"
+        if features is not None:
+            _check_feature_count(model, features, source)
+        return model, "onnx", source, features
+    if is_sklearn_estimator(obj):
+        model, features = from_sklearn(obj, feature_names=feature_names)
+        return model, "sklearn", f"sklearn:{type(obj).__name__}", features
+    if is_torch_module(obj):
+        if example_input is None:
+            raise ProgrammingError(
+                f"importing the torch module {type(obj).__name__} needs an example input "
+                "(a tensor with the batch on dimension 0)",
+                code="example_input_required",
+            )
+        model = from_torch(obj, example_input)
+        if features is not None:
+            _check_feature_count(model, features, f"torch:{type(obj).__name__}")
+        return model, "torch", f"torch:{type(obj).__name__}", features
+    raise ProgrammingError(
+        f"cannot import a model from a {type(obj).__module__}.{type(obj).__qualname__}: expected an ONNX "
+        "file path, ONNX bytes, an onnx.ModelProto, a fitted scikit-learn estimator or a torch.nn.Module",
+        code="unsupported_model",
+    )

@@ -1,0 +1,331 @@
+"""modelsql's SQL surface: a sqlglot dialect (DuckDB's plus our statements) and text helpers.
+
+Only this package imports sqlglot's parser internals (see DESIGN.md, "Layout").
+
+Public API:
+
+* :class:`ModelSQL` — the sqlglot dialect (``Tokenizer`` / ``Parser`` /
+  ``Generator`` subclasses of DuckDB's); nodes in :mod:`modelsql.sql.nodes`.
+* :func:`parse` — text -> statement trees; syntax errors -> ``ProgrammingError``.
+* :func:`mentions_models` — a tokenizer-only check: does the text need our parser?
+* :func:`number_placeholders` — ``?`` -> ``$1``, ``$2``, ... leaving all else byte-identical.
+* :func:`to_duckdb_sql` — generate DuckDB SQL from a tree free of our nodes.
+
+Where ``PREDICT`` sits in a tree: ``FROM PREDICT(MODEL m, TABLE t) AS p`` is
+``From(this=Table(this=PredictTable(...), alias=TableAlias(this=p)))``; in a
+JOIN it is ``Join(this=Table(this=PredictTable(...), alias=...))``. Find them
+with ``tree.find_all(PredictTable)``; the enclosing ``exp.Table`` is
+``node.parent``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of
+from modelsql.sql.dialect import (
+    TEXT_TOKENS,
+    ModelSQL,
+    ModelSQLGenerator,
+    ModelSQLParser,
+    ModelSQLTokenizer,
+)
+from modelsql.sql.nodes import (
+    MODEL_NODES,
+    STATEMENT_NODES,
+    DescribeModel,
+    DropModel,
+    ExportModel,
+    ImportModel,
+    ModelRef,
+    PredictTable,
+    ShowModels,
+    VacuumModels,
+)
+
+_DIALECT = ModelSQL()
+
+#: Word sequences that start one of our statements (matched on unquoted tokens,
+#: anywhere except right after a dot).
+_STATEMENT_WORDS: tuple[tuple[str, ...], ...] = (
+    ("IMPORT", "MODEL"),
+    ("CREATE", "MODEL"),
+    ("CREATE", "OR", "REPLACE", "MODEL"),
+    ("DROP", "MODEL"),
+    ("SHOW", "MODELS"),
+    ("EXPORT", "MODEL"),
+    ("VACUUM", "MODELS"),
+)
+
+
+# ---------------------------------------------------------------- tokenizing
+
+
+def _tokenize(sql: str) -> list[Token]:
+    """Tokenize with ModelSQL's tokenizer; raises ``ProgrammingError`` (parse_error)."""
+    tokenizer = ModelSQLTokenizer(dialect=_DIALECT)
+    try:
+        return tokenizer.tokenize(sql)
+    except TokenError as error:
+        core = getattr(tokenizer, "_core", None)
+        offset = getattr(core, "_start", None)
+        if not isinstance(offset, int):
+            offset = error.start or 0
+        cause = error.__cause__
+        if isinstance(cause, TokenError) and str(cause).startswith("Missing "):
+            what = f"unterminated quoted text ({str(cause).split(' from ')[0].lower()})"
+        elif isinstance(cause, IndexError):
+            what = "unterminated comment or quoted text"
+        else:
+            what = str(cause or error)
+        raise _syntax_error(sql, what, offset, 1) from error
+
+
+def _command_payload_offset(sql: str, tokens: list[Token], i: int) -> int | None:
+    """Offset in ``sql`` of the raw text sqlglot packed into ``tokens[i]``, or None.
+
+    sqlglot's tokenizer turns what follows a leading command word (``EXPLAIN``,
+    ``PREPARE``, ``CALL`` ...) into one STRING token holding the raw, stripped
+    text; its start/end positions are not reliable, so the text is located
+    right after the command token. A real string literal never matches, since
+    its token text lacks the quotes.
+    """
+    tok = tokens[i]
+    if tok.token_type != TokenType.STRING or i == 0:
+        return None
+    prev = tokens[i - 1]
+    if prev.token_type != TokenType.COMMAND or not tok.text:
+        return None
+    rest = sql[prev.end + 1 :]
+    stripped = rest.lstrip()
+    if not stripped.startswith(tok.text):
+        return None
+    return prev.end + 1 + (len(rest) - len(stripped))
+
+
+# --------------------------------------------------------------------- parse
+
+
+def _syntax_error(sql: str, description: str, offset: int, length: int) -> ProgrammingError:
+    line, column = position_of(sql, offset)
+    lines = sql.splitlines() or [""]
+    text = lines[min(line, len(lines)) - 1]
+    length = max(1, min(length, len(text) - column + 1))
+    message = f"Parser Error: {description}\n{excerpt(sql, line, column, length)}"
+    return ProgrammingError(message, code="parse_error", line=line, column=column)
+
+
+_TOKEN_REPR = re.compile(r"<Token token_type: [^,]+, text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
+_CLASS_REPR = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
+
+
+def _clean_description(text: str) -> str:
+    """Turn sqlglot's token / class reprs in an error description into plain words."""
+    text = _TOKEN_REPR.sub(
+        lambda m: "end of input" if "TokenType.SENTINEL" in m.group(0) else f'"{m.group(1)}"', text
+    )
+    return _CLASS_REPR.sub(lambda m: m.group(1), text)
+
+
+def parse(sql: str) -> list[exp.Expression]:
+    """Parse one or more ``;``-separated statements with :class:`ModelSQL`.
+
+    Args:
+        sql: statement text.
+
+    Returns:
+        One tree per non-empty statement, in order: our nodes
+        (:data:`modelsql.sql.nodes.STATEMENT_NODES`) for our statements,
+        sqlglot's DuckDB trees for everything else (``PredictTable`` inside them
+        as ``exp.Table(this=PredictTable)``). Empty text gives ``[]``.
+
+    Raises:
+        ProgrammingError: ``code="parse_error"`` on a syntax or tokenizing error,
+            with 1-based ``.line`` / ``.column`` of the first offending token and
+            a message ``"Parser Error: <what>\\nLINE n: <line>\\n<caret>"``.
+    """
+    tokens = _tokenize(sql)
+    parser = ModelSQLParser(
+        error_level=ErrorLevel.IMMEDIATE,
+        # The whole text before the offending token comes back as start_context,
+        # so its length is the token's offset (sqlglot entries carry no offset).
+        error_message_context=len(sql) + 1,
+        dialect=_DIALECT,
+    )
+    try:
+        trees = parser.parse(tokens, sql)
+    except ParseError as error:
+        entry = error.errors[0] if error.errors else {}
+        description = _clean_description(entry.get("description") or str(error))
+        start_context = entry.get("start_context") or ""
+        highlight = entry.get("highlight") or ""
+        if highlight.strip():
+            description = f'{description} at or near "{highlight.strip()}"'
+        raise _syntax_error(
+            sql, description, len(start_context), len(highlight.split("\n")[0])
+        ) from error
+    except SqlglotError as error:  # pragma: no cover - defensive
+        raise ProgrammingError(f"Parser Error: {error}", code="parse_error") from error
+    return [tree for tree in trees if tree is not None]
+
+
+# ----------------------------------------------------------- mentions_models
+
+
+def _words(tokens: list[Token]) -> list[str | None]:
+    return [None if tok.token_type in TEXT_TOKENS else tok.text.upper() for tok in tokens]
+
+
+def _mentions(sql: str, tokens: list[Token]) -> bool:
+    words = _words(tokens)
+    n = len(tokens)
+    for i, tok in enumerate(tokens):
+        word = words[i]
+        if word is None:
+            offset = _command_payload_offset(sql, tokens, i)
+            if offset is not None:
+                inner = sql[offset : offset + len(tok.text)]
+                try:
+                    if _mentions(inner, ModelSQLTokenizer(dialect=_DIALECT).tokenize(inner)):
+                        return True
+                except TokenError:
+                    pass
+            continue
+        if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
+            continue  # modelsql.models, s.predict(...)
+        if word == "PREDICT" and i + 1 < n and tokens[i + 1].token_type == TokenType.L_PAREN:
+            return True
+        if (
+            word == "DESCRIBE"
+            and i + 2 < n
+            and words[i + 1] == "MODEL"
+            and tokens[i + 2].token_type not in (TokenType.DOT, TokenType.SEMICOLON)
+            and not (i + 3 < n and tokens[i + 3].token_type == TokenType.DOT)
+        ):
+            return True
+        for seq in _STATEMENT_WORDS:
+            if tuple(words[i : i + len(seq)]) == seq:
+                return True
+    return False
+
+
+def mentions_models(sql: str) -> bool:
+    """True when ``sql`` uses any of our syntax, so it must go through :func:`parse`.
+
+    Tokenizer only (no parse), so it is cheap. True for ``IMPORT MODEL``,
+    ``CREATE [OR REPLACE] MODEL``, ``DROP MODEL``, ``SHOW MODELS``,
+    ``DESCRIBE MODEL <name>``, ``EXPORT MODEL``, ``VACUUM MODELS`` and
+    ``PREDICT(`` — as unquoted words, not right after a dot, anywhere in the
+    text (including inside ``EXPLAIN`` / ``PREPARE`` bodies). False for
+    everything else: words inside string literals or comments, quoted
+    identifiers (``"model"``), ``modelsql.models``, a column or table named
+    ``model`` / ``predict``, ``DESCRIBE model`` (a table), and text that does
+    not tokenize (DuckDB then reports the error itself). Never raises.
+    """
+    try:
+        tokens = ModelSQLTokenizer(dialect=_DIALECT).tokenize(sql)
+    except Exception:
+        return False
+    try:
+        return _mentions(sql, tokens)
+    except Exception:  # pragma: no cover - defensive: never block plain SQL
+        return False
+
+
+# ------------------------------------------------------- number_placeholders
+
+
+def _qmark_offsets(sql: str, tokens: list[Token], base: int, out: list[int]) -> None:
+    n = len(tokens)
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.PLACEHOLDER and tok.text == "?":
+            nxt = tokens[i + 1] if i + 1 < n else None
+            if nxt is not None and nxt.token_type == TokenType.NUMBER and nxt.start == tok.end + 1:
+                continue  # ?NNN is already numbered
+            out.append(base + tok.start)
+            continue
+        offset = _command_payload_offset(sql, tokens, i)
+        if offset is not None:
+            inner = sql[offset : offset + len(tok.text)]
+            _qmark_offsets(inner, _tokenize(inner), base + offset, out)
+
+
+def number_placeholders(sql: str) -> tuple[str, int]:
+    """Rewrite each qmark placeholder ``?`` to ``$1``, ``$2``, ... in textual order.
+
+    Only ``?`` tokens change (not ``?`` inside strings, quoted identifiers or
+    comments, and not ``?NNN``, which is already numbered); every other byte is
+    kept as is. ``$n`` placeholders already in the text are left alone.
+
+    Args:
+        sql: statement text (one or more statements).
+
+    Returns:
+        ``(new_text, count)`` where ``count`` is the number of ``?`` rewritten.
+
+    Raises:
+        ProgrammingError: ``code="parse_error"`` if the text does not tokenize
+            (e.g. an unterminated string), with line/column.
+    """
+    offsets: list[int] = []
+    _qmark_offsets(sql, _tokenize(sql), 0, offsets)
+    if not offsets:
+        return sql, 0
+    parts: list[str] = []
+    last = 0
+    for number, offset in enumerate(sorted(offsets), start=1):
+        parts.append(sql[last:offset])
+        parts.append(f"${number}")
+        last = offset + 1
+    parts.append(sql[last:])
+    return "".join(parts), len(offsets)
+
+
+# -------------------------------------------------------------- to_duckdb_sql
+
+
+def to_duckdb_sql(expression: exp.Expression) -> str:
+    """Generate DuckDB SQL (sqlglot's plain DuckDB dialect) for ``expression``.
+
+    Args:
+        expression: a tree with none of our nodes left (the planner has replaced
+            every ``PredictTable`` etc. by plain tables, e.g. Arrow scans).
+
+    Raises:
+        InternalError: ``code="internal_error"`` if a node of ours is still in
+            the tree (a planner bug).
+    """
+    leftover = expression.find(*MODEL_NODES)
+    if leftover is not None:
+        raise InternalError(
+            f"cannot generate DuckDB SQL: the tree still contains {type(leftover).__name__} "
+            f"({leftover.sql(dialect=ModelSQL)})",
+            code="internal_error",
+        )
+    return expression.sql(dialect="duckdb")
+
+
+__all__ = [
+    "ModelSQL",
+    "ModelSQLTokenizer",
+    "ModelSQLParser",
+    "ModelSQLGenerator",
+    "ModelRef",
+    "ImportModel",
+    "DropModel",
+    "ShowModels",
+    "DescribeModel",
+    "ExportModel",
+    "VacuumModels",
+    "PredictTable",
+    "MODEL_NODES",
+    "STATEMENT_NODES",
+    "parse",
+    "mentions_models",
+    "number_placeholders",
+    "to_duckdb_sql",
+]

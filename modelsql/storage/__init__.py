@@ -1,0 +1,22 @@
+"""Content-addressed storage for tensors, graphs, compiled artifacts and checkpoints.
+
+See DESIGN.md, "Storage", and :mod:`modelsql.storage.blobstore`.
+"""
+
+from modelsql.storage.blobstore import (
+    STALE_TEMP_SECONDS,
+    TEMP_PREFIX,
+    BlobCorruptError,
+    BlobMissingError,
+    BlobStore,
+    for_database,
+)
+
+__all__ = [
+    "BlobStore",
+    "BlobCorruptError",
+    "BlobMissingError",
+    "for_database",
+    "STALE_TEMP_SECONDS",
+    "TEMP_PREFIX",
+]

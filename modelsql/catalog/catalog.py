@@ -1,0 +1,766 @@
+"""Typed reads and writes of the modelsql catalog (the ``modelsql`` schema in the user's DuckDB).
+
+:class:`Catalog` is the only code in modelsql that runs SQL against the catalog
+tables (see :mod:`modelsql.catalog.schema` for the tables and views). It turns
+:class:`~modelsql.catalog.entries.ModelVersion` values into rows and back, keeps
+referential integrity in code (DuckDB foreign keys would block deletes), and turns
+every DuckDB exception raised by its own SQL into the modelsql PEP 249 error of the
+matching class.
+
+Blobs: the catalog records which content-addressed blobs it references
+(``modelsql.blobs``) so that the storage layer can garbage-collect the rest; the
+blobs themselves are written by :mod:`modelsql.storage` *before* the catalog
+transaction that references them commits (PRETZEL's Object Store keeps identical
+parameters once; ``modelsql.storage`` shows the dedup ratio).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import operator
+import re
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+import duckdb
+
+from modelsql import errors
+from modelsql.catalog import schema
+from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
+
+BLOB_KINDS = ("graph", "tensor")
+
+_INT_RE = re.compile(r"^-?[0-9]+$")
+
+# duckdb exception class -> modelsql error class. Order matters: first match wins.
+_ERROR_CLASSES: tuple[tuple[type, type], ...] = (
+    (duckdb.IntegrityError, errors.IntegrityError),
+    (duckdb.DataError, errors.DataError),
+    (duckdb.NotSupportedError, errors.NotSupportedError),
+    (duckdb.InternalError, errors.InternalError),
+    (duckdb.ProgrammingError, errors.ProgrammingError),
+    (duckdb.OperationalError, errors.OperationalError),
+    (duckdb.DatabaseError, errors.DatabaseError),
+)
+
+# Stable codes for the duckdb exceptions the catalog can plausibly meet.
+_ERROR_CODES = {
+    "TransactionException": "transaction_error",
+    "IOException": "io_error",
+    "ConstraintException": "constraint_violation",
+    "CatalogException": "catalog_object_missing",
+    "BinderException": "catalog_binder_error",
+    "ConversionException": "conversion_error",
+    "OutOfMemoryException": "out_of_memory",
+    "PermissionException": "permission_denied",
+    "InvalidInputException": "invalid_input",
+    "InterruptException": "interrupted",
+}
+
+
+def convert_duckdb_error(exc: BaseException) -> errors.Error:
+    """Return the modelsql error for a DuckDB exception raised by catalog SQL.
+
+    The class follows PEP 249 (``duckdb.IntegrityError`` -> :class:`~modelsql.errors.IntegrityError`,
+    ``duckdb.OperationalError`` -> :class:`~modelsql.errors.OperationalError` ...). ``code`` is
+    a stable name for the DuckDB exception kind (``"transaction_error"``, ``"io_error"`` ...),
+    else the PEP 249 class default. The message is DuckDB's, prefixed with ``Catalog error:``.
+    """
+    cls: type = errors.DatabaseError
+    for dk, mk in _ERROR_CLASSES:
+        if isinstance(exc, dk):
+            cls = mk
+            break
+    code = _ERROR_CODES.get(type(exc).__name__)
+    return cls(f"Catalog error: {exc}", code=code)
+
+
+@contextlib.contextmanager
+def _converted() -> Iterator[None]:
+    """Turn DuckDB exceptions raised inside the block into modelsql errors (no duckdb traceback)."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise convert_duckdb_error(exc) from None
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _dim_text(dim: Dim) -> str:
+    """One shape entry as stored: the int as text, the symbolic name, or '?' for unknown."""
+    if dim is None:
+        return "?"
+    if isinstance(dim, bool):
+        raise errors.DataError(f"Invalid shape dimension {dim!r}.", code="invalid_shape")
+    if isinstance(dim, int):
+        return str(dim)
+    if isinstance(dim, str):
+        if dim in ("", "?"):
+            return "?"  # an empty or '?' symbolic name says nothing: stored (and read back) as unknown
+        if _INT_RE.match(dim):
+            raise errors.DataError(
+                f"Symbolic dimension {dim!r} cannot be stored: it would read back as a fixed size.",
+                code="invalid_shape",
+            )
+        return dim
+    try:
+        return str(operator.index(dim))
+    except TypeError:
+        raise errors.DataError(f"Invalid shape dimension {dim!r}.", code="invalid_shape") from None
+
+
+def _dim_value(text: str) -> Dim:
+    if text == "?":
+        return None
+    if _INT_RE.match(text):
+        return int(text)
+    return text
+
+
+def _shape_value(shape: Optional[Sequence[str]]) -> Optional[tuple[Dim, ...]]:
+    return None if shape is None else tuple(_dim_value(d) for d in shape)
+
+
+def _shape_text(shape: Optional[Sequence[Dim]]) -> Optional[list[str]]:
+    return None if shape is None else [_dim_text(d) for d in shape]
+
+
+def _utc(ts: Optional[_dt.datetime]) -> _dt.datetime:
+    if ts is None:
+        return _dt.datetime.now(_dt.timezone.utc)
+    if ts.tzinfo is None:
+        return ts.replace(tzinfo=_dt.timezone.utc)
+    return ts.astimezone(_dt.timezone.utc)
+
+
+def _normalize_name(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise errors.ProgrammingError(f"Invalid model name {name!r}.", code="invalid_name")
+    return name.lower()
+
+
+def _normalize_version(version: Any) -> int:
+    if isinstance(version, bool):
+        raise errors.ProgrammingError(f"Invalid model version {version!r}.", code="invalid_version")
+    try:
+        return operator.index(version)
+    except TypeError:
+        raise errors.ProgrammingError(
+            f"Invalid model version {version!r}: expected an integer.", code="invalid_version"
+        ) from None
+
+
+class Catalog:
+    """The modelsql catalog stored in the schema ``modelsql`` of a DuckDB database.
+
+    Opening (the constructor) checks the catalog's ``schema_version``:
+
+    - no ``modelsql`` schema: create the whole catalog in one transaction; when
+      ``read_only``, create nothing and behave as an empty catalog;
+    - older than :attr:`SCHEMA_VERSION`: run :attr:`MIGRATIONS` in one transaction
+      (``OperationalError`` ``"catalog_migration_required"`` when ``read_only``;
+      ``InternalError`` ``"catalog_migration_missing"`` when a step is not registered);
+    - newer: ``OperationalError`` ``"catalog_version_unsupported"``;
+    - a ``modelsql`` schema without ``modelsql.meta``, without a parseable
+      ``schema_version``, or missing catalog tables/views: ``OperationalError``
+      ``"catalog_corrupt"``.
+
+    Names are case-insensitive and stored lower case. Write methods
+    (:meth:`add_version`, :meth:`drop`, :meth:`forget_blobs`) never begin or commit;
+    run them inside :meth:`transaction` (or the caller's own transaction) so a
+    multi-row write is atomic. Every DuckDB exception raised by catalog SQL is
+    re-raised as the modelsql PEP 249 error of the matching class.
+
+    Args:
+        con: a DuckDB connection to the user's database. The catalog lives in that
+            connection's current database (``current_database()`` at open time).
+        read_only: never write. Also implied when the database is attached read-only.
+
+    Raises:
+        OperationalError, InternalError: see above.
+    """
+
+    SCHEMA_VERSION: int = schema.SCHEMA_VERSION
+    MIGRATIONS = schema.MIGRATIONS  # the same dict object as schema.MIGRATIONS
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, *, read_only: bool = False) -> None:
+        self._con = con
+        with _converted():
+            row = con.execute(
+                "SELECT current_database(), readonly FROM duckdb_databases() "
+                "WHERE database_name = current_database()"
+            ).fetchone()
+        self.database: str = row[0]
+        """The DuckDB database (catalog) name the modelsql schema lives in."""
+        self.read_only: bool = bool(read_only or row[1])
+        self._s = f"{_quote_ident(self.database)}.{schema.SCHEMA}"
+        self._present = False
+        self._open()
+
+    # ------------------------------------------------------------------ opening
+
+    @property
+    def present(self) -> bool:
+        """Whether the catalog schema exists (False only for a read-only open of a database without one)."""
+        return self._present
+
+    def _open(self) -> None:
+        with _converted():
+            exists = self._con.execute(
+                "SELECT count(*) FROM duckdb_schemas() WHERE database_name = ? AND schema_name = ?",
+                [self.database, schema.SCHEMA],
+            ).fetchall()[0][0]
+        if not exists:
+            if self.read_only:
+                self._present = False
+                return
+            with self.transaction():
+                with _converted():
+                    schema.create(self._con, self._s, type(self).SCHEMA_VERSION)
+            self._present = True
+            return
+
+        stored = self._stored_version()
+        wanted = type(self).SCHEMA_VERSION
+        if stored > wanted:
+            from modelsql import __version__
+
+            raise errors.OperationalError(
+                f"The modelsql catalog in database {self.database!r} has schema version {stored}, "
+                f"but this modelsql ({__version__}) supports schema version {wanted} at most. "
+                "Upgrade modelsql to open this database.",
+                code="catalog_version_unsupported",
+            )
+        if stored < wanted:
+            if self.read_only:
+                raise errors.OperationalError(
+                    f"The modelsql catalog in database {self.database!r} has schema version {stored} "
+                    f"and needs migrating to version {wanted}; open it once read-write to upgrade it.",
+                    code="catalog_migration_required",
+                )
+            self._migrate(stored, wanted)
+        self._check_objects()
+        self._present = True
+
+    def _stored_version(self) -> int:
+        with _converted():
+            has_meta = self._con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = ? "
+                "AND table_name = 'meta'",
+                [self.database, schema.SCHEMA],
+            ).fetchall()[0][0]
+        if not has_meta:
+            raise errors.OperationalError(
+                f'Schema "{schema.SCHEMA}" exists in database {self.database!r} but is not a modelsql '
+                f"catalog (it has no {schema.SCHEMA}.meta table). Rename or drop that schema.",
+                code="catalog_corrupt",
+            )
+        try:
+            row = self._con.execute(
+                f"SELECT value FROM {self._s}.meta WHERE key = 'schema_version'"
+            ).fetchone()
+        except duckdb.Error as exc:
+            raise errors.OperationalError(
+                f"The modelsql catalog is corrupt: cannot read {schema.SCHEMA}.meta ({exc}).",
+                code="catalog_corrupt",
+            ) from None
+        value = None if row is None else row[0]
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise errors.OperationalError(
+                f"The modelsql catalog is corrupt: {schema.SCHEMA}.meta has schema_version "
+                f"{value!r}, not an integer.",
+                code="catalog_corrupt",
+            ) from None
+
+    def _migrate(self, stored: int, wanted: int) -> None:
+        migrations = self.MIGRATIONS
+        missing = [v for v in range(stored, wanted) if v not in migrations]
+        if missing:
+            raise errors.InternalError(
+                f"No migration registered from catalog schema version {missing[0]} "
+                f"(catalog has version {stored}, modelsql needs {wanted}).",
+                code="catalog_migration_missing",
+            )
+        with self.transaction():
+            for v in range(stored, wanted):
+                with _converted():
+                    migrations[v](self._con)
+                    self._con.execute(
+                        f"UPDATE {self._s}.meta SET value = ? WHERE key = 'schema_version'",
+                        [str(v + 1)],
+                    )
+
+    def _check_objects(self) -> None:
+        with _converted():
+            names = {
+                r[0]
+                for r in self._con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = ? "
+                    "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = ? AND schema_name = ?",
+                    [self.database, schema.SCHEMA] * 2,
+                ).fetchall()
+            }
+        missing = [n for n in schema.TABLES + schema.VIEWS if n not in names]
+        if missing:
+            raise errors.OperationalError(
+                "The modelsql catalog is corrupt: missing "
+                + ", ".join(f"{schema.SCHEMA}.{n}" for n in missing)
+                + ".",
+                code="catalog_corrupt",
+            )
+
+    # ------------------------------------------------------------- transactions
+
+    def _in_transaction(self) -> bool:
+        # DuckDB has no "in transaction" API; in auto-commit mode every statement
+        # runs in a fresh transaction, so two reads of txid_current() differ.
+        q = "SELECT txid_current()"
+        return self._con.execute(q).fetchall()[0][0] == self._con.execute(q).fetchone()[0]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Catalog"]:
+        """``BEGIN TRANSACTION`` ... ``COMMIT``; ``ROLLBACK`` and re-raise on an exception.
+
+        When the connection is already inside a transaction (the caller's own), the
+        block joins it: nothing is begun, committed or rolled back here, and the
+        owner of that transaction decides.
+
+        Yields:
+            this catalog.
+
+        Raises:
+            OperationalError: BEGIN or COMMIT failed (e.g. a write-write conflict,
+                code ``"transaction_error"``); the transaction is rolled back.
+        """
+        with _converted():
+            joined = self._in_transaction()
+        if joined:
+            yield self
+            return
+        with _converted():
+            self._con.execute("BEGIN TRANSACTION")
+        try:
+            yield self
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute("ROLLBACK")
+            raise
+        try:
+            self._con.execute("COMMIT")
+        except duckdb.Error as exc:
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute("ROLLBACK")
+            raise convert_duckdb_error(exc) from None
+
+    # -------------------------------------------------------------------- reads
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with _converted():
+            return self._con.execute(sql.replace("{s}", self._s), list(params)).fetchall()
+
+    def model_names(self) -> list[str]:
+        """Names of all models (lower case), sorted."""
+        if not self._present:
+            return []
+        return [r[0] for r in self._rows("SELECT DISTINCT name FROM {s}.model_versions ORDER BY name")]
+
+    def exists(self, name: str) -> bool:
+        """Whether a model named ``name`` (case-insensitive) has at least one version."""
+        return bool(self.versions(name))
+
+    def versions(self, name: str) -> list[int]:
+        """The versions of model ``name`` (case-insensitive), ascending; ``[]`` when it does not exist."""
+        key = _normalize_name(name)
+        if not self._present:
+            return []
+        return [
+            r[0]
+            for r in self._rows(
+                "SELECT version FROM {s}.model_versions WHERE name = ? ORDER BY version", [key]
+            )
+        ]
+
+    def _not_found(self, name: str) -> errors.ProgrammingError:
+        return errors.ProgrammingError(
+            f'Model "{name}" does not exist.' + errors.did_you_mean(name, self.model_names()),
+            code="model_not_found",
+        )
+
+    def _resolve(self, name: str, version: Optional[int]) -> tuple[str, int]:
+        """(stored name, existing version) or model_not_found / version_not_found."""
+        key = _normalize_name(name)
+        if version is not None:
+            version = _normalize_version(version)
+        existing = self.versions(key)
+        if not existing:
+            raise self._not_found(name)
+        if version is None:
+            return key, existing[-1]
+        if version not in existing:
+            raise errors.ProgrammingError(
+                f'Model "{key}" has no version {version}. Existing versions: '
+                + ", ".join(str(v) for v in existing)
+                + ".",
+                code="version_not_found",
+            )
+        return key, version
+
+    def get(self, name: str, version: Optional[int] = None) -> ModelVersion:
+        """Read one model version.
+
+        Args:
+            name: model name (case-insensitive).
+            version: the version number; ``None`` for the latest.
+
+        Returns:
+            the :class:`ModelVersion`, with ``name`` lower case and ``created_at`` in UTC.
+
+        Raises:
+            ProgrammingError: code ``"model_not_found"`` (``Model "x" does not exist.``
+                plus a "Did you mean" over existing names), ``"version_not_found"``
+                (listing the existing versions), ``"invalid_name"``, ``"invalid_version"``.
+        """
+        key, version = self._resolve(name, version)
+        row = self._rows(
+            "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
+            "created_at FROM {s}.model_versions WHERE name = ? AND version = ?",
+            [key, version],
+        )[0]
+        kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row
+        return ModelVersion(
+            name=key,
+            version=version,
+            graph_digest=graph_digest,
+            graph_bytes=graph_bytes,
+            opset=opset,
+            inputs=self._specs("model_inputs", key, version),
+            outputs=self._specs("model_outputs", key, version),
+            tensors=tuple(
+                StoredTensor(name=n, digest=d, elem_type=e, dims=tuple(dims), nbytes=nb)
+                for n, d, e, dims, nb in self._rows(
+                    "SELECT tensor_name, digest, elem_type, dims, nbytes FROM {s}.model_tensors "
+                    "WHERE name = ? AND version = ? ORDER BY position",
+                    [key, version],
+                )
+            ),
+            param_count=param_count,
+            source=source,
+            kind=kind,
+            features=None if features is None else tuple(features),
+            options=tuple((str(k), str(v)) for k, v in (options or {}).items()),
+            created_at=_utc(created_at),
+        )
+
+    def _specs(self, table: str, key: str, version: int) -> tuple[TensorSpec, ...]:
+        return tuple(
+            TensorSpec(name=n, elem_type=e, shape=_shape_value(shape))
+            for n, e, shape in self._rows(
+                f"SELECT tensor_name, elem_type, shape FROM {{s}}.{table} "
+                "WHERE name = ? AND version = ? ORDER BY position",
+                [key, version],
+            )
+        )
+
+    def referenced_digests(self) -> set[str]:
+        """Digests of every blob a model version references (graphs and tensors)."""
+        if not self._present:
+            return set()
+        return {
+            r[0]
+            for r in self._rows(
+                "SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors"
+            )
+        }
+
+    def blob_sizes(self) -> dict[str, int]:
+        """``{digest: nbytes}`` for every blob registered in ``modelsql.blobs``."""
+        if not self._present:
+            return {}
+        return dict(self._rows("SELECT digest, nbytes FROM {s}.blobs"))
+
+    # ------------------------------------------------------------------- writes
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise errors.OperationalError(
+                "The modelsql catalog is open read-only.", code="read_only"
+            )
+
+    def next_version(self, name: str) -> int:
+        """The version number the next :meth:`add_version` of ``name`` must carry (max + 1, or 1).
+
+        After the latest version is dropped its number is used again.
+        """
+        existing = self.versions(name)
+        return existing[-1] + 1 if existing else 1
+
+    def add_version(self, mv: ModelVersion, blob_kinds: Mapping[str, str]) -> None:
+        """Insert a model version: its row, inputs, outputs, tensors, and blob registrations.
+
+        Runs in the caller's transaction (use :meth:`transaction`); everything is
+        validated before the first insert. The blobs must already be in the store.
+
+        Args:
+            mv: the version; ``mv.name`` is stored lower case; ``mv.version`` must be
+                :meth:`next_version`; ``mv.created_at`` ``None`` means now (naive
+                datetimes are taken as UTC).
+            blob_kinds: ``{digest: "graph" | "tensor"}`` for the blobs ``mv``
+                references. A digest not listed gets the kind of its role in ``mv``
+                (graph digest -> ``"graph"``, initializer -> ``"tensor"``); digests
+                ``mv`` does not reference are ignored. Sizes come from
+                ``mv.graph_bytes`` and ``mv.tensors[i].nbytes``. A digest already
+                registered keeps its row.
+
+        Raises:
+            OperationalError: ``"read_only"``.
+            IntegrityError: ``"version_conflict"`` (version is not the next number),
+                ``"blob_size_mismatch"`` (one digest, two sizes).
+            ProgrammingError: ``"invalid_name"``, ``"invalid_version"``,
+                ``"invalid_blob_kind"``, ``"duplicate_option"``.
+            DataError: ``"invalid_shape"`` (a symbolic dimension that would read
+                back as a fixed size, e.g. ``"12"``). Symbolic ``""`` and ``"?"`` are
+                stored as unknown and read back as ``None``.
+        """
+        self._check_writable()
+        key = _normalize_name(mv.name)
+        version = _normalize_version(mv.version)
+        expected = self.next_version(key)
+        if version != expected:
+            raise errors.IntegrityError(
+                f'Cannot add version {version} of model "{key}": the next version is {expected}.',
+                code="version_conflict",
+            )
+        option_keys = [k for k, _ in mv.options]
+        dupes = sorted({k for k in option_keys if option_keys.count(k) > 1})
+        if dupes:
+            raise errors.ProgrammingError(
+                "Option given more than once: " + ", ".join(dupes) + ".", code="duplicate_option"
+            )
+        for d, k in blob_kinds.items():
+            if k not in BLOB_KINDS:
+                raise errors.ProgrammingError(
+                    f"Invalid blob kind {k!r} for {d}: expected 'graph' or 'tensor'.",
+                    code="invalid_blob_kind",
+                )
+
+        # digest -> (nbytes, kind), in first-reference order.
+        blobs: dict[str, tuple[int, str]] = {}
+
+        def register(digest: str, nbytes: int, role: str) -> None:
+            kind = blob_kinds.get(digest, role)
+            if digest in blobs and blobs[digest][0] != nbytes:
+                raise errors.IntegrityError(
+                    f"Blob {digest} is referenced with two sizes: {blobs[digest][0]} and {nbytes} bytes.",
+                    code="blob_size_mismatch",
+                )
+            blobs.setdefault(digest, (int(nbytes), kind))
+
+        register(mv.graph_digest, mv.graph_bytes, "graph")
+        for t in mv.tensors:
+            register(t.digest, t.nbytes, "tensor")
+
+        inputs = [_shape_text(s.shape) for s in mv.inputs]
+        outputs = [_shape_text(s.shape) for s in mv.outputs]
+
+        known = dict(
+            self._rows(
+                "SELECT digest, nbytes FROM {s}.blobs WHERE list_contains(?::VARCHAR[], digest)",
+                [list(blobs)],
+            )
+        )
+        for d, nb in known.items():
+            if nb != blobs[d][0]:
+                raise errors.IntegrityError(
+                    f"Blob {d} is registered with {nb} bytes but this model says {blobs[d][0]} bytes.",
+                    code="blob_size_mismatch",
+                )
+        new_blobs = [(d, nb, k) for d, (nb, k) in blobs.items() if d not in known]
+
+        features = None if mv.features is None else [str(f) for f in mv.features]
+        self._rows(
+            "INSERT INTO {s}.model_versions (name, version, kind, source, graph_digest, graph_bytes, "
+            "opset, param_count, logical_bytes, features, options, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?)",
+            [
+                key,
+                version,
+                mv.kind,
+                mv.source,
+                mv.graph_digest,
+                mv.graph_bytes,
+                mv.opset,
+                mv.param_count,
+                mv.logical_bytes,
+                features,
+                [str(k) for k, _ in mv.options],
+                [str(v) for _, v in mv.options],
+                _utc(mv.created_at),
+            ],
+        )
+        for table, specs, shapes in (
+            ("model_inputs", mv.inputs, inputs),
+            ("model_outputs", mv.outputs, outputs),
+        ):
+            if specs:
+                self._rows(
+                    f"INSERT INTO {{s}}.{table} (name, version, position, tensor_name, elem_type, shape) "
+                    "SELECT ?, ?, unnest(?::INTEGER[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                    "unnest(?::VARCHAR[][])",
+                    [
+                        key,
+                        version,
+                        list(range(len(specs))),
+                        [s.name for s in specs],
+                        [s.elem_type for s in specs],
+                        shapes,
+                    ],
+                )
+        if mv.tensors:
+            self._rows(
+                "INSERT INTO {s}.model_tensors (name, version, position, tensor_name, digest, elem_type, "
+                "dims, nbytes) SELECT ?, ?, unnest(?::INTEGER[]), unnest(?::VARCHAR[]), "
+                "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::BIGINT[][]), unnest(?::BIGINT[])",
+                [
+                    key,
+                    version,
+                    list(range(len(mv.tensors))),
+                    [t.name for t in mv.tensors],
+                    [t.digest for t in mv.tensors],
+                    [t.elem_type for t in mv.tensors],
+                    [[int(d) for d in t.dims] for t in mv.tensors],
+                    [int(t.nbytes) for t in mv.tensors],
+                ],
+            )
+        if new_blobs:
+            self._rows(
+                "INSERT INTO {s}.blobs (digest, nbytes, kind) "
+                "SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[])",
+                [[b[0] for b in new_blobs], [b[1] for b in new_blobs], [b[2] for b in new_blobs]],
+            )
+
+    def drop(self, name: str, version: Optional[int] = None, *, missing_ok: bool = False) -> int:
+        """Delete a model (every version) or one version, and unregister blobs nothing references.
+
+        Runs in the caller's transaction (use :meth:`transaction`).
+
+        Args:
+            name: model name (case-insensitive).
+            version: the version to drop; ``None`` drops them all.
+            missing_ok: return 0 instead of raising when the model or version does
+                not exist (``DROP MODEL IF EXISTS``).
+
+        Returns:
+            the number of model versions removed.
+
+        Raises:
+            OperationalError: ``"read_only"``.
+            ProgrammingError: ``"model_not_found"``, ``"version_not_found"``.
+        """
+        self._check_writable()
+        try:
+            key, resolved = self._resolve(name, version)
+        except errors.ProgrammingError as exc:
+            if missing_ok and exc.code in ("model_not_found", "version_not_found"):
+                return 0
+            raise
+        if version is None:
+            where, params = "name = ?", [key]
+            removed = len(self.versions(key))
+        else:
+            where, params = "name = ? AND version = ?", [key, resolved]
+            removed = 1
+        for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
+            self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
+        self._rows(
+            "DELETE FROM {s}.blobs WHERE digest NOT IN "
+            "(SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors)"
+        )
+        return removed
+
+    def forget_blobs(self, digests: Iterable[str]) -> int:
+        """Remove rows from ``modelsql.blobs`` (after the store deleted those blobs).
+
+        Runs in the caller's transaction.
+
+        Args:
+            digests: blob digests; ones not registered are ignored.
+
+        Returns:
+            the number of rows removed.
+
+        Raises:
+            OperationalError: ``"read_only"``.
+            IntegrityError: ``"blob_in_use"`` when a model version still references one
+                (the catalog never points at a blob that is not there); nothing is removed.
+        """
+        self._check_writable()
+        wanted = sorted(set(digests))
+        if not wanted or not self._present:
+            return 0
+        in_use = sorted(set(wanted) & self.referenced_digests())
+        if in_use:
+            raise errors.IntegrityError(
+                "Cannot forget blobs still referenced by a model version: " + ", ".join(in_use) + ".",
+                code="blob_in_use",
+            )
+        count = self._rows(
+            "SELECT count(*) FROM {s}.blobs WHERE list_contains(?::VARCHAR[], digest)", [wanted]
+        )[0][0]
+        self._rows("DELETE FROM {s}.blobs WHERE list_contains(?::VARCHAR[], digest)", [wanted])
+        return int(count)
+
+    # ----------------------------------------------------------- SQL for users
+
+    def show_models_sql(self) -> str:
+        """SQL for ``SHOW MODELS``, to run through the user's cursor.
+
+        Columns: name VARCHAR, version INTEGER (latest), versions BIGINT, kind VARCHAR,
+        inputs VARCHAR, outputs VARCHAR (``'x: FLOAT[N, 64]'``, comma separated),
+        param_count BIGINT, logical_bytes BIGINT, created_at TIMESTAMPTZ; ordered by name.
+        When the catalog does not exist (read-only open), an empty result with the same columns.
+        """
+        if not self._present:
+            return (
+                "SELECT NULL::VARCHAR AS name, NULL::INTEGER AS version, NULL::BIGINT AS versions, "
+                "NULL::VARCHAR AS kind, NULL::VARCHAR AS inputs, NULL::VARCHAR AS outputs, "
+                "NULL::BIGINT AS param_count, NULL::BIGINT AS logical_bytes, "
+                "NULL::TIMESTAMPTZ AS created_at WHERE false"
+            )
+        return (
+            "SELECT name, version, versions, kind, inputs, outputs, param_count, logical_bytes, created_at "
+            f"FROM {self._s}.models ORDER BY name"
+        )
+
+    def describe_model_sql(self, name: str, version: Optional[int] = None) -> tuple[str, list]:
+        """SQL and parameters for ``DESCRIBE MODEL``, to run through the user's cursor.
+
+        One row per graph input, then one per graph output, in graph order. Columns:
+        role VARCHAR (``'input'`` | ``'output'``), position INTEGER (from 0),
+        name VARCHAR, elem_type VARCHAR, shape VARCHAR (``'[N, 64]'``; ``'?'`` marks an
+        unknown dimension; NULL when the rank is unknown).
+
+        Args:
+            name: model name (case-insensitive).
+            version: ``None`` for the latest.
+
+        Raises:
+            ProgrammingError: ``"model_not_found"``, ``"version_not_found"``.
+        """
+        key, version = self._resolve(name, version)
+        shape = "CASE WHEN shape IS NULL THEN NULL ELSE '[' || array_to_string(shape, ', ') || ']' END"
+        sql = (
+            "SELECT role, position, name, elem_type, shape FROM ("
+            "SELECT 'input' AS role, 0 AS role_order, i.position, i.tensor_name AS name, i.elem_type, "
+            f"{shape.replace('shape', 'i.shape')} AS shape "
+            f"FROM {self._s}.model_inputs AS i WHERE i.name = ? AND i.version = ? "
+            "UNION ALL "
+            "SELECT 'output' AS role, 1 AS role_order, o.position, o.tensor_name AS name, o.elem_type, "
+            f"{shape.replace('shape', 'o.shape')} AS shape "
+            f"FROM {self._s}.model_outputs AS o WHERE o.name = ? AND o.version = ?"
+            ") ORDER BY role_order, position"
+        )
+        return sql, [key, version, key, version]

@@ -1,0 +1,243 @@
+"""The catalog's DuckDB schema: DDL, comments, and migrations between schema versions.
+
+The catalog lives in the schema ``modelsql`` of the user's own database (the same
+DuckDB file as their tables), so it can be inspected with plain SQL
+(``SELECT * FROM modelsql.models``). Tables:
+
+``modelsql.meta(key, value)``
+    Key/value facts about the catalog itself; ``schema_version`` is the one that matters.
+``modelsql.model_versions``
+    One row per (model, version): where it came from, its graph blob, sizes, options.
+``modelsql.model_inputs`` / ``modelsql.model_outputs``
+    One row per graph input / output of a version, in graph order (``position`` from 0).
+``modelsql.model_tensors``
+    One row per stored initializer of a version (``position`` from 0, graph order).
+``modelsql.blobs(digest, nbytes, kind)``
+    Every blob of the content-addressed store that the catalog references.
+
+Views: ``modelsql.models`` (one row per model, its latest version) and
+``modelsql.storage`` (one row: totals and the dedup ratio that PRETZEL's Object
+Store gives when identical parameters are stored once).
+
+There are no foreign keys: DuckDB's foreign keys block deletes of referenced rows
+inside one transaction, so referential integrity is kept by
+:class:`modelsql.catalog.Catalog`.
+
+Shapes are ``VARCHAR[]``: each dimension is its int as text (``'64'``), its
+symbolic name (``'N'``), or ``'?'`` when unknown; a NULL shape means the rank is
+unknown.
+
+Migrations: :data:`MIGRATIONS` maps ``from_version`` to a function ``f(con)`` that
+upgrades a catalog from ``from_version`` to ``from_version + 1``. The catalog runs
+the chain, all in one transaction, when it opens an older catalog, and writes the
+new ``schema_version`` after each step.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import duckdb
+
+SCHEMA_VERSION = 1
+"""The catalog schema version this modelsql writes and reads."""
+
+SCHEMA = "modelsql"
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+
+MIGRATIONS: Dict[int, Migration] = {}
+"""``{from_version: f(con)}``: each upgrades the catalog by exactly one version.
+
+``f`` runs inside the open transaction on the connection the catalog was opened
+with; it must not begin or commit, and may refer to the catalog as ``modelsql.<table>``.
+"""
+
+TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs")
+VIEWS = ("models", "storage")
+
+
+def _io_table(table: str, role: str) -> str:
+    return f"""
+CREATE TABLE {{s}}.{table} (
+    name        VARCHAR NOT NULL,
+    version     INTEGER NOT NULL,
+    position    INTEGER NOT NULL,
+    tensor_name VARCHAR NOT NULL,
+    elem_type   VARCHAR NOT NULL,
+    shape       VARCHAR[],
+    PRIMARY KEY (name, version, position)
+);
+COMMENT ON TABLE {{s}}.{table} IS 'Graph {role}s of each model version, in graph order.';
+COMMENT ON COLUMN {{s}}.{table}.position IS 'Index of the {role} in the graph, from 0.';
+COMMENT ON COLUMN {{s}}.{table}.tensor_name IS 'The ONNX value name of the {role}.';
+COMMENT ON COLUMN {{s}}.{table}.elem_type IS 'ONNX element type, upper case (FLOAT, INT64, STRING ...).';
+COMMENT ON COLUMN {{s}}.{table}.shape IS 'One entry per dimension: its size as text, its symbolic name, or ''?'' when unknown. NULL when the rank is unknown.';
+"""
+
+
+# ``{s}`` is replaced by the (database-qualified) schema name when the DDL runs.
+# View bodies stay unqualified: DuckDB binds a view in its own database, so the
+# views keep working when the file is ATTACHed under another name.
+DDL = (
+    """
+CREATE SCHEMA {s};
+
+CREATE TABLE {s}.meta (
+    key   VARCHAR PRIMARY KEY,
+    value VARCHAR
+);
+COMMENT ON TABLE {s}.meta IS 'Facts about the modelsql catalog itself (schema_version).';
+
+CREATE TABLE {s}.model_versions (
+    name          VARCHAR NOT NULL,
+    version       INTEGER NOT NULL,
+    kind          VARCHAR NOT NULL,
+    source        VARCHAR NOT NULL,
+    graph_digest  VARCHAR NOT NULL,
+    graph_bytes   BIGINT NOT NULL,
+    opset         INTEGER NOT NULL,
+    param_count   BIGINT NOT NULL,
+    logical_bytes BIGINT NOT NULL,
+    features      VARCHAR[],
+    options       MAP(VARCHAR, VARCHAR) NOT NULL,
+    created_at    TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, version)
+);
+COMMENT ON TABLE {s}.model_versions IS 'One row per version of each model; CREATE OR REPLACE MODEL adds a version.';
+COMMENT ON COLUMN {s}.model_versions.name IS 'Model name, lower case (names are case-insensitive).';
+COMMENT ON COLUMN {s}.model_versions.version IS 'Version number: 1, 2, ...';
+COMMENT ON COLUMN {s}.model_versions.kind IS 'Where the model was authored: onnx, sklearn or torch.';
+COMMENT ON COLUMN {s}.model_versions.source IS 'Where the model came from: a path, sklearn:<class>, torch:<class>.';
+COMMENT ON COLUMN {s}.model_versions.graph_digest IS 'SHA-256 of the ONNX graph without initializer data (a blob).';
+COMMENT ON COLUMN {s}.model_versions.graph_bytes IS 'Size of the graph blob in bytes.';
+COMMENT ON COLUMN {s}.model_versions.opset IS 'Default-domain ONNX opset the model imports.';
+COMMENT ON COLUMN {s}.model_versions.param_count IS 'Total number of elements over all initializers.';
+COMMENT ON COLUMN {s}.model_versions.logical_bytes IS 'Bytes of the model on its own: graph plus every initializer (before dedup).';
+COMMENT ON COLUMN {s}.model_versions.features IS 'Feature (column) names bound to a single 2-D input; NULL when unknown.';
+COMMENT ON COLUMN {s}.model_versions.options IS 'The WITH (...) options given at import.';
+COMMENT ON COLUMN {s}.model_versions.created_at IS 'When the version was created.';
+"""
+    + _io_table("model_inputs", "input")
+    + _io_table("model_outputs", "output")
+    + """
+CREATE TABLE {s}.model_tensors (
+    name        VARCHAR NOT NULL,
+    version     INTEGER NOT NULL,
+    position    INTEGER NOT NULL,
+    tensor_name VARCHAR NOT NULL,
+    digest      VARCHAR NOT NULL,
+    elem_type   VARCHAR NOT NULL,
+    dims        BIGINT[] NOT NULL,
+    nbytes      BIGINT NOT NULL,
+    PRIMARY KEY (name, version, position)
+);
+COMMENT ON TABLE {s}.model_tensors IS 'Initializers (weights) of each model version, each stored as one content-addressed blob.';
+COMMENT ON COLUMN {s}.model_tensors.position IS 'Index of the initializer in the graph, from 0.';
+COMMENT ON COLUMN {s}.model_tensors.tensor_name IS 'The initializer name in the graph.';
+COMMENT ON COLUMN {s}.model_tensors.digest IS 'SHA-256 of the raw little-endian tensor bytes (the blob key).';
+COMMENT ON COLUMN {s}.model_tensors.elem_type IS 'ONNX element type, upper case.';
+COMMENT ON COLUMN {s}.model_tensors.dims IS 'Shape of the tensor.';
+COMMENT ON COLUMN {s}.model_tensors.nbytes IS 'Size of the raw tensor data in bytes.';
+
+CREATE TABLE {s}.blobs (
+    digest VARCHAR PRIMARY KEY,
+    nbytes BIGINT NOT NULL,
+    kind   VARCHAR NOT NULL CHECK (kind IN ('graph', 'tensor'))
+);
+COMMENT ON TABLE {s}.blobs IS 'Blobs of the content-addressed store that the catalog references (each stored once).';
+COMMENT ON COLUMN {s}.blobs.digest IS 'SHA-256 hex digest of the blob content.';
+COMMENT ON COLUMN {s}.blobs.nbytes IS 'Blob size in bytes.';
+COMMENT ON COLUMN {s}.blobs.kind IS 'graph or tensor.';
+
+CREATE VIEW {s}.models AS
+WITH io AS (
+    SELECT name, version, 'input' AS role, position,
+           tensor_name || ': ' || elem_type
+             || CASE WHEN shape IS NULL THEN '' ELSE '[' || array_to_string(shape, ', ') || ']' END AS spec
+    FROM modelsql.model_inputs
+    UNION ALL
+    SELECT name, version, 'output' AS role, position,
+           tensor_name || ': ' || elem_type
+             || CASE WHEN shape IS NULL THEN '' ELSE '[' || array_to_string(shape, ', ') || ']' END AS spec
+    FROM modelsql.model_outputs
+),
+io_text AS (
+    SELECT name, version,
+           string_agg(spec, ', ' ORDER BY position) FILTER (WHERE role = 'input') AS inputs,
+           string_agg(spec, ', ' ORDER BY position) FILTER (WHERE role = 'output') AS outputs
+    FROM io
+    GROUP BY name, version
+),
+latest AS (
+    SELECT name, max(version) AS version, count(*) AS versions
+    FROM modelsql.model_versions
+    GROUP BY name
+)
+SELECT v.name,
+       v.version,
+       l.versions,
+       v.kind,
+       v.source,
+       coalesce(t.inputs, '') AS inputs,
+       coalesce(t.outputs, '') AS outputs,
+       v.opset,
+       v.param_count,
+       v.logical_bytes,
+       v.created_at
+FROM modelsql.model_versions AS v
+JOIN latest AS l ON l.name = v.name AND l.version = v.version
+LEFT JOIN io_text AS t ON t.name = v.name AND t.version = v.version;
+COMMENT ON VIEW {s}.models IS 'One row per model: its latest version, how many versions it has, and readable inputs/outputs.';
+COMMENT ON COLUMN {s}.models.version IS 'The latest version.';
+COMMENT ON COLUMN {s}.models.versions IS 'How many versions the model has.';
+COMMENT ON COLUMN {s}.models.inputs IS 'Graph inputs as name: TYPE[dims], comma separated (no brackets when the rank is unknown).';
+COMMENT ON COLUMN {s}.models.outputs IS 'Graph outputs as name: TYPE[dims], comma separated (no brackets when the rank is unknown).';
+COMMENT ON COLUMN {s}.models.logical_bytes IS 'Bytes of the latest version on its own: graph plus every initializer.';
+
+CREATE VIEW {s}.storage AS
+WITH refs AS (
+    SELECT graph_digest AS digest, graph_bytes AS nbytes FROM modelsql.model_versions
+    UNION ALL
+    SELECT digest, nbytes FROM modelsql.model_tensors
+),
+stored AS (
+    SELECT coalesce(sum(nbytes), 0)::BIGINT AS stored_bytes
+    FROM (SELECT digest, max(nbytes) AS nbytes FROM refs GROUP BY digest)
+),
+totals AS (
+    SELECT count(DISTINCT name)::BIGINT AS models,
+           count(*)::BIGINT AS model_versions,
+           coalesce(sum(logical_bytes), 0)::BIGINT AS logical_bytes
+    FROM modelsql.model_versions
+)
+SELECT t.models,
+       t.model_versions,
+       t.logical_bytes,
+       s.stored_bytes,
+       CASE WHEN s.stored_bytes > 0 THEN t.logical_bytes::DOUBLE / s.stored_bytes END AS dedup_ratio
+FROM totals AS t, stored AS s;
+COMMENT ON VIEW {s}.storage IS 'One row: models, versions, logical bytes (every version on its own) and stored bytes (each distinct blob once).';
+COMMENT ON COLUMN {s}.storage.logical_bytes IS 'Sum of logical bytes over all model versions.';
+COMMENT ON COLUMN {s}.storage.stored_bytes IS 'Sum of sizes of the distinct blobs the catalog references.';
+COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL when nothing is stored).';
+"""
+)
+
+
+def create(con: duckdb.DuckDBPyConnection, qualified_schema: str, version: int = SCHEMA_VERSION) -> None:
+    """Create the whole catalog (schema, tables, views, comments, meta row).
+
+    Runs on ``con`` without beginning or committing: the caller holds the transaction.
+
+    Args:
+        con: the DuckDB connection.
+        qualified_schema: the schema name as SQL, qualified with its database
+            (``'"mydb".modelsql'``).
+        version: the ``schema_version`` to record in ``modelsql.meta``.
+    """
+    con.execute(DDL.format(s=qualified_schema))
+    con.execute(
+        f"INSERT INTO {qualified_schema}.meta VALUES ('schema_version', ?)",
+        [str(version)],
+    )

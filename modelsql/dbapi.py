@@ -1,0 +1,535 @@
+"""The PEP 249 (DB-API 2.0) client: :class:`Connection` and :class:`Cursor`.
+
+Transactions follow PEP 249: a connection is not in autocommit mode; the first
+statement opens a transaction that lasts until :meth:`Connection.commit` or
+:meth:`Connection.rollback` (set ``connection.autocommit = True`` to run each
+statement on its own). Model statements (``IMPORT``/``CREATE``/``DROP``/
+``EXPORT MODEL``, ``VACUUM MODELS``) commit implicitly, before and after, like
+DDL in MySQL and Oracle, so a model is never half in the catalog.
+
+Several cursors share one DuckDB connection (so they see one transaction);
+when a cursor runs a statement while another still streams a result, that
+result is first fetched into memory, so both stay valid.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time as _time
+from typing import Any, Iterator, Optional, Sequence
+
+import duckdb
+
+from .errors import (
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    Warning,
+)
+
+apilevel = "2.0"
+threadsafety = 1
+paramstyle = "qmark"
+
+# ---------------------------------------------------------------- type objects
+
+
+class DBAPITypeObject:
+    """PEP 249 type object: compares equal to every DuckDB type name it covers."""
+
+    def __init__(self, name: str, *prefixes: str) -> None:
+        self.name = name
+        self.prefixes = tuple(p.upper() for p in prefixes)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DBAPITypeObject):
+            return self is other
+        text = str(other).upper()
+        return any(text == p or text.startswith(p + "(") for p in self.prefixes)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"<modelsql type {self.name}>"
+
+
+STRING = DBAPITypeObject("STRING", "VARCHAR", "CHAR", "TEXT", "STRING", "UUID", "ENUM", "JSON")
+BINARY = DBAPITypeObject("BINARY", "BLOB", "BYTEA", "BIT")
+NUMBER = DBAPITypeObject(
+    "NUMBER", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL", "BOOLEAN",
+)
+DATETIME = DBAPITypeObject(
+    "DATETIME", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS",
+    "TIMESTAMP_NS", "TIME WITH TIME ZONE", "INTERVAL",
+)
+ROWID = DBAPITypeObject("ROWID", "ROWID")
+
+Date = _dt.date
+Time = _dt.time
+Timestamp = _dt.datetime
+
+
+def DateFromTicks(ticks: float) -> _dt.date:
+    return Date(*_time.localtime(ticks)[:3])
+
+
+def TimeFromTicks(ticks: float) -> _dt.time:
+    return Time(*_time.localtime(ticks)[3:6])
+
+
+def TimestampFromTicks(ticks: float) -> _dt.datetime:
+    return Timestamp(*_time.localtime(ticks)[:6])
+
+
+def Binary(value: Any) -> bytes:
+    return bytes(value)
+
+
+# ------------------------------------------------------------ error mapping
+
+_DUCK_TO_PEP249 = [
+    (getattr(duckdb, "ParserException", ()), ProgrammingError, "parse_error"),
+    (getattr(duckdb, "CatalogException", ()), ProgrammingError, "catalog_error"),
+    (getattr(duckdb, "BinderException", ()), ProgrammingError, "binder_error"),
+    (getattr(duckdb, "ConversionException", ()), DataError, "conversion_error"),
+    (getattr(duckdb, "OutOfRangeException", ()), DataError, "out_of_range"),
+    (getattr(duckdb, "ConstraintException", ()), IntegrityError, "constraint_violation"),
+    (getattr(duckdb, "TransactionException", ()), OperationalError, "transaction_error"),
+    (getattr(duckdb, "IOException", ()), OperationalError, "io_error"),
+    (getattr(duckdb, "NotImplementedException", ()), NotSupportedError, "not_supported"),
+    (getattr(duckdb, "InvalidInputException", ()), ProgrammingError, "invalid_input"),
+    (getattr(duckdb, "IntegrityError", ()), IntegrityError, "integrity_error"),
+    (getattr(duckdb, "DataError", ()), DataError, "data_error"),
+    (getattr(duckdb, "ProgrammingError", ()), ProgrammingError, "programming_error"),
+    (getattr(duckdb, "NotSupportedError", ()), NotSupportedError, "not_supported"),
+    (getattr(duckdb, "OperationalError", ()), OperationalError, "operational_error"),
+    (getattr(duckdb, "InternalError", ()), InternalError, "internal_error"),
+]
+
+
+def translate_duckdb_error(exc: BaseException) -> Error:
+    """Map a duckdb exception to the modelsql (PEP 249) class of the same meaning."""
+    if isinstance(exc, Error):
+        return exc
+    for duck_cls, ours, code in _DUCK_TO_PEP249:
+        if duck_cls and isinstance(exc, duck_cls):
+            return ours(str(exc), code=code)
+    if isinstance(exc, duckdb.Error):
+        return DatabaseError(str(exc), code="database_error")
+    return InternalError(f"{type(exc).__name__}: {exc}", code="internal_error")
+
+
+# ------------------------------------------------------------ connection
+
+
+def connect(database: str = ":memory:", read_only: bool = False, *, config: Optional[dict] = None) -> "Connection":
+    """Open a modelsql connection (PEP 249 ``connect``).
+
+    Args:
+        database: a DuckDB file path (created if missing; its blob store is the
+            folder ``<database>.blobs`` beside it) or ``":memory:"``.
+        read_only: open the file read-only (no writes to tables or catalog).
+        config: extra DuckDB configuration (e.g. ``{"threads": 2}``).
+
+    Raises:
+        OperationalError: the file cannot be opened (locked by another
+            process, unreadable) or its catalog was written by an unknown schema version.
+    """
+    return Connection(str(database), read_only=read_only, config=config)
+
+
+class Connection:
+    """A PEP 249 connection to a DuckDB database with a modelsql catalog."""
+
+    Warning = Warning
+    Error = Error
+    InterfaceError = InterfaceError
+    DatabaseError = DatabaseError
+    DataError = DataError
+    OperationalError = OperationalError
+    IntegrityError = IntegrityError
+    InternalError = InternalError
+    ProgrammingError = ProgrammingError
+    NotSupportedError = NotSupportedError
+
+    def __init__(self, database: str, *, read_only: bool = False, config: Optional[dict] = None) -> None:
+        from .planner.engine import Engine
+
+        self.database = database
+        self.read_only = read_only
+        try:
+            self._duck = duckdb.connect(database, read_only=read_only, config=dict(config or {}))
+        except Exception as exc:
+            err = translate_duckdb_error(exc)
+            raise OperationalError(f'Cannot open database "{database}": {err}', code="cannot_open") from exc
+        self._closed = False
+        self._in_transaction = False
+        self.autocommit = False
+        self._streaming: Optional[Cursor] = None
+        try:
+            self._engine = Engine(self._duck, database, read_only=read_only)
+        except BaseException:
+            self._duck.close()
+            raise
+
+    # -- PEP 249 ------------------------------------------------------------
+
+    def cursor(self) -> "Cursor":
+        """Return a new :class:`Cursor` on this connection."""
+        self._check_open()
+        return Cursor(self)
+
+    def commit(self) -> None:
+        """Commit the current transaction (a no-op when none is open)."""
+        self._check_open()
+        self._settle()
+        if self._in_transaction:
+            self._in_transaction = False
+            try:
+                self._duck.execute("COMMIT")
+            except Exception as exc:
+                raise translate_duckdb_error(exc) from exc
+
+    def rollback(self) -> None:
+        """Roll back the current transaction (a no-op when none is open)."""
+        self._check_open()
+        self._settle()
+        if self._in_transaction:
+            self._in_transaction = False
+            try:
+                self._duck.execute("ROLLBACK")
+            except Exception as exc:
+                raise translate_duckdb_error(exc) from exc
+
+    def close(self) -> None:
+        """Close the connection; an open transaction is rolled back (PEP 249). Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._in_transaction:
+                try:
+                    self._duck.execute("ROLLBACK")
+                except Exception:
+                    pass
+            self._engine.close()
+        finally:
+            self._closed = True
+            self._duck.close()
+
+    def __enter__(self) -> "Connection":
+        self._check_open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Commit on success, roll back on an exception, then close (as psycopg 3 does)."""
+        if self._closed:
+            return
+        try:
+            if exc_type is None:
+                self.commit()
+            else:
+                self.rollback()
+        finally:
+            self.close()
+
+    # -- conveniences beyond PEP 249 ------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
+        """Create a cursor, execute ``operation`` on it and return it (as sqlite3 does)."""
+        cur = self.cursor()
+        cur.execute(operation, parameters)
+        return cur
+
+    def import_model(
+        self,
+        name: str,
+        model: Any,
+        *,
+        example_input: Any = None,
+        features: Optional[Sequence[str]] = None,
+        replace: bool = False,
+        if_not_exists: bool = False,
+        options: Optional[dict] = None,
+    ):
+        """Import a model into the catalog and return its :class:`~modelsql.catalog.entries.ModelVersion`.
+
+        Args:
+            name: the model's name in the catalog.
+            model: an ONNX file path, ONNX bytes or ``onnx.ModelProto``; a fitted
+                scikit-learn estimator or ``Pipeline`` (converted with skl2onnx:
+                classifiers give ``label`` and a ``probabilities`` matrix); or a
+                ``torch.nn.Module`` (exported to ONNX with a dynamic batch axis).
+            example_input: an example batch for a torch module (a tensor of shape
+                ``[batch, ...]``); required for torch, ignored otherwise.
+            features: the column names that feed a single 2-D input, in order.
+            replace: add a new version if the model exists (``CREATE OR REPLACE``).
+            if_not_exists: do nothing if the model exists.
+            options: extra options stored with the model.
+
+        Raises:
+            IntegrityError: the name exists (and neither ``replace`` nor ``if_not_exists``).
+            DataError: the model is not valid ONNX. ProgrammingError: unsupported object.
+        """
+        self._check_open()
+        self._settle()
+        return self._engine.import_model(
+            name, model, example_input=example_input, features=features, replace=replace,
+            if_not_exists=if_not_exists, options=options, connection=self,
+        )
+
+    # -- internals ------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("Connection is closed.", code="connection_closed")
+
+    def _settle(self, keep: Optional["Cursor"] = None) -> None:
+        """Fetch any result still streaming on the shared DuckDB connection into its cursor."""
+        cur = self._streaming
+        if cur is not None and cur is not keep:
+            cur._materialize()
+        if keep is None or cur is not keep:
+            self._streaming = None if cur is not keep else cur
+
+    def _begin_if_needed(self) -> None:
+        if not self.autocommit and not self._in_transaction and not self.read_only:
+            self._duck.execute("BEGIN TRANSACTION")
+            self._in_transaction = True
+
+
+class Cursor:
+    """A PEP 249 cursor."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.arraysize = 1
+        self._closed = False
+        self._description: Optional[list[tuple]] = None
+        self._rowcount = -1
+        self._buffer: Optional[list[tuple]] = None
+        self._pos = 0
+        self._streaming = False
+        self._lastrowid = None
+        self._result = None
+
+    # -- PEP 249 attributes -----------------------------------------------------
+
+    @property
+    def description(self) -> Optional[list[tuple]]:
+        """Sequence of 7-item tuples ``(name, type_code, display_size, internal_size,
+        precision, scale, null_ok)``, one per result column; None when the last
+        operation returned no rows. ``type_code`` is the DuckDB type name
+        (``"INTEGER"``, ``"FLOAT[10]"``) and compares equal to the PEP 249 type objects."""
+        return self._description
+
+    @property
+    def rowcount(self) -> int:
+        """Rows changed by the last INSERT/UPDATE/DELETE, else -1 (PEP 249)."""
+        return self._rowcount
+
+    @property
+    def lastrowid(self):
+        return None
+
+    # -- PEP 249 methods --------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the cursor; later calls raise InterfaceError. Idempotent."""
+        if self._closed:
+            return
+        if self.connection._streaming is self and not self.connection._closed:
+            self.connection._streaming = None
+        self._buffer = None
+        self._closed = True
+
+    def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
+        """Prepare and execute one or more ``;``-separated statements.
+
+        Args:
+            operation: SQL with ``?`` placeholders (paramstyle ``qmark``).
+            parameters: a sequence with one value per ``?``.
+
+        Returns:
+            This cursor (so calls can be chained, as in sqlite3).
+
+        Raises:
+            ProgrammingError: syntax errors, unknown models/tables/columns, wrong
+                number of parameters. DataError: bad values (NULLs fed to a model,
+                corrupt blobs). InterfaceError: the cursor or connection is closed.
+        """
+        self._check_open()
+        if not isinstance(operation, str):
+            raise ProgrammingError("operation must be a str of SQL.", code="bad_operation")
+        if parameters is not None and (isinstance(parameters, (str, bytes)) or not hasattr(parameters, "__len__")):
+            if isinstance(parameters, dict):
+                raise NotSupportedError("paramstyle is qmark: pass parameters as a sequence, not a mapping.", code="paramstyle")
+            raise ProgrammingError("parameters must be a sequence (list or tuple).", code="bad_parameters")
+        conn = self.connection
+        conn._settle()
+        self._reset()
+        outcome = conn._engine.execute(operation, list(parameters) if parameters is not None else None, conn)
+        self._description = outcome.description
+        self._rowcount = outcome.rowcount
+        if outcome.rows is not None:
+            self._buffer = outcome.rows
+        elif outcome.streaming:
+            self._streaming = True
+            conn._streaming = self
+            self._result = outcome
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters) -> "Cursor":
+        """Execute ``operation`` once per parameter sequence; rowcount is the total changed."""
+        self._check_open()
+        total = 0
+        counted = False
+        for params in seq_of_parameters:
+            self.execute(operation, params)
+            if self._rowcount >= 0:
+                total += self._rowcount
+                counted = True
+        self._description = None
+        self._rowcount = total if counted else -1
+        return self
+
+    def fetchone(self) -> Optional[tuple]:
+        """Next row as a tuple, or None when the result is exhausted."""
+        self._check_result()
+        if self._buffer is not None:
+            if self._pos >= len(self._buffer):
+                return None
+            row = self._buffer[self._pos]
+            self._pos += 1
+            return row
+        row = self._stream_call(lambda d: d.fetchone())
+        if row is None:
+            self._finish_stream()
+        return row
+
+    def fetchmany(self, size: Optional[int] = None) -> list[tuple]:
+        """Up to ``size`` (default :attr:`arraysize`) next rows."""
+        self._check_result()
+        n = self.arraysize if size is None else size
+        if n < 0:
+            raise ProgrammingError("fetchmany size must be >= 0.", code="bad_size")
+        if self._buffer is not None:
+            rows = self._buffer[self._pos : self._pos + n]
+            self._pos += len(rows)
+            return rows
+        rows = self._stream_call(lambda d: d.fetchmany(n))
+        if len(rows) < n:
+            self._finish_stream()
+        return rows
+
+    def fetchall(self) -> list[tuple]:
+        """All remaining rows."""
+        self._check_result()
+        if self._buffer is not None:
+            rows = self._buffer[self._pos :]
+            self._pos = len(self._buffer)
+            return rows
+        rows = self._stream_call(lambda d: d.fetchall())
+        self._finish_stream()
+        return rows
+
+    def fetch_arrow(self):
+        """All remaining rows as a ``pyarrow.Table`` (extension; streams without Python rows)."""
+        self._check_result()
+        if self._buffer is not None:
+            raise NotSupportedError("fetch_arrow is available only right after execute.", code="not_supported")
+        table = self._stream_call(lambda d: d.to_arrow_table())
+        self._finish_stream()
+        return table
+
+    def setinputsizes(self, sizes) -> None:
+        """PEP 249: accepted and ignored."""
+        self._check_open()
+
+    def setoutputsize(self, size, column=None) -> None:
+        """PEP 249: accepted and ignored."""
+        self._check_open()
+
+    def __iter__(self) -> Iterator[tuple]:
+        self._check_open()
+        return self
+
+    def __next__(self) -> tuple:
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("Cursor is closed.", code="cursor_closed")
+        self.connection._check_open()
+
+    def _check_result(self) -> None:
+        self._check_open()
+        if self._description is None:
+            raise ProgrammingError("No result to fetch: the last statement returned no rows.", code="no_result")
+
+    def _reset(self) -> None:
+        if self.connection._streaming is self:
+            self.connection._streaming = None
+        if self._result is not None:
+            self._result.release()
+        self._description = None
+        self._rowcount = -1
+        self._buffer = None
+        self._pos = 0
+        self._streaming = False
+        self._result = None
+
+    def _stream_call(self, fn):
+        if not self._streaming:
+            return None if fn.__name__ == "fetchone" else []
+        try:
+            return fn(self.connection._duck)
+        except Exception as exc:
+            self._finish_stream()
+            raise self._result.translate(exc) from exc
+
+    def _finish_stream(self) -> None:
+        if self._streaming:
+            self._streaming = False
+            self._buffer = []
+            self._pos = 0
+            if self.connection._streaming is self:
+                self.connection._streaming = None
+            if self._result is not None:
+                self._result.release()
+
+    def _materialize(self) -> None:
+        if self._streaming:
+            rows = self._stream_call(lambda d: d.fetchall())
+            self._streaming = False
+            self._buffer = rows or []
+            self._pos = 0
+            if self._result is not None:
+                self._result.release()
+
+

@@ -1,0 +1,194 @@
+"""ONNX Runtime backend: session creation, caching and batched runs.
+
+Only this module (and its siblings in ``operators/backends``) imports
+onnxruntime. Sessions are cached per model version (keyed by the store root,
+model name, version and graph digest), so a model is parsed and optimized once
+per process, however many queries use it.
+
+Threading: a PREDICT runs inside DuckDB's worker threads, several of which may
+call :meth:`OrtModel.run` at once on different chunks. Each session therefore
+gets ``intra_op_num_threads = max(1, cores // duckdb_threads)`` and no
+spin-waiting (``session.intra_op.allow_spinning = 0``), so concurrent sessions
+share the cores instead of burning them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from ...errors import DataError, InternalError, OperationalError
+
+__all__ = ["OrtModel", "get_model", "clear_cache", "default_threads"]
+
+_ORT_TO_NUMPY = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8,
+    "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64,
+    "tensor(bool)": np.bool_,
+    "tensor(string)": np.object_,
+}
+
+
+def default_threads() -> int:
+    """Number of CPU cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class OrtModel:
+    """One ONNX Runtime inference session for one model version.
+
+    Args:
+        model_bytes: a serialized, self-contained ONNX ModelProto.
+        label: ``"model m version v"``, used in error messages.
+        intra_op_threads: threads per run (default: all cores).
+        spinning: let ORT's worker threads spin-wait between ops (fast for one
+            session alone on a machine; harmful when sessions share cores).
+
+    Raises:
+        DataError: ONNX Runtime rejects the model (code ``"invalid_onnx"``).
+    """
+
+    def __init__(
+        self,
+        model_bytes: bytes,
+        label: str,
+        *,
+        intra_op_threads: Optional[int] = None,
+        spinning: bool = False,
+    ) -> None:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = intra_op_threads or default_threads()
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        opts.log_severity_level = 3
+        self.label = label
+        try:
+            self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
+            raise DataError(f"ONNX Runtime cannot load {label}: {_first_line(exc)}", code="invalid_onnx") from exc
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.input_dtypes = {i.name: _ORT_TO_NUMPY.get(i.type, np.float32) for i in self.session.get_inputs()}
+        self.input_shapes = {i.name: list(i.shape) for i in self.session.get_inputs()}
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        # A fixed (integer) leading dimension means the model only accepts that many rows per run.
+        fixed = {
+            shape[0]
+            for shape in self.input_shapes.values()
+            if shape and isinstance(shape[0], int) and shape[0] > 0
+        }
+        self.fixed_batch: Optional[int] = min(fixed) if fixed else None
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: Optional[Sequence[str]] = None) -> list[np.ndarray]:
+        """Run the model over ``n`` rows.
+
+        Args:
+            feeds: input name -> array whose first axis is the row axis (``n`` rows each).
+            outputs: output names to compute (default: all).
+
+        Returns:
+            One array per output, each with ``n`` rows on axis 0.
+
+        A model with a fixed batch dimension ``b`` is run in slices of ``b`` rows,
+        the last slice padded by repeating its final row, and the padding dropped.
+
+        Raises:
+            DataError: ONNX Runtime fails on these values (code ``"inference_failed"``).
+        """
+        names = list(outputs) if outputs is not None else self.output_names
+        n = len(next(iter(feeds.values()))) if feeds else 0
+        b = self.fixed_batch
+        try:
+            if b is None or n == b:
+                return self.session.run(names, feeds)
+            parts: list[list[np.ndarray]] = []
+            for start in range(0, n, b):
+                stop = min(start + b, n)
+                chunk = {}
+                for k, v in feeds.items():
+                    piece = v[start:stop]
+                    if stop - start < b:
+                        pad = np.repeat(piece[-1:], b - (stop - start), axis=0)
+                        piece = np.concatenate([piece, pad], axis=0)
+                    chunk[k] = piece
+                outs = self.session.run(names, chunk)
+                parts.append([o[: stop - start] for o in outs])
+            if not parts:
+                return self._empty_outputs(names)
+            return [np.concatenate([p[i] for p in parts], axis=0) for i in range(len(names))]
+        except (DataError, InternalError):
+            raise
+        except Exception as exc:
+            raise DataError(f"ONNX Runtime failed running {self.label}: {_first_line(exc)}", code="inference_failed") from exc
+
+    def _empty_outputs(self, names: Sequence[str]) -> list[np.ndarray]:
+        out = []
+        by_name = {o.name: o for o in self.session.get_outputs()}
+        for name in names:
+            o = by_name[name]
+            dims = [d if isinstance(d, int) else 1 for d in (o.shape or [0])]
+            dims[0] = 0 if dims else 0
+            out.append(np.zeros(dims, dtype=_ORT_TO_NUMPY.get(o.type, np.float32)))
+        return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:500]
+
+
+_CACHE: "OrderedDict[tuple, OrtModel]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 32
+
+
+def get_model(key: tuple, loader: Callable[[], bytes], label: str, *, intra_op_threads: Optional[int] = None) -> OrtModel:
+    """Return the cached session for ``key``, creating it with ``loader()`` bytes on a miss.
+
+    ``key`` must identify a model version uniquely (store root, name, version,
+    graph digest) plus the thread setting. The cache holds the 32 most recently
+    used sessions.
+    """
+    full_key = key + (intra_op_threads,)
+    with _CACHE_LOCK:
+        model = _CACHE.get(full_key)
+        if model is not None:
+            _CACHE.move_to_end(full_key)
+            return model
+    model = OrtModel(loader(), label, intra_op_threads=intra_op_threads)
+    with _CACHE_LOCK:
+        _CACHE[full_key] = model
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return model
+
+
+def clear_cache() -> None:
+    """Drop every cached session (used by tests and after DROP MODEL)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def ort_version() -> str:
+    """The installed onnxruntime version string."""
+    return ort.__version__
+
+

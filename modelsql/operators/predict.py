@@ -1,0 +1,302 @@
+"""The PREDICT operator: Arrow chunks in, model outputs out.
+
+A bound ``PREDICT(MODEL m, ...)`` becomes one vectorized DuckDB function
+(a Python UDF over Arrow arrays) that DuckDB calls once per chunk (about 2,048
+rows) from its own worker threads. Each call turns the bound input columns
+into NumPy arrays without copying where Arrow allows it, runs the model
+through its backend, and returns one Arrow ``StructArray`` whose fields are the
+model's outputs. DuckDB streams chunks through it, so a table larger than
+memory is never materialized, and scanning of one chunk overlaps inference on
+another (PRETZEL's stage pipelining, on DuckDB's scheduler).
+
+Input arguments, one per model input (see :class:`InputArg`):
+
+* ``matrix``: a DuckDB ``T[F]`` array packed in SQL from F scalar columns
+  (already cast to the input's element type ``T`` by DuckDB), reshaped to the
+  input's shape ``(n, *dims)``;
+* ``column``: one scalar column, shaped ``(n,)`` or ``(n, 1)``;
+* ``array``: one array or list column, reshaped to ``(n, *dims)``.
+
+Outputs (see :class:`OutputCol`): ``(n,)`` and ``(n, 1)`` become scalar
+fields, ``(n, k)`` fixed-size arrays ``T[k]``, anything else a list ``T[]`` of
+the flattened row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+NULL_MARKER = "modelsql-null-input"
+"""Prefix of the exception message a PREDICT raises on a NULL input (mode ``error``)."""
+
+ONNX_TO_DUCKDB = {
+    "FLOAT": "FLOAT",
+    "DOUBLE": "DOUBLE",
+    "FLOAT16": "FLOAT",
+    "BFLOAT16": "FLOAT",
+    "INT8": "TINYINT",
+    "INT16": "SMALLINT",
+    "INT32": "INTEGER",
+    "INT64": "BIGINT",
+    "UINT8": "UTINYINT",
+    "UINT16": "USMALLINT",
+    "UINT32": "UINTEGER",
+    "UINT64": "UBIGINT",
+    "BOOL": "BOOLEAN",
+    "STRING": "VARCHAR",
+}
+"""ONNX element type -> the DuckDB type a PREDICT casts inputs to and returns outputs as."""
+
+ONNX_TO_NUMPY = {
+    "FLOAT": np.float32,
+    "DOUBLE": np.float64,
+    "FLOAT16": np.float16,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "BOOL": np.bool_,
+    "STRING": np.object_,
+}
+
+
+@dataclass(frozen=True)
+class InputArg:
+    """How one UDF argument feeds one model input.
+
+    Attributes:
+        input_name: the ONNX input it feeds.
+        kind: ``"matrix"``, ``"column"`` or ``"array"`` (see module docstring).
+        shape: the per-row shape the model expects (the input's dims after the
+            batch axis, with unknown dims as -1).
+        elem_type: ONNX element type name of the input.
+        columns: the SQL columns it is built from (for error messages).
+    """
+
+    input_name: str
+    kind: str
+    shape: tuple[int, ...]
+    elem_type: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OutputCol:
+    """One model output returned as one column.
+
+    Attributes:
+        output_name: the ONNX output name.
+        column: the SQL column name it is returned as.
+        elem_type: ONNX element type name.
+        kind: ``"scalar"``, ``"fixed"`` (``T[width]``) or ``"list"`` (``T[]``).
+        width: the array width for ``"fixed"``.
+    """
+
+    output_name: str
+    column: str
+    elem_type: str
+    kind: str
+    width: int = 0
+
+    @property
+    def duckdb_type(self) -> str:
+        base = ONNX_TO_DUCKDB.get(self.elem_type, "FLOAT")
+        if self.kind == "fixed":
+            return f"{base}[{self.width}]"
+        if self.kind == "list":
+            return f"{base}[]"
+        return base
+
+
+class PredictFunction:
+    """The callable DuckDB runs per chunk for one bound PREDICT.
+
+    Args:
+        model: a backend model with ``run(feeds, outputs) -> list[np.ndarray]``.
+        args: one :class:`InputArg` per UDF argument, in argument order.
+        outputs: the :class:`OutputCol`s, in result order.
+        on_null: ``"error"`` (raise, naming the columns), ``"null"`` (outputs are
+            NULL for rows with a NULL input) or ``"skip"`` (the planner filtered
+            such rows out before this operator; treated as ``"error"`` here).
+        index: the PREDICT's position in its statement, for error messages.
+
+    Calling it with one Arrow array per argument (each ``n`` rows) returns a
+    ``pyarrow.StructArray`` of ``n`` rows.
+    """
+
+    def __init__(
+        self,
+        model,
+        args: tuple[InputArg, ...],
+        outputs: tuple[OutputCol, ...],
+        on_null: str,
+        index: int = 0,
+        *,
+        batch_size: Optional[int] = None,
+    ):
+        self.model = model
+        self.batch_size = batch_size
+        self.error: Optional[BaseException] = None
+        self.args = args
+        self.outputs = outputs
+        self.on_null = on_null
+        self.index = index
+        fields = [pa.field(o.column, _arrow_type(o)) for o in outputs]
+        self.struct_type = pa.struct(fields)
+        self.output_names = [o.output_name for o in outputs]
+        self.calls = 0
+        self.rows = 0
+
+    def __call__(self, *arrays) -> pa.StructArray:
+        try:
+            return self._call(*arrays)
+        except BaseException as exc:
+            # DuckDB re-raises UDF errors as text; keep the original for the planner.
+            self.error = exc
+            raise
+
+    def _run(self, feeds: dict[str, np.ndarray], n: int) -> list[np.ndarray]:
+        b = self.batch_size
+        if not b or n <= b:
+            return self.model.run(feeds, self.output_names)
+        parts = [
+            self.model.run({k: v[i : i + b] for k, v in feeds.items()}, self.output_names) for i in range(0, n, b)
+        ]
+        return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]
+
+    def _call(self, *arrays) -> pa.StructArray:
+        self.calls += 1
+        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+        n = len(arrays[0]) if arrays else 0
+        self.rows += n
+        null_rows = None
+        for spec, arr in zip(self.args, arrays):
+            mask = _null_rows(arr, spec)
+            if mask is not None:
+                null_rows = mask if null_rows is None else (null_rows | mask)
+        if null_rows is not None and null_rows.any():
+            if self.on_null != "null":
+                bad = [spec for spec, arr in zip(self.args, arrays) if _null_rows(arr, spec) is not None]
+                cols = ",".join(c for spec in bad for c in spec.columns)
+                raise ValueError(f"{NULL_MARKER}:{self.index}:{cols}")
+            keep = ~null_rows
+            idx = np.flatnonzero(keep)
+            arrays = [a.take(pa.array(idx)) for a in arrays]
+            valid_n = len(idx)
+        else:
+            keep = None
+            valid_n = n
+        if valid_n == 0:
+            return pa.nulls(n, self.struct_type)
+        feeds = {spec.input_name: _to_numpy(arr, spec) for spec, arr in zip(self.args, arrays)}
+        results = self._run(feeds, valid_n)
+        columns = [_to_arrow(res, o, valid_n) for res, o in zip(results, self.outputs)]
+        if keep is not None:
+            # Scatter the computed rows back, NULL where an input was NULL.
+            positions = np.full(n, -1, dtype=np.int64)
+            positions[keep] = np.arange(valid_n)
+            take = pa.array(positions, mask=~keep)
+            columns = [c.take(take) for c in columns]
+            return pa.StructArray.from_arrays(columns, fields=list(self.struct_type), mask=pa.array(~keep))
+        return pa.StructArray.from_arrays(columns, fields=list(self.struct_type))
+
+
+def _arrow_type(o: OutputCol) -> pa.DataType:
+    base = _arrow_scalar_type(o.elem_type)
+    if o.kind == "fixed":
+        return pa.list_(base, o.width)
+    if o.kind == "list":
+        return pa.list_(base)
+    return base
+
+
+def _arrow_scalar_type(elem_type: str) -> pa.DataType:
+    if elem_type == "STRING":
+        return pa.string()
+    if elem_type in ("FLOAT16", "BFLOAT16"):
+        return pa.float32()
+    return pa.from_numpy_dtype(ONNX_TO_NUMPY.get(elem_type, np.float32))
+
+
+def _null_rows(arr: pa.Array, spec: InputArg) -> Optional[np.ndarray]:
+    """Boolean mask of rows with any NULL (the row itself or an element), or None if none."""
+    has = arr.null_count > 0
+    values = None
+    if pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        values = arr.flatten() if not pa.types.is_fixed_size_list(arr.type) else _fsl_values(arr)
+        has = has or values.null_count > 0
+    if not has:
+        return None
+    mask = arr.is_null().to_numpy(zero_copy_only=False).copy()
+    if values is not None and values.null_count > 0:
+        if pa.types.is_fixed_size_list(arr.type):
+            width = arr.type.list_size
+            elem_null = values.is_null().to_numpy(zero_copy_only=False).reshape(len(arr), width).any(axis=1)
+            mask |= elem_null
+        else:
+            for i, item in enumerate(arr.to_pylist()):
+                if item is not None and any(v is None for v in _flat(item)):
+                    mask[i] = True
+    return mask
+
+
+def _flat(item):
+    for v in item:
+        if isinstance(v, list):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def _fsl_values(arr: pa.FixedSizeListArray) -> pa.Array:
+    width = arr.type.list_size
+    return arr.values.slice(arr.offset * width, len(arr) * width)
+
+
+def _to_numpy(arr: pa.Array, spec: InputArg) -> np.ndarray:
+    dtype = ONNX_TO_NUMPY.get(spec.elem_type, np.float32)
+    n = len(arr)
+    if spec.kind == "column":
+        if dtype is np.object_:
+            flat = np.array(arr.to_pylist(), dtype=object)
+        else:
+            flat = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
+        return flat.reshape((n,) + tuple(spec.shape))
+    if pa.types.is_fixed_size_list(arr.type):
+        values = _fsl_values(arr)
+    else:
+        values = arr.flatten()
+    if dtype is np.object_:
+        flat = np.array(values.to_pylist(), dtype=object)
+    else:
+        flat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype)
+    return flat.reshape((n,) + tuple(spec.shape))
+
+
+def _to_arrow(res: np.ndarray, o: OutputCol, n: int) -> pa.Array:
+    res = np.asarray(res)
+    if res.dtype == np.float16:
+        res = res.astype(np.float32)
+    if o.kind == "scalar":
+        flat = res.reshape(n)
+        if o.elem_type == "STRING":
+            return pa.array([str(v) for v in flat], type=pa.string())
+        return pa.array(flat, type=_arrow_scalar_type(o.elem_type))
+    flat = res.reshape(n, -1)
+    if o.elem_type == "STRING":
+        values = pa.array([str(v) for v in flat.reshape(-1)], type=pa.string())
+    else:
+        values = pa.array(np.ascontiguousarray(flat).reshape(-1), type=_arrow_scalar_type(o.elem_type))
+    if o.kind == "fixed":
+        return pa.FixedSizeListArray.from_arrays(values, o.width)
+    width = flat.shape[1]
+    offsets = pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, values)

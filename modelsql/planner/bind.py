@@ -1,0 +1,383 @@
+"""Binding ``PREDICT(MODEL m, TABLE t | (query) [, option = value ...])``.
+
+Binding resolves the model (name, version) in the catalog, describes the input
+relation (column names and DuckDB types), and decides which columns feed
+which model input. The rules, in order:
+
+1. ``features = (a, b, ...)`` given in the PREDICT, else the feature names the
+   catalog knows for the model (scikit-learn's ``feature_names_in_`` or
+   ``WITH (features = (...))`` at import): a single input whose per-row shape
+   has ``F`` elements is fed the ``F`` named columns, in that order. Every other
+   column passes through.
+2. Otherwise each ONNX input binds to the column of its own name
+   (case-insensitive): a scalar column for an input of shape ``[N]`` or
+   ``[N, 1]``, an array or list column for wider inputs.
+3. Otherwise, for a single input of ``F`` elements per row, the query's numeric
+   columns, in order, must number exactly ``F``. Key-like columns (``id``,
+   ``*_id``, ``key``, and primary-key or unique columns of the table) are never
+   fed to a model: they only pass through.
+
+Types follow the rule every peer uses: any numeric column (integers, DECIMAL,
+FLOAT, DOUBLE; BOOLEAN only when named) is cast by DuckDB to the input's element
+type, so DOUBLE feeds a float32 input. Text, dates, lists and structs where
+numbers are expected are a :class:`~modelsql.errors.ProgrammingError` naming
+the column.
+
+Outputs come back after the input columns: ``[N]``/``[N, 1]`` outputs as scalar
+columns, ``[N, k]`` as ``T[k]`` arrays, anything else as ``T[]`` lists. An
+output whose name equals an input column is returned as ``predicted_<name>``
+(BigQuery ML's convention).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ..catalog.entries import ModelVersion, TensorSpec
+from ..errors import NotSupportedError, ProgrammingError, did_you_mean
+from ..operators.predict import ONNX_TO_DUCKDB, InputArg, OutputCol
+
+NUMERIC_TYPES = {
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
+    "FLOAT", "DOUBLE", "REAL",
+}
+ON_NULL_MODES = ("error", "skip", "null")
+KNOWN_OPTIONS = ("on_null", "features", "backend", "batch_size")
+BACKENDS = ("onnxruntime",)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the PREDICT's input relation: name and DuckDB type text."""
+
+    name: str
+    type: str
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.type in NUMERIC_TYPES or self.type.startswith("DECIMAL")
+
+    @property
+    def is_array(self) -> bool:
+        return self.type.endswith("]")
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """The named arguments of one PREDICT (see module docstring)."""
+
+    on_null: str = "error"
+    features: Optional[tuple[str, ...]] = None
+    backend: str = "onnxruntime"
+    batch_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class BoundPredict:
+    """A PREDICT with every name resolved: the logical plan node for one PREDICT.
+
+    Attributes:
+        model: the catalog entry of the model version.
+        input_sql: SQL text of the input relation (DuckDB dialect, ``$n`` parameters).
+        columns: the input relation's columns.
+        args: how each UDF argument feeds a model input.
+        arg_sql: SQL expression text of each UDF argument (casts included).
+        arg_types: DuckDB type text of each UDF argument.
+        outputs: the output columns, in order.
+        options: the PREDICT's options.
+        null_filter: SQL predicate keeping rows with no NULL in a fed column
+            (used for ``on_null = 'skip'``), or None when nothing is fed.
+    """
+
+    model: ModelVersion
+    input_sql: str
+    columns: tuple[Column, ...]
+    args: tuple[InputArg, ...]
+    arg_sql: tuple[str, ...]
+    arg_types: tuple[str, ...]
+    outputs: tuple[OutputCol, ...]
+    options: PredictOptions
+    null_filter: Optional[str]
+
+    @property
+    def label(self) -> str:
+        return f'model "{self.model.name}" version {self.model.version}'
+
+    @property
+    def fed_columns(self) -> tuple[str, ...]:
+        return tuple(c for a in self.args for c in a.columns)
+
+
+def quote(name: str) -> str:
+    """Quote an identifier for DuckDB."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def parse_options(options: dict[str, object], model_name: str) -> PredictOptions:
+    """Validate the named arguments of a PREDICT.
+
+    Args:
+        options: option name (lower case) -> Python value (str, int, float,
+            bool, or tuple of str for ``features``).
+
+    Raises:
+        ProgrammingError: unknown option (with "did you mean") or bad value.
+        NotSupportedError: a backend that is not available.
+    """
+    for key in options:
+        if key not in KNOWN_OPTIONS:
+            raise ProgrammingError(
+                f'PREDICT(MODEL {model_name}): unknown option "{key}".{did_you_mean(key, KNOWN_OPTIONS)}'
+                f" Options are: {', '.join(KNOWN_OPTIONS)}.",
+                code="unknown_option",
+            )
+    on_null = str(options.get("on_null", "error")).lower()
+    if on_null not in ON_NULL_MODES:
+        raise ProgrammingError(
+            f"PREDICT(MODEL {model_name}): on_null must be one of 'error', 'skip', 'null', not '{on_null}'.",
+            code="bad_option",
+        )
+    features = options.get("features")
+    if features is not None:
+        if isinstance(features, str):
+            features = tuple(f.strip() for f in features.split(","))
+        features = tuple(str(f) for f in features)
+        if not features:
+            raise ProgrammingError(f"PREDICT(MODEL {model_name}): features must name at least one column.", code="bad_option")
+    backend = str(options.get("backend", "onnxruntime")).lower()
+    if backend not in BACKENDS:
+        raise NotSupportedError(
+            f"PREDICT(MODEL {model_name}): backend '{backend}' is not available; available: {', '.join(BACKENDS)}.",
+            code="backend_not_supported",
+        )
+    batch_size = options.get("batch_size")
+    if batch_size is not None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
+    return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size)
+
+
+def row_shape(spec: TensorSpec) -> Optional[tuple[int, ...]]:
+    """The per-row shape of an input (dims after the batch axis), -1 for unknown; None if rank unknown."""
+    if spec.shape is None or len(spec.shape) == 0:
+        return None
+    return tuple(d if isinstance(d, int) and d > 0 else -1 for d in spec.shape[1:])
+
+
+def row_width(shape: Optional[tuple[int, ...]]) -> Optional[int]:
+    """Elements per row, or None when a dim is unknown."""
+    if shape is None or any(d < 0 for d in shape):
+        return None
+    return math.prod(shape) if shape else 1
+
+
+_KEY_NAME = re.compile(r"^(id|key|pk|rowid|uuid|index|.*_id|.*_key|.*_uuid)$", re.IGNORECASE)
+
+
+def looks_like_key(name: str, key_columns: Sequence[str] = ()) -> bool:
+    """True for columns that identify rows and must never be fed to a model silently."""
+    return bool(_KEY_NAME.match(name)) or name.lower() in {k.lower() for k in key_columns}
+
+
+def bind_predict(
+    model: ModelVersion,
+    input_sql: str,
+    columns: Sequence[Column],
+    options: PredictOptions,
+    key_columns: Sequence[str] = (),
+) -> BoundPredict:
+    """Bind one PREDICT (see module docstring for the rules).
+
+    Raises:
+        ProgrammingError: a missing or misnamed column (code ``"column_not_found"``),
+            a column of the wrong type (``"wrong_column_type"``), unknown feature
+            names or a width mismatch (``"feature_mismatch"``), an output name clash
+            (``"duplicate_column"``).
+    """
+    inputs = model.inputs
+    if not inputs:
+        raise ProgrammingError(f'Model "{model.name}" has no inputs to feed.', code="model_without_inputs")
+    by_name = {c.name.lower(): c for c in columns}
+    where = f'PREDICT(MODEL {model.name})'
+    features = options.features or model.features
+    args: list[InputArg] = []
+    arg_sql: list[str] = []
+    arg_types: list[str] = []
+
+    def need_numeric(col: Column, spec: TensorSpec, allow_bool: bool) -> None:
+        if spec.elem_type == "STRING":
+            if col.type != "VARCHAR":
+                raise ProgrammingError(
+                    f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes text (STRING).',
+                    code="wrong_column_type",
+                )
+            return
+        if not (col.is_numeric or (allow_bool and col.type == "BOOLEAN")):
+            raise ProgrammingError(
+                f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes numbers '
+                f"({spec.elem_type}); numeric columns are cast to {spec.elem_type}, other types are not.",
+                code="wrong_column_type",
+            )
+
+    def matrix(spec: TensorSpec, cols: list[Column], shape: tuple[int, ...], allow_bool: bool) -> None:
+        for col in cols:
+            need_numeric(col, spec, allow_bool)
+        duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
+        items = ", ".join(f"CAST({quote(c.name)} AS {duck})" for c in cols)
+        args.append(InputArg(spec.name, "matrix", shape, spec.elem_type, tuple(c.name for c in cols)))
+        arg_sql.append(f"CAST([{items}] AS {duck}[{len(cols)}])")
+        arg_types.append(f"{duck}[{len(cols)}]")
+
+    if features is not None:
+        if len(inputs) != 1:
+            raise ProgrammingError(
+                f"{where}: features = (...) applies to a model with one input; this model has "
+                f"{len(inputs)} ({', '.join(i.name for i in inputs)}), which bind to columns of the same names.",
+                code="feature_mismatch",
+            )
+        spec = inputs[0]
+        shape = row_shape(spec)
+        width = row_width(shape)
+        if width is not None and width != len(features):
+            raise ProgrammingError(
+                f'{where}: input "{spec.name}" takes {width} values per row, but {len(features)} features are named.',
+                code="feature_mismatch",
+            )
+        cols = []
+        for f in features:
+            col = by_name.get(f.lower())
+            if col is None:
+                raise ProgrammingError(
+                    f'{where}: feature column "{f}" is not in the input.{did_you_mean(f, [c.name for c in columns])}'
+                    f" Columns: {', '.join(c.name for c in columns)}.",
+                    code="column_not_found",
+                )
+            cols.append(col)
+        if shape is None or width is None:
+            shape = (len(cols),)
+        matrix(spec, cols, shape, allow_bool=True)
+    elif all(i.name.lower() in by_name for i in inputs):
+        for spec in inputs:
+            col = by_name[spec.name.lower()]
+            shape = row_shape(spec) or ()
+            width = row_width(shape)
+            duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
+            if col.is_array:
+                base = col.type[: col.type.index("[")]
+                if spec.elem_type != "STRING" and base not in NUMERIC_TYPES and not base.startswith("DECIMAL"):
+                    raise ProgrammingError(
+                        f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes numbers ({spec.elem_type}).',
+                        code="wrong_column_type",
+                    )
+                target = f"{duck}[{width}]" if width is not None else f"{duck}[]"
+                args.append(InputArg(spec.name, "array", shape, spec.elem_type, (col.name,)))
+                arg_sql.append(f"CAST({quote(col.name)} AS {target})")
+                arg_types.append(target)
+            else:
+                if width not in (1, None) or (width is None and shape):
+                    raise ProgrammingError(
+                        f'{where}: model input "{spec.name}" takes {width or "several"} values per row, but column '
+                        f'"{col.name}" is a scalar ({col.type}); give an array column or name the features.',
+                        code="wrong_column_type",
+                    )
+                need_numeric(col, spec, allow_bool=True)
+                args.append(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,)))
+                arg_sql.append(f"CAST({quote(col.name)} AS {duck})")
+                arg_types.append(duck)
+    elif len(inputs) == 1:
+        spec = inputs[0]
+        shape = row_shape(spec)
+        width = row_width(shape)
+        numeric = [c for c in columns if c.is_numeric]
+        keys = [c for c in numeric if looks_like_key(c.name, key_columns)]
+        candidates = [c for c in numeric if c not in keys]
+        if width is None or len(candidates) != width:
+            seen = ", ".join(f"{c.name} {c.type}" for c in columns) or "none"
+            key_note = (
+                f" Key-like columns ({', '.join(c.name for c in keys)}) are never fed to a model." if keys else ""
+            )
+            want = f"{width} numeric columns" if width is not None else "a known number of features"
+            raise ProgrammingError(
+                f'{where}: cannot bind input "{spec.name}" ({spec.elem_type}{_shape_text(spec)}): the model\'s feature '
+                f"names are unknown, so it needs exactly {want}, and the query has {len(candidates)} usable "
+                f"numeric columns. Columns seen: {seen}.{key_note} Name the features in the query, e.g. "
+                f"PREDICT(MODEL {model.name}, TABLE t, features = (col_a, col_b, ...)), or at import with "
+                f"WITH (features = (...)), or select exactly the feature columns in a subquery.",
+                code="feature_mismatch",
+            )
+        matrix(spec, candidates, shape, allow_bool=False)
+    else:
+        missing = [i.name for i in inputs if i.name.lower() not in by_name]
+        names = [c.name for c in columns]
+        raise ProgrammingError(
+            f"{where}: model inputs bind to columns of the same name; missing column(s) "
+            + ", ".join(f'"{m}"{did_you_mean(m, names)}' for m in missing)
+            + f". Columns: {', '.join(names) or 'none'}.",
+            code="column_not_found",
+        )
+
+    outputs = bind_outputs(model, [c.name for c in columns])
+    fed = [c for a in args for c in a.columns]
+    null_filter = None
+    if fed:
+        parts = []
+        for a, sql in zip(args, arg_sql):
+            if a.kind == "array":
+                col = quote(a.columns[0])
+                parts.append(f"({col} IS NOT NULL AND len(list_filter({col}::DOUBLE[], x -> x IS NULL)) = 0)")
+            else:
+                parts.extend(f"{quote(c)} IS NOT NULL" for c in a.columns)
+        null_filter = " AND ".join(parts)
+    return BoundPredict(
+        model=model,
+        input_sql=input_sql,
+        columns=tuple(columns),
+        args=tuple(args),
+        arg_sql=tuple(arg_sql),
+        arg_types=tuple(arg_types),
+        outputs=outputs,
+        options=options,
+        null_filter=null_filter,
+    )
+
+
+def bind_outputs(model: ModelVersion, input_columns: Sequence[str]) -> tuple[OutputCol, ...]:
+    """Decide the column name and type of each tensor output (non-tensor outputs are left out)."""
+    taken = {c.lower() for c in input_columns}
+    result = []
+    for spec in model.outputs:
+        if spec.elem_type not in ONNX_TO_DUCKDB:
+            continue  # sequences, maps (e.g. a ZipMap output) have no column form
+        shape = spec.shape
+        if shape is not None and (len(shape) <= 1 or (len(shape) == 2 and shape[1] == 1)):
+            kind, width = "scalar", 0
+        elif shape is not None and len(shape) == 2 and isinstance(shape[1], int) and shape[1] > 0:
+            kind, width = "fixed", shape[1]
+        else:
+            kind, width = "list", 0
+        name = spec.name
+        if name.lower() in taken:
+            name = f"predicted_{spec.name}"
+        if name.lower() in taken:
+            raise ProgrammingError(
+                f'PREDICT(MODEL {model.name}): output "{spec.name}" clashes with input columns "{spec.name}" '
+                f'and "{name}"; rename one in a subquery.',
+                code="duplicate_column",
+            )
+        taken.add(name.lower())
+        result.append(OutputCol(spec.name, name, spec.elem_type, kind, width))
+    if not result:
+        raise NotSupportedError(
+            f'Model "{model.name}" has no tensor outputs that can be returned as columns.', code="no_tensor_outputs"
+        )
+    return tuple(result)
+
+
+def _shape_text(spec: TensorSpec) -> str:
+    if spec.shape is None:
+        return "[?]"
+    return "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"

@@ -1,0 +1,622 @@
+"""The engine: runs one statement text on one connection.
+
+Plain DuckDB SQL (no model keyword, decided by the tokenizer alone) goes to
+DuckDB untouched. Text that names models is parsed with modelsql's dialect;
+model statements are carried out here, and queries containing
+``PREDICT(...)`` are bound (:mod:`modelsql.planner.bind`) and rewritten into
+plain DuckDB SQL in which each PREDICT is a subquery calling one vectorized
+Arrow function (:mod:`modelsql.operators.predict`), registered on the DuckDB
+connection for the life of the result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from dataclasses import dataclass, field, replace as dc_replace
+from typing import Any, Optional, Sequence
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from .. import formats, sql as msql
+from ..catalog import Catalog
+from ..catalog.entries import ModelVersion
+from ..errors import (
+    DataError,
+    Error,
+    IntegrityError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+    did_you_mean,
+)
+from ..operators.backends import onnxruntime as ort_backend
+from ..operators.predict import NULL_MARKER, PredictFunction
+from ..sql.nodes import (
+    DescribeModel,
+    DropModel,
+    ExportModel,
+    ImportModel,
+    PredictTable,
+    ShowModels,
+    VacuumModels,
+)
+from ..storage import BlobStore
+from .bind import BoundPredict, Column, bind_predict, parse_options, quote
+
+_ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
+_NO_RESULT_TYPES = {
+    "CREATE", "DROP", "ALTER", "TRANSACTION", "SET", "VARIABLE_SET", "ATTACH", "DETACH", "LOAD",
+    "VACUUM", "ANALYZE", "PREPARE", "CREATE_FUNC", "EXTENSION", "COPY_DATABASE", "EXPORT",
+}
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_UDF_COUNTER = itertools.count()
+_UDF_ERROR = re.compile(r"Python exception occurred while executing the UDF: (\w+): (.*)", re.S)
+
+
+@dataclass
+class Outcome:
+    """What one ``execute`` produced, for the cursor.
+
+    ``rows`` is set for results built in Python; ``streaming`` when the DuckDB
+    connection holds a pending result to fetch from. ``release()`` unregisters
+    the PREDICT functions once the result is consumed.
+    """
+
+    engine: "Engine"
+    description: Optional[list[tuple]] = None
+    rowcount: int = -1
+    rows: Optional[list[tuple]] = None
+    streaming: bool = False
+    predicts: list[tuple[str, PredictFunction, BoundPredict, list]] = field(default_factory=list)
+
+    def release(self) -> None:
+        for name, *_ in self.predicts:
+            try:
+                self.engine.duck.remove_function(name)
+            except Exception:
+                pass
+        self.predicts = []
+
+    def translate(self, exc: BaseException) -> Error:
+        return self.engine.translate(exc, self.predicts)
+
+
+class Engine:
+    """Executes statements for one :class:`~modelsql.dbapi.Connection`.
+
+    Args:
+        duck: the DuckDB connection (shared with the DB-API connection).
+        database: the database path or ``":memory:"`` (locates the blob store).
+        read_only: refuse every write.
+    """
+
+    def __init__(self, duck: duckdb.DuckDBPyConnection, database: str, *, read_only: bool = False) -> None:
+        self.duck = duck
+        self.database = database
+        self.read_only = read_only
+        self.catalog = Catalog(duck, read_only=read_only)
+        self.store = BlobStore.for_database(database)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ dispatch
+
+    def execute(self, text: str, params: Optional[list], conn) -> Outcome:
+        """Run ``text`` (one or more statements) with qmark ``params``; see :class:`Outcome`."""
+        if not msql.mentions_models(text):
+            return self._passthrough(text, params, conn)
+        numbered, count = msql.number_placeholders(text)
+        given = len(params) if params is not None else 0
+        if given != count:
+            raise ProgrammingError(
+                f"The statement has {count} parameter placeholder(s) but {given} value(s) were given.",
+                code="parameter_count",
+            )
+        statements = msql.parse(numbered)
+        if not statements:
+            return Outcome(self)
+        outcome = Outcome(self)
+        for i, stmt in enumerate(statements):
+            outcome.release()
+            last = i == len(statements) - 1
+            outcome = self._statement(stmt, params or [], conn, text)
+            if not last and outcome.streaming:
+                # Drain: only the last statement's result is returned.
+                try:
+                    self.duck.fetchall()
+                except Exception as exc:
+                    outcome.release()
+                    raise outcome.translate(exc) from exc
+        return outcome
+
+    def _passthrough(self, text: str, params: Optional[list], conn) -> Outcome:
+        try:
+            stypes = [s.type.name for s in duckdb.extract_statements(text)]
+        except Exception:
+            stypes = []
+        if len(stypes) == 1 and stypes[0] == "TRANSACTION":
+            word = text.strip().split()[0].upper().rstrip(";") if text.strip() else ""
+            if word in ("COMMIT", "END"):
+                conn.commit()
+                return Outcome(self)
+            if word in ("ROLLBACK", "ABORT"):
+                conn.rollback()
+                return Outcome(self)
+            if word in ("BEGIN", "START"):
+                if not conn._in_transaction:
+                    self._run(text, params)
+                    conn._in_transaction = True
+                return Outcome(self)
+        conn._begin_if_needed()
+        self._run(text, params)
+        return self._result_outcome(stypes[-1] if stypes else "SELECT")
+
+    def _run(self, text: str, params: Optional[Sequence]) -> None:
+        from ..dbapi import translate_duckdb_error
+
+        try:
+            if params:
+                self.duck.execute(text, params)
+            else:
+                self.duck.execute(text)
+        except Exception as exc:
+            raise translate_duckdb_error(exc) from exc
+
+    def _result_outcome(self, stype: str, predicts=None) -> Outcome:
+        from ..dbapi import translate_duckdb_error
+
+        out = Outcome(self, predicts=predicts or [])
+        desc = self.duck.description
+        if stype in _ROWCOUNT_TYPES:
+            try:
+                rows = self.duck.fetchall()
+            except Exception as exc:
+                raise translate_duckdb_error(exc) from exc
+            out.rowcount = int(rows[0][0]) if rows else 0
+            return out
+        if stype in _NO_RESULT_TYPES or not desc:
+            try:
+                self.duck.fetchall()
+            except Exception:
+                pass
+            return out
+        out.description = [(d[0], str(d[1]), None, None, None, None, True) for d in desc]
+        out.streaming = True
+        return out
+
+    def _statement(self, stmt: exp.Expression, params: list, conn, text: str) -> Outcome:
+        if isinstance(stmt, ImportModel):
+            return self._import_statement(stmt, params, conn)
+        if isinstance(stmt, DropModel):
+            return self._drop(stmt, conn)
+        if isinstance(stmt, ShowModels):
+            conn._begin_if_needed()
+            self._run(self.catalog.show_models_sql(), None)
+            return self._result_outcome("SELECT")
+        if isinstance(stmt, DescribeModel):
+            ref = stmt.this
+            mv = self._get_model(ref.model_name, ref.version_number)
+            conn._begin_if_needed()
+            q, qp = self.catalog.describe_model_sql(mv.name, mv.version)
+            self._run(q, qp)
+            return self._result_outcome("SELECT")
+        if isinstance(stmt, ExportModel):
+            return self._export(stmt, params)
+        if isinstance(stmt, VacuumModels):
+            return self._vacuum(conn)
+        return self._query(stmt, params, conn)
+
+    # ------------------------------------------------------------------ models
+
+    def _get_model(self, name: str, version: Optional[int]) -> ModelVersion:
+        return self.catalog.get(name, version)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise OperationalError("The connection is read-only; model statements that write are refused.", code="read_only")
+
+    def _import_statement(self, stmt: ImportModel, params: list, conn) -> Outcome:
+        source = _value(stmt.args["source"], params)
+        options = {k: _value(v, params) for k, v in stmt.option_values.items()}
+        features = options.pop("features", None)
+        if isinstance(features, str):
+            features = tuple(f.strip() for f in features.split(","))
+        self.import_model(
+            stmt.this.model_name,
+            str(source),
+            features=features,
+            replace=bool(stmt.args.get("replace")),
+            if_not_exists=bool(stmt.args.get("exists")),
+            options={k: str(v) for k, v in options.items()},
+            connection=conn,
+        )
+        return Outcome(self, rowcount=1)
+
+    def import_model(
+        self,
+        name: str,
+        model: Any,
+        *,
+        example_input: Any = None,
+        features: Optional[Sequence[str]] = None,
+        replace: bool = False,
+        if_not_exists: bool = False,
+        options: Optional[dict] = None,
+        connection=None,
+    ) -> ModelVersion:
+        """Convert, check, store and catalog one model version (see ``Connection.import_model``).
+
+        The blobs are written (atomically, each fsynced) before the catalog
+        transaction that references them commits, so a crash at any point leaves
+        either the whole new version or none of it; stray blobs are collected by
+        ``VACUUM MODELS``.
+        """
+        self._check_writable()
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ProgrammingError(
+                f'Invalid model name "{name}": use letters, digits and underscores, starting with a letter.',
+                code="invalid_name",
+            )
+        key = name.lower()
+        if self.catalog.exists(key) and not replace:
+            if if_not_exists:
+                return self.catalog.get(key)
+            raise IntegrityError(
+                f'Model "{key}" already exists (versions {", ".join(map(str, self.catalog.versions(key)))}). '
+                f"Use CREATE OR REPLACE MODEL to add a version, or IMPORT MODEL IF NOT EXISTS.",
+                code="duplicate_model",
+            )
+        proto, kind, source, known = formats.to_onnx(model, example_input=example_input, feature_names=features)
+        feats = tuple(features) if features else (tuple(known) if known else None)
+        inputs, outputs, opset = formats.signature(proto)
+        if feats is not None:
+            _check_features(key, feats, inputs)
+        graph, tensors = formats.split_model(proto)
+        # Load it once in ONNX Runtime before anything is written: a model ORT
+        # cannot run never enters the catalog.
+        ort_backend.OrtModel(proto.SerializeToString(), f'model "{key}"')
+        graph_digest = self.store.put(graph)
+        for t, payload in tensors:
+            digest = self.store.put(payload)
+            if digest != t.digest:
+                raise InternalError(f"digest mismatch storing tensor {t.name}", code="digest_mismatch")
+        if connection is not None:
+            connection.commit()
+        with self.catalog.transaction():
+            version = self.catalog.next_version(key)
+            mv = ModelVersion(
+                name=key,
+                version=version,
+                graph_digest=graph_digest,
+                graph_bytes=len(graph),
+                opset=opset,
+                inputs=tuple(inputs),
+                outputs=tuple(outputs),
+                tensors=tuple(t for t, _ in tensors),
+                param_count=formats.param_count(proto),
+                source=source,
+                kind=kind,
+                features=feats,
+                options=tuple(sorted((options or {}).items())),
+            )
+            kinds = {graph_digest: "graph"}
+            kinds.update({t.digest: "tensor" for t, _ in tensors})
+            self.catalog.add_version(mv, kinds)
+        return self.catalog.get(key, version)
+
+    def _drop(self, stmt: DropModel, conn) -> Outcome:
+        self._check_writable()
+        ref = stmt.this
+        name = ref.model_name.lower()
+        if not self.catalog.exists(name):
+            if stmt.args.get("exists"):
+                return Outcome(self, rowcount=0)
+            self.catalog.get(name)  # raises model_not_found with "did you mean"
+        if ref.version_number is not None:
+            self.catalog.get(name, ref.version_number)
+        conn.commit()
+        with self.catalog.transaction():
+            removed = self.catalog.drop(name, ref.version_number)
+        return Outcome(self, rowcount=removed)
+
+    def load_model_bytes(self, mv: ModelVersion) -> bytes:
+        """Rebuild the self-contained ONNX model of a version from the store (digests verified).
+
+        Raises:
+            DataError: a blob is corrupt or missing (code ``"blob_corrupt"`` /
+                ``"blob_missing"``), naming the model and the tensor.
+        """
+        return self.load_model_proto(mv).SerializeToString()
+
+    def load_model_proto(self, mv: ModelVersion):
+        def fetch(digest: str, what: str) -> bytes:
+            try:
+                return self.store.get(digest)
+            except DataError as exc:
+                raise DataError(
+                    f'Model "{mv.name}" version {mv.version}: {what} is unreadable from the store: {exc}',
+                    code=exc.code,
+                ) from exc
+
+        graph = fetch(mv.graph_digest, "the graph")
+        payloads = {}
+        for t in mv.tensors:
+            if t.digest not in payloads:
+                payloads[t.digest] = fetch(t.digest, f'tensor "{t.name}"')
+        return formats.join_model(graph, payloads)
+
+    def _export(self, stmt: ExportModel, params: list) -> Outcome:
+        import onnx
+
+        ref = stmt.this
+        mv = self._get_model(ref.model_name, ref.version_number)
+        target = str(_value(stmt.args["target"], params))
+        proto = self.load_model_proto(mv)
+        try:
+            onnx.save_model(proto, target)
+        except OSError as exc:
+            raise OperationalError(f'Cannot write "{target}": {exc.strerror or exc}', code="io_error") from exc
+        return Outcome(self, rowcount=1)
+
+    def _vacuum(self, conn) -> Outcome:
+        self._check_writable()
+        conn.commit()
+        referenced = self.catalog.referenced_digests()
+        removed, freed = self.store.collect(referenced)
+        return Outcome(
+            self,
+            description=[("blobs_removed", "BIGINT", None, None, None, None, False),
+                         ("bytes_freed", "BIGINT", None, None, None, None, False)],
+            rows=[(removed, freed)],
+        )
+
+    # ------------------------------------------------------------------ PREDICT
+
+    def _query(self, stmt: exp.Expression, params: list, conn) -> Outcome:
+        stmt = stmt.copy()
+        predicts = list(stmt.find_all(PredictTable))
+        # Innermost first, so a PREDICT over another PREDICT sees plain SQL as its input.
+        predicts.sort(key=lambda p: -_depth(p))
+        conn._begin_if_needed()
+        registered: list = []
+        try:
+            for p in predicts:
+                index = next(_UDF_COUNTER)
+                bound, fn_name, fn, arg_params = self._bind(p, params, index)
+                registered.append((fn_name, fn, bound, arg_params))
+                sub = self._predict_tree(bound, fn_name, p.args["expression"])
+                parent = p.parent
+                if isinstance(parent, exp.Table) and parent.this is p:
+                    parent.replace(exp.Subquery(this=sub, alias=parent.args.get("alias")))
+                else:
+                    p.replace(exp.Subquery(this=sub))
+            final_sql, idx = _renumber(stmt)
+            final_params = [params[i - 1] for i in idx]
+            try:
+                if final_params:
+                    self.duck.execute(final_sql, final_params)
+                else:
+                    self.duck.execute(final_sql)
+            except Exception as exc:
+                raise self.translate(exc, registered) from exc
+            stype = "SELECT"
+            if isinstance(stmt, (exp.Insert, exp.Update, exp.Delete)):
+                stype = type(stmt).__name__.upper()
+            elif isinstance(stmt, exp.Create):
+                stype = "CREATE"
+            out = self._result_outcome(stype, registered)
+            if not out.streaming:
+                out.release()
+            return out
+        except BaseException:
+            for fn_name, *_ in registered:
+                try:
+                    self.duck.remove_function(fn_name)
+                except Exception:
+                    pass
+            raise
+
+    def _bind(self, p: PredictTable, params: list, index: int):
+        ref = p.this
+        mv = self._get_model(ref.model_name, ref.version_number)
+        options = parse_options({k: _value(v, params) for k, v in p.option_values.items()}, mv.name)
+        source = p.args["expression"]
+        key_columns: list[str] = []
+        if isinstance(source, exp.Subquery):
+            inner = source.this
+        else:
+            inner = exp.select("*").from_(source.copy())
+            key_columns = self._key_columns(source)
+        input_sql, idx = _renumber(inner)
+        in_params = [params[i - 1] for i in idx]
+        columns = self._describe(input_sql, in_params, mv.name)
+        bound = bind_predict(mv, input_sql, columns, options, key_columns)
+        model = self._session(mv)
+        fn = PredictFunction(model, bound.args, bound.outputs, options.on_null, index, batch_size=options.batch_size)
+        fn_name = f"__modelsql_predict_{index}"
+        struct = "STRUCT(" + ", ".join(f"{quote(o.column)} {o.duckdb_type}" for o in bound.outputs) + ")"
+        try:
+            self.duck.create_function(
+                fn_name,
+                fn,
+                [duckdb.sqltype(t) for t in bound.arg_types],
+                duckdb.sqltype(struct),
+                type="arrow",
+                null_handling="special",
+                side_effects=True,
+            )
+        except Exception as exc:
+            raise InternalError(f"Cannot register PREDICT for {bound.label}: {exc}", code="udf_register") from exc
+        return bound, fn_name, fn, in_params
+
+    def _predict_tree(self, bound: BoundPredict, fn_name: str, source: exp.Expression) -> exp.Expression:
+        """The PREDICT as a plain DuckDB subquery tree over ``source`` (its ``$k`` parameters kept)."""
+        tree = sqlglot.parse_one(self._predict_sql(bound, fn_name, "__msql_input"), read="duckdb")
+        for table in list(tree.find_all(exp.Table)):
+            if table.name == "__msql_input":
+                src = source.copy()
+                src.set("alias", exp.TableAlias(this=exp.to_identifier("__msql_in", quoted=True)))
+                table.replace(src)
+        return tree
+
+    def _predict_sql(self, bound: BoundPredict, fn_name: str, input_sql: Optional[str] = None) -> str:
+        call = f"{fn_name}({', '.join(bound.arg_sql)})"
+        where = ""
+        if bound.options.on_null == "skip" and bound.null_filter:
+            where = f" WHERE {bound.null_filter}"
+        outs = ", ".join(f"struct_extract(\"__msql_p\", {_sql_str(o.column)}) AS {quote(o.column)}" for o in bound.outputs)
+        return (
+            f'SELECT * EXCLUDE ("__msql_p"), {outs} FROM '
+            f'(SELECT *, {call} AS "__msql_p" FROM {input_sql or "(" + bound.input_sql + ")"} AS "__msql_in"{where}) AS "__msql_q"'
+        )
+
+    def _describe(self, input_sql: str, params: list, model: str) -> list[Column]:
+        from ..dbapi import translate_duckdb_error
+
+        try:
+            cur = self.duck.execute(f'SELECT * FROM ({input_sql}) AS "__msql_in" LIMIT 0', params or None)
+            desc = cur.description
+            cur.fetchall()
+        except Exception as exc:
+            err = translate_duckdb_error(exc)
+            raise type(err)(f"PREDICT(MODEL {model}): the input is not a valid relation: {err}", code=err.code) from exc
+        return [Column(d[0], str(d[1])) for d in desc]
+
+    def _key_columns(self, table: exp.Table) -> list[str]:
+        try:
+            rows = self.duck.execute(
+                "SELECT constraint_column_names FROM duckdb_constraints() "
+                "WHERE lower(table_name) = lower(?) AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
+                [table.name],
+            ).fetchall()
+        except Exception:
+            return []
+        return [c for (names,) in rows for c in (names or [])]
+
+    def _session(self, mv: ModelVersion):
+        threads = self._duck_threads()
+        intra = max(1, ort_backend.default_threads() // max(1, threads))
+        key = (str(self.store.root), mv.name, mv.version, mv.graph_digest)
+        return ort_backend.get_model(
+            key, lambda: self.load_model_bytes(mv), f'model "{mv.name}" version {mv.version}', intra_op_threads=intra
+        )
+
+    def _duck_threads(self) -> int:
+        try:
+            return int(self.duck.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        except Exception:
+            return 1
+
+    # ------------------------------------------------------------------ errors
+
+    def translate(self, exc: BaseException, predicts) -> Error:
+        """Turn an exception raised while a PREDICT query ran into the right PEP 249 error."""
+        from ..dbapi import translate_duckdb_error
+
+        if isinstance(exc, Error):
+            return exc
+        text = str(exc)
+        for fn_name, fn, bound, in_params in predicts:
+            if fn.error is not None:
+                err = fn.error
+                fn.error = None
+                if isinstance(err, Error):
+                    return err
+                if NULL_MARKER in str(err):
+                    return self._null_error(bound, in_params)
+                return InternalError(f"PREDICT over {bound.label} failed: {type(err).__name__}: {err}", code="predict_failed")
+        m = _UDF_ERROR.search(text)
+        if m:
+            return InternalError(f"PREDICT failed: {m.group(1)}: {m.group(2).strip()}", code="predict_failed")
+        return translate_duckdb_error(exc)
+
+    def _null_error(self, bound: BoundPredict, params: list) -> DataError:
+        cols = bound.fed_columns
+        counts = ", ".join(f'count(*) FILTER (WHERE {quote(c)} IS NULL)' for c in cols)
+        try:
+            row = self.duck.execute(f'SELECT {counts} FROM ({bound.input_sql}) AS "__msql_in"', params or None).fetchall()[0]
+        except Exception:
+            row = [None] * len(cols)
+        parts = [f'"{c}" ({n} rows)' for c, n in zip(cols, row) if n]
+        where = ", ".join(parts) or ", ".join(f'"{c}"' for c in cols)
+        total = sum(n for n in row if n) if any(row) else None
+        return DataError(
+            f"PREDICT(MODEL {bound.model.name}): NULL in input column(s) {where}"
+            + (f"; {total} NULL value(s) in all" if total else "")
+            + ". NULLs are never fed to a model: add on_null = 'skip' to leave those rows out, "
+            "or on_null = 'null' to return NULL predictions for them.",
+            code="null_input",
+        )
+
+
+def _depth(node: exp.Expression) -> int:
+    d = 0
+    while node.parent is not None:
+        node = node.parent
+        d += 1
+    return d
+
+
+def _renumber(tree: exp.Expression) -> tuple[str, list[int]]:
+    """DuckDB SQL of ``tree`` with its ``$k`` placeholders renumbered 1..m; returns (sql, original k's)."""
+    tree = tree.copy()
+    holders = [p for p in tree.find_all(exp.Placeholder) if str(p.this).isdigit()]
+    distinct = sorted({int(p.this) for p in holders})
+    mapping = {k: i + 1 for i, k in enumerate(distinct)}
+    for p in holders:
+        p.set("this", str(mapping[int(p.this)]))
+    return msql.to_duckdb_sql(tree), distinct
+
+
+def _value(node: exp.Expression, params: list) -> Any:
+    """Python value of an option / source expression (literals, tuples, names, ``$k``)."""
+    if node is None or isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Placeholder):
+        return params[int(node.this) - 1]
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Neg):
+        return -_value(node.this, params)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        text = node.this
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    if isinstance(node, exp.Tuple):
+        return tuple(_value(e, params) for e in node.expressions)
+    if isinstance(node, (exp.Identifier, exp.Column)):
+        return node.name
+    return node.sql()
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _check_features(name: str, feats: Sequence[str], inputs) -> None:
+    from .bind import row_shape, row_width
+
+    if len(inputs) != 1:
+        raise ProgrammingError(
+            f'Model "{name}": features apply to a model with one input; it has {len(inputs)}.', code="feature_mismatch"
+        )
+    width = row_width(row_shape(inputs[0]))
+    if width is not None and width != len(feats):
+        raise ProgrammingError(
+            f'Model "{name}": input "{inputs[0].name}" takes {width} values per row, but {len(feats)} features were named.',
+            code="feature_mismatch",
+        )
+    if len(set(f.lower() for f in feats)) != len(feats):
+        raise ProgrammingError(f'Model "{name}": feature names must be distinct.', code="feature_mismatch")
+
+

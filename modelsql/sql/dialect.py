@@ -1,0 +1,477 @@
+"""modelsql's SQL dialect: sqlglot's DuckDB dialect plus our model statements.
+
+Grammar added to DuckDB's (keywords are case-insensitive; MODEL, MODELS,
+PREDICT, IMPORT, EXPORT and VERSION stay *contextual* words, so columns and
+tables may still be called ``model``, ``models`` or ``predict``)::
+
+    IMPORT MODEL [IF NOT EXISTS] name FROM 'file.onnx' [WITH (opt, ...)]
+    CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM 'file.onnx' [WITH (opt, ...)]
+    DROP MODEL [IF EXISTS] name [VERSION n]
+    SHOW MODELS
+    DESCRIBE MODEL name [VERSION n]
+    EXPORT MODEL name [VERSION n] TO 'path.onnx'
+    VACUUM MODELS
+    ... FROM PREDICT(MODEL name [VERSION n], TABLE t | (query) [, opt ...]) [[AS] alias] ...
+
+    opt   := key (= | := | =>) value
+    value := literal | -number | TRUE | FALSE | NULL | name | ? | $n | ( value [, value ...] )
+
+The nodes are in :mod:`modelsql.sql.nodes`. Each has one parser entry here
+(``_parse_<node>``, reached from ``_parse_statement`` / ``_parse_create`` /
+``_parse_drop`` / ``_parse_describe`` / ``SHOW_PARSERS`` / ``_parse_table_part``)
+and one generator method (``<node key>_sql``, registered in ``TRANSFORMS``
+because sqlglot only auto-dispatches to its own expression classes).
+
+Differences from plain DuckDB parsing, on purpose:
+
+* ``VACUUM`` is an ordinary word to our tokenizer (DuckDB's makes it a
+  ``COMMAND`` whose rest is an opaque string). ``VACUUM MODELS`` parses to
+  :class:`VacuumModels`; any other ``VACUUM ...`` still becomes the same
+  ``exp.Command(this='VACUUM', expression=Literal('<rest>'))`` as before.
+* ``PREDICT`` is not sqlglot's BigQuery ``exp.Predict`` function: a plain
+  ``predict(a, b)`` call in an expression stays ``exp.Anonymous`` (a user macro),
+  and ``PREDICT(MODEL ...)`` outside a table position is a parse error.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.generators.duckdb import DuckDBGenerator
+from sqlglot.parsers.duckdb import DuckDBParser
+from sqlglot.tokens import Token, TokenType
+from sqlglot.trie import new_trie
+
+from modelsql.sql.nodes import (
+    DescribeModel,
+    DropModel,
+    ExportModel,
+    ImportModel,
+    ModelRef,
+    PredictTable,
+    ShowModels,
+    VacuumModels,
+)
+
+#: Tokens whose text is quoted source (strings, quoted identifiers): never keywords.
+TEXT_TOKENS: frozenset = DuckDBParser.TEXT_MATCH_EXCLUDED_TOKENS
+
+#: Token types the parser accepts as a bare name (model names, option keys / values).
+_NAME_TOKENS = frozenset(DuckDBParser.ID_VAR_TOKENS) | {TokenType.VAR}
+_PLAIN_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: Separators accepted between an option's name and its value.
+OPTION_SEPARATORS = (TokenType.EQ, TokenType.COLON_EQ, TokenType.FARROW)
+
+
+class ModelSQLTokenizer(DuckDB.Tokenizer):
+    """DuckDB's tokenizer, except that ``VACUUM`` is a plain word (see module doc)."""
+
+    KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k != "VACUUM"}
+
+
+class ModelSQLParser(DuckDBParser):
+    """DuckDB's parser plus the entries for :mod:`modelsql.sql.nodes`.
+
+    Errors are reported through sqlglot's ``raise_error`` (a ``ParseError``
+    whose ``errors[0]`` carries the offending token's position);
+    :func:`modelsql.sql.parse` turns them into ``ProgrammingError``.
+    """
+
+    # BigQuery's ML.PREDICT builder must not capture a user's `predict(...)` macro.
+    FUNCTIONS = {k: v for k, v in DuckDBParser.FUNCTIONS.items() if k != "PREDICT"}
+
+    FUNCTION_PARSERS = {
+        **DuckDBParser.FUNCTION_PARSERS,
+        "PREDICT": lambda self: self._parse_predict_call(),
+    }
+
+    SHOW_PARSERS = {
+        **DuckDBParser.SHOW_PARSERS,
+        "MODELS": lambda self: self._parse_show_models(),
+    }
+    SHOW_TRIE = new_trie(key.split(" ") for key in SHOW_PARSERS)
+
+    #: Statements that begin with a word DuckDB's tokenizer does not make a keyword.
+    #: Each returns its node, or ``None`` (after which the words are parsed as DuckDB's).
+    MODEL_STATEMENT_PARSERS: t.ClassVar[dict[str, t.Callable[["ModelSQLParser"], t.Any]]] = {
+        "IMPORT": lambda self: self._parse_import_model(),
+        "EXPORT": lambda self: self._parse_export_model(),
+        "VACUUM": lambda self: self._parse_vacuum(),
+    }
+
+    # ------------------------------------------------------------------ helpers
+
+    def _match_word(self, word: str, advance: bool = True) -> bool:
+        """Match one unquoted word (not a string or quoted identifier)."""
+        return self._match_text_seq(word, advance=advance)
+
+    def _is_word(self, token: Token, word: str) -> bool:
+        return bool(token) and token.token_type not in TEXT_TOKENS and token.text.upper() == word
+
+    def _parse_model_ref(self, allow_version: bool = True) -> ModelRef:
+        """``name [VERSION n]`` -> :class:`ModelRef` (positions of the name in ``meta``)."""
+        token = self._curr
+        name = self._parse_id_var(any_token=False)
+        if not isinstance(name, exp.Identifier):
+            self.raise_error("Expected a model name", token)
+
+        version = None
+        if self._match_word("VERSION"):
+            if not allow_version:
+                self.raise_error(
+                    "VERSION cannot be given here: versions are assigned when a model is imported",
+                    self._prev,
+                )
+            if not (self._match(TokenType.NUMBER) and self._prev.text.isdigit()):
+                self.raise_error("Expected an integer version number after VERSION")
+            version = exp.Literal.number(self._prev.text)
+
+        ref = self.expression(ModelRef(this=name, version=version))
+        if name is not None:
+            ref.update_positions(name)
+        return ref
+
+    def _parse_path_literal(self, what: str) -> exp.Expr | None:
+        """A string literal (or a ``?`` / ``$n`` placeholder) naming a file."""
+        if self._match(TokenType.STRING):
+            return self.expression(exp.Literal.string(self._prev.text), self._prev)
+        placeholder = self._parse_placeholder()
+        if placeholder is None:
+            self.raise_error(f"Expected a quoted file path after {what}")
+        return placeholder
+
+    def _parse_option_scalar(self) -> exp.Expr | None:
+        if self._match_set(self.STRING_PARSERS):
+            return self.STRING_PARSERS[self._prev.token_type](self, self._prev)
+        if self._match_set(self.NUMERIC_PARSERS):
+            return self.NUMERIC_PARSERS[self._prev.token_type](self, self._prev)
+        if self._curr.token_type == TokenType.DASH and self._next.token_type == TokenType.NUMBER:
+            self._advance()
+            number = self.NUMERIC_PARSERS[TokenType.NUMBER](self, self._curr)
+            self._advance()
+            return self.expression(exp.Neg(this=number))
+        if self._match_set((TokenType.TRUE, TokenType.FALSE, TokenType.NULL)):
+            return self.PRIMARY_PARSERS[self._prev.token_type](self, self._prev)
+        placeholder = self._parse_placeholder()
+        if placeholder is not None:
+            return placeholder
+        name = self._parse_id_var(any_token=False)
+        if isinstance(name, exp.Identifier):
+            return name
+        self.raise_error("Expected an option value (a literal, a name or a parenthesised list)")
+        return None
+
+    def _parse_option_value(self) -> exp.Expr | None:
+        if self._match(TokenType.L_PAREN):
+            items = [] if self._curr.token_type == TokenType.R_PAREN else (
+                self._parse_csv(self._parse_option_value)
+            )
+            self._match_r_paren()
+            return self.expression(exp.Tuple(expressions=items))
+        return self._parse_option_scalar()
+
+    def _parse_model_option(self) -> exp.EQ:
+        """``key = value`` (also ``:=`` / ``=>``) -> ``exp.EQ(this=Identifier, expression=value)``."""
+        token = self._curr
+        key = self._parse_id_var(any_token=False)
+        if not isinstance(key, exp.Identifier):
+            self.raise_error("Expected an option name", token)
+        if not self._match_set(OPTION_SEPARATORS):
+            self.raise_error("Expected = after the option name")
+        return self.expression(exp.EQ(this=key, expression=self._parse_option_value()))
+
+    def _parse_with_options(self) -> list[exp.EQ] | None:
+        """``WITH (opt, ...)`` -> list of ``exp.EQ``, or ``None`` when no WITH."""
+        if not self._match(TokenType.WITH):
+            return None
+        self._match_l_paren()
+        options = self._parse_csv(self._parse_model_option)
+        self._match_r_paren()
+        return options or None
+
+    # --------------------------------------------------------------- statements
+
+    def _parse_statement(self) -> exp.Expr | None:
+        curr = self._curr
+        if curr and curr.token_type == TokenType.VAR:
+            parser = self.MODEL_STATEMENT_PARSERS.get(curr.text.upper())
+            if parser is not None:
+                index = self._index
+                self._advance()
+                comments = self._prev_comments
+                stmt = parser(self)
+                if stmt is not None:
+                    stmt.add_comments(comments, prepend=True)
+                    return stmt
+                self._retreat(index)
+        return super()._parse_statement()
+
+    def _parse_import_model(self) -> ImportModel | None:
+        # IMPORT has been consumed
+        if not self._match_word("MODEL"):
+            return None
+        return self._parse_model_import_body(replace=False)
+
+    def _parse_model_import_body(self, replace: bool) -> ImportModel:
+        # after IMPORT MODEL / CREATE [OR REPLACE] MODEL
+        exists = self._parse_exists(not_=True)
+        ref = self._parse_model_ref(allow_version=False)
+        if not self._match(TokenType.FROM):
+            self.raise_error("Expected FROM '<file>' after the model name")
+        source = self._parse_path_literal("FROM")
+        options = self._parse_with_options()
+        return self.expression(
+            ImportModel(
+                this=ref,
+                source=source,
+                exists=bool(exists),
+                replace=bool(replace),
+                options=options,
+            )
+        )
+
+    def _parse_create(self) -> exp.Expr:
+        # CREATE (or REPLACE) has been consumed
+        if self._prev.token_type == TokenType.CREATE:
+            index = self._index
+            replace = self._match_pair(TokenType.OR, TokenType.REPLACE)
+            if self._match_word("MODEL"):
+                return self._parse_model_import_body(replace=replace)
+            self._retreat(index)
+        return super()._parse_create()
+
+    def _parse_drop(self, exists: bool = False, kind: str | None = None) -> exp.Expr:
+        # DROP has been consumed; only a statement-level DROP can be ours
+        # (ALTER TABLE t DROP model drops a column).
+        if kind is None and self._index == 1 and self._match_word("MODEL"):
+            if_exists = exists or self._parse_exists()
+            ref = self._parse_model_ref()
+            return self.expression(DropModel(this=ref, exists=bool(if_exists)))
+        return super()._parse_drop(exists=exists, kind=kind)
+
+    def _parse_show_models(self) -> ShowModels:
+        return self.expression(ShowModels())
+
+    def _parse_describe(self) -> exp.Expr:
+        # DESCRIBE MODEL name: MODEL must be followed by a name that is not the
+        # first part of a dotted table name, otherwise `DESCRIBE model` /
+        # `DESCRIBE model.t` describe tables as DuckDB does.
+        nxt = self._next
+        after = self._tokens[self._index + 2] if self._index + 2 < self._tokens_size else None
+        if (
+            self._is_word(self._curr, "MODEL")
+            and nxt
+            and nxt.token_type in (self.ID_VAR_TOKENS | {TokenType.IDENTIFIER})
+            and not (after is not None and after.token_type == TokenType.DOT)
+        ):
+            self._advance()
+            return self.expression(DescribeModel(this=self._parse_model_ref()))
+        return super()._parse_describe()
+
+    def _parse_export_model(self) -> ExportModel | None:
+        # EXPORT has been consumed
+        if not self._match_word("MODEL"):
+            return None
+        ref = self._parse_model_ref()
+        if not self._match_word("TO"):
+            self.raise_error("Expected TO '<file>' after the model name")
+        target = self._parse_path_literal("TO")
+        return self.expression(ExportModel(this=ref, target=target))
+
+    def _parse_vacuum(self) -> exp.Expr:
+        # VACUUM has been consumed
+        start = self._prev
+        if self._match_word("MODELS"):
+            return self.expression(VacuumModels())
+        # Any other VACUUM: the same opaque Command DuckDB's dialect produces.
+        while self._curr:
+            self._advance()
+        rest = self.sql[start.end + 1 : self._prev.end + 1].strip() if self._prev is not start else ""
+        return exp.Command(this="VACUUM", expression=exp.Literal.string(rest) if rest else None)
+
+    # -------------------------------------------------------------- PREDICT(...)
+
+    def _at_predict_call(self) -> bool:
+        return (
+            self._curr.token_type == TokenType.VAR
+            and self._curr.text.upper() == "PREDICT"
+            and self._next.token_type == TokenType.L_PAREN
+            and self._prev.token_type != TokenType.DOT
+        )
+
+    def _parse_table_part(self, schema: bool = False) -> exp.Expr | None:
+        # A table position: PREDICT(...) becomes Table(this=PredictTable) in
+        # _parse_table_parts, which then takes alias, joins etc. as usual.
+        if not schema and self._at_predict_call():
+            return self._parse_predict_table()
+        return super()._parse_table_part(schema=schema)
+
+    def _parse_predict_table(self) -> PredictTable:
+        token = self._curr
+        self._advance(2)  # PREDICT (
+        if not self._match_word("MODEL"):
+            self.raise_error("Expected MODEL <name> as the first argument of PREDICT")
+        ref = self._parse_model_ref()
+
+        if not self._match(TokenType.COMMA):
+            self.raise_error("Expected , TABLE <name> or , (SELECT ...) after the model in PREDICT")
+
+        source: exp.Expr | None = None
+        if self._match(TokenType.TABLE):
+            if self._curr.token_type not in (self.ID_VAR_TOKENS | {TokenType.IDENTIFIER}):
+                self.raise_error("Expected a table name after TABLE")
+            source = self._parse_table_parts(schema=True)
+        elif self._curr.token_type == TokenType.L_PAREN:
+            paren = self._curr
+            source = self._parse_select(
+                table=True, parse_subquery_alias=False, parse_set_operation=False
+            )
+            if isinstance(source, exp.Values) and not source.alias:
+                source = self.expression(exp.Subquery(this=source))  # (VALUES ...)
+            if not isinstance(source, exp.Subquery) or not isinstance(
+                source.unnest(), (exp.Query, exp.Values)
+            ):
+                self.raise_error("Expected a query in parentheses as the input of PREDICT", paren)
+        else:
+            self.raise_error("Expected TABLE <name> or (SELECT ...) as the input of PREDICT")
+
+        options = []
+        while self._match(TokenType.COMMA):
+            options.append(self._parse_model_option())
+        self._match_r_paren()
+
+        node = self.expression(
+            PredictTable(this=ref, expression=source, options=options or None)
+        )
+        return node.update_positions(token)
+
+    def _parse_predict_call(self) -> exp.Expr:
+        # PREDICT( in an expression position; `PREDICT (` has been consumed.
+        if self._match_word("MODEL", advance=False):
+            self.raise_error(
+                "PREDICT(MODEL ...) is a table function: use it where a table goes "
+                "(FROM, JOIN, a subquery)",
+                self._tokens[self._index - 2],
+            )
+        name = self._tokens[self._index - 2].text
+        args = self._parse_function_args(alias=True)
+        return self.expression(exp.Anonymous(this=name, expressions=args))
+
+
+class ModelSQLGenerator(DuckDBGenerator):
+    """DuckDB's generator plus one ``<key>_sql`` method per node of ours."""
+
+    TRANSFORMS = {
+        **DuckDBGenerator.TRANSFORMS,
+        ModelRef: lambda self, e: self.modelref_sql(e),
+        ImportModel: lambda self, e: self.importmodel_sql(e),
+        DropModel: lambda self, e: self.dropmodel_sql(e),
+        ShowModels: lambda self, e: self.showmodels_sql(e),
+        DescribeModel: lambda self, e: self.describemodel_sql(e),
+        ExportModel: lambda self, e: self.exportmodel_sql(e),
+        VacuumModels: lambda self, e: self.vacuummodels_sql(e),
+        PredictTable: lambda self, e: self.predicttable_sql(e),
+    }
+
+    # Comments written before a statement of ours are generated before it.
+    WITH_SEPARATED_COMMENTS = (
+        *DuckDBGenerator.WITH_SEPARATED_COMMENTS,
+        ImportModel,
+        DropModel,
+        ShowModels,
+        DescribeModel,
+        ExportModel,
+        VacuumModels,
+    )
+
+    def _name_sql(self, identifier: exp.Expr) -> str:
+        """An identifier in one of our name positions (model name, option key or value).
+
+        Our parser accepts any non-reserved word there (``limit``, ``order``,
+        ``version`` ...), so an unquoted name that is a plain word is written
+        back bare; sqlglot would quote reserved words, which would make the
+        re-parsed identifier ``quoted=True`` and break round-trips.
+        """
+        if (
+            isinstance(identifier, exp.Identifier)
+            and not identifier.quoted
+            and _PLAIN_WORD.match(identifier.this)
+            and ModelSQLTokenizer.KEYWORDS.get(identifier.this.upper(), TokenType.VAR)
+            in _NAME_TOKENS
+        ):
+            return identifier.this
+        return self.sql(identifier)
+
+    def _option_value_sql(self, value: exp.Expr) -> str:
+        if isinstance(value, exp.Tuple):
+            return f"({', '.join(self._option_value_sql(v) for v in value.expressions)})"
+        if isinstance(value, exp.Identifier):
+            return self._name_sql(value)
+        return self.sql(value)
+
+    def _options_sql(self, expression: exp.Expr) -> str:
+        options = []
+        for option in expression.args.get("options") or []:
+            if isinstance(option, exp.EQ):
+                text = f"{self._name_sql(option.this)} = {self._option_value_sql(option.expression)}"
+                options.append(self.maybe_comment(text, option))
+            else:
+                options.append(self.sql(option))
+        return ", ".join(options)
+
+    def modelref_sql(self, expression: ModelRef) -> str:
+        version = self.sql(expression, "version")
+        return f"{self._name_sql(expression.this)}{f' VERSION {version}' if version else ''}"
+
+    def importmodel_sql(self, expression: ImportModel) -> str:
+        head = "CREATE OR REPLACE MODEL" if expression.args.get("replace") else "IMPORT MODEL"
+        exists = " IF NOT EXISTS" if expression.args.get("exists") else ""
+        options = self._options_sql(expression)
+        options = f" WITH ({options})" if options else ""
+        return (
+            f"{head}{exists} {self.sql(expression, 'this')} "
+            f"FROM {self.sql(expression, 'source')}{options}"
+        )
+
+    def dropmodel_sql(self, expression: DropModel) -> str:
+        exists = " IF EXISTS" if expression.args.get("exists") else ""
+        return f"DROP MODEL{exists} {self.sql(expression, 'this')}"
+
+    def showmodels_sql(self, expression: ShowModels) -> str:
+        return "SHOW MODELS"
+
+    def describemodel_sql(self, expression: DescribeModel) -> str:
+        return f"DESCRIBE MODEL {self.sql(expression, 'this')}"
+
+    def exportmodel_sql(self, expression: ExportModel) -> str:
+        return f"EXPORT MODEL {self.sql(expression, 'this')} TO {self.sql(expression, 'target')}"
+
+    def vacuummodels_sql(self, expression: VacuumModels) -> str:
+        return "VACUUM MODELS"
+
+    def predicttable_sql(self, expression: PredictTable) -> str:
+        source = expression.expression
+        source_sql = f"TABLE {self.sql(source)}" if isinstance(source, exp.Table) else self.sql(source)
+        options = self._options_sql(expression)
+        options = f", {options}" if options else ""
+        return f"PREDICT(MODEL {self.sql(expression, 'this')}, {source_sql}{options})"
+
+
+class ModelSQL(DuckDB):
+    """sqlglot dialect ``"modelsql"``: DuckDB plus model statements and ``PREDICT``.
+
+    Use as ``sqlglot.parse(sql, read=ModelSQL)`` / ``node.sql(dialect=ModelSQL)``;
+    prefer :func:`modelsql.sql.parse`, which also maps errors to
+    ``ProgrammingError``.
+    """
+
+    Tokenizer = ModelSQLTokenizer
+    Parser = ModelSQLParser
+    Generator = ModelSQLGenerator
+
+
+__all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator"]
