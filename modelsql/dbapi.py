@@ -213,9 +213,13 @@ class Connection:
                 raise translate_duckdb_error(exc) from exc
 
     def close(self) -> None:
-        """Close the connection; an open transaction is rolled back (PEP 249). Idempotent."""
-        if self._closed:
-            return
+        """Close the connection; an open transaction is rolled back (PEP 249).
+
+        Raises:
+            InterfaceError: the connection is already closed (PEP 249: any
+                operation on a closed connection raises).
+        """
+        self._check_open()
         try:
             if self._in_transaction:
                 try:
@@ -349,9 +353,9 @@ class Cursor:
     # -- PEP 249 methods --------------------------------------------------------
 
     def close(self) -> None:
-        """Close the cursor; later calls raise InterfaceError. Idempotent."""
+        """Close the cursor; every later call, ``close()`` included, raises InterfaceError."""
         if self._closed:
-            return
+            raise InterfaceError("Cursor is already closed.", code="cursor_closed")
         if self.connection._streaming is self and not self.connection._closed:
             self.connection._streaming = None
         self._buffer = None
@@ -478,7 +482,8 @@ class Cursor:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        if not self._closed:
+            self.close()
 
     # -- internals ------------------------------------------------------------
 

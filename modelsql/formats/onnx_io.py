@@ -13,11 +13,13 @@ What is stored as a blob
 * every initializer (``graph.initializer``), and the ``values`` and ``indices``
   of every sparse initializer, of the main graph, of every subgraph (``If`` /
   ``Loop`` / ``Scan`` bodies) and of subgraphs inside model-local functions;
-* large node attributes (at least :data:`ATTRIBUTE_MIN_ELEMENTS` elements):
-  ``TENSOR``/``TENSORS`` attributes (``Constant`` values) and ``FLOATS``/``INTS``
-  attributes. The latter matter for classical ML: skl2onnx puts a scaler's
-  offsets or a linear model's coefficients into ``ai.onnx.ml`` node attributes,
-  not initializers.
+* every non-empty ``FLOATS`` node attribute, and ``INTS``, ``TENSOR`` and
+  ``TENSORS`` (``Constant`` values) node attributes of at least
+  :data:`ATTRIBUTE_MIN_ELEMENTS` elements. This matters for classical ML:
+  skl2onnx puts a scaler's offsets, a linear model's coefficients and a tree
+  ensemble's node arrays into ``ai.onnx.ml`` node attributes, not initializers.
+  (Small ``INTS``/``TENSOR`` attributes are hyper-parameters such as ``axes``,
+  ``perm`` or scalar constants and stay inline.)
 
 Representation of a stripped tensor (in the graph blob)
 -------------------------------------------------------
@@ -114,8 +116,9 @@ _KEY_LOCATION_SET = "modelsql.data_location"
 _PROTOBUF_LIMIT = 2**31 - 1
 
 ATTRIBUTE_MIN_ELEMENTS = 16
-"""Node attributes (TENSOR, TENSORS, FLOATS, INTS) with at least this many elements are
-stored as blobs by :func:`split_model`; smaller ones stay inline in the graph."""
+"""INTS, TENSOR and TENSORS node attributes with at least this many elements are stored
+as blobs by :func:`split_model`; smaller ones stay inline in the graph. (Non-empty FLOATS
+attributes are always stored.)"""
 
 
 # --------------------------------------------------------------------------------------
@@ -173,6 +176,18 @@ def check_model(model: ModelProto, what: str = "<ModelProto>", path: Optional[Pa
         raise _invalid(what, _reason(exc)) from None
 
 
+def _check_data_in_memory(model: ModelProto, what: str) -> None:
+    for slot in _slots(model):
+        t = slot.attr.t if slot.attr is not None and slot.attr.HasField("t") else slot.tensor
+        if t is None or t.data_location != TensorProto.EXTERNAL:
+            continue
+        if _stripped_entries(t) is not None:
+            raise _invalid(what, f"tensor {slot.name!r} was stripped by modelsql (a stored graph without its tensors)")
+        raise _invalid(
+            what, f"tensor {slot.name!r} is in an external data file, which can only be read when loading from a path"
+        )
+
+
 def load_model(source: ModelSource) -> ModelProto:
     """Load and check an ONNX model.
 
@@ -192,10 +207,12 @@ def load_model(source: ModelSource) -> ModelProto:
     """
     if isinstance(source, ModelProto):
         check_model(source)
+        _check_data_in_memory(source, "<ModelProto>")
         return source
     if isinstance(source, (bytes, bytearray, memoryview)):
         model = _parse(bytes(source), "<bytes>")
         check_model(model, "<bytes>")
+        _check_data_in_memory(model, "<bytes>")
         return model
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -211,6 +228,7 @@ def load_model(source: ModelSource) -> ModelProto:
         except Exception as exc:
             raise _invalid(what, f"cannot load its external data ({_reason(exc)})") from None
         check_model(model, what, path)
+        _check_data_in_memory(model, what)
         return model
     raise ProgrammingError(
         f"cannot load an ONNX model from a {type(source).__name__}; "
@@ -275,7 +293,12 @@ class _Slot:
         """Whether split_model stores this slot as a blob (or already did)."""
         if self.entries() is not None:
             return True
-        return not self.is_attribute or self.elements() >= ATTRIBUTE_MIN_ELEMENTS
+        if not self.is_attribute:
+            return True
+        n = self.elements()
+        if self.attr is not None and self.attr.type == AttributeProto.FLOATS:
+            return n > 0
+        return n >= ATTRIBUTE_MIN_ELEMENTS
 
 
 def _node_label(node: NodeProto) -> str:
@@ -376,7 +399,7 @@ def signature(model: ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSp
 def param_count(model: ModelProto) -> int:
     """Number of parameters: total elements over every tensor :func:`split_model` stores
     (all initializers, in subgraphs too; the stored values of sparse initializers; node
-    attributes of at least :data:`ATTRIBUTE_MIN_ELEMENTS` elements). Same answer on the
+    attributes as listed in the module docstring). Same answer on the
     full model and on its stripped graph."""
     return sum(slot.elements() for slot in _slots(model) if slot.counted and slot.stored())
 

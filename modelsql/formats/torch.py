@@ -117,7 +117,10 @@ def from_torch(
     buf = io.BytesIO()
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            # the TorchScript exporter's deprecation notices; TracerWarnings (values
+            # frozen into the graph) still reach the user
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
             try:
                 torch.onnx.export(module, args, buf, dynamo=False, **kwargs)
             except TypeError as exc:

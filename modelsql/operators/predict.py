@@ -24,6 +24,7 @@ the flattened row.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Optional
 
@@ -149,6 +150,11 @@ class PredictFunction:
         self.outputs = outputs
         self.on_null = on_null
         self.index = index
+        # DuckDB counts a UDF's parameters from its signature; ``*arrays`` would
+        # count as one, so a multi-input model needs one named parameter per argument.
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(f"arg{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(len(args))]
+        )
         fields = [pa.field(o.column, _arrow_type(o)) for o in outputs]
         self.struct_type = pa.struct(fields)
         self.output_names = [o.output_name for o in outputs]

@@ -49,8 +49,8 @@ from modelsql.sql.nodes import (
 
 _DIALECT = ModelSQL()
 
-#: Word sequences that start one of our statements (matched on unquoted tokens,
-#: anywhere except right after a dot).
+#: Word sequences that start one of our statements (matched on unquoted tokens
+#: at the start of a statement).
 _STATEMENT_WORDS: tuple[tuple[str, ...], ...] = (
     ("IMPORT", "MODEL"),
     ("CREATE", "MODEL"),
@@ -199,6 +199,8 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             continue  # modelsql.models, s.predict(...)
         if word == "PREDICT" and i + 1 < n and tokens[i + 1].token_type == TokenType.L_PAREN:
             return True
+        if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
+            continue  # our statements only start statements
         if (
             word == "DESCRIBE"
             and i + 2 < n
@@ -218,9 +220,9 @@ def mentions_models(sql: str) -> bool:
 
     Tokenizer only (no parse), so it is cheap. True for ``IMPORT MODEL``,
     ``CREATE [OR REPLACE] MODEL``, ``DROP MODEL``, ``SHOW MODELS``,
-    ``DESCRIBE MODEL <name>``, ``EXPORT MODEL``, ``VACUUM MODELS`` and
-    ``PREDICT(`` — as unquoted words, not right after a dot, anywhere in the
-    text (including inside ``EXPLAIN`` / ``PREPARE`` bodies). False for
+    ``DESCRIBE MODEL <name>``, ``EXPORT MODEL``, ``VACUUM MODELS`` as unquoted
+    words starting a statement, and for ``PREDICT(`` anywhere (not right after
+    a dot); also inside ``EXPLAIN`` / ``PREPARE`` bodies. False for
     everything else: words inside string literals or comments, quoted
     identifiers (``"model"``), ``modelsql.models``, a column or table named
     ``model`` / ``predict``, ``DESCRIBE model`` (a table), and text that does
@@ -259,7 +261,9 @@ def number_placeholders(sql: str) -> tuple[str, int]:
 
     Only ``?`` tokens change (not ``?`` inside strings, quoted identifiers or
     comments, and not ``?NNN``, which is already numbered); every other byte is
-    kept as is. ``$n`` placeholders already in the text are left alone.
+    kept as is. ``$n`` / ``$name`` placeholders already in the text are left
+    alone and not renumbered, so text mixing them with ``?`` comes out with
+    colliding numbers: callers should not mix styles.
 
     Args:
         sql: statement text (one or more statements).

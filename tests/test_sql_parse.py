@@ -1,0 +1,508 @@
+"""Tests of modelsql's SQL dialect (modelsql.sql): nodes, round-trips, errors, text helpers.
+
+Convention (DESIGN.md): every form round-trips, parse(gen(parse(x))) == parse(x),
+and parses to its own node, never sqlglot's exp.Command fallback.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from modelsql.errors import InternalError, ProgrammingError
+from modelsql.sql import (
+    DescribeModel,
+    DropModel,
+    ExportModel,
+    ImportModel,
+    ModelRef,
+    ModelSQL,
+    PredictTable,
+    ShowModels,
+    VacuumModels,
+    mentions_models,
+    number_placeholders,
+    parse,
+    to_duckdb_sql,
+)
+
+
+def parse_one(sql: str) -> exp.Expression:
+    trees = parse(sql)
+    assert len(trees) == 1, trees
+    return trees[0]
+
+
+def assert_round_trip(tree: exp.Expression) -> None:
+    for pretty in (False, True):
+        generated = tree.sql(dialect=ModelSQL, pretty=pretty)
+        again = parse(generated)
+        assert again == [tree], (generated, again)
+
+
+# --------------------------------------------------------------- every form
+
+STATEMENT_FORMS = [
+    ("IMPORT MODEL digits_mlp FROM 'digits_mlp.onnx'", ImportModel),
+    ("import model if not exists digits_mlp from 'digits_mlp.onnx'", ImportModel),
+    ("IMPORT MODEL m FROM 'm.onnx' WITH (opset = 17, name = 'x')", ImportModel),
+    ("IMPORT MODEL m FROM ?", ImportModel),
+    ("IMPORT MODEL m FROM $1", ImportModel),
+    ("CREATE MODEL m FROM 'm.onnx'", ImportModel),
+    ("CREATE OR REPLACE MODEL m FROM 'm.onnx'", ImportModel),
+    ("CREATE OR REPLACE MODEL IF NOT EXISTS \"My Model\" FROM 'm.onnx' WITH (a = 1)", ImportModel),
+    ("DROP MODEL m", DropModel),
+    ("DROP MODEL IF EXISTS m", DropModel),
+    ("DROP MODEL m VERSION 2", DropModel),
+    ("drop model if exists m version 12", DropModel),
+    ("SHOW MODELS", ShowModels),
+    ("show models", ShowModels),
+    ("DESCRIBE MODEL m", DescribeModel),
+    ("DESCRIBE MODEL m VERSION 3", DescribeModel),
+    ("EXPORT MODEL m TO 'out.onnx'", ExportModel),
+    ("EXPORT MODEL m VERSION 1 TO 'out.onnx'", ExportModel),
+    ("VACUUM MODELS", VacuumModels),
+    ("vacuum models", VacuumModels),
+]
+
+
+@pytest.mark.parametrize("sql,node_type", STATEMENT_FORMS)
+def test_statement_forms_parse_to_their_node_and_round_trip(sql, node_type):
+    tree = parse_one(sql)
+    assert type(tree) is node_type
+    assert tree.find(exp.Command) is None
+    assert_round_trip(tree)
+
+
+PREDICT_FORMS = [
+    "SELECT * FROM PREDICT(MODEL m, TABLE t)",
+    "SELECT * FROM PREDICT(MODEL m VERSION 2, TABLE t)",
+    "SELECT * FROM PREDICT(MODEL m, TABLE s.t)",
+    "SELECT * FROM PREDICT(MODEL m, TABLE db.s.t) AS p",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t) p",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t) AS p(a, b)",
+    "SELECT * FROM predict(model m, table t)",
+    "FROM PREDICT(MODEL m, TABLE t)",
+    "SELECT label, count(*) FROM PREDICT(MODEL digits_mlp, TABLE digits) GROUP BY label",
+    "SELECT * FROM PREDICT(MODEL m, (SELECT id, text FROM reviews WHERE day = ?))",
+    "SELECT * FROM PREDICT(MODEL m, (SELECT id FROM reviews WHERE day = $1)) AS p",
+    "SELECT * FROM PREDICT(MODEL m, (WITH q AS (SELECT 1 AS x) SELECT * FROM q))",
+    "SELECT * FROM PREDICT(MODEL m, (SELECT 1 AS x UNION ALL SELECT 2))",
+    "SELECT * FROM PREDICT(MODEL m, (FROM t))",
+    "SELECT * FROM PREDICT(MODEL m, (VALUES (1), (2)))",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t, on_null = 'skip')",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t, on_null := 'skip', batch_size => 1024)",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t, backend = 'onnxruntime', batch_size = 1024)",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t, features = (a, b), names = ('a', 'b'))",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t, batch_size = ?, threshold = -0.5, strict = TRUE)",
+    "SELECT * FROM a, PREDICT(MODEL m, TABLE a) AS p",
+    "SELECT * FROM t JOIN PREDICT(MODEL m, TABLE t) AS p ON t.id = p.id",
+    "SELECT * FROM t LEFT JOIN PREDICT(MODEL m, (SELECT * FROM t WHERE x > ?)) p USING (id)",
+    "SELECT * FROM PREDICT(MODEL a, TABLE t) p JOIN PREDICT(MODEL b VERSION 1, TABLE t) q ON p.id = q.id",
+    "WITH p AS (SELECT * FROM PREDICT(MODEL m, TABLE t)) SELECT * FROM p",
+    "WITH p AS (SELECT * FROM PREDICT(MODEL m, TABLE t) AS x) SELECT count(*) FROM p WHERE p.label = ?",
+    "SELECT * FROM (SELECT * FROM PREDICT(MODEL m, TABLE t)) AS sub",
+    "SELECT * FROM t WHERE id IN (SELECT id FROM PREDICT(MODEL m, TABLE t) AS p WHERE p.label = $1)",
+    "SELECT * FROM t WHERE id IN (SELECT id FROM PREDICT(MODEL m, (SELECT * FROM t WHERE a = ?)) p)",
+    "INSERT INTO out SELECT * FROM PREDICT(MODEL m, TABLE t)",
+    "CREATE TABLE out AS SELECT * FROM PREDICT(MODEL m, TABLE t) AS p",
+]
+
+
+@pytest.mark.parametrize("sql", PREDICT_FORMS)
+def test_predict_forms_round_trip_and_sit_in_a_table(sql):
+    tree = parse_one(sql)
+    assert tree.find(exp.Command) is None
+    predicts = list(tree.find_all(PredictTable))
+    assert predicts, tree
+    for node in predicts:
+        assert isinstance(node.this, ModelRef)
+        assert isinstance(node.expression, (exp.Table, exp.Subquery))
+        # wrapped the way sqlglot wraps table functions
+        assert isinstance(node.parent, exp.Table)
+        assert node.arg_key == "this"
+    assert_round_trip(tree)
+
+
+# -------------------------------------------------------------- node shapes
+
+
+def test_import_model_args():
+    tree = parse_one(
+        "IMPORT MODEL IF NOT EXISTS digits FROM 'd.onnx' WITH (opset = 17, name = 'x', "
+        "flag = true, off = FALSE, none = NULL, backend = onnxruntime, features = (a, b, c), "
+        "cols = ('a', 'b'), neg = -1.5, one = (a), empty = (), nested = (a, (1, 2)), p = ?)"
+    )
+    assert isinstance(tree, ImportModel)
+    assert tree.args["exists"] is True
+    assert tree.args["replace"] is False
+    ref = tree.this
+    assert isinstance(ref, ModelRef)
+    assert ref.this == exp.to_identifier("digits")
+    assert ref.args.get("version") is None
+    assert ref.model_name == "digits" and ref.version_number is None
+    assert tree.args["source"] == exp.Literal.string("d.onnx")
+    options = tree.args["options"]
+    assert all(isinstance(o, exp.EQ) and isinstance(o.this, exp.Identifier) for o in options)
+    values = tree.option_values
+    assert list(values) == [
+        "opset", "name", "flag", "off", "none", "backend", "features", "cols", "neg", "one",
+        "empty", "nested", "p",
+    ]
+    assert values["opset"] == exp.Literal.number(17)
+    assert values["name"] == exp.Literal.string("x")
+    assert values["flag"] == exp.true()
+    assert values["off"] == exp.false()
+    assert isinstance(values["none"], exp.Null)
+    assert values["backend"] == exp.to_identifier("onnxruntime")
+    assert values["features"] == exp.Tuple(expressions=[exp.to_identifier(c) for c in "abc"])
+    assert values["cols"] == exp.Tuple(expressions=[exp.Literal.string("a"), exp.Literal.string("b")])
+    assert values["neg"] == exp.Neg(this=exp.Literal.number("1.5"))
+    assert values["one"] == exp.Tuple(expressions=[exp.to_identifier("a")])
+    assert values["empty"] == exp.Tuple(expressions=[])
+    assert isinstance(values["nested"].expressions[1], exp.Tuple)
+    assert isinstance(values["p"], exp.Placeholder)
+    assert_round_trip(tree)
+
+
+def test_create_model_forms():
+    plain = parse_one("CREATE MODEL m FROM 'm.onnx'")
+    assert isinstance(plain, ImportModel) and plain.args["replace"] is False
+    # CREATE MODEL is IMPORT MODEL: same tree, generated as IMPORT MODEL
+    assert plain == parse_one("IMPORT MODEL m FROM 'm.onnx'")
+    assert plain.sql(dialect=ModelSQL) == "IMPORT MODEL m FROM 'm.onnx'"
+
+    replace = parse_one("CREATE OR REPLACE MODEL m FROM 'm.onnx' WITH (features = ('a', 'b'))")
+    assert isinstance(replace, ImportModel)
+    assert replace.args["replace"] is True
+    assert replace.args["exists"] is False
+    assert replace.sql(dialect=ModelSQL) == (
+        "CREATE OR REPLACE MODEL m FROM 'm.onnx' WITH (features = ('a', 'b'))"
+    )
+
+
+def test_drop_describe_export_args():
+    drop = parse_one("DROP MODEL IF EXISTS m VERSION 2")
+    assert isinstance(drop, DropModel)
+    assert drop.args["exists"] is True
+    assert drop.this.args["version"] == exp.Literal.number(2)
+    assert drop.this.version_number == 2
+    assert parse_one("DROP MODEL m").args["exists"] is False
+
+    describe = parse_one("DESCRIBE MODEL m VERSION 3")
+    assert isinstance(describe, DescribeModel)
+    assert describe.this.model_name == "m" and describe.this.version_number == 3
+
+    export = parse_one("EXPORT MODEL m VERSION 1 TO 'out.onnx'")
+    assert isinstance(export, ExportModel)
+    assert export.args["target"] == exp.Literal.string("out.onnx")
+    assert export.this.version_number == 1
+
+    assert parse_one("SHOW MODELS").args == {}
+    assert parse_one("VACUUM MODELS").args == {}
+
+
+def test_quoted_model_names_keep_their_quotes():
+    tree = parse_one('DROP MODEL "My Model"')
+    assert tree.this.this == exp.to_identifier("My Model", quoted=True)
+    assert tree.sql(dialect=ModelSQL) == 'DROP MODEL "My Model"'
+
+
+@pytest.mark.parametrize("word", ["limit", "order", "default", "version", "model", "table", "type"])
+def test_keyword_like_names_round_trip(word):
+    for sql in (
+        f"DROP MODEL {word} VERSION 3",
+        f"IMPORT MODEL m FROM 'x' WITH ({word} = 1, b = {word}, c = ({word}, 1))",
+        f"SELECT * FROM PREDICT(MODEL {word}, TABLE t, {word} => {word})",
+    ):
+        assert_round_trip(parse_one(sql))
+
+
+def test_model_ref_carries_name_position():
+    sql = "SELECT *\nFROM PREDICT(MODEL   digits, TABLE t)"
+    ref = parse_one(sql).find(ModelRef)
+    start = ref.meta["start"]
+    assert sql[start : ref.meta["end"] + 1] == "digits"
+    assert ref.meta["line"] == 2
+
+
+def test_predict_table_shape_in_from_clause():
+    tree = parse_one(
+        "SELECT * FROM PREDICT(MODEL m VERSION 2, TABLE s.t, features = (a, b)) AS p"
+    )
+    table = tree.args["from_"].this
+    assert isinstance(table, exp.Table)
+    assert table.alias == "p"
+    node = table.this
+    assert isinstance(node, PredictTable)
+    assert node.this.model_name == "m" and node.this.version_number == 2
+    source = node.expression
+    assert isinstance(source, exp.Table)
+    assert source.name == "t" and source.db == "s"
+    assert source.args.get("alias") is None
+    assert node.option_values["features"] == exp.Tuple(
+        expressions=[exp.to_identifier("a"), exp.to_identifier("b")]
+    )
+
+
+def test_predict_subquery_input_and_option_separators():
+    tree = parse_one(
+        "SELECT * FROM PREDICT(MODEL m, (SELECT id FROM t WHERE d = ?), "
+        "a = 1, b := 'x', c => onnxruntime) p"
+    )
+    node = tree.find(PredictTable)
+    assert isinstance(node.expression, exp.Subquery)
+    assert isinstance(node.expression.this, exp.Select)
+    assert node.expression.find(exp.Placeholder) is not None
+    assert [o.this.name for o in node.args["options"]] == ["a", "b", "c"]
+    assert all(type(o) is exp.EQ for o in node.args["options"])
+    # every separator is generated as `=`
+    assert "a = 1, b = 'x', c = onnxruntime" in tree.sql(dialect=ModelSQL)
+
+
+def test_predict_in_join_cte_and_where_in():
+    sql = (
+        "WITH scored AS (SELECT * FROM PREDICT(MODEL m, TABLE reviews) AS s) "
+        "SELECT r.id FROM reviews r "
+        "JOIN PREDICT(MODEL m2 VERSION 4, (SELECT * FROM reviews WHERE day = $1)) AS q ON r.id = q.id "
+        "WHERE r.id IN (SELECT id FROM PREDICT(MODEL m3, TABLE reviews) x WHERE x.label = ?)"
+    )
+    tree = parse_one(sql)
+    nodes = list(tree.find_all(PredictTable))
+    assert sorted(n.this.model_name for n in nodes) == ["m", "m2", "m3"]
+    assert sorted(n.parent.alias for n in nodes) == ["q", "s", "x"]
+    join = tree.args["joins"][0]
+    assert isinstance(join.this, exp.Table) and isinstance(join.this.this, PredictTable)
+    assert_round_trip(tree)
+
+
+def test_multiple_statements():
+    trees = parse("SELECT 1; IMPORT MODEL m FROM 'a.onnx';; SHOW MODELS;\nDROP MODEL m;")
+    assert [type(t) for t in trees] == [exp.Select, ImportModel, ShowModels, DropModel]
+    assert parse("") == []
+    assert parse("  ;  ") == []
+
+
+def test_comments_before_our_statements_stay_before():
+    tree = parse_one("-- note\nDROP MODEL m")
+    assert tree.sql(dialect=ModelSQL) == "/* note */ DROP MODEL m"
+    assert_round_trip(tree)
+
+
+# ---------------------------------------------------- plain SQL stays plain
+
+PLAIN_SQL = [
+    "SELECT model, models, predict FROM predict",
+    "SELECT * FROM modelsql.models WHERE name = 'm'",
+    'SELECT "model" FROM t',
+    "CREATE TABLE models (model VARCHAR, predict DOUBLE)",
+    "DROP TABLE model",
+    "DESCRIBE model",
+    "DESCRIBE model.t",
+    "DESCRIBE t",
+    "DESCRIBE SELECT 1",
+    "SHOW TABLES",
+    "SELECT * FROM read_csv('x.csv') AS r(a)",
+    "SELECT * FROM t WHERE a = ? AND b = $2",
+    "ALTER TABLE t DROP model",
+    "INSERT INTO t VALUES (1, 'predict(model m, table t)')",
+]
+
+
+@pytest.mark.parametrize("sql", PLAIN_SQL)
+def test_plain_duckdb_sql_parses_as_duckdb_does(sql):
+    assert parse(sql) == sqlglot.parse(sql, read="duckdb")
+    assert not mentions_models(sql)
+
+
+def test_vacuum_other_than_models_stays_duckdbs_command():
+    for sql in ("VACUUM", "VACUUM ANALYZE t", "vacuum analyze t(a, b)"):
+        tree = parse_one(sql)
+        assert isinstance(tree, exp.Command)
+        assert tree == sqlglot.parse_one(sql, read="duckdb")
+        assert tree.sql(dialect=ModelSQL) == sqlglot.parse_one(sql, read="duckdb").sql("duckdb")
+
+
+def test_predict_as_a_plain_function_is_anonymous():
+    tree = parse_one("SELECT predict(a, b) FROM t")
+    func = tree.expressions[0]
+    assert isinstance(func, exp.Anonymous)  # not BigQuery's exp.Predict
+    assert func.name.upper() == "PREDICT"
+    assert_round_trip(tree)
+
+
+def test_to_duckdb_sql():
+    tree = parse_one("SELECT a, count(*) FROM t WHERE b = $1 GROUP BY a")
+    assert to_duckdb_sql(tree) == "SELECT a, COUNT(*) FROM t WHERE b = $1 GROUP BY a"
+    with_predict = parse_one("SELECT * FROM PREDICT(MODEL m, TABLE t) AS p")
+    with pytest.raises(InternalError) as info:
+        to_duckdb_sql(with_predict)
+    assert info.value.code == "internal_error"
+    # once the planner swaps the node for a plain table, it generates
+    with_predict.find(PredictTable).replace(exp.to_identifier("arrow_scan_0"))
+    assert to_duckdb_sql(with_predict) == "SELECT * FROM arrow_scan_0 AS p"
+
+
+# ------------------------------------------------------------------- errors
+
+
+def caret_column(message: str) -> tuple[str, int]:
+    """Return (LINE text, 1-based column of the first caret) from an error message."""
+    lines = message.splitlines()
+    (index,) = [i for i, l in enumerate(lines) if l.startswith("LINE ")]
+    source, caret = lines[index], lines[index + 1]
+    prefix = source.index(": ") + 2
+    return source, caret.index("^") - prefix + 1
+
+
+def test_error_carries_line_column_and_caret_for_multiline_statement():
+    sql = "SELECT *\nFROM PREDICT(MODEL m,\n   TABLE)\nWHERE x = 1"
+    with pytest.raises(ProgrammingError) as info:
+        parse(sql)
+    error = info.value
+    assert error.code == "parse_error"
+    assert (error.line, error.column) == (3, 9)
+    message = str(error)
+    assert message.startswith("Parser Error: ")
+    assert "Expected a table name after TABLE" in message
+    source, column = caret_column(message)
+    assert source == "LINE 3:    TABLE)"
+    assert column == 9
+    assert sql.splitlines()[2][column - 1] == ")"
+
+
+@pytest.mark.parametrize(
+    "sql,line,column,text,fragment",
+    [
+        ("IMPORT MODEL FROM 'x'", 1, 14, "FROM", "Expected a model name"),
+        ("SELECT 1;\nDROP MODEL m VERSION x", 2, 22, "x", "integer version"),
+        ("IMPORT MODEL m VERSION 2 FROM 'x'", 1, 16, "VERSION", "VERSION cannot be given"),
+        ("IMPORT MODEL m 'x'", 1, 16, "'x'", "Expected FROM"),
+        ("IMPORT MODEL m FROM x", 1, 21, "x", "quoted file path"),
+        ("IMPORT MODEL m FROM 'x' WITH (a 1)", 1, 33, "1", "Expected ="),
+        ("EXPORT MODEL m 'x'", 1, 16, "'x'", "Expected TO"),
+        ("SHOW MODELS extra", 1, 13, "extra", "Unexpected token"),
+        ("SELECT * FROM PREDICT(TABLE t)", 1, 23, "TABLE", "Expected MODEL"),
+        ("SELECT * FROM PREDICT(MODEL m)", 1, 30, ")", "after the model"),
+        ("SELECT * FROM PREDICT(MODEL m, t)", 1, 32, "t", "TABLE <name> or (SELECT"),
+        ("SELECT * FROM\n  PREDICT(MODEL m, (t))", 2, 20, "(", "query in parentheses"),
+        ("SELECT * FROM PREDICT(MODEL m, TABLE t, x)", 1, 42, ")", "Expected ="),
+        ("SELECT * FROM PREDICT(MODEL m, TABLE t, x = )", 1, 45, ")", "option value"),
+        ("SELECT PREDICT(MODEL m, TABLE t)", 1, 8, "PREDICT", "table function"),
+        ("SELECT 'abc", 1, 8, "'", "unterminated"),
+        ("SELECT 1 +\n  /* oops", 2, 3, "/", "unterminated"),
+        ("SELECT * FROM", 1, 10, "FROM", "end of input"),
+    ],
+)
+def test_parse_errors_point_at_the_offending_token(sql, line, column, text, fragment):
+    with pytest.raises(ProgrammingError) as info:
+        parse(sql)
+    error = info.value
+    assert error.code == "parse_error"
+    assert (error.line, error.column) == (line, column), str(error)
+    assert fragment in str(error)
+    source, caret = caret_column(str(error))
+    assert source == f"LINE {line}: {sql.splitlines()[line - 1]}"
+    assert caret == column
+    assert sql.splitlines()[line - 1][column - 1 :].startswith(text)
+    # the whole token is underlined
+    caret_line = str(error).splitlines()[-1]
+    assert caret_line.strip() == "^" * min(len(text), len(caret_line.strip()))
+
+
+# ---------------------------------------------------------- mentions_models
+
+MENTIONS = [
+    "IMPORT MODEL m FROM 'x.onnx'",
+    "import model m from 'x.onnx'",
+    "CREATE MODEL m FROM 'x.onnx'",
+    "create or replace model m from 'x.onnx'",
+    "DROP MODEL m",
+    "DROP MODEL IF EXISTS m",
+    "SHOW MODELS",
+    "DESCRIBE MODEL m",
+    "EXPORT MODEL m TO 'x.onnx'",
+    "VACUUM MODELS",
+    "SELECT * FROM PREDICT(MODEL m, TABLE t)",
+    "select * from predict (model m, table t)",
+    "SELECT 1; DROP MODEL m",
+    "-- comment\nSHOW MODELS;",
+    "EXPLAIN SELECT * FROM PREDICT(MODEL m, TABLE t)",
+    "SELECT * FROM t WHERE id IN (SELECT id FROM PREDICT(MODEL m, TABLE t))",
+]
+
+NOT_MENTIONS = [
+    "SELECT 1",
+    "SELECT 'predict(model m, table t)'",
+    "SELECT 'IMPORT MODEL m FROM x'",
+    'SELECT "model", "predict" FROM t',
+    'SELECT * FROM "predict"(1)',
+    "SELECT * FROM modelsql.models",
+    "SELECT * FROM modelsql.model_versions WHERE model = 'm'",
+    "SELECT model, models, predict FROM predict",
+    "SELECT * FROM s.predict(1)",
+    "CREATE TABLE models (model INT)",
+    "DROP TABLE model",
+    "DESCRIBE model",
+    "DESCRIBE model.t",
+    "VACUUM",
+    "VACUUM ANALYZE models",
+    "-- PREDICT(MODEL m, TABLE t)\nSELECT 1",
+    "/* DROP MODEL m */ SELECT 1",
+    "EXPLAIN SELECT 'predict('",
+    "SELECT 'unterminated",
+    "",
+]
+
+
+@pytest.mark.parametrize("sql", MENTIONS)
+def test_mentions_models_true(sql):
+    assert mentions_models(sql) is True
+
+
+@pytest.mark.parametrize("sql", NOT_MENTIONS)
+def test_mentions_models_false(sql):
+    assert mentions_models(sql) is False
+
+
+# ------------------------------------------------------ number_placeholders
+
+
+@pytest.mark.parametrize(
+    "sql,expected,count",
+    [
+        ("SELECT 1", "SELECT 1", 0),
+        ("SELECT ?", "SELECT $1", 1),
+        (
+            "SELECT ?, '?', \"?\", ? -- ?\n /* ? */ FROM t WHERE a = ? AND b = 'it''s ?'",
+            "SELECT $1, '?', \"?\", $2 -- ?\n /* ? */ FROM t WHERE a = $3 AND b = 'it''s ?'",
+            3,
+        ),
+        ("SELECT $$ ? $$, ?", "SELECT $$ ? $$, $1", 1),
+        ("SELECT E'\\'?', ?", "SELECT E'\\'?', $1", 1),
+        ("SELECT  ?  ,\n\t?", "SELECT  $1  ,\n\t$2", 2),
+        ("SELECT ?; SELECT ?", "SELECT $1; SELECT $2", 2),
+        ("SELECT * FROM PREDICT(MODEL m, (SELECT * FROM t WHERE a = ?), k = ?)",
+         "SELECT * FROM PREDICT(MODEL m, (SELECT * FROM t WHERE a = $1), k = $2)", 2),
+        ("EXPLAIN SELECT * FROM t WHERE a = ? AND b = '?'",
+         "EXPLAIN SELECT * FROM t WHERE a = $1 AND b = '?'", 1),
+        ("SELECT * FROM t WHERE a = $1", "SELECT * FROM t WHERE a = $1", 0),
+    ],
+)
+def test_number_placeholders(sql, expected, count):
+    assert number_placeholders(sql) == (expected, count)
+
+
+def test_number_placeholders_output_parses_with_numbered_placeholders():
+    text, count = number_placeholders("SELECT * FROM PREDICT(MODEL m, (SELECT * FROM t WHERE a = ?)) WHERE b = ?")
+    assert count == 2
+    names = [p.name for p in parse_one(text).find_all(exp.Placeholder)]
+    assert sorted(names) == ["1", "2"]
+
+
+def test_number_placeholders_rejects_untokenizable_text():
+    with pytest.raises(ProgrammingError) as info:
+        number_placeholders("SELECT ?, 'abc")
+    assert info.value.code == "parse_error"
+    assert (info.value.line, info.value.column) == (1, 11)
