@@ -31,19 +31,17 @@ import argparse
 import csv
 import datetime as _dt
 import decimal
-import io
 import json
 import math
 import os
 import re
 import sys
-import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -333,10 +331,10 @@ def _choose_columns(widths: list[int], minimums: list[int], available: int) -> O
 
 
 def render_table(description: Sequence[tuple], head: list[tuple], tail: list[tuple], total: int,
-                 width: int) -> Table:
+                 width: int, note: str = "") -> Group:
     """A rich Table of a result: ``head`` rows, a ``…`` row and ``tail`` rows when rows were
-    left out, columns elided in the middle when they do not fit ``width``; the caption
-    says how many rows (and columns) there are."""
+    left out, columns elided in the middle when they do not fit ``width``; under it a
+    footer line says how many rows (and columns) there are, then ``note``."""
     names = [str(d[0]) for d in description]
     types = [d[1] for d in description]
     cells = [[format_value(v) for v in row] for row in head]
@@ -355,7 +353,7 @@ def render_table(description: Sequence[tuple], head: list[tuple], tail: list[tup
         order: list[Optional[int]] = list(range(len(names)))
     else:
         order = chosen[0] + [None] + chosen[1]
-    table = Table(show_lines=False, header_style="bold", caption_justify="left")
+    table = Table(show_lines=False, header_style="bold")
     for j in order:
         if j is None:
             table.add_column("…", justify="center", no_wrap=True)
@@ -388,8 +386,9 @@ def render_table(description: Sequence[tuple], head: list[tuple], tail: list[tup
         caption += f" ({shown} shown)"
     if chosen is not None:
         caption += f", {len(names)} columns ({len(order) - 1} shown)"
-    table.caption = caption
-    return table
+    if note:
+        caption += f" · {note}"
+    return Group(table, Text(caption, style="dim"))
 
 
 def print_result(console: Console, cursor, *, fmt: str = "table", max_rows: int = MAX_ROWS,
@@ -496,6 +495,8 @@ class Runner:
             except Exception as exc:
                 if _debug():
                     raise
+                if str(exc).rstrip().endswith("Query interrupted"):
+                    raise KeyboardInterrupt from exc  # Ctrl-C inside DuckDB
                 self.report(exc, stmt, source=source)
                 return False
         return True
@@ -610,6 +611,8 @@ class Shell:
                     buffer = []
                     continue
                 if line is None:
+                    if self.interactive:
+                        self.runner.console.print()  # end the prompt's line after Ctrl-D
                     if buffer and "".join(buffer).strip():
                         self._execute("\n".join(buffer))  # a last statement without ";"
                     break
@@ -627,8 +630,6 @@ class Shell:
                     self._execute(text)
         finally:
             self._save_history()
-            if self.interactive:
-                self.runner.console.print()
         return 1 if (self.failed and not self.interactive) else 0
 
     def _execute(self, text: str) -> None:

@@ -15,11 +15,13 @@ result is first fetched into memory, so both stay valid.
 from __future__ import annotations
 
 import datetime as _dt
+import re as _re
 import time as _time
 from typing import Any, Iterator, Optional, Sequence
 
 import duckdb
 
+from .errors import excerpt as _excerpt
 from .errors import (
     DatabaseError,
     DataError,
@@ -128,6 +130,63 @@ def translate_duckdb_error(exc: BaseException) -> Error:
     if isinstance(exc, duckdb.Error):
         return DatabaseError(str(exc), code="database_error")
     return InternalError(f"{type(exc).__name__}: {exc}", code="internal_error")
+
+
+_EXCERPT = _re.compile(r"\n*LINE (\d+): (.*)\n( *)(\^+)[ \t]*$")
+
+
+def point_into(err: Error, sql: str) -> Error:
+    """Make ``err`` point into the statement text the user wrote.
+
+    DuckDB appends ``LINE n: <text>`` and a caret line to its messages, but
+    keeps no position on the exception; and when the text DuckDB saw was SQL
+    that modelsql generated (a PREDICT rewritten into a UDF call), the excerpt
+    shows that generated SQL. Here the excerpt is located in ``sql``: when its
+    text (or, failing that, the offending text under the caret, if it occurs
+    exactly once) is found, ``err.line`` / ``err.column`` (1-based) are set and
+    the excerpt is redrawn over the user's text; otherwise the excerpt is
+    dropped, so generated SQL never reaches the user. Errors that already
+    carry a position are returned unchanged.
+    """
+    if not isinstance(err, Error) or err.line is not None or not isinstance(sql, str):
+        return err
+    message = str(err)
+    m = _EXCERPT.search(message)
+    if m is None:
+        return err
+    prefix = len(f"LINE {m.group(1)}: ")
+    shown = m.group(2)
+    caret = len(m.group(3)) - prefix
+    width = len(m.group(4))
+    offending = shown[caret : caret + width] if caret >= 0 else ""
+    lead = 0
+    if shown.startswith("..."):
+        shown, lead = shown[3:], 3
+    if shown.endswith("..."):
+        shown = shown[:-3]
+    lines = sql.splitlines() or [""]
+    pos = None
+    wanted = int(m.group(1))
+    order = ([wanted - 1] if 0 < wanted <= len(lines) else []) + [i for i in range(len(lines)) if i != wanted - 1]
+    if shown.strip() and caret >= lead:
+        for i in order:
+            j = lines[i].find(shown)
+            if j >= 0:
+                pos = (i + 1, j + caret - lead + 1)
+                break
+    if pos is None and offending.strip() and "__m" not in offending.lower():
+        hits = [(i + 1, h.start() + 1) for i, line in enumerate(lines) for h in _re.finditer(_re.escape(offending), line)]
+        if len(hits) == 1:
+            pos = hits[0]
+    head = message[: m.start()].rstrip()
+    if pos is not None:
+        text = head + "\n" + _excerpt(sql, pos[0], pos[1], width)
+        err.line, err.column = pos
+    else:
+        text = head
+    err.message = text
+    err.args = (text,)
+    return err
 
 
 # ------------------------------------------------------------ connection
@@ -330,6 +389,7 @@ class Cursor:
         self._streaming = False
         self._lastrowid = None
         self._result = None
+        self._operation: Optional[str] = None
 
     # -- PEP 249 attributes -----------------------------------------------------
 
@@ -386,7 +446,11 @@ class Cursor:
         conn = self.connection
         conn._settle()
         self._reset()
-        outcome = conn._engine.execute(operation, list(parameters) if parameters is not None else None, conn)
+        self._operation = operation
+        try:
+            outcome = conn._engine.execute(operation, list(parameters) if parameters is not None else None, conn)
+        except Error as err:
+            raise point_into(err, operation) from err.__cause__
         self._description = outcome.description
         self._rowcount = outcome.rowcount
         if outcome.rows is not None:
@@ -516,7 +580,7 @@ class Cursor:
             return fn(self.connection._duck)
         except Exception as exc:
             self._finish_stream()
-            raise self._result.translate(exc) from exc
+            raise point_into(self._result.translate(exc), self._operation) from exc
 
     def _finish_stream(self) -> None:
         if self._streaming:

@@ -38,7 +38,7 @@ import re
 import shlex
 import tempfile
 import time
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -249,9 +249,9 @@ class _Shower:
         elapsed = (time.perf_counter() - started) * 1000
         if cur.description is not None:
             head, tail = (rows, []) if len(rows) <= MAX_ROWS else (rows[: MAX_ROWS // 2], rows[-(MAX_ROWS // 2):])
-            table = render_table(cur.description, head, tail, len(rows), self.console.width)
-            table.caption = f"{table.caption} · {elapsed:.0f} ms"
-            self.console.print(table)
+            self.console.print(
+                render_table(cur.description, head, tail, len(rows), self.console.width, f"{elapsed:.0f} ms")
+            )
         return rows
 
 
@@ -350,8 +350,7 @@ def run(database: str, console: Optional[Console] = None) -> None:
             progress.advance(task)
             con.import_model("iris_forest", forest, features=features["iris"], replace=True)
             progress.advance(task)
-            import torch
-
+            torch = _need("torch", "torch")
             import_torch(con, "digits_mlp", mlp, torch.zeros(2, 64), features["digits"])
             progress.advance(task)
 

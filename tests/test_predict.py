@@ -430,7 +430,7 @@ def test_on_null_with_array_column(con):
 
 def test_numeric_types_cast_like_numpy_float32(con):
     con.import_model("ident", identity_model(3))
-    doubles = [0.1, 1 / 3, 1e-40, 3.4028235677973366e38, -2.5e-8, 16777217.0]
+    doubles = [0.1, 1 / 3, 1e-40, 3.4028234663852886e38, -2.5e-8, 16777217.0]
     ints = [16777217, -7, 0, 2**24 + 3, 123456789, 1]
     decimals = [Decimal("1.005"), Decimal("0.100"), Decimal("-3.333"), Decimal("16777217.001"), Decimal("0.001"), Decimal("2.675")]
     load_table(
@@ -454,6 +454,15 @@ def test_numeric_types_cast_like_numpy_float32(con):
         axis=1,
     )
     np.testing.assert_array_equal(got, want)
+
+
+def test_double_out_of_float32_range_is_a_data_error(con):
+    con.import_model("ident", identity_model(2))
+    load_table(con, "t", {"a": ("DOUBLE", [1.0, 1e300]), "big": ("DOUBLE", [2.0, 1e300])})
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute("SELECT * FROM PREDICT(MODEL ident, TABLE t, features = (a, big))").fetchall()
+    assert "out of range" in str(info.value) and "FLOAT" in str(info.value)
+    assert "__modelsql" not in str(info.value).lower()  # no generated SQL in the message
 
 
 def test_predictions_equal_onnxruntime(digits_con, digits, tmp_path):

@@ -63,7 +63,8 @@ class ModelVersion:
         opset: the default-domain ONNX opset the model imports.
         inputs, outputs: the graph's inputs (initializers excluded) and outputs.
         tensors: the stored initializers.
-        param_count: total number of elements over all initializers.
+        param_count: total number of elements over all stored tensors (initializers and
+            large constant attributes, e.g. the coefficients skl2onnx keeps in node attributes).
         source: where the model came from (a path, ``"sklearn:Pipeline"``, ``"torch:Net"``).
         kind: ``"onnx"``, ``"sklearn"`` or ``"torch"``.
         features: the feature (column) names bound to a single 2-D input, when known.

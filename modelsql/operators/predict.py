@@ -160,6 +160,8 @@ class PredictFunction:
         self.output_names = [o.output_name for o in outputs]
         self.calls = 0
         self.rows = 0
+        self.null_counts: dict[str, int] = {}
+        """Column -> rows with a NULL in it, in the chunk that raised a NULL error (mode ``error``)."""
 
     def __call__(self, *arrays) -> pa.StructArray:
         try:
@@ -190,9 +192,9 @@ class PredictFunction:
                 null_rows = mask if null_rows is None else (null_rows | mask)
         if null_rows is not None and null_rows.any():
             if self.on_null != "null":
-                bad = [spec for spec, arr in zip(self.args, arrays) if _null_rows(arr, spec) is not None]
-                cols = ",".join(c for spec in bad for c in spec.columns)
-                raise ValueError(f"{NULL_MARKER}:{self.index}:{cols}")
+                counts = _null_counts(self.args, arrays)
+                self.null_counts = counts
+                raise ValueError(f"{NULL_MARKER}:{self.index}:{','.join(counts)}")
             keep = ~null_rows
             idx = np.flatnonzero(keep)
             arrays = [a.take(pa.array(idx)) for a in arrays]
@@ -252,6 +254,34 @@ def _null_rows(arr: pa.Array, spec: InputArg) -> Optional[np.ndarray]:
                 if item is not None and any(v is None for v in _flat(item)):
                     mask[i] = True
     return mask
+
+
+def _null_counts(args: tuple[InputArg, ...], arrays) -> dict[str, int]:
+    """Column -> number of rows of this chunk with a NULL in that column (only columns that have one).
+
+    A ``matrix`` argument is a fixed-size array packed from its columns in order,
+    so element ``j`` of a row is column ``j``; an ``array`` or ``column`` argument
+    is one column (a row counts once, however many of its elements are NULL).
+    """
+    counts: dict[str, int] = {}
+    for spec, arr in zip(args, arrays):
+        if spec.kind == "matrix" and pa.types.is_fixed_size_list(arr.type) and len(spec.columns) == arr.type.list_size:
+            width = arr.type.list_size
+            values = _fsl_values(arr)
+            per_col = np.zeros(width, dtype=np.int64)
+            if values.null_count:
+                per_col += values.is_null().to_numpy(zero_copy_only=False).reshape(len(arr), width).sum(axis=0)
+            if arr.null_count:  # a whole row NULL: every column of it
+                per_col += arr.null_count
+            for col, k in zip(spec.columns, per_col):
+                if k:
+                    counts[col] = counts.get(col, 0) + int(k)
+        else:
+            mask = _null_rows(arr, spec)
+            if mask is not None and mask.any():
+                for col in spec.columns:
+                    counts[col] = counts.get(col, 0) + int(mask.sum())
+    return counts
 
 
 def _flat(item):

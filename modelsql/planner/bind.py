@@ -59,7 +59,8 @@ class Column:
 
     @property
     def is_numeric(self) -> bool:
-        return self.type in NUMERIC_TYPES or self.type.startswith("DECIMAL")
+        # "DECIMAL(2,1)[]" is a list, not a number.
+        return not self.is_array and (self.type in NUMERIC_TYPES or self.type.startswith("DECIMAL"))
 
     @property
     def is_array(self) -> bool:
@@ -273,6 +274,13 @@ def bind_predict(
                         f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes numbers ({spec.elem_type}).',
                         code="wrong_column_type",
                     )
+                fixed = re.search(r"\[(\d+)\]$", col.type)
+                if fixed and width is not None and int(fixed.group(1)) != width:
+                    raise ProgrammingError(
+                        f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes '
+                        f"{width} values per row ({spec.elem_type}{_shape_text(spec)}).",
+                        code="wrong_column_type",
+                    )
                 target = f"{duck}[{width}]" if width is not None else f"{duck}[]"
                 args.append(InputArg(spec.name, "array", shape, spec.elem_type, (col.name,)))
                 arg_sql.append(f"CAST({quote(col.name)} AS {target})")
@@ -328,7 +336,9 @@ def bind_predict(
         for a, sql in zip(args, arg_sql):
             if a.kind == "array":
                 col = quote(a.columns[0])
-                parts.append(f"({col} IS NOT NULL AND len(list_filter({col}::DOUBLE[], x -> x IS NULL)) = 0)")
+                # list_count counts the non-NULL elements (no lambda: DuckDB 2 deprecates ``x -> ...``,
+                # and a lambda parameter could shadow a column of the same name).
+                parts.append(f"({col} IS NOT NULL AND list_count({col}) = len({col}))")
             else:
                 parts.extend(f"{quote(c)} IS NOT NULL" for c in a.columns)
         null_filter = " AND ".join(parts)

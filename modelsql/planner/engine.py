@@ -529,31 +529,76 @@ class Engine:
                 if isinstance(err, Error):
                     return err
                 if NULL_MARKER in str(err):
-                    return self._null_error(bound, in_params)
+                    return self._null_error(bound, in_params, getattr(fn, "null_counts", None))
                 return InternalError(f"PREDICT over {bound.label} failed: {type(err).__name__}: {err}", code="predict_failed")
         m = _UDF_ERROR.search(text)
         if m:
             return InternalError(f"PREDICT failed: {m.group(1)}: {m.group(2).strip()}", code="predict_failed")
         return translate_duckdb_error(exc)
 
-    def _null_error(self, bound: BoundPredict, params: list) -> DataError:
-        cols = bound.fed_columns
-        counts = ", ".join(f'count(*) FILTER (WHERE {quote(c)} IS NULL)' for c in cols)
-        try:
-            row = self.duck.execute(f'SELECT {counts} FROM ({bound.input_sql}) AS "__msql_in"', params or None).fetchall()[0]
-        except Exception:
-            row = [None] * len(cols)
-        parts = [f'"{c}" ({n} rows)' for c, n in zip(cols, row) if n]
-        where = ", ".join(parts) or ", ".join(f'"{c}"' for c in cols)
-        total = sum(n for n in row if n) if any(row) else None
+    def _null_error(self, bound: BoundPredict, params: list, chunk_counts: Optional[dict] = None) -> DataError:
+        """The DataError for NULLs fed to a model: names each column with NULLs and its row count.
+
+        The counts come from a query over the PREDICT's input. Outside
+        autocommit mode the failed statement has aborted the transaction
+        (DuckDB, like PostgreSQL, refuses further statements until ROLLBACK),
+        so the count then runs on a second DuckDB cursor, which sees the
+        committed data; if that is not possible, or it sees fewer NULLs than the
+        chunk that failed (the input was changed in this transaction), the
+        counts of the failing chunk are reported as lower bounds.
+        """
+        preds: list[tuple[str, str]] = []
+        for a in bound.args:
+            if a.kind == "array":
+                c = quote(a.columns[0])
+                preds.append((a.columns[0], f"({c} IS NULL OR list_count({c}) < len({c}))"))
+            else:
+                preds.extend((col, f"{quote(col)} IS NULL") for col in a.columns)
+        chunk_counts = dict(chunk_counts or {})
+        counts: Optional[dict[str, int]] = None
+        rows_with_null: Optional[int] = None
+        if preds:
+            sql = (
+                "SELECT " + ", ".join(f"count(*) FILTER (WHERE {p})" for _, p in preds)
+                + f", count(*) FILTER (WHERE {' OR '.join(p for _, p in preds)})"
+                + f' FROM ({bound.input_sql}) AS "__msql_in"'
+            )
+            for fresh in (False, True):
+                cur = None
+                try:
+                    cur = self.duck.cursor() if fresh else self.duck
+                    row = cur.execute(sql, params or None).fetchall()[0]
+                except Exception:
+                    continue
+                finally:
+                    if fresh and cur is not None:
+                        try:
+                            cur.close()
+                        except Exception:
+                            pass
+                found = {col: int(n) for (col, _), n in zip(preds, row) if n}
+                if all(found.get(c, 0) >= n for c, n in chunk_counts.items()) and found:
+                    counts, rows_with_null = found, int(row[-1])
+                    break
+
+        def rows(n: int) -> str:
+            return f"{n} row{'' if n == 1 else 's'}"
+
+        if counts is not None:
+            where = ", ".join(f'"{c}" ({rows(n)})' for c, n in counts.items())
+            total = f"; {rows(rows_with_null)} in all have a NULL input"
+        elif chunk_counts:
+            where = ", ".join(f'"{c}" (at least {rows(n)})' for c, n in chunk_counts.items())
+            total = ""
+        else:
+            where = ", ".join(f'"{c}"' for c in bound.fed_columns)
+            total = ""
         return DataError(
-            f"PREDICT(MODEL {bound.model.name}): NULL in input column(s) {where}"
-            + (f"; {total} NULL value(s) in all" if total else "")
+            f"PREDICT(MODEL {bound.model.name}): NULL in input column(s) {where}{total}"
             + ". NULLs are never fed to a model: add on_null = 'skip' to leave those rows out, "
             "or on_null = 'null' to return NULL predictions for them.",
             code="null_input",
         )
-
 
 def _depth(node: exp.Expression) -> int:
     d = 0

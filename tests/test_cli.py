@@ -1,0 +1,296 @@
+"""The ``modelsql`` command, run for real in a subprocess (``python -m modelsql.cli``).
+
+Covers ``-c`` (results, errors with a LINE excerpt and no traceback), ``run FILE``
+(statement splitting that respects strings and comments, stopping at the first
+error with its position in the file), ``--database``, the shell driven through
+stdin (multi-line statements, dot-commands), ``--version``, and ``quickstart``
+end to end (plausible accuracies, models in the catalog, re-runnable).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+import modelsql
+from modelsql.cli import format_value, is_complete, split_statements
+
+
+def run_cli(tmp_path, *args, stdin: str | None = None, timeout: float = 120):
+    env = dict(os.environ)
+    env["HOME"] = str(tmp_path)  # keep ~/.modelsql_history out of the real home
+    env.pop("COLUMNS", None)
+    env.pop("MODELSQL_TRACEBACK", None)
+    return subprocess.run(
+        [sys.executable, "-m", "modelsql.cli", *args],
+        cwd=tmp_path,
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+# ----------------------------------------------------------------------- -c
+
+
+def test_command_prints_result(tmp_path):
+    r = run_cli(tmp_path, "-d", "t.duckdb", "-c", "SELECT 42 AS answer, 'a;b' AS s, [0.5, 0.25]::FLOAT[2] AS p")
+    assert r.returncode == 0, r.stderr
+    assert "answer" in r.stdout and "42" in r.stdout and "a;b" in r.stdout
+    assert "[0.5, 0.25]" in r.stdout
+    assert "1 row" in r.stdout
+    assert r.stderr == ""
+
+
+def test_command_several_statements_print_each(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "-c", "SELECT 1 AS first_one; SELECT 2 AS second_one")
+    assert r.returncode == 0, r.stderr
+    assert "first_one" in r.stdout and "second_one" in r.stdout
+
+
+def test_command_syntax_error(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "-c", "SELECT 1 +\nFROM t")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    assert "ProgrammingError" in r.stderr and "parse_error" in r.stderr
+    assert re.search(r"^LINE 2: FROM t$", r.stderr, re.M), r.stderr
+    caret = r.stderr.splitlines()[r.stderr.splitlines().index("LINE 2: FROM t") + 1]
+    assert caret.strip().startswith("^") and caret.index("^") == len("LINE 2: ")
+    assert r.stdout == ""
+
+
+def test_command_model_error_without_traceback(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "-c", "CREATE TABLE t AS SELECT 1.0 AS a; SELECT * FROM PREDICT(MODEL nope, TABLE t)")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "nope" in r.stderr
+
+
+def test_csv_and_json_formats(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "--format", "csv", "-c", "SELECT 1 AS a, 'x' AS b UNION ALL SELECT 2, NULL ORDER BY a")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["a,b", "1,x", "2,"]
+    r = run_cli(tmp_path, "-d", ":memory:", "-f", "json", "-c", "SELECT 1 AS a, [1, 2] AS b")
+    assert r.stdout.strip() == '{"a": 1, "b": [1, 2]}'
+
+
+def test_long_result_is_shortened(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "-c", "SELECT range AS i FROM range(1000)")
+    assert r.returncode == 0, r.stderr
+    assert "1,000 rows (50 shown)" in r.stdout
+    shown = [int(n) for n in re.findall(r"│\s+(\d+) │", r.stdout)]
+    assert shown == list(range(25)) + list(range(975, 1000))
+
+
+def test_version(tmp_path):
+    r = run_cli(tmp_path, "--version")
+    assert r.returncode == 0
+    assert r.stdout.startswith(f"modelsql {modelsql.__version__}")
+
+
+def test_bad_arguments(tmp_path):
+    r = run_cli(tmp_path, "-c", "SELECT 1", "quickstart")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+
+
+# ----------------------------------------------------------------------- --database
+
+
+def test_database_option_creates_file(tmp_path):
+    r = run_cli(tmp_path, "--database", "sub.duckdb", "-c", "CREATE TABLE t AS SELECT 7 AS x")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "sub.duckdb").exists()
+    with modelsql.connect(str(tmp_path / "sub.duckdb")) as con:
+        assert con.execute("SELECT x FROM t").fetchall() == [(7,)]
+
+
+def test_default_database_is_in_working_directory(tmp_path):
+    r = run_cli(tmp_path, "-c", "CREATE TABLE t AS SELECT 1 AS x")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "modelsql.duckdb").exists()
+
+
+# ----------------------------------------------------------------------- run FILE
+
+SCRIPT = """\
+-- a script; with comments
+CREATE TABLE t (id INTEGER, s VARCHAR);
+INSERT INTO t VALUES (1, 'a;b'), (2, 'it''s; here');  /* a ; in a comment */
+SELECT id, s FROM t ORDER BY id;
+SELECT count(*) AS semis
+FROM t
+WHERE s LIKE '%;%';
+SELECT $$dollar;quoted$$ AS d
+"""
+
+
+def test_run_file(tmp_path):
+    (tmp_path / "script.sql").write_text(SCRIPT)
+    r = run_cli(tmp_path, "--database", "r.duckdb", "run", "script.sql")
+    assert r.returncode == 0, r.stderr
+    assert "a;b" in r.stdout and "it's; here" in r.stdout
+    assert re.search(r"│\s+2 │", r.stdout)  # both rows contain ';'
+    assert "dollar;quoted" in r.stdout
+    with modelsql.connect(str(tmp_path / "r.duckdb")) as con:
+        assert con.execute("SELECT count(*) FROM t").fetchone() == (2,)
+
+
+def test_run_file_database_after_subcommand(tmp_path):
+    (tmp_path / "s.sql").write_text("CREATE TABLE u AS SELECT 3 AS y;")
+    r = run_cli(tmp_path, "run", "s.sql", "--database", "after.duckdb")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "after.duckdb").exists()
+
+
+def test_run_file_stops_at_first_error(tmp_path):
+    (tmp_path / "bad.sql").write_text(
+        "CREATE TABLE t AS SELECT 1 AS x;\n"
+        "SELECT 'before' AS marker;\n"
+        "SELECT x\n"
+        "  FROM t WHERE;\n"
+        "CREATE TABLE never AS SELECT 1;\n"
+    )
+    r = run_cli(tmp_path, "--database", "b.duckdb", "run", "bad.sql")
+    assert r.returncode == 1
+    assert "before" in r.stdout
+    assert "Traceback" not in r.stderr
+    # positioned in the file: line 4, with the excerpt renumbered to the file's lines
+    assert r.stderr.startswith("bad.sql:4:"), r.stderr
+    assert "LINE 4:" in r.stderr and "^" in r.stderr
+    with modelsql.connect(str(tmp_path / "b.duckdb")) as con:
+        tables = {row[0] for row in con.execute("SHOW TABLES").fetchall()}
+    assert "t" in tables and "never" not in tables
+
+
+def test_run_missing_file(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "run", "nope.sql")
+    assert r.returncode == 1
+    assert "nope.sql" in r.stderr and "Traceback" not in r.stderr
+
+
+# ----------------------------------------------------------------------- shell
+
+
+def test_shell_through_stdin(tmp_path):
+    stdin = (
+        "CREATE TABLE shelltab AS\n"
+        "  SELECT 41 + 1 AS x;\n"
+        ".tables\n"
+        "SELECT x,\n"
+        "       'semi;colon' AS s\n"
+        "FROM shelltab;\n"
+        "SELECT missing_column FROM shelltab;\n"
+        "SELECT 'still running' AS after_error;\n"
+        ".quit\n"
+        "SELECT 'not reached' AS nope;\n"
+    )
+    r = run_cli(tmp_path, "-d", "shell.duckdb", stdin=stdin)
+    assert "Traceback" not in r.stderr
+    assert "shelltab" in r.stdout  # .tables
+    assert "42" in r.stdout and "semi;colon" in r.stdout
+    assert "missing_column" in r.stderr
+    assert "still running" in r.stdout
+    assert "not reached" not in r.stdout
+    assert r.returncode == 1  # piped input with a failed statement
+
+
+def test_shell_help_models_and_eof(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", stdin=".help\n.models\nSELECT 5 AS five")  # EOF ends the last statement
+    assert r.returncode == 0, r.stderr
+    assert ".tables" in r.stdout  # help text
+    assert "name" in r.stdout  # SHOW MODELS header
+    assert "five" in r.stdout
+
+
+# ----------------------------------------------------------------------- helpers (in process)
+
+
+def test_split_statements_respects_strings_and_comments():
+    text = "SELECT ';' AS a; -- c;\nSELECT 2 /* ; */;\n\nSELECT $$x;y$$, E'\\';' ;  SELECT 4"
+    stmts = split_statements(text)
+    assert [s.text for s in stmts] == [
+        "SELECT ';' AS a;",
+        "-- c;\nSELECT 2 /* ; */;",
+        "SELECT $$x;y$$, E'\\';' ;",
+        "SELECT 4",
+    ]
+    assert [s.line for s in stmts] == [1, 1, 4, 4]
+    assert split_statements(" ; ;\n-- only a comment\n") == []
+
+
+def test_is_complete():
+    assert is_complete("SELECT 1;")
+    assert is_complete("SELECT 1; -- trailing comment")
+    assert not is_complete("SELECT 1")
+    assert not is_complete("SELECT ';")
+    assert not is_complete("SELECT 1 /* ; ")
+    assert not is_complete("   ")
+
+
+def test_format_value_shortens_arrays():
+    assert format_value([0.01, 0.98, 0.005, 0.001, 0.002, 0.0, 0.0, 0.0, 0.0, 0.004]) == "[0.01, 0.98, 0.005, … (10)]"
+    assert format_value((1, 2)) == "[1, 2]"
+    assert format_value(None) == "NULL"
+    assert format_value(1.0) == "1.0"
+
+
+# ----------------------------------------------------------------------- quickstart
+
+
+def _accuracies(stdout: str) -> dict[str, float]:
+    m = re.search(r"Overall test accuracy:(.*)", stdout)
+    assert m, stdout[-2000:]
+    return {name: float(acc) for name, acc in re.findall(r"(\w+) ([01]\.\d+)", m.group(1))}
+
+
+def test_quickstart_end_to_end(tmp_path):
+    started = time.perf_counter()
+    r = run_cli(tmp_path, "quickstart", timeout=300)  # default database: ./modelsql.duckdb
+    elapsed = time.perf_counter() - started
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    assert "Traceback" not in r.stderr
+    out = r.stdout
+    # the SQL is shown before its results
+    assert "FROM PREDICT(MODEL digits_mlp, TABLE digits_test)" in out
+    assert out.index("GROUP BY target") < out.index("│       9 │")
+    assert "SHOW MODELS" in out and "storage" in out and "DESCRIBE MODEL digits_mlp" in out
+    acc = _accuracies(out)
+    assert set(acc) == {"digits_mlp", "breast_cancer_logreg", "iris_forest"}, acc
+    assert all(a > 0.8 for a in acc.values()), acc
+    assert str(tmp_path / "modelsql.duckdb") in out
+    assert elapsed < 120, elapsed
+
+    with modelsql.connect(str(tmp_path / "modelsql.duckdb"), read_only=True) as con:
+        names = {row[0] for row in con.execute("SHOW MODELS").fetchall()}
+        assert {"digits_mlp", "breast_cancer_logreg", "iris_forest"} <= names
+        tables = {row[0] for row in con.execute("SHOW TABLES").fetchall()}
+        assert {"digits_train", "digits_test", "breast_cancer_test", "iris_test"} <= tables
+        n, correct = con.execute(
+            "SELECT count(*), sum((label = target)::INT) FROM PREDICT(MODEL digits_mlp, TABLE digits_test)"
+        ).fetchone()
+        assert n == 450 and correct / n > 0.8
+
+    # re-runnable on the same database: same tables, one more version of each model
+    r2 = run_cli(tmp_path, "quickstart", timeout=300)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert _accuracies(r2.stdout) == acc  # deterministic
+    with modelsql.connect(str(tmp_path / "modelsql.duckdb"), read_only=True) as con:
+        cur = con.execute("SHOW MODELS")
+        col = [d[0] for d in cur.description].index("versions")
+        versions = {row[0]: row[col] for row in cur.fetchall()}
+    assert versions == {"digits_mlp": 2, "breast_cancer_logreg": 2, "iris_forest": 2}
+
+
+@pytest.mark.skipif(shutil.which("modelsql") is None, reason="console script not installed")
+def test_console_script(tmp_path):
+    r = subprocess.run(["modelsql", "--version"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("modelsql ")
