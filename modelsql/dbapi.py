@@ -208,6 +208,31 @@ def connect(database: str = ":memory:", read_only: bool = False, *, config: Opti
     return Connection(str(database), read_only=read_only, config=config)
 
 
+CATALOG_ALIAS = "modelsql_db"
+"""DuckDB catalog name used for a database file whose stem is ``modelsql``.
+
+DuckDB names a database after its file, so ``modelsql.duckdb`` would be the
+catalog ``modelsql`` and ``modelsql.models`` (schema ``modelsql``) would be
+ambiguous; such a file is attached under this name instead and made the default."""
+
+
+def _open_duckdb(database: str, read_only: bool, config: dict) -> duckdb.DuckDBPyConnection:
+    import os
+
+    stem = os.path.splitext(os.path.basename(database))[0].lower() if database != ":memory:" else ""
+    if stem != "modelsql":
+        return duckdb.connect(database, read_only=read_only, config=config)
+    duck = duckdb.connect(":memory:", config=config)
+    try:
+        path = database.replace("'", "''")
+        duck.execute(f"ATTACH '{path}' AS {CATALOG_ALIAS}" + (" (READ_ONLY)" if read_only else ""))
+        duck.execute(f"USE {CATALOG_ALIAS}")
+    except BaseException:
+        duck.close()
+        raise
+    return duck
+
+
 class Connection:
     """A PEP 249 connection to a DuckDB database with a modelsql catalog."""
 
@@ -228,7 +253,7 @@ class Connection:
         self.database = database
         self.read_only = read_only
         try:
-            self._duck = duckdb.connect(database, read_only=read_only, config=dict(config or {}))
+            self._duck = _open_duckdb(database, read_only, dict(config or {}))
         except Exception as exc:
             err = translate_duckdb_error(exc)
             raise OperationalError(f'Cannot open database "{database}": {err}', code="cannot_open") from exc

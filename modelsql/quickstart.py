@@ -301,14 +301,6 @@ LIMIT 5;"""
 # --------------------------------------------------------------------------- main
 
 
-def _catalog_schema(con) -> str:
-    """``modelsql``, or ``modelsql.modelsql`` when the database file itself is called
-    ``modelsql.duckdb`` (DuckDB then names the database ``modelsql`` too, and a bare
-    ``modelsql.storage`` is ambiguous)."""
-    (name,) = con.execute("SELECT current_database()").fetchone()
-    return "modelsql.modelsql" if str(name).lower() == "modelsql" else "modelsql"
-
-
 def run(database: str, console: Optional[Console] = None) -> None:
     """Run the quickstart on ``database`` (created if missing), printing to ``console``.
 
@@ -362,7 +354,7 @@ def run(database: str, console: Optional[Console] = None) -> None:
         show("Mistakes: predictions joined with the original table", MISTAKES_SQL)
         show("Probabilities are arrays", PROBABILITIES_SQL)
         show("The catalog", "SHOW MODELS;")
-        show("Storage: identical tensors are stored once", f"SELECT * FROM {_catalog_schema(con)}.storage;")
+        show("Storage: identical tensors are stored once", "SELECT * FROM modelsql.storage;")
         show("One model in detail", "DESCRIBE MODEL digits_mlp;")
     finally:
         con.close()
