@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import re as _re
 import time as _time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import duckdb
 
@@ -350,6 +350,7 @@ class Connection:
         *,
         example_input: Any = None,
         features: Optional[Sequence[str]] = None,
+        output_names: Optional[Sequence[str]] = None,
         replace: bool = False,
         if_not_exists: bool = False,
         options: Optional[dict] = None,
@@ -365,6 +366,8 @@ class Connection:
             example_input: an example batch for a torch module (a tensor of shape
                 ``[batch, ...]``); required for torch, ignored otherwise.
             features: the column names that feed a single 2-D input, in order.
+            output_names: names for a torch module's outputs, one per returned
+                tensor (e.g. ``("label", "probabilities")``); default ``("output",)``.
             replace: add a new version if the model exists (``CREATE OR REPLACE``).
             if_not_exists: do nothing if the model exists.
             options: extra options stored with the model.
@@ -376,7 +379,7 @@ class Connection:
         self._check_open()
         self._settle()
         return self._engine.import_model(
-            name, model, example_input=example_input, features=features, replace=replace,
+            name, model, example_input=example_input, features=features, output_names=output_names, replace=replace,
             if_not_exists=if_not_exists, options=options, connection=self,
         )
 
@@ -464,9 +467,12 @@ class Cursor:
         self._check_open()
         if not isinstance(operation, str):
             raise ProgrammingError("operation must be a str of SQL.", code="bad_operation")
-        if parameters is not None and (isinstance(parameters, (str, bytes)) or not hasattr(parameters, "__len__")):
-            if isinstance(parameters, dict):
-                raise NotSupportedError("paramstyle is qmark: pass parameters as a sequence, not a mapping.", code="paramstyle")
+        if isinstance(parameters, Mapping):
+            # checked first: a dict has __len__, and list(dict) would silently bind its keys
+            raise NotSupportedError("paramstyle is qmark: pass parameters as a sequence, not a mapping.", code="paramstyle")
+        if parameters is not None and (
+            isinstance(parameters, (str, bytes, bytearray, set, frozenset)) or not hasattr(parameters, "__len__")
+        ):
             raise ProgrammingError("parameters must be a sequence (list or tuple).", code="bad_parameters")
         conn = self.connection
         conn._settle()

@@ -32,7 +32,6 @@ Re-runnable on the same database: tables are created with ``CREATE OR REPLACE``.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shlex
@@ -210,21 +209,9 @@ def train_digits_mlp(X, y, progress: Progress, epochs: int = MLP_EPOCHS):
 
 
 def import_torch(con, name: str, module, example, features: Sequence[str]):
-    """Import a torch module whose outputs are ``(logits, label, probabilities)`` under those names.
-
-    ``Connection.import_model`` names a torch graph's outputs ``output``, ``8``, ``9`` ...;
-    when it takes ``output_names`` they are passed to it, otherwise the module is
-    exported with :func:`modelsql.formats.from_torch` (the same exporter) and the
-    ONNX graph is imported.
-    """
-    names = ("logits", "label", "probabilities")
-    if "output_names" in inspect.signature(con.import_model).parameters:
-        return con.import_model(name, module, example_input=example, features=list(features),
-                                output_names=names, replace=True)
-    from .formats import from_torch
-
-    proto = from_torch(module, example, input_names=("pixels",), output_names=names)
-    return con.import_model(name, proto, features=list(features), replace=True)
+    """Import a torch module whose outputs are ``(logits, label, probabilities)`` under those names."""
+    return con.import_model(name, module, example_input=example, features=list(features),
+                            output_names=("logits", "label", "probabilities"), replace=True)
 
 
 # --------------------------------------------------------------------------- queries

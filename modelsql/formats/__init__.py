@@ -65,6 +65,8 @@ def to_onnx(
     *,
     example_input: Any = None,
     feature_names: Optional[Sequence[str]] = None,
+    input_names: Optional[Sequence[str]] = None,
+    output_names: Optional[Sequence[str]] = None,
 ) -> tuple[ModelProto, str, str, Optional[tuple[str, ...]]]:
     """Turn anything modelsql can import into a checked ONNX model.
 
@@ -75,6 +77,9 @@ def to_onnx(
         example_input: required for torch modules (see :func:`from_torch`); ignored otherwise.
         feature_names: names of the features of a single 2-D input, when the
             model does not carry them (scikit-learn's ``feature_names_in_`` wins).
+        input_names, output_names: names of a torch module's graph inputs and
+            outputs (default ``("input",)`` and ``("output",)``; one name per
+            returned tensor); ignored for other objects.
 
     Returns:
         ``(model, kind, source, features)``: kind is ``"onnx"``, ``"sklearn"`` or
@@ -110,7 +115,12 @@ def to_onnx(
                 "(a tensor with the batch on dimension 0)",
                 code="example_input_required",
             )
-        model = from_torch(obj, example_input)
+        names = {}
+        if input_names is not None:
+            names["input_names"] = tuple(input_names)
+        if output_names is not None:
+            names["output_names"] = tuple(output_names)
+        model = from_torch(obj, example_input, **names)
         if features is not None:
             _check_feature_count(model, features, f"torch:{type(obj).__name__}")
         return model, "torch", f"torch:{type(obj).__name__}", features

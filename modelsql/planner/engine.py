@@ -29,6 +29,7 @@ from ..errors import (
     Error,
     IntegrityError,
     InternalError,
+    NotSupportedError,
     OperationalError,
     ProgrammingError,
     did_you_mean,
@@ -45,6 +46,7 @@ from ..sql.nodes import (
     VacuumModels,
 )
 from ..storage import BlobStore
+from .rules import predict_prune_outputs, referenced_names
 from .bind import BoundPredict, Column, bind_predict, parse_options, quote
 
 _ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
@@ -245,6 +247,7 @@ class Engine:
         *,
         example_input: Any = None,
         features: Optional[Sequence[str]] = None,
+        output_names: Optional[Sequence[str]] = None,
         replace: bool = False,
         if_not_exists: bool = False,
         options: Optional[dict] = None,
@@ -272,7 +275,9 @@ class Engine:
                 f"Use CREATE OR REPLACE MODEL to add a version, or IMPORT MODEL IF NOT EXISTS.",
                 code="duplicate_model",
             )
-        proto, kind, source, known = formats.to_onnx(model, example_input=example_input, feature_names=features)
+        proto, kind, source, known = formats.to_onnx(
+            model, example_input=example_input, feature_names=features, output_names=output_names
+        )
         feats = tuple(features) if features else (tuple(known) if known else None)
         inputs, outputs, opset = formats.signature(proto)
         if feats is not None:
@@ -380,6 +385,14 @@ class Engine:
 
     def _query(self, stmt: exp.Expression, params: list, conn) -> Outcome:
         stmt = stmt.copy()
+        if isinstance(stmt, exp.Create) and str(stmt.args.get("kind") or "").upper() in ("VIEW", "MACRO", "FUNCTION"):
+            # The PREDICT functions live only as long as one result: a stored
+            # definition would call a function that no longer exists.
+            raise NotSupportedError(
+                f"PREDICT cannot be used in CREATE {str(stmt.args.get('kind')).upper()}: the definition would outlive "
+                "the statement. Use CREATE TABLE ... AS SELECT ... FROM PREDICT(...) to store predictions.",
+                code="predict_in_view",
+            )
         predicts = list(stmt.find_all(PredictTable))
         # Innermost first, so a PREDICT over another PREDICT sees plain SQL as its input.
         predicts.sort(key=lambda p: -_depth(p))
@@ -388,7 +401,8 @@ class Engine:
         try:
             for p in predicts:
                 index = next(_UDF_COUNTER)
-                bound, fn_name, fn, arg_params = self._bind(p, params, index)
+                used = referenced_names(stmt, p.parent if isinstance(p.parent, exp.Table) else p)
+                bound, fn_name, fn, arg_params = self._bind(p, params, index, used)
                 registered.append((fn_name, fn, bound, arg_params))
                 sub = self._predict_tree(bound, fn_name, p.args["expression"])
                 parent = p.parent
@@ -422,7 +436,7 @@ class Engine:
                     pass
             raise
 
-    def _bind(self, p: PredictTable, params: list, index: int):
+    def _bind(self, p: PredictTable, params: list, index: int, used: Optional[set[str]] = None):
         ref = p.this
         mv = self._get_model(ref.model_name, ref.version_number)
         options = parse_options({k: _value(v, params) for k, v in p.option_values.items()}, mv.name)
@@ -437,6 +451,7 @@ class Engine:
         in_params = [params[i - 1] for i in idx]
         columns = self._describe(input_sql, in_params, mv.name)
         bound = bind_predict(mv, input_sql, columns, options, key_columns)
+        bound = predict_prune_outputs(bound, used)
         model = self._session(mv)
         fn = PredictFunction(model, bound.args, bound.outputs, options.on_null, index, batch_size=options.batch_size)
         fn_name = f"__modelsql_predict_{index}"

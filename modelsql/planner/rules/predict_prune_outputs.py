@@ -1,0 +1,58 @@
+"""Rule ``predict_prune_outputs``: compute only the model outputs the query reads.
+
+Rewrite: a bound PREDICT whose statement never names one of its output
+columns (and has no ``*`` that could pass it on) drops that output, so ONNX
+Runtime runs only the part of the graph the remaining outputs need and no
+unused tensor is converted back to Arrow. At least one output is kept, so the
+model still runs over every row (NULL checks and errors are unchanged).
+
+This is projection pushdown through a model, one of the cross-optimizations
+of SQL and ML inference in Raven (Karanasos et al., "Extending Relational
+Query Processing with ML Inference", CIDR 2020); PRETZEL (OSDI 2018) prunes
+pipeline stages whose results no consumer reads in the same spirit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from sqlglot import exp
+
+from ..bind import BoundPredict
+
+
+def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Optional[set[str]]:
+    """Lower-cased column names the statement reads outside ``predict``'s own subtree.
+
+    Returns None when a ``*`` outside that subtree may pass every column on
+    (then nothing can be pruned).
+    """
+    inside = {id(n) for n in predict.walk()}
+    names: set[str] = set()
+    for node in statement.walk():
+        if id(node) in inside:
+            continue
+        if isinstance(node, exp.Star):
+            return None
+        if isinstance(node, (exp.Anonymous, exp.Func)) and node.name.upper() == "COLUMNS":
+            return None  # DuckDB's COLUMNS('regex') selects columns by pattern
+        if isinstance(node, exp.Column):
+            if isinstance(node.this, exp.Star):
+                return None
+            names.add(node.name.lower())
+        elif isinstance(node, exp.Identifier) and isinstance(node.parent, (exp.Ordered, exp.Group)):
+            names.add(node.name.lower())
+    return names
+
+
+def predict_prune_outputs(bound: BoundPredict, used: Optional[set[str]]) -> BoundPredict:
+    """Keep only outputs in ``used`` (all when ``used`` is None); returns ``bound`` unchanged if nothing is pruned."""
+    if used is None:
+        return bound
+    kept = tuple(o for o in bound.outputs if o.column.lower() in used)
+    if not kept:
+        kept = bound.outputs[:1]
+    if len(kept) == len(bound.outputs):
+        return bound
+    return replace(bound, outputs=kept)
