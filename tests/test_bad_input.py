@@ -359,6 +359,17 @@ def test_unknown_predict_option(env):
            code="backend_not_supported")
 
 
+def test_predict_in_a_view_is_refused(env):
+    con, db, _ = env
+    raises(con, db, modelsql.NotSupportedError,
+           "CREATE VIEW v AS SELECT * FROM PREDICT(MODEL lin, TABLE t, features = (a, b))",
+           code="predict_in_view", contains=("CREATE TABLE",))
+    assert con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'v'").fetchone() == (0,)
+    # a table of predictions is fine: it is computed once
+    con.execute("CREATE TABLE p AS SELECT * FROM PREDICT(MODEL lin, TABLE t, features = (a, b))")
+    assert con.execute("SELECT count(*) FROM p").fetchone() == (5,)
+
+
 # ------------------------------------------------------------------ store and files
 
 

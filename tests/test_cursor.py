@@ -396,5 +396,7 @@ def test_parameters_must_be_a_sequence(con):
     with pytest.raises(modelsql.ProgrammingError):
         con.execute("SELECT ?", "a")
     with pytest.raises((modelsql.ProgrammingError, modelsql.NotSupportedError)):
-        con.execute("SELECT ?", {"a": 1})
+        con.execute("SELECT ?", {"a": 1})  # never the dict's keys
+    with pytest.raises(modelsql.ProgrammingError):
+        con.execute("SELECT ?", {1})  # a set has no order
     assert con.execute("SELECT ?, ?", (1, "x")).fetchall() == [(1, "x")]

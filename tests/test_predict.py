@@ -570,3 +570,46 @@ def test_multiple_statements_last_result_returned(digits_con):
         "SELECT id, label FROM PREDICT(MODEL digits, TABLE few) ORDER BY id"
     )
     assert [r[0] for r in cur.fetchall()] == [0, 1, 2, 3]
+
+
+def test_classifier_with_string_labels(con):
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = load_iris(return_X_y=True)
+    species = np.array(["setosa", "versicolor", "virginica"])[y]
+    clf = LogisticRegression(max_iter=500).fit(X, species)
+    con.import_model("iris", clf, features=["sl", "sw", "pl", "pw"])
+    load_table(con, "iris", {"id": ("INTEGER", range(len(y))), "sl": ("DOUBLE", X[:, 0]), "sw": ("DOUBLE", X[:, 1]),
+                             "pl": ("DOUBLE", X[:, 2]), "pw": ("DOUBLE", X[:, 3]), "species": ("VARCHAR", species)})
+    cur = con.execute("SELECT id, label, probabilities FROM PREDICT(MODEL iris, TABLE iris) ORDER BY id")
+    types = column_types(cur)
+    assert types["label"] == "VARCHAR" == modelsql.STRING and types["probabilities"] == "FLOAT[3]"
+    rows = cur.fetchall()
+    assert [r[1] for r in rows] == clf.predict(X.astype(np.float32)).tolist()
+
+
+def test_regressor_output_is_a_scalar_float(con):
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import Ridge
+
+    X, y = load_diabetes(return_X_y=True)
+    reg = Ridge().fit(X, y)
+    con.import_model("diab", reg)
+    load_table(con, "diab", {"id": ("INTEGER", range(len(y))), "x": ("DOUBLE[10]", X)})
+    cur = con.execute("SELECT id, prediction FROM PREDICT(MODEL diab, (SELECT id, x AS input FROM diab)) ORDER BY id")
+    assert column_types(cur)["prediction"] == "FLOAT"
+    got = np.array([r[1] for r in cur.fetchall()], dtype=np.float32)
+    np.testing.assert_allclose(got, reg.predict(X.astype(np.float32)), rtol=1e-4, atol=1e-3)
+
+
+def test_nulls_in_columns_that_are_not_fed_are_fine(con):
+    con.import_model("lin", linear_model(np.array([[1.0], [1.0]])))
+    con.execute(
+        "CREATE TABLE t AS SELECT * FROM (VALUES (1, NULL, 1.0, 2.0), (2, 'b', 3.0, NULL), (3, NULL, 4.0, 4.0)) "
+        "AS v(id, note, a, b)"
+    )
+    rows = con.execute("SELECT id, note, y FROM PREDICT(MODEL lin, (SELECT * FROM t WHERE id <> 2), features = (a, b)) ORDER BY id").fetchall()
+    assert rows == [(1, None, 3.0), (3, None, 8.0)]
+    rows = con.execute("SELECT id, note, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b), on_null = 'skip') ORDER BY id").fetchall()
+    assert rows == [(1, None, 3.0), (3, None, 8.0)]
