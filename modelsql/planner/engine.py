@@ -212,7 +212,38 @@ class Engine:
             return self._export(stmt, params)
         if isinstance(stmt, VacuumModels):
             return self._vacuum(conn)
+        if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN":
+            return self._explain(stmt, params, conn)
         return self._query(stmt, params, conn)
+
+    def _explain(self, stmt: exp.Command, params: list, conn) -> Outcome:
+        """``EXPLAIN [ANALYZE] <query with PREDICT>``: one row per bound PREDICT, then DuckDB's plan.
+
+        Returns rows ``(explain_key, explain_value)`` like DuckDB's EXPLAIN; the
+        first rows (key ``modelsql_predict``) say how each PREDICT was bound.
+        """
+        body = stmt.expression.name if stmt.expression is not None else ""
+        m = re.match(r"\s*ANALYZE\b", body, re.I)
+        prefix = "EXPLAIN ANALYZE " if m else "EXPLAIN "
+        if m:
+            body = body[m.end():]
+        inner = msql.parse(body)
+        if len(inner) != 1:
+            raise ProgrammingError("EXPLAIN takes exactly one statement.", code="parse_error")
+        out = self._query(inner[0], params, conn, prefix=prefix)
+        try:
+            rows = self.duck.fetchall()
+        except Exception as exc:
+            out.release()
+            raise out.translate(exc) from exc
+        ours = [("modelsql_predict", describe_bound(bound)) for _, _, bound, _ in out.predicts]
+        out.release()
+        return Outcome(
+            self,
+            description=[("explain_key", "VARCHAR", None, None, None, None, True),
+                         ("explain_value", "VARCHAR", None, None, None, None, True)],
+            rows=ours + [tuple(r) for r in rows],
+        )
 
     # ------------------------------------------------------------------ models
 
@@ -383,7 +414,7 @@ class Engine:
 
     # ------------------------------------------------------------------ PREDICT
 
-    def _query(self, stmt: exp.Expression, params: list, conn) -> Outcome:
+    def _query(self, stmt: exp.Expression, params: list, conn, prefix: str = "") -> Outcome:
         stmt = stmt.copy()
         if isinstance(stmt, exp.Create) and str(stmt.args.get("kind") or "").upper() in ("VIEW", "MACRO", "FUNCTION"):
             # The PREDICT functions live only as long as one result: a stored
@@ -411,6 +442,7 @@ class Engine:
                 else:
                     p.replace(exp.Subquery(this=sub))
             final_sql, idx = _renumber(stmt)
+            final_sql = prefix + final_sql
             final_params = [params[i - 1] for i in idx]
             try:
                 if final_params:
@@ -614,6 +646,22 @@ class Engine:
             "or on_null = 'null' to return NULL predictions for them.",
             code="null_input",
         )
+
+def describe_bound(bound: BoundPredict) -> str:
+    """One readable paragraph on how a PREDICT was bound (for EXPLAIN)."""
+    feeds = "; ".join(
+        f"{a.input_name} {a.elem_type}{list(a.shape)} <- "
+        + (", ".join(a.columns) if len(a.columns) <= 8 else f"{', '.join(a.columns[:4])}, ... {a.columns[-1]} ({len(a.columns)} columns)")
+        for a in bound.args
+    )
+    outs = ", ".join(f"{o.column} {o.duckdb_type}" for o in bound.outputs)
+    opts = bound.options
+    return (
+        f"PREDICT {bound.label} [{opts.backend}]\n"
+        f"inputs: {feeds}\noutputs: {outs}\n"
+        f"on_null: {opts.on_null}" + (f", batch_size: {opts.batch_size}" if opts.batch_size else "")
+    )
+
 
 def _depth(node: exp.Expression) -> int:
     d = 0

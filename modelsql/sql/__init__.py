@@ -20,6 +20,7 @@ with ``tree.find_all(PredictTable)``; the enclosing ``exp.Table`` is
 
 from __future__ import annotations
 
+import logging
 import re
 
 from sqlglot import exp
@@ -46,6 +47,10 @@ from modelsql.sql.nodes import (
     ShowModels,
     VacuumModels,
 )
+
+# sqlglot logs a warning whenever it keeps a statement as an opaque Command
+# (EXPLAIN, PRAGMA ...); modelsql handles those itself, so the warning is noise.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 _DIALECT = ModelSQL()
 

@@ -33,13 +33,11 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
     for node in statement.walk():
         if id(node) in inside:
             continue
-        if isinstance(node, exp.Star):
-            return None
+        if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Func):
+            return None  # SELECT * / t.* may pass every column on (count(*) does not)
         if isinstance(node, (exp.Anonymous, exp.Func)) and node.name.upper() == "COLUMNS":
             return None  # DuckDB's COLUMNS('regex') selects columns by pattern
         if isinstance(node, exp.Column):
-            if isinstance(node.this, exp.Star):
-                return None
             names.add(node.name.lower())
         elif isinstance(node, exp.Identifier) and isinstance(node.parent, (exp.Ordered, exp.Group)):
             names.add(node.name.lower())
