@@ -208,6 +208,17 @@ def test_nulls_in_input_column(env):
            code="null_input", contains=('"a" (25 rows)', '"b" (3 rows)', "27 rows"))
 
 
+def test_nulls_in_uncommitted_data(env):
+    con, db, _ = env
+    # the failed statement aborts the transaction, so its uncommitted rows cannot be
+    # counted afterwards: the error gives the count seen so far, as a lower bound
+    con.execute("CREATE TABLE fresh AS SELECT CASE WHEN i % 2 = 0 THEN NULL ELSE i END::DOUBLE AS a, "
+                "i::DOUBLE AS b FROM range(100) r(i)")
+    err = raises(con, db, modelsql.DataError, "SELECT * FROM PREDICT(MODEL lin, TABLE fresh, features = (a, b))",
+                 code="null_input", contains=('"a" (',))
+    assert '"b"' not in str(err)
+
+
 def test_nulls_in_array_column(env):
     con, db, _ = env
     con.execute("CREATE TABLE na AS SELECT * FROM (VALUES (1, [1.0, 2.0]), (2, [NULL, 1.0]), (3, NULL)) v(id, x)")
@@ -289,6 +300,36 @@ def test_duplicate_model_name(env):
             con.import_model("lin", str(p))
     with unchanged(con, db):
         con.execute(f"IMPORT MODEL IF NOT EXISTS lin FROM '{p}'")
+
+
+def test_create_model_without_replace_is_a_duplicate(env):
+    con, db, tmp = env
+    p = save(linear_model(np.ones((2, 1))), tmp / "m.onnx")
+    _import_raises(con, db, modelsql.IntegrityError, f"CREATE MODEL lin FROM '{p}'", code="duplicate_model")
+
+
+def test_feature_names_that_do_not_fit_the_model(env):
+    con, db, _ = env
+    with unchanged(con, db):
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.import_model("x", linear_model(np.ones((2, 1))), features=["only_one"])
+    assert "2" in str(info.value) and "1" in str(info.value)
+    with unchanged(con, db):
+        with pytest.raises(modelsql.ProgrammingError):
+            con.import_model("x", linear_model(np.ones((2, 1))), features=["a", "A"])
+
+
+def test_torch_module_that_cannot_be_exported(env, torch_mlp):
+    torch = pytest.importorskip("torch")
+    con, db, _ = env
+    net, _ = torch_mlp
+    with unchanged(con, db):
+        with pytest.raises(modelsql.DatabaseError):
+            con.import_model("bad", net, example_input=torch.randn(2, 5))  # net takes 8 features
+    with unchanged(con, db):
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.import_model("bad", net)  # no example input
+    assert info.value.code == "example_input_required"
 
 
 def test_invalid_model_name(env):

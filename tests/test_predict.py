@@ -613,3 +613,44 @@ def test_nulls_in_columns_that_are_not_fed_are_fine(con):
     assert rows == [(1, None, 3.0), (3, None, 8.0)]
     rows = con.execute("SELECT id, note, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b), on_null = 'skip') ORDER BY id").fetchall()
     assert rows == [(1, None, 3.0), (3, None, 8.0)]
+
+
+def test_torch_cnn_reshapes_an_array_column(con, digits):
+    torch = pytest.importorskip("torch")
+    X, y = digits
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 10)
+    ).eval()
+    con.import_model("cnn", net, example_input=torch.randn(2, 1, 8, 8))
+    described = con.execute("DESCRIBE MODEL cnn").fetchall()
+    assert [r[4] for r in described if r[0] == "input"] == ["[N, 1, 8, 8]"]
+    load_table(con, "img", {"id": ("INTEGER", range(200)), "input": ("FLOAT[64]", X[:200])})
+    got = np.array(
+        [r[0] for r in con.execute("SELECT output FROM PREDICT(MODEL cnn, TABLE img) ORDER BY id").fetchall()],
+        dtype=np.float32,
+    )
+    with torch.no_grad():
+        want = net(torch.from_numpy(X[:200].astype(np.float32).reshape(-1, 1, 8, 8))).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_import_statement_with_features_option(con, tmp_path):
+    p = save(linear_model(np.array([[1.0], [100.0]])), tmp_path / "m.onnx")
+    con.execute(f"IMPORT MODEL named FROM '{p}' WITH (features = (b, a))")
+    load_table(con, "t", {"a": ("DOUBLE", [1.0]), "b": ("DOUBLE", [2.0]), "c": ("DOUBLE", [3.0])})
+    assert con.execute("SELECT y FROM PREDICT(MODEL named, TABLE t)").fetchall() == [(102.0,)]
+
+
+def test_dropped_and_reimported_model_gives_new_outputs(con):
+    load_table(con, "t", {"x": ("DOUBLE", [1.0])})
+    con.import_model("m", scale_model(2.0))
+    assert con.execute("SELECT y FROM PREDICT(MODEL m, TABLE t)").fetchall() == [(2.0,)]
+    con.execute("DROP MODEL m")
+    con.import_model("m", scale_model(3.0))  # version 1 again, same graph, other weights
+    assert con.execute("SELECT y FROM PREDICT(MODEL m, TABLE t)").fetchall() == [(3.0,)]
+    con.import_model("m", scale_model(4.0), replace=True)
+    con.execute("DROP MODEL m VERSION 2")
+    con.import_model("m", scale_model(5.0), replace=True)  # version 2 again
+    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 2, TABLE t)").fetchall() == [(5.0,)]
+    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 1, TABLE t)").fetchall() == [(3.0,)]

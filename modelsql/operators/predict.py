@@ -182,7 +182,7 @@ class PredictFunction:
 
     def _call(self, *arrays) -> pa.StructArray:
         self.calls += 1
-        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+        arrays = [_one_array(a) for a in arrays]
         n = len(arrays[0]) if arrays else 0
         self.rows += n
         null_rows = None
@@ -215,6 +215,13 @@ class PredictFunction:
             columns = [c.take(take) for c in columns]
             return pa.StructArray.from_arrays(columns, fields=list(self.struct_type), mask=pa.array(~keep))
         return pa.StructArray.from_arrays(columns, fields=list(self.struct_type))
+
+
+def _one_array(a) -> pa.Array:
+    """A plain Array from what DuckDB passes (usually a one-chunk ChunkedArray)."""
+    if isinstance(a, pa.ChunkedArray):
+        return a.chunk(0) if a.num_chunks == 1 else a.combine_chunks()
+    return a
 
 
 def _arrow_type(o: OutputCol) -> pa.DataType:
