@@ -610,8 +610,11 @@ class Cursor:
         try:
             return fn(self.connection._duck)
         except Exception as exc:
+            # Translate before finishing: finishing releases the PREDICT functions,
+            # whose recorded errors (NULL inputs, corrupt blobs) the translation reads.
+            err = self._result.translate(exc) if self._result is not None else translate_duckdb_error(exc)
             self._finish_stream()
-            raise point_into(self._result.translate(exc), self._operation) from exc
+            raise point_into(err, self._operation) from exc
 
     def _finish_stream(self) -> None:
         if self._streaming:

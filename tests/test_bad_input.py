@@ -188,6 +188,41 @@ def test_list_column_of_wrong_length_is_a_data_error(env):
     assert "__modelsql" not in str(err).lower()
 
 
+def _row_sum_model(keep_axes=True):
+    from onnx import TensorProto, helper
+
+    from conftest import make_model
+
+    if keep_axes:
+        return make_model([helper.make_node("ReduceSum", ["x", "ax"], ["s"], keepdims=0)],
+                          [("x", TensorProto.FLOAT, ["N", "F"])], [("s", TensorProto.FLOAT, ["N"])],
+                          [("ax", np.array([1], dtype=np.int64))])
+    # no axes: sums everything into one scalar, although the output is declared [N]
+    return make_model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0)],
+                      [("x", TensorProto.FLOAT, ["N", "F"])], [("s", TensorProto.FLOAT, ["N"])])
+
+
+def test_ragged_lists_for_a_dynamic_input(env):
+    con, db, _ = env
+    con.import_model("rowsum", _row_sum_model())
+    con.execute("CREATE TABLE even AS SELECT * FROM (VALUES (1, [1.0, 2.0, 3.0]), (2, [4.0, 5.0, 6.0])) v(id, x)")
+    con.execute("CREATE TABLE ragged AS SELECT * FROM (VALUES (1, [1.0, 2.0]), (2, [3.0, 4.0, 5.0, 6.0])) v(id, x)")
+    con.commit()
+    assert con.execute("SELECT id, s FROM PREDICT(MODEL rowsum, TABLE even) ORDER BY id").fetchall() == [(1, 6.0), (2, 15.0)]
+    # never silently re-split [1, 2, 3, 4, 5, 6] into rows of three
+    raises(con, db, modelsql.DataError, "SELECT * FROM PREDICT(MODEL rowsum, TABLE ragged)",
+           code="ragged_input", contains=('"x"', "2 to 4", '"rowsum"'))
+
+
+def test_model_output_with_the_wrong_number_of_rows(env):
+    con, db, _ = env
+    con.import_model("allsum", _row_sum_model(keep_axes=False))
+    con.execute("CREATE TABLE even AS SELECT * FROM (VALUES (1, [1.0, 2.0, 3.0]), (2, [4.0, 5.0, 6.0])) v(id, x)")
+    con.commit()
+    raises(con, db, modelsql.DataError, "SELECT * FROM PREDICT(MODEL allsum, TABLE even)",
+           code="wrong_output_shape", contains=('"s"', '"allsum"'))
+
+
 def test_nulls_in_input_column(env):
     con, db, _ = env
     con.execute("CREATE TABLE n AS SELECT i AS id, CASE WHEN i % 4 = 0 THEN NULL ELSE i END::DOUBLE AS a, "
@@ -205,17 +240,43 @@ def test_nulls_in_input_column(env):
     con.execute("CREATE TABLE n2 AS SELECT i AS id, CASE WHEN i % 4 = 0 THEN NULL ELSE i END::DOUBLE AS a, "
                 "CASE WHEN i < 3 THEN NULL ELSE i END::DOUBLE AS b FROM range(100) r(i)")
     raises(con, db, modelsql.DataError, "SELECT * FROM PREDICT(MODEL lin, TABLE n2, features = (a, b))",
-           code="null_input", contains=('"a" (25 rows)', '"b" (3 rows)', "27 rows"))
+           code="null_input", contains=('"a" (25 rows)', '"b" (3 rows)', "in all, 27 rows"))
+
+
+def test_null_found_while_streaming_is_still_a_data_error(env):
+    con, db, _ = env
+    # the NULL sits far past the first chunk: execute() succeeds and the error surfaces in fetch
+    con.execute("CREATE TABLE late AS SELECT i AS id, CASE WHEN i = 150000 THEN NULL ELSE i END::DOUBLE AS a, "
+                "(i % 7)::DOUBLE AS b FROM range(200000) r(i)")
+    con.commit()
+    for fetch in ("fetchall", "fetchmany", "iterate"):
+        with unchanged(con, db):
+            cur = con.execute("SELECT id, y FROM PREDICT(MODEL lin, TABLE late, features = (a, b))")
+            with pytest.raises(modelsql.DataError) as info:
+                if fetch == "fetchall":
+                    cur.fetchall()
+                elif fetch == "fetchmany":
+                    while cur.fetchmany(5000):
+                        pass
+                else:
+                    for _ in cur:
+                        pass
+        assert info.value.code == "null_input", str(info.value)
+        assert '"a" (1 row)' in str(info.value)
 
 
 def test_nulls_in_uncommitted_data(env):
     con, db, _ = env
     # the failed statement aborts the transaction, so its uncommitted rows cannot be
     # counted afterwards: the error gives the count seen so far, as a lower bound
-    con.execute("CREATE TABLE fresh AS SELECT CASE WHEN i % 2 = 0 THEN NULL ELSE i END::DOUBLE AS a, "
-                "i::DOUBLE AS b FROM range(100) r(i)")
-    err = raises(con, db, modelsql.DataError, "SELECT * FROM PREDICT(MODEL lin, TABLE fresh, features = (a, b))",
-                 code="null_input", contains=('"a" (',))
+    with unchanged(con, db):
+        con.execute("CREATE TABLE fresh AS SELECT CASE WHEN i % 2 = 0 THEN NULL ELSE i END::DOUBLE AS a, "
+                    "i::DOUBLE AS b FROM range(100) r(i)")
+        with pytest.raises(modelsql.DataError) as info:
+            con.execute("SELECT * FROM PREDICT(MODEL lin, TABLE fresh, features = (a, b))").fetchall()
+    err = info.value
+    assert err.code == "null_input"
+    assert '"a" (at least ' in str(err) or '"a" (50 rows)' in str(err), str(err)
     assert '"b"' not in str(err)
 
 
@@ -267,8 +328,6 @@ def test_truncated_onnx_file(env):
 
 def test_onnx_that_onnxruntime_cannot_load(env):
     con, db, tmp = env
-    from onnx import TensorProto, helper
-
     model = linear_model(np.ones((2, 1)))
     model.graph.node[0].op_type = "NoSuchOperator"
     p = tmp / "unknown_op.onnx"

@@ -400,3 +400,29 @@ def test_parameters_must_be_a_sequence(con):
     with pytest.raises(modelsql.ProgrammingError):
         con.execute("SELECT ?", {1})  # a set has no order
     assert con.execute("SELECT ?, ?", (1, "x")).fetchall() == [(1, "x")]
+
+
+def test_connections_in_threads(db):
+    """threadsafety = 1: threads share the module, each with its own connection."""
+    import threading
+
+    with modelsql.connect(db) as c:
+        c.import_model("m", linear_model(np.array([[1.0], [1000.0]])))
+        c.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, (i % 7)::DOUBLE AS b FROM range(50000) r(i)")
+    errors = []
+
+    def work():
+        try:
+            with modelsql.connect(db) as c:
+                for _ in range(3):
+                    rows = c.execute("SELECT count(*), sum(y - a - 1000 * b) FROM PREDICT(MODEL m, TABLE t)").fetchall()
+                    assert rows == [(50000, 0.0)], rows
+        except Exception as exc:  # reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

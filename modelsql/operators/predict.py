@@ -31,6 +31,8 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
+from ..errors import DataError
+
 NULL_MARKER = "modelsql-null-input"
 """Prefix of the exception message a PREDICT raises on a NULL input (mode ``error``)."""
 
@@ -204,9 +206,10 @@ class PredictFunction:
             valid_n = n
         if valid_n == 0:
             return pa.nulls(n, self.struct_type)
-        feeds = {spec.input_name: _to_numpy(arr, spec) for spec, arr in zip(self.args, arrays)}
+        where = f"PREDICT over {getattr(self.model, 'label', 'the model')}"
+        feeds = {spec.input_name: _to_numpy(arr, spec, where) for spec, arr in zip(self.args, arrays)}
         results = self._run(feeds, valid_n)
-        columns = [_to_arrow(res, o, valid_n) for res, o in zip(results, self.outputs)]
+        columns = [_to_arrow(res, o, valid_n, where) for res, o in zip(results, self.outputs)]
         if keep is not None:
             # Scatter the computed rows back, NULL where an input was NULL.
             positions = np.full(n, -1, dtype=np.int64)
@@ -304,7 +307,7 @@ def _fsl_values(arr: pa.FixedSizeListArray) -> pa.Array:
     return arr.values.slice(arr.offset * width, len(arr) * width)
 
 
-def _to_numpy(arr: pa.Array, spec: InputArg) -> np.ndarray:
+def _to_numpy(arr: pa.Array, spec: InputArg, where: str = "PREDICT") -> np.ndarray:
     dtype = ONNX_TO_NUMPY.get(spec.elem_type, np.float32)
     n = len(arr)
     if spec.kind == "column":
@@ -317,15 +320,42 @@ def _to_numpy(arr: pa.Array, spec: InputArg) -> np.ndarray:
         values = _fsl_values(arr)
     else:
         values = arr.flatten()
+        lengths = np.diff(np.asarray(arr.offsets))
+        if n and (lengths != lengths[0]).any():
+            # A batch is one tensor: ragged rows would be silently re-split across rows.
+            raise DataError(
+                f'{where}: column "{spec.columns[0]}" holds lists of different lengths ({int(lengths.min())} to '
+                f'{int(lengths.max())} elements); model input "{spec.input_name}" takes the same number of '
+                "values in every row.",
+                code="ragged_input",
+            )
     if dtype is np.object_:
         flat = np.array(values.to_pylist(), dtype=object)
     else:
         flat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype)
-    return flat.reshape((n,) + tuple(spec.shape))
+    try:
+        return flat.reshape((n,) + tuple(spec.shape))
+    except ValueError:
+        per_row = flat.size // n if n else 0
+        raise DataError(
+            f'{where}: column "{spec.columns[0]}" has {per_row} values per row, which do not fit model input '
+            f'"{spec.input_name}" (per-row shape {list(spec.shape)}, -1 = any).',
+            code="wrong_input_shape",
+        ) from None
 
 
-def _to_arrow(res: np.ndarray, o: OutputCol, n: int) -> pa.Array:
+def _to_arrow(res: np.ndarray, o: OutputCol, n: int, where: str = "PREDICT") -> pa.Array:
     res = np.asarray(res)
+    if res.ndim == 0 or res.shape[0] != n or (o.kind == "scalar" and res.size != n) or (
+        o.kind == "fixed" and res.size != n * o.width
+    ):
+        raise DataError(
+            f'{where}: the model returned output "{o.output_name}" of shape {list(res.shape)} for {n} input rows; '
+            "an output must have one row per input row"
+            + (f" of {o.width} values" if o.kind == "fixed" else "")
+            + ".",
+            code="wrong_output_shape",
+        )
     if res.dtype == np.float16:
         res = res.astype(np.float32)
     if o.kind == "scalar":

@@ -424,9 +424,9 @@ class Engine:
                 "the statement. Use CREATE TABLE ... AS SELECT ... FROM PREDICT(...) to store predictions.",
                 code="predict_in_view",
             )
-        predicts = list(stmt.find_all(PredictTable))
-        # Innermost first, so a PREDICT over another PREDICT sees plain SQL as its input.
-        predicts.sort(key=lambda p: -_depth(p))
+        # Innermost first, so a PREDICT over another PREDICT sees plain SQL as its input;
+        # and those in CTE bodies before the rest, so a PREDICT over a CTE does too.
+        predicts = _predicts_in_order(stmt)
         conn._begin_if_needed()
         registered: list = []
         try:
@@ -474,11 +474,20 @@ class Engine:
         options = parse_options({k: _value(v, params) for k, v in p.option_values.items()}, mv.name)
         source = p.args["expression"]
         key_columns: list[str] = []
+        ctes = _ctes_in_scope(p)
         if isinstance(source, exp.Subquery):
             inner = source.this
         else:
             inner = exp.select("*").from_(source.copy())
-            key_columns = self._key_columns(source)
+            if not (not source.db and source.name.lower() in {c.alias_or_name.lower() for c in ctes}):
+                key_columns = self._key_columns(source)
+        if ctes:
+            # The input may name CTEs of the enclosing query: describe it with them in scope.
+            alias = exp.TableAlias(this=exp.to_identifier("__msql_src"))
+            wrapped = exp.select("*").from_(exp.Subquery(this=inner.copy(), alias=alias))
+            recursive = any(isinstance(c.parent, exp.With) and c.parent.args.get("recursive") for c in ctes)
+            wrapped.set("with_", exp.With(expressions=[c.copy() for c in ctes], recursive=recursive or None))
+            inner = wrapped
         input_sql, idx = _renumber(inner)
         in_params = [params[i - 1] for i in idx]
         columns = self._describe(input_sql, in_params, mv.name)
@@ -633,7 +642,7 @@ class Engine:
 
         if counts is not None:
             where = ", ".join(f'"{c}" ({rows(n)})' for c, n in counts.items())
-            total = f"; {rows(rows_with_null)} in all have a NULL input"
+            total = f"; in all, {rows(rows_with_null)} with a NULL input"
         elif chunk_counts:
             where = ", ".join(f'"{c}" (at least {rows(n)})' for c, n in chunk_counts.items())
             total = ""
@@ -661,6 +670,50 @@ def describe_bound(bound: BoundPredict) -> str:
         f"inputs: {feeds}\noutputs: {outs}\n"
         f"on_null: {opts.on_null}" + (f", batch_size: {opts.batch_size}" if opts.batch_size else "")
     )
+
+
+def _predicts_in_order(tree: exp.Expression) -> list[PredictTable]:
+    """The PREDICTs of ``tree`` in post-order with WITH clauses first: every PREDICT comes
+    after the PREDICTs inside its input and after those in the CTEs it can name."""
+    out: list[PredictTable] = []
+    stack: list[tuple[exp.Expression, bool]] = [(tree, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            if isinstance(node, PredictTable):
+                out.append(node)
+            continue
+        stack.append((node, True))
+        children = list(node.iter_expressions())
+        w = node.args.get("with_")
+        at = next((i for i, c in enumerate(children) if c is w), None) if w is not None else None
+        if at:
+            children.insert(0, children.pop(at))
+        for child in reversed(children):
+            stack.append((child, False))
+    return out
+
+
+def _ctes_in_scope(node: exp.Expression) -> list[exp.CTE]:
+    """The CTEs a table reference at ``node`` can name, outermost first (inner ones shadow outer ones)."""
+    scopes: list[list[exp.CTE]] = []
+    child, parent = node, node.parent
+    while parent is not None:
+        if isinstance(parent, exp.With):
+            ctes = list(parent.expressions)
+            at = next((i for i, c in enumerate(ctes) if c is child), len(ctes))
+            scopes.append(ctes[: at + 1] if parent.args.get("recursive") else ctes[:at])
+        else:
+            w = parent.args.get("with_")
+            if isinstance(w, exp.With) and w is not child:
+                scopes.append(list(w.expressions))
+        child, parent = parent, parent.parent
+    merged: dict[str, exp.CTE] = {}
+    for scope in reversed(scopes):
+        for cte in scope:
+            merged.pop(cte.alias_or_name.lower(), None)
+            merged[cte.alias_or_name.lower()] = cte
+    return list(merged.values())
 
 
 def _depth(node: exp.Expression) -> int:
