@@ -694,11 +694,6 @@ def test_parameter_with_cast_inside_predict(con):
     assert con.execute("SELECT y FROM PREDICT(MODEL s, (SELECT (?)::DOUBLE AS x))", [1.5]).fetchall() == [(3.0,)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="modelsql.sql.number_placeholders misses '?' in '?::DOUBLE': sqlglot's tokenizer reads '?::' as one "
-    "QDCOLON token, so the statement counts 0 placeholders (modelsql/sql, not editable here)",
-)
 def test_parameter_with_cast_shorthand_inside_predict(con):
     """``?::DOUBLE`` is a placeholder, as in plain DuckDB SQL."""
     con.import_model("s", scale_model(2.0))

@@ -506,3 +506,13 @@ def test_number_placeholders_rejects_untokenizable_text():
         number_placeholders("SELECT ?, 'abc")
     assert info.value.code == "parse_error"
     assert (info.value.line, info.value.column) == (1, 11)
+
+
+def test_number_placeholders_before_cast_shorthand():
+    """sqlglot reads ``?::`` as one token; the ``?`` in it is still a placeholder."""
+    from modelsql.sql import number_placeholders
+
+    assert number_placeholders("SELECT ?::DOUBLE AS x, ? AS y, '?::' AS z") == (
+        "SELECT $1::DOUBLE AS x, $2 AS y, '?::' AS z",
+        2,
+    )

@@ -255,6 +255,9 @@ def _qmark_offsets(sql: str, tokens: list[Token], base: int, out: list[int]) -> 
                 continue  # ?NNN is already numbered
             out.append(base + tok.start)
             continue
+        if tok.token_type == TokenType.QDCOLON and tok.text.startswith("?"):
+            out.append(base + tok.start)  # "?::type" is one token: a placeholder, then a cast
+            continue
         offset = _command_payload_offset(sql, tokens, i)
         if offset is not None:
             inner = sql[offset : offset + len(tok.text)]

@@ -3,8 +3,10 @@
 Rewrite: a bound PREDICT whose statement never names one of its output
 columns (and has no ``*`` that could pass it on) drops that output, so ONNX
 Runtime runs only the part of the graph the remaining outputs need and no
-unused tensor is converted back to Arrow. At least one output is kept, so the
-model still runs over every row (NULL checks and errors are unchanged).
+unused tensor is converted back to Arrow. At least one output is kept in the
+plan; when the query reads none at all (``SELECT count(*) FROM PREDICT(...)``)
+DuckDB's own optimizer drops the call, so the model does not run and a NULL
+input is not reported: the answer never depends on the predictions.
 
 This is projection pushdown through a model, one of the cross-optimizations
 of SQL and ML inference in Raven (Karanasos et al., "Extending Relational
