@@ -337,6 +337,19 @@ class Connection:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def optimize(self) -> bool:
+        """Whether the planner applies its rewrite rules (default True).
+
+        Set it to False to run every PREDICT exactly as bound: the rules must
+        never change a query's answer, and tests compare both ways (DuckDB's
+        verification mode does the same for its optimizer)."""
+        return self._engine.optimize
+
+    @optimize.setter
+    def optimize(self, value: bool) -> None:
+        self._engine.optimize = bool(value)
+
     def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
         """Create a cursor, execute ``operation`` on it and return it (as sqlite3 does)."""
         cur = self.cursor()

@@ -46,7 +46,7 @@ from ..sql.nodes import (
     VacuumModels,
 )
 from ..storage import BlobStore
-from .rules import predict_prune_outputs, referenced_names
+from .rules import RULES, referenced_names
 from .bind import BoundPredict, Column, bind_predict, parse_options, quote
 
 _ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
@@ -102,6 +102,9 @@ class Engine:
         self.read_only = read_only
         self.catalog = Catalog(duck, read_only=read_only)
         self.store = BlobStore.for_database(database)
+        self.optimize = True
+        """Apply the planner's rewrite rules (:data:`modelsql.planner.rules.RULES`); False runs
+        every PREDICT as bound, which tests use to check that rules never change an answer."""
         self._lock = threading.RLock()
 
     def close(self) -> None:
@@ -492,7 +495,9 @@ class Engine:
         in_params = [params[i - 1] for i in idx]
         columns = self._describe(input_sql, in_params, mv.name)
         bound = bind_predict(mv, input_sql, columns, options, key_columns)
-        bound = predict_prune_outputs(bound, used)
+        if self.optimize:
+            for rule in RULES:
+                bound = rule(bound, used)
         model = self._session(mv)
         fn = PredictFunction(model, bound.args, bound.outputs, options.on_null, index, batch_size=options.batch_size)
         fn_name = f"__modelsql_predict_{index}"

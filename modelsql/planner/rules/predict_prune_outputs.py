@@ -37,7 +37,7 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
             continue
         if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Func):
             return None  # SELECT * / t.* may pass every column on (count(*) does not)
-        if isinstance(node, (exp.Anonymous, exp.Func)) and node.name.upper() == "COLUMNS":
+        if isinstance(node, exp.Columns) or (isinstance(node, exp.Anonymous) and node.name.upper() == "COLUMNS"):
             return None  # DuckDB's COLUMNS('regex') selects columns by pattern
         if isinstance(node, exp.Column):
             names.add(node.name.lower())
