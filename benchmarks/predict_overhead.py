@@ -144,6 +144,15 @@ def duckdb_scan(path: str, repeat: int) -> tuple[float, dict]:
     return best
 
 
+def duckdb_pack(path: str, repeat: int) -> float:
+    """Diagnostic: DuckDB packing the 64 columns into the FLOAT[64] array a PREDICT feeds (all threads)."""
+    con = duckdb.connect(path, read_only=True)
+    packed = "CAST([" + ", ".join(FEATURES) + "] AS FLOAT[64])"
+    t = timed(lambda: con.sql(f"SELECT sum(len({packed})) FROM t").fetchall(), repeat)
+    con.close()
+    return t
+
+
 def sql_predict(path: str, model: str, repeat: int) -> tuple[float, list]:
     con = modelsql.connect(path)
     con.autocommit = True
@@ -189,6 +198,7 @@ def main(argv=None) -> int:
         "versions": {"duckdb": duckdb.__version__, "onnxruntime": ort.__version__, "modelsql": modelsql.__version__},
         "duckdb_scan_s": scan_t,
         "duckdb_scan_config": scan_cfg,
+        "duckdb_pack_s": duckdb_pack(path, args.repeat),
         "models": {},
     }
     for name, proto in models.items():
