@@ -544,3 +544,16 @@ def test_read_only_connection_refuses_writes(env):
         assert [r[0] for r in ro.execute("SHOW MODELS").fetchall()] == ["adder", "lin"]
     finally:
         ro.close()
+
+
+def test_missing_model_error_points_at_the_name(tmp_path):
+    con = modelsql.connect(str(tmp_path / "pos.duckdb"))
+    con.execute("CREATE TABLE t AS SELECT 1.0 AS a")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT *\nFROM PREDICT(MODEL nosuch, (SELECT a FROM t WHERE a > ?))", [0])
+    err = info.value
+    assert err.code == "model_not_found"
+    assert (err.line, err.column) == (2, 20)
+    assert "LINE 2: FROM PREDICT(MODEL nosuch" in str(err)
+    assert str(err).splitlines()[-1].strip() == "^^^^^^"
+    con.close()

@@ -33,6 +33,8 @@ from ..errors import (
     OperationalError,
     ProgrammingError,
     did_you_mean,
+    excerpt,
+    position_of,
 )
 from ..operators.backends import onnxruntime as ort_backend
 from ..operators.predict import NULL_MARKER, PredictFunction
@@ -124,6 +126,7 @@ class Engine:
                 code="parameter_count",
             )
         statements = msql.parse(numbered)
+        self._text = numbered
         if not statements:
             return Outcome(self)
         outcome = Outcome(self)
@@ -206,7 +209,7 @@ class Engine:
             return self._result_outcome("SELECT")
         if isinstance(stmt, DescribeModel):
             ref = stmt.this
-            mv = self._get_model(ref.model_name, ref.version_number)
+            mv = self._get_model(ref.model_name, ref.version_number, ref)
             conn._begin_if_needed()
             q, qp = self.catalog.describe_model_sql(mv.name, mv.version)
             self._run(q, qp)
@@ -250,8 +253,18 @@ class Engine:
 
     # ------------------------------------------------------------------ models
 
-    def _get_model(self, name: str, version: Optional[int]) -> ModelVersion:
-        return self.catalog.get(name, version)
+    def _get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None) -> ModelVersion:
+        """The catalog entry; a lookup error gets a ``LINE n:`` excerpt under the model name
+        (``dbapi.point_into`` then sets ``.line``/``.column`` in the user's own text)."""
+        try:
+            return self.catalog.get(name, version)
+        except Error as err:
+            start = ref.this.meta.get("start") if ref is not None and ref.this is not None else None
+            text = getattr(self, "_text", None)
+            if err.line is not None or start is None or not text:
+                raise
+            line, column = position_of(text, start)
+            raise type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code) from None
 
     def _check_writable(self) -> None:
         if self.read_only:
@@ -394,7 +407,7 @@ class Engine:
         import onnx
 
         ref = stmt.this
-        mv = self._get_model(ref.model_name, ref.version_number)
+        mv = self._get_model(ref.model_name, ref.version_number, ref)
         target = str(_value(stmt.args["target"], params))
         proto = self.load_model_proto(mv)
         try:
@@ -473,7 +486,7 @@ class Engine:
 
     def _bind(self, p: PredictTable, params: list, index: int, used: Optional[set[str]] = None):
         ref = p.this
-        mv = self._get_model(ref.model_name, ref.version_number)
+        mv = self._get_model(ref.model_name, ref.version_number, ref)
         options = parse_options({k: _value(v, params) for k, v in p.option_values.items()}, mv.name)
         source = p.args["expression"]
         key_columns: list[str] = []
