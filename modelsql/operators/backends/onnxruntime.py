@@ -43,6 +43,12 @@ _ORT_TO_NUMPY = {
 }
 
 
+def providers() -> list[str]:
+    """Execution providers for new sessions: CUDA first when onnxruntime-gpu provides it, then the CPU."""
+    available = ort.get_available_providers()
+    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available] or ["CPUExecutionProvider"]
+
+
 def default_threads() -> int:
     """Number of CPU cores this process may use."""
     try:
@@ -82,7 +88,7 @@ class OrtModel:
         opts.log_severity_level = 3
         self.label = label
         try:
-            self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers())
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
             raise DataError(f"ONNX Runtime cannot load {label}: {_first_line(exc)}", code="invalid_onnx") from exc
         self.input_names = [i.name for i in self.session.get_inputs()]
