@@ -457,8 +457,8 @@ class Cursor:
         """Close the cursor; every later call, ``close()`` included, raises InterfaceError."""
         if self._closed:
             raise InterfaceError("Cursor is already closed.", code="cursor_closed")
-        if self.connection._streaming is self and not self.connection._closed:
-            self.connection._streaming = None
+        if not self.connection._closed:
+            self._discard()
         self._buffer = None
         self._closed = True
 
@@ -488,6 +488,7 @@ class Cursor:
         ):
             raise ProgrammingError("parameters must be a sequence (list or tuple).", code="bad_parameters")
         conn = self.connection
+        self._discard()  # this cursor's own unread rows are dropped, never fetched
         conn._settle()
         self._reset()
         self._operation = operation
@@ -604,6 +605,21 @@ class Cursor:
         self._check_open()
         if self._description is None:
             raise ProgrammingError("No result to fetch: the last statement returned no rows.", code="no_result")
+
+    def _discard(self) -> None:
+        """Drop the rest of this cursor's streaming result without reading it (DuckDB ``abort``)."""
+        if self._streaming and self.connection._streaming is self:
+            try:
+                self.connection._duck.abort()
+            except Exception:
+                pass
+            self.connection._streaming = None
+            self._streaming = False
+            self._buffer = []
+            self._pos = 0
+        if self._result is not None:
+            self._result.release()
+            self._result = None
 
     def _reset(self) -> None:
         if self.connection._streaming is self:

@@ -149,6 +149,14 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
         features = tuple(str(f) for f in features)
         if not features:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): features must name at least one column.", code="bad_option")
+        seen: set[str] = set()
+        for f in features:
+            if f.lower() in seen:
+                raise ProgrammingError(
+                    f'PREDICT(MODEL {model_name}): feature "{f}" is named twice; each feature column feeds one position.',
+                    code="bad_option",
+                )
+            seen.add(f.lower())
     backend = str(options.get("backend", "onnxruntime")).lower()
     if backend not in BACKENDS:
         raise NotSupportedError(

@@ -12,6 +12,7 @@ connection for the life of the result.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
 from dataclasses import dataclass, field, replace as dc_replace
@@ -120,12 +121,18 @@ class Engine:
             return self._passthrough(text, params, conn)
         numbered, count = msql.number_placeholders(text)
         given = len(params) if params is not None else 0
+        statements = msql.parse(numbered)
+        if count == 0:
+            # DuckDB's own numbered style ($1, $2 ...) written by the user.
+            count = max(
+                (int(p.this) for st in statements for p in st.find_all(exp.Placeholder) if str(p.this).isdigit()),
+                default=0,
+            )
         if given != count:
             raise ProgrammingError(
                 f"The statement has {count} parameter placeholder(s) but {given} value(s) were given.",
                 code="parameter_count",
             )
-        statements = msql.parse(numbered)
         self._text = numbered
         if not statements:
             return Outcome(self)
@@ -259,12 +266,16 @@ class Engine:
         try:
             return self.catalog.get(name, version)
         except Error as err:
-            start = ref.this.meta.get("start") if ref is not None and ref.this is not None else None
-            text = getattr(self, "_text", None)
-            if err.line is not None or start is None or not text:
-                raise
-            line, column = position_of(text, start)
-            raise type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code) from None
+            raise self._pointed(err, ref) from None
+
+    def _pointed(self, err: Error, ref: Optional[exp.Expression]) -> Error:
+        """``err`` with a ``LINE n:`` excerpt under the model name of ``ref`` (unless it has a position)."""
+        start = ref.this.meta.get("start") if ref is not None and ref.this is not None else None
+        text = getattr(self, "_text", None)
+        if err.line is not None or start is None or not text or "\nLINE " in str(err):
+            return err
+        line, column = position_of(text, start)
+        return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
 
     def _check_writable(self) -> None:
         if self.read_only:
@@ -272,7 +283,15 @@ class Engine:
 
     def _import_statement(self, stmt: ImportModel, params: list, conn) -> Outcome:
         source = _value(stmt.args["source"], params)
+        _no_repeats(stmt.args.get("options"), f"IMPORT MODEL {stmt.this.model_name}")
         options = {k: _value(v, params) for k, v in stmt.option_values.items()}
+        unknown = [k for k in options if k not in IMPORT_OPTIONS]
+        if unknown:
+            raise ProgrammingError(
+                f'IMPORT MODEL {stmt.this.model_name}: unknown option "{unknown[0]}".'
+                f"{did_you_mean(unknown[0], IMPORT_OPTIONS)} Options are: {', '.join(IMPORT_OPTIONS)}.",
+                code="unknown_option",
+            )
         features = options.pop("features", None)
         if isinstance(features, str):
             features = tuple(f.strip() for f in features.split(","))
@@ -409,12 +428,31 @@ class Engine:
         ref = stmt.this
         mv = self._get_model(ref.model_name, ref.version_number, ref)
         target = str(_value(stmt.args["target"], params))
+        self._check_export_target(target)
         proto = self.load_model_proto(mv)
         try:
             onnx.save_model(proto, target)
         except OSError as exc:
             raise OperationalError(f'Cannot write "{target}": {exc.strerror or exc}', code="io_error") from exc
         return Outcome(self, rowcount=1)
+
+    def _check_export_target(self, target: str) -> None:
+        """Refuse to overwrite the database file, its WAL or anything in the blob store.
+
+        Any other existing file is overwritten, as DuckDB's ``COPY ... TO`` does.
+        """
+        real = os.path.realpath(target)
+        guarded = [os.path.realpath(str(self.store.root))]
+        if self.database != ":memory:":
+            db = os.path.realpath(self.database)
+            guarded += [db, db + ".wal"]
+        for g in guarded:
+            if real == g or real.startswith(g.rstrip(os.sep) + os.sep):
+                raise ProgrammingError(
+                    f'EXPORT MODEL: "{target}" is this connection\'s own database, write-ahead log or blob '
+                    "store; export to another path.",
+                    code="export_target_in_use",
+                )
 
     def _vacuum(self, conn) -> Outcome:
         self._check_writable()
@@ -449,7 +487,10 @@ class Engine:
             for p in predicts:
                 index = next(_UDF_COUNTER)
                 used = referenced_names(stmt, p.parent if isinstance(p.parent, exp.Table) else p)
-                bound, fn_name, fn, arg_params = self._bind(p, params, index, used)
+                try:
+                    bound, fn_name, fn, arg_params = self._bind(p, params, index, used)
+                except Error as err:
+                    raise self._pointed(err, p.this) from None
                 registered.append((fn_name, fn, bound, arg_params))
                 sub = self._predict_tree(bound, fn_name, p.args["expression"])
                 parent = p.parent
@@ -487,6 +528,7 @@ class Engine:
     def _bind(self, p: PredictTable, params: list, index: int, used: Optional[set[str]] = None):
         ref = p.this
         mv = self._get_model(ref.model_name, ref.version_number, ref)
+        _no_repeats(p.args.get("options"), f"PREDICT(MODEL {mv.name})")
         options = parse_options({k: _value(v, params) for k, v in p.option_values.items()}, mv.name)
         source = p.args["expression"]
         key_columns: list[str] = []
@@ -673,6 +715,21 @@ class Engine:
             "or on_null = 'null' to return NULL predictions for them.",
             code="null_input",
         )
+
+IMPORT_OPTIONS = ("features", "description")
+"""Options of ``IMPORT MODEL ... WITH (...)``: ``features`` (the columns feeding a single
+input, in order) and ``description`` (free text kept in the catalog)."""
+
+
+def _no_repeats(options, where: str) -> None:
+    """Refuse an option written twice (the second would silently win)."""
+    seen: set[str] = set()
+    for o in options or []:
+        key = o.this.name.lower()
+        if key in seen:
+            raise ProgrammingError(f'{where}: option "{key}" is given twice.', code="duplicate_option")
+        seen.add(key)
+
 
 def describe_bound(bound: BoundPredict) -> str:
     """One readable paragraph on how a PREDICT was bound (for EXPLAIN)."""

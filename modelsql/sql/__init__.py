@@ -293,6 +293,10 @@ def number_placeholders(sql: str) -> tuple[str, int]:
         parts.append(sql[last:offset])
         parts.append(f"${number}")
         last = offset + 1
+        word = re.match(r"\S*", sql[last:]).group(0)
+        if "$" in word or "?" in word:
+            # "$1,$2" would read as a dollar-quoted string: keep placeholders apart.
+            parts.append(" ")
     parts.append(sql[last:])
     return "".join(parts), len(offsets)
 

@@ -175,8 +175,9 @@ class BlobStore:
     def put(self, data: Union[bytes, bytearray, memoryview]) -> str:
         """Store ``data`` and return its SHA-256 hex digest.
 
-        Atomic and idempotent: if a blob with this digest and the right size
-        already exists nothing is written; otherwise the bytes are written to a
+        Atomic and idempotent: if a blob with this digest already exists and
+        still verifies, nothing is written (a corrupt or truncated copy is
+        replaced, so re-importing a model repairs its blobs); otherwise the bytes are written to a
         temporary file in the blob's directory, fsync-ed, renamed into place with
         :func:`os.replace`, and the directory is fsync-ed.
 
@@ -191,9 +192,12 @@ class BlobStore:
         final = self.root / digest[:2] / digest[2:]
         try:
             if final.stat().st_size == view.nbytes:
+                self.verify(digest)
                 return digest
         except FileNotFoundError:
             pass
+        except BlobCorruptError:
+            pass  # a damaged copy is replaced by these (verified) bytes below
         folder = final.parent
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)

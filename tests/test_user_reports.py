@@ -1,0 +1,107 @@
+"""Regression tests for problems a fresh user found (each once a real bug)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import modelsql
+from conftest import linear_model, save
+
+
+@pytest.fixture
+def lin(con):
+    con.import_model("m", linear_model(np.ones((3, 1), dtype=np.float32)))
+    con.execute("CREATE TABLE t AS SELECT range AS id, range::DOUBLE AS a, 1.0 AS b, 2.0 AS c FROM range(10)")
+    con.commit()
+    return con
+
+
+def test_export_refuses_the_open_database_and_store(lin, db):
+    con = lin
+    for target in (db, db + ".wal", os.path.join(db + ".blobs", "x.onnx")):
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.execute(f"EXPORT MODEL m TO '{target}'")
+        assert info.value.code == "export_target_in_use"
+    con.close()
+    again = modelsql.connect(db)
+    assert again.execute("SELECT count(*) FROM t").fetchone() == (10,)
+    assert again.execute("SELECT count(*) FROM modelsql.model_versions").fetchone() == (1,)
+    again.close()
+
+
+def test_adjacent_qmark_placeholders_in_a_predict_statement(lin):
+    rows = lin.execute(
+        "SELECT id, y FROM PREDICT(MODEL m, (SELECT * FROM t WHERE id IN (?,?))) WHERE a IN (?,?) ORDER BY id",
+        [1, 2, 2, 9],
+    ).fetchall()
+    assert rows == [(2, 5.0)]
+    assert lin.execute("SELECT coalesce(?,?) FROM PREDICT(MODEL m, TABLE t) LIMIT 1", [None, 7]).fetchone() == (7,)
+
+
+def test_dollar_placeholders_in_a_predict_statement(lin):
+    rows = lin.execute("SELECT id FROM PREDICT(MODEL m, TABLE t) WHERE id < $1 ORDER BY id", [2]).fetchall()
+    assert rows == [(0,), (1,)]
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        lin.execute("SELECT id FROM PREDICT(MODEL m, TABLE t) WHERE id < $2", [2])
+    assert info.value.code == "parameter_count"
+
+
+def test_reexecute_does_not_read_the_rest_of_a_huge_result(lin):
+    cur = lin.cursor()
+    cur.execute("SELECT * FROM PREDICT(MODEL m, (SELECT i::DOUBLE AS a, 1.0 AS b, 2.0 AS c FROM range(1000000000) t(i)))")
+    assert cur.fetchone() is not None
+    started = time.perf_counter()
+    assert cur.execute("SELECT 1").fetchall() == [(1,)]
+    cur.execute("SELECT * FROM PREDICT(MODEL m, (SELECT i::DOUBLE AS a, 1.0 AS b, 2.0 AS c FROM range(1000000000) t(i)))")
+    cur.fetchone()
+    cur.close()
+    assert lin.execute("SELECT 2").fetchall() == [(2,)]
+    assert time.perf_counter() - started < 10  # reading 10^9 rows would take minutes
+
+
+def test_features_named_twice_in_predict_are_refused(lin):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        lin.execute("SELECT * FROM PREDICT(MODEL m, TABLE t, features = (a, a, c))")
+    assert info.value.code == "bad_option" and '"a"' in str(info.value)
+
+
+def test_options_given_twice_are_refused(lin, tmp_path):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        lin.execute("SELECT * FROM PREDICT(MODEL m, TABLE t, on_null = 'skip', on_null = 'null')")
+    assert info.value.code == "duplicate_option"
+    assert info.value.line == 1  # points at the PREDICT's model name
+
+
+def test_unknown_import_option_is_refused_and_nothing_is_stored(lin, tmp_path, db):
+    path = save(linear_model(np.ones((3, 1), dtype=np.float32)), tmp_path / "x.onnx")
+    before = lin.execute("SELECT name, version FROM modelsql.model_versions").fetchall()
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        lin.execute(f"IMPORT MODEL x FROM '{path}' WITH (on_nul = 'skip')")
+    assert info.value.code == "unknown_option" and "on_nul" in str(info.value)
+    assert lin.execute("SELECT name, version FROM modelsql.model_versions").fetchall() == before
+    lin.execute(f"IMPORT MODEL x FROM '{path}' WITH (description = 'a tiny linear model')")
+    assert lin.execute("SELECT options FROM modelsql.model_versions WHERE name = 'x'").fetchone()[0] == {
+        "description": "a tiny linear model"
+    }
+
+
+def test_reimport_repairs_a_corrupt_blob(lin, db, tmp_path):
+    con = lin
+    digest = con.execute("SELECT digest FROM modelsql.model_tensors WHERE name = 'm' LIMIT 1").fetchone()[0]
+    blob = os.path.join(db + ".blobs", digest[:2], digest[2:])
+    data = bytearray(open(blob, "rb").read())
+    data[0] ^= 0xFF
+    open(blob, "wb").write(bytes(data))
+    from modelsql.operators.backends.onnxruntime import clear_cache
+
+    clear_cache()
+    with pytest.raises(modelsql.DataError):
+        con.execute("SELECT * FROM PREDICT(MODEL m, TABLE t)").fetchall()
+    con.rollback()
+    con.import_model("m2", linear_model(np.ones((3, 1), dtype=np.float32)))  # the same tensors again
+    assert con.execute("SELECT sum(y) FROM PREDICT(MODEL m, TABLE t)").fetchone() == (75.0,)
+    assert con.execute("SELECT sum(y) FROM PREDICT(MODEL m2, TABLE t)").fetchone() == (75.0,)
