@@ -786,6 +786,9 @@ def _run(args: argparse.Namespace, database: str, fmt: str, console: Console, er
             except OSError as exc:
                 err.print(escape(f"Cannot read {args.file}: {exc.strerror or exc}"), highlight=False)
                 return 1
+            except UnicodeDecodeError:
+                err.print(escape(f"Cannot read {args.file}: not a UTF-8 text file of SQL statements."), highlight=False)
+                return 1
     con = modelsql.connect(database, read_only=bool(getattr(args, "read_only", False)))
     try:
         con.autocommit = True

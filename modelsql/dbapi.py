@@ -98,6 +98,17 @@ def Binary(value: Any) -> bytes:
     return bytes(value)
 
 
+def _python_values(parameters) -> list:
+    """Parameters as a list, NumPy scalars turned into the Python values DuckDB binds."""
+    out = []
+    for value in parameters:
+        item = getattr(value, "item", None)
+        if item is not None and type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+            value = item()
+        out.append(value)
+    return out
+
+
 # ------------------------------------------------------------ error mapping
 
 _DUCK_TO_PEP249 = [
@@ -396,6 +407,38 @@ class Connection:
             if_not_exists=if_not_exists, options=options, connection=self,
         )
 
+    def register(self, name: str, data: Any) -> None:
+        """Make a Python object queryable as a view ``name`` on this connection (extension).
+
+        ``data``: a ``pyarrow.Table`` / ``RecordBatchReader`` / dataset, a pandas or
+        polars DataFrame, or a dict of equal-length NumPy arrays (made into an
+        Arrow table), as DuckDB's ``register`` takes them. The view lives as long
+        as the connection (or until :meth:`unregister`) and is visible to this
+        connection only; ``CREATE TABLE t AS SELECT * FROM name`` stores it.
+
+        Raises:
+            ProgrammingError: the object cannot be registered.
+        """
+        self._check_open()
+        self._settle()
+        if isinstance(data, dict):
+            import pyarrow as pa
+
+            data = pa.table(data)
+        try:
+            self._duck.register(name, data)
+        except Exception as exc:
+            raise ProgrammingError(f'Cannot register "{name}": {translate_duckdb_error(exc)}', code="register_failed") from exc
+
+    def unregister(self, name: str) -> None:
+        """Remove a view made by :meth:`register`."""
+        self._check_open()
+        self._settle()
+        try:
+            self._duck.unregister(name)
+        except Exception as exc:
+            raise translate_duckdb_error(exc) from exc
+
     # -- internals ------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -493,7 +536,7 @@ class Cursor:
         self._reset()
         self._operation = operation
         try:
-            outcome = conn._engine.execute(operation, list(parameters) if parameters is not None else None, conn)
+            outcome = conn._engine.execute(operation, _python_values(parameters) if parameters is not None else None, conn)
         except Error as err:
             raise point_into(err, operation) from err.__cause__
         self._description = outcome.description
@@ -565,7 +608,12 @@ class Cursor:
         self._check_result()
         if self._buffer is not None:
             raise NotSupportedError("fetch_arrow is available only right after execute.", code="not_supported")
-        table = self._stream_call(lambda d: d.to_arrow_table())
+        import warnings
+
+        with warnings.catch_warnings():
+            # DuckDB advises its own relation API here, which a DB-API cursor does not have.
+            warnings.simplefilter("ignore", UserWarning)
+            table = self._stream_call(lambda d: d.to_arrow_table())
         self._finish_stream()
         return table
 

@@ -105,3 +105,28 @@ def test_reimport_repairs_a_corrupt_blob(lin, db, tmp_path):
     con.import_model("m2", linear_model(np.ones((3, 1), dtype=np.float32)))  # the same tensors again
     assert con.execute("SELECT sum(y) FROM PREDICT(MODEL m, TABLE t)").fetchone() == (75.0,)
     assert con.execute("SELECT sum(y) FROM PREDICT(MODEL m2, TABLE t)").fetchone() == (75.0,)
+
+
+def test_register_numpy_scalars_and_fetch_arrow(con, recwarn):
+    con.register("src", {"a": np.arange(5, dtype=np.float64), "b": np.ones(5), "c": np.zeros(5)})
+    con.execute("CREATE TABLE t AS SELECT * FROM src")
+    con.unregister("src")
+    con.import_model("m", linear_model(np.ones((3, 1), dtype=np.float32)))
+    cur = con.execute("SELECT a, y FROM PREDICT(MODEL m, TABLE t) WHERE a > ? ORDER BY a", [np.float32(2.5)])
+    table = cur.fetch_arrow()
+    assert table.column("a").to_pylist() == [3.0, 4.0]
+    assert table.column("y").to_pylist() == [4.0, 5.0]
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
+
+
+def test_run_refuses_a_binary_file(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "model.onnx"
+    path.write_bytes(bytes(range(256)))
+    out = subprocess.run(
+        [sys.executable, "-m", "modelsql.cli", "-d", ":memory:", "run", str(path)], capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    assert "not a UTF-8 text file" in " ".join(out.stderr.split()) and "Traceback" not in out.stderr
