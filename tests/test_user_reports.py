@@ -130,3 +130,30 @@ def test_run_refuses_a_binary_file(tmp_path):
     )
     assert out.returncode == 1
     assert "not a UTF-8 text file" in " ".join(out.stderr.split()) and "Traceback" not in out.stderr
+
+
+def test_pipeline_with_a_column_transformer_selecting_by_name(con):
+    """A ColumnTransformer picks columns by name (numbers and a text column one-hot encoded):
+    it imports as one input per column, and PREDICT binds each to its column."""
+    import pyarrow as pa
+    from sklearn.compose import ColumnTransformer
+    from sklearn.datasets import load_wine
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
+
+    data = load_wine()
+    cols = [n.replace("/", "_") for n in data.feature_names]
+    color = np.array(["red", "white"])[np.random.default_rng(0).integers(0, 2, len(data.target))]
+    table = pa.table({**{c: data.data[:, i] for i, c in enumerate(cols)}, "color": color})
+    ct = ColumnTransformer(
+        [("a", StandardScaler(), cols[:6]), ("b", MinMaxScaler(), cols[6:]), ("c", OneHotEncoder(), ["color"])]
+    )
+    pipe = Pipeline([("ct", ct), ("lr", LogisticRegression(max_iter=2000))]).fit(table, data.target)
+    con.register("src", table.append_column("id", pa.array(np.arange(len(color)))))
+    con.execute("CREATE TABLE wine AS SELECT * FROM src")
+    con.import_model("wine", pipe)
+    inputs = [r[2:] for r in con.execute("DESCRIBE MODEL wine").fetchall() if r[0] == "input"]
+    assert ("color", "STRING", "[N, 1]") in inputs and ("alcohol", "FLOAT", "[N, 1]") in inputs
+    got = [r[0] for r in con.execute("SELECT label FROM PREDICT(MODEL wine, TABLE wine) ORDER BY id").fetchall()]
+    np.testing.assert_array_equal(np.array(got), pipe.predict(table))

@@ -59,6 +59,34 @@ def _final_step(estimator: Any) -> Any:
     return estimator
 
 
+def _selects_columns_by_name(estimator) -> Optional[dict]:
+    """For an estimator containing a ColumnTransformer that selects columns by name:
+    ``{"text": {columns fed to an encoder fitted on strings}}``; else None."""
+    from sklearn.compose import ColumnTransformer
+
+    found = None
+    stack = [estimator]
+    while stack:
+        est = stack.pop()
+        if isinstance(est, ColumnTransformer):
+            for _, trans, cols in getattr(est, "transformers_", []):
+                names = [cols] if isinstance(cols, str) else list(cols) if isinstance(cols, (list, tuple)) else []
+                if names and all(isinstance(c, str) for c in names):
+                    found = found or {"text": set()}
+                    categories = getattr(trans, "categories_", None)
+                    if categories is not None:
+                        for col, cats in zip(names, categories):
+                            if len(cats) and isinstance(cats[0], str):
+                                found["text"].add(col)
+                if hasattr(trans, "get_params") and not isinstance(trans, str):
+                    stack.append(trans)
+        for attr in ("steps",):
+            for _, step in getattr(est, attr, None) or []:
+                if hasattr(step, "get_params"):
+                    stack.append(step)
+    return found
+
+
 def from_sklearn(
     estimator: Any,
     *,
@@ -142,11 +170,28 @@ def from_sklearn(
     regressor = bool(is_regressor(estimator))
     options = {id(_final_step(estimator)): {"zipmap": False}} if classifier else None
     target = {"": min(DEFAULT_OPSET, get_latest_tested_opset_version()), "ai.onnx.ml": ML_OPSET}
+    initial_types = [("input", FloatTensorType([None, n]))]
+    by_name = _selects_columns_by_name(estimator)
+    if by_name:
+        if features is None:
+            raise ProgrammingError(
+                f"the {cls_name} selects columns by name but has no feature_names_in_: fit it on a table "
+                "(a pyarrow Table or DataFrame) so its column names are known",
+                code="feature_names_required",
+            )
+        # One [N, 1] input per column, named after it: PREDICT binds each to its column,
+        # and skl2onnx can follow the ColumnTransformer's selection by name.
+        from skl2onnx.common.data_types import StringTensorType
+
+        initial_types = [
+            (f, StringTensorType([None, 1]) if f in by_name["text"] else FloatTensorType([None, 1])) for f in features
+        ]
+        features = None
     try:
         model = convert_sklearn(
             estimator,
             name,
-            initial_types=[("input", FloatTensorType([None, n]))],
+            initial_types=initial_types,
             options=options,
             target_opset=target,
         )
