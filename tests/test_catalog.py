@@ -675,3 +675,26 @@ def test_many_tensors(cat):
     add(cat, mv)
     assert cat.get("digits") == mv
     assert len(cat.blob_sizes()) == 2001
+
+
+def test_version_numbers_are_never_reused_while_the_model_exists(tmp_path):
+    import numpy as np
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    import modelsql
+    from conftest import linear_model
+
+    con = modelsql.connect(str(tmp_path / "v.duckdb"))
+    m = linear_model(np.ones((3, 1), dtype=np.float32))
+    con.import_model("m", m)
+    con.import_model("m", m, replace=True)
+    con.execute("DROP MODEL m VERSION 2")
+    assert con.import_model("m", m, replace=True).version == 3
+    con.execute("DROP MODEL m VERSION 1")
+    assert con.import_model("m", m, replace=True).version == 4
+    assert [v for (v,) in con.execute("SELECT version FROM modelsql.model_versions ORDER BY version").fetchall()] == [3, 4]
+    con.execute("DROP MODEL m")
+    assert con.import_model("m", m).version == 1
+    assert con.import_model("m", m, replace=True).version == 2
+    con.close()

@@ -651,8 +651,9 @@ def test_dropped_and_reimported_model_gives_new_outputs(con):
     assert con.execute("SELECT y FROM PREDICT(MODEL m, TABLE t)").fetchall() == [(3.0,)]
     con.import_model("m", scale_model(4.0), replace=True)
     con.execute("DROP MODEL m VERSION 2")
-    con.import_model("m", scale_model(5.0), replace=True)  # version 2 again
-    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 2, TABLE t)").fetchall() == [(5.0,)]
+    con.import_model("m", scale_model(5.0), replace=True)  # version 3: numbers are not reused
+    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 3, TABLE t)").fetchall() == [(5.0,)]
+    assert con.execute("SELECT y FROM PREDICT(MODEL m, TABLE t)").fetchall() == [(5.0,)]
     assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 1, TABLE t)").fetchall() == [(3.0,)]
 
 

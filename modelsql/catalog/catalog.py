@@ -491,12 +491,21 @@ class Catalog:
             )
 
     def next_version(self, name: str) -> int:
-        """The version number the next :meth:`add_version` of ``name`` must carry (max + 1, or 1).
+        """The version number the next :meth:`add_version` of ``name`` must carry.
 
-        After the latest version is dropped its number is used again.
+        One more than the highest version the model ever had: a number is never
+        given twice while the model exists, even after ``DROP MODEL m VERSION n``
+        of its latest version (as in MLflow's model registry). Dropping the whole
+        model starts it again at 1.
         """
-        existing = self.versions(name)
-        return existing[-1] + 1 if existing else 1
+        key = _normalize_name(name)
+        existing = self.versions(key)
+        last = existing[-1] if existing else 0
+        if existing:
+            rows = self._rows("SELECT value FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
+            if rows and str(rows[0][0]).isdigit():
+                last = max(last, int(rows[0][0]))
+        return last + 1
 
     def add_version(self, mv: ModelVersion, blob_kinds: Mapping[str, str]) -> None:
         """Insert a model version: its row, inputs, outputs, tensors, and blob registrations.
@@ -670,11 +679,17 @@ class Catalog:
         if version is None:
             where, params = "name = ?", [key]
             removed = len(self.versions(key))
+            self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
         else:
             where, params = "name = ? AND version = ?", [key, resolved]
             removed = 1
+            last = self.versions(key)[-1]
+            self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
+            self._rows("INSERT INTO {s}.meta VALUES (?, ?)", [f"last_version:{key}", str(max(last, resolved))])
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
+        if not self.versions(key):
+            self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
         self._rows(
             "DELETE FROM {s}.blobs WHERE digest NOT IN "
             "(SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors)"
