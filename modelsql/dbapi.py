@@ -682,8 +682,7 @@ class Cursor:
         self._result = None
 
     def _stream_call(self, fn):
-        if not self._streaming:
-            return None if fn.__name__ == "fetchone" else []
+        """Run ``fn(duckdb_connection)`` on this cursor's streaming result (callers check it streams)."""
         try:
             return fn(self.connection._duck)
         except Exception as exc:
