@@ -10,7 +10,6 @@ import textwrap
 import numpy as np
 import onnxruntime as ort
 
-import modelsql
 from modelsql.operators.backends import onnxruntime as ort_backend
 
 from conftest import linear_model

@@ -14,8 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import threading
-from dataclasses import dataclass, field, replace as dc_replace
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import duckdb
@@ -108,10 +107,9 @@ class Engine:
         self.optimize = True
         """Apply the planner's rewrite rules (:data:`modelsql.planner.rules.RULES`); False runs
         every PREDICT as bound, which tests use to check that rules never change an answer."""
-        self._lock = threading.RLock()
 
     def close(self) -> None:
-        pass
+        """Nothing to free: sessions live in the process-wide cache, the store is files."""
 
     # ------------------------------------------------------------------ dispatch
 

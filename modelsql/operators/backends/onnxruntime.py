@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from ...errors import DataError, InternalError, OperationalError
+from ...errors import DataError, InternalError
 
 __all__ = ["OrtModel", "get_model", "clear_cache", "default_threads"]
 
