@@ -128,6 +128,7 @@ _DUCK_TO_PEP249 = [
     (getattr(duckdb, "NotSupportedError", ()), NotSupportedError, "not_supported"),
     (getattr(duckdb, "OperationalError", ()), OperationalError, "operational_error"),
     (getattr(duckdb, "InternalError", ()), InternalError, "internal_error"),
+    (getattr(duckdb, "InterruptException", ()), OperationalError, "interrupted"),
 ]
 
 
@@ -140,6 +141,8 @@ def translate_duckdb_error(exc: BaseException) -> Error:
             return ours(str(exc), code=code)
     if isinstance(exc, duckdb.Error):
         return DatabaseError(str(exc), code="database_error")
+    if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()):
+        return OperationalError("The statement was interrupted.", code="interrupted")
     return InternalError(f"{type(exc).__name__}: {exc}", code="internal_error")
 
 
@@ -270,7 +273,7 @@ class Connection:
             raise OperationalError(f'Cannot open database "{database}": {err}', code="cannot_open") from exc
         self._closed = False
         self._in_transaction = False
-        self.autocommit = False
+        self._autocommit = False
         self._streaming: Optional[Cursor] = None
         try:
             self._engine = Engine(self._duck, database, read_only=read_only)
@@ -347,6 +350,22 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def autocommit(self) -> bool:
+        """Run each statement in its own transaction (default False, as PEP 249 asks).
+
+        Switching it on commits the transaction in progress, as Python's
+        ``sqlite3`` does, so nothing done before is silently left uncommitted."""
+        return self._autocommit
+
+    @autocommit.setter
+    def autocommit(self, value: bool) -> None:
+        self._check_open()
+        value = bool(value)
+        if value and not self._autocommit:
+            self.commit()
+        self._autocommit = value
 
     @property
     def optimize(self) -> bool:

@@ -157,3 +157,113 @@ def test_pipeline_with_a_column_transformer_selecting_by_name(con):
     assert ("color", "STRING", "[N, 1]") in inputs and ("alcohol", "FLOAT", "[N, 1]") in inputs
     got = [r[0] for r in con.execute("SELECT label FROM PREDICT(MODEL wine, TABLE wine) ORDER BY id").fetchall()]
     np.testing.assert_array_equal(np.array(got), pipe.predict(table))
+
+
+def test_switching_autocommit_on_commits_the_open_transaction(db):
+    con = modelsql.connect(db)
+    con.execute("CREATE TABLE t(i INT)")
+    con.commit()
+    con.execute("INSERT INTO t VALUES (1)")
+    con.autocommit = True
+    con.execute("INSERT INTO t VALUES (2)")
+    con.close()
+    again = modelsql.connect(db)
+    assert again.execute("SELECT i FROM t ORDER BY i").fetchall() == [(1,), (2,)]
+    again.close()
+
+
+@pytest.mark.parametrize("features", [[1, 2, 3], ["a", "b", None], 5, "abc", ["a", "b", ""], []])
+def test_import_features_must_be_column_names(con, features):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.import_model("m", linear_model(np.ones((3, 1), dtype=np.float32)), features=features)
+    assert info.value.code == "bad_option"
+    assert con.execute("SELECT count(*) FROM modelsql.model_versions").fetchone() == (0,)
+
+
+def test_import_features_as_numbers_in_sql(con, tmp_path):
+    path = save(linear_model(np.ones((3, 1), dtype=np.float32)), tmp_path / "x.onnx")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute(f"IMPORT MODEL m FROM '{path}' WITH (features = (1, 2, 3))")
+    assert info.value.code == "bad_option"
+
+
+def test_model_without_outputs_is_refused(con, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([], "empty", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])], [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "empty.onnx"
+    onnx.save(model, path)
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute(f"IMPORT MODEL e FROM '{path}'")
+    assert info.value.code == "invalid_onnx" and "no graph outputs" in str(info.value)
+
+
+def test_create_or_replace_with_if_not_exists_is_refused(con, tmp_path):
+    path = save(linear_model(np.ones((3, 1), dtype=np.float32)), tmp_path / "x.onnx")
+    with pytest.raises(modelsql.ProgrammingError):
+        con.execute(f"CREATE OR REPLACE MODEL IF NOT EXISTS m FROM '{path}'")
+
+
+def test_drop_if_exists_of_a_missing_version_is_silent(lin):
+    cur = lin.execute("DROP MODEL IF EXISTS m VERSION 9")
+    assert cur.rowcount == 0
+    assert lin.execute("SELECT count(*) FROM modelsql.model_versions").fetchone() == (1,)
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        lin.execute("DROP MODEL m VERSION 9")
+    assert info.value.code == "version_not_found" and info.value.line == 1
+
+
+def test_null_parameter_meets_the_on_null_rule(lin):
+    with pytest.raises(modelsql.DataError) as info:
+        lin.execute("SELECT y FROM PREDICT(MODEL m, (SELECT ? AS a, ? AS b, ? AS c))", [1, 2, None]).fetchall()
+    assert info.value.code == "null_input" and '"c"' in str(info.value)
+    lin.rollback()
+    rows = lin.execute(
+        "SELECT y FROM PREDICT(MODEL m, (SELECT ? AS a, ? AS b, ? AS c), on_null = 'null')", [1, 2, None]
+    ).fetchall()
+    assert rows == [(None,)]
+
+
+def test_concurrent_versions_from_several_connections(db, tmp_path):
+    import threading
+
+    path = save(linear_model(np.ones((3, 1), dtype=np.float32)), tmp_path / "x.onnx")
+    first = modelsql.connect(db)
+    first.execute(f"IMPORT MODEL m FROM '{path}'")
+    errors = []
+
+    def work():
+        c = modelsql.connect(db)
+        try:
+            for _ in range(4):
+                c.execute(f"CREATE OR REPLACE MODEL m FROM '{path}'")
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    versions = [v for (v,) in first.execute("SELECT version FROM modelsql.model_versions ORDER BY version").fetchall()]
+    assert versions == list(range(1, 14))
+    first.close()
+
+
+def test_interrupted_query_is_an_operational_error(lin):
+    import threading
+
+    timer = threading.Timer(0.5, lin._duck.interrupt)
+    timer.start()
+    with pytest.raises(modelsql.OperationalError) as info:
+        lin.execute(
+            "SELECT sum(y) FROM PREDICT(MODEL m, (SELECT i::DOUBLE AS a, 1.0 AS b, 2.0 AS c FROM range(2000000000) t(i)))"
+        ).fetchall()
+    timer.cancel()
+    assert info.value.code == "interrupted"

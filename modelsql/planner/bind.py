@@ -60,7 +60,11 @@ class Column:
     @property
     def is_numeric(self) -> bool:
         # "DECIMAL(2,1)[]" is a list, not a number.
-        return not self.is_array and (self.type in NUMERIC_TYPES or self.type.startswith("DECIMAL"))
+        # A column of only NULL literals or NULL parameters has type "NULL": it casts to any
+        # number, and its NULLs then meet the on_null rule like any other.
+        return not self.is_array and (
+            self.type in NUMERIC_TYPES or self.type.startswith("DECIMAL") or self.type.strip('"') == "NULL"
+        )
 
     @property
     def is_array(self) -> bool:
@@ -136,7 +140,7 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
                 f" Options are: {', '.join(KNOWN_OPTIONS)}.",
                 code="unknown_option",
             )
-    on_null = str(options.get("on_null", "error")).lower()
+    on_null = str(options.get("on_null") or "error").lower()
     if on_null not in ON_NULL_MODES:
         raise ProgrammingError(
             f"PREDICT(MODEL {model_name}): on_null must be one of 'error', 'skip', 'null', not '{on_null}'.",

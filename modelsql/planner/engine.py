@@ -11,9 +11,12 @@ connection for the life of the result.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import random
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -281,6 +284,11 @@ class Engine:
 
     def _import_statement(self, stmt: ImportModel, params: list, conn) -> Outcome:
         source = _value(stmt.args["source"], params)
+        if stmt.args.get("replace") and stmt.args.get("exists"):
+            raise ProgrammingError(
+                "CREATE OR REPLACE MODEL and IF NOT EXISTS contradict each other; use one of them.",
+                code="parse_error",
+            )
         _no_repeats(stmt.args.get("options"), f"IMPORT MODEL {stmt.this.model_name}")
         options = {k: _value(v, params) for k, v in stmt.option_values.items()}
         unknown = [k for k in options if k not in IMPORT_OPTIONS]
@@ -339,11 +347,15 @@ class Engine:
                 f"Use CREATE OR REPLACE MODEL to add a version, or IMPORT MODEL IF NOT EXISTS.",
                 code="duplicate_model",
             )
+        if features is not None:
+            features = _feature_names(features, key)
         proto, kind, source, known = formats.to_onnx(
             model, example_input=example_input, feature_names=features, output_names=output_names
         )
         feats = tuple(features) if features else (tuple(known) if known else None)
         inputs, outputs, opset = formats.signature(proto)
+        if not outputs:
+            raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
         if feats is not None:
             _check_features(key, feats, inputs)
         graph, tensors = formats.split_model(proto)
@@ -357,27 +369,65 @@ class Engine:
                 raise InternalError(f"digest mismatch storing tensor {t.name}", code="digest_mismatch")
         if connection is not None:
             connection.commit()
-        with self.catalog.transaction():
-            version = self.catalog.next_version(key)
-            mv = ModelVersion(
-                name=key,
-                version=version,
-                graph_digest=graph_digest,
-                graph_bytes=len(graph),
-                opset=opset,
-                inputs=tuple(inputs),
-                outputs=tuple(outputs),
-                tensors=tuple(t for t, _ in tensors),
-                param_count=formats.param_count(proto),
-                source=source,
-                kind=kind,
-                features=feats,
-                options=tuple(sorted((options or {}).items())),
-            )
-            kinds = {graph_digest: "graph"}
-            kinds.update({t.digest: "tensor" for t, _ in tensors})
-            self.catalog.add_version(mv, kinds)
+        attempts = 20
+        for attempt in range(attempts):
+            # Another connection may take the same version number first: DuckDB's
+            # optimistic concurrency then refuses one commit; take the next number.
+            try:
+                with self._catalog_write():
+                    version = self.catalog.next_version(key)
+                    mv = ModelVersion(
+                        name=key,
+                        version=version,
+                        graph_digest=graph_digest,
+                        graph_bytes=len(graph),
+                        opset=opset,
+                        inputs=tuple(inputs),
+                        outputs=tuple(outputs),
+                        tensors=tuple(t for t, _ in tensors),
+                        param_count=formats.param_count(proto),
+                        source=source,
+                        kind=kind,
+                        features=feats,
+                        options=tuple(sorted((options or {}).items())),
+                    )
+                    kinds = {graph_digest: "graph"}
+                    kinds.update({t.digest: "tensor" for t, _ in tensors})
+                    self.catalog.add_version(mv, kinds)
+                break
+            except (IntegrityError, OperationalError) as exc:
+                if attempt == attempts - 1 or exc.code == "read_only":
+                    raise
+                # The other writer may not have committed yet: wait a little (with jitter) first.
+                time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
         return self.catalog.get(key, version)
+
+    @contextlib.contextmanager
+    def _catalog_write(self):
+        """One transaction of its own for a catalog write: BEGIN, then COMMIT, or ROLLBACK on error.
+
+        Callers commit the DB-API connection's transaction first (model statements
+        commit implicitly), so this never joins a user's transaction.
+        """
+        from ..dbapi import translate_duckdb_error
+
+        try:
+            self.duck.execute("BEGIN TRANSACTION")
+        except Exception as exc:
+            raise translate_duckdb_error(exc) from None
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.duck.execute("ROLLBACK")
+            raise
+        try:
+            self.duck.execute("COMMIT")
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                self.duck.execute("ROLLBACK")
+            err = translate_duckdb_error(exc)
+            raise OperationalError(f"Catalog write failed to commit: {err}", code="transaction_error") from None
 
     def _drop(self, stmt: DropModel, conn) -> Outcome:
         self._check_writable()
@@ -386,11 +436,13 @@ class Engine:
         if not self.catalog.exists(name):
             if stmt.args.get("exists"):
                 return Outcome(self, rowcount=0)
-            self.catalog.get(name)  # raises model_not_found with "did you mean"
+            self._get_model(name, None, ref)  # raises model_not_found with "did you mean"
         if ref.version_number is not None:
-            self.catalog.get(name, ref.version_number)
+            if stmt.args.get("exists") and ref.version_number not in self.catalog.versions(name):
+                return Outcome(self, rowcount=0)
+            self._get_model(name, ref.version_number, ref)
         conn.commit()
-        with self.catalog.transaction():
+        with self._catalog_write():
             removed = self.catalog.drop(name, ref.version_number)
         return Outcome(self, rowcount=removed)
 
@@ -644,8 +696,12 @@ class Engine:
                     return err
                 if NULL_MARKER in str(err):
                     return self._null_error(bound, in_params, getattr(fn, "null_counts", None))
+                if isinstance(err, KeyboardInterrupt):
+                    return OperationalError("The statement was interrupted.", code="interrupted")
                 return InternalError(f"PREDICT over {bound.label} failed: {type(err).__name__}: {err}", code="predict_failed")
         m = _UDF_ERROR.search(text)
+        if m and m.group(1) == "KeyboardInterrupt":
+            return OperationalError("The statement was interrupted.", code="interrupted")
         if m:
             return InternalError(f"PREDICT failed: {m.group(1)}: {m.group(2).strip()}", code="predict_failed")
         return translate_duckdb_error(exc)
@@ -835,6 +891,25 @@ def _value(node: exp.Expression, params: list) -> Any:
 
 def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
+
+
+def _feature_names(features: Any, model: str) -> tuple[str, ...]:
+    """Validate ``features`` given at import: a sequence of distinct, non-empty column names."""
+    if isinstance(features, (str, bytes)) or not hasattr(features, "__iter__"):
+        raise ProgrammingError(
+            f'Model "{model}": features must be a list of column names, e.g. features=["a", "b"], '
+            f"not {type(features).__name__} {features!r}.",
+            code="bad_option",
+        )
+    names = tuple(features)
+    bad = [f for f in names if not isinstance(f, str) or not f.strip()]
+    if bad or not names:
+        raise ProgrammingError(
+            f'Model "{model}": features must be non-empty column names (text); got {bad[0]!r}.'
+            if bad else f'Model "{model}": features must name at least one column.',
+            code="bad_option",
+        )
+    return names
 
 
 def _check_features(name: str, feats: Sequence[str], inputs) -> None:
