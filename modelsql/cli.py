@@ -46,6 +46,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .errors import position_of
+
 DEFAULT_DATABASE = "modelsql.duckdb"
 """Database file used when ``--database`` is not given (relative to the working directory)."""
 
@@ -124,13 +126,8 @@ def _statement(text: str, start: int, end: int) -> Statement:
     chunk = text[start:end]
     lead = len(chunk) - len(chunk.lstrip())
     begin = start + lead
-    line, column = _position(text, begin)
+    line, column = position_of(text, begin)
     return Statement(text[begin:end].rstrip(), begin, line, column)
-
-
-def _position(text: str, offset: int) -> tuple[int, int]:
-    before = text[:offset]
-    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
 
 
 def is_complete(buffer: str) -> bool:

@@ -150,17 +150,7 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     if features is not None:
         if isinstance(features, str):
             features = tuple(f.strip() for f in features.split(","))
-        features = tuple(str(f) for f in features)
-        if not features:
-            raise ProgrammingError(f"PREDICT(MODEL {model_name}): features must name at least one column.", code="bad_option")
-        seen: set[str] = set()
-        for f in features:
-            if f.lower() in seen:
-                raise ProgrammingError(
-                    f'PREDICT(MODEL {model_name}): feature "{f}" is named twice; each feature column feeds one position.',
-                    code="bad_option",
-                )
-            seen.add(f.lower())
+        features = check_feature_names(features, f"PREDICT(MODEL {model_name})")
     backend = str(options.get("backend", "onnxruntime")).lower()
     if backend not in BACKENDS:
         raise NotSupportedError(
@@ -172,6 +162,28 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
     return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size)
+
+
+def check_feature_names(names, where: str) -> tuple[str, ...]:
+    """Feature names as a tuple: at least one, each a non-empty string, no name twice
+    (case-insensitive, as columns are matched).
+
+    Raises:
+        ProgrammingError: code ``"bad_option"``, naming the offending entry.
+    """
+    names = tuple(names)
+    if not names:
+        raise ProgrammingError(f"{where}: features must name at least one column.", code="bad_option")
+    seen: set[str] = set()
+    for f in names:
+        if not isinstance(f, str) or not f.strip():
+            raise ProgrammingError(f"{where}: features must be non-empty column names (text); got {f!r}.", code="bad_option")
+        if f.lower() in seen:
+            raise ProgrammingError(
+                f'{where}: feature "{f}" is named twice; each feature column feeds one position.', code="bad_option"
+            )
+        seen.add(f.lower())
+    return names
 
 
 def row_shape(spec: TensorSpec) -> Optional[tuple[int, ...]]:

@@ -52,7 +52,7 @@ from ..sql.nodes import (
 )
 from ..storage import BlobStore
 from .rules import RULES, referenced_names
-from .bind import BoundPredict, Column, bind_predict, parse_options, quote
+from .bind import BoundPredict, Column, bind_predict, check_feature_names, parse_options, quote
 
 _ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
 _NO_RESULT_TYPES = {
@@ -894,25 +894,18 @@ def _sql_str(s: str) -> str:
 
 
 def _feature_names(features: Any, model: str) -> tuple[str, ...]:
-    """Validate ``features`` given at import: a sequence of distinct, non-empty column names."""
+    """Validate ``features`` given at import: a sequence (not a string) of distinct, non-empty column names."""
     if isinstance(features, (str, bytes)) or not hasattr(features, "__iter__"):
         raise ProgrammingError(
             f'Model "{model}": features must be a list of column names, e.g. features=["a", "b"], '
             f"not {type(features).__name__} {features!r}.",
             code="bad_option",
         )
-    names = tuple(features)
-    bad = [f for f in names if not isinstance(f, str) or not f.strip()]
-    if bad or not names:
-        raise ProgrammingError(
-            f'Model "{model}": features must be non-empty column names (text); got {bad[0]!r}.'
-            if bad else f'Model "{model}": features must name at least one column.',
-            code="bad_option",
-        )
-    return names
+    return check_feature_names(features, f'Model "{model}"')
 
 
 def _check_features(name: str, feats: Sequence[str], inputs) -> None:
+    """Feature names (given, or known from scikit-learn) fit the model's single input."""
     from .bind import row_shape, row_width
 
     if len(inputs) != 1:
@@ -925,7 +918,6 @@ def _check_features(name: str, feats: Sequence[str], inputs) -> None:
             f'Model "{name}": input "{inputs[0].name}" takes {width} values per row, but {len(feats)} features were named.',
             code="feature_mismatch",
         )
-    if len(set(f.lower() for f in feats)) != len(feats):
-        raise ProgrammingError(f'Model "{name}": feature names must be distinct.', code="feature_mismatch")
+    check_feature_names(feats, f'Model "{name}"')
 
 
