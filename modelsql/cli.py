@@ -420,7 +420,7 @@ def print_result(console: Console, cursor, *, fmt: str = "table", max_rows: int 
             if not rows:
                 break
             for row in rows:
-                out.write(json.dumps(dict(zip(names, row)), default=_json_default) + "\n")
+                out.write(json.dumps(dict(zip(names, map(_json_safe, row))), default=_json_default, allow_nan=False) + "\n")
     out.flush()
 
 
@@ -429,6 +429,20 @@ def _csv_value(v: Any) -> Any:
         return ""
     if isinstance(v, (list, tuple, dict)):
         return json.dumps(v, default=_json_default)
+    return v
+
+
+def _json_safe(v: Any) -> Any:
+    """Values JSON can hold: NaN and infinities become null (JSON has no such numbers),
+    intervals ISO 8601 durations; lists and tuples element by element."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, _dt.timedelta):
+        return f"P{v.days}DT{v.seconds + v.microseconds / 1e6:g}S"
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
     return v
 
 

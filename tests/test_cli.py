@@ -294,3 +294,13 @@ def test_quickstart_end_to_end(tmp_path):
 def test_console_script(tmp_path):
     r = subprocess.run(["modelsql", "--version"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("modelsql ")
+
+
+def test_json_format_is_strict_json(tmp_path):
+    import json as _json
+
+    r = run_cli(tmp_path, "-d", ":memory:", "-f", "json", "-c",
+                "SELECT 'nan'::DOUBLE AS a, ['inf'::FLOAT, 1.5] AS b, INTERVAL 1 DAY AS c")
+    assert r.returncode == 0, r.stderr
+    row = _json.loads(r.stdout.strip(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert row == {"a": None, "b": [None, 1.5], "c": "P1DT0S"}
