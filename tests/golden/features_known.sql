@@ -1,0 +1,1 @@
+SELECT id, y FROM PREDICT(MODEL sum3, TABLE t) WHERE id > 1

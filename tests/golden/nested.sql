@@ -1,0 +1,1 @@
+SELECT count(*) FROM PREDICT(MODEL sum3, (SELECT id, y AS a, y AS b, y AS c FROM PREDICT(MODEL sum3, TABLE t)))
