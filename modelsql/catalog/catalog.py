@@ -319,15 +319,17 @@ class Catalog:
         # DuckDB has no "in transaction" API; in auto-commit mode every statement
         # runs in a fresh transaction, so two reads of txid_current() differ.
         q = "SELECT txid_current()"
-        return self._con.execute(q).fetchall()[0][0] == self._con.execute(q).fetchone()[0]
+        return self._con.execute(q).fetchall()[0][0] == self._con.execute(q).fetchall()[0][0]
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Catalog"]:
+    def transaction(self, *, join: bool = True) -> Iterator["Catalog"]:
         """``BEGIN TRANSACTION`` ... ``COMMIT``; ``ROLLBACK`` and re-raise on an exception.
 
-        When the connection is already inside a transaction (the caller's own), the
-        block joins it: nothing is begun, committed or rolled back here, and the
-        owner of that transaction decides.
+        When the connection is already inside a transaction (the caller's own) and
+        ``join`` is true, the block joins it: nothing is begun, committed or rolled
+        back here, and the owner of that transaction decides. With ``join=False``
+        the caller guarantees no transaction is open (it just committed) and the
+        block always runs in a transaction of its own, without probing for one.
 
         Yields:
             this catalog.
@@ -336,8 +338,11 @@ class Catalog:
             OperationalError: BEGIN or COMMIT failed (e.g. a write-write conflict,
                 code ``"transaction_error"``); the transaction is rolled back.
         """
-        with _converted():
-            joined = self._in_transaction()
+        if join:
+            with _converted():
+                joined = self._in_transaction()
+        else:
+            joined = False
         if joined:
             yield self
             return

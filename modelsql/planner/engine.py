@@ -11,7 +11,6 @@ connection for the life of the result.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import random
 import os
@@ -173,7 +172,8 @@ class Engine:
         self._run(text, params)
         return self._result_outcome(stypes[-1] if stypes else "SELECT")
 
-    def _run(self, text: str, params: Optional[Sequence]) -> None:
+    def _run(self, text: str, params: Optional[Sequence], translate=None) -> None:
+        """Execute on DuckDB; a failure becomes ``translate(exc)`` (default: the PEP 249 mapping)."""
         from ..dbapi import translate_duckdb_error
 
         try:
@@ -182,7 +182,7 @@ class Engine:
             else:
                 self.duck.execute(text)
         except Exception as exc:
-            raise translate_duckdb_error(exc) from exc
+            raise (translate or translate_duckdb_error)(exc) from exc
 
     def _result_outcome(self, stype: str, predicts=None) -> Outcome:
         from ..dbapi import translate_duckdb_error
@@ -374,7 +374,7 @@ class Engine:
             # Another connection may take the same version number first: DuckDB's
             # optimistic concurrency then refuses one commit; take the next number.
             try:
-                with self._catalog_write():
+                with self.catalog.transaction(join=False):  # the connection just committed
                     version = self.catalog.next_version(key)
                     mv = ModelVersion(
                         name=key,
@@ -402,33 +402,6 @@ class Engine:
                 time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
         return self.catalog.get(key, version)
 
-    @contextlib.contextmanager
-    def _catalog_write(self):
-        """One transaction of its own for a catalog write: BEGIN, then COMMIT, or ROLLBACK on error.
-
-        Callers commit the DB-API connection's transaction first (model statements
-        commit implicitly), so this never joins a user's transaction.
-        """
-        from ..dbapi import translate_duckdb_error
-
-        try:
-            self.duck.execute("BEGIN TRANSACTION")
-        except Exception as exc:
-            raise translate_duckdb_error(exc) from None
-        try:
-            yield
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.duck.execute("ROLLBACK")
-            raise
-        try:
-            self.duck.execute("COMMIT")
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                self.duck.execute("ROLLBACK")
-            err = translate_duckdb_error(exc)
-            raise OperationalError(f"Catalog write failed to commit: {err}", code="transaction_error") from None
-
     def _drop(self, stmt: DropModel, conn) -> Outcome:
         self._check_writable()
         ref = stmt.this
@@ -442,7 +415,7 @@ class Engine:
                 return Outcome(self, rowcount=0)
             self._get_model(name, ref.version_number, ref)
         conn.commit()
-        with self._catalog_write():
+        with self.catalog.transaction(join=False):  # the connection just committed
             removed = self.catalog.drop(name, ref.version_number)
         return Outcome(self, rowcount=removed)
 
@@ -551,13 +524,7 @@ class Engine:
             final_sql, idx = _renumber(stmt)
             final_sql = prefix + final_sql
             final_params = [params[i - 1] for i in idx]
-            try:
-                if final_params:
-                    self.duck.execute(final_sql, final_params)
-                else:
-                    self.duck.execute(final_sql)
-            except Exception as exc:
-                raise self.translate(exc, registered) from exc
+            self._run(final_sql, final_params, lambda exc: self.translate(exc, registered))
             stype = "SELECT"
             if isinstance(stmt, (exp.Insert, exp.Update, exp.Delete)):
                 stype = type(stmt).__name__.upper()
@@ -568,11 +535,7 @@ class Engine:
                 out.release()
             return out
         except BaseException:
-            for fn_name, *_ in registered:
-                try:
-                    self.duck.remove_function(fn_name)
-                except Exception:
-                    pass
+            Outcome(self, predicts=registered).release()
             raise
 
     def _bind(self, p: PredictTable, params: list, index: int, used: Optional[set[str]] = None):
