@@ -251,7 +251,7 @@ def test_null_found_while_streaming_is_still_a_data_error(env):
     con.commit()
     for fetch in ("fetchall", "fetchmany", "iterate"):
         with unchanged(con, db):
-            cur = con.execute("SELECT id, y FROM PREDICT(MODEL lin, TABLE late, features = (a, b))")
+            cur = con.execute("SELECT id, y FROM PREDICT(MODEL lin, TABLE late, features = (a, b), execution = 'stream')")
             with pytest.raises(modelsql.DataError) as info:
                 if fetch == "fetchall":
                     cur.fetchall()
@@ -263,6 +263,20 @@ def test_null_found_while_streaming_is_still_a_data_error(env):
                         pass
         assert info.value.code == "null_input", str(info.value)
         assert '"a" (1 row)' in str(info.value)
+
+
+def test_null_found_in_batch_execution_is_a_data_error_at_execute(env):
+    con, db, _ = env
+    # batch execution runs the model before execute() returns, so the error comes from execute itself
+    con.execute("CREATE TABLE late AS SELECT i AS id, CASE WHEN i = 150000 THEN NULL ELSE i END::DOUBLE AS a, "
+                "(i % 7)::DOUBLE AS b FROM range(200000) r(i)")
+    con.commit()
+    for execution in ("batch", "auto"):
+        with unchanged(con, db), pytest.raises(modelsql.DataError) as info:
+            con.execute(f"SELECT id, y FROM PREDICT(MODEL lin, TABLE late, features = (a, b), execution = '{execution}')")
+        assert info.value.code == "null_input", str(info.value)
+        assert '"a" (1 row)' in str(info.value)
+        con.rollback()
 
 
 def test_nulls_in_uncommitted_data(env):

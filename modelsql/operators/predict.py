@@ -17,6 +17,12 @@ Input arguments, one per model input (see :class:`InputArg`):
 * ``column``: one scalar column, shaped ``(n,)`` or ``(n, 1)``;
 * ``array``: one array or list column, reshaped to ``(n, *dims)``.
 
+With ``execution = 'batch'`` the planner instead reads the input to Arrow in
+large record batches and calls the same function once per batch; a ``matrix``
+argument may then come as a :class:`ColumnBlock` (the F columns unpacked),
+stacked column-major into an ``(F, n)`` array for a model whose input the
+planner has transposed (see :func:`modelsql.formats.onnx_io.column_major_inputs`).
+
 Outputs (see :class:`OutputCol`): ``(n,)`` and ``(n, 1)`` become scalar
 fields, ``(n, k)`` fixed-size arrays ``T[k]``, anything else a list ``T[]`` of
 the flattened row.
@@ -69,6 +75,45 @@ ONNX_TO_NUMPY = {
     "BOOL": np.bool_,
     "STRING": np.object_,
 }
+
+
+class ColumnBlock:
+    """The F scalar columns of one ``matrix`` argument, not packed into rows.
+
+    Fed as one ``(F, n)`` array: each column is one contiguous row of the
+    block, so building it is F memory copies instead of a transposition. Used by
+    ``execution = 'batch'``, where the model's input was transposed to match.
+
+    Args:
+        columns: F Arrow arrays of ``n`` rows each, already cast by DuckDB to
+            the input's element type.
+    """
+
+    def __init__(self, columns: list) -> None:
+        self.columns = [_one_array(c) for c in columns]
+
+    def __len__(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    @property
+    def null_count(self) -> int:
+        return sum(c.null_count for c in self.columns)
+
+    def take(self, indices) -> "ColumnBlock":
+        return ColumnBlock([c.take(indices) for c in self.columns])
+
+    def null_rows(self) -> np.ndarray:
+        mask = np.zeros(len(self), dtype=bool)
+        for c in self.columns:
+            if c.null_count:
+                mask |= c.is_null().to_numpy(zero_copy_only=False)
+        return mask
+
+    def to_numpy(self, dtype) -> np.ndarray:
+        block = np.empty((len(self.columns), len(self)), dtype=dtype)
+        for j, c in enumerate(self.columns):
+            block[j] = c.to_numpy(zero_copy_only=False)
+        return block
 
 
 @dataclass(frozen=True)
@@ -162,6 +207,8 @@ class PredictFunction:
         self.output_names = [o.output_name for o in outputs]
         self.calls = 0
         self.rows = 0
+        self.execution = "stream"
+        """How the planner ran it: ``"stream"`` (inside DuckDB's pipeline) or ``"batch ..."`` (see the engine)."""
         self.null_counts: dict[str, int] = {}
         """Column -> rows with a NULL in it, in the chunk that raised a NULL error (mode ``error``)."""
 
@@ -184,7 +231,7 @@ class PredictFunction:
 
     def _call(self, *arrays) -> pa.StructArray:
         self.calls += 1
-        arrays = [_one_array(a) for a in arrays]
+        arrays = [a if isinstance(a, ColumnBlock) else _one_array(a) for a in arrays]
         n = len(arrays[0]) if arrays else 0
         self.rows += n
         null_rows = None
@@ -246,6 +293,8 @@ def _arrow_scalar_type(elem_type: str) -> pa.DataType:
 
 def _null_rows(arr: pa.Array, spec: InputArg) -> Optional[np.ndarray]:
     """Boolean mask of rows with any NULL (the row itself or an element), or None if none."""
+    if isinstance(arr, ColumnBlock):
+        return arr.null_rows() if arr.null_count else None
     has = arr.null_count > 0
     values = None
     if pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
@@ -275,6 +324,11 @@ def _null_counts(args: tuple[InputArg, ...], arrays) -> dict[str, int]:
     """
     counts: dict[str, int] = {}
     for spec, arr in zip(args, arrays):
+        if isinstance(arr, ColumnBlock):
+            for col, c in zip(spec.columns, arr.columns):
+                if c.null_count:
+                    counts[col] = counts.get(col, 0) + int(c.null_count)
+            continue
         if spec.kind == "matrix" and pa.types.is_fixed_size_list(arr.type) and len(spec.columns) == arr.type.list_size:
             width = arr.type.list_size
             values = _fsl_values(arr)
@@ -310,6 +364,8 @@ def _fsl_values(arr: pa.FixedSizeListArray) -> pa.Array:
 def _to_numpy(arr: pa.Array, spec: InputArg, where: str = "PREDICT") -> np.ndarray:
     dtype = ONNX_TO_NUMPY.get(spec.elem_type, np.float32)
     n = len(arr)
+    if isinstance(arr, ColumnBlock):
+        return arr.to_numpy(dtype)
     if spec.kind == "column":
         if dtype is np.object_:
             flat = np.array(arr.to_pylist(), dtype=object)

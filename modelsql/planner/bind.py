@@ -46,7 +46,8 @@ NUMERIC_TYPES = {
     "FLOAT", "DOUBLE", "REAL",
 }
 ON_NULL_MODES = ("error", "skip", "null")
-KNOWN_OPTIONS = ("on_null", "features", "backend", "batch_size")
+KNOWN_OPTIONS = ("on_null", "features", "backend", "batch_size", "execution")
+EXECUTION_MODES = ("auto", "stream", "batch")
 BACKENDS = ("onnxruntime",)
 
 
@@ -79,6 +80,7 @@ class PredictOptions:
     features: Optional[tuple[str, ...]] = None
     backend: str = "onnxruntime"
     batch_size: Optional[int] = None
+    execution: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,13 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     if batch_size is not None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
-    return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size)
+    execution = str(options.get("execution") or "auto").lower()
+    if execution not in EXECUTION_MODES:
+        raise ProgrammingError(
+            f"PREDICT(MODEL {model_name}): execution must be one of 'auto', 'stream', 'batch', not '{execution}'.",
+            code="bad_option",
+        )
+    return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size, execution=execution)
 
 
 def check_feature_names(names, where: str) -> tuple[str, ...]:

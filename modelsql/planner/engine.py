@@ -12,11 +12,12 @@ connection for the life of the result.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 import duckdb
@@ -38,6 +39,7 @@ from ..errors import (
     excerpt,
     position_of,
 )
+from ..formats.onnx_io import column_major_inputs
 from ..operators.backends import onnxruntime as ort_backend
 from ..operators.predict import NULL_MARKER, PredictFunction
 from ..sql.nodes import (
@@ -78,6 +80,10 @@ class Outcome:
     rows: Optional[list[tuple]] = None
     streaming: bool = False
     predicts: list[tuple[str, PredictFunction, BoundPredict, list]] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    """Arrow tables registered for ``execution = 'batch'`` PREDICTs, unregistered on release."""
+    own_transaction: bool = False
+    """The engine began a transaction so a batch PREDICT's input and the statement read one snapshot; release commits it."""
 
     def release(self) -> None:
         for name, *_ in self.predicts:
@@ -86,6 +92,31 @@ class Outcome:
             except Exception:
                 pass
         self.predicts = []
+        for name in self.sources:
+            try:
+                self.engine.duck.unregister(name)
+            except Exception:
+                pass
+        self.sources = []
+        if self.own_transaction:
+            self.own_transaction = False
+            try:
+                self.engine.duck.execute("COMMIT")
+            except Exception:
+                try:
+                    self.engine.duck.execute("ROLLBACK")
+                except Exception:
+                    pass
+
+    def rollback(self) -> None:
+        """Release after a failure: an engine-begun transaction is rolled back, not committed."""
+        if self.own_transaction:
+            self.own_transaction = False
+            try:
+                self.engine.duck.execute("ROLLBACK")
+            except Exception:
+                pass
+        self.release()
 
     def translate(self, exc: BaseException) -> Error:
         return self.engine.translate(exc, self.predicts)
@@ -250,7 +281,7 @@ class Engine:
         except Exception as exc:
             out.release()
             raise out.translate(exc) from exc
-        ours = [("modelsql_predict", describe_bound(bound)) for _, _, bound, _ in out.predicts]
+        ours = [("modelsql_predict", describe_bound(bound, getattr(fn, "execution", None))) for _, fn, bound, _ in out.predicts]
         out.release()
         return Outcome(
             self,
@@ -506,6 +537,7 @@ class Engine:
         predicts = _predicts_in_order(stmt)
         conn._begin_if_needed()
         registered: list = []
+        held = Outcome(self)
         try:
             for p in predicts:
                 index = next(_UDF_COUNTER)
@@ -515,7 +547,17 @@ class Engine:
                 except Error as err:
                     raise self._pointed(err, p.this) from None
                 registered.append((fn_name, fn, bound, arg_params))
-                sub = self._predict_tree(bound, fn_name, p.args["expression"])
+                sub = None
+                if self._choose_execution(bound, arg_params, used, stmt) == "batch":
+                    if not conn._in_transaction and not held.own_transaction:
+                        # The input runs before the statement: one transaction gives both one snapshot.
+                        self.duck.execute("BEGIN TRANSACTION")
+                        held.own_transaction = True
+                    sub = self._predict_batch(bound, fn, arg_params, used, stmt, index, held,
+                                              dry=prefix.strip() == "EXPLAIN")
+                if sub is None:
+                    fn.execution = "stream"
+                    sub = self._predict_tree(bound, fn_name, p.args["expression"])
                 parent = p.parent
                 if isinstance(parent, exp.Table) and parent.this is p:
                     parent.replace(exp.Subquery(this=sub, alias=parent.args.get("alias")))
@@ -531,11 +573,14 @@ class Engine:
             elif isinstance(stmt, exp.Create):
                 stype = "CREATE"
             out = self._result_outcome(stype, registered)
+            out.sources, out.own_transaction = held.sources, held.own_transaction
+            held = Outcome(self)
             if not out.streaming:
                 out.release()
             return out
         except BaseException:
-            Outcome(self, predicts=registered).release()
+            held.predicts = registered
+            held.rollback()
             raise
 
     def _bind(self, p: PredictTable, params: list, index: int, used: Optional[set[str]] = None):
@@ -605,6 +650,133 @@ class Engine:
             f'(SELECT *, {call} AS "__msql_p" FROM {input_sql or "(" + bound.input_sql + ")"} AS "__msql_in"{where}) AS "__msql_q"'
         )
 
+    # ------------------------------------------------------------------ batch execution
+
+    def _choose_execution(self, bound: BoundPredict, params: list, used: Optional[set[str]], stmt) -> str:
+        """``"stream"`` or ``"batch"`` for one PREDICT (option ``execution``; ``auto`` decides here).
+
+        ``auto`` picks batch when DuckDB estimates at least :data:`BATCH_MIN_ROWS`
+        input rows and what batch execution keeps in memory (the passthrough
+        columns the statement reads, plus the outputs) fits :data:`BATCH_MEMORY`.
+        """
+        mode = bound.options.execution
+        if mode != "auto":
+            return mode
+        rows = self._estimate_rows(bound, params)
+        if rows is None or rows < BATCH_MIN_ROWS:
+            return "stream"
+        kept = _kept_columns(bound, used, stmt)
+        width = sum(_type_bytes(c.type) for c in kept) + sum(_type_bytes(o.duckdb_type) for o in bound.outputs)
+        return "batch" if rows * width <= BATCH_MEMORY else "stream"
+
+    def _estimate_rows(self, bound: BoundPredict, params: list) -> Optional[int]:
+        """DuckDB's estimated cardinality of the PREDICT's input, or None when it gives none."""
+        try:
+            row = self.duck.execute(f"EXPLAIN (FORMAT JSON) {bound.input_sql}", params or None).fetchall()
+            plan = json.loads(row[0][1])
+            return int(plan[0]["extra_info"]["Estimated Cardinality"])
+        except Exception:
+            return None
+
+    def _predict_batch(self, bound: BoundPredict, fn: PredictFunction, params: list, used, stmt, index: int,
+                       held: "Outcome", *, dry: bool = False) -> Optional[exp.Expression]:
+        """Run one PREDICT to completion over large Arrow record batches; the tree that reads its result.
+
+        The input query runs first, on this connection (so it sees this
+        transaction's own writes), streaming to Arrow in batches of up to
+        :data:`BATCH_ROWS` rows. A ``matrix`` argument is read as its separate
+        columns and fed column-major to a copy of the model whose input is
+        transposed (:func:`~modelsql.formats.onnx_io.column_major_inputs`), which
+        costs one copy per column instead of packing every row; the session
+        uses every core, since DuckDB is not calling it from several threads.
+        The passthrough columns the statement reads and the outputs are kept as
+        one Arrow table, registered on the connection for the statement to
+        scan. ``dry`` (plain EXPLAIN) reads no rows.
+
+        Returns None (run it streaming instead) under ``execution = 'auto'``
+        when the kept columns outgrow twice :data:`BATCH_MEMORY`.
+        """
+        import pyarrow as pa
+
+        from ..operators.predict import ColumnBlock
+
+        kept = _kept_columns(bound, used, stmt)
+        session = self._session(bound.model, intra=ort_backend.default_threads())
+        transposable = (
+            not bound.options.batch_size
+            and session.fixed_batch is None
+            and bound.options.backend == "onnxruntime"
+        )
+        col_major = [
+            transposable and a.kind == "matrix" and len(a.shape) == 1 and len(session.input_shapes.get(a.input_name, ())) == 2
+            for a in bound.args
+        ]
+        select: list[str] = [quote(c.name) for c in kept]
+        slots: list[Any] = []
+        for i, (a, sql, cm) in enumerate(zip(bound.args, bound.arg_sql, col_major)):
+            if cm:
+                base = bound.arg_types[i].rsplit("[", 1)[0]
+                first = len(select)
+                select.extend(f"CAST({quote(c)} AS {base}) AS \"__msql_a{i}_{j}\"" for j, c in enumerate(a.columns))
+                slots.append(range(first, len(select)))
+            else:
+                slots.append(len(select))
+                select.append(f'{sql} AS "__msql_a{i}"')
+        where = f" WHERE {bound.null_filter}" if bound.options.on_null == "skip" and bound.null_filter else ""
+        query = f'SELECT {", ".join(select)} FROM ({bound.input_sql}) AS "__msql_in"{where}' + (" LIMIT 0" if dry else "")
+        args = bound.args
+        model = session
+        if any(col_major):
+            names = [a.input_name for a, cm in zip(args, col_major) if cm]
+            model = self._session(bound.model, intra=ort_backend.default_threads(), column_major=tuple(names))
+            renamed = {n: model.input_names[session.input_names.index(n)] for n in names}
+            args = tuple(replace(a, input_name=renamed[a.input_name]) if cm else a for a, cm in zip(args, col_major))
+        runner = PredictFunction(model, args, bound.outputs, bound.options.on_null, fn.index,
+                                 batch_size=bound.options.batch_size)
+        feature_bytes = sum(_type_bytes(t) for t in bound.arg_types) or 1
+        rows_per_batch = max(2048, min(BATCH_ROWS, (32 << 20) // feature_bytes))
+        limit = 2 * BATCH_MEMORY if bound.options.execution == "auto" else None
+        out_fields = list(fn.struct_type)
+        batches: list = []
+        kept_bytes = 0
+        reader = None
+        try:
+            try:
+                reader = self.duck.sql(query, params=params or None).to_arrow_reader(rows_per_batch)
+            except Exception as exc:
+                from ..dbapi import translate_duckdb_error
+
+                raise translate_duckdb_error(exc) from exc
+            schema = pa.schema(list(reader.schema)[: len(kept)] + out_fields)
+            for batch in reader:
+                fed = [ColumnBlock([batch.column(k) for k in slot]) if isinstance(slot, range) else batch.column(slot)
+                       for slot in slots]
+                result = runner(*fed)
+                columns = [batch.column(k) for k in range(len(kept))] + [result.field(k) for k in range(len(out_fields))]
+                piece = pa.RecordBatch.from_arrays(columns, schema=schema)
+                batches.append(piece)
+                kept_bytes += piece.nbytes
+                if limit is not None and kept_bytes > limit:
+                    reader.close()
+                    reader = None
+                    return None
+        except Exception as exc:
+            if reader is not None:
+                try:
+                    reader.close()
+                except Exception:
+                    pass
+            raise self.translate(exc, [("", runner, bound, params)]) from exc
+        table = pa.Table.from_batches(batches, schema=schema)
+        name = f"__modelsql_batch_{index}"
+        self.duck.register(name, table)
+        held.sources.append(name)
+        fn.execution = "batch" + (" (column-major input)" if any(col_major) else "")
+        types = {c.name: c.type for c in kept}
+        cols = [quote(c.name) if _ARROW_SAFE.match(types[c.name]) else f"CAST({quote(c.name)} AS {types[c.name]}) AS {quote(c.name)}"
+                for c in kept] + [quote(o.column) for o in bound.outputs]
+        return sqlglot.parse_one(f'SELECT {", ".join(cols)} FROM "{name}"', read="duckdb")
+
     def _describe(self, input_sql: str, params: list, model: str) -> list[Column]:
         from ..dbapi import translate_duckdb_error
 
@@ -628,13 +800,22 @@ class Engine:
             return []
         return [c for (names,) in rows for c in (names or [])]
 
-    def _session(self, mv: ModelVersion):
-        threads = self._duck_threads()
-        intra = max(1, ort_backend.default_threads() // max(1, threads))
-        key = (str(self.store.root), mv.name, mv.version, mv.graph_digest)
-        return ort_backend.get_model(
-            key, lambda: self.load_model_bytes(mv), f'model "{mv.name}" version {mv.version}', intra_op_threads=intra
-        )
+    def _session(self, mv: ModelVersion, *, intra: Optional[int] = None, column_major: tuple[str, ...] = ()):
+        """The cached ONNX Runtime session for ``mv``.
+
+        ``intra`` defaults to ``cores // duckdb_threads`` (DuckDB's workers call
+        a streaming PREDICT concurrently); ``column_major`` names inputs fed
+        transposed (see :func:`~modelsql.formats.onnx_io.column_major_inputs`).
+        """
+        if intra is None:
+            intra = max(1, ort_backend.default_threads() // max(1, self._duck_threads()))
+        key = (str(self.store.root), mv.name, mv.version, mv.graph_digest, column_major)
+
+        def load() -> bytes:
+            data = self.load_model_bytes(mv)
+            return column_major_inputs(data, column_major) if column_major else data
+
+        return ort_backend.get_model(key, load, f'model "{mv.name}" version {mv.version}', intra_op_threads=intra)
 
     def _duck_threads(self) -> int:
         try:
@@ -738,6 +919,55 @@ IMPORT_OPTIONS = ("features", "description")
 input, in order) and ``description`` (free text kept in the catalog)."""
 
 
+BATCH_MIN_ROWS = 65_536
+"""``execution = 'auto'`` runs a PREDICT in batch mode only over at least this many (estimated) input rows."""
+BATCH_MEMORY = 256 << 20
+"""Bytes ``execution = 'auto'`` lets batch mode keep (passthrough columns read + outputs); past twice this
+while running, the PREDICT is run again streaming."""
+BATCH_ROWS = 131_072
+"""Largest Arrow record batch a batch-mode PREDICT reads (fewer rows for wide inputs: about 32 MiB of features)."""
+
+_ARROW_SAFE = re.compile(
+    r"^(BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|FLOAT|DOUBLE|VARCHAR|DATE|"
+    r"TIMESTAMP|BLOB)(\[\d*\])*$"
+)
+"""DuckDB types that come back from an Arrow round trip as themselves; other passthrough columns are cast back."""
+
+_TYPE_BYTES = {
+    "BOOLEAN": 1, "TINYINT": 1, "UTINYINT": 1, "SMALLINT": 2, "USMALLINT": 2, "INTEGER": 4, "UINTEGER": 4,
+    "FLOAT": 4, "REAL": 4, "DATE": 4, "BIGINT": 8, "UBIGINT": 8, "DOUBLE": 8, "TIMESTAMP": 8, "TIME": 8,
+    "HUGEINT": 16, "UHUGEINT": 16, "UUID": 16, "INTERVAL": 16,
+}
+
+
+def _type_bytes(type_text: str) -> int:
+    """Rough in-memory bytes per value of a DuckDB type (arrays multiply; text and lists are guesses)."""
+    t = type_text.strip().upper()
+    m = re.match(r"^(.*)\[(\d*)\]$", t)
+    if m:
+        inner = _type_bytes(m.group(1))
+        return inner * int(m.group(2)) if m.group(2) else 8 + inner * 16
+    if t.startswith("DECIMAL"):
+        return 16
+    return _TYPE_BYTES.get(t, 32)
+
+
+def _kept_columns(bound: BoundPredict, used: Optional[set[str]], stmt) -> list[Column]:
+    """The input columns a batch-mode PREDICT passes through: all of them, or, when the statement's
+    column references are known, only those it names (as the stream plan's projection pushdown would)."""
+    if used is None or any(
+        isinstance(j, exp.Join) and (j.args.get("using") or str(j.args.get("method") or "").upper() == "NATURAL")
+        for j in stmt.find_all(exp.Join)
+    ):
+        return list(bound.columns)
+    aliases = {t.alias_or_name.lower() for t in stmt.find_all(exp.Table)} | {
+        s.alias.lower() for s in stmt.find_all(exp.Subquery) if s.alias
+    }
+    if used & aliases:
+        return list(bound.columns)  # a table alias selected as a struct of its columns
+    return [c for c in bound.columns if c.name.lower() in used]
+
+
 def _no_repeats(options, where: str) -> None:
     """Refuse an option written twice (the second would silently win)."""
     seen: set[str] = set()
@@ -748,7 +978,7 @@ def _no_repeats(options, where: str) -> None:
         seen.add(key)
 
 
-def describe_bound(bound: BoundPredict) -> str:
+def describe_bound(bound: BoundPredict, execution: Optional[str] = None) -> str:
     """One readable paragraph on how a PREDICT was bound (for EXPLAIN)."""
     feeds = "; ".join(
         f"{a.input_name} {a.elem_type}{list(a.shape)} <- "
@@ -761,6 +991,7 @@ def describe_bound(bound: BoundPredict) -> str:
         f"PREDICT {bound.label} [{opts.backend}]\n"
         f"inputs: {feeds}\noutputs: {outs}\n"
         f"on_null: {opts.on_null}" + (f", batch_size: {opts.batch_size}" if opts.batch_size else "")
+        + (f"\nexecution: {execution}" if execution and execution != "stream" else "")
     )
 
 

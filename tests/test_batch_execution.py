@@ -1,0 +1,221 @@
+"""``execution = 'batch'``: the PREDICT runs over large Arrow record batches before the statement.
+
+Every query runs with ``execution = 'stream'`` (the model inside DuckDB's
+pipeline) and ``'batch'`` and must give the same answer; then the transaction,
+memory, type and EXPLAIN behaviour of batch execution, on real DuckDB files and
+real ONNX Runtime sessions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from conftest import linear_model, load_table
+
+import modelsql
+from modelsql.formats.onnx_io import column_major_inputs
+from modelsql.planner import engine as engine_mod
+
+FEATURES = [f"c{i}" for i in range(64)]
+
+
+@pytest.fixture
+def wide_con(con, digits, digits_pipe):
+    """``con`` with ``pixels(id, c0..c63 DOUBLE, target, note VARCHAR, amount DECIMAL(10,2))`` (the 1,797
+    digits) and model ``lr`` (the digits pipeline, its features named c0..c63)."""
+    X, y = digits
+    cols = {"id": ("INTEGER", range(len(X)))}
+    cols.update({c: ("DOUBLE", X[:, i].tolist()) for i, c in enumerate(FEATURES)})
+    cols["target"] = ("BIGINT", y.tolist())
+    cols["note"] = ("VARCHAR", [f"n{i % 13}" for i in range(len(X))])
+    cols["amount"] = ("DECIMAL(10,2)", [f"{i / 7:.2f}" for i in range(len(X))])
+    load_table(con, "pixels", cols)
+    con.import_model("lr", digits_pipe, features=FEATURES)
+    con.commit()
+    return con
+
+
+QUERIES = [
+    "SELECT id, label FROM PREDICT(MODEL lr, TABLE pixels{o}) ORDER BY id",
+    "SELECT label, count(*) AS n FROM PREDICT(MODEL lr, TABLE pixels{o}) GROUP BY label ORDER BY label",
+    "SELECT * FROM PREDICT(MODEL lr, TABLE pixels{o}) ORDER BY id LIMIT 40",
+    "SELECT p.* FROM PREDICT(MODEL lr, TABLE pixels{o}) AS p WHERE id % 5 = 0 ORDER BY id",
+    "SELECT id, note, amount, probabilities FROM PREDICT(MODEL lr, (SELECT * FROM pixels WHERE id < ?){o}) ORDER BY id",
+    "WITH p AS (SELECT * FROM PREDICT(MODEL lr, TABLE pixels{o})) "
+    "SELECT target, avg((label = target)::INT) AS acc FROM p GROUP BY target ORDER BY target",
+    "SELECT a.id, a.label, b.note FROM PREDICT(MODEL lr, TABLE pixels{o}) AS a JOIN pixels AS b USING (id) "
+    "ORDER BY a.id LIMIT 50",
+    "SELECT count(*) FROM PREDICT(MODEL lr, TABLE pixels{o})",
+    "SELECT note, count(*) FROM PREDICT(MODEL lr, TABLE pixels{o}) WHERE label = target GROUP BY note ORDER BY note",
+]
+
+
+def _normalize(rows):
+    return [tuple(tuple(np.round(v, 5)) if isinstance(v, (list, tuple)) else v for v in row) for row in rows]
+
+
+def _execution(con, query: str, params=None) -> str:
+    rows = con.execute("EXPLAIN " + query, params).fetchall()
+    text = [value for key, value in rows if key == "modelsql_predict"][0]
+    line = [ln for ln in text.splitlines() if ln.startswith("execution:")]
+    return line[0].split(": ", 1)[1] if line else "stream"
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_batch_gives_the_stream_answer(wide_con, query):
+    params = [700] if "?" in query else None
+    stream = wide_con.execute(query.format(o=", execution = 'stream'"), params)
+    stream_desc = [d[:2] for d in stream.description]
+    stream_rows = stream.fetchall()
+    batch = wide_con.execute(query.format(o=", execution = 'batch'"), params)
+    assert [d[:2] for d in batch.description] == stream_desc
+    batch_rows = batch.fetchall()
+    assert len(stream_rows) > 0
+    assert _normalize(batch_rows) == _normalize(stream_rows)
+    assert _execution(wide_con, query.format(o=", execution = 'batch'"), params) == "batch (column-major input)"
+
+
+def test_accuracy_in_batch_mode_is_the_models(wide_con, digits, digits_pipe):
+    X, y = digits
+    (acc,) = wide_con.execute(
+        "SELECT avg((label = target)::DOUBLE) FROM PREDICT(MODEL lr, TABLE pixels, execution = 'batch')"
+    ).fetchone()
+    assert acc == pytest.approx(float((digits_pipe.predict(X) == y).mean()), abs=1e-9)
+
+
+def test_auto_picks_batch_only_for_large_inputs(wide_con, monkeypatch):
+    small = "SELECT count(*) FROM PREDICT(MODEL lr, TABLE pixels)"
+    assert _execution(wide_con, small) == "stream"  # 1,797 rows < BATCH_MIN_ROWS
+    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1000)
+    assert _execution(wide_con, small) == "batch (column-major input)"
+    monkeypatch.setattr(engine_mod, "BATCH_MEMORY", 1000)  # the outputs alone need more
+    assert _execution(wide_con, small) == "stream"
+
+
+def test_auto_falls_back_to_streaming_when_the_estimate_is_wrong(wide_con, monkeypatch):
+    # DuckDB estimates a filter keeps a fraction of the rows; this one keeps them all
+    query = "SELECT id, note, label FROM PREDICT(MODEL lr, (SELECT * FROM pixels WHERE id >= 0)) ORDER BY id"
+    expected = wide_con.execute(query.replace("pixels WHERE", "pixels WHERE true AND") + "").fetchall()
+    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1)
+    monkeypatch.setattr(engine_mod, "BATCH_ROWS", 2048)
+    monkeypatch.setattr(engine_mod, "BATCH_MEMORY", 12_000)  # the estimate fits; 2x is passed while running
+    assert wide_con.execute(query).fetchall() == expected
+    assert wide_con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE '__modelsql%'").fetchone() == (0,)
+
+
+def test_batch_sees_uncommitted_rows_and_leaves_no_transaction_open(db, digits_pipe, digits):
+    X, _ = digits
+    con = modelsql.connect(db)
+    con.import_model("lr", digits_pipe, features=FEATURES)
+    load_table(con, "src", {c: ("DOUBLE", X[:10, i].tolist()) for i, c in enumerate(FEATURES)})
+    con.commit()
+    con.execute("CREATE TABLE px AS SELECT * FROM src")  # not committed
+    # the batch input runs on the same connection, in the same transaction
+    assert con.execute("SELECT count(*) FROM PREDICT(MODEL lr, TABLE px, execution = 'batch')").fetchone() == (10,)
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'px'").fetchone() == (0,)
+    con.close()
+    con = modelsql.connect(db)
+    con.autocommit = True
+    cur = con.execute("SELECT label FROM PREDICT(MODEL lr, TABLE src, execution = 'batch')")
+    assert len(cur.fetchall()) == 10
+    # the engine's own transaction ended with the result: BEGIN/COMMIT work and a write is durable
+    con.execute("BEGIN")
+    con.execute("INSERT INTO src SELECT * FROM src LIMIT 1")
+    con.execute("COMMIT")
+    cur = con.execute("SELECT label FROM PREDICT(MODEL lr, TABLE src, execution = 'batch')")
+    cur.fetchone()  # a half-read batch result: the next statement settles it
+    con.execute("INSERT INTO src SELECT * FROM src LIMIT 1")
+    con.close()
+    other = modelsql.connect(db)
+    assert other.execute("SELECT count(*) FROM src").fetchone() == (12,)
+    other.close()
+
+
+def test_batch_passthrough_types_survive(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute(
+        "CREATE TABLE t AS SELECT i AS id, i::DOUBLE AS a, (i % 3)::DOUBLE AS b, "
+        "gen_random_uuid() AS u, i::HUGEINT * 1000000000000 AS h, "
+        "INTERVAL (i) DAY AS iv, TIMESTAMPTZ '2024-01-01 00:00:00+00' + INTERVAL (i) HOUR AS ts, "
+        "{'k': i, 'v': [i, i + 1]} AS st, [i, NULL] AS li, (i / 3)::DECIMAL(18, 3) AS d, "
+        "TIME '10:00:00' + INTERVAL (i) MINUTE AS tm FROM range(50) r(i)"
+    )
+    con.execute("CREATE TYPE mood AS ENUM ('even', 'odd')")
+    con.execute("ALTER TABLE t ADD COLUMN m mood")
+    con.execute("UPDATE t SET m = CASE WHEN id % 2 = 0 THEN 'even' ELSE 'odd' END")
+    q = "SELECT * FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = '{}') ORDER BY id"
+    s = con.execute(q.format("stream"))
+    s_desc, s_rows = [d[:2] for d in s.description], s.fetchall()
+    b = con.execute(q.format("batch"))
+    assert [d[:2] for d in b.description] == s_desc
+    assert b.fetchall() == s_rows
+
+
+@pytest.mark.parametrize("on_null", ["skip", "null"])
+def test_batch_on_null_modes(con, on_null):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE t AS SELECT i AS id, CASE WHEN i % 4 = 0 THEN NULL ELSE i END::DOUBLE AS a, "
+                "CASE WHEN i % 5 = 0 THEN NULL ELSE 1 END::DOUBLE AS b FROM range(100) r(i)")
+    q = f"SELECT id, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b), on_null = '{on_null}', execution = '{{}}') ORDER BY id"
+    stream = con.execute(q.format("stream")).fetchall()
+    assert con.execute(q.format("batch")).fetchall() == stream
+    assert len(stream) == (100 if on_null == "null" else 60)
+
+
+def test_batch_with_a_fixed_batch_dimension_and_batch_size(con):
+    # a fixed batch dimension (3) is not transposed: the packed row layout is fed in slices, padded
+    con.import_model("fixed", linear_model([[1.0], [2.0]], [0.5], batch=3))
+    con.execute("CREATE TABLE t AS SELECT i AS id, i::DOUBLE AS a, 1.0::DOUBLE AS b FROM range(10) r(i)")
+    q = "SELECT id, y FROM PREDICT(MODEL fixed, TABLE t, features = (a, b), execution = '{}'{}) ORDER BY id"
+    stream = con.execute(q.format("stream", "")).fetchall()
+    assert len(stream) == 10
+    assert con.execute(q.format("batch", "")).fetchall() == stream
+    assert _execution(con, q.format("batch", "")) == "batch"
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    q2 = q.replace("fixed", "lin")
+    assert con.execute(q2.format("batch", ", batch_size = 3")).fetchall() == con.execute(q2.format("stream", "")).fetchall()
+
+
+def test_nested_predict_in_batch_mode(wide_con, tmp_path):
+    from conftest import argmax_model
+
+    wide_con.import_model("argmax10", argmax_model(10))
+    q = ("SELECT count(*) FROM PREDICT(MODEL argmax10, (SELECT probabilities FROM PREDICT(MODEL lr, TABLE pixels, "
+         "execution = '{0}')), execution = '{0}') WHERE best >= 0")
+    assert wide_con.execute(q.format("batch")).fetchone() == wide_con.execute(q.format("stream")).fetchone() == (1797,)
+
+
+def test_plain_explain_reads_no_rows(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE t AS SELECT NULL::DOUBLE AS a, 1.0::DOUBLE AS b FROM range(10)")
+    # a NULL would fail the model run; plain EXPLAIN must not run it
+    rows = con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = 'batch')").fetchall()
+    assert any("execution: batch" in v for k, v in rows if k == "modelsql_predict")
+
+
+def test_bad_execution_option(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE t AS SELECT 1.0::DOUBLE AS a, 1.0::DOUBLE AS b")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM PREDICT(MODEL lin, TABLE t, execution = 'fast')")
+    assert info.value.code == "bad_option" and "'auto', 'stream', 'batch'" in str(info.value)
+
+
+def test_column_major_inputs_gives_the_same_outputs(digits, digits_pipe):
+    from modelsql.formats.sklearn import from_sklearn
+
+    X, _ = digits
+    model, _ = from_sklearn(digits_pipe)
+    data = model.SerializeToString()
+    name = model.graph.input[0].name
+    variant = column_major_inputs(data, [name])
+    a = ort.InferenceSession(data).run(None, {name: X.astype(np.float32)})
+    sess = ort.InferenceSession(variant)
+    assert sess.get_inputs()[0].shape[0] == 64
+    b = sess.run(None, {sess.get_inputs()[0].name: np.ascontiguousarray(X.T.astype(np.float32))})
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(modelsql.ProgrammingError):
+        column_major_inputs(data, ["no_such_input"])
