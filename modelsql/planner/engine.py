@@ -748,14 +748,17 @@ class Engine:
 
                 raise translate_duckdb_error(exc) from exc
             schema = pa.schema(list(reader.schema)[: len(kept)] + out_fields)
-            for batch in reader:
-                fed = [ColumnBlock([batch.column(k) for k in slot]) if isinstance(slot, range) else batch.column(slot)
-                       for slot in slots]
-                result = runner(*fed)
-                columns = [batch.column(k) for k in range(len(kept))] + [result.field(k) for k in range(len(out_fields))]
-                piece = pa.RecordBatch.from_arrays(columns, schema=schema)
-                batches.append(piece)
-                kept_bytes += piece.nbytes
+            for whole in reader:
+                for start in range(0, whole.num_rows, RUN_ROWS):
+                    # ONNX Runtime runs fastest on a few thousand rows at a time (activations stay in cache)
+                    batch = whole.slice(start, RUN_ROWS)
+                    fed = [ColumnBlock([batch.column(k) for k in slot]) if isinstance(slot, range) else batch.column(slot)
+                           for slot in slots]
+                    result = runner(*fed)
+                    columns = [batch.column(k) for k in range(len(kept))] + [result.field(k) for k in range(len(out_fields))]
+                    piece = pa.RecordBatch.from_arrays(columns, schema=schema)
+                    batches.append(piece)
+                    kept_bytes += piece.nbytes
                 if limit is not None and kept_bytes > limit:
                     reader.close()
                     reader = None
@@ -924,8 +927,11 @@ BATCH_MIN_ROWS = 65_536
 BATCH_MEMORY = 256 << 20
 """Bytes ``execution = 'auto'`` lets batch mode keep (passthrough columns read + outputs); past twice this
 while running, the PREDICT is run again streaming."""
-BATCH_ROWS = 131_072
-"""Largest Arrow record batch a batch-mode PREDICT reads (fewer rows for wide inputs: about 32 MiB of features)."""
+BATCH_ROWS = 32_768
+"""Largest Arrow record batch a batch-mode PREDICT reads from DuckDB (fewer rows for wide inputs: about 32 MiB of features)."""
+RUN_ROWS = 8_192
+"""Rows per model run in batch mode: each record batch is fed in slices of this many rows, the size at which ONNX
+Runtime ran fastest in ``benchmarks/predict_overhead.py`` (larger slices spill activations out of cache)."""
 
 _ARROW_SAFE = re.compile(
     r"^(BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|FLOAT|DOUBLE|VARCHAR|DATE|"
