@@ -91,6 +91,9 @@ def test_auto_picks_batch_only_for_large_inputs(wide_con, monkeypatch):
     assert _execution(wide_con, small) == "batch (column-major input)"
     monkeypatch.setattr(engine_mod, "BATCH_MEMORY", 1000)  # the outputs alone need more
     assert _execution(wide_con, small) == "stream"
+    monkeypatch.setattr(engine_mod, "BATCH_MEMORY", 256 << 20)
+    monkeypatch.setattr(engine_mod, "BATCH_MAX_PARAMS", 100)  # a "heavy" model streams
+    assert _execution(wide_con, small) == "stream"
 
 
 def test_auto_falls_back_to_streaming_when_the_estimate_is_wrong(wide_con, monkeypatch):

@@ -655,13 +655,19 @@ class Engine:
     def _choose_execution(self, bound: BoundPredict, params: list, used: Optional[set[str]], stmt) -> str:
         """``"stream"`` or ``"batch"`` for one PREDICT (option ``execution``; ``auto`` decides here).
 
-        ``auto`` picks batch when DuckDB estimates at least :data:`BATCH_MIN_ROWS`
+        ``auto`` picks batch for a light model (at most :data:`BATCH_MAX_PARAMS`
+        parameters, where the per-chunk cost of streaming outweighs inference)
+        when DuckDB estimates at least :data:`BATCH_MIN_ROWS`
         input rows and what batch execution keeps in memory (the passthrough
         columns the statement reads, plus the outputs) fits :data:`BATCH_MEMORY`.
         """
         mode = bound.options.execution
         if mode != "auto":
             return mode
+        if bound.model.param_count > BATCH_MAX_PARAMS:
+            # Inference dominates: streaming already overlaps it with the scan, and gives ONNX Runtime
+            # DuckDB's small chunks, at which a large model runs fastest.
+            return "stream"
         rows = self._estimate_rows(bound, params)
         if rows is None or rows < BATCH_MIN_ROWS:
             return "stream"
@@ -924,6 +930,10 @@ input, in order) and ``description`` (free text kept in the catalog)."""
 
 BATCH_MIN_ROWS = 65_536
 """``execution = 'auto'`` runs a PREDICT in batch mode only over at least this many (estimated) input rows."""
+BATCH_MAX_PARAMS = 50_000
+"""``execution = 'auto'`` runs models with more parameters streaming: a crude cost model (parameters ~ multiply-adds
+per row for dense networks) standing in for a learned one. In ``benchmarks/predict_overhead.py`` batch execution
+made the light model (2,410 parameters) 1.5x faster and the heavy one (300K) 1.1x slower."""
 BATCH_MEMORY = 256 << 20
 """Bytes ``execution = 'auto'`` lets batch mode keep (passthrough columns read + outputs); past twice this
 while running, the PREDICT is run again streaming."""
