@@ -222,3 +222,10 @@ def test_column_major_inputs_gives_the_same_outputs(digits, digits_pipe):
     np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
     with pytest.raises(modelsql.ProgrammingError):
         column_major_inputs(data, ["no_such_input"])
+
+
+def test_batch_keeps_a_struct_column_read_by_field(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, 2.0::DOUBLE AS b, {'k': i} AS st FROM range(5) r(i)")
+    q = "SELECT st.k, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = '{}') ORDER BY 1"
+    assert con.execute(q.format("batch")).fetchall() == con.execute(q.format("stream")).fetchall()

@@ -41,6 +41,8 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
             return None  # DuckDB's COLUMNS('regex') selects columns by pattern
         if isinstance(node, exp.Column):
             names.add(node.name.lower())
+            # ``st.k`` may be field k of a struct column st: a qualifier may name a column too
+            names.update(part.lower() for part in (node.table, node.db, node.catalog) if part)
         elif isinstance(node, exp.Identifier) and isinstance(node.parent, (exp.Ordered, exp.Group)):
             names.add(node.name.lower())
     return names
