@@ -132,6 +132,23 @@ _DUCK_TO_PEP249 = [
 ]
 
 
+_DUCK_KIND = _re.compile(r"^(?:\w+Error: )?([A-Z][A-Za-z ]*?) Error: ")
+
+
+def _from_message(exc: BaseException):
+    """A DuckDB error that reached Python as text through another library (an Arrow stream raises ``OSError``
+    with DuckDB's message): the duckdb exception its ``<Kind> Error:`` prefix names, or None."""
+    if isinstance(exc, duckdb.Error):
+        return None
+    m = _DUCK_KIND.match(str(exc))
+    if m is None:
+        return None
+    cls = getattr(duckdb, m.group(1).replace(" ", "") + "Exception", None)
+    if not (isinstance(cls, type) and issubclass(cls, duckdb.Error)):
+        return None
+    return cls(str(exc)[m.start(1):])
+
+
 def translate_duckdb_error(exc: BaseException) -> Error:
     """Map a duckdb exception to the modelsql (PEP 249) class of the same meaning."""
     if isinstance(exc, Error):
@@ -141,6 +158,9 @@ def translate_duckdb_error(exc: BaseException) -> Error:
             return ours(str(exc), code=code)
     if isinstance(exc, duckdb.Error):
         return DatabaseError(str(exc), code="database_error")
+    rebuilt = _from_message(exc)
+    if rebuilt is not None:
+        return translate_duckdb_error(rebuilt)
     if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()):
         return OperationalError("The statement was interrupted.", code="interrupted")
     return InternalError(f"{type(exc).__name__}: {exc}", code="internal_error")

@@ -73,7 +73,9 @@ def test_batch_gives_the_stream_answer(wide_con, query):
     batch_rows = batch.fetchall()
     assert len(stream_rows) > 0
     assert _normalize(batch_rows) == _normalize(stream_rows)
-    assert _execution(wide_con, query.format(o=", execution = 'batch'"), params) == "batch (column-major input)"
+    # a query that reads no output never runs the model: it streams (and DuckDB drops the call)
+    expected = "stream" if query.startswith("SELECT count(*) FROM") else "batch (column-major input)"
+    assert _execution(wide_con, query.format(o=", execution = 'batch'"), params) == expected
 
 
 def test_accuracy_in_batch_mode_is_the_models(wide_con, digits, digits_pipe):
@@ -85,7 +87,7 @@ def test_accuracy_in_batch_mode_is_the_models(wide_con, digits, digits_pipe):
 
 
 def test_auto_picks_batch_only_for_large_inputs(wide_con, monkeypatch):
-    small = "SELECT count(*) FROM PREDICT(MODEL lr, TABLE pixels)"
+    small = "SELECT count(label) FROM PREDICT(MODEL lr, TABLE pixels)"
     assert _execution(wide_con, small) == "stream"  # 1,797 rows < BATCH_MIN_ROWS
     monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1000)
     assert _execution(wide_con, small) == "batch (column-major input)"
@@ -229,3 +231,113 @@ def test_batch_keeps_a_struct_column_read_by_field(con):
     con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, 2.0::DOUBLE AS b, {'k': i} AS st FROM range(5) r(i)")
     q = "SELECT st.k, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = '{}') ORDER BY 1"
     assert con.execute(q.format("batch")).fetchall() == con.execute(q.format("stream")).fetchall()
+
+
+@pytest.fixture
+def small(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE t AS SELECT i AS id, i::DOUBLE AS a, (i % 3)::DOUBLE AS b, {'k': i} AS st, "
+                "'n' || i AS note FROM range(5) r(i)")
+    con.commit()
+    return con
+
+
+SMALL = "PREDICT(MODEL lin, TABLE t, features = (a, b), execution = '{}')"
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT #1, #5 FROM {p} ORDER BY 1",
+    "SELECT sum(k0) FROM {p} AS q(k0)",
+    "SELECT i2, y FROM {p} AS q(i2) ORDER BY 1",
+    "SELECT id, st.k, y FROM {p} ORDER BY id",
+    "SELECT q.id, q.st.k, y FROM {p} AS q ORDER BY 1",
+    "SELECT id, note.upper(), y FROM {p} ORDER BY id",
+])
+def test_batch_reads_columns_however_they_are_named(small, query):
+    stream = small.execute(query.format(p=SMALL.format("stream"))).fetchall()
+    assert small.execute(query.format(p=SMALL.format("batch"))).fetchall() == stream
+
+
+def test_types_arrow_would_change_stream_or_are_refused(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE tz AS SELECT i AS id, i::DOUBLE AS a, 1.0::DOUBLE AS b, '10:00:00+05:30'::TIMETZ AS t, "
+                "'0101'::BIT AS bits, 340282366920938463463374607431768211455::UHUGEINT AS u, "
+                "('Ab' || i)::VARCHAR COLLATE NOCASE AS coll FROM range(3) r(i)")
+    q = "SELECT {} , y FROM PREDICT(MODEL lin, TABLE tz, features = (a, b), execution = '{}') ORDER BY id"
+    for col in ("t", "bits", "u"):
+        with pytest.raises(modelsql.NotSupportedError) as info:
+            con.execute(q.format(f"id, {col}", "batch"))
+        assert info.value.code == "batch_type_not_supported" and f'"{col}"' in str(info.value)
+        assert con.execute(q.format(f"id, {col}", "auto")).fetchall() == con.execute(q.format(f"id, {col}", "stream")).fetchall()
+    # a collation survives: the comparison below is case-insensitive in both modes
+    cq = ("SELECT count(*) FROM PREDICT(MODEL lin, TABLE tz, features = (a, b), execution = '{}') "
+          "WHERE coll = 'AB1' AND y > 0")
+    assert con.execute(cq.format("batch")).fetchone() == con.execute(cq.format("stream")).fetchone() == (1,)
+
+
+def test_batch_does_not_run_the_model_when_no_output_is_read(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE n AS SELECT i AS id, CASE WHEN i = 3 THEN NULL ELSE i END::DOUBLE AS a, 1.0::DOUBLE AS b "
+                "FROM range(10) r(i)")
+    for execution in ("batch", "auto", "stream"):
+        q = f"SELECT count(*), max(id) FROM PREDICT(MODEL lin, TABLE n, features = (a, b), execution = '{execution}')"
+        assert con.execute(q).fetchone() == (10, 9)
+
+
+def test_auto_streams_under_a_filter_or_limit(wide_con, monkeypatch):
+    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1000)
+    base = "SELECT id, label FROM PREDICT(MODEL lr, TABLE pixels)"
+    assert _execution(wide_con, base) == "batch (column-major input)"
+    for tail in (" WHERE id < 10", " LIMIT 5", " JOIN pixels USING (id)"):
+        assert _execution(wide_con, base + tail) == "stream", tail
+
+
+def test_a_duckdb_error_mid_input_keeps_its_class(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE e AS SELECT i AS id, i::DOUBLE AS a, CASE WHEN i = 150000 THEN 'oops' ELSE '1' END AS bs "
+                "FROM range(200000) r(i)")
+    con.commit()
+    q = ("SELECT count(y) FROM PREDICT(MODEL lin, (SELECT id, a, bs::DOUBLE AS b FROM e), features = (a, b), "
+         "execution = '{}')")
+    for execution in ("stream", "batch"):
+        with pytest.raises(modelsql.DataError) as info:
+            con.execute(q.format(execution)).fetchall()
+        assert "oops" in str(info.value) and "OSError" not in str(info.value)
+        con.rollback()
+
+
+def test_a_streaming_null_error_inside_a_batch_predict(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.import_model("lin2", linear_model([[1.0]], [0.0], input_name="y", output_name="z"))
+    con.execute("CREATE TABLE n AS SELECT i AS id, CASE WHEN i = 3 THEN NULL ELSE i END::DOUBLE AS a, 1.0::DOUBLE AS b "
+                "FROM range(10) r(i)")
+    con.commit()
+    q = ("SELECT sum(z) FROM PREDICT(MODEL lin2, (SELECT y FROM PREDICT(MODEL lin, TABLE n, features = (a, b), "
+         "execution = 'stream')), execution = 'batch')")
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute(q).fetchall()
+    assert info.value.code == "null_input" and "modelsql-null-input" not in str(info.value)
+    con.rollback()
+
+
+def test_batch_after_an_untracked_begin(small):
+    small.autocommit = True
+    small.execute("BEGIN; SELECT 1")
+    assert len(small.execute(f"SELECT y FROM {SMALL.format('batch')}").fetchall()) == 5
+    small.execute("ROLLBACK")
+    assert small.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_failed_batch_predict_leaves_the_transaction_as_a_streaming_one_does(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE n AS SELECT CASE WHEN i = 3 THEN NULL ELSE i END::DOUBLE AS a, 1.0::DOUBLE AS b "
+                "FROM range(10) r(i)")
+    con.commit()
+    for execution in ("stream", "batch"):
+        con.execute("CREATE TABLE w AS SELECT 1 AS x")
+        with pytest.raises(modelsql.DataError):
+            con.execute(f"SELECT y FROM PREDICT(MODEL lin, TABLE n, features = (a, b), execution = '{execution}')").fetchall()
+        with pytest.raises(modelsql.Error):
+            con.execute("SELECT 1").fetchall()  # aborted until rollback
+        con.rollback()
+        assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'w'").fetchone() == (0,)

@@ -551,10 +551,22 @@ class Engine:
                 if self._choose_execution(bound, arg_params, used, stmt) == "batch":
                     if not conn._in_transaction and not held.own_transaction:
                         # The input runs before the statement: one transaction gives both one snapshot.
-                        self.duck.execute("BEGIN TRANSACTION")
-                        held.own_transaction = True
-                    sub = self._predict_batch(bound, fn, arg_params, used, stmt, index, held,
-                                              dry=prefix.strip() == "EXPLAIN")
+                        # (one may be open though the connection did not begin it: a BEGIN inside a multi-statement text)
+                        if not self.catalog._in_transaction():
+                            self.duck.execute("BEGIN TRANSACTION")
+                            held.own_transaction = True
+                    try:
+                        sub = self._predict_batch(bound, fn, arg_params, used, stmt, index, held, registered,
+                                                  dry=prefix.strip() == "EXPLAIN")
+                    except Error as err:
+                        if conn._in_transaction:
+                            # A failing statement aborts DuckDB's transaction; leave the same state a
+                            # streaming PREDICT's failure leaves, whichever way this one ran.
+                            try:
+                                self.duck.execute("SELECT error(?)", [str(err)[:200]])
+                            except Exception:
+                                pass
+                        raise
                 if sub is None:
                     fn.execution = "stream"
                     sub = self._predict_tree(bound, fn_name, p.args["expression"])
@@ -662,8 +674,26 @@ class Engine:
         columns the statement reads, plus the outputs) fits :data:`BATCH_MEMORY`.
         """
         mode = bound.options.execution
+        if used is not None and not any(o.column.lower() in used for o in bound.outputs):
+            return "stream"  # no output is read: streaming never runs the model at all
+        if mode == "batch":
+            unsafe = [c for c in _kept_columns(bound, used, stmt) if _ARROW_UNSAFE.search(c.type)]
+            if unsafe:
+                c = unsafe[0]
+                raise NotSupportedError(
+                    f'PREDICT(MODEL {bound.model.name}): column "{c.name}" ({c.type}) does not pass through '
+                    "execution = 'batch' unchanged (Arrow does not carry it); use execution = 'stream', or leave "
+                    "the column out of what the statement reads.",
+                    code="batch_type_not_supported",
+                )
         if mode != "auto":
             return mode
+        if any(isinstance(n, _ROW_DEPENDENT) for n in _outside(stmt, bound)):
+            # A filter, limit or join may stop a streaming PREDICT early or push into its input, so it never
+            # sees (nor fails on) rows the statement drops; batch would read them all.
+            return "stream"
+        if any(_ARROW_UNSAFE.search(c.type) for c in _kept_columns(bound, used, stmt)):
+            return "stream"
         if bound.model.param_count > BATCH_MAX_PARAMS:
             # Inference dominates: streaming already overlaps it with the scan, and gives ONNX Runtime
             # DuckDB's small chunks, at which a large model runs fastest.
@@ -685,7 +715,7 @@ class Engine:
             return None
 
     def _predict_batch(self, bound: BoundPredict, fn: PredictFunction, params: list, used, stmt, index: int,
-                       held: "Outcome", *, dry: bool = False) -> Optional[exp.Expression]:
+                       held: "Outcome", registered: list, *, dry: bool = False) -> Optional[exp.Expression]:
         """Run one PREDICT to completion over large Arrow record batches; the tree that reads its result.
 
         The input query runs first, on this connection (so it sees this
@@ -748,12 +778,9 @@ class Engine:
         kept_bytes = 0
         reader = None
         try:
-            try:
-                reader = self.duck.sql(query, params=params or None).to_arrow_reader(rows_per_batch)
-            except Exception as exc:
-                from ..dbapi import translate_duckdb_error
-
-                raise translate_duckdb_error(exc) from exc
+            relation = self.duck.sql(query, params=params or None)
+            reader_schema_types = list(relation.types)[: len(kept)]
+            reader = relation.to_arrow_reader(rows_per_batch)
             schema = pa.schema(list(reader.schema)[: len(kept)] + out_fields)
             for whole in reader:
                 for start in range(0, whole.num_rows, run_rows):
@@ -776,15 +803,22 @@ class Engine:
                     reader.close()
                 except Exception:
                     pass
-            raise self.translate(exc, [("", runner, bound, params)]) from exc
+            raise self.translate(exc, [("", runner, bound, params), *registered]) from exc
         table = pa.Table.from_batches(batches, schema=schema)
         name = f"__modelsql_batch_{index}"
         self.duck.register(name, table)
         held.sources.append(name)
         fn.execution = "batch" + (" (column-major input)" if any(col_major) else "")
-        types = {c.name: c.type for c in kept}
-        cols = [quote(c.name) if _ARROW_SAFE.match(types[c.name]) else f"CAST({quote(c.name)} AS {types[c.name]}) AS {quote(c.name)}"
-                for c in kept] + [quote(o.column) for o in bound.outputs]
+        collations = _collations(reader_schema_types)
+        cols = []
+        for c, collation in zip(kept, collations):
+            if collation:
+                cols.append(f"{quote(c.name)} COLLATE {quote(collation)} AS {quote(c.name)}")
+            elif _ARROW_SAFE.match(c.type):
+                cols.append(quote(c.name))
+            else:
+                cols.append(f"CAST({quote(c.name)} AS {c.type}) AS {quote(c.name)}")
+        cols += [quote(o.column) for o in bound.outputs]
         return sqlglot.parse_one(f'SELECT {", ".join(cols)} FROM "{name}"', read="duckdb")
 
     def _describe(self, input_sql: str, params: list, model: str) -> list[Column]:
@@ -951,6 +985,37 @@ _ARROW_SAFE = re.compile(
     r"TIMESTAMP|BLOB)(\[\d*\])*$"
 )
 """DuckDB types that come back from an Arrow round trip as themselves; other passthrough columns are cast back."""
+
+_ARROW_UNSAFE = re.compile(r"\b(TIME WITH TIME ZONE|TIMETZ|BIT|BITSTRING|UHUGEINT)\b")
+"""DuckDB types whose values an Arrow round trip changes (TIMETZ loses its offset, BIT its length, UHUGEINT
+overflows): a batch-mode PREDICT does not carry them ('auto' streams; 'batch' refuses)."""
+
+_ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.Join, exp.Offset)
+
+
+def _outside(stmt: exp.Expression, bound: BoundPredict):
+    """The nodes of ``stmt`` outside every PREDICT's input (the input runs the same in both modes)."""
+    for node in stmt.walk():
+        if isinstance(node, PredictTable) or any(isinstance(a, PredictTable) for a in _ancestors(node)):
+            continue
+        yield node
+
+
+def _ancestors(node: exp.Expression):
+    while node.parent is not None:
+        node = node.parent
+        yield node
+
+
+def _collations(types) -> list[str]:
+    """The collation each DuckDB type carries ('' for none), which an Arrow round trip drops."""
+    try:
+        import _duckdb
+
+        return [_duckdb._collation(t) or "" for t in types]
+    except Exception:
+        return ["" for _ in types]
+
 
 _TYPE_BYTES = {
     "BOOLEAN": 1, "TINYINT": 1, "UTINYINT": 1, "SMALLINT": 2, "USMALLINT": 2, "INTEGER": 4, "UINTEGER": 4,

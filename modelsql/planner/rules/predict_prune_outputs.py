@@ -25,11 +25,17 @@ from ..bind import BoundPredict
 
 
 def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Optional[set[str]]:
-    """Lower-cased column names the statement reads outside ``predict``'s own subtree.
+    """Lower-cased names the statement may read a column by, outside ``predict``'s own subtree.
 
-    Returns None when a ``*`` outside that subtree may pass every column on
-    (then nothing can be pruned).
+    Conservative: every column reference, its qualifiers (``st.k`` may be field
+    ``k`` of struct column ``st``) and every other identifier count. Returns
+    None when columns may be read without their names (then nothing can be
+    pruned): a ``*`` or ``COLUMNS(...)`` outside that subtree, a positional
+    ``#n``, or a column alias list (``AS q(a, b)``).
     """
+    alias = predict.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and alias.columns:
+        return None
     inside = {id(n) for n in predict.walk()}
     names: set[str] = set()
     for node in statement.walk():
@@ -39,12 +45,14 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
             return None  # SELECT * / t.* may pass every column on (count(*) does not)
         if isinstance(node, exp.Columns) or (isinstance(node, exp.Anonymous) and node.name.upper() == "COLUMNS"):
             return None  # DuckDB's COLUMNS('regex') selects columns by pattern
+        if isinstance(node, exp.PositionalColumn) or (isinstance(node, exp.TableAlias) and node.columns):
+            return None  # #n, or AS q(a, b): columns by position
+        if isinstance(node, exp.Identifier):
+            names.add(node.name.lower())  # note.upper(), struct fields: any name may name a column
         if isinstance(node, exp.Column):
             names.add(node.name.lower())
             # ``st.k`` may be field k of a struct column st: a qualifier may name a column too
             names.update(part.lower() for part in (node.table, node.db, node.catalog) if part)
-        elif isinstance(node, exp.Identifier) and isinstance(node.parent, (exp.Ordered, exp.Group)):
-            names.add(node.name.lower())
     return names
 
 
