@@ -341,3 +341,26 @@ def test_a_failed_batch_predict_leaves_the_transaction_as_a_streaming_one_does(c
             con.execute("SELECT 1").fetchall()  # aborted until rollback
         con.rollback()
         assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'w'").fetchone() == (0,)
+
+
+def test_streaming_sessions_get_the_cores_a_small_scan_leaves_idle(con, monkeypatch):
+    from modelsql.operators.backends.onnxruntime import default_threads
+    from modelsql.operators.predict import PredictFunction
+
+    seen: list[int] = []
+    run = PredictFunction._run
+
+    def spy(self, feeds, n):
+        seen.append(self.model.intra_op_threads)
+        return run(self, feeds, n)
+
+    monkeypatch.setattr(PredictFunction, "_run", spy)
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    duck_threads = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+    for rows in (1_000, 3 * engine_mod.ROW_GROUP_ROWS):
+        con.execute(f"CREATE OR REPLACE TABLE t AS SELECT i::DOUBLE AS a, 1.0::DOUBLE AS b FROM range({rows}) r(i)")
+        seen.clear()
+        q = "SELECT sum(y) FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = 'stream')"
+        con.execute(q).fetchall()
+        callers = max(1, min(duck_threads, -(-rows // engine_mod.ROW_GROUP_ROWS)))
+        assert set(seen) == {max(1, default_threads() // callers)}, (rows, set(seen))

@@ -81,6 +81,8 @@ class OrtModel:
     ) -> None:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = intra_op_threads or default_threads()
+        self.intra_op_threads = opts.intra_op_num_threads
+        """Threads one run uses."""
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
