@@ -13,10 +13,7 @@ Claim (issue 2): over a table of 1,000,000 rows x 64 FLOAT columns,
 Baselines are measured in the same run and configured at their best: direct
 ONNX Runtime tries 1 and all cores, spinning on, whole array, 65,536- and 4,096-row
 batches, and keeps the fastest; the DuckDB scan tries 1 and all threads and
-keeps the fastest. The ratios are then measured paired: each repeat runs the
-best direct ONNX Runtime, the best scan and the SQL query back to back, and the
-ratio is the median of the per-repeat ratios (the unpaired medians are kept as
-``unpaired_ratio_*``). For the light model the JSON also carries diagnostics
+keeps the fastest. For the light model the JSON also carries diagnostics
 (see :func:`layout_floor`): the cost of turning DuckDB's columns into the
 model's row layout, and a hand-written pipeline without any SQL layer that
 bounds what a PREDICT on DuckDB's Python API can reach. Every figure is the median of ``--repeat`` runs (after one
@@ -234,48 +231,6 @@ def sql_predict(path: str, model: str, repeat: int, execution: str = "auto") -> 
     return t, rows
 
 
-def paired(path: str, name: str, model_bytes: bytes, data: np.ndarray, ort_cfg: dict, scan_cfg: dict,
-           repeat: int) -> dict:
-    """The headline ratios: each repeat runs direct ORT, the scan and the SQL query back to back (best settings),
-    so a drift in the shared machine's speed hits all three; the ratios are medians of the per-repeat ratios."""
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = ort_cfg["intra_op_threads"]
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    sess = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
-    iname, batch = sess.get_inputs()[0].name, ort_cfg["batch"]
-    con = modelsql.connect(path)
-    con.autocommit = True
-    scan_con = con._duck.cursor()  # one DuckDB instance per file and process: threads are set per scan
-    cores = len(os.sched_getaffinity(0))
-    cols = ", ".join(FEATURES)
-
-    def scan():
-        scan_con.execute(f"SET threads = {scan_cfg['threads']}")
-        scan_con.sql(f"SELECT {cols} FROM t").to_arrow_table()
-        scan_con.execute(f"SET threads = {cores}")
-
-    query = f"SELECT label, count(*) AS n FROM PREDICT(MODEL {name}, TABLE t) GROUP BY label ORDER BY label"
-    steps = {
-        "ort": lambda: [sess.run(None, {iname: data[i : i + batch]}) for i in range(0, len(data), batch)],
-        "scan": scan,
-        "sql": lambda: con.execute(query).fetchall(),
-    }
-    for fn in steps.values():
-        fn()
-    vs_ort, vs_sum = [], []
-    for _ in range(repeat):
-        t = {}
-        for key, fn in steps.items():
-            t0 = time.perf_counter()
-            fn()
-            t[key] = time.perf_counter() - t0
-        vs_ort.append(t["sql"] / t["ort"])
-        vs_sum.append(t["sql"] / (t["scan"] + t["ort"]))
-    scan_con.close()
-    con.close()
-    return {"ratio_vs_direct_ort": statistics.median(vs_ort), "ratio_vs_scan_plus_ort": statistics.median(vs_sum)}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -317,8 +272,7 @@ def main(argv=None) -> int:
         assert stream_rows == rows, (stream_rows, rows)
         entry = {"direct_ort_s": ort_t, "direct_ort_config": ort_cfg, "sql_predict_s": sql_t,
                  "sql_predict_stream_s": stream_t,
-                 "unpaired_ratio_vs_direct_ort": sql_t / ort_t, "unpaired_ratio_vs_scan_plus_ort": sql_t / (scan_t + ort_t),
-                 **paired(path, name, proto.SerializeToString(), data, ort_cfg, scan_cfg, args.repeat)}
+                 "ratio_vs_direct_ort": sql_t / ort_t, "ratio_vs_scan_plus_ort": sql_t / (scan_t + ort_t)}
         if name == "light":
             floor, hand_rows = layout_floor(path, proto.SerializeToString(), args.repeat)
             assert [tuple(r) for r in hand_rows] == [tuple(r) for r in rows], (hand_rows, rows)
