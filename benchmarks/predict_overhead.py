@@ -185,7 +185,8 @@ def layout_floor(path: str, model_bytes: bytes, repeat: int) -> dict:
     con = duckdb.connect(path, read_only=True)
     con.execute(f"SET threads = {cores}")
     cols = ", ".join(FEATURES)
-    batches = con.sql(f"SELECT {cols} FROM t").to_arrow_table().to_batches()
+    # 32K-row slices, as batch execution reads them: each (64, n) block stays in cache while it is filled
+    batches = con.sql(f"SELECT {cols} FROM t").to_arrow_table().to_batches(max_chunksize=32768)
 
     def stack(batch) -> np.ndarray:
         block = np.empty((64, batch.num_rows), np.float32)
@@ -202,7 +203,7 @@ def layout_floor(path: str, model_bytes: bytes, repeat: int) -> dict:
 
     def hand():
         labels = [sess.run(["label"], {"columns": stack(b)})[0]
-                  for b in con.sql(f"SELECT {cols} FROM t").to_arrow_table().to_batches()]
+                  for b in con.sql(f"SELECT {cols} FROM t").to_arrow_table().to_batches(max_chunksize=32768)]
         con.register("hand_labels", pa.table({"label": np.concatenate(labels)}))
         rows = con.sql("SELECT label, count(*) FROM hand_labels GROUP BY label ORDER BY label").fetchall()
         con.unregister("hand_labels")

@@ -267,3 +267,33 @@ def test_interrupted_query_is_an_operational_error(lin):
         ).fetchall()
     timer.cancel()
     assert info.value.code == "interrupted"
+
+
+def test_input_column_named_like_the_rewrites_own(con):
+    con.import_model("lin", linear_model(np.ones((2, 1), dtype=np.float32)))
+    con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, 1.0::DOUBLE AS b, i AS __msql_p FROM range(4) r(i)")
+    rows = con.execute("SELECT __msql_p, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = 'stream') "
+                       "ORDER BY 1").fetchall()
+    assert [r[0] for r in rows] == [0, 1, 2, 3] and rows[1][1] == pytest.approx(2.0)
+
+
+def test_insert_returning_and_merge_from_predict(con):
+    con.import_model("lin", linear_model(np.ones((2, 1), dtype=np.float32)))
+    con.execute("CREATE TABLE t AS SELECT i + 7 AS id, i::DOUBLE AS a, 1.0::DOUBLE AS b FROM range(3) r(i)")
+    con.execute("CREATE TABLE out (id BIGINT PRIMARY KEY, y FLOAT)")
+    cur = con.execute("INSERT INTO out SELECT id, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b)) RETURNING id")
+    assert cur.description[0][0] == "id"
+    assert sorted(r[0] for r in cur.fetchall()) == [7, 8, 9]
+    cur = con.execute("MERGE INTO out USING (SELECT id, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b))) AS p "
+                      "ON out.id = p.id WHEN MATCHED THEN UPDATE SET y = p.y + 1")
+    assert cur.rowcount == 3
+
+
+def test_explain_with_options(con):
+    con.import_model("lin", linear_model(np.ones((2, 1), dtype=np.float32)))
+    con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, 1.0::DOUBLE AS b FROM range(3) r(i)")
+    rows = con.execute("EXPLAIN (FORMAT JSON) SELECT y FROM PREDICT(MODEL lin, TABLE t, features = (a, b))").fetchall()
+    assert rows[0][0] == "modelsql_predict"
+    import json
+
+    json.loads(rows[-1][1])  # DuckDB's plan, as JSON

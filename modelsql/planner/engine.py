@@ -269,9 +269,10 @@ class Engine:
         first rows (key ``modelsql_predict``) say how each PREDICT was bound.
         """
         body = stmt.expression.name if stmt.expression is not None else ""
-        m = re.match(r"\s*ANALYZE\b", body, re.I)
-        prefix = "EXPLAIN ANALYZE " if m else "EXPLAIN "
+        m = re.match(r"\s*(ANALYZE\b|\([^()]*\))", body, re.I)
+        prefix = "EXPLAIN "
         if m:
+            prefix = f"EXPLAIN {m.group(1)} "
             body = body[m.end():]
         inner = msql.parse(body)
         if len(inner) != 1:
@@ -558,7 +559,7 @@ class Engine:
                             held.own_transaction = True
                     try:
                         sub = self._predict_batch(bound, fn, arg_params, used, stmt, index, held, registered,
-                                                  dry=prefix.strip() == "EXPLAIN")
+                                                  dry=prefix.startswith("EXPLAIN") and "ANALYZE" not in prefix.upper())
                     except Error as err:
                         if conn._in_transaction:
                             # A failing statement aborts DuckDB's transaction; leave the same state a
@@ -581,8 +582,12 @@ class Engine:
             final_params = [params[i - 1] for i in idx]
             self._run(final_sql, final_params, lambda exc: self.translate(exc, registered))
             stype = "SELECT"
-            if isinstance(stmt, (exp.Insert, exp.Update, exp.Delete)):
+            if stmt.args.get("returning"):
+                stype = "SELECT"  # INSERT/UPDATE/DELETE ... RETURNING: its rows are the result
+            elif isinstance(stmt, (exp.Insert, exp.Update, exp.Delete)):
                 stype = type(stmt).__name__.upper()
+            elif isinstance(stmt, exp.Merge):
+                stype = "MERGE_INTO"
             elif isinstance(stmt, exp.Create):
                 stype = "CREATE"
             out = self._result_outcome(stype, registered)
@@ -657,10 +662,14 @@ class Engine:
         where = ""
         if bound.options.on_null == "skip" and bound.null_filter:
             where = f" WHERE {bound.null_filter}"
-        outs = ", ".join(f"struct_extract(\"__msql_p\", {_sql_str(o.column)}) AS {quote(o.column)}" for o in bound.outputs)
+        taken = {c.name.lower() for c in bound.columns}
+        p = "__msql_p"
+        while p in taken:  # an input column of that name must pass through untouched
+            p += "_"
+        outs = ", ".join(f"struct_extract({quote(p)}, {_sql_str(o.column)}) AS {quote(o.column)}" for o in bound.outputs)
         return (
-            f'SELECT * EXCLUDE ("__msql_p"), {outs} FROM '
-            f'(SELECT *, {call} AS "__msql_p" FROM {input_sql or "(" + bound.input_sql + ")"} AS "__msql_in"{where}) AS "__msql_q"'
+            f"SELECT * EXCLUDE ({quote(p)}), {outs} FROM "
+            f'(SELECT *, {call} AS {quote(p)} FROM {input_sql or "(" + bound.input_sql + ")"} AS "__msql_in"{where}) AS "__msql_q"'
         )
 
     # ------------------------------------------------------------------ batch execution
