@@ -364,3 +364,91 @@ def test_streaming_sessions_get_the_cores_a_small_scan_leaves_idle(con, monkeypa
         con.execute(q).fetchall()
         callers = max(1, min(duck_threads, -(-rows // engine_mod.ROW_GROUP_ROWS)))
         assert set(seen) == {max(1, default_threads() // callers)}, (rows, set(seen))
+
+
+@pytest.fixture
+def iris_con(con):
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = load_iris(return_X_y=True)
+    con.import_model("iris", LogisticRegression(max_iter=500).fit(X, y), features=["a", "b", "c", "d"])
+    rows = 70_000
+    con.execute(f"CREATE TABLE t AS SELECT i AS id, i % 7 AS g, 4 + (i % 30) / 10 AS a, 3.0::DOUBLE AS b, "
+                f"1 + (i % 50) / 10 AS c, (i % 25) / 10 AS d FROM range({rows}) r(i)")
+    con.execute("CREATE TABLE tn AS SELECT * REPLACE (CASE WHEN id = 69000 THEN NULL ELSE a END AS a) FROM t")
+    con.commit()
+    return con
+
+
+def test_the_whole_row_of_a_predict_keeps_every_output(iris_con):
+    for execution in ("auto", "stream", "batch"):
+        q = f"PREDICT(MODEL iris, (SELECT * FROM t WHERE id < 3), execution = '{execution}') AS q"
+        (row,) = iris_con.execute(f"SELECT q FROM {q} ORDER BY q.id LIMIT 1").fetchone()
+        assert "probabilities" in row and "label" in row, row
+        assert len(iris_con.execute(f"SELECT q['probabilities'] FROM {q}").fetchall()) == 3
+
+
+def test_pivot_and_subquery_predicts_stream_under_auto(iris_con, monkeypatch):
+    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1000)
+    pivot = "PIVOT PREDICT(MODEL iris, (SELECT g, a, b, c, d FROM t){}) ON label USING count(*)"
+    auto = sorted(iris_con.execute(pivot.format("")).fetchall())
+    assert len(auto) > 1 and auto == sorted(iris_con.execute(pivot.format(", execution = 'stream'")).fetchall())
+    # a streaming PREDICT here runs partly or not at all, so it never meets the NULL: auto must agree
+    for q, expected in [
+        ("SELECT EXISTS (SELECT label FROM PREDICT(MODEL iris, TABLE tn))", (True,)),
+        ("WITH u AS (SELECT label FROM PREDICT(MODEL iris, TABLE tn)) SELECT 42", (42,)),
+        ("SELECT CASE WHEN 1 = 0 THEN (SELECT max(label) FROM PREDICT(MODEL iris, TABLE tn)) ELSE 7 END", (7,)),
+    ]:
+        assert iris_con.execute(q).fetchone() == expected, q
+    assert _execution(iris_con, "SELECT label, count(*) FROM PREDICT(MODEL iris, TABLE t) GROUP BY label") \
+        == "batch (column-major input)"
+
+
+def test_scalar_subquery_column_is_named_by_the_users_text(iris_con):
+    for execution in ("stream", "batch"):
+        cur = iris_con.execute(f"SELECT (SELECT max(label) FROM PREDICT(MODEL iris, TABLE t, execution = '{execution}'))")
+        name = cur.description[0][0]
+        assert "__msql" not in name and "__modelsql" not in name and "PREDICT(MODEL iris" in name, name
+
+
+def test_explain_of_ctas_and_dml_with_predict(iris_con):
+    for stmt in ("CREATE TABLE x AS SELECT label FROM PREDICT(MODEL iris, TABLE t)",
+                 "INSERT INTO t SELECT * EXCLUDE (label, probabilities) FROM PREDICT(MODEL iris, TABLE t) LIMIT 1",
+                 "DELETE FROM t WHERE id IN (SELECT id FROM PREDICT(MODEL iris, TABLE t) WHERE label = 9)"):
+        rows = iris_con.execute("EXPLAIN " + stmt).fetchall()
+        assert rows[0][0] == "modelsql_predict" and len(rows) >= 2, stmt
+    assert iris_con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'x'").fetchone() == (0,)
+
+
+def test_begin_inside_a_multi_statement_text(iris_con):
+    con = iris_con
+    con.commit()
+    con.execute("CREATE TABLE log (x INTEGER)")
+    con.commit()
+    con.autocommit = True
+    con.execute("BEGIN; INSERT INTO log VALUES (1);")
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM log").fetchone() == (0,)
+    con.execute("BEGIN; INSERT INTO log VALUES (2); COMMIT")
+    assert con.execute("SELECT count(*) FROM log").fetchone() == (1,)
+    con.autocommit = False
+    con.execute("BEGIN; INSERT INTO log VALUES (3); COMMIT")
+    con.execute("BEGIN; SELECT count(*) FROM PREDICT(MODEL iris, TABLE t)")
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM log").fetchone() == (2,)
+
+
+def test_enum_label_spelled_like_an_unsafe_type_is_fine(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'BIT')")
+    con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, 1.0::DOUBLE AS b, 'BIT'::mood AS m FROM range(3) r(i)")
+    q = "SELECT m, y FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = '{}') ORDER BY y"
+    assert con.execute(q.format("batch")).fetchall() == con.execute(q.format("stream")).fetchall()
+
+
+def test_execution_null_is_refused(con):
+    con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
+    con.execute("CREATE TABLE t AS SELECT 1.0::DOUBLE AS a, 1.0::DOUBLE AS b")
+    with pytest.raises(modelsql.ProgrammingError):
+        con.execute("SELECT * FROM PREDICT(MODEL lin, TABLE t, execution = NULL)")

@@ -163,6 +163,9 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     if batch_size is not None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
+    if "execution" in options and options["execution"] is None:
+        raise ProgrammingError(f"PREDICT(MODEL {model_name}): execution must be 'auto', 'stream' or 'batch', not NULL.",
+                               code="bad_option")
     execution = str(options.get("execution") or "auto").lower()
     if execution not in EXECUTION_MODES:
         raise ProgrammingError(

@@ -200,8 +200,16 @@ class Engine:
                     self._run(text, params)
                     conn._in_transaction = True
                 return Outcome(self)
-        conn._begin_if_needed()
+        words = _transaction_words(text) if "TRANSACTION" in stypes else []
+        if not (words and words[0][0] == 0 and words[0][1] in ("BEGIN", "START")):
+            conn._begin_if_needed()
         self._run(text, params)
+        if words:
+            # BEGIN/COMMIT/ROLLBACK among several statements: follow them, so commit() and rollback() still work
+            state = conn._in_transaction
+            for _, word in words:
+                state = word in ("BEGIN", "START")
+            conn._in_transaction = state
         return self._result_outcome(stypes[-1] if stypes else "SELECT")
 
     def _run(self, text: str, params: Optional[Sequence], translate=None) -> None:
@@ -258,6 +266,8 @@ class Engine:
             return self._export(stmt, params)
         if isinstance(stmt, VacuumModels):
             return self._vacuum(conn)
+        if isinstance(stmt, (exp.Transaction, exp.Commit, exp.Rollback)):
+            return self._passthrough(stmt.sql(dialect="duckdb"), None, conn)
         if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN":
             return self._explain(stmt, params, conn)
         return self._query(stmt, params, conn)
@@ -536,6 +546,11 @@ class Engine:
             )
         # Innermost first, so a PREDICT over another PREDICT sees plain SQL as its input;
         # and those in CTE bodies before the rest, so a PREDICT over a CTE does too.
+        select = stmt if isinstance(stmt, exp.Select) else None
+        for e in list(select.expressions if select is not None else []):
+            if not isinstance(e, exp.Alias) and any(isinstance(n, PredictTable) for n in e.walk()):
+                # DuckDB names an unaliased expression by its text: keep the user's, not the rewrite's
+                e.replace(exp.alias_(e.copy(), e.sql(dialect=msql._DIALECT), quoted=True))
         predicts = _predicts_in_order(stmt)
         conn._begin_if_needed()
         registered: list = []
@@ -550,7 +565,7 @@ class Engine:
                     raise self._pointed(err, p.this) from None
                 registered.append((fn_name, fn, bound, arg_params))
                 sub = None
-                if self._choose_execution(bound, arg_params, used, stmt) == "batch":
+                if self._choose_execution(bound, arg_params, used, stmt, p) == "batch":
                     if not conn._in_transaction and not held.own_transaction:
                         # The input runs before the statement: one transaction gives both one snapshot.
                         # (one may be open though the connection did not begin it: a BEGIN inside a multi-statement text)
@@ -582,7 +597,9 @@ class Engine:
             final_params = [params[i - 1] for i in idx]
             self._run(final_sql, final_params, lambda exc: self.translate(exc, registered))
             stype = "SELECT"
-            if stmt.args.get("returning"):
+            if prefix:
+                stype = "SELECT"  # EXPLAIN [ANALYZE] of any statement returns the plan rows
+            elif stmt.args.get("returning"):
                 stype = "SELECT"  # INSERT/UPDATE/DELETE ... RETURNING: its rows are the result
             elif isinstance(stmt, (exp.Insert, exp.Update, exp.Delete)):
                 stype = type(stmt).__name__.upper()
@@ -674,7 +691,7 @@ class Engine:
 
     # ------------------------------------------------------------------ batch execution
 
-    def _choose_execution(self, bound: BoundPredict, params: list, used: Optional[set[str]], stmt) -> str:
+    def _choose_execution(self, bound: BoundPredict, params: list, used: Optional[set[str]], stmt, node=None) -> str:
         """``"stream"`` or ``"batch"`` for one PREDICT (option ``execution``; ``auto`` decides here).
 
         ``auto`` picks batch for a light model (at most :data:`BATCH_MAX_PARAMS`
@@ -687,7 +704,7 @@ class Engine:
         if used is not None and not any(o.column.lower() in used for o in bound.outputs):
             return "stream"  # no output is read: streaming never runs the model at all
         if mode == "batch":
-            unsafe = [c for c in _kept_columns(bound, used, stmt) if _ARROW_UNSAFE.search(c.type)]
+            unsafe = [c for c in _kept_columns(bound, used, stmt) if _arrow_unsafe(c.type)]
             if unsafe:
                 c = unsafe[0]
                 raise NotSupportedError(
@@ -698,11 +715,14 @@ class Engine:
                 )
         if mode != "auto":
             return mode
+        if node is not None and not _in_top_level_from(node, stmt):
+            # in a CTE, EXISTS, IN, CASE or scalar subquery a streaming PREDICT may run partly or not at all
+            return "stream"
         if any(isinstance(n, _ROW_DEPENDENT) for n in _outside(stmt, bound)):
             # A filter, limit or join may stop a streaming PREDICT early or push into its input, so it never
             # sees (nor fails on) rows the statement drops; batch would read them all.
             return "stream"
-        if any(_ARROW_UNSAFE.search(c.type) for c in _kept_columns(bound, used, stmt)):
+        if any(_arrow_unsafe(c.type) for c in _kept_columns(bound, used, stmt)):
             return "stream"
         if bound.model.param_count > BATCH_MAX_PARAMS:
             # Inference dominates: streaming already overlaps it with the scan, and gives ONNX Runtime
@@ -1025,7 +1045,44 @@ _ARROW_UNSAFE = re.compile(r"\b(TIME WITH TIME ZONE|TIMETZ|BIT|BITSTRING|UHUGEIN
 """DuckDB types whose values an Arrow round trip changes (TIMETZ loses its offset, BIT its length, UHUGEINT
 overflows): a batch-mode PREDICT does not carry them ('auto' streams; 'batch' refuses)."""
 
-_ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.Join, exp.Offset)
+def _transaction_words(text: str) -> list[tuple[int, str]]:
+    """(position, first word) of each transaction statement in a multi-statement text, in order."""
+    out = []
+    try:
+        for i, st in enumerate(duckdb.extract_statements(text)):
+            if st.type.name == "TRANSACTION":
+                out.append((i, st.query.strip().split()[0].upper().rstrip(";")))
+    except Exception:
+        return []
+    return out
+
+
+def _arrow_unsafe(type_text: str) -> bool:
+    return bool(_ARROW_UNSAFE.search(re.sub(r"'(?:[^']|'')*'", "''", type_text)))  # not inside ENUM labels
+
+
+_ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.Join, exp.Offset, exp.Pivot,
+                  exp.Summarize)
+
+
+def _in_top_level_from(node: exp.Expression, stmt: exp.Expression) -> bool:
+    """Whether a PREDICT is read by the statement's own top-level FROM (so the statement consumes all of it):
+    only FROM, table and FROM-subquery nodes lie between it and the top SELECT (of an INSERT or CTAS too)."""
+    child, parent = node, node.parent
+    while parent is not None:
+        if isinstance(parent, exp.Select):
+            if child is not parent.args.get("from_") and child is not parent.args.get("from"):
+                return False
+        elif isinstance(parent, exp.Subquery):
+            if not isinstance(parent.parent, exp.From):
+                return False
+        elif isinstance(parent, (exp.Insert, exp.Create)):
+            if child is not parent.expression:
+                return False
+        elif not isinstance(parent, (exp.From, exp.Table)):
+            return False
+        child, parent = parent, parent.parent
+    return True
 
 
 def _outside(stmt: exp.Expression, bound: BoundPredict):

@@ -87,7 +87,7 @@ class OrtModel:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-        opts.log_severity_level = 3
+        opts.log_severity_level = 4  # failures are raised as DataError; ORT's own log line is noise
         self.label = label
         try:
             self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers())

@@ -31,11 +31,13 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
     ``k`` of struct column ``st``) and every other identifier count. Returns
     None when columns may be read without their names (then nothing can be
     pruned): a ``*`` or ``COLUMNS(...)`` outside that subtree, a positional
-    ``#n``, or a column alias list (``AS q(a, b)``).
+    ``#n``, a column alias list (``AS q(a, b)``), the PREDICT's alias read as
+    a whole row (``SELECT q``), PIVOT/UNPIVOT or SUMMARIZE.
     """
     alias = predict.args.get("alias")
     if isinstance(alias, exp.TableAlias) and alias.columns:
         return None
+    own = alias.name.lower() if isinstance(alias, exp.TableAlias) and alias.name else None
     inside = {id(n) for n in predict.walk()}
     names: set[str] = set()
     for node in statement.walk():
@@ -47,6 +49,10 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
             return None  # DuckDB's COLUMNS('regex') selects columns by pattern
         if isinstance(node, exp.PositionalColumn) or (isinstance(node, exp.TableAlias) and node.columns):
             return None  # #n, or AS q(a, b): columns by position
+        if isinstance(node, (exp.Pivot, exp.Summarize)) or type(node).__name__ == "Unpivot":
+            return None  # PIVOT groups by, and SUMMARIZE reads, every column it is not told about
+        if own and isinstance(node, exp.Column) and not node.table and node.name.lower() == own:
+            return None  # SELECT q / q['x'] / to_json(q): the whole row of the PREDICT, as a struct
         if isinstance(node, exp.Identifier):
             names.add(node.name.lower())  # note.upper(), struct fields: any name may name a column
         if isinstance(node, exp.Column):
