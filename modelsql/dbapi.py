@@ -132,6 +132,13 @@ _DUCK_TO_PEP249 = [
 ]
 
 
+_BY_MESSAGE = [
+    # DuckDB files these under "Invalid Input"; PEP 249 names them: a data problem, and a database mode
+    (_re.compile(r"Division by zero", _re.I), DataError, "division_by_zero"),
+    (_re.compile(r"attached in read-only mode|read-only mode", _re.I), OperationalError, "read_only"),
+]
+"""Messages that say more than DuckDB's exception class: (pattern, PEP 249 class, code)."""
+
 _DUCK_KIND = _re.compile(r"^(?:\w+Error: )?([A-Z][A-Za-z ]*?) Error: ")
 
 
@@ -153,6 +160,10 @@ def translate_duckdb_error(exc: BaseException) -> Error:
     """Map a duckdb exception to the modelsql (PEP 249) class of the same meaning."""
     if isinstance(exc, Error):
         return exc
+    text = str(exc)
+    for pattern, ours, code in _BY_MESSAGE:
+        if isinstance(exc, duckdb.Error) and pattern.search(text):
+            return ours(text, code=code)
     for duck_cls, ours, code in _DUCK_TO_PEP249:
         if duck_cls and isinstance(exc, duck_cls):
             return ours(str(exc), code=code)

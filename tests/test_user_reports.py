@@ -297,3 +297,21 @@ def test_explain_with_options(con):
     import json
 
     json.loads(rows[-1][1])  # DuckDB's plan, as JSON
+
+
+def test_division_by_zero_is_a_data_error_and_read_only_writes_operational(tmp_path):
+    con = modelsql.connect(":memory:")
+    con.autocommit = True
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute("SELECT 1 // 0").fetchall()
+    assert info.value.code == "division_by_zero"
+    path = str(tmp_path / "ro.duckdb")
+    w = modelsql.connect(path)
+    w.execute("CREATE TABLE t (i INTEGER)")
+    w.commit()
+    w.close()
+    ro = modelsql.connect(path, read_only=True)
+    with pytest.raises(modelsql.OperationalError) as info:
+        ro.execute("INSERT INTO t VALUES (1)")
+    assert info.value.code == "read_only"
+    ro.close()
