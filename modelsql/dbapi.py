@@ -424,6 +424,7 @@ class Connection:
         *,
         example_input: Any = None,
         features: Optional[Sequence[str]] = None,
+        input_names: Optional[Sequence[str]] = None,
         output_names: Optional[Sequence[str]] = None,
         replace: bool = False,
         if_not_exists: bool = False,
@@ -440,6 +441,8 @@ class Connection:
             example_input: an example batch for a torch module (a tensor of shape
                 ``[batch, ...]``); required for torch, ignored otherwise.
             features: the column names that feed a single 2-D input, in order.
+            input_names: names for a torch module's inputs, one per example input
+                (default ``("input",)`` for one, ``forward``'s parameter names for several).
             output_names: names for a torch module's outputs, one per returned
                 tensor (e.g. ``("label", "probabilities")``); default ``("output",)``.
             replace: add a new version if the model exists (``CREATE OR REPLACE``).
@@ -453,7 +456,8 @@ class Connection:
         self._check_open()
         self._settle()
         return self._engine.import_model(
-            name, model, example_input=example_input, features=features, output_names=output_names, replace=replace,
+            name, model, example_input=example_input, features=features, input_names=input_names,
+            output_names=output_names, replace=replace,
             if_not_exists=if_not_exists, options=options, connection=self,
         )
 

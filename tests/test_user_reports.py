@@ -315,3 +315,28 @@ def test_division_by_zero_is_a_data_error_and_read_only_writes_operational(tmp_p
         ro.execute("INSERT INTO t VALUES (1)")
     assert info.value.code == "read_only"
     ro.close()
+
+
+def test_torch_module_with_two_inputs_imports_under_forward_names(con):
+    torch = pytest.importorskip("torch")
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(3, 2)
+            self.b = torch.nn.Linear(1, 2)
+
+        def forward(self, pixels, scale):
+            return self.a(pixels) * self.b(scale)
+
+    torch.manual_seed(0)
+    net = Two().eval()
+    con.import_model("two", net, example_input=(torch.zeros(4, 3), torch.zeros(4, 1)))
+    names = [r[0] for r in con.execute("SELECT tensor_name FROM modelsql.model_inputs WHERE name = 'two' ORDER BY position").fetchall()]
+    assert names == ["pixels", "scale"]
+    con.import_model("two_named", net, example_input=(torch.zeros(4, 3), torch.zeros(4, 1)), input_names=["p", "s"])
+    con.execute("CREATE TABLE t AS SELECT [1.0, 2.0, 3.0]::FLOAT[3] AS pixels, 0.5::FLOAT AS scale")
+    (out,) = con.execute("SELECT output FROM PREDICT(MODEL two, TABLE t)").fetchone()
+    with torch.no_grad():
+        expected = net(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[0.5]]))[0].tolist()
+    assert out == pytest.approx(expected, rel=1e-5)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Any, Sequence
+from typing import Optional, Any, Sequence
 
 import onnx
 
@@ -62,7 +62,7 @@ def from_torch(
     module: Any,
     example_input: Any,
     *,
-    input_names: Sequence[str] = ("input",),
+    input_names: Optional[Sequence[str]] = None,
     output_names: Sequence[str] = ("output",),
     opset: int = DEFAULT_OPSET,
 ) -> onnx.ModelProto:
@@ -72,7 +72,10 @@ def from_torch(
         module: the module; put in eval mode for the export and restored afterwards.
         example_input: a tensor (or NumPy array), or a tuple/list of them, one per
             input, with the batch on dimension 0. Used for tracing only.
-        input_names, output_names: ONNX names of the graph's inputs and outputs.
+        input_names, output_names: ONNX names of the graph's inputs and outputs. Inputs default
+            to ``("input",)`` for one example input, and for several to the names of
+            ``module.forward``'s parameters (so PREDICT binds them to columns of those names),
+            else ``input0``, ``input1`` ...
         opset: default-domain opset to export to.
 
     Returns:
@@ -96,7 +99,7 @@ def from_torch(
             f"expected a torch.nn.Module, got {type(module).__name__}", code="unsupported_model"
         )
     args = _as_args(example_input, torch)
-    input_names = list(input_names)
+    input_names = list(input_names) if input_names is not None else _default_input_names(module, len(args))
     output_names = list(output_names)
     if len(input_names) != len(args):
         raise ProgrammingError(
@@ -140,3 +143,21 @@ def from_torch(
     dedupe_opsets(model)
     check_model(model, f"the ONNX graph exported from the {cls_name}")
     return model
+
+
+def _default_input_names(module: Any, count: int) -> list[str]:
+    """``["input"]`` for one input; else ``forward``'s positional parameter names, or ``input0`` ... ``input{n-1}``."""
+    if count == 1:
+        return ["input"]
+    import inspect
+
+    try:
+        params = [
+            p.name for p in inspect.signature(module.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) >= count and len({n.lower() for n in params[:count]}) == count:
+        return params[:count]
+    return [f"input{i}" for i in range(count)]

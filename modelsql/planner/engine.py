@@ -362,6 +362,7 @@ class Engine:
         *,
         example_input: Any = None,
         features: Optional[Sequence[str]] = None,
+        input_names: Optional[Sequence[str]] = None,
         output_names: Optional[Sequence[str]] = None,
         replace: bool = False,
         if_not_exists: bool = False,
@@ -393,7 +394,8 @@ class Engine:
         if features is not None:
             features = _feature_names(features, key)
         proto, kind, source, known = formats.to_onnx(
-            model, example_input=example_input, feature_names=features, output_names=output_names
+            model, example_input=example_input, feature_names=features, input_names=input_names,
+            output_names=output_names,
         )
         feats = tuple(features) if features else (tuple(known) if known else None)
         inputs, outputs, opset = formats.signature(proto)
