@@ -134,8 +134,9 @@ _DUCK_TO_PEP249 = [
 
 _BY_MESSAGE = [
     # DuckDB files these under "Invalid Input"; PEP 249 names them: a data problem, and a database mode
-    (_re.compile(r"Division by zero", _re.I), DataError, "division_by_zero"),
-    (_re.compile(r"attached in read-only mode|read-only mode", _re.I), OperationalError, "read_only"),
+    (_re.compile(r"\AInvalid Input Error: Division by zero in expression"), DataError, "division_by_zero"),
+    (_re.compile(r"\AInvalid Input Error: Cannot execute statement of type \"[A-Z_ ]+\" on database \"[^\"]*\" "
+                 r"which is attached in read-only mode"), OperationalError, "read_only"),
 ]
 """Messages that say more than DuckDB's exception class: (pattern, PEP 249 class, code)."""
 
@@ -162,7 +163,7 @@ def translate_duckdb_error(exc: BaseException) -> Error:
         return exc
     text = str(exc)
     for pattern, ours, code in _BY_MESSAGE:
-        if isinstance(exc, duckdb.Error) and pattern.search(text):
+        if isinstance(exc, duckdb.Error) and pattern.match(text):
             return ours(text, code=code)
     for duck_cls, ours, code in _DUCK_TO_PEP249:
         if duck_cls and isinstance(exc, duck_cls):

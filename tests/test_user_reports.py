@@ -340,3 +340,51 @@ def test_torch_module_with_two_inputs_imports_under_forward_names(con):
     with torch.no_grad():
         expected = net(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[0.5]]))[0].tolist()
     assert out == pytest.approx(expected, rel=1e-5)
+
+
+def test_transaction_statements_inside_plain_sql_texts(con):
+    con.execute("CREATE TABLE k (x INTEGER)")
+    con.commit()
+    with pytest.raises(modelsql.DataError):
+        con.execute("BEGIN; INSERT INTO k VALUES ('oops'); COMMIT")
+    con.rollback()  # recovers: the connection followed the BEGIN
+    assert con.execute("SELECT count(*) FROM k").fetchall() == [(0,)]
+    con.execute("BEGIN; INSERT INTO k VALUES (1); COMMIT")  # after the connection's own transaction began
+    con.execute("INSERT INTO k VALUES (4); ROLLBACK; INSERT INTO k VALUES (5)")
+    con.rollback()  # the 5 was in a new transaction
+    con.execute("-- a comment\nBEGIN; INSERT INTO k VALUES (6); COMMIT")
+    con.execute("COMMIT; COMMIT")
+    con.rollback()
+    assert con.execute("SELECT x FROM k ORDER BY x").fetchall() == [(1,), (6,)]
+
+
+def test_error_classes_do_not_follow_the_users_own_text(con):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT 'division by zero' FRO t")
+    assert info.value.code == "parse_error"
+
+
+def test_predict_expression_columns_are_named_by_the_users_text_everywhere(con):
+    con.import_model("lin", linear_model(np.ones((2, 1), dtype=np.float32)))
+    con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, 1.0::DOUBLE AS b FROM range(3) r(i)")
+    for q in ("CREATE TABLE ct AS SELECT (SELECT max(y) FROM PREDICT(MODEL lin, TABLE t, features = (a, b)))",
+              "CREATE TABLE cu AS SELECT (SELECT max(y) FROM PREDICT(MODEL lin, TABLE t, features = (a, b))) UNION ALL SELECT 2",
+              "CREATE TABLE cw AS WITH w AS (SELECT (SELECT max(y) FROM PREDICT(MODEL lin, TABLE t, features = (a, b)))) "
+              "SELECT * FROM w"):
+        con.execute(q)
+    for table in ("ct", "cu", "cw"):
+        (name,) = con.execute(f"SELECT column_name FROM duckdb_columns() WHERE table_name = '{table}'").fetchone()
+        assert "__msql" not in name and "__modelsql" not in name and "PREDICT(MODEL lin" in name, (table, name)
+
+
+def test_torch_input_names_are_checked(con):
+    torch = pytest.importorskip("torch")
+
+    class Two(torch.nn.Module):
+        def forward(self, u, v):
+            return u + v
+
+    ex = (torch.zeros(2, 3), torch.zeros(2, 3))
+    for bad in (("u2", "u2"), "ab"):
+        with pytest.raises(modelsql.ProgrammingError):
+            con.import_model("two", Two(), example_input=ex, input_names=bad)

@@ -117,7 +117,7 @@ def to_onnx(
             )
         names = {}
         if input_names is not None:
-            names["input_names"] = tuple(input_names)
+            names["input_names"] = input_names if isinstance(input_names, str) else tuple(input_names)
         if output_names is not None:
             names["output_names"] = tuple(output_names)
         model = from_torch(obj, example_input, **names)

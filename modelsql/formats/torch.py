@@ -99,7 +99,14 @@ def from_torch(
             f"expected a torch.nn.Module, got {type(module).__name__}", code="unsupported_model"
         )
     args = _as_args(example_input, torch)
+    if isinstance(input_names, str):
+        raise ProgrammingError(
+            f"input_names must be a sequence of names, one per example input, not the string {input_names!r}",
+            code="input_count_mismatch",
+        )
     input_names = list(input_names) if input_names is not None else _default_input_names(module, len(args))
+    if len({str(n).lower() for n in input_names}) != len(input_names):
+        raise ProgrammingError(f"input_names {input_names} name an input twice", code="duplicate_input_name")
     output_names = list(output_names)
     if len(input_names) != len(args):
         raise ProgrammingError(

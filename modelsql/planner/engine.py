@@ -184,11 +184,25 @@ class Engine:
 
     def _passthrough(self, text: str, params: Optional[list], conn) -> Outcome:
         try:
-            stypes = [s.type.name for s in duckdb.extract_statements(text)]
+            statements = list(duckdb.extract_statements(text))
         except Exception:
-            stypes = []
+            statements = []
+        stypes = [st.type.name for st in statements]
+        if len(statements) > 1 and "TRANSACTION" in stypes and not params:
+            # BEGIN/COMMIT/ROLLBACK among several statements: one at a time, so the connection follows
+            # them (commit() and rollback() keep working, and a later statement opens a new transaction)
+            outcome = Outcome(self)
+            for i, st in enumerate(statements):
+                outcome.release()
+                outcome = self._passthrough(st.query, None, conn)
+                if i < len(statements) - 1 and outcome.streaming:
+                    try:
+                        self.duck.fetchall()
+                    except Exception as exc:
+                        raise outcome.translate(exc) from exc
+            return outcome
         if len(stypes) == 1 and stypes[0] == "TRANSACTION":
-            word = text.strip().split()[0].upper().rstrip(";") if text.strip() else ""
+            word = _first_word(text)
             if word in ("COMMIT", "END"):
                 conn.commit()
                 return Outcome(self)
@@ -200,16 +214,8 @@ class Engine:
                     self._run(text, params)
                     conn._in_transaction = True
                 return Outcome(self)
-        words = _transaction_words(text) if "TRANSACTION" in stypes else []
-        if not (words and words[0][0] == 0 and words[0][1] in ("BEGIN", "START")):
-            conn._begin_if_needed()
+        conn._begin_if_needed()
         self._run(text, params)
-        if words:
-            # BEGIN/COMMIT/ROLLBACK among several statements: follow them, so commit() and rollback() still work
-            state = conn._in_transaction
-            for _, word in words:
-                state = word in ("BEGIN", "START")
-            conn._in_transaction = state
         return self._result_outcome(stypes[-1] if stypes else "SELECT")
 
     def _run(self, text: str, params: Optional[Sequence], translate=None) -> None:
@@ -266,7 +272,9 @@ class Engine:
             return self._export(stmt, params)
         if isinstance(stmt, VacuumModels):
             return self._vacuum(conn)
-        if isinstance(stmt, (exp.Transaction, exp.Commit, exp.Rollback)):
+        if isinstance(stmt, (exp.Transaction, exp.Commit, exp.Rollback)) or (
+            isinstance(stmt, exp.Column) and not stmt.table and stmt.name.upper() in ("END", "ABORT")
+        ):
             return self._passthrough(stmt.sql(dialect="duckdb"), None, conn)
         if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN":
             return self._explain(stmt, params, conn)
@@ -548,11 +556,12 @@ class Engine:
             )
         # Innermost first, so a PREDICT over another PREDICT sees plain SQL as its input;
         # and those in CTE bodies before the rest, so a PREDICT over a CTE does too.
-        select = stmt if isinstance(stmt, exp.Select) else None
-        for e in list(select.expressions if select is not None else []):
-            if not isinstance(e, exp.Alias) and any(isinstance(n, PredictTable) for n in e.walk()):
-                # DuckDB names an unaliased expression by its text: keep the user's, not the rewrite's
-                e.replace(exp.alias_(e.copy(), e.sql(dialect=msql._DIALECT), quoted=True))
+        for select in list(stmt.find_all(exp.Select)):
+            for e in list(select.expressions):
+                if not isinstance(e, exp.Alias) and any(isinstance(n, PredictTable) for n in e.walk()):
+                    # DuckDB names an unaliased expression by its text: keep the user's, not the rewrite's
+                    # (as sqlglot writes it back, e.g. MAX( for max()
+                    e.replace(exp.alias_(e.copy(), e.sql(dialect=msql._DIALECT), quoted=True))
         predicts = _predicts_in_order(stmt)
         conn._begin_if_needed()
         registered: list = []
@@ -1047,16 +1056,13 @@ _ARROW_UNSAFE = re.compile(r"\b(TIME WITH TIME ZONE|TIMETZ|BIT|BITSTRING|UHUGEIN
 """DuckDB types whose values an Arrow round trip changes (TIMETZ loses its offset, BIT its length, UHUGEINT
 overflows): a batch-mode PREDICT does not carry them ('auto' streams; 'batch' refuses)."""
 
-def _transaction_words(text: str) -> list[tuple[int, str]]:
-    """(position, first word) of each transaction statement in a multi-statement text, in order."""
-    out = []
-    try:
-        for i, st in enumerate(duckdb.extract_statements(text)):
-            if st.type.name == "TRANSACTION":
-                out.append((i, st.query.strip().split()[0].upper().rstrip(";")))
-    except Exception:
-        return []
-    return out
+_LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+
+
+def _first_word(text: str) -> str:
+    """The first keyword of a statement, after any comments, upper case."""
+    rest = _LEADING_COMMENTS.sub("", text, count=1)
+    return rest.split()[0].upper().rstrip(";") if rest.split() else ""
 
 
 def _arrow_unsafe(type_text: str) -> bool:
