@@ -388,3 +388,21 @@ def test_torch_input_names_are_checked(con):
     for bad in (("u2", "u2"), "ab"):
         with pytest.raises(modelsql.ProgrammingError):
             con.import_model("two", Two(), example_input=ex, input_names=bad)
+
+
+def test_natural_join_on_a_predict_keeps_the_outputs_it_matches_on(con):
+    from onnx import TensorProto, helper
+
+    from conftest import make_model
+
+    two = make_model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["x"], ["z"])],
+                     [("x", TensorProto.FLOAT, ["N", 1])],
+                     [("y", TensorProto.FLOAT, ["N", 1]), ("z", TensorProto.FLOAT, ["N", 1])])
+    con.import_model("two", two)
+    con.execute("CREATE TABLE t AS SELECT i AS id, i::FLOAT AS x FROM range(3) r(i)")
+    con.execute("CREATE TABLE o AS SELECT 1 AS id, 5.0::FLOAT AS z")
+    q = "SELECT id, y FROM PREDICT(MODEL two, TABLE t) NATURAL JOIN o ORDER BY id"
+    con.optimize = False
+    plain = con.execute(q).fetchall()
+    con.optimize = True
+    assert con.execute(q).fetchall() == plain == []  # z never equals 5.0: the join matches on id and z

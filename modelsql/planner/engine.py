@@ -729,9 +729,10 @@ class Engine:
         if node is not None and not _in_top_level_from(node, stmt):
             # in a CTE, EXISTS, IN, CASE or scalar subquery a streaming PREDICT may run partly or not at all
             return "stream"
-        if any(isinstance(n, _ROW_DEPENDENT) for n in _outside(stmt, bound)):
+        if any(isinstance(n, _ROW_DEPENDENT) for n in stmt.walk(prune=lambda n: isinstance(n, PredictTable))):
             # A filter, limit or join may stop a streaming PREDICT early or push into its input, so it never
-            # sees (nor fails on) rows the statement drops; batch would read them all.
+            # sees (nor fails on) rows the statement drops; batch would read them all. (PREDICT inputs are not
+            # searched: they run the same way in both modes.)
             return "stream"
         if any(_arrow_unsafe(c.type) for c in _kept_columns(bound, used, stmt)):
             return "stream"
@@ -1093,20 +1094,6 @@ def _in_top_level_from(node: exp.Expression, stmt: exp.Expression) -> bool:
     return True
 
 
-def _outside(stmt: exp.Expression, bound: BoundPredict):
-    """The nodes of ``stmt`` outside every PREDICT's input (the input runs the same in both modes)."""
-    for node in stmt.walk():
-        if isinstance(node, PredictTable) or any(isinstance(a, PredictTable) for a in _ancestors(node)):
-            continue
-        yield node
-
-
-def _ancestors(node: exp.Expression):
-    while node.parent is not None:
-        node = node.parent
-        yield node
-
-
 def _collations(types) -> list[str]:
     """The collation each DuckDB type carries ('' for none), which an Arrow round trip drops."""
     try:
@@ -1138,11 +1125,9 @@ def _type_bytes(type_text: str) -> int:
 
 def _kept_columns(bound: BoundPredict, used: Optional[set[str]], stmt) -> list[Column]:
     """The input columns a batch-mode PREDICT passes through: all of them, or, when the statement's
-    column references are known, only those it names (as the stream plan's projection pushdown would)."""
-    if used is None or any(
-        isinstance(j, exp.Join) and (j.args.get("using") or str(j.args.get("method") or "").upper() == "NATURAL")
-        for j in stmt.find_all(exp.Join)
-    ):
+    column references are known (:func:`~modelsql.planner.rules.referenced_names`: ``USING`` names count,
+    ``NATURAL`` joins make them unknown), only those it names (as the stream plan's projection pushdown would)."""
+    if used is None:
         return list(bound.columns)
     aliases = {t.alias_or_name.lower() for t in stmt.find_all(exp.Table)} | {
         s.alias.lower() for s in stmt.find_all(exp.Subquery) if s.alias

@@ -51,6 +51,8 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
             return None  # #n, or AS q(a, b): columns by position
         if isinstance(node, (exp.Pivot, exp.Summarize)) or type(node).__name__ == "Unpivot":
             return None  # PIVOT groups by, and SUMMARIZE reads, every column it is not told about
+        if isinstance(node, exp.Join) and str(node.args.get("method") or "").upper() == "NATURAL":
+            return None  # NATURAL JOIN matches on every column name the two sides share
         if own and isinstance(node, exp.Column) and not node.table and node.name.lower() == own:
             return None  # SELECT q / q['x'] / to_json(q): the whole row of the PREDICT, as a struct
         if isinstance(node, exp.Identifier):
