@@ -98,6 +98,8 @@ class BoundPredict:
         options: the PREDICT's options.
         null_filter: SQL predicate keeping rows with no NULL in a fed column
             (used for ``on_null = 'skip'``), or None when nothing is fed.
+        estimated_rows: DuckDB's estimate of the input's row count, set by the
+            planner after binding (None when DuckDB gives none).
     """
 
     model: ModelVersion
@@ -109,6 +111,7 @@ class BoundPredict:
     outputs: tuple[OutputCol, ...]
     options: PredictOptions
     null_filter: Optional[str]
+    estimated_rows: Optional[int] = None
 
     @property
     def label(self) -> str:

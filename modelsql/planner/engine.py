@@ -137,7 +137,6 @@ class Engine:
         self.read_only = read_only
         self.catalog = Catalog(duck, read_only=read_only)
         self.store = BlobStore.for_database(database)
-        self._estimated: tuple[Optional[BoundPredict], Optional[int]] = (None, None)
         self.optimize = True
         """Apply the planner's rewrite rules (:data:`modelsql.planner.rules.RULES`); False runs
         every PREDICT as bound, which tests use to check that rules never change an answer."""
@@ -576,7 +575,7 @@ class Engine:
                     raise self._pointed(err, p.this) from None
                 registered.append((fn_name, fn, bound, arg_params))
                 sub = None
-                if self._choose_execution(bound, arg_params, used, stmt, p) == "batch":
+                if self._choose_execution(bound, used, stmt, p) == "batch":
                     if not conn._in_transaction and not held.own_transaction:
                         # The input runs before the statement: one transaction gives both one snapshot.
                         # (one may be open though the connection did not begin it: a BEGIN inside a multi-statement text)
@@ -657,7 +656,8 @@ class Engine:
         if self.optimize:
             for rule in RULES:
                 bound = rule(bound, used)
-        model = self._session(mv, intra=self._stream_intra(bound, in_params))
+        bound = replace(bound, estimated_rows=self._estimate_rows(bound, in_params))
+        model = self._session(mv, intra=self._stream_intra(bound))
         fn = PredictFunction(model, bound.args, bound.outputs, options.on_null, index, batch_size=options.batch_size)
         fn_name = f"__modelsql_predict_{index}"
         struct = "STRUCT(" + ", ".join(f"{quote(o.column)} {o.duckdb_type}" for o in bound.outputs) + ")"
@@ -702,7 +702,7 @@ class Engine:
 
     # ------------------------------------------------------------------ batch execution
 
-    def _choose_execution(self, bound: BoundPredict, params: list, used: Optional[set[str]], stmt, node=None) -> str:
+    def _choose_execution(self, bound: BoundPredict, used: Optional[set[str]], stmt, node: exp.Expression) -> str:
         """``"stream"`` or ``"batch"`` for one PREDICT (option ``execution``; ``auto`` decides here).
 
         ``auto`` picks batch for a light model (at most :data:`BATCH_MAX_PARAMS`
@@ -726,7 +726,7 @@ class Engine:
                 )
         if mode != "auto":
             return mode
-        if node is not None and not _in_top_level_from(node, stmt):
+        if not _in_top_level_from(node, stmt):
             # in a CTE, EXISTS, IN, CASE or scalar subquery a streaming PREDICT may run partly or not at all
             return "stream"
         if any(isinstance(n, _ROW_DEPENDENT) for n in stmt.walk(prune=lambda n: isinstance(n, PredictTable))):
@@ -740,14 +740,14 @@ class Engine:
             # Inference dominates: streaming already overlaps it with the scan, and gives ONNX Runtime
             # DuckDB's small chunks, at which a large model runs fastest.
             return "stream"
-        rows = self._estimate_rows(bound, params)
+        rows = bound.estimated_rows
         if rows is None or rows < BATCH_MIN_ROWS:
             return "stream"
         kept = _kept_columns(bound, used, stmt)
         width = sum(_type_bytes(c.type) for c in kept) + sum(_type_bytes(o.duckdb_type) for o in bound.outputs)
         return "batch" if rows * width <= BATCH_MEMORY else "stream"
 
-    def _stream_intra(self, bound: BoundPredict, params: list) -> Optional[int]:
+    def _stream_intra(self, bound: BoundPredict) -> Optional[int]:
         """Intra-op threads for a streaming PREDICT's session: the cores DuckDB's scan leaves idle.
 
         DuckDB scans a table in parallel by row group (:data:`ROW_GROUP_ROWS` rows), so an input of fewer
@@ -755,23 +755,14 @@ class Engine:
         then gets ``cores // callers`` threads instead of ``cores // duckdb_threads`` (None: that default):
         on two cores, a 100,000-row input ran the heavy benchmark model 1.66x faster.
         """
-        if bound.options.batch_size or bound.options.backend != "onnxruntime":
-            return None
-        rows = self._estimate_rows(bound, params)
-        if rows is None:
+        rows = bound.estimated_rows
+        if bound.options.batch_size or bound.options.backend != "onnxruntime" or rows is None:
             return None
         callers = max(1, min(self._duck_threads(), -(-rows // ROW_GROUP_ROWS)))
         return max(1, ort_backend.default_threads() // callers)
 
     def _estimate_rows(self, bound: BoundPredict, params: list) -> Optional[int]:
-        """DuckDB's estimated cardinality of the PREDICT's input, or None when it gives none (asked once per bound PREDICT)."""
-        if self._estimated[0] is bound:
-            return self._estimated[1]
-        rows = self._ask_rows(bound, params)
-        self._estimated = (bound, rows)
-        return rows
-
-    def _ask_rows(self, bound: BoundPredict, params: list) -> Optional[int]:
+        """DuckDB's estimated cardinality of the PREDICT's input, or None when it gives none."""
         try:
             row = self.duck.execute(f"EXPLAIN (FORMAT JSON) {bound.input_sql}", params or None).fetchall()
             plan = json.loads(row[0][1])
@@ -802,14 +793,15 @@ class Engine:
         from ..operators.predict import ColumnBlock
 
         kept = _kept_columns(bound, used, stmt)
-        session = self._session(bound.model, intra=ort_backend.default_threads())
+        bound_session = fn.model  # the streaming session of the same model version: its signature, not its threads
         transposable = (
             not bound.options.batch_size
-            and session.fixed_batch is None
+            and bound_session.fixed_batch is None
             and bound.options.backend == "onnxruntime"
         )
         col_major = [
-            transposable and a.kind == "matrix" and len(a.shape) == 1 and len(session.input_shapes.get(a.input_name, ())) == 2
+            transposable and a.kind == "matrix" and len(a.shape) == 1
+            and len(bound_session.input_shapes.get(a.input_name, ())) == 2
             for a in bound.args
         ]
         select: list[str] = [quote(c.name) for c in kept]
@@ -826,11 +818,11 @@ class Engine:
         where = f" WHERE {bound.null_filter}" if bound.options.on_null == "skip" and bound.null_filter else ""
         query = f'SELECT {", ".join(select)} FROM ({bound.input_sql}) AS "__msql_in"{where}' + (" LIMIT 0" if dry else "")
         args = bound.args
-        model = session
-        if any(col_major):
-            names = [a.input_name for a, cm in zip(args, col_major) if cm]
-            model = self._session(bound.model, intra=ort_backend.default_threads(), column_major=tuple(names))
-            renamed = {n: model.input_names[session.input_names.index(n)] for n in names}
+        names = tuple(a.input_name for a, cm in zip(args, col_major) if cm)
+        # every core: DuckDB is not calling this session from several threads
+        model = self._session(bound.model, intra=ort_backend.default_threads(), column_major=names)
+        if names:
+            renamed = {n: model.input_names[bound_session.input_names.index(n)] for n in names}
             args = tuple(replace(a, input_name=renamed[a.input_name]) if cm else a for a, cm in zip(args, col_major))
         runner = PredictFunction(model, args, bound.outputs, bound.options.on_null, fn.index,
                                  batch_size=bound.options.batch_size)
