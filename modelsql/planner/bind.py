@@ -145,12 +145,7 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
                 f" Options are: {', '.join(KNOWN_OPTIONS)}.",
                 code="unknown_option",
             )
-    on_null = str(options.get("on_null") or "error").lower()
-    if on_null not in ON_NULL_MODES:
-        raise ProgrammingError(
-            f"PREDICT(MODEL {model_name}): on_null must be one of 'error', 'skip', 'null', not '{on_null}'.",
-            code="bad_option",
-        )
+    on_null = _one_of(options, "on_null", ON_NULL_MODES, model_name, null_ok=True)
     features = options.get("features")
     if features is not None:
         if isinstance(features, str):
@@ -166,16 +161,26 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     if batch_size is not None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
-    if "execution" in options and options["execution"] is None:
-        raise ProgrammingError(f"PREDICT(MODEL {model_name}): execution must be 'auto', 'stream' or 'batch', not NULL.",
-                               code="bad_option")
-    execution = str(options.get("execution") or "auto").lower()
-    if execution not in EXECUTION_MODES:
-        raise ProgrammingError(
-            f"PREDICT(MODEL {model_name}): execution must be one of 'auto', 'stream', 'batch', not '{execution}'.",
-            code="bad_option",
-        )
+    execution = _one_of(options, "execution", EXECUTION_MODES, model_name, null_ok=False)
     return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size, execution=execution)
+
+
+def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str, *, null_ok: bool) -> str:
+    """The lower-cased value of a PREDICT option that takes one of ``choices`` (the first is the default).
+
+    Raises:
+        ProgrammingError: code ``"bad_option"``, listing the choices; also for NULL unless ``null_ok``
+            (then NULL means the default).
+    """
+    listed = ", ".join(f"'{c}'" for c in choices)
+    if not null_ok and key in options and options[key] is None:
+        raise ProgrammingError(f"PREDICT(MODEL {model_name}): {key} must be one of {listed}, not NULL.", code="bad_option")
+    value = str(options.get(key) or choices[0]).lower()
+    if value not in choices:
+        raise ProgrammingError(
+            f"PREDICT(MODEL {model_name}): {key} must be one of {listed}, not '{value}'.", code="bad_option"
+        )
+    return value
 
 
 def check_feature_names(names, where: str) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ from sqlglot.tokens import Token, TokenType
 from sqlglot.trie import new_trie
 
 from modelsql.sql.nodes import (
+    STATEMENT_NODES,
     DescribeModel,
     DropModel,
     ExportModel,
@@ -378,15 +379,7 @@ class ModelSQLGenerator(DuckDBGenerator):
     }
 
     # Comments written before a statement of ours are generated before it.
-    WITH_SEPARATED_COMMENTS = (
-        *DuckDBGenerator.WITH_SEPARATED_COMMENTS,
-        ImportModel,
-        DropModel,
-        ShowModels,
-        DescribeModel,
-        ExportModel,
-        VacuumModels,
-    )
+    WITH_SEPARATED_COMMENTS = (*DuckDBGenerator.WITH_SEPARATED_COMMENTS, *STATEMENT_NODES)
 
     def _name_sql(self, identifier: exp.Expr) -> str:
         """An identifier in one of our name positions (model name, option key or value).
