@@ -300,7 +300,7 @@ class Engine:
         except Exception as exc:
             out.release()
             raise out.translate(exc) from exc
-        ours = [("modelsql_predict", describe_bound(bound, getattr(fn, "execution", None))) for _, fn, bound, _ in out.predicts]
+        ours = [("modelsql_predict", describe_bound(bound, fn.execution)) for _, fn, bound, _ in out.predicts]
         out.release()
         return Outcome(
             self,
@@ -595,7 +595,6 @@ class Engine:
                                 pass
                         raise
                 if sub is None:
-                    fn.execution = "stream"
                     sub = self._predict_tree(bound, fn_name, p.args["expression"])
                 parent = p.parent
                 if isinstance(parent, exp.Table) and parent.this is p:
