@@ -71,7 +71,7 @@ def cat(con):
 
 def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert cat.present
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("1",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("2",)
     tables = dict(
         con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'modelsql'").fetchall()
     )
@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 1
+    assert Catalog.SCHEMA_VERSION == 2
 
 
 def test_reopen_keeps_models(db):
@@ -359,7 +359,7 @@ def test_models_view(cat, con):
     ]
     cols = [d[0] for d in con.execute("SELECT * FROM modelsql.models").description]
     assert cols == ["name", "version", "versions", "kind", "source", "inputs", "outputs", "opset",
-                    "param_count", "logical_bytes", "created_at"]
+                    "param_count", "logical_bytes", "features", "batch_dependent", "created_at"]
 
 
 def test_storage_view_dedup(cat, con):
@@ -382,7 +382,8 @@ def test_show_models_sql(cat, con):
     add(cat, make_mv(name="alpha"))
     cur = con.execute(cat.show_models_sql())
     assert [d[0] for d in cur.description] == [
-        "name", "version", "versions", "kind", "inputs", "outputs", "param_count", "logical_bytes", "created_at"
+        "name", "version", "versions", "kind", "inputs", "outputs", "features", "param_count", "logical_bytes",
+        "created_at",
     ]
     rows = cur.fetchall()
     assert [r[0] for r in rows] == ["alpha", "zeta"]
@@ -394,14 +395,18 @@ def test_describe_model_sql(cat, con):
     add(cat, make_mv(version=2, outputs=(TensorSpec("y", "DOUBLE", (1,)),)))
     sql, params = cat.describe_model_sql("DIGITS")
     cur = con.execute(sql, params)
-    assert [d[0] for d in cur.description] == ["role", "position", "name", "elem_type", "shape"]
+    assert [d[0] for d in cur.description] == ["role", "position", "name", "elem_type", "shape", "detail"]
     assert cur.fetchall() == [
-        ("input", 0, "input", "FLOAT", "[N, 64]"),
-        ("input", 1, "mask", "BOOL", None),
-        ("output", 0, "y", "DOUBLE", "[1]"),
+        ("input", 0, "input", "FLOAT", "[N, 64]", None),
+        ("input", 1, "mask", "BOOL", None, None),
+        ("output", 0, "y", "DOUBLE", "[1]", None),
+        ("property", 0, "features", None, None, None),
+        ("property", 1, "batch_dependence", None, None, "none"),
+        ("property", 2, "conversion_check", None, None, None),
     ]
     sql, params = cat.describe_model_sql("digits", 1)
-    assert con.execute(sql, params).fetchall()[-1] == ("output", 1, "probs", "FLOAT", "[N, ?]")
+    outputs = [r for r in con.execute(sql, params).fetchall() if r[0] == "output"]
+    assert outputs[-1] == ("output", 1, "probs", "FLOAT", "[N, ?]", None)
     with pytest.raises(errors.ProgrammingError) as ei:
         cat.describe_model_sql("digit")
     assert ei.value.code == "model_not_found"
@@ -429,34 +434,51 @@ def _set_version(db, value):
 
 
 def test_newer_schema_version_is_refused(db):
-    _set_version(db, "2")
+    _set_version(db, "3")
     con = duckdb.connect(db)
     with pytest.raises(errors.OperationalError) as ei:
         Catalog(con)
     assert ei.value.code == "catalog_version_unsupported"
     msg = str(ei.value)
-    assert "2" in msg and "1" in msg and "Upgrade modelsql" in msg
+    assert "3" in msg and "2" in msg and "Upgrade modelsql" in msg
     con.close()
 
 
 def test_migration_runs_for_older_version(db, monkeypatch):
-    _set_version(db, "0")
+    _set_version(db, "1")
     calls = []
 
-    def migrate_0_to_1(con):
+    def migrate_1_to_2(con):
         calls.append(con)
         con.execute("INSERT INTO modelsql.meta VALUES ('migrated', 'yes')")
 
-    monkeypatch.setitem(schema.MIGRATIONS, 0, migrate_0_to_1)
+    monkeypatch.setitem(schema.MIGRATIONS, 1, migrate_1_to_2)
     con = duckdb.connect(db)
     cat = Catalog(con)
     assert calls == [con]
     assert cat.present
     assert dict(con.execute("SELECT * FROM modelsql.meta").fetchall()) == {
-        "schema_version": "1", "migrated": "yes"
+        "schema_version": "2", "migrated": "yes"
     }
     Catalog(con)  # already current: no second run
     assert len(calls) == 1
+    con.close()
+
+
+def test_real_migration_from_schema_1(db):
+    """A catalog of schema 1 (no batch_dependence / check columns, the old models view) opens as
+    schema 2: its versions are marked not analysed, so PREDICT runs them one row at a time."""
+    con = duckdb.connect(db)
+    add(Catalog(con), make_mv(name="old"))
+    con.execute("DROP VIEW modelsql.models")
+    for column in ("batch_dependence", "check_rows", "check_max_abs_diff", "check_label_mismatches"):
+        con.execute(f"ALTER TABLE modelsql.model_versions DROP COLUMN {column}")
+    con.execute("CREATE VIEW modelsql.models AS SELECT name FROM modelsql.model_versions")
+    con.execute("UPDATE modelsql.meta SET value = '1' WHERE key = 'schema_version'")
+    cat = Catalog(con)
+    assert cat.get("old").batch_dependence == schema.NOT_ANALYSED
+    assert con.execute("SELECT name, batch_dependent FROM modelsql.models").fetchall() == [("old", True)]
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("2",)
     con.close()
 
 
@@ -551,7 +573,7 @@ def test_read_only_without_catalog_is_empty(db):
     assert ei.value.code == "model_not_found"
     cur = con.execute(cat.show_models_sql())
     assert cur.fetchall() == []
-    assert len(cur.description) == 9
+    assert len(cur.description) == 10
     with pytest.raises(errors.OperationalError) as ei:
         cat.add_version(make_mv(), {})
     assert ei.value.code == "read_only"

@@ -153,7 +153,7 @@ def test_pipeline_with_a_column_transformer_selecting_by_name(con):
     con.register("src", table.append_column("id", pa.array(np.arange(len(color)))))
     con.execute("CREATE TABLE wine AS SELECT * FROM src")
     con.import_model("wine", pipe)
-    inputs = [r[2:] for r in con.execute("DESCRIBE MODEL wine").fetchall() if r[0] == "input"]
+    inputs = [r[2:5] for r in con.execute("DESCRIBE MODEL wine").fetchall() if r[0] == "input"]
     assert ("color", "STRING", "[N, 1]") in inputs and ("alcohol", "FLOAT", "[N, 1]") in inputs
     got = [r[0] for r in con.execute("SELECT label FROM PREDICT(MODEL wine, TABLE wine) ORDER BY id").fetchall()]
     np.testing.assert_array_equal(np.array(got), pipe.predict(table))

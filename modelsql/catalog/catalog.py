@@ -432,10 +432,12 @@ class Catalog:
         key, version = self._resolve(name, version)
         row = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
-            "created_at FROM {s}.model_versions WHERE name = ? AND version = ?",
+            "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches "
+            "FROM {s}.model_versions WHERE name = ? AND version = ?",
             [key, version],
         )[0]
-        kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row
+        kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row[:9]
+        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches = row[9:]
         return ModelVersion(
             name=key,
             version=version,
@@ -458,6 +460,10 @@ class Catalog:
             features=None if features is None else tuple(features),
             options=tuple((str(k), str(v)) for k, v in (options or {}).items()),
             created_at=_utc(created_at),
+            batch_dependence=batch_dependence,
+            check_rows=check_rows,
+            check_max_abs_diff=check_max_abs_diff,
+            check_label_mismatches=check_label_mismatches,
         )
 
     def _specs(self, table: str, key: str, version: int) -> tuple[TensorSpec, ...]:
@@ -597,8 +603,9 @@ class Catalog:
         features = None if mv.features is None else [str(f) for f in mv.features]
         self._rows(
             "INSERT INTO {s}.model_versions (name, version, kind, source, graph_digest, graph_bytes, "
-            "opset, param_count, logical_bytes, features, options, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?)",
+            "opset, param_count, logical_bytes, features, options, created_at, batch_dependence, check_rows, "
+            "check_max_abs_diff, check_label_mismatches) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?)",
             [
                 key,
                 version,
@@ -613,6 +620,10 @@ class Catalog:
                 [str(k) for k, _ in mv.options],
                 [str(v) for _, v in mv.options],
                 _utc(mv.created_at),
+                mv.batch_dependence,
+                mv.check_rows,
+                mv.check_max_abs_diff,
+                mv.check_label_mismatches,
             ],
         )
         for table, specs, shapes in (
@@ -739,29 +750,37 @@ class Catalog:
         """SQL for ``SHOW MODELS``, to run through the user's cursor.
 
         Columns: name VARCHAR, version INTEGER (latest), versions BIGINT, kind VARCHAR,
-        inputs VARCHAR, outputs VARCHAR (``'x: FLOAT[N, 64]'``, comma separated),
-        param_count BIGINT, logical_bytes BIGINT, created_at TIMESTAMPTZ; ordered by name.
+        inputs VARCHAR, outputs VARCHAR (``'x: FLOAT[N, 64]'``, comma separated), features
+        VARCHAR (the feature names, comma separated; NULL when unknown), param_count BIGINT,
+        logical_bytes BIGINT, created_at TIMESTAMPTZ; ordered by name.
         When the catalog does not exist (read-only open), an empty result with the same columns.
         """
         if not self._present:
             return (
                 "SELECT NULL::VARCHAR AS name, NULL::INTEGER AS version, NULL::BIGINT AS versions, "
                 "NULL::VARCHAR AS kind, NULL::VARCHAR AS inputs, NULL::VARCHAR AS outputs, "
-                "NULL::BIGINT AS param_count, NULL::BIGINT AS logical_bytes, "
+                "NULL::VARCHAR AS features, NULL::BIGINT AS param_count, NULL::BIGINT AS logical_bytes, "
                 "NULL::TIMESTAMPTZ AS created_at WHERE false"
             )
         return (
-            "SELECT name, version, versions, kind, inputs, outputs, param_count, logical_bytes, created_at "
-            f"FROM {self._s}.models ORDER BY name"
+            "SELECT name, version, versions, kind, inputs, outputs, array_to_string(features, ', ') AS features, "
+            f"param_count, logical_bytes, created_at FROM {self._s}.models ORDER BY name"
         )
 
     def describe_model_sql(self, name: str, version: Optional[int] = None) -> tuple[str, list]:
         """SQL and parameters for ``DESCRIBE MODEL``, to run through the user's cursor.
 
-        One row per graph input, then one per graph output, in graph order. Columns:
-        role VARCHAR (``'input'`` | ``'output'``), position INTEGER (from 0),
-        name VARCHAR, elem_type VARCHAR, shape VARCHAR (``'[N, 64]'``; ``'?'`` marks an
-        unknown dimension; NULL when the rank is unknown).
+        One row per graph input, then one per graph output, in graph order, then
+        the version's properties. Columns: role VARCHAR (``'input'`` |
+        ``'output'`` | ``'property'``), position INTEGER (from 0), name VARCHAR,
+        elem_type VARCHAR, shape VARCHAR (``'[N, 64]'``; ``'?'`` marks an unknown
+        dimension; NULL when the rank is unknown), detail VARCHAR (an input's
+        feature columns, ``'features: a, b, ...'``; a property's value).
+
+        Properties: ``features`` (the feature names, NULL when unknown),
+        ``batch_dependence`` (why a row's outputs may depend on the other rows of
+        its batch, or ``'none'``) and ``conversion_check`` (``'<rows> rows, max abs diff <d>,
+        <k> label mismatches'``; NULL when not checked).
 
         Args:
             name: model name (case-insensitive).
@@ -772,15 +791,33 @@ class Catalog:
         """
         key, version = self._resolve(name, version)
         shape = "CASE WHEN shape IS NULL THEN NULL ELSE '[' || array_to_string(shape, ', ') || ']' END"
+        features = "array_to_string(v.features, ', ')"
+        check = ("CASE WHEN v.check_rows IS NULL THEN NULL ELSE v.check_rows || ' rows, max abs diff ' "
+                 "|| printf('%.3g', v.check_max_abs_diff) || ', ' || coalesce(v.check_label_mismatches, 0) "
+                 "|| ' label mismatches' END")
+        props = (
+            ("features", features),
+            ("batch_dependence", "coalesce(v.batch_dependence, 'none')"),
+            ("conversion_check", check),
+        )
+        prop_sql = " UNION ALL ".join(
+            f"SELECT 'property', 2, {i}, '{p}', NULL, NULL, {expr} FROM {self._s}.model_versions AS v "
+            "WHERE v.name = ? AND v.version = ?"
+            for i, (p, expr) in enumerate(props)
+        )
         sql = (
-            "SELECT role, position, name, elem_type, shape FROM ("
+            "SELECT role, position, name, elem_type, shape, detail FROM ("
             "SELECT 'input' AS role, 0 AS role_order, i.position, i.tensor_name AS name, i.elem_type, "
-            f"{shape.replace('shape', 'i.shape')} AS shape "
-            f"FROM {self._s}.model_inputs AS i WHERE i.name = ? AND i.version = ? "
+            f"{shape.replace('shape', 'i.shape')} AS shape, "
+            f"CASE WHEN (SELECT count(*) FROM {self._s}.model_inputs AS c WHERE c.name = i.name "
+            f"AND c.version = i.version) = 1 THEN 'features: ' || {features} END AS detail "
+            f"FROM {self._s}.model_inputs AS i JOIN {self._s}.model_versions AS v "
+            "ON v.name = i.name AND v.version = i.version WHERE i.name = ? AND i.version = ? "
             "UNION ALL "
             "SELECT 'output' AS role, 1 AS role_order, o.position, o.tensor_name AS name, o.elem_type, "
-            f"{shape.replace('shape', 'o.shape')} AS shape "
-            f"FROM {self._s}.model_outputs AS o WHERE o.name = ? AND o.version = ?"
+            f"{shape.replace('shape', 'o.shape')} AS shape, NULL AS detail "
+            f"FROM {self._s}.model_outputs AS o WHERE o.name = ? AND o.version = ? "
+            f"UNION ALL {prop_sql}"
             ") ORDER BY role_order, position"
         )
-        return sql, [key, version, key, version]
+        return sql, [key, version] * (2 + len(props))

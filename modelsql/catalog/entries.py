@@ -70,6 +70,13 @@ class ModelVersion:
         features: the feature (column) names bound to a single 2-D input, when known.
         options: the ``WITH (...)`` options given at import, as (key, value) pairs.
         created_at: creation time (UTC).
+        batch_dependence: why a row's outputs may depend on the other rows run with
+            it (see :func:`modelsql.formats.batch_axis.batch_dependence`), or None
+            when each row's outputs depend on that row alone.
+        check_rows, check_max_abs_diff, check_label_mismatches: the import-time
+            comparison of a converted model with its estimator (rows compared,
+            largest absolute output difference, rows whose label differed), or
+            None when it was not checked.
     """
 
     name: str
@@ -86,6 +93,10 @@ class ModelVersion:
     features: Optional[tuple[str, ...]] = None
     options: tuple[tuple[str, str], ...] = ()
     created_at: Optional[_dt.datetime] = field(default=None, compare=False)
+    batch_dependence: Optional[str] = None
+    check_rows: Optional[int] = None
+    check_max_abs_diff: Optional[float] = None
+    check_label_mismatches: Optional[int] = None
 
     @property
     def logical_bytes(self) -> int:

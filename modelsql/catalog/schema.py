@@ -39,14 +39,14 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 
-MIGRATIONS: Dict[int, Migration] = {}
+MIGRATIONS: Dict[int, Migration] = {}  # filled in below, after the DDL it shares
 """``{from_version: f(con)}``: each upgrades the catalog by exactly one version.
 
 ``f`` runs inside the open transaction on the connection the catalog was opened
@@ -76,80 +76,14 @@ COMMENT ON COLUMN {{s}}.{table}.shape IS 'One entry per dimension: its size as t
 """
 
 
-# ``{s}`` is replaced by the (database-qualified) schema name when the DDL runs.
-# View bodies stay unqualified: DuckDB binds a view in its own database, so the
-# views keep working when the file is ATTACHed under another name.
-DDL = (
-    """
-CREATE SCHEMA {s};
-
-CREATE TABLE {s}.meta (
-    key   VARCHAR PRIMARY KEY,
-    value VARCHAR
-);
-COMMENT ON TABLE {s}.meta IS 'Facts about the modelsql catalog itself (schema_version).';
-
-CREATE TABLE {s}.model_versions (
-    name          VARCHAR NOT NULL,
-    version       INTEGER NOT NULL,
-    kind          VARCHAR NOT NULL,
-    source        VARCHAR NOT NULL,
-    graph_digest  VARCHAR NOT NULL,
-    graph_bytes   BIGINT NOT NULL,
-    opset         INTEGER NOT NULL,
-    param_count   BIGINT NOT NULL,
-    logical_bytes BIGINT NOT NULL,
-    features      VARCHAR[],
-    options       MAP(VARCHAR, VARCHAR) NOT NULL,
-    created_at    TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (name, version)
-);
-COMMENT ON TABLE {s}.model_versions IS 'One row per version of each model; CREATE OR REPLACE MODEL adds a version.';
-COMMENT ON COLUMN {s}.model_versions.name IS 'Model name, lower case (names are case-insensitive).';
-COMMENT ON COLUMN {s}.model_versions.version IS 'Version number: 1, 2, ...';
-COMMENT ON COLUMN {s}.model_versions.kind IS 'Where the model was authored: onnx, sklearn or torch.';
-COMMENT ON COLUMN {s}.model_versions.source IS 'Where the model came from: a path, sklearn:<class>, torch:<class>.';
-COMMENT ON COLUMN {s}.model_versions.graph_digest IS 'SHA-256 of the ONNX graph without initializer data (a blob).';
-COMMENT ON COLUMN {s}.model_versions.graph_bytes IS 'Size of the graph blob in bytes.';
-COMMENT ON COLUMN {s}.model_versions.opset IS 'Default-domain ONNX opset the model imports.';
-COMMENT ON COLUMN {s}.model_versions.param_count IS 'Total number of elements over all initializers.';
-COMMENT ON COLUMN {s}.model_versions.logical_bytes IS 'Bytes of the model on its own: graph plus every initializer (before dedup).';
-COMMENT ON COLUMN {s}.model_versions.features IS 'Feature (column) names bound to a single 2-D input; NULL when unknown.';
-COMMENT ON COLUMN {s}.model_versions.options IS 'The WITH (...) options given at import.';
-COMMENT ON COLUMN {s}.model_versions.created_at IS 'When the version was created.';
+_V2_COMMENTS = """
+COMMENT ON COLUMN {s}.model_versions.batch_dependence IS 'Why a row''s outputs may depend on the other rows run with it (a node that reduces across the batch axis, e.g. DynamicQuantizeLinear); NULL when each row''s outputs depend on that row alone. PREDICT runs such models one row at a time unless isolate_rows = false.';
+COMMENT ON COLUMN {s}.model_versions.check_rows IS 'Rows on which the converted model was compared with the estimator at import; NULL when not checked.';
+COMMENT ON COLUMN {s}.model_versions.check_max_abs_diff IS 'Largest absolute difference between the estimator''s and the converted model''s outputs on those rows.';
+COMMENT ON COLUMN {s}.model_versions.check_label_mismatches IS 'Rows whose predicted label differed between the estimator and the converted model (accepted at import).';
 """
-    + _io_table("model_inputs", "input")
-    + _io_table("model_outputs", "output")
-    + """
-CREATE TABLE {s}.model_tensors (
-    name        VARCHAR NOT NULL,
-    version     INTEGER NOT NULL,
-    position    INTEGER NOT NULL,
-    tensor_name VARCHAR NOT NULL,
-    digest      VARCHAR NOT NULL,
-    elem_type   VARCHAR NOT NULL,
-    dims        BIGINT[] NOT NULL,
-    nbytes      BIGINT NOT NULL,
-    PRIMARY KEY (name, version, position)
-);
-COMMENT ON TABLE {s}.model_tensors IS 'Initializers (weights) of each model version, each stored as one content-addressed blob.';
-COMMENT ON COLUMN {s}.model_tensors.position IS 'Index of the initializer in the graph, from 0.';
-COMMENT ON COLUMN {s}.model_tensors.tensor_name IS 'The initializer name in the graph.';
-COMMENT ON COLUMN {s}.model_tensors.digest IS 'SHA-256 of the raw little-endian tensor bytes (the blob key).';
-COMMENT ON COLUMN {s}.model_tensors.elem_type IS 'ONNX element type, upper case.';
-COMMENT ON COLUMN {s}.model_tensors.dims IS 'Shape of the tensor.';
-COMMENT ON COLUMN {s}.model_tensors.nbytes IS 'Size of the raw tensor data in bytes.';
 
-CREATE TABLE {s}.blobs (
-    digest VARCHAR PRIMARY KEY,
-    nbytes BIGINT NOT NULL,
-    kind   VARCHAR NOT NULL CHECK (kind IN ('graph', 'tensor'))
-);
-COMMENT ON TABLE {s}.blobs IS 'Blobs of the content-addressed store that the catalog references (each stored once).';
-COMMENT ON COLUMN {s}.blobs.digest IS 'SHA-256 hex digest of the blob content.';
-COMMENT ON COLUMN {s}.blobs.nbytes IS 'Blob size in bytes.';
-COMMENT ON COLUMN {s}.blobs.kind IS 'graph or tensor.';
-
+MODELS_VIEW = """
 CREATE VIEW {s}.models AS
 WITH io AS (
     SELECT name, version, 'input' AS role, position,
@@ -184,6 +118,8 @@ SELECT v.name,
        v.opset,
        v.param_count,
        v.logical_bytes,
+       v.features,
+       v.batch_dependence IS NOT NULL AS batch_dependent,
        v.created_at
 FROM modelsql.model_versions AS v
 JOIN latest AS l ON l.name = v.name AND l.version = v.version
@@ -194,7 +130,92 @@ COMMENT ON COLUMN {s}.models.versions IS 'How many versions the model has.';
 COMMENT ON COLUMN {s}.models.inputs IS 'Graph inputs as name: TYPE[dims], comma separated (no brackets when the rank is unknown).';
 COMMENT ON COLUMN {s}.models.outputs IS 'Graph outputs as name: TYPE[dims], comma separated (no brackets when the rank is unknown).';
 COMMENT ON COLUMN {s}.models.logical_bytes IS 'Bytes of the latest version on its own: graph plus every initializer.';
+COMMENT ON COLUMN {s}.models.features IS 'Feature (column) names bound to a single input; NULL when unknown.';
+COMMENT ON COLUMN {s}.models.batch_dependent IS 'True when a row''s outputs may depend on the other rows of its batch (see model_versions.batch_dependence).';
+"""
+"""The ``modelsql.models`` view (``{s}``: the qualified schema), shared by :data:`DDL` and the migration to version 2."""
 
+
+# ``{s}`` is replaced by the (database-qualified) schema name when the DDL runs.
+# View bodies stay unqualified: DuckDB binds a view in its own database, so the
+# views keep working when the file is ATTACHed under another name.
+DDL = (
+    """
+CREATE SCHEMA {s};
+
+CREATE TABLE {s}.meta (
+    key   VARCHAR PRIMARY KEY,
+    value VARCHAR
+);
+COMMENT ON TABLE {s}.meta IS 'Facts about the modelsql catalog itself (schema_version).';
+
+CREATE TABLE {s}.model_versions (
+    name          VARCHAR NOT NULL,
+    version       INTEGER NOT NULL,
+    kind          VARCHAR NOT NULL,
+    source        VARCHAR NOT NULL,
+    graph_digest  VARCHAR NOT NULL,
+    graph_bytes   BIGINT NOT NULL,
+    opset         INTEGER NOT NULL,
+    param_count   BIGINT NOT NULL,
+    logical_bytes BIGINT NOT NULL,
+    features      VARCHAR[],
+    options       MAP(VARCHAR, VARCHAR) NOT NULL,
+    created_at    TIMESTAMPTZ NOT NULL,
+    batch_dependence VARCHAR,
+    check_rows       INTEGER,
+    check_max_abs_diff DOUBLE,
+    check_label_mismatches INTEGER,
+    PRIMARY KEY (name, version)
+);
+COMMENT ON TABLE {s}.model_versions IS 'One row per version of each model; CREATE OR REPLACE MODEL adds a version.';
+COMMENT ON COLUMN {s}.model_versions.name IS 'Model name, lower case (names are case-insensitive).';
+COMMENT ON COLUMN {s}.model_versions.version IS 'Version number: 1, 2, ...';
+COMMENT ON COLUMN {s}.model_versions.kind IS 'Where the model was authored: onnx, sklearn or torch.';
+COMMENT ON COLUMN {s}.model_versions.source IS 'Where the model came from: a path, sklearn:<class>, torch:<class>.';
+COMMENT ON COLUMN {s}.model_versions.graph_digest IS 'SHA-256 of the ONNX graph without initializer data (a blob).';
+COMMENT ON COLUMN {s}.model_versions.graph_bytes IS 'Size of the graph blob in bytes.';
+COMMENT ON COLUMN {s}.model_versions.opset IS 'Default-domain ONNX opset the model imports.';
+COMMENT ON COLUMN {s}.model_versions.param_count IS 'Total number of elements over all initializers.';
+COMMENT ON COLUMN {s}.model_versions.logical_bytes IS 'Bytes of the model on its own: graph plus every initializer (before dedup).';
+COMMENT ON COLUMN {s}.model_versions.features IS 'Feature (column) names bound to a single 2-D input; NULL when unknown.';
+COMMENT ON COLUMN {s}.model_versions.options IS 'The WITH (...) options given at import.';
+COMMENT ON COLUMN {s}.model_versions.created_at IS 'When the version was created.';
+""" + _V2_COMMENTS + """
+"""
+    + _io_table("model_inputs", "input")
+    + _io_table("model_outputs", "output")
+    + """
+CREATE TABLE {s}.model_tensors (
+    name        VARCHAR NOT NULL,
+    version     INTEGER NOT NULL,
+    position    INTEGER NOT NULL,
+    tensor_name VARCHAR NOT NULL,
+    digest      VARCHAR NOT NULL,
+    elem_type   VARCHAR NOT NULL,
+    dims        BIGINT[] NOT NULL,
+    nbytes      BIGINT NOT NULL,
+    PRIMARY KEY (name, version, position)
+);
+COMMENT ON TABLE {s}.model_tensors IS 'Initializers (weights) of each model version, each stored as one content-addressed blob.';
+COMMENT ON COLUMN {s}.model_tensors.position IS 'Index of the initializer in the graph, from 0.';
+COMMENT ON COLUMN {s}.model_tensors.tensor_name IS 'The initializer name in the graph.';
+COMMENT ON COLUMN {s}.model_tensors.digest IS 'SHA-256 of the raw little-endian tensor bytes (the blob key).';
+COMMENT ON COLUMN {s}.model_tensors.elem_type IS 'ONNX element type, upper case.';
+COMMENT ON COLUMN {s}.model_tensors.dims IS 'Shape of the tensor.';
+COMMENT ON COLUMN {s}.model_tensors.nbytes IS 'Size of the raw tensor data in bytes.';
+
+CREATE TABLE {s}.blobs (
+    digest VARCHAR PRIMARY KEY,
+    nbytes BIGINT NOT NULL,
+    kind   VARCHAR NOT NULL CHECK (kind IN ('graph', 'tensor'))
+);
+COMMENT ON TABLE {s}.blobs IS 'Blobs of the content-addressed store that the catalog references (each stored once).';
+COMMENT ON COLUMN {s}.blobs.digest IS 'SHA-256 hex digest of the blob content.';
+COMMENT ON COLUMN {s}.blobs.nbytes IS 'Blob size in bytes.';
+COMMENT ON COLUMN {s}.blobs.kind IS 'graph or tensor.';
+
+""" + MODELS_VIEW + """
 CREATE VIEW {s}.storage AS
 WITH refs AS (
     SELECT graph_digest AS digest, graph_bytes AS nbytes FROM modelsql.model_versions
@@ -241,3 +262,26 @@ def create(con: duckdb.DuckDBPyConnection, qualified_schema: str, version: int =
         f"INSERT INTO {qualified_schema}.meta VALUES ('schema_version', ?)",
         [str(version)],
     )
+
+
+def _migrate_1_to_2(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 2 adds each version's batch dependence and import-time conversion check
+    (``model_versions.batch_dependence``, ``check_*``) and shows features in ``modelsql.models``.
+
+    Versions imported before it were never analysed: they get :data:`NOT_ANALYSED` (so PREDICT runs
+    them one row at a time, the safe choice) and no check; re-import one to analyse it.
+    """
+    q = f"{SCHEMA}.model_versions"
+    for column, sql_type in (("batch_dependence", "VARCHAR"), ("check_rows", "INTEGER"),
+                             ("check_max_abs_diff", "DOUBLE"), ("check_label_mismatches", "INTEGER")):
+        con.execute(f"ALTER TABLE {q} ADD COLUMN {column} {sql_type}")
+    con.execute(f"UPDATE {q} SET batch_dependence = ?", [NOT_ANALYSED])
+    con.execute(f"DROP VIEW {SCHEMA}.models")
+    con.execute((MODELS_VIEW + _V2_COMMENTS).format(s=SCHEMA))
+
+
+NOT_ANALYSED = "not analysed (imported before catalog schema 2): run one row at a time; re-import to analyse"
+"""``batch_dependence`` of versions that the migration to schema 2 found in the catalog."""
+
+MIGRATIONS[1] = _migrate_1_to_2
+

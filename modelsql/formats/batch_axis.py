@@ -1,0 +1,745 @@
+"""Does a row's answer depend on the other rows of its batch? A graph analysis.
+
+PREDICT runs a model over many rows at once. That is only right when the model
+is *row-independent*: output row ``i`` is a function of input row ``i`` alone.
+Most models are (dense and convolutional networks, tree ensembles, linear
+models), but some mix rows: ``DynamicQuantizeLinear`` (onnxruntime's
+``quantize_dynamic``) computes its scale and zero point over the whole tensor,
+so a row's quantized value depends on its neighbours; a reduction, softmax or
+normalisation over axis 0, a ``Gather`` along the batch axis, a ``Reshape``
+that merges rows, or arithmetic on the batch size read by ``Shape`` do too.
+
+:func:`batch_dependence` follows the batch axis through the graph: every graph
+input starts with its batch on axis 0, and each node either moves it to a
+known axis of its outputs (elementwise ops, matrix products that do not
+contract it, convolutions, transposes ...) or is reported as the reason the
+model is batch-dependent. An operator the analysis does not know is reported
+too: when it cannot tell, it says so rather than guess (PREDICT then runs the
+model one row at a time, which is always right, only slower).
+
+The batch size itself (``Shape`` of a batch-carrying tensor) may flow into the
+shape inputs of ``Reshape``, ``Expand`` and ``ConstantOfShape`` when it stays
+the leading dimension (``x.view(x.size(0), -1)`` in torch); used as a value in
+arithmetic or ``Range``, it makes the model batch-dependent.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import onnx
+from onnx import ModelProto, NodeProto, numpy_helper
+
+__all__ = ["batch_dependence"]
+
+N = "N"
+"""Marks the batch size in a tracked shape value."""
+
+_ELEMENTWISE = {
+    "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd",
+    "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Cos", "Cosh",
+    "DequantizeLinear", "Div", "Dropout", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu", "Greater",
+    "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Less",
+    "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pow", "PRelu",
+    "QuantizeLinear", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
+    "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
+    "Bernoulli", "RandomNormalLike", "RandomUniformLike",
+}
+"""Ops applied element by element (with broadcasting): the batch axis keeps its aligned position."""
+
+_PER_SAMPLE = {
+    "AveragePool", "BatchNormalization", "Conv", "ConvInteger", "ConvTranspose", "DepthToSpace",
+    "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "GroupNormalization", "InstanceNormalization",
+    "LpPool", "LRN", "MaxPool", "MaxUnpool", "QLinearConv", "Resize", "SpaceToDepth", "Upsample",
+}
+"""Ops over ``[N, C, ...]`` tensors that treat each sample on its own (batch on axis 0 in and out)."""
+
+_ML_PER_ROW = {
+    "ArrayFeatureExtractor", "Binarizer", "CategoryMapper", "DictVectorizer", "FeatureVectorizer", "Imputer",
+    "LabelEncoder", "LinearClassifier", "LinearRegressor", "Normalizer", "OneHotEncoder", "SVMClassifier",
+    "SVMRegressor", "Scaler", "TreeEnsemble", "TreeEnsembleClassifier", "TreeEnsembleRegressor", "ZipMap",
+}
+"""ai.onnx.ml ops, each computing one output row from one input row (batch on axis 0)."""
+
+_ML_SAME_RANK = {"Binarizer", "CategoryMapper", "Imputer", "LabelEncoder", "Normalizer", "Scaler"}
+
+_REDUCE = {
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+    "ReduceProd", "ReduceSum", "ReduceSumSquare",
+}
+
+_SHAPE_PASS = {"Cast", "Identity", "Squeeze", "Unsqueeze", "Concat", "Gather", "Slice", "Reshape"}
+"""Ops through which a tracked shape value (holding the batch size) is followed."""
+
+
+class _Mixes(Exception):
+    """Raised by a rule: this node (the message says why) makes rows depend on each other."""
+
+
+class _Graph:
+    """What is known of the graph's values while the nodes are followed in order."""
+
+    def __init__(self, model: ModelProto) -> None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception:
+            inferred = model
+        g = inferred.graph
+        self.shapes: dict[str, Optional[tuple]] = {}
+        for v in list(g.value_info) + list(g.input) + list(g.output):
+            t = v.type.tensor_type if v.type.HasField("tensor_type") else None
+            if t is not None and t.HasField("shape"):
+                self.shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        self.consts: dict[str, np.ndarray] = {}
+        for t in g.initializer:
+            try:
+                self.consts[t.name] = numpy_helper.to_array(t)
+            except Exception:
+                pass
+            self.shapes.setdefault(t.name, tuple(t.dims))
+        self.opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [0])
+        self.axis: dict[str, int] = {}
+        """Batch-carrying value -> the axis its batch is on."""
+        self.shape_vals: dict[str, list] = {}
+        """1-D int values holding the batch size: each element an int, :data:`N` or None (unknown)."""
+        self.n_values: set[str] = set()
+        """Values computed from the batch size (Shape, Size), as data."""
+
+    def rank(self, name: str) -> Optional[int]:
+        shape = self.shapes.get(name)
+        return None if shape is None else len(shape)
+
+    def const(self, node: NodeProto, i: int) -> Optional[np.ndarray]:
+        if i >= len(node.input) or not node.input[i]:
+            return None
+        return self.consts.get(node.input[i])
+
+    def ints(self, node: NodeProto, attr: str, i: int) -> Optional[list[int]]:
+        """An int list given as attribute ``attr`` (older opsets) or as constant input ``i``."""
+        for a in node.attribute:
+            if a.name == attr:
+                return list(a.ints)
+        value = self.const(node, i)
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def _attr(node: NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _norm(axis: int, rank: Optional[int]) -> int:
+    if axis < 0:
+        if rank is None:
+            raise _Mixes(f"uses axis {axis} of a tensor of unknown rank")
+        return axis + rank
+    return axis
+
+
+def _only_input(g: _Graph, node: NodeProto) -> tuple[str, int]:
+    """The single batch-carrying input (index 0) and its batch axis; refuses batch-carrying others."""
+    carried = [(i, g.axis[x]) for i, x in enumerate(node.input) if x in g.axis]
+    if [i for i, _ in carried] != [0]:
+        raise _Mixes("combines the batch with a batch-dependent parameter")
+    return node.input[0], carried[0][1]
+
+
+def _set(g: _Graph, node: NodeProto, pos: int, outputs: Optional[range] = None) -> None:
+    for i in outputs if outputs is not None else range(len(node.output)):
+        if i < len(node.output) and node.output[i]:
+            g.axis[node.output[i]] = pos
+
+
+def _record_rank(g: _Graph, name: str, rank: Optional[int]) -> None:
+    """Remember a value's rank where shape inference did not give it (ai.onnx.ml ops stop it)."""
+    if rank is not None and g.rank(name) is None:
+        g.shapes[name] = (None,) * rank
+
+
+def _same_rank(g: _Graph, node: NodeProto) -> None:
+    _record_rank(g, node.output[0], g.rank(node.input[0]))
+
+
+# ------------------------------------------------------------------------------------ the rules
+
+
+def _elementwise(g: _Graph, node: NodeProto) -> None:
+    """Broadcasting aligns trailing axes: every batch-carrying input must put its batch at one output axis."""
+    out_rank = g.rank(node.output[0])
+    ranks = [g.rank(x) for x in node.input if x]
+    if out_rank is None and all(r is not None for r in ranks):
+        out_rank = max(ranks, default=0)
+    positions = set()
+    for x in node.input:
+        if x in g.axis:
+            r = g.rank(x)
+            shift = out_rank - r if out_rank is not None and r is not None else 0
+            positions.add(g.axis[x] + shift)
+    if len(positions) != 1:
+        raise _Mixes("broadcasts batch axes of its inputs against each other")
+    _set(g, node, positions.pop())
+    _record_rank(g, node.output[0], out_rank)
+
+
+def _per_sample(g: _Graph, node: NodeProto) -> None:
+    _, pos = _only_input(g, node)
+    if pos != 0:
+        raise _Mixes("treats axis 0 as the batch, but the batch is on another axis")
+    if node.op_type == "BatchNormalization" and _attr(node, "training_mode", 0):
+        raise _Mixes("normalises with statistics of the batch (training_mode = 1)")
+    _set(g, node, 0, range(1))
+    _same_rank(g, node)
+
+
+def _array_feature_extractor(g: _Graph, node: NodeProto) -> None:
+    """``Y = X[..., indices]``: selects along X's last axis; batch-carrying indices pick per row."""
+    x, indices = node.input[0], node.input[1]
+    if x in g.axis and indices in g.axis:
+        raise _Mixes("selects with batch-carrying indices from batch-carrying data")
+    if x in g.axis:
+        rank = g.rank(x)
+        if rank is None or g.axis[x] >= rank - 1:
+            raise _Mixes("selects along the batch axis")
+        _set(g, node, g.axis[x])
+        _same_rank(g, node)
+        return
+    if g.rank(x) == 1:  # ONNX Runtime returns [1, indices.size] for a 1-D X: the rows end on axis 1
+        if g.axis[indices] != 0 or g.rank(indices) not in (1, 2) or (g.shapes.get(indices) or (0, 0))[1:] not in ((), (1,)):
+            raise _Mixes("selects with indices holding more than one value per row")
+        _set(g, node, 1)
+        g.shapes[node.output[0]] = (1, None)
+        return
+    _set(g, node, g.axis[indices])
+
+
+def _ml_per_row(g: _Graph, node: NodeProto) -> None:
+    if node.op_type == "ArrayFeatureExtractor":
+        _array_feature_extractor(g, node)
+        return
+    _, pos = _only_input(g, node)
+    if pos != 0:
+        raise _Mixes("treats axis 0 as the rows, but the batch is on another axis")
+    _set(g, node, 0)
+    if node.op_type in _ML_SAME_RANK:
+        _same_rank(g, node)
+
+
+def _matmul(g: _Graph, node: NodeProto) -> None:
+    a, b = node.input[0], node.input[1]
+    ra, rb = g.rank(a), g.rank(b)
+    if ra is None or rb is None:
+        raise _Mixes("multiplies tensors of unknown rank")
+    out = max(ra, rb) if min(ra, rb) >= 2 else (ra if rb == 1 else rb) - (1 if min(ra, rb) == 1 else 0)
+    positions = set()
+    if a in g.axis:
+        pa = g.axis[a]
+        if ra == 1 or pa == ra - 1:
+            raise _Mixes("contracts the batch axis of its first input")
+        positions.add(pa if rb == 1 else pa + out - ra)
+    if b in g.axis:
+        pb = g.axis[b]
+        if rb == 1 or pb == rb - 2:
+            raise _Mixes("contracts the batch axis of its second input")
+        positions.add(out - 1 if pb == rb - 1 else pb + out - rb)
+    for x in node.input[2:]:
+        if x in g.axis:
+            raise _Mixes("takes a batch-dependent zero point")
+    if len(positions) != 1:
+        raise _Mixes("multiplies two batch-carrying tensors along different axes")
+    _set(g, node, positions.pop())
+    _record_rank(g, node.output[0], out)
+
+
+def _gemm(g: _Graph, node: NodeProto) -> None:
+    positions = set()
+    for i, x in enumerate(node.input[:3]):
+        if x not in g.axis:
+            continue
+        pos = g.axis[x]
+        if i == 0:
+            if pos != (1 if _attr(node, "transA", 0) else 0):
+                raise _Mixes("contracts the batch axis of A")
+            positions.add(0)
+        elif i == 1:
+            if pos != (0 if _attr(node, "transB", 0) else 1):
+                raise _Mixes("contracts the batch axis of B")
+            positions.add(1)
+        else:
+            positions.add(pos + 2 - (g.rank(x) or 2))
+    if len(positions) != 1:
+        raise _Mixes("mixes batch axes of its inputs")
+    _set(g, node, positions.pop())
+    _record_rank(g, node.output[0], 2)
+
+
+def _transpose(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    perm = _attr(node, "perm")
+    rank = g.rank(x)
+    if perm is None:
+        if rank is None:
+            raise _Mixes("reverses the axes of a tensor of unknown rank")
+        perm = list(reversed(range(rank)))
+    _set(g, node, list(perm).index(pos))
+
+
+def _flatten(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    axis = _norm(_attr(node, "axis", 1), g.rank(x))
+    if pos != 0 or axis < 1:
+        raise _Mixes("flattens the batch axis into the row")
+    _set(g, node, 0)
+
+
+def _squeeze(g: _Graph, node: NodeProto) -> None:
+    if node.input[0] in g.shape_vals:
+        g.shape_vals[node.output[0]] = g.shape_vals[node.input[0]]
+        return
+    x, pos = _only_input(g, node)
+    axes = g.ints(node, "axes", 1)
+    if axes is None:
+        shape = g.shapes.get(x)
+        if shape is None:
+            raise _Mixes("squeezes unknown axes, perhaps the batch")
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    axes = [_norm(a, g.rank(x)) for a in axes]
+    if pos in axes:
+        raise _Mixes("squeezes the batch axis")
+    _set(g, node, pos - sum(1 for a in axes if a < pos))
+
+
+def _unsqueeze(g: _Graph, node: NodeProto) -> None:
+    if node.input[0] in g.shape_vals:
+        g.shape_vals[node.output[0]] = g.shape_vals[node.input[0]]
+        return
+    x, pos = _only_input(g, node)
+    axes = g.ints(node, "axes", 1)
+    rank = g.rank(x)
+    if axes is None or rank is None:
+        raise _Mixes("inserts axes that cannot be read")
+    out_rank = rank + len(axes)
+    axes = sorted(_norm(a, out_rank) for a in axes)
+    kept = [i for i in range(out_rank) if i not in axes]
+    _set(g, node, kept[pos])
+
+
+def _concat(g: _Graph, node: NodeProto) -> None:
+    if any(x in g.shape_vals for x in node.input):
+        g.shape_vals[node.output[0]] = _concat_shape_vals(g, node)
+        return
+    axis = _norm(_attr(node, "axis", 0), g.rank(node.output[0]) or g.rank(node.input[0]))
+    positions = {g.axis[x] for x in node.input if x in g.axis}
+    if axis in positions:
+        raise _Mixes("concatenates along the batch axis")
+    if len(positions) != 1:
+        raise _Mixes("concatenates tensors with their batch on different axes")
+    _set(g, node, positions.pop())
+
+
+def _concat_shape_vals(g: _Graph, node: NodeProto) -> list:
+    out: list = []
+    for x in node.input:
+        if x in g.shape_vals:
+            out.extend(g.shape_vals[x])
+        elif x in g.consts:
+            out.extend(int(v) for v in np.asarray(g.consts[x]).reshape(-1))
+        else:
+            shape = g.shapes.get(x)
+            out.extend([None] * (int(np.prod(shape)) if shape and all(shape) else 1))
+    return out
+
+
+def _split(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    if _norm(_attr(node, "axis", 0), g.rank(x)) == pos:
+        raise _Mixes("splits along the batch axis")
+    _set(g, node, pos)
+
+
+def _slice(g: _Graph, node: NodeProto) -> None:
+    if node.input[0] in g.shape_vals:
+        _slice_shape_val(g, node)
+        return
+    x, pos = _only_input(g, node)
+    starts, ends = g.ints(node, "starts", 1), g.ints(node, "ends", 2)
+    axes, steps = g.ints(node, "axes", 3), g.ints(node, "steps", 4)
+    if starts is None or ends is None:
+        raise _Mixes("slices with bounds that cannot be read")
+    axes = [_norm(a, g.rank(x)) for a in (axes if axes is not None else range(len(starts)))]
+    steps = steps or [1] * len(axes)
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        if a == pos and not (s == 0 and e >= 2**31 - 1 and st == 1):
+            raise _Mixes("slices the batch axis")
+    _set(g, node, pos)
+
+
+def _slice_shape_val(g: _Graph, node: NodeProto) -> None:
+    starts, ends = g.ints(node, "starts", 1), g.ints(node, "ends", 2)
+    steps = g.ints(node, "steps", 4) or [1]
+    vals = g.shape_vals[node.input[0]]
+    if starts is None or ends is None or len(starts) != 1:
+        g.shape_vals[node.output[0]] = [None, N]  # unknown, but still holding the batch size
+        return
+    g.shape_vals[node.output[0]] = vals[slice(starts[0], min(ends[0], len(vals)), steps[0])]
+
+
+def _gather(g: _Graph, node: NodeProto) -> None:
+    data, indices = node.input[0], node.input[1]
+    if data in g.shape_vals and indices not in g.axis:
+        idx = g.consts.get(indices)
+        vals = g.shape_vals[data]
+        picked = [vals[int(i)] if -len(vals) <= int(i) < len(vals) else None for i in np.asarray(idx).reshape(-1)] \
+            if idx is not None else [None, N]
+        g.shape_vals[node.output[0]] = picked
+        return
+    axis = _norm(_attr(node, "axis", 0), g.rank(data))
+    if data in g.axis and indices in g.axis:
+        raise _Mixes("gathers batch-carrying data with batch-carrying indices")
+    if data in g.axis:
+        pos = g.axis[data]
+        if axis == pos:
+            raise _Mixes("gathers along the batch axis (selects rows)")
+        irank = g.rank(indices)
+        if irank is None:
+            raise _Mixes("gathers with indices of unknown rank")
+        _set(g, node, pos if axis > pos else pos + irank - 1)
+        return
+    _set(g, node, axis + g.axis[indices])
+
+
+def _gather_elements(g: _Graph, node: NodeProto) -> None:
+    data = node.input[0]
+    positions = {g.axis[x] for x in node.input[:2] if x in g.axis}
+    axis = _norm(_attr(node, "axis", 0), g.rank(data))
+    if len(positions) != 1 or axis in positions:
+        raise _Mixes("gathers along the batch axis")
+    _set(g, node, positions.pop())
+
+
+def _reshape(g: _Graph, node: NodeProto) -> None:
+    x, shape_in = node.input[0], node.input[1]
+    if x in g.shape_vals:
+        g.shape_vals[node.output[0]] = g.shape_vals[x]
+        return
+    x, pos = _only_input(g, node) if shape_in not in g.shape_vals else (x, g.axis.get(x))
+    target = g.shape_vals.get(shape_in)
+    if target is None and shape_in in g.consts:
+        target = [int(v) for v in np.asarray(g.consts[shape_in]).reshape(-1)]
+    if pos is None:  # a constant reshaped to a shape holding the batch size: rows of constants
+        if target is not None and target.count(N) == 1:
+            _set(g, node, target.index(N))
+            return
+        raise _Mixes("reshapes to a shape that uses the batch size")
+    free = _single_free_axis(g, x, pos, target)
+    if free is not None:
+        _set(g, node, free)
+        return
+    if pos != 0 or not target or not _keeps_rows(g, x, target, bool(_attr(node, "allowzero", 0))):
+        raise _Mixes("reshapes across the batch axis (rows may be merged or split)")
+    _set(g, node, 0)
+
+
+def _single_free_axis(g: _Graph, x: str, pos: int, target: Optional[list]) -> Optional[int]:
+    """For ``x`` whose every axis but the batch has size 1, the one target axis that takes the batch."""
+    shape = g.shapes.get(x)
+    if not target or shape is None or any(d != 1 for i, d in enumerate(shape) if i != pos):
+        return None
+    free = [i for i, d in enumerate(target) if d != 1]
+    if len(free) == 1 and target[free[0]] in (-1, N):
+        return free[0]
+    return None
+
+
+def _keeps_rows(g: _Graph, x: str, target: list, allowzero: bool) -> bool:
+    """Whether reshaping ``x`` (batch on axis 0) to ``target`` keeps one output row per input row."""
+    first, rest = target[0], target[1:]
+    if N in rest or None in rest:
+        return False
+    if first == N or (first == 0 and not allowzero):
+        return True
+    if first != -1 or any(d in (-1, 0) for d in rest):
+        return False
+    shape = g.shapes.get(x)
+    if shape is None or any(d is None or d == 0 for d in shape[1:]):
+        return False
+    return int(np.prod(shape[1:], dtype=np.int64)) == int(np.prod(rest, dtype=np.int64))
+
+
+def _expand(g: _Graph, node: NodeProto) -> None:
+    x, shape_in = node.input[0], node.input[1]
+    target = g.shape_vals.get(shape_in)
+    if x not in g.axis:
+        if target is not None and target.count(N) == 1:
+            _set(g, node, target.index(N))  # a constant broadcast to N rows
+            return
+        raise _Mixes("expands to a shape that uses the batch size")
+    if shape_in in g.axis:
+        raise _Mixes("expands to a batch-dependent shape")
+    rank, out_rank = g.rank(x), g.rank(node.output[0])
+    if rank is None or out_rank is None:
+        raise _Mixes("expands a tensor of unknown rank")
+    _set(g, node, g.axis[x] + out_rank - rank)
+
+
+def _constant_of_shape(g: _Graph, node: NodeProto) -> None:
+    target = g.shape_vals.get(node.input[0])
+    if target is None or target.count(N) != 1:
+        raise _Mixes("builds a tensor whose shape uses the batch size")
+    _set(g, node, target.index(N))
+
+
+def _shape(g: _Graph, node: NodeProto) -> None:
+    x = node.input[0]
+    rank = g.rank(x)
+    if rank is None:
+        g.n_values.add(node.output[0])
+        g.shape_vals[node.output[0]] = [None, N]
+        return
+    known = g.shapes[x]
+    vals = [N if i == g.axis[x] else known[i] for i in range(rank)]
+    start, end = _attr(node, "start", 0), _attr(node, "end", rank)
+    vals = vals[slice(start, end)]
+    if N in vals:
+        g.shape_vals[node.output[0]] = vals
+    # without the batch axis in range the result is a constant: nothing to track
+
+
+def _size(g: _Graph, node: NodeProto) -> None:
+    g.n_values.add(node.output[0])
+
+
+def _axis_op(what: str, default: int, *, through: bool = False) -> Callable[[_Graph, NodeProto], None]:
+    """A rule for ops working along one ``axis`` attribute: they mix rows when it is the batch axis
+    (``through``: the op's axis and all after it, as LayerNormalization normalises)."""
+
+    def rule(g: _Graph, node: NodeProto) -> None:
+        x, pos = _only_input(g, node)
+        axis = _norm(_attr(node, "axis", default), g.rank(x))
+        if axis == pos or (through and pos >= axis):
+            raise _Mixes(f"{what} along the batch axis")
+        _set(g, node, pos, range(1) if node.op_type == "LayerNormalization" else None)
+
+    return rule
+
+
+def _softmax(g: _Graph, node: NodeProto) -> None:
+    if g.opset >= 13:
+        _axis_op("normalises", -1)(g, node)
+        return
+    x, pos = _only_input(g, node)  # opset < 13: the input is coerced to 2-D at ``axis``
+    if _norm(_attr(node, "axis", 1), g.rank(x)) <= pos:
+        raise _Mixes("normalises over axes that include the batch axis")
+    _set(g, node, pos)
+
+
+def _reduce(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    axes = g.ints(node, "axes", 1)
+    if not axes:
+        if node.input[1:2] and node.input[1] and node.input[1] not in g.consts:
+            raise _Mixes("reduces over axes that cannot be read")
+        if _attr(node, "noop_with_empty_axes", 0):
+            _set(g, node, pos)
+            return
+        raise _Mixes("reduces over every axis, the batch axis included")
+    axes = [_norm(a, g.rank(x)) for a in axes]
+    if pos in axes:
+        raise _Mixes("reduces over the batch axis")
+    keep = _attr(node, "keepdims", 1)
+    _set(g, node, pos if keep else pos - sum(1 for a in axes if a < pos))
+
+
+def _arg_reduce(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    axis = _norm(_attr(node, "axis", 0), g.rank(x))
+    if axis == pos:
+        raise _Mixes("reduces over the batch axis")
+    _set(g, node, pos if _attr(node, "keepdims", 1) or axis > pos else pos - 1)
+
+
+def _mvn(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    if pos in [_norm(a, g.rank(x)) for a in _attr(node, "axes", [0, 2, 3])]:
+        raise _Mixes("normalises over the batch axis")
+    _set(g, node, pos)
+
+
+def _cumsum(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    axis = g.const(node, 1)
+    if axis is None or _norm(int(np.asarray(axis).reshape(-1)[0]), g.rank(x)) == pos:
+        raise _Mixes("accumulates along the batch axis (or an axis that cannot be read)")
+    _set(g, node, pos)
+
+
+def _tile(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    repeats = g.const(node, 1)
+    if repeats is None or int(np.asarray(repeats).reshape(-1)[pos]) != 1:
+        raise _Mixes("repeats along the batch axis")
+    _set(g, node, pos)
+
+
+def _pad(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    pads = g.ints(node, "pads", 1)
+    rank = g.rank(x)
+    if pads is None or rank is None or g.ints(node, "axes", 3) is not None:
+        raise _Mixes("pads axes that cannot be read, perhaps the batch")
+    if pads[pos] or pads[pos + rank]:
+        raise _Mixes("pads the batch axis")
+    _set(g, node, pos)
+
+
+def _one_hot(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    axis = _attr(node, "axis", -1)
+    rank = g.rank(x)
+    if rank is None:
+        raise _Mixes("encodes a tensor of unknown rank")
+    axis = axis + rank + 1 if axis < 0 else axis
+    _set(g, node, pos if axis > pos else pos + 1)
+
+
+def _recurrent(g: _Graph, node: NodeProto) -> None:
+    """RNN / GRU / LSTM: X is ``[seq, batch, in]`` (layout 0) or ``[batch, seq, in]`` (layout 1)."""
+    layout = _attr(node, "layout", 0)
+    carried = {i: g.axis[x] for i, x in enumerate(node.input) if x in g.axis}
+    expected = {0: 1 if layout == 0 else 0, 5: 1 if layout == 0 else 0, 6: 1 if layout == 0 else 0}
+    if not carried or any(expected.get(i) != p for i, p in carried.items()):
+        raise _Mixes("runs a recurrence with the batch on an axis other than its batch axis")
+    for i, out in enumerate(node.output):
+        if out:
+            g.axis[out] = (2 if i == 0 else 1) if layout == 0 else 0
+
+
+def _trailing_pair(what: str) -> Callable[[_Graph, NodeProto], None]:
+    def rule(g: _Graph, node: NodeProto) -> None:
+        x, pos = _only_input(g, node)
+        rank = g.rank(x)
+        if rank is None or pos >= rank - 2:
+            raise _Mixes(f"{what} the last two axes, which hold the batch")
+        _set(g, node, pos)
+
+    return rule
+
+
+def _topk(g: _Graph, node: NodeProto) -> None:
+    x, pos = _only_input(g, node)
+    if _norm(_attr(node, "axis", -1), g.rank(x)) == pos:
+        raise _Mixes("ranks along the batch axis")
+    _set(g, node, pos)
+
+
+def _always(why: str) -> Callable[[_Graph, NodeProto], None]:
+    def rule(g: _Graph, node: NodeProto) -> None:
+        raise _Mixes(why)
+
+    return rule
+
+
+_RULES: dict[str, Callable[[_Graph, NodeProto], None]] = {
+    "MatMul": _matmul, "MatMulInteger": _matmul, "QLinearMatMul": _always("is a quantized matrix product the analysis does not follow"),
+    "Gemm": _gemm, "Transpose": _transpose, "Flatten": _flatten, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
+    "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather, "GatherElements": _gather_elements,
+    "Reshape": _reshape, "Expand": _expand, "ConstantOfShape": _constant_of_shape, "Shape": _shape, "Size": _size,
+    "Softmax": _softmax, "LogSoftmax": _softmax, "Hardmax": _softmax,
+    "LpNormalization": _axis_op("normalises", -1), "LayerNormalization": _axis_op("normalises", -1, through=True),
+    "MeanVarianceNormalization": _mvn, "ArgMax": _arg_reduce, "ArgMin": _arg_reduce, "CumSum": _cumsum,
+    "TopK": _topk, "Tile": _tile, "Pad": _pad, "OneHot": _one_hot,
+    "RNN": _recurrent, "GRU": _recurrent, "LSTM": _recurrent, "Trilu": _trailing_pair("works on"),
+    "Det": _trailing_pair("takes determinants over"),
+    "DynamicQuantizeLinear": _always("computes its quantization scale and zero point over the whole batch"),
+}
+
+
+def _rule_for(node: NodeProto) -> Optional[Callable[[_Graph, NodeProto], None]]:
+    domain = node.domain or ""
+    if domain in ("", "ai.onnx"):
+        if node.op_type in _ELEMENTWISE:
+            return _elementwise
+        if node.op_type in _PER_SAMPLE:
+            return _per_sample
+        if node.op_type in _REDUCE:
+            return _reduce
+        return _RULES.get(node.op_type)
+    if domain == "ai.onnx.ml" and node.op_type in _ML_PER_ROW:
+        return _ml_per_row
+    if domain == "com.microsoft" and node.op_type.startswith("DynamicQuantize"):
+        return _always("quantizes with a scale computed over the whole batch")
+    return None
+
+
+def _captured(node: NodeProto) -> set[str]:
+    """Names a node's subgraphs read from the enclosing scope (or anywhere: a superset is fine)."""
+    names: set[str] = set()
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in sub.node:
+                names.update(n.input)
+                names |= _captured(n)
+    return names
+
+
+def _follow(g: _Graph, node: NodeProto) -> None:
+    """Apply the node's rule when it touches the batch; raise :class:`_Mixes` when it mixes rows."""
+    inputs = [x for x in node.input if x]
+    touches = [x for x in inputs if x in g.axis or x in g.shape_vals or x in g.n_values]
+    if _captured(node) & (set(g.axis) | set(g.shape_vals) | g.n_values):
+        raise _Mixes("runs a subgraph over batch-carrying values")
+    if not touches:
+        if node.op_type == "Constant":
+            value = _attr(node, "value")
+            if value is not None:
+                g.consts[node.output[0]] = numpy_helper.to_array(value)
+        return
+    if any(x in g.n_values for x in inputs) or (
+        any(x in g.shape_vals for x in inputs) and node.op_type not in _SHAPE_PASS | {"Expand", "ConstantOfShape"}
+    ):
+        raise _Mixes("uses the batch size as a value")
+    if node.op_type in ("Cast", "Identity") and inputs[0] in g.shape_vals:
+        g.shape_vals[node.output[0]] = g.shape_vals[inputs[0]]
+        return
+    rule = _rule_for(node)
+    if rule is None:
+        raise _Mixes("is an operator this analysis does not know; it cannot tell whether rows stay independent")
+    rule(g, node)
+
+
+def batch_dependence(model: ModelProto) -> Optional[str]:
+    """Why output row ``i`` of ``model`` may depend on input rows other than ``i``, or None.
+
+    Args:
+        model: a checked ONNX model whose graph inputs carry the batch on axis 0
+            (the convention PREDICT feeds them by).
+
+    Returns:
+        None when the analysis follows the batch axis through every node to the
+        graph outputs (each output row is a function of its input row alone);
+        otherwise a sentence naming the first node that mixes rows or that the
+        analysis cannot follow, e.g. ``'node "x_QuantizeLinear" (DynamicQuantizeLinear)
+        computes its quantization scale and zero point over the whole batch'``.
+        A model with no input of rank 1 or more has nothing to mix: None.
+
+    The analysis is conservative: None is only returned when row independence
+    follows from the ONNX operator semantics; the converse (a reason given for a
+    model that happens to be row-independent) costs speed, never correctness.
+    """
+    g = _Graph(model)
+    init = {t.name for t in model.graph.initializer}
+    for v in model.graph.input:
+        if v.name not in init and g.rank(v.name) != 0:
+            g.axis[v.name] = 0
+            if v.name not in g.shapes and v.type.HasField("tensor_type"):
+                g.shapes.pop(v.name, None)
+    for node in model.graph.node:
+        try:
+            _follow(g, node)
+        except _Mixes as why:
+            return f'node "{node.name or node.output[0]}" ({node.op_type}) {why}'
+        except (IndexError, ValueError, TypeError) as exc:
+            return f'node "{node.name or node.output[0]}" ({node.op_type}) could not be analysed ({exc})'
+    return None
