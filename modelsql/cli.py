@@ -12,8 +12,10 @@ Every form opens one PEP 249 connection (:func:`modelsql.connect`) in
 autocommit mode, so each statement commits on its own, as in the ``duckdb``
 and ``sqlite3`` shells. Results are printed as :mod:`rich` tables (at most
 :data:`MAX_ROWS` rows: the first and last halves, with a "N rows" footer;
-arrays shortened to ``[0.01, 0.98, … (10)]``), or as CSV / JSON lines with
-``--format``.
+arrays shortened to ``[0.01, 0.98, … (10)]``; one line per row, fitted to the
+terminal by cutting long values and hiding the widest columns, which the footer
+names), or, with ``--format`` (``.mode`` in the shell), as ``column = value``
+lines, CSV or JSON lines.
 
 Errors never print a Python traceback (set ``MODELSQL_TRACEBACK=1`` to get one
 for a bug report): they print the error's kind and code, its message and the
@@ -36,12 +38,14 @@ import math
 import os
 import re
 import sys
+import textwrap
 import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, TextIO
 
 from rich.console import Console, Group
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -53,6 +57,17 @@ DEFAULT_DATABASE = "modelsql.duckdb"
 
 MAX_ROWS = 50
 """At most this many rows of a result are printed as a table (first and last halves)."""
+
+CUT_WIDTH = 30
+"""A table column needs at most this many characters: longer values are cut with ``…``
+when the terminal has no room for them (``.mode line`` shows them whole)."""
+
+MIN_CUT_WIDTH = 12
+"""A column whose values are wider is shown cut to this many characters, rather than hidden,
+when that much room is left."""
+
+FORMATS = ("table", "line", "csv", "json")
+"""How results are printed (``--format``, ``.mode``)."""
 
 HISTORY_FILE = "~/.modelsql_history"
 """Interactive shell history (readline), overridable with ``$MODELSQL_HISTORY``."""
@@ -274,10 +289,23 @@ def format_value(v: Any) -> str:
         b = bytes(v)
         return "\\x" + b[:16].hex() + (f"… ({len(b)} bytes)" if len(b) > 16 else "")
     if isinstance(v, str):
-        return v if len(v) <= 200 else v[:199] + "…"
+        return _fmt_text(v)
     if isinstance(v, _dt.datetime):
         return v.isoformat(sep=" ", timespec="milliseconds" if v.microsecond else "seconds")
     return str(v)
+
+
+def _fmt_text(v: str) -> str:
+    """Text cut at 200 characters; text of several lines (a plan from EXPLAIN) at 200 lines."""
+    if "\n" not in v:
+        return v if len(v) <= 200 else v[:199] + "…"
+    lines = v.split("\n")
+    return v if len(lines) <= 200 else "\n".join(lines[:199] + ["…"])
+
+
+def _text_width(text: str) -> int:
+    """Terminal cells of the longest line of ``text``."""
+    return max(cell_len(line) for line in text.split("\n"))
 
 
 def _fetch_for_display(cursor, limit: int) -> tuple[list[tuple], list[tuple], int]:
@@ -299,93 +327,76 @@ def _fetch_for_display(cursor, limit: int) -> tuple[list[tuple], list[tuple], in
     return head, list(tail), total
 
 
-def _choose_columns(widths: list[int], minimums: list[int], available: int) -> Optional[tuple[list[int], list[int]]]:
-    """None when every column fits in ``available`` characters (``minimums``: the longest
-    word of each column, as rich wraps cells at spaces); else (left, right) indexes to
-    show around an elision column, taken alternately from both ends (``widths``: the
-    natural widths)."""
-    if sum(m + 3 for m in minimums) + 1 <= available:
-        return None  # fits, with long cells wrapped
-    left: list[int] = []
-    right: list[int] = []
-    used = 1 + 4  # outer border + the "…" column
-    lo, hi = 0, len(widths) - 1
-    take_left = True
-    while lo <= hi:
-        i = lo if take_left else hi
-        need = min(widths[i], 20) + 3
-        if used + need > available and (left or right):
-            break
-        used += need
-        if take_left:
-            left.append(lo)
-            lo += 1
-        else:
-            right.insert(0, hi)
-            hi -= 1
-        take_left = not take_left
-    return left, right
+def _fit_columns(widths: list[int], available: int) -> dict[int, int]:
+    """The width of each column shown in ``available`` characters, by index in order.
+
+    A column takes its natural width (``widths``) up to :data:`CUT_WIDTH`, plus 3 for
+    padding and border. While they do not fit, the column that takes most is hidden
+    (the rightmost of equals; never the first). Room left over goes to hidden columns
+    that fit cut to :data:`MIN_CUT_WIDTH`, in order, then to the cut columns, left to
+    right, up to their natural widths.
+    """
+    fitted = {j: min(w, CUT_WIDTH) for j, w in enumerate(widths)}
+
+    def room() -> int:
+        return available - 1 - sum(w + 3 for w in fitted.values())
+
+    while len(fitted) > 1 and room() < 0:
+        del fitted[max(list(fitted)[1:], key=lambda j: (fitted[j], j))]
+    for j, w in enumerate(widths):
+        if j not in fitted and room() >= min(w, MIN_CUT_WIDTH) + 3:
+            fitted[j] = min(w, MIN_CUT_WIDTH)
+    for j in sorted(fitted):
+        fitted[j] += max(0, min(widths[j] - fitted[j], room()))
+    return dict(sorted(fitted.items()))
 
 
 def render_table(description: Sequence[tuple], head: list[tuple], tail: list[tuple], total: int,
                  width: int, note: str = "") -> Group:
-    """A rich Table of a result: ``head`` rows, a ``…`` row and ``tail`` rows when rows were
-    left out, columns elided in the middle when they do not fit ``width``; under it a
-    footer line says how many rows (and columns) there are, then ``note``."""
+    """A rich Table of a result in ``width`` characters: ``head`` rows, a ``…`` row and
+    ``tail`` rows when rows were left out. Values are not wrapped: lines wider than
+    their column are cut with ``…``, and columns are hidden when they do not fit (see
+    :func:`_fit_columns`). Under it a footer says how many rows there are, which
+    columns were hidden or cut and how to see them, then ``note``."""
     names = [str(d[0]) for d in description]
-    types = [d[1] for d in description]
-    cells = [[format_value(v) for v in row] for row in head]
-    tail_cells = [[format_value(v) for v in row] for row in tail]
+    types = [str(d[1]).lower().strip('"') for d in description]
+    cells = [[format_value(v) for v in row] for row in head + tail]
     widths = [
-        max([len(names[j]), min(len(str(types[j])), 12)] + [len(r[j]) for r in cells + tail_cells])
+        max([cell_len(names[j]), min(cell_len(types[j]), 12)] + [_text_width(r[j]) for r in cells])
         for j in range(len(names))
     ]
-    minimums = [
-        max(len(word) for text in [names[j], str(types[j])] + [r[j] for r in cells + tail_cells]
-            for word in (text.split() or [""]))
-        for j in range(len(names))
-    ]
-    chosen = _choose_columns(widths, minimums, width)
-    if chosen is None:
-        order: list[Optional[int]] = list(range(len(names)))
-    else:
-        order = chosen[0] + [None] + chosen[1]
+    fitted = _fit_columns(widths, width)
+    shown = list(fitted)
     table = Table(show_lines=False, header_style="bold")
-    for j in order:
-        if j is None:
-            table.add_column("…", justify="center", no_wrap=True)
-            continue
+    for j in shown:
         header = Text(names[j])
-        header.append("\n" + str(types[j]).lower().strip('"'), style="dim")
-        table.add_column(header, justify="right" if _is_numeric(types[j]) else "left",
-                         overflow="fold")
+        header.append("\n" + types[j], style="dim")
+        table.add_column(header, justify="right" if _is_numeric(description[j][1]) else "left",
+                         width=fitted[j], no_wrap=True, overflow="ellipsis")
+    for i, row in enumerate(head + tail):
+        if tail and i == len(head):
+            table.add_row(*[Text("…", style="dim") for _ in shown])
+        table.add_row(*[Text("NULL", style="dim") if row[j] is None else Text(cells[i][j]) for j in shown])
+    return Group(table, Text(_caption(names, widths, fitted, len(head) + len(tail), total, note), style="dim"))
 
-    def add(row_cells: list[str], row: tuple) -> None:
-        out = []
-        for j in order:
-            if j is None:
-                out.append("…")
-            elif row[j] is None:
-                out.append(Text("NULL", style="dim"))
-            else:
-                out.append(Text(row_cells[j]))
-        table.add_row(*out)
 
-    for r, row in zip(cells, head):
-        add(r, row)
-    if tail:
-        table.add_row(*[Text("…", style="dim") for _ in order])
-        for r, row in zip(tail_cells, tail):
-            add(r, row)
-    shown = len(head) + len(tail)
+def _caption(names: list[str], widths: list[int], fitted: dict[int, int], shown_rows: int, total: int,
+             note: str) -> str:
+    """The footer of :func:`render_table`: rows, hidden and cut columns, ``note``."""
     caption = f"{total:,} row" + ("" if total == 1 else "s")
-    if shown < total:
-        caption += f" ({shown} shown)"
-    if chosen is not None:
-        caption += f", {len(names)} columns ({len(order) - 1} shown)"
+    if shown_rows < total:
+        caption += f" ({shown_rows} shown)"
+    hidden = [names[j] for j in range(len(names)) if j not in fitted]
+    cut = [names[j] for j in fitted if widths[j] > fitted[j]]
+    if hidden:
+        caption += f", {len(names)} columns ({len(fitted)} shown; hidden: {', '.join(hidden)})"
+    if cut:
+        caption += f"; long values cut in {', '.join(cut)}"
+    if hidden or cut:
+        caption += "; .mode line (--format line) shows every column in full"
     if note:
         caption += f" · {note}"
-    return Group(table, Text(caption, style="dim"))
+    return caption
 
 
 def print_result(console: Console, cursor, *, fmt: str = "table", max_rows: int = MAX_ROWS,
@@ -393,9 +404,10 @@ def print_result(console: Console, cursor, *, fmt: str = "table", max_rows: int 
     """Print the rows of an executed cursor (nothing when it returned no rows).
 
     Args:
-        fmt: ``"table"`` (rich, at most ``max_rows`` rows), ``"csv"`` (header + every
-            row) or ``"json"`` (one JSON object per row).
-        out: the stream for csv/json (default ``sys.stdout``).
+        fmt: ``"table"`` (rich, at most ``max_rows`` rows), ``"line"`` (every row,
+            one ``column = value`` line per column, as sqlite3's ``.mode line``),
+            ``"csv"`` (header + every row) or ``"json"`` (one JSON object per row).
+        out: the stream for line/csv/json (default ``sys.stdout``).
     """
     description = cursor.description
     if description is None:
@@ -406,22 +418,37 @@ def print_result(console: Console, cursor, *, fmt: str = "table", max_rows: int 
         return
     out = out or sys.stdout
     names = [d[0] for d in description]
-    if fmt == "csv":
+    if fmt == "line":
+        _print_lines(out, names, _rows(cursor))
+    elif fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(names)
-        while True:
-            rows = cursor.fetchmany(10_000)
-            if not rows:
-                break
-            writer.writerows([_csv_value(v) for v in row] for row in rows)
+        writer.writerows([_csv_value(v) for v in row] for row in _rows(cursor))
     else:
-        while True:
-            rows = cursor.fetchmany(10_000)
-            if not rows:
-                break
-            for row in rows:
-                out.write(json.dumps(dict(zip(names, map(_json_safe, row))), default=_json_default, allow_nan=False) + "\n")
+        for row in _rows(cursor):
+            out.write(json.dumps(dict(zip(names, map(_json_safe, row))), default=_json_default, allow_nan=False) + "\n")
     out.flush()
+
+
+def _rows(cursor):
+    """Every remaining row of ``cursor``, fetched 10,000 at a time."""
+    while True:
+        rows = cursor.fetchmany(10_000)
+        if not rows:
+            return
+        yield from rows
+
+
+def _print_lines(out: TextIO, names: Sequence[str], rows) -> None:
+    """``.mode line``: each row as ``column = value`` lines, names right-aligned, rows
+    separated by a blank line; text is whole, other values as in a table."""
+    pad = max(cell_len(n) for n in names)
+    for i, row in enumerate(rows):
+        if i:
+            out.write("\n")
+        for name, v in zip(names, row):
+            text = v if isinstance(v, str) else format_value(v)
+            out.write(" " * (pad - cell_len(name)) + f"{name} = {text}\n")
 
 
 def _csv_value(v: Any) -> Any:
@@ -533,16 +560,42 @@ class Runner:
 
 HELP = """\
 Enter SQL statements terminated by ";" (they may span several lines).
-Besides DuckDB SQL: IMPORT MODEL m FROM 'f.onnx', CREATE OR REPLACE MODEL, DROP MODEL,
-SHOW MODELS, DESCRIBE MODEL m, EXPORT MODEL m TO 'f.onnx', VACUUM MODELS, and
-SELECT ... FROM PREDICT(MODEL m, TABLE t | (SELECT ...) [, on_null = 'skip'|'null'|'error']).
+Besides DuckDB SQL:
+  IMPORT MODEL m FROM 'f.onnx' [WITH (features = (a, b), description = '...')]
+  CREATE OR REPLACE MODEL m FROM 'f.onnx'     a new version; older ones stay
+  DROP MODEL m [VERSION n]    SHOW MODELS    DESCRIBE MODEL m [VERSION n]
+  EXPORT MODEL m TO 'f.onnx'  VACUUM MODELS  (delete blobs no model uses)
+  EXPLAIN [ANALYZE] SELECT ...   how each PREDICT was bound and runs, then DuckDB's plan
+
+SELECT ... FROM PREDICT(MODEL m [VERSION n], TABLE t | (SELECT ...)
+                        [, option = value ...]) [AS alias]
+Options are named arguments after the input (=, := or =>), among them:
+  on_null = 'error' | 'skip' | 'null'    a NULL fed to the model: an error (default),
+                                         leave the row out, or NULL outputs
+  features = (col_a, col_b, ...)         the columns that feed the model's input, in order
+  batch_size = 1000                      at most this many rows per model run
+  backend = 'onnxruntime'                the runtime (the only one for now)
+  execution = 'auto' | 'stream' | 'batch'  stream chunks through the model, or run it
+                                         over the whole input first; auto picks
+{known}
 
 .help             this text
+.mode [MODE]      show or set how results print: table (default), line (one
+                  "column = value" line each; shows columns a table hides), csv, json
 .tables           list tables
 .models           list models (SHOW MODELS)
 .schema TABLE     columns of a table (DESCRIBE TABLE)
 .quit, .exit      leave the shell (Ctrl-D works too)
 Ctrl-C clears the statement being typed."""
+
+
+def help_text() -> str:
+    """:data:`HELP` with the PREDICT options this version knows (more may come; the README
+    describes each)."""
+    from .planner.bind import KNOWN_OPTIONS
+
+    known = f"All the options this version knows: {', '.join(KNOWN_OPTIONS)}; the README describes each."
+    return HELP.format(known=textwrap.fill(known, 78, initial_indent="  ", subsequent_indent="  "))
 
 
 class Shell:
@@ -659,7 +712,9 @@ class Shell:
         if word in (".quit", ".exit", ".q"):
             return False
         if word == ".help":
-            self.runner.console.print(HELP, highlight=False, markup=False)
+            self.runner.console.print(help_text(), highlight=False, markup=False)
+        elif word == ".mode":
+            self._mode(rest)
         elif word == ".tables":
             self._execute("SHOW TABLES;")
         elif word == ".models":
@@ -679,6 +734,18 @@ class Shell:
             )
             self.failed = True
         return None
+
+    def _mode(self, mode: str) -> None:
+        """``.mode`` prints the display mode, ``.mode MODE`` sets it (one of :data:`FORMATS`)."""
+        if not mode:
+            self.runner.console.print(f"current mode: {self.runner.fmt}", highlight=False)
+        elif mode.lower() in FORMATS:
+            self.runner.fmt = mode.lower()
+        else:
+            self.runner.err.print(
+                f'Unknown mode "{escape(mode)}": one of {", ".join(FORMATS)}.', highlight=False
+            )
+            self.failed = True
 
 
 # --------------------------------------------------------------------------- main
@@ -721,8 +788,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--read-only", action="store_true", default=False if top else argparse.SUPPRESS,
                        help="open the database read-only")
-        p.add_argument("-f", "--format", choices=("table", "csv", "json"), default=default,
-                       help="how results are printed (default: table)")
+        p.add_argument("-f", "--format", choices=FORMATS, default=default,
+                       help="how results are printed: table (default), line (one column = value "
+                            "line each, as sqlite3's .mode line), csv, json")
 
     options(parser, True)
     parser.add_argument("-c", "--command", metavar="SQL", help="run the statement(s) in SQL, print results, exit")

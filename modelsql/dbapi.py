@@ -99,14 +99,42 @@ def Binary(value: Any) -> bytes:
 
 
 def _python_values(parameters) -> list:
-    """Parameters as a list, NumPy scalars turned into the Python values DuckDB binds."""
-    out = []
-    for value in parameters:
-        item = getattr(value, "item", None)
-        if item is not None and type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
-            value = item()
-        out.append(value)
-    return out
+    """Parameters as a list read by index ``0 .. len(parameters) - 1``, as sqlite3 reads a
+    sequence: ``__iter__`` is not used, and an exception raised by ``__len__`` or
+    ``__getitem__`` reaches the caller unchanged. NumPy scalars become the Python values
+    DuckDB binds."""
+    return [_python_value(parameters[i]) for i in range(len(parameters))]
+
+
+def _python_value(value):
+    """A NumPy scalar as its Python value; any other value unchanged."""
+    item = getattr(value, "item", None)
+    if item is not None and type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return item()
+    return value
+
+
+def _named_list_items(table):
+    """``table`` with Arrow's conventional child name ``item`` for list and array columns.
+
+    DuckDB exports ``T[k]`` and ``T[]`` columns with an unnamed child field
+    (``fixed_size_list<: float>[k]``), which pandas, Polars and Arrow's own
+    writers treat as a different type from ``list<item: float>``.
+    """
+    import pyarrow as pa
+
+    def fix(t):
+        if pa.types.is_fixed_size_list(t):
+            return pa.list_(pa.field("item", fix(t.value_type), t.value_field.nullable), t.list_size)
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            make = pa.list_ if pa.types.is_list(t) else pa.large_list
+            return make(pa.field("item", fix(t.value_type), t.value_field.nullable))
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(fix(f.type)) for f in t])
+        return t
+
+    schema = pa.schema([f.with_type(fix(f.type)) for f in table.schema], metadata=table.schema.metadata)
+    return table.cast(schema)
 
 
 # ------------------------------------------------------------ error mapping
@@ -132,13 +160,32 @@ _DUCK_TO_PEP249 = [
 ]
 
 
+_ABORTED = (
+    "The transaction is aborted: a statement in it failed, and DuckDB refuses every later statement "
+    "until it ends. Call rollback() (or run ROLLBACK), then run the statements again."
+)
+
 _BY_MESSAGE = [
     # DuckDB files these under "Invalid Input"; PEP 249 names them: a data problem, and a database mode
-    (_re.compile(r"\AInvalid Input Error: Division by zero in expression"), DataError, "division_by_zero"),
+    (_re.compile(r"\AInvalid Input Error: Division by zero in expression"), DataError, "division_by_zero", None),
     (_re.compile(r"\AInvalid Input Error: Cannot execute statement of type \"[A-Z_ ]+\" on database \"[^\"]*\" "
-                 r"which is attached in read-only mode"), OperationalError, "read_only"),
+                 r"which is attached in read-only mode"), OperationalError, "read_only", None),
+    # also as the catalog words it ("Catalog error: TransactionContext Error: ...")
+    (_re.compile(r"\A(?:Catalog error: )?TransactionContext Error: Current transaction is aborted"),
+     OperationalError, "transaction_aborted", _ABORTED),
 ]
-"""Messages that say more than DuckDB's exception class: (pattern, PEP 249 class, code)."""
+"""Messages that say more than DuckDB's exception class: (pattern, PEP 249 class, code, message), the
+message None to keep DuckDB's. Matched on duckdb exceptions and on modelsql errors carrying DuckDB's text."""
+
+
+def _by_message(exc: BaseException) -> Optional[Error]:
+    """The error :data:`_BY_MESSAGE` makes of ``exc``, or None."""
+    text = str(exc)
+    for pattern, ours, code, message in _BY_MESSAGE:
+        if pattern.match(text):
+            return ours(message or text, code=code)
+    return None
+
 
 _DUCK_KIND = _re.compile(r"^(?:\w+Error: )?([A-Z][A-Za-z ]*?) Error: ")
 
@@ -158,13 +205,16 @@ def _from_message(exc: BaseException):
 
 
 def translate_duckdb_error(exc: BaseException) -> Error:
-    """Map a duckdb exception to the modelsql (PEP 249) class of the same meaning."""
+    """Map a duckdb exception to the modelsql (PEP 249) class of the same meaning.
+
+    A modelsql error comes back as it is, unless :data:`_BY_MESSAGE` says more about the DuckDB text it
+    carries (the catalog's ``Catalog error: TransactionContext Error: ...`` becomes ``transaction_aborted``).
+    """
+    better = _by_message(exc) if isinstance(exc, (Error, duckdb.Error)) else None
     if isinstance(exc, Error):
-        return exc
-    text = str(exc)
-    for pattern, ours, code in _BY_MESSAGE:
-        if isinstance(exc, duckdb.Error) and pattern.match(text):
-            return ours(text, code=code)
+        return better if better is not None and better.code != exc.code else exc
+    if better is not None:
+        return better
     for duck_cls, ours, code in _DUCK_TO_PEP249:
         if duck_cls and isinstance(exc, duck_cls):
             return ours(str(exc), code=code)
@@ -456,11 +506,17 @@ class Connection:
         """
         self._check_open()
         self._settle()
-        return self._engine.import_model(
-            name, model, example_input=example_input, features=features, input_names=input_names,
-            output_names=output_names, replace=replace,
-            if_not_exists=if_not_exists, options=options, connection=self,
-        )
+        try:
+            return self._engine.import_model(
+                name, model, example_input=example_input, features=features, input_names=input_names,
+                output_names=output_names, replace=replace,
+                if_not_exists=if_not_exists, options=options, connection=self,
+            )
+        except Error as err:
+            better = translate_duckdb_error(err)  # the catalog's wording of an aborted transaction
+            if better is err:
+                raise
+            raise better from None
 
     def register(self, name: str, data: Any) -> None:
         """Make a Python object queryable as a view ``name`` on this connection (extension).
@@ -574,6 +630,8 @@ class Cursor:
             ProgrammingError: syntax errors, unknown models/tables/columns, wrong
                 number of parameters. DataError: bad values (NULLs fed to a model,
                 corrupt blobs). InterfaceError: the cursor or connection is closed.
+                An exception raised by the parameters' own ``__len__`` or
+                ``__getitem__`` propagates unchanged (as in sqlite3).
         """
         self._check_open()
         if not isinstance(operation, str):
@@ -582,18 +640,20 @@ class Cursor:
             # checked first: a dict has __len__, and list(dict) would silently bind its keys
             raise NotSupportedError("paramstyle is qmark: pass parameters as a sequence, not a mapping.", code="paramstyle")
         if parameters is not None and (
-            isinstance(parameters, (str, bytes, bytearray, set, frozenset)) or not hasattr(parameters, "__len__")
+            isinstance(parameters, (str, bytes, bytearray, set, frozenset))
+            or not hasattr(parameters, "__len__") or not hasattr(parameters, "__getitem__")
         ):
             raise ProgrammingError("parameters must be a sequence (list or tuple).", code="bad_parameters")
+        values = _python_values(parameters) if parameters is not None else None
         conn = self.connection
         self._discard()  # this cursor's own unread rows are dropped, never fetched
         conn._settle()
         self._reset()
         self._operation = operation
         try:
-            outcome = conn._engine.execute(operation, _python_values(parameters) if parameters is not None else None, conn)
+            outcome = conn._engine.execute(operation, values, conn)
         except Error as err:
-            raise point_into(err, operation) from err.__cause__
+            raise point_into(translate_duckdb_error(err), operation) from err.__cause__
         self._description = outcome.description
         self._rowcount = outcome.rowcount
         if outcome.rows is not None:
@@ -670,7 +730,7 @@ class Cursor:
             warnings.simplefilter("ignore", UserWarning)
             table = self._stream_call(lambda d: d.to_arrow_table())
         self._finish_stream()
-        return table
+        return _named_list_items(table)
 
     def setinputsizes(self, sizes) -> None:
         """PEP 249: accepted and ignored."""

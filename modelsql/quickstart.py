@@ -19,15 +19,17 @@
      it outputs ``logits``, ``label`` (argmax, BIGINT) and ``probabilities`` (softmax);
    * ``iris_forest``: scikit-learn ``RandomForestClassifier``.
 
-3. Imports them with :meth:`modelsql.Connection.import_model` (``replace=True``:
-   a rerun adds a version; identical weights are stored once).
+3. Imports them with :meth:`modelsql.Connection.import_model`. Models of these
+   names from an earlier run are dropped first (a line says so), so a re-run
+   leaves the catalog as one run does: one version of each.
 
 4. Runs prediction queries in SQL, each printed before its result: accuracy per
    class (``GROUP BY`` over ``PREDICT``), overall accuracy of every model,
    predictions joined with the original table, ``SHOW MODELS``,
    ``SELECT * FROM modelsql.storage`` and ``DESCRIBE MODEL``.
 
-Re-runnable on the same database: tables are created with ``CREATE OR REPLACE``.
+Re-runnable on the same database: tables are created with ``CREATE OR REPLACE``
+and the models replaced (step 3).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ SEED = 0
 TEST_FRACTION = 0.25
 DIGITS_PIXELS = [f"p{i}" for i in range(64)]
 MLP_EPOCHS = 30
+MODELS = ("breast_cancer_logreg", "digits_mlp", "iris_forest")
+"""The models the quickstart imports."""
 
 
 def snake_case(name: str) -> str:
@@ -214,6 +218,23 @@ def import_torch(con, name: str, module, example, features: Sequence[str]):
                             output_names=("logits", "label", "probabilities"), replace=True)
 
 
+def drop_earlier_models(con, console: Console) -> list[str]:
+    """Drop every version of the :data:`MODELS` already in the catalog (an earlier run's),
+    printing their names, so the imports that follow leave one version of each.
+
+    Returns:
+        The names dropped.
+    """
+    existing = {str(row[0]).lower() for row in con.execute("SHOW MODELS").fetchall()}
+    dropped = [name for name in MODELS if name in existing]
+    for name in dropped:
+        con.execute(f"DROP MODEL {name}")
+    if dropped:
+        console.print(f"Replacing the models of an earlier run: {', '.join(dropped)} "
+                      "(all their versions dropped; imported again as version 1).", highlight=False)
+    return dropped
+
+
 # --------------------------------------------------------------------------- queries
 
 
@@ -324,6 +345,7 @@ def run(database: str, console: Optional[Console] = None) -> None:
             X, y = read_xy(con, "digits_train", features["digits"])
             mlp = train_digits_mlp(X, y, progress)
 
+            drop_earlier_models(con, progress.console)
             task = progress.add_task("Importing models into the catalog", total=3)
             con.import_model("breast_cancer_logreg", logreg, features=features["breast_cancer"], replace=True)
             progress.advance(task)

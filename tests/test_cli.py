@@ -22,10 +22,14 @@ import modelsql
 from modelsql.cli import format_value, is_complete, split_statements
 
 
-def run_cli(tmp_path, *args, stdin: str | None = None, timeout: float = 120):
+def run_cli(tmp_path, *args, stdin: str | None = None, timeout: float = 120, columns: int | None = None):
+    """Run ``python -m modelsql.cli`` in ``tmp_path``; ``columns`` is the terminal width
+    (``$COLUMNS``; without it output is 120 characters wide, as when piped)."""
     env = dict(os.environ)
     env["HOME"] = str(tmp_path)  # keep ~/.modelsql_history out of the real home
     env.pop("COLUMNS", None)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     env.pop("MODELSQL_TRACEBACK", None)
     return subprocess.run(
         [sys.executable, "-m", "modelsql.cli", *args],
@@ -211,6 +215,97 @@ def test_shell_help_models_and_eof(tmp_path):
     assert "five" in r.stdout
 
 
+@pytest.fixture
+def models_db(tmp_path, digits_pipe):
+    """Name of a database file in tmp_path holding model ``digits`` (64 named features,
+    so its SHOW MODELS row is far wider than a terminal)."""
+    with modelsql.connect(str(tmp_path / "m.duckdb")) as con:
+        con.import_model("digits", digits_pipe, features=[f"pixel_{i}" for i in range(64)])
+    return "m.duckdb"
+
+
+def _show_models_columns(tmp_path, db) -> list[str]:
+    with modelsql.connect(str(tmp_path / db), read_only=True) as con:
+        return [d[0] for d in con.execute("SHOW MODELS").description]
+
+
+def test_show_models_fits_80_columns_and_names_hidden_ones(tmp_path, models_db):
+    r = run_cli(tmp_path, "-d", models_db, "-c", "SHOW MODELS", columns=80)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, r.stdout
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 1 and "digits" in rows[0], r.stdout  # one line: no value wraps
+    shown = re.findall(r"┃ (\w+)\s", lines[1])
+    footer = " ".join(lines[next(i for i, line in enumerate(lines) if line.startswith("└")) + 1:])
+    hidden = re.search(r"hidden: ([\w, ]+)\)", footer).group(1).split(", ")
+    assert shown[0] == "name" and len(shown) >= 4, r.stdout
+    assert sorted(shown + hidden) == sorted(_show_models_columns(tmp_path, models_db)), r.stdout
+    assert ".mode line" in footer
+
+
+def test_mode_line_shows_every_column_whole(tmp_path, models_db):
+    r = run_cli(tmp_path, "-d", models_db, stdin=".mode\n.mode line\nSHOW MODELS;\n.mode\n", columns=80)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("current mode: table\n") and "current mode: line" in r.stdout
+    names = _show_models_columns(tmp_path, models_db)
+    width = max(map(len, names))
+    for name in names:
+        assert re.search(rf"^ *{name} = \S", r.stdout, re.M), (name, r.stdout)
+        assert f"{name:>{width}} = " in r.stdout
+    assert "pixel_0, pixel_1" in r.stdout and "pixel_63" in r.stdout  # text is not cut
+    assert "┃" not in r.stdout
+
+
+def test_format_line_and_bad_mode(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "-f", "line", "-c",
+                "SELECT 1 AS a, 'x y' AS long_name UNION ALL SELECT 2, NULL ORDER BY a")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "        a = 1\nlong_name = x y\n\n        a = 2\nlong_name = NULL\n"
+    r = run_cli(tmp_path, "-d", ":memory:", stdin=".mode wide\nSELECT 1 AS still_here;\n")
+    assert r.returncode == 1
+    assert 'Unknown mode "wide"' in r.stderr and "line" in r.stderr
+    assert "still_here" in r.stdout
+
+
+def test_wide_values_are_cut_not_wrapped(tmp_path):
+    sql = ("SELECT TIMESTAMPTZ '2026-01-02 03:04:05.678+00' AS created_at, "
+           "repeat('word ', 40) AS long_text, 42 AS answer")
+    r = run_cli(tmp_path, "-d", ":memory:", "-c", sql, columns=80)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, r.stdout
+    (row,) = [line for line in lines if line.startswith("│")]
+    assert "2026-01-02 03:04:05.678" in row and "42" in row and re.search(r"│ word word[ \w]*… │", row)
+    assert "long values cut in long_text" in " ".join(lines[-2:])
+
+
+def test_explain_plan_is_shown_whole(tmp_path):
+    sql = ("EXPLAIN SELECT g, count(*) AS n FROM (SELECT range % 7 AS g FROM range(1000)) "
+           "WHERE g > 1 GROUP BY g ORDER BY n DESC")
+    with modelsql.connect(":memory:") as con:
+        plan = "\n".join(value for _, value in con.execute(sql).fetchall())
+    assert len(plan) > 400  # longer than the 200 characters a table cell keeps of one line
+    r = run_cli(tmp_path, "-d", ":memory:", "-c", sql)
+    assert r.returncode == 0, r.stderr
+    for line in plan.splitlines():
+        if line.strip():
+            assert line.rstrip() in r.stdout, (line, r.stdout)
+
+
+def test_help_documents_predict_options_and_explain(tmp_path):
+    from modelsql.planner.bind import KNOWN_OPTIONS
+
+    r = run_cli(tmp_path, "-d", ":memory:", stdin=".help\n")
+    assert r.returncode == 0, r.stderr
+    for option in ("on_null", "features", "batch_size", "backend", "execution"):
+        assert re.search(rf"^  {option} = ", r.stdout, re.M), option  # each with its values
+    known = re.search(r"this version knows: ([^;]*);", " ".join(r.stdout.split())).group(1)
+    assert known.split(", ") == list(KNOWN_OPTIONS)
+    assert "EXPLAIN [ANALYZE]" in r.stdout and ".mode" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
 # ----------------------------------------------------------------------- helpers (in process)
 
 
@@ -279,15 +374,31 @@ def test_quickstart_end_to_end(tmp_path):
         ).fetchone()
         assert n == 450 and correct / n > 0.8
 
-    # re-runnable on the same database: same tables, one more version of each model
+    assert "earlier run" not in out
+    first = _catalog_state(tmp_path)
+
+    # re-runnable on the same database: it says it replaces the models, and leaves the
+    # catalog and the store as one run does (one version of each, the same blobs)
     r2 = run_cli(tmp_path, "quickstart", timeout=300)
     assert r2.returncode == 0, r2.stderr[-3000:]
     assert _accuracies(r2.stdout) == acc  # deterministic
+    said = " ".join(r2.stdout.split())
+    assert "Replacing the models of an earlier run: breast_cancer_logreg, digits_mlp, iris_forest" in said
+    assert _catalog_state(tmp_path) == first
+    assert {name: versions for name, versions, *_ in first[0]} == {
+        "digits_mlp": 1, "breast_cancer_logreg": 1, "iris_forest": 1}
+
+
+def _catalog_state(tmp_path):
+    """(name, versions, param_count, logical_bytes) per model, the storage row, and the blob files."""
     with modelsql.connect(str(tmp_path / "modelsql.duckdb"), read_only=True) as con:
         cur = con.execute("SHOW MODELS")
-        col = [d[0] for d in cur.description].index("versions")
-        versions = {row[0]: row[col] for row in cur.fetchall()}
-    assert versions == {"digits_mlp": 2, "breast_cancer_logreg": 2, "iris_forest": 2}
+        cols = [d[0] for d in cur.description]
+        models = sorted(tuple(row[cols.index(c)] for c in ("name", "versions", "param_count", "logical_bytes"))
+                        for row in cur.fetchall())
+        storage = con.execute("SELECT * FROM modelsql.storage").fetchall()
+    blobs = sorted(p.name for p in (tmp_path / "modelsql.duckdb.blobs").rglob("*") if p.is_file())
+    return models, storage, blobs
 
 
 @pytest.mark.skipif(shutil.which("modelsql") is None, reason="console script not installed")

@@ -300,3 +300,15 @@ def test_on_error_null_and_skip(encoder_con, execution):
     assert con.execute("SELECT count(*) FROM PREDICT(MODEL enc, TABLE t, on_error = 'skip')").fetchall() == [(3,)]
     with pytest.raises(modelsql.ProgrammingError, match="on_error must be one of"):
         con.execute("SELECT * FROM PREDICT(MODEL enc, TABLE t, on_error = 'ignore')")
+
+
+def test_outputs_wider_than_a_duckdb_array_come_back_as_lists(con):
+    model = make_model([helper.make_node("Tile", ["x", "r"], ["y"])], [("x", TensorProto.FLOAT, ["N", 2])],
+                       [("y", TensorProto.FLOAT, ["N", 150_528])],
+                       initializers=[("r", np.array([1, 75_264], dtype=np.int64))])
+    con.import_model("wide", model)
+    load_table(con, "t", {"x": ("FLOAT[2]", np.array([[1.0, 2.0], [3.0, 4.0]]))})
+    cur = con.execute("SELECT y FROM PREDICT(MODEL wide, TABLE t)")
+    assert cur.description[0][1] == "FLOAT[]"
+    rows = cur.fetchall()
+    assert len(rows[0][0]) == 150_528 and rows[1][0][:4] == [3.0, 4.0, 3.0, 4.0]

@@ -13,6 +13,9 @@ from typing import Any, Optional, Sequence
 from onnx import ModelProto
 
 from modelsql.errors import ProgrammingError
+from modelsql.formats.batch_axis import batch_dependence
+from modelsql.formats.metadata import metadata_features, write_metadata
+from modelsql.formats.conversion_check import ConversionCheck, check_conversion
 from modelsql.formats.onnx_io import (
     BLOB_LOCATION_PREFIX,
     ModelSource,
@@ -31,6 +34,9 @@ from modelsql.formats.torch import from_torch, is_torch_module
 
 __all__ = [
     "to_onnx",
+    "batch_dependence",
+    "metadata_features",
+    "write_metadata",
     "load_model",
     "check_model",
     "signature",
@@ -41,6 +47,8 @@ __all__ = [
     "referenced_digests",
     "param_count",
     "from_sklearn",
+    "check_conversion",
+    "ConversionCheck",
     "from_torch",
     "is_sklearn_estimator",
     "is_torch_module",
@@ -102,6 +110,8 @@ def to_onnx(
             source = "<ModelProto>"
         else:
             source = "<bytes>"
+        if features is None:
+            features = metadata_features(model, source)  # written by an earlier EXPORT MODEL
         if features is not None:
             _check_feature_count(model, features, source)
         return model, "onnx", source, features

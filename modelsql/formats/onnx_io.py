@@ -368,8 +368,23 @@ def _spec(name: str, tp: TypeProto) -> TensorSpec:
                 dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
             shape = tuple(dims)
         return TensorSpec(name, _elem_name(tt.elem_type), shape)
-    kinds = {"sequence_type": "SEQUENCE", "map_type": "MAP", "optional_type": "OPTIONAL", "opaque_type": "OPAQUE"}
-    return TensorSpec(name, kinds.get(which, "UNDEFINED"), None)
+    return TensorSpec(name, type_text(tp), None)
+
+
+def type_text(tp: TypeProto) -> str:
+    """A non-tensor ONNX type as text: ``SEQUENCE(MAP(INT64, FLOAT))`` (a ZipMap output),
+    ``MAP(STRING, DOUBLE)``, ``SEQUENCE(FLOAT)`` (a sequence of float tensors), ``OPTIONAL(...)``;
+    a tensor type is its element type name."""
+    which = tp.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type"):
+        return _elem_name(getattr(tp, which).elem_type)
+    if which == "sequence_type":
+        return f"SEQUENCE({type_text(tp.sequence_type.elem_type)})"
+    if which == "map_type":
+        return f"MAP({_elem_name(tp.map_type.key_type)}, {type_text(tp.map_type.value_type)})"
+    if which == "optional_type":
+        return f"OPTIONAL({type_text(tp.optional_type.elem_type)})"
+    return {"opaque_type": "OPAQUE"}.get(which, "UNDEFINED")
 
 
 def opset(model: ModelProto) -> int:
@@ -385,8 +400,8 @@ def signature(model: ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSp
         ``(inputs, outputs, opset)``: the main graph's inputs that are not
         initializers, its outputs (each a :class:`TensorSpec`: element type name
         upper case as in ``TensorProto.DataType``; dims int / str (symbolic) /
-        None; sequences, maps and optionals get ``"SEQUENCE"`` / ``"MAP"`` /
-        ``"OPTIONAL"`` with shape None), and the default-domain opset (0 if the
+        None; sequences, maps and optionals get their :func:`type_text`, e.g.
+        ``"SEQUENCE(MAP(INT64, FLOAT))"``, with shape None), and the default-domain opset (0 if the
         model imports none). Works on stripped graphs too.
     """
     g = model.graph

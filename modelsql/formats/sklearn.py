@@ -6,7 +6,15 @@ A fitted estimator becomes an ONNX graph with one input and named outputs:
 * classifiers: ``"label"`` (shape ``["N"]``, INT64 or STRING like the training
   labels) and ``"probabilities"`` (``FLOAT`` ``["N", n_classes]``); a matrix,
   never skl2onnx's ZipMap list of dicts;
-* regressors: ``"prediction"`` (``FLOAT`` ``["N", 1]`` as skl2onnx emits it);
+* regressors: ``"prediction"`` (``FLOAT`` ``["N", 1]`` as skl2onnx emits it, or
+  ``["N", k]`` for a regressor predicting ``k > 1`` targets: skl2onnx declares
+  ``[N, 1]`` for trees, MLPs and bagging, whose graphs return ``[N, k]`` or
+  ``[N * k, 1]``; the declaration is corrected and the latter reshaped);
+* multi-output classifiers (``predict`` gives ``[N, k]``) are converted only if
+  skl2onnx's outputs give one row per input row (a ``label`` of ``[N, k]``);
+  skl2onnx's multi-output trees and k-NN (probabilities ``[k, N, c]``),
+  ``MultiOutputClassifier`` (a sequence of tensors) and multi-label MLPs (label
+  declared ``[N]``) are refused at conversion;
 * anything else (transformers, clusterers): skl2onnx's output names, unchanged.
 
 Translating a classical ML pipeline into a tensor graph is the first step of
@@ -18,12 +26,15 @@ skl2onnx is imported lazily: it is an optional dependency
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional, Sequence
 
+import numpy as np
 import onnx
+from onnx import helper, numpy_helper
 
 from modelsql.errors import NotSupportedError, ProgrammingError
-from modelsql.formats._graph_edit import dedupe_opsets, name_batch_dim, rename_value
+from modelsql.formats._graph_edit import BATCH_DIM, dedupe_opsets, name_batch_dim, rename_value
 from modelsql.formats.onnx_io import check_model
 
 __all__ = ["from_sklearn", "is_sklearn_estimator", "DEFAULT_OPSET", "ML_OPSET"]
@@ -87,6 +98,124 @@ def _selects_columns_by_name(estimator) -> Optional[dict]:
     return found
 
 
+def _n_outputs(final: Any, regressor: bool) -> int:
+    """Number of targets ``final`` predicts per row: the width of ``predict`` on one row of
+    zeros (``[1, k]`` -> k, ``[1]`` -> 1); if that fails, a regressor's ``n_outputs_``
+    (a classifier's can count classes, as MLPClassifier's does); else 1."""
+    n = getattr(final, "n_features_in_", None)
+    if n is not None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "X does not have valid feature names" ...
+                shape = np.shape(final.predict(np.zeros((1, int(n)))))
+            return int(shape[1]) if len(shape) == 2 else 1
+        except Exception:  # a step that needs other inputs than zeros: fall back
+            pass
+    k = getattr(final, "n_outputs_", None) if regressor else None
+    return int(k) if isinstance(k, (int, np.integer)) and k > 0 else 1
+
+
+def _dims(value: onnx.ValueInfoProto) -> Optional[list]:
+    """The declared dims of a tensor value (int, name or None each); None if not a tensor or rank unknown."""
+    if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
+        return None
+    return [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in value.type.tensor_type.shape.dim
+    ]
+
+
+def _shape_text(dims: list) -> str:
+    """``[3, ?, 3]``: dims for a message, ``?`` where unknown."""
+    return f"[{', '.join('?' if d is None else str(d) for d in dims)}]"
+
+
+def _unused_name(model: onnx.ModelProto, base: str) -> str:
+    """``base``, or ``base_2``, ``base_3`` ..., whichever no value or node of the main graph uses."""
+    g = model.graph
+    used = {n for node in g.node for n in list(node.input) + list(node.output) + [node.name]}
+    used |= {v.name for v in list(g.input) + list(g.output) + list(g.value_info)} | {t.name for t in g.initializer}
+    name, i = base, 1
+    while name in used:
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
+def _reshape_prediction(model: onnx.ModelProto, k: int) -> None:
+    """Make the graph output ``prediction`` of a regressor predicting ``k`` targets
+    return and declare ``[N, k]``; a no-op if it is declared ``[batch, k]`` already.
+
+    skl2onnx declares ``[N, 1]`` for all of these. A ``TreeEnsembleRegressor`` with
+    ``n_targets = k`` (trees, forests, extra trees) returns ``[N, k]``: only the
+    declaration changes. An MLP's final ``Reshape`` to ``[-1, 1]`` returns ``[N * k, 1]``:
+    it reshapes to ``[-1, k]`` instead. Anything else (bagging's ``[N * k, 1]``) gets a
+    final ``Reshape`` to ``[-1, k]``; all of them are row-major, so rows keep their values.
+    """
+    out = model.graph.output[0]
+    dims = _dims(out)
+    if dims is not None and len(dims) == 2 and not isinstance(dims[0], int) and dims[1] == k:
+        return
+    g = model.graph
+    producer = next((n for n in g.node if "prediction" in n.output), None)
+    op = producer.op_type if producer is not None else None
+    if op == "Reshape" and _constant(model, producer.input[1]) == [-1, 1]:
+        old = producer.input[1]
+        producer.input[1] = _add_shape(model, k)
+        if not any(old in n.input for n in g.node):
+            g.initializer.remove(next(t for t in g.initializer if t.name == old))
+    elif not (op == "TreeEnsembleRegressor" and _int_attr(producer, "n_targets") == k):
+        raw = _unused_name(model, "prediction_unshaped")
+        rename_value(model, "prediction", raw)
+        reshape = helper.make_node("Reshape", [raw, _add_shape(model, k)], ["prediction"])
+        reshape.name = _unused_name(model, "Reshape_prediction")
+        g.node.append(reshape)
+    for v in [v for v in g.value_info if v.name == "prediction"]:
+        g.value_info.remove(v)
+    g.output[0].CopyFrom(helper.make_tensor_value_info("prediction", out.type.tensor_type.elem_type, [BATCH_DIM, k]))
+
+
+def _int_attr(node: onnx.NodeProto, name: str) -> Optional[int]:
+    """An INT attribute of ``node``, or None."""
+    return next((int(a.i) for a in node.attribute if a.name == name and a.type == onnx.AttributeProto.INT), None)
+
+
+def _constant(model: onnx.ModelProto, name: str) -> Optional[list]:
+    """The values of initializer ``name`` as a flat list, or None if it is not one."""
+    t = next((t for t in model.graph.initializer if t.name == name), None)
+    return None if t is None else numpy_helper.to_array(t).reshape(-1).tolist()
+
+
+def _add_shape(model: onnx.ModelProto, k: int) -> str:
+    """Add an INT64 initializer ``[-1, k]`` (a Reshape target) and return its name."""
+    name = _unused_name(model, "prediction_shape")
+    model.graph.initializer.append(numpy_helper.from_array(np.array([-1, k], dtype=np.int64), name))
+    return name
+
+
+def _check_multi_output_classifier(model: onnx.ModelProto, k: int, cls_name: str) -> None:
+    """Refuse a classifier predicting ``k > 1`` targets unless each output is a tensor with
+    the batch on axis 0 and ``label`` is ``[N, k]``.
+
+    Raises:
+        NotSupportedError: code ``conversion_failed``, naming the output and its shape.
+    """
+    for out in model.graph.output:
+        dims = _dims(out)
+        if dims is None:
+            problem = "is not a tensor" if not out.type.HasField("tensor_type") else "has no declared shape"
+        elif not dims or isinstance(dims[0], int):
+            problem = f"has shape {_shape_text(dims)}, not one row per input row"
+        elif out.name == "label" and (len(dims) != 2 or dims[1] != k):
+            problem = f"is declared with shape {_shape_text(dims)}, not [N, {k}]"
+        else:
+            continue
+        raise NotSupportedError(
+            f"skl2onnx cannot convert the {cls_name} predicting {k} targets per row: its output {out.name!r} "
+            f"{problem}; import one classifier per target instead",
+            code="conversion_failed",
+        )
+
+
 def from_sklearn(
     estimator: Any,
     *,
@@ -111,7 +240,8 @@ def from_sklearn(
 
     Raises:
         NotSupportedError: code ``missing_dependency`` if scikit-learn or skl2onnx is
-            not installed; code ``conversion_failed`` if skl2onnx cannot convert it.
+            not installed; code ``conversion_failed`` if skl2onnx cannot convert it, or
+            converts a multi-output classifier to outputs without one row per input row.
         ProgrammingError: code ``not_fitted`` for an unfitted estimator;
             ``n_features_required`` if the feature count is unknown;
             ``feature_count_mismatch`` if the names or ``n_features`` disagree with it.
@@ -210,5 +340,10 @@ def from_sklearn(
         rename_value(model, outputs[0], "prediction")
     for v in list(model.graph.input) + list(model.graph.output):
         name_batch_dim(v)
+    k = _n_outputs(_final_step(estimator), regressor) if classifier or regressor else 1
+    if regressor and k > 1 and len(outputs) == 1:
+        _reshape_prediction(model, k)
+    elif classifier and k > 1:
+        _check_multi_output_classifier(model, k, cls_name)
     check_model(model, f"the ONNX graph converted from the {cls_name}")
     return model, features

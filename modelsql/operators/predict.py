@@ -15,7 +15,9 @@ Input arguments, one per model input (see :class:`InputArg`):
   (already cast to the input's element type ``T`` by DuckDB), reshaped to the
   input's shape ``(n, *dims)``;
 * ``column``: one scalar column, shaped ``(n,)`` or ``(n, 1)``;
-* ``array``: one array or list column, reshaped to ``(n, *dims)``.
+* ``array``: one array or list column, flat or nested (``T[224][224][3]``,
+  ``T[][][]``), its rows read row-major and reshaped to ``(n, *dims)`` (see
+  :func:`row_fit`).
 
 With ``execution = 'batch'`` the planner instead reads the input to Arrow in
 large record batches and calls the same function once per batch; a ``matrix``
@@ -31,6 +33,7 @@ the flattened row.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -38,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import DataError
+from . import row_errors
 
 NULL_MARKER = "modelsql-null-input"
 """Prefix of the exception message a PREDICT raises on a NULL input (mode ``error``)."""
@@ -144,8 +148,11 @@ class OutputCol:
         output_name: the ONNX output name.
         column: the SQL column name it is returned as.
         elem_type: ONNX element type name.
-        kind: ``"scalar"``, ``"fixed"`` (``T[width]``) or ``"list"`` (``T[]``).
+        kind: ``"scalar"``, ``"fixed"`` (``T[width]``), ``"list"`` (``T[]``) or
+            ``"map"`` (``MAP(K, T)``: one map per row, from a sequence of maps such
+            as skl2onnx's ZipMap output, class label -> probability).
         width: the array width for ``"fixed"``.
+        key_type: ONNX element type of a ``"map"`` output's keys (INT64 or STRING).
     """
 
     output_name: str
@@ -153,6 +160,7 @@ class OutputCol:
     elem_type: str
     kind: str
     width: int = 0
+    key_type: str = ""
 
     @property
     def duckdb_type(self) -> str:
@@ -161,6 +169,8 @@ class OutputCol:
             return f"{base}[{self.width}]"
         if self.kind == "list":
             return f"{base}[]"
+        if self.kind == "map":
+            return f"MAP({ONNX_TO_DUCKDB[self.key_type]}, {base})"
         return base
 
 
@@ -175,6 +185,11 @@ class PredictFunction:
             NULL for rows with a NULL input) or ``"skip"`` (the planner filtered
             such rows out before this operator; treated as ``"error"`` here).
         index: the PREDICT's position in its statement, for error messages.
+        batch_size: at most this many rows per model run.
+        on_error: rows ONNX Runtime fails on: ``"error"`` (raise a DataError naming the
+            column, value and row count), ``"null"`` (NULL outputs) or ``"skip"`` (NULL
+            structs, which the planner filters out).
+        model_name: the model's name, for error messages.
 
     Calling it with one Arrow array per argument (each ``n`` rows) returns a
     ``pyarrow.StructArray`` of ``n`` rows.
@@ -189,8 +204,12 @@ class PredictFunction:
         index: int = 0,
         *,
         batch_size: Optional[int] = None,
+        on_error: str = "error",
+        model_name: str = "?",
     ):
         self.model = model
+        self.on_error = on_error
+        self.model_name = model_name
         self.batch_size = batch_size
         self.error: Optional[BaseException] = None
         self.args = args
@@ -220,14 +239,48 @@ class PredictFunction:
             self.error = exc
             raise
 
-    def _run(self, feeds: dict[str, np.ndarray], n: int) -> list[np.ndarray]:
+    def _run_all(self, feeds: dict[str, np.ndarray], n: int) -> list[np.ndarray]:
         b = self.batch_size
         if not b or n <= b:
             return self.model.run(feeds, self.output_names)
         parts = [
             self.model.run({k: v[i : i + b] for k, v in feeds.items()}, self.output_names) for i in range(0, n, b)
         ]
+        for start, part in zip(range(0, n, b), parts):
+            for res, o in zip(part, self.outputs):
+                if o.kind != "map" and (np.ndim(res) == 0 or len(res) != min(b, n - start)):
+                    # not one row per input row: raise the error naming the output before concatenating
+                    _to_arrow(res, o, min(b, n - start), f"PREDICT over {getattr(self.model, 'label', 'the model')}")
         return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]
+
+    def _run(self, feeds: dict[str, np.ndarray], n: int) -> tuple[Optional[list], np.ndarray]:
+        """The outputs for the rows the model does not fail on, and the mask of those it fails on.
+
+        A failing run is bisected (:mod:`~modelsql.operators.row_errors`); under ``on_error =
+        'error'`` the first failing row's column and value are named in the DataError raised.
+        """
+        try:
+            return self._run_all(feeds, n), np.zeros(n, dtype=bool)
+        except DataError as exc:
+            if exc.code != "inference_failed":
+                raise
+            first = exc
+
+        def run(f):
+            return self._run_all(f, len(next(iter(f.values()))))
+
+        bad = row_errors.failing_rows(run, feeds, n)
+        if not len(bad):
+            raise first  # no row fails alone: the batch as a whole does
+        failed = np.zeros(n, dtype=bool)
+        failed[bad] = True
+        if self.on_error == "error":
+            good = int(np.flatnonzero(~failed)[0]) if (~failed).any() else None
+            who = row_errors.culprit(run, feeds, self.args, int(bad[0]), good)
+            raise row_errors.row_error(self.model_name, first, bad, n, who) from None
+        if failed.all():
+            return None, failed
+        return self._run_all({k: v[~failed] for k, v in feeds.items()}, int((~failed).sum())), failed
 
     def _call(self, *arrays) -> pa.StructArray:
         self.calls += 1
@@ -239,32 +292,46 @@ class PredictFunction:
             mask = _null_rows(arr, spec)
             if mask is not None:
                 null_rows = mask if null_rows is None else (null_rows | mask)
+        computed = np.arange(n)
         if null_rows is not None and null_rows.any():
             if self.on_null != "null":
                 counts = _null_counts(self.args, arrays)
                 self.null_counts = counts
                 raise ValueError(f"{NULL_MARKER}:{self.index}:{','.join(counts)}")
-            keep = ~null_rows
-            idx = np.flatnonzero(keep)
-            arrays = [a.take(pa.array(idx)) for a in arrays]
-            valid_n = len(idx)
-        else:
-            keep = None
-            valid_n = n
-        if valid_n == 0:
-            return pa.nulls(n, self.struct_type)
+            computed = np.flatnonzero(~null_rows)
+            arrays = [a.take(pa.array(computed)) for a in arrays]
+        if not len(computed):
+            return self._scatter([], computed, n, np.zeros(0, dtype=bool))
         where = f"PREDICT over {getattr(self.model, 'label', 'the model')}"
         feeds = {spec.input_name: _to_numpy(arr, spec, where) for spec, arr in zip(self.args, arrays)}
-        results = self._run(feeds, valid_n)
-        columns = [_to_arrow(res, o, valid_n, where) for res, o in zip(results, self.outputs)]
-        if keep is not None:
-            # Scatter the computed rows back, NULL where an input was NULL.
-            positions = np.full(n, -1, dtype=np.int64)
-            positions[keep] = np.arange(valid_n)
-            take = pa.array(positions, mask=~keep)
+        results, failed = self._run(feeds, len(computed))
+        ok_n = int((~failed).sum())
+        columns = [] if results is None else [_to_arrow(res, o, ok_n, where) for res, o in zip(results, self.outputs)]
+        return self._scatter(columns, computed, n, failed)
+
+    def _scatter(self, columns: list, computed: np.ndarray, n: int, failed: np.ndarray) -> pa.StructArray:
+        """The ``n``-row result: ``columns`` hold the rows ``computed[~failed]``; other rows get NULL outputs.
+
+        Rows the model failed on are NULL structs under ``on_error = 'skip'`` (the planner filters
+        them out); every other row is a struct, with NULL fields where nothing was computed.
+        """
+        fields = list(self.struct_type)
+        rows = computed[~failed]
+        if len(rows) == n:
+            return pa.StructArray.from_arrays(columns, fields=fields)
+        positions = np.full(n, -1, dtype=np.int64)
+        positions[rows] = np.arange(len(rows))
+        take = pa.array(positions, mask=positions < 0)
+        if columns:
             columns = [c.take(take) for c in columns]
-            return pa.StructArray.from_arrays(columns, fields=list(self.struct_type), mask=pa.array(~keep))
-        return pa.StructArray.from_arrays(columns, fields=list(self.struct_type))
+        else:
+            columns = [pa.nulls(n, f.type) for f in fields]
+        mask = None
+        if self.on_error == "skip" and failed.any():
+            dropped = np.zeros(n, dtype=bool)
+            dropped[computed[failed]] = True
+            mask = pa.array(dropped)
+        return pa.StructArray.from_arrays(columns, fields=fields, mask=mask)
 
 
 def _one_array(a) -> pa.Array:
@@ -280,6 +347,8 @@ def _arrow_type(o: OutputCol) -> pa.DataType:
         return pa.list_(base, o.width)
     if o.kind == "list":
         return pa.list_(base)
+    if o.kind == "map":
+        return pa.map_(_arrow_scalar_type(o.key_type), base)
     return base
 
 
@@ -292,27 +361,44 @@ def _arrow_scalar_type(elem_type: str) -> pa.DataType:
 
 
 def _null_rows(arr: pa.Array, spec: InputArg) -> Optional[np.ndarray]:
-    """Boolean mask of rows with any NULL (the row itself or an element), or None if none."""
+    """Boolean mask of rows with any NULL (the row, an element, an inner list at any depth), or None if none."""
     if isinstance(arr, ColumnBlock):
         return arr.null_rows() if arr.null_count else None
-    has = arr.null_count > 0
-    values = None
-    if pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-        values = arr.flatten() if not pa.types.is_fixed_size_list(arr.type) else _fsl_values(arr)
-        has = has or values.null_count > 0
-    if not has:
+    if not _has_nulls(arr):
         return None
-    mask = arr.is_null().to_numpy(zero_copy_only=False).copy()
-    if values is not None and values.null_count > 0:
-        if pa.types.is_fixed_size_list(arr.type):
-            width = arr.type.list_size
-            elem_null = values.is_null().to_numpy(zero_copy_only=False).reshape(len(arr), width).any(axis=1)
-            mask |= elem_null
-        else:
-            for i, item in enumerate(arr.to_pylist()):
-                if item is not None and any(v is None for v in _flat(item)):
-                    mask[i] = True
-    return mask
+    return _nested_null_mask(arr)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _children(arr: pa.Array) -> pa.Array:
+    """The values of a list array's rows, every row's (NULL rows' too), in order."""
+    if pa.types.is_fixed_size_list(arr.type):
+        return _fsl_values(arr)
+    offsets = np.asarray(arr.offsets)
+    return arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def _has_nulls(arr: pa.Array) -> bool:
+    return arr.null_count > 0 or (_is_list(arr.type) and _has_nulls(_children(arr)))
+
+
+def _nested_null_mask(arr: pa.Array) -> np.ndarray:
+    """Per row of ``arr``: True where it, or anything nested in it, is NULL."""
+    mask = arr.is_null().to_numpy(zero_copy_only=False).copy() if arr.null_count else np.zeros(len(arr), dtype=bool)
+    if not _is_list(arr.type):
+        return mask
+    child = _children(arr)
+    if not _has_nulls(child):
+        return mask
+    inner = _nested_null_mask(child)
+    if pa.types.is_fixed_size_list(arr.type):
+        return mask | inner.reshape(len(arr), arr.type.list_size).any(axis=1)
+    offsets = np.asarray(arr.offsets) - arr.offsets[0].as_py()
+    seen = np.concatenate([[0], np.cumsum(inner)])
+    return mask | (seen[offsets[1:]] > seen[offsets[:-1]])
 
 
 def _null_counts(args: tuple[InputArg, ...], arrays) -> dict[str, int]:
@@ -348,17 +434,63 @@ def _null_counts(args: tuple[InputArg, ...], arrays) -> dict[str, int]:
     return counts
 
 
-def _flat(item):
-    for v in item:
-        if isinstance(v, list):
-            yield from _flat(v)
-        else:
-            yield v
-
-
 def _fsl_values(arr: pa.FixedSizeListArray) -> pa.Array:
     width = arr.type.list_size
     return arr.values.slice(arr.offset * width, len(arr) * width)
+
+
+def row_fit(dims: tuple[int, ...], shape: tuple[int, ...]) -> Optional[tuple[int, ...]]:
+    """The per-row shape rows of nested sizes ``dims`` (outermost first) are reshaped to, row-major, for an
+    input of per-row ``shape`` (-1 = any); None when they do not fit.
+
+    Rows fit when they have as many values as the input takes (one unknown dim takes the rest), or the
+    same dims (filling unknown ones). Rows whose dims, sizes of 1 left out, are as many as the input's
+    but differ from them are refused: ``[224, 224, 3]`` for ``[3, 224, 224]`` is another layout, not a
+    regrouping of the same values.
+    """
+    if len(dims) == len(shape) and all(s in (-1, d) for s, d in zip(shape, dims)):
+        return tuple(dims)
+    got, want = [d for d in dims if d != 1], [s for s in shape if s != 1]
+    if len(got) == len(want) > 1:
+        if not all(s in (-1, d) for s, d in zip(want, got)):
+            return None
+        sizes = iter(got)
+        return tuple(1 if s == 1 else next(sizes) for s in shape)
+    size, known = math.prod(dims), math.prod(s for s in shape if s != -1)
+    unknown = shape.count(-1)
+    if unknown == 0:
+        return tuple(shape) if known == size else None
+    if unknown == 1 and known and size % known == 0:
+        return tuple(size // known if s == -1 else s for s in shape)
+    return None
+
+
+def _nested_values(arr: pa.Array, spec: InputArg, where: str) -> tuple[pa.Array, tuple[int, ...]]:
+    """The leaf values of a (nested) array or list column, row-major, and the sizes of each row's levels.
+
+    Raises:
+        DataError: code ``"ragged_input"`` when the lists of one level differ in length.
+    """
+    values, dims, depth = arr, [], 0
+    while _is_list(values.type):
+        depth += 1
+        if pa.types.is_fixed_size_list(values.type):
+            dims.append(values.type.list_size)
+            values = _fsl_values(values)
+            continue
+        lengths = np.diff(np.asarray(values.offsets))
+        if len(lengths) and (lengths != lengths[0]).any():
+            # A batch is one tensor: ragged rows would be silently re-split across rows.
+            level = f" at depth {depth}" if depth > 1 else ""
+            raise DataError(
+                f'{where}: column "{spec.columns[0]}" holds lists of different lengths ({int(lengths.min())} to '
+                f'{int(lengths.max())} elements{level}); model input "{spec.input_name}" takes the same number of '
+                "values in every row.",
+                code="ragged_input",
+            )
+        dims.append(int(lengths[0]) if len(lengths) else 0)
+        values = values.flatten()
+    return values, tuple(dims)
 
 
 def _to_numpy(arr: pa.Array, spec: InputArg, where: str = "PREDICT") -> np.ndarray:
@@ -372,35 +504,25 @@ def _to_numpy(arr: pa.Array, spec: InputArg, where: str = "PREDICT") -> np.ndarr
         else:
             flat = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
         return flat.reshape((n,) + tuple(spec.shape))
-    if pa.types.is_fixed_size_list(arr.type):
-        values = _fsl_values(arr)
-    else:
-        values = arr.flatten()
-        lengths = np.diff(np.asarray(arr.offsets))
-        if n and (lengths != lengths[0]).any():
-            # A batch is one tensor: ragged rows would be silently re-split across rows.
-            raise DataError(
-                f'{where}: column "{spec.columns[0]}" holds lists of different lengths ({int(lengths.min())} to '
-                f'{int(lengths.max())} elements); model input "{spec.input_name}" takes the same number of '
-                "values in every row.",
-                code="ragged_input",
-            )
+    values, dims = _nested_values(arr, spec, where)
     if dtype is np.object_:
         flat = np.array(values.to_pylist(), dtype=object)
     else:
         flat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype)
-    try:
-        return flat.reshape((n,) + tuple(spec.shape))
-    except ValueError:
-        per_row = flat.size // n if n else 0
+    shape = row_fit(dims, tuple(spec.shape)) if spec.kind == "array" else tuple(spec.shape)
+    if shape is None or flat.size != n * math.prod(shape):
+        sizes = " x ".join(map(str, dims))
         raise DataError(
-            f'{where}: column "{spec.columns[0]}" has {per_row} values per row, which do not fit model input '
-            f'"{spec.input_name}" (per-row shape {list(spec.shape)}, -1 = any).',
+            f'{where}: column "{spec.columns[0]}" has rows of {sizes} values, which do not fit model input '
+            f'"{spec.input_name}" (per-row shape {list(spec.shape)}, -1 = any; rows are read row-major).',
             code="wrong_input_shape",
-        ) from None
+        )
+    return flat.reshape((n,) + shape)
 
 
 def _to_arrow(res: np.ndarray, o: OutputCol, n: int, where: str = "PREDICT") -> pa.Array:
+    if o.kind == "map":
+        return _maps_to_arrow(res, o, n, where)
     res = np.asarray(res)
     if res.ndim == 0 or res.shape[0] != n or (o.kind == "scalar" and res.size != n) or (
         o.kind == "fixed" and res.size != n * o.width
@@ -429,3 +551,16 @@ def _to_arrow(res: np.ndarray, o: OutputCol, n: int, where: str = "PREDICT") -> 
     width = flat.shape[1]
     offsets = pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, values)
+
+
+def _maps_to_arrow(res, o: OutputCol, n: int, where: str) -> pa.Array:
+    """A sequence of ``n`` maps (ONNX Runtime gives a list of dicts) as an Arrow ``MAP`` array."""
+    maps = list(res)
+    if len(maps) != n or not all(isinstance(m, dict) for m in maps):
+        raise DataError(
+            f'{where}: the model returned output "{o.output_name}" as {len(maps)} values for {n} input rows; '
+            "a sequence-of-maps output must have one map per input row.",
+            code="wrong_output_shape",
+        )
+    return pa.array([list(m.items()) for m in maps], type=_arrow_type(o))
+

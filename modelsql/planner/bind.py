@@ -21,7 +21,9 @@ Types follow the rule every peer uses: any numeric column (integers, DECIMAL,
 FLOAT, DOUBLE; BOOLEAN only when named) is cast by DuckDB to the input's element
 type, so DOUBLE feeds a float32 input. Text, dates, lists and structs where
 numbers are expected are a :class:`~modelsql.errors.ProgrammingError` naming
-the column.
+the column. An array or list column (numbers or booleans; nested too, e.g.
+``FLOAT[224][224][3]`` or ``FLOAT[][][]``) feeds an input whose rows have as
+many values, read row-major; see :func:`_array_target`.
 
 Outputs come back after the input columns: ``[N]``/``[N, 1]`` outputs as scalar
 columns, ``[N, k]`` as ``T[k]`` arrays, anything else as ``T[]`` lists. An
@@ -38,7 +40,7 @@ from typing import Optional, Sequence
 
 from ..catalog.entries import ModelVersion, TensorSpec
 from ..errors import NotSupportedError, ProgrammingError, did_you_mean
-from ..operators.predict import ONNX_TO_DUCKDB, InputArg, OutputCol
+from ..operators.predict import ONNX_TO_DUCKDB, InputArg, OutputCol, row_fit
 
 NUMERIC_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
@@ -46,9 +48,12 @@ NUMERIC_TYPES = {
     "FLOAT", "DOUBLE", "REAL",
 }
 ON_NULL_MODES = ("error", "skip", "null")
-KNOWN_OPTIONS = ("on_null", "features", "backend", "batch_size", "execution")
+ON_ERROR_MODES = ("error", "null", "skip")
+KNOWN_OPTIONS = ("on_null", "on_error", "features", "backend", "batch_size", "execution", "isolate_rows")
 EXECUTION_MODES = ("auto", "stream", "batch")
 BACKENDS = ("onnxruntime",)
+MAX_ARRAY = 100_000
+"""DuckDB's largest fixed ``ARRAY`` size: a wider flat input row is passed as a list."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,10 @@ class PredictOptions:
     backend: str = "onnxruntime"
     batch_size: Optional[int] = None
     execution: str = "auto"
+    on_error: str = "error"
+    isolate_rows: bool = True
+    """Run a batch-dependent model (``ModelVersion.batch_dependence``) one row at a time, so each
+    row gets the answer it gets alone; False lets such a model see whole batches."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,14 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
     execution = _one_of(options, "execution", EXECUTION_MODES, model_name, null_ok=False)
-    return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size, execution=execution)
+    on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name, null_ok=True)
+    isolate_rows = options.get("isolate_rows", True)
+    if not isinstance(isolate_rows, bool):
+        raise ProgrammingError(
+            f"PREDICT(MODEL {model_name}): isolate_rows must be true or false, not {isolate_rows!r}.", code="bad_option"
+        )
+    return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size,
+                          execution=execution, on_error=on_error, isolate_rows=isolate_rows)
 
 
 def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str, *, null_ok: bool) -> str:
@@ -225,6 +241,70 @@ _KEY_NAME = re.compile(r"^(id|key|pk|rowid|uuid|index|.*_id|.*_key|.*_uuid)$", r
 def looks_like_key(name: str, key_columns: Sequence[str] = ()) -> bool:
     """True for columns that identify rows and must never be fed to a model silently."""
     return bool(_KEY_NAME.match(name)) or name.lower() in {k.lower() for k in key_columns}
+
+
+def array_dims(type_text: str) -> tuple[str, tuple[Optional[int], ...]]:
+    """The element type of an array or list column type and its sizes, outermost first (None for a list level).
+
+    DuckDB writes the innermost size first: ``FLOAT[3][224][224]`` holds 224 arrays of 224 arrays of 3
+    values, so its sizes are ``(224, 224, 3)``; ``FLOAT[224][224][3]`` holds rows of ``(3, 224, 224)``.
+    """
+    m = re.match(r"^(.*?)((?:\[\d*\])+)$", type_text)
+    sizes = re.findall(r"\[(\d*)\]", m.group(2))
+    return m.group(1), tuple(int(k) if k else None for k in reversed(sizes))
+
+
+def array_not_null_sql(column: str, type_text: str) -> str:
+    """SQL predicate: the array or list ``column`` is not NULL and holds no NULL, at any depth."""
+    x, parts = quote(column), [f"{quote(column)} IS NOT NULL"]
+    for _ in array_dims(type_text)[1]:
+        # list_count counts the non-NULL elements (no lambda: DuckDB 2 deprecates ``x -> ...``,
+        # and a lambda parameter could shadow a column of the same name).
+        parts.append(f"list_count({x}) = len({x})")
+        x = f"flatten({x})"
+    return "(" + " AND ".join(parts) + ")"
+
+
+def _array_target(col: Column, spec: TensorSpec, shape: tuple[int, ...], width: Optional[int], where: str) -> str:
+    """The DuckDB type an array or list column is cast to for model input ``spec`` (element type ``T``).
+
+    A flat column becomes ``T[width]`` (``T[]`` past DuckDB's :data:`MAX_ARRAY` or for an unknown width),
+    a nested one keeps its sizes (``T[224][224][3]``, ``T[][][]``).
+
+    Raises:
+        ProgrammingError: code ``"wrong_column_type"`` for elements that are not numbers or booleans
+            (for a non-text input), or fixed sizes that do not fit the input (see :func:`row_fit`).
+    """
+    base, dims = array_dims(col.type)
+    numeric = base in NUMERIC_TYPES or base.startswith("DECIMAL") or base == "BOOLEAN"
+    if spec.elem_type != "STRING" and not numeric:
+        takes = "booleans" if spec.elem_type == "BOOL" else "numbers"
+        raise ProgrammingError(
+            f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes {takes} '
+            f"({spec.elem_type}); arrays of numbers or booleans are cast to {spec.elem_type}, other types are not.",
+            code="wrong_column_type",
+        )
+    if None not in dims:
+        if width is not None and math.prod(dims) != width:
+            raise ProgrammingError(
+                f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes '
+                f"{width} values per row ({spec.elem_type}{_shape_text(spec)}).",
+                code="wrong_column_type",
+            )
+        if row_fit(dims, shape) is None:
+            hint = f"store them as {base}{''.join(f'[{d}]' for d in reversed(shape))}, or" if -1 not in shape else "use"
+            raise ProgrammingError(
+                f'{where}: column "{col.name}" has type {col.type}, which holds rows of shape {list(dims)} (DuckDB '
+                f'writes the innermost size first), but model input "{spec.name}" takes rows of shape '
+                f"{list(shape)} (-1 = any); rows are read row-major, so {hint} a {base}[] list.",
+                code="wrong_column_type",
+            )
+    duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
+    if len(dims) > 1:
+        return duck + col.type[len(base):]
+    if width is not None and width <= MAX_ARRAY:
+        return f"{duck}[{width}]"
+    return f"{duck}[{dims[0]}]" if dims[0] is not None else f"{duck}[]"
 
 
 def bind_predict(
@@ -311,20 +391,7 @@ def bind_predict(
             width = row_width(shape)
             duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
             if col.is_array:
-                base = col.type[: col.type.index("[")]
-                if spec.elem_type != "STRING" and base not in NUMERIC_TYPES and not base.startswith("DECIMAL"):
-                    raise ProgrammingError(
-                        f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes numbers ({spec.elem_type}).',
-                        code="wrong_column_type",
-                    )
-                fixed = re.search(r"\[(\d+)\]$", col.type)
-                if fixed and width is not None and int(fixed.group(1)) != width:
-                    raise ProgrammingError(
-                        f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes '
-                        f"{width} values per row ({spec.elem_type}{_shape_text(spec)}).",
-                        code="wrong_column_type",
-                    )
-                target = f"{duck}[{width}]" if width is not None else f"{duck}[]"
+                target = _array_target(col, spec, shape, width, where)
                 args.append(InputArg(spec.name, "array", shape, spec.elem_type, (col.name,)))
                 arg_sql.append(f"CAST({quote(col.name)} AS {target})")
                 arg_types.append(target)
@@ -378,10 +445,7 @@ def bind_predict(
         parts = []
         for a, sql in zip(args, arg_sql):
             if a.kind == "array":
-                col = quote(a.columns[0])
-                # list_count counts the non-NULL elements (no lambda: DuckDB 2 deprecates ``x -> ...``,
-                # and a lambda parameter could shadow a column of the same name).
-                parts.append(f"({col} IS NOT NULL AND list_count({col}) = len({col}))")
+                parts.append(array_not_null_sql(a.columns[0], by_name[a.columns[0].lower()].type))
             else:
                 parts.extend(f"{quote(c)} IS NOT NULL" for c in a.columns)
         null_filter = " AND ".join(parts)
@@ -398,20 +462,49 @@ def bind_predict(
     )
 
 
+_MAP_OUTPUT = re.compile(r"^SEQUENCE\(MAP\((INT64|STRING), (FLOAT|DOUBLE|INT64)\)\)$")
+"""A sequence of maps, one per row (skl2onnx's ZipMap: class label -> probability): returned as a MAP column."""
+
+
+def output_kind(spec: TensorSpec) -> Optional[tuple[str, int, str, str]]:
+    """How an output comes back as a column: ``(kind, width, elem_type, key_type)`` (see
+    :class:`~modelsql.operators.predict.OutputCol`), or None for a type no column can hold."""
+    if spec.elem_type not in ONNX_TO_DUCKDB:
+        m = _MAP_OUTPUT.match(spec.elem_type)
+        return ("map", 0, m.group(2), m.group(1)) if m else None
+    shape = spec.shape
+    if shape is not None and (len(shape) <= 1 or (len(shape) == 2 and shape[1] == 1)):
+        return "scalar", 0, spec.elem_type, ""
+    if shape is not None and len(shape) == 2 and isinstance(shape[1], int) and 0 < shape[1] <= MAX_ARRAY:
+        return "fixed", shape[1], spec.elem_type, ""  # wider rows than DuckDB's arrays hold come as lists
+    return "list", 0, spec.elem_type, ""
+
+
+def check_outputs(model_name: str, outputs: Sequence[TensorSpec]) -> None:
+    """Refuse, at import, a model with an output no column can hold (never drop it silently).
+
+    Raises:
+        NotSupportedError: code ``"output_type_not_supported"``, naming the output and its type.
+    """
+    for spec in outputs:
+        if output_kind(spec) is None:
+            raise NotSupportedError(
+                f'Model "{model_name}": output "{spec.name}" has type {spec.elem_type}, which PREDICT cannot return '
+                "as a column (tensors of numbers, booleans or text, and sequences of maps from INT64 or STRING "
+                "keys to numbers, can). Remove the output from the graph, or convert the model without it "
+                "(skl2onnx: options={'zipmap': False}).",
+                code="output_type_not_supported",
+            )
+
+
 def bind_outputs(model: ModelVersion, input_columns: Sequence[str]) -> tuple[OutputCol, ...]:
-    """Decide the column name and type of each tensor output (non-tensor outputs are left out)."""
+    """Decide the column name and type of each output (see :func:`output_kind`)."""
     taken = {c.lower() for c in input_columns}
     result = []
     for spec in model.outputs:
-        if spec.elem_type not in ONNX_TO_DUCKDB:
-            continue  # sequences, maps (e.g. a ZipMap output) have no column form
-        shape = spec.shape
-        if shape is not None and (len(shape) <= 1 or (len(shape) == 2 and shape[1] == 1)):
-            kind, width = "scalar", 0
-        elif shape is not None and len(shape) == 2 and isinstance(shape[1], int) and shape[1] > 0:
-            kind, width = "fixed", shape[1]
-        else:
-            kind, width = "list", 0
+        kind = output_kind(spec)
+        if kind is None:
+            continue  # only versions imported before check_outputs existed can have one
         name = spec.name
         if name.lower() in taken:
             name = f"predicted_{spec.name}"
@@ -422,10 +515,10 @@ def bind_outputs(model: ModelVersion, input_columns: Sequence[str]) -> tuple[Out
                 code="duplicate_column",
             )
         taken.add(name.lower())
-        result.append(OutputCol(spec.name, name, spec.elem_type, kind, width))
+        result.append(OutputCol(spec.name, name, kind[2], kind[0], kind[1], kind[3]))
     if not result:
         raise NotSupportedError(
-            f'Model "{model.name}" has no tensor outputs that can be returned as columns.', code="no_tensor_outputs"
+            f'Model "{model.name}" has no outputs that can be returned as columns.', code="no_tensor_outputs"
         )
     return tuple(result)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import os
 import re
@@ -41,7 +42,7 @@ from ..errors import (
 )
 from ..formats.onnx_io import column_major_inputs
 from ..operators.backends import onnxruntime as ort_backend
-from ..operators.predict import NULL_MARKER, PredictFunction
+from ..operators.predict import NULL_MARKER, ONNX_TO_DUCKDB, PredictFunction
 from ..sql.nodes import (
     DescribeModel,
     DropModel,
@@ -53,7 +54,9 @@ from ..sql.nodes import (
 )
 from ..storage import BlobStore
 from .rules import RULES, referenced_names
-from .bind import BoundPredict, Column, bind_predict, check_feature_names, parse_options, quote
+from .bind import (
+    BoundPredict, Column, array_not_null_sql, bind_predict, check_feature_names, check_outputs, parse_options, quote,
+)
 
 _ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
 _NO_RESULT_TYPES = {
@@ -151,6 +154,7 @@ class Engine:
         if not msql.mentions_models(text):
             return self._passthrough(text, params, conn)
         numbered, count = msql.number_placeholders(text)
+        self._qmark_style = count > 0  # DuckDB names a `?` by its place in the statement (see _name_columns)
         given = len(params) if params is not None else 0
         statements = msql.parse(numbered)
         if count == 0:
@@ -234,6 +238,10 @@ class Engine:
 
         out = Outcome(self, predicts=predicts or [])
         desc = self.duck.description
+        if stype in _ROWCOUNT_TYPES and desc and self.duck.rowcount == -1:
+            # INSERT/UPDATE/DELETE/MERGE ... RETURNING: DuckDB's client gives its rows and rowcount -1
+            # (for a changed-rows count, the count), whatever the text or the returned columns say
+            stype = "SELECT"
         if stype in _ROWCOUNT_TYPES:
             try:
                 rows = self.duck.fetchall()
@@ -406,8 +414,10 @@ class Engine:
         )
         feats = tuple(features) if features else (tuple(known) if known else None)
         inputs, outputs, opset = formats.signature(proto)
+        dependence = formats.batch_dependence(proto)
         if not outputs:
             raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
+        check_outputs(key, outputs)
         if feats is not None:
             _check_features(key, feats, inputs)
         graph, tensors = formats.split_model(proto)
@@ -442,6 +452,7 @@ class Engine:
                         kind=kind,
                         features=feats,
                         options=tuple(sorted((options or {}).items())),
+                        batch_dependence=dependence,
                     )
                     kinds = {graph_digest: "graph"}
                     kinds.update({t.digest: "tensor" for t, _ in tensors})
@@ -505,11 +516,26 @@ class Engine:
         target = str(_value(stmt.args["target"], params))
         self._check_export_target(target)
         proto = self.load_model_proto(mv)
+        self._write_catalog_metadata(proto, mv)
         try:
             onnx.save_model(proto, target)
         except OSError as exc:
             raise OperationalError(f'Cannot write "{target}": {exc.strerror or exc}', code="io_error") from exc
         return Outcome(self, rowcount=1)
+
+    def _write_catalog_metadata(self, proto, mv: ModelVersion) -> None:
+        """What the catalog knows of ``mv``, into ``proto``'s metadata (see :mod:`modelsql.formats.metadata`)."""
+        from .. import __version__
+        from .bind import bind_outputs
+
+        options = dict(mv.options)
+        formats.write_metadata(proto, {
+            "features": list(mv.features) if mv.features else None,
+            "outputs": formats.metadata.outputs_entry(bind_outputs(mv, ())),
+            "description": options.get("description"),
+            "version": __version__,
+            "source": {"model": mv.name, "version": mv.version, "kind": mv.kind, "from": mv.source},
+        })
 
     def _check_export_target(self, target: str) -> None:
         """Refuse to overwrite the database file, its WAL or anything in the blob store.
@@ -545,22 +571,18 @@ class Engine:
 
     def _query(self, stmt: exp.Expression, params: list, conn, prefix: str = "") -> Outcome:
         stmt = stmt.copy()
-        if isinstance(stmt, exp.Create) and str(stmt.args.get("kind") or "").upper() in ("VIEW", "MACRO", "FUNCTION"):
+        kind = str(stmt.args.get("kind") or "").upper() if isinstance(stmt, exp.Create) else ""
+        if kind in ("VIEW", "MACRO", "FUNCTION") and stmt.find(PredictTable) is not None:
             # The PREDICT functions live only as long as one result: a stored
             # definition would call a function that no longer exists.
             raise NotSupportedError(
-                f"PREDICT cannot be used in CREATE {str(stmt.args.get('kind')).upper()}: the definition would outlive "
+                f"PREDICT cannot be used in CREATE {kind}: the definition would outlive "
                 "the statement. Use CREATE TABLE ... AS SELECT ... FROM PREDICT(...) to store predictions.",
                 code="predict_in_view",
             )
+        self._name_columns(stmt)
         # Innermost first, so a PREDICT over another PREDICT sees plain SQL as its input;
         # and those in CTE bodies before the rest, so a PREDICT over a CTE does too.
-        for select in list(stmt.find_all(exp.Select)):
-            for e in list(select.expressions):
-                if not isinstance(e, exp.Alias) and any(isinstance(n, PredictTable) for n in e.walk()):
-                    # DuckDB names an unaliased expression by its text: keep the user's, not the rewrite's
-                    # (as sqlglot writes it back, e.g. MAX( for max()
-                    e.replace(exp.alias_(e.copy(), e.sql(dialect=msql._DIALECT), quoted=True))
         predicts = _predicts_in_order(stmt)
         conn._begin_if_needed()
         registered: list = []
@@ -572,7 +594,7 @@ class Engine:
                 try:
                     bound, fn_name, fn, arg_params = self._bind(p, params, index, used)
                 except Error as err:
-                    raise self._pointed(err, p.this) from None
+                    raise self._pointed(_correlated(err, p) or err, p.this) from None
                 registered.append((fn_name, fn, bound, arg_params))
                 sub = None
                 if self._choose_execution(bound, used, stmt, p) == "batch":
@@ -627,6 +649,23 @@ class Engine:
             held.rollback()
             raise
 
+    def _name_columns(self, stmt: exp.Expression) -> None:
+        """Give each unaliased select-list and RETURNING expression of ``stmt`` the column name DuckDB
+        gives the text the user wrote (:func:`_named`).
+
+        The statement reaches DuckDB as sqlglot writes it back (``today()`` as ``CURRENT_DATE``,
+        ``1_000`` as ``1000``), and DuckDB names an unaliased column by its own reading of the text.
+        Placeholders are named as DuckDB names them: a ``?`` by its place in the statement, a ``$n``
+        as written.
+        """
+        mapping: dict[int, int] = {}
+        if getattr(self, "_qmark_style", False):
+            numbers = sorted({int(p.this) for p in stmt.find_all(exp.Placeholder) if str(p.this).isdigit()})
+            mapping = {k: i + 1 for i, k in enumerate(numbers)}
+        for node in list(stmt.find_all(exp.Select, exp.Returning)):
+            aliased = isinstance(node, exp.Select)
+            node.set("expressions", [_named(e, mapping, alias=aliased) for e in node.expressions])
+
     def _bind(self, p: PredictTable, params: list, index: int, used: Optional[set[str]] = None):
         ref = p.this
         mv = self._get_model(ref.model_name, ref.version_number, ref)
@@ -652,12 +691,16 @@ class Engine:
         in_params = [params[i - 1] for i in idx]
         columns = self._describe(input_sql, in_params, mv.name)
         bound = bind_predict(mv, input_sql, columns, options, key_columns)
+        if mv.batch_dependence and options.isolate_rows:
+            # each row gets the answer it gets alone (see formats.batch_axis)
+            bound = replace(bound, options=replace(options, batch_size=1))
         if self.optimize:
             for rule in RULES:
                 bound = rule(bound, used)
         bound = replace(bound, estimated_rows=self._estimate_rows(bound, in_params))
         model = self._session(mv, intra=self._stream_intra(bound))
-        fn = PredictFunction(model, bound.args, bound.outputs, options.on_null, index, batch_size=options.batch_size)
+        fn = PredictFunction(model, bound.args, bound.outputs, options.on_null, index,
+                             batch_size=bound.options.batch_size, on_error=options.on_error, model_name=mv.name)
         fn_name = f"__modelsql_predict_{index}"
         struct = "STRUCT(" + ", ".join(f"{quote(o.column)} {o.duckdb_type}" for o in bound.outputs) + ")"
         try:
@@ -694,9 +737,11 @@ class Engine:
         while p in taken:  # an input column of that name must pass through untouched
             p += "_"
         outs = ", ".join(f"struct_extract({quote(p)}, {_sql_str(o.column)}) AS {quote(o.column)}" for o in bound.outputs)
+        skip = f" WHERE {quote(p)} IS NOT NULL" if bound.options.on_error == "skip" else ""  # rows the model failed on
         return (
             f"SELECT * EXCLUDE ({quote(p)}), {outs} FROM "
             f'(SELECT *, {call} AS {quote(p)} FROM {input_sql or "(" + bound.input_sql + ")"} AS "__msql_in"{where}) AS "__msql_q"'
+            + skip
         )
 
     # ------------------------------------------------------------------ batch execution
@@ -824,9 +869,10 @@ class Engine:
             renamed = {n: model.input_names[bound_session.input_names.index(n)] for n in names}
             args = tuple(replace(a, input_name=renamed[a.input_name]) if cm else a for a, cm in zip(args, col_major))
         runner = PredictFunction(model, args, bound.outputs, bound.options.on_null, fn.index,
-                                 batch_size=bound.options.batch_size)
-        feature_bytes = sum(_type_bytes(t) for t in bound.arg_types) or 1
-        rows_per_batch = max(2048, min(BATCH_ROWS, (32 << 20) // feature_bytes))
+                                 batch_size=bound.options.batch_size, on_error=bound.options.on_error,
+                                 model_name=bound.model.name)
+        feature_bytes = sum(_arg_bytes(a, t) for a, t in zip(bound.args, bound.arg_types)) or 1
+        rows_per_batch = max(64, min(BATCH_ROWS, (32 << 20) // feature_bytes))
         limit = 2 * BATCH_MEMORY if bound.options.execution == "auto" else None
         run_rows = RUN_ROWS if bound.model.param_count > BATCH_MAX_PARAMS else rows_per_batch
         out_fields = list(fn.struct_type)
@@ -847,6 +893,8 @@ class Engine:
                     result = runner(*fed)
                     columns = [batch.column(k) for k in range(len(kept))] + [result.field(k) for k in range(len(out_fields))]
                     piece = pa.RecordBatch.from_arrays(columns, schema=schema)
+                    if bound.options.on_error == "skip" and result.null_count:
+                        piece = piece.filter(result.is_valid())  # rows the model failed on
                     batches.append(piece)
                     kept_bytes += piece.nbytes
                 if limit is not None and kept_bytes > limit:
@@ -964,8 +1012,8 @@ class Engine:
         preds: list[tuple[str, str]] = []
         for a in bound.args:
             if a.kind == "array":
-                c = quote(a.columns[0])
-                preds.append((a.columns[0], f"({c} IS NULL OR list_count({c}) < len({c}))"))
+                types = {c.name: c.type for c in bound.columns}
+                preds.append((a.columns[0], f"NOT {array_not_null_sql(a.columns[0], types[a.columns[0]])}"))
             else:
                 preds.extend((col, f"{quote(col)} IS NULL") for col in a.columns)
         chunk_counts = dict(chunk_counts or {})
@@ -1102,6 +1150,12 @@ _TYPE_BYTES = {
 }
 
 
+def _arg_bytes(arg, type_text: str) -> int:
+    """Rough bytes per row of one PREDICT argument: its type's, or its input's per-row size (a list's is a guess)."""
+    known = [d for d in arg.shape if d > 0]
+    return max(_type_bytes(type_text), _type_bytes(ONNX_TO_DUCKDB.get(arg.elem_type, "FLOAT")) * math.prod(known))
+
+
 def _type_bytes(type_text: str) -> int:
     """Rough in-memory bytes per value of a DuckDB type (arrays multiply; text and lists are guesses)."""
     t = type_text.strip().upper()
@@ -1150,8 +1204,124 @@ def describe_bound(bound: BoundPredict, execution: Optional[str] = None) -> str:
     return (
         f"PREDICT {bound.label} [{opts.backend}]\n"
         f"inputs: {feeds}\noutputs: {outs}\n"
-        f"on_null: {opts.on_null}" + (f", batch_size: {opts.batch_size}" if opts.batch_size else "")
+        f"on_null: {opts.on_null}" + (f", on_error: {opts.on_error}" if opts.on_error != "error" else "")
+        + (f", batch_size: {opts.batch_size}" if opts.batch_size else "")
         + (f"\nexecution: {execution}" if execution and execution != "stream" else "")
+        + (f"\nrows run one at a time: {bound.model.batch_dependence}"
+           if bound.model.batch_dependence and opts.isolate_rows else "")
+    )
+
+
+def _named(e: exp.Expression, mapping: dict[int, int], *, alias: bool = True) -> exp.Expression:
+    """``e`` as it must reach DuckDB for its column to keep the name DuckDB gives the user's text.
+
+    An expression that names nothing (:func:`_reads_nothing`: ``today()``, ``1_000``) is written back
+    as the user's text (``meta["source_text"]``), which DuckDB then names itself. Another is aliased with the name DuckDB
+    gives that text (:func:`_duckdb_name`) when ``alias`` (a select list: DuckDB names RETURNING columns
+    by their bound form) and sqlglot's rendering would be named otherwise, unless the name is a plain
+    word, which DuckDB's select-list alias lookup would read as a column. Aliased expressions, column
+    references and stars (:func:`_names_itself`) stay as they are. One holding a PREDICT that DuckDB
+    cannot read is named as sqlglot writes it, never by the rewrite's text.
+    """
+    if isinstance(e, exp.Alias) or _names_itself(e):
+        return e
+    text = e.meta.get("source_text")
+    if text is not None and _reads_nothing(e):
+        return exp.Var(this=text)
+    if not alias:
+        return e
+    name = _duckdb_name(e, mapping)
+    if name is None and e.find(PredictTable) is not None:
+        name = e.sql(dialect=msql._DIALECT)
+    elif name is None or _NAME_RE.match(name):
+        return e
+    elif e.find(exp.Placeholder, PredictTable) is None and name == _expression_name(e.sql(dialect="duckdb")):
+        return e
+    return exp.Alias(this=e, alias=exp.to_identifier(name, quoted=True))
+
+
+_READS = (exp.Identifier, exp.Placeholder, exp.Parameter, exp.Query, exp.PositionalColumn, PredictTable)
+
+
+def _reads_nothing(e: exp.Expression) -> bool:
+    """Whether ``e`` names no column or anything else (no identifier, parameter, query, ``#n``, nor a star
+    but ``count(*)``'s): written back as text, it hides nothing the planner looks for
+    (:func:`~modelsql.planner.rules.referenced_names` counts every name)."""
+    return not any(isinstance(n, _READS) or (isinstance(n, exp.Star) and not isinstance(n.parent, exp.Func))
+                   for n in e.walk())
+
+
+def _expression_name(text: str) -> Optional[str]:
+    """DuckDB's name for an unaliased select expression written ``text`` (parsed, not bound), or None."""
+    try:
+        return duckdb.SQLExpression(text).get_name()
+    except Exception:
+        return None
+
+
+def _names_itself(e: exp.Expression) -> bool:
+    """A column reference (DuckDB names ``t.a`` and ``(t.a)`` ``a``, as sqlglot writes them back), a star,
+    or an expression that expands to several columns (``COLUMNS(...)``, ``UNPACK``): left unaliased."""
+    inner = e.unnest()
+    if isinstance(inner, (exp.Column, exp.Star)):
+        return True
+    if isinstance(inner, exp.Dot) and all(isinstance(n, (exp.Dot, exp.Column, exp.Identifier)) for n in inner.walk()):
+        return True  # a struct field path, t.s.x.y
+    return any(isinstance(n, exp.Columns) or (isinstance(n, exp.Anonymous) and n.name.upper() == "UNPACK")
+               for n in e.walk())
+
+
+def _duckdb_name(e: exp.Expression, mapping: dict[int, int]) -> Optional[str]:
+    """The name DuckDB gives an unaliased select expression written as ``e``'s source text
+    (``meta["source_text"]``, read by ``duckdb.SQLExpression``, which parses without binding), its
+    ``$k`` renumbered by ``mapping``; a PREDICT in it stands as sqlglot writes it. None without a text
+    or when DuckDB cannot read it."""
+    text = e.meta.get("source_text")
+    if text is None:
+        return None
+    stand_ins: dict[str, str] = {}
+    for j, p in enumerate(e.find_all(PredictTable)):
+        written = p.meta.get("source_text")
+        if written and written in text:  # not one inside another PREDICT, already stood in for
+            stand_ins[f"__msql_predict_{j}"] = msql.renumber_placeholders(p.sql(dialect=msql._DIALECT), mapping)
+            text = text.replace(written, f"__msql_predict_{j}")
+    name = _expression_name(msql.renumber_placeholders(text, mapping))
+    if name is None:
+        return None
+    for stand_in, written in stand_ins.items():
+        name = name.replace(stand_in, written)
+    return name
+
+
+_MISSING_TABLE = re.compile(r'Referenced table "([^"]+)" not found')
+_NO_FROM = re.compile(r'Referenced column "[^"]+" was not found because the FROM clause is missing')
+
+
+def _correlated(err: Error, p: PredictTable) -> Optional[NotSupportedError]:
+    """The known-limit error for a PREDICT whose input did not bind because it refers to the enclosing
+    query (names one of its tables, or has no FROM of its own inside one); None for any other error."""
+    if err.code != "binder_error":
+        return None
+    text = str(err)
+    inside = {id(n) for n in p.walk()}
+    outer = {
+        n.alias_or_name.lower()
+        for n in p.root().find_all(exp.Table, exp.Subquery, exp.Lateral)
+        if id(n) not in inside and n is not p.parent and n.alias_or_name
+    }
+    missing = _MISSING_TABLE.search(text)
+    if not ((missing and missing.group(1).lower() in outer) or (outer and _NO_FROM.search(text))):
+        return None
+    where = text[text.find("\nLINE "):] if "\nLINE " in text else ""
+    model = p.this.model_name
+    return NotSupportedError(
+        f"PREDICT(MODEL {model}): its input refers to the enclosing query"
+        + (f' (table "{missing.group(1)}")' if missing else "")
+        + ", which is a known limit: a PREDICT's input is bound on its own, so a correlated LATERAL or "
+        "subquery cannot reach outer columns (see Known limits in the README). Join the predictions to the "
+        f"outer table instead, e.g. SELECT ... FROM t JOIN PREDICT(MODEL {model}, TABLE t) AS p ON p.id = t.id."
+        + where,
+        code="correlated_predict",
     )
 
 

@@ -9,6 +9,7 @@ Public API:
 * :func:`parse` — text -> statement trees; syntax errors -> ``ProgrammingError``.
 * :func:`mentions_models` — a tokenizer-only check: does the text need our parser?
 * :func:`number_placeholders` — ``?`` -> ``$1``, ``$2``, ... leaving all else byte-identical.
+* :func:`renumber_placeholders` — ``$k`` -> ``$m`` by a mapping, leaving all else byte-identical.
 * :func:`to_duckdb_sql` — generate DuckDB SQL from a tree free of our nodes.
 
 Where ``PREDICT`` sits in a tree: ``FROM PREDICT(MODEL m, TABLE t) AS p`` is
@@ -34,6 +35,7 @@ from modelsql.sql.dialect import (
     ModelSQLGenerator,
     ModelSQLParser,
     ModelSQLTokenizer,
+    predict_shaped,
 )
 from modelsql.sql.nodes import (
     MODEL_NODES,
@@ -202,7 +204,7 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             continue
         if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
             continue  # modelsql.models, s.predict(...)
-        if word == "PREDICT" and i + 1 < n and tokens[i + 1].token_type == TokenType.L_PAREN:
+        if word == "PREDICT" and predict_shaped(tokens, i):
             return True
         if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
             continue  # our statements only start statements
@@ -226,12 +228,14 @@ def mentions_models(sql: str) -> bool:
     Tokenizer only (no parse), so it is cheap. True for ``IMPORT MODEL``,
     ``CREATE [OR REPLACE] MODEL``, ``DROP MODEL``, ``SHOW MODELS``,
     ``DESCRIBE MODEL <name>``, ``EXPORT MODEL``, ``VACUUM MODELS`` as unquoted
-    words starting a statement, and for ``PREDICT(`` anywhere (not right after
-    a dot); also inside ``EXPLAIN`` / ``PREPARE`` bodies. False for
-    everything else: words inside string literals or comments, quoted
-    identifiers (``"model"``), ``modelsql.models``, a column or table named
-    ``model`` / ``predict``, ``DESCRIBE model`` (a table), and text that does
-    not tokenize (DuckDB then reports the error itself). Never raises.
+    words starting a statement, and for a PREDICT-shaped call anywhere
+    (:func:`~modelsql.sql.dialect.predict_shaped`: ``PREDICT(MODEL name ...`` or
+    ``PREDICT(TABLE ...``, not right after a dot); also inside ``EXPLAIN`` /
+    ``PREPARE`` bodies. False for everything else: words inside string literals
+    or comments, quoted identifiers (``"model"``), ``modelsql.models``, a column
+    or table named ``model`` / ``predict``, any other ``predict(...)`` call (a
+    user's macro), ``DESCRIBE model`` (a table), and text that does not tokenize
+    (DuckDB then reports the error itself). Never raises.
     """
     try:
         tokens = ModelSQLTokenizer(dialect=_DIALECT).tokenize(sql)
@@ -301,6 +305,30 @@ def number_placeholders(sql: str) -> tuple[str, int]:
     return "".join(parts), len(offsets)
 
 
+def renumber_placeholders(sql: str, mapping: dict[int, int]) -> str:
+    """``sql`` with each numbered placeholder ``$k`` written ``$mapping[k]`` (others, and every
+    other byte, kept as they are; strings and comments are never touched).
+
+    Raises:
+        ProgrammingError: ``code="parse_error"`` if the text does not tokenize.
+    """
+    tokens = _tokenize(sql)
+    parts: list[str] = []
+    last = 0
+    for tok, nxt in zip(tokens, tokens[1:]):
+        if (
+            tok.token_type == TokenType.PARAMETER
+            and nxt.token_type == TokenType.NUMBER
+            and nxt.start == tok.end + 1
+            and nxt.text.isdigit()
+            and int(nxt.text) in mapping
+        ):
+            parts.append(f"{sql[last:tok.start]}${mapping[int(nxt.text)]}")
+            last = nxt.end + 1
+    parts.append(sql[last:])
+    return "".join(parts)
+
+
 # -------------------------------------------------------------- to_duckdb_sql
 
 
@@ -343,5 +371,6 @@ __all__ = [
     "parse",
     "mentions_models",
     "number_placeholders",
+    "renumber_placeholders",
     "to_duckdb_sql",
 ]

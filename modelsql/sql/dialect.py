@@ -28,9 +28,15 @@ Differences from plain DuckDB parsing, on purpose:
   ``COMMAND`` whose rest is an opaque string). ``VACUUM MODELS`` parses to
   :class:`VacuumModels`; any other ``VACUUM ...`` still becomes the same
   ``exp.Command(this='VACUUM', expression=Literal('<rest>'))`` as before.
-* ``PREDICT`` is not sqlglot's BigQuery ``exp.Predict`` function: a plain
-  ``predict(a, b)`` call in an expression stays ``exp.Anonymous`` (a user macro),
-  and ``PREDICT(MODEL ...)`` outside a table position is a parse error.
+* ``PREDICT`` is not sqlglot's BigQuery ``exp.Predict`` function. Only a
+  PREDICT-shaped call (:func:`predict_shaped`: ``PREDICT(MODEL name ...`` or
+  ``PREDICT(TABLE ...``) is ours; any other ``predict(...)``, in an expression or
+  a table position, stays an ordinary function call (a user's macro), and
+  ``PREDICT(MODEL ...)`` outside a table position is a parse error.
+* Each select-list (and ``RETURNING``) expression keeps the exact text it was
+  parsed from in ``meta["source_text"]``, and so does each :class:`PredictTable`:
+  DuckDB names an unaliased column by its own reading of that text, which
+  regenerated SQL does not keep.
 """
 
 from __future__ import annotations
@@ -66,6 +72,34 @@ _PLAIN_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: Separators accepted between an option's name and its value.
 OPTION_SEPARATORS = (TokenType.EQ, TokenType.COLON_EQ, TokenType.FARROW)
+
+#: The accepted form of PREDICT, shown by its parse errors.
+PREDICT_FORM = "PREDICT(MODEL name [VERSION n], TABLE t | (SELECT ...) [, option = value ...])"
+
+
+def _word(token: Token | None, word: str) -> bool:
+    return token is not None and token.token_type not in TEXT_TOKENS and token.text.upper() == word
+
+
+def predict_shaped(tokens: t.Sequence[Token], i: int) -> bool:
+    """Whether ``tokens[i:]`` open a PREDICT of ours: ``PREDICT (`` (not after a dot) followed by
+    ``MODEL <name>``, or by the keyword ``TABLE`` (a PREDICT missing its model, reported as such).
+
+    Any other ``predict(...)`` is an ordinary function call: a user's macro, e.g.
+    ``predict(1, 2)`` or ``predict(model, 2)`` over a column named ``model``.
+    """
+
+    def at(k: int) -> Token | None:
+        return tokens[i + k] if i + k < len(tokens) else None
+
+    if not (_word(at(0), "PREDICT") and at(1) is not None and at(1).token_type == TokenType.L_PAREN):
+        return False
+    if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
+        return False
+    if at(2) is not None and at(2).token_type == TokenType.TABLE:
+        return True
+    name = at(3)
+    return _word(at(2), "MODEL") and name is not None and name.token_type in (_NAME_TOKENS | {TokenType.IDENTIFIER})
 
 
 class ModelSQLTokenizer(DuckDB.Tokenizer):
@@ -111,7 +145,11 @@ class ModelSQLParser(DuckDBParser):
         return self._match_text_seq(word, advance=advance)
 
     def _is_word(self, token: Token, word: str) -> bool:
-        return bool(token) and token.token_type not in TEXT_TOKENS and token.text.upper() == word
+        return _word(token, word)
+
+    def _source_text(self, first: Token) -> str:
+        """The text from token ``first`` to the last token consumed, exactly as written."""
+        return self.sql[first.start : self._prev.end + 1]
 
     def _parse_model_ref(self, allow_version: bool = True) -> ModelRef:
         """``name [VERSION n]`` -> :class:`ModelRef` (positions of the name in ``meta``)."""
@@ -195,6 +233,28 @@ class ModelSQLParser(DuckDBParser):
         return options or None
 
     # --------------------------------------------------------------- statements
+
+    def _parse_projections(self) -> tuple[list[exp.Expr], list[exp.Expr] | None]:
+        return self._parse_csv(self._parse_projection), None
+
+    def _parse_projection(self) -> exp.Expr | None:
+        """One select-list expression, with its text in ``meta["source_text"]``."""
+        first = self._curr
+        node = self._parse_expression()
+        if node is not None and first is not None and self._prev is not None and self._prev.start >= first.start:
+            node.meta["source_text"] = self._source_text(first)
+        return node
+
+    def _parse_returning(self) -> exp.Returning | None:
+        # as sqlglot's, but each expression keeps its text (as a select list's does)
+        if not self._match(TokenType.RETURNING):
+            return None
+        return self.expression(
+            exp.Returning(
+                expressions=self._parse_csv(self._parse_projection),
+                into=self._match(TokenType.INTO) and self._parse_table_part(),
+            )
+        )
 
     def _parse_statement(self) -> exp.Expr | None:
         curr = self._curr
@@ -297,12 +357,7 @@ class ModelSQLParser(DuckDBParser):
     # -------------------------------------------------------------- PREDICT(...)
 
     def _at_predict_call(self) -> bool:
-        return (
-            self._curr.token_type == TokenType.VAR
-            and self._curr.text.upper() == "PREDICT"
-            and self._next.token_type == TokenType.L_PAREN
-            and self._prev.token_type != TokenType.DOT
-        )
+        return predict_shaped(self._tokens, self._index)
 
     def _parse_table_part(self, schema: bool = False) -> exp.Expr | None:
         # A table position: PREDICT(...) becomes Table(this=PredictTable) in
@@ -315,11 +370,11 @@ class ModelSQLParser(DuckDBParser):
         token = self._curr
         self._advance(2)  # PREDICT (
         if not self._match_word("MODEL"):
-            self.raise_error("Expected MODEL <name> as the first argument of PREDICT")
+            self.raise_error(f"Expected MODEL <name> as the first argument of PREDICT; the form is {PREDICT_FORM}")
         ref = self._parse_model_ref()
 
         if not self._match(TokenType.COMMA):
-            self.raise_error("Expected , TABLE <name> or , (SELECT ...) after the model in PREDICT")
+            self.raise_error(f"Expected the input after the model in PREDICT; the form is {PREDICT_FORM}")
 
         source: exp.Expr | None = None
         if self._match(TokenType.TABLE):
@@ -338,7 +393,7 @@ class ModelSQLParser(DuckDBParser):
             ):
                 self.raise_error("Expected a query in parentheses as the input of PREDICT", paren)
         else:
-            self.raise_error("Expected TABLE <name> or (SELECT ...) as the input of PREDICT")
+            self.raise_error(f"Expected TABLE <name> or (SELECT ...) as the input of PREDICT; the form is {PREDICT_FORM}")
 
         options = []
         while self._match(TokenType.COMMA):
@@ -348,11 +403,12 @@ class ModelSQLParser(DuckDBParser):
         node = self.expression(
             PredictTable(this=ref, expression=source, options=options or None)
         )
+        node.meta["source_text"] = self._source_text(token)
         return node.update_positions(token)
 
     def _parse_predict_call(self) -> exp.Expr:
         # PREDICT( in an expression position; `PREDICT (` has been consumed.
-        if self._match_word("MODEL", advance=False):
+        if predict_shaped(self._tokens, self._index - 2):
             self.raise_error(
                 "PREDICT(MODEL ...) is a table function: use it where a table goes "
                 "(FROM, JOIN, a subquery)",
@@ -467,4 +523,4 @@ class ModelSQL(DuckDB):
     Generator = ModelSQLGenerator
 
 
-__all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator"]
+__all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "PREDICT_FORM", "predict_shaped"]
