@@ -262,7 +262,17 @@ def _fmt_array(v: Sequence[Any], shown: int = 3) -> str:
     n = len(v)
     if n <= shown + 1:
         return "[" + ", ".join(_fmt_short(x) for x in v) + "]"
-    return "[" + ", ".join(_fmt_short(x) for x in v[:shown]) + f", … ({n})]"
+    return "[" + ", ".join([_fmt_short(x) for x in v[:shown]] + [f"… ({n})"]) + "]"
+
+
+def _fit_array(v: Any, text: str, width: int) -> str:
+    """``text`` of value ``v`` in ``width`` cells: an array shows fewer elements (down to
+    none: ``[… (10)]``) rather than being cut inside one; anything else unchanged."""
+    shown = 2
+    while isinstance(v, (list, tuple)) and cell_len(text) > width and shown >= 0:
+        text = _fmt_array(v, shown)
+        shown -= 1
+    return text
 
 
 def _fmt_struct(v: dict) -> str:
@@ -376,7 +386,8 @@ def render_table(description: Sequence[tuple], head: list[tuple], tail: list[tup
     for i, row in enumerate(head + tail):
         if tail and i == len(head):
             table.add_row(*[Text("…", style="dim") for _ in shown])
-        table.add_row(*[Text("NULL", style="dim") if row[j] is None else Text(cells[i][j]) for j in shown])
+        table.add_row(*[Text("NULL", style="dim") if row[j] is None else Text(_fit_array(row[j], cells[i][j], fitted[j]))
+                        for j in shown])
     return Group(table, Text(_caption(names, widths, fitted, len(head) + len(tail), total, note), style="dim"))
 
 
@@ -562,31 +573,37 @@ HELP = """\
 Enter SQL statements terminated by ";" (they may span several lines).
 Besides DuckDB SQL:
   IMPORT MODEL m FROM 'f.onnx' [WITH (features = (a, b), description = '...')]
-  CREATE OR REPLACE MODEL m FROM 'f.onnx'     a new version; older ones stay
+  CREATE OR REPLACE MODEL m FROM 'f.onnx'    a new version; older ones stay
   DROP MODEL m [VERSION n]    SHOW MODELS    DESCRIBE MODEL m [VERSION n]
-  EXPORT MODEL m TO 'f.onnx'  VACUUM MODELS  (delete blobs no model uses)
-  EXPLAIN [ANALYZE] SELECT ...   how each PREDICT was bound and runs, then DuckDB's plan
+  EXPORT MODEL m TO 'f.onnx'  VACUUM MODELS (delete blobs no model uses)
+  EXPLAIN [ANALYZE] SELECT ...    how each PREDICT is bound and run (model,
+                                  columns, options), then DuckDB's plan
 
 SELECT ... FROM PREDICT(MODEL m [VERSION n], TABLE t | (SELECT ...)
                         [, option = value ...]) [AS alias]
 Options are named arguments after the input (=, := or =>), among them:
-  on_null = 'error' | 'skip' | 'null'    a NULL fed to the model: an error (default),
-                                         leave the row out, or NULL outputs
-  features = (col_a, col_b, ...)         the columns that feed the model's input, in order
-  batch_size = 1000                      at most this many rows per model run
-  backend = 'onnxruntime'                the runtime (the only one for now)
-  execution = 'auto' | 'stream' | 'batch'  stream chunks through the model, or run it
-                                         over the whole input first; auto picks
+  on_null = 'error' | 'skip' | 'null'   a NULL fed to the model: an error
+                                        (default), leave the row out, or
+                                        NULL outputs
+  features = (col_a, col_b, ...)        the columns that feed the model's
+                                        input, in order
+  batch_size = 1000                     at most this many rows per model run
+  backend = 'onnxruntime'               the runtime (the only one for now)
+  execution = 'auto' | 'stream' | 'batch'
+                                        stream chunks through the model, or
+                                        run it over the whole input first;
+                                        'auto' (the default) picks one
 {known}
 
 .help             this text
 .mode [MODE]      show or set how results print: table (default), line (one
-                  "column = value" line each; shows columns a table hides), csv, json
+                  "column = value" line each: what a table hides), csv, json
 .tables           list tables
 .models           list models (SHOW MODELS)
 .schema TABLE     columns of a table (DESCRIBE TABLE)
 .quit, .exit      leave the shell (Ctrl-D works too)
 Ctrl-C clears the statement being typed."""
+
 
 
 def help_text() -> str:

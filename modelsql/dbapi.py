@@ -480,6 +480,7 @@ class Connection:
         replace: bool = False,
         if_not_exists: bool = False,
         options: Optional[dict] = None,
+        accept_mismatch: bool = False,
     ):
         """Import a model into the catalog and return its :class:`~modelsql.catalog.entries.ModelVersion`.
 
@@ -490,7 +491,11 @@ class Connection:
                 classifiers give ``label`` and a ``probabilities`` matrix); or a
                 ``torch.nn.Module`` (exported to ONNX with a dynamic batch axis).
             example_input: an example batch for a torch module (a tensor of shape
-                ``[batch, ...]``); required for torch, ignored otherwise.
+                ``[batch, ...]``), required for torch; for a scikit-learn estimator, the
+                rows to check its conversion on (the training rows, say: an array
+                ``[n, features]``, or a pandas DataFrame / pyarrow Table for a pipeline
+                selecting columns by name; default: 256 standard-normal rows, see
+                :func:`modelsql.formats.conversion_check.check_conversion`); ignored otherwise.
             features: the column names that feed a single 2-D input, in order.
             input_names: names for a torch module's inputs, one per example input
                 (default ``("input",)`` for one, ``forward``'s parameter names for several).
@@ -499,10 +504,15 @@ class Connection:
             replace: add a new version if the model exists (``CREATE OR REPLACE``).
             if_not_exists: do nothing if the model exists.
             options: extra options stored with the model.
+            accept_mismatch: import a scikit-learn estimator even when its ONNX
+                conversion predicts another label than the estimator on some sample
+                rows (the count is kept in the catalog).
 
         Raises:
             IntegrityError: the name exists (and neither ``replace`` nor ``if_not_exists``).
-            DataError: the model is not valid ONNX. ProgrammingError: unsupported object.
+            DataError: the model is not valid ONNX; code ``"conversion_mismatch"`` when a
+                converted estimator's labels disagree with its own (unless ``accept_mismatch``).
+            ProgrammingError: unsupported object.
         """
         self._check_open()
         self._settle()
@@ -510,7 +520,7 @@ class Connection:
             return self._engine.import_model(
                 name, model, example_input=example_input, features=features, input_names=input_names,
                 output_names=output_names, replace=replace,
-                if_not_exists=if_not_exists, options=options, connection=self,
+                if_not_exists=if_not_exists, options=options, connection=self, accept_mismatch=accept_mismatch,
             )
         except Error as err:
             better = translate_duckdb_error(err)  # the catalog's wording of an aborted transaction

@@ -280,6 +280,14 @@ def test_wide_values_are_cut_not_wrapped(tmp_path):
     assert "long values cut in long_text" in " ".join(lines[-2:])
 
 
+def test_arrays_in_a_narrow_column_show_fewer_elements(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", "-c",
+                "SELECT 1 AS id, range(1000, 1020) AS arr, repeat('x', 50) AS pad", columns=34)
+    assert r.returncode == 0, r.stderr
+    assert "│ [1000, 1001, … (20)] │" in r.stdout, r.stdout  # not "[1000, 1001, 100…"
+    assert "hidden: pad" in " ".join(r.stdout.split())
+
+
 def test_explain_plan_is_shown_whole(tmp_path):
     sql = ("EXPLAIN SELECT g, count(*) AS n FROM (SELECT range % 7 AS g FROM range(1000)) "
            "WHERE g > 1 GROUP BY g ORDER BY n DESC")

@@ -390,3 +390,48 @@ def test_large_sample_is_cut_to_a_seeded_subset(iris):
     names = ["x0", "x1", "x2", "x3"]
     table = pa.table({n: big[:, i] for i, n in enumerate(names)})
     assert check_conversion(lr, model, table, features=names) == check
+
+
+# ------------------------------------------------------------------ item 8 through import_model
+
+
+def test_import_model_records_the_conversion_check(tmp_path):
+    from sklearn.datasets import load_iris
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y = load_iris(return_X_y=True)
+    forest = RandomForestClassifier(n_estimators=10, random_state=0).fit(X, y)
+    con = modelsql.connect(str(tmp_path / "c.duckdb"))
+    con.import_model("forest", forest, example_input=X)
+    rows, diff, mismatches = con.execute(
+        "SELECT check_rows, check_max_abs_diff, check_label_mismatches FROM modelsql.model_versions").fetchone()
+    assert rows == 150 and 0 < diff < 1e-5 and mismatches == 0
+    props = {r[2]: r[5] for r in con.execute("DESCRIBE MODEL forest").fetchall() if r[0] == "property"}
+    assert props["conversion_check"].startswith("150 rows, max abs diff ") and "0 label mismatches" in props["conversion_check"]
+    con.import_model("forest_default", forest)  # no sample: the documented default rows
+    assert con.execute("SELECT check_rows FROM modelsql.model_versions WHERE name = 'forest_default'").fetchone() == (256,)
+    con.close()
+
+
+def test_import_model_refuses_a_label_disagreement_unless_accepted(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from sklearn.compose import make_column_transformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder
+
+    train = pd.DataFrame({"color": ["red", "green", "blue"] * 20, "size": np.arange(60.0)})
+    pipe = make_pipeline(
+        make_column_transformer((OneHotEncoder(handle_unknown="infrequent_if_exist"), ["color"]),
+                                ("passthrough", ["size"])),
+        LogisticRegression(),
+    ).fit(train, (train["color"] == "red").astype(int))
+    sample = pd.DataFrame({"color": ["red", "purple", "blue"], "size": [1.0, 2.0, 3.0]})
+    con = modelsql.connect(str(tmp_path / "c.duckdb"))
+    with pytest.raises(modelsql.DataError, match="accept_mismatch=True") as ei:
+        con.import_model("enc", pipe, example_input=sample)
+    assert ei.value.code == "conversion_mismatch" and "1 of 3" in str(ei.value)
+    assert con.execute("SELECT count(*) FROM modelsql.model_versions").fetchone() == (0,)
+    con.import_model("enc", pipe, example_input=sample, accept_mismatch=True)
+    assert con.execute("SELECT check_rows, check_label_mismatches FROM modelsql.model_versions").fetchone() == (3, 1)
+    con.close()

@@ -383,6 +383,7 @@ class Engine:
         if_not_exists: bool = False,
         options: Optional[dict] = None,
         connection=None,
+        accept_mismatch: bool = False,
     ) -> ModelVersion:
         """Convert, check, store and catalog one model version (see ``Connection.import_model``).
 
@@ -415,6 +416,10 @@ class Engine:
         feats = tuple(features) if features else (tuple(known) if known else None)
         inputs, outputs, opset = formats.signature(proto)
         dependence = formats.batch_dependence(proto)
+        check = None
+        if kind == "sklearn":  # the converted graph against the estimator, on the sample (or the default one)
+            check = formats.check_conversion(model, proto, example_input, features=feats,
+                                             accept_mismatch=accept_mismatch)
         if not outputs:
             raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
         check_outputs(key, outputs)
@@ -453,6 +458,9 @@ class Engine:
                         features=feats,
                         options=tuple(sorted((options or {}).items())),
                         batch_dependence=dependence,
+                        check_rows=check.rows if check else None,
+                        check_max_abs_diff=check.max_abs_diff if check else None,
+                        check_label_mismatches=check.label_mismatches if check else None,
                     )
                     kinds = {graph_digest: "graph"}
                     kinds.update({t.digest: "tensor" for t, _ in tensors})
@@ -1216,12 +1224,12 @@ def _named(e: exp.Expression, mapping: dict[int, int], *, alias: bool = True) ->
     """``e`` as it must reach DuckDB for its column to keep the name DuckDB gives the user's text.
 
     An expression that names nothing (:func:`_reads_nothing`: ``today()``, ``1_000``) is written back
-    as the user's text (``meta["source_text"]``), which DuckDB then names itself. Another is aliased with the name DuckDB
-    gives that text (:func:`_duckdb_name`) when ``alias`` (a select list: DuckDB names RETURNING columns
-    by their bound form) and sqlglot's rendering would be named otherwise, unless the name is a plain
-    word, which DuckDB's select-list alias lookup would read as a column. Aliased expressions, column
-    references and stars (:func:`_names_itself`) stay as they are. One holding a PREDICT that DuckDB
-    cannot read is named as sqlglot writes it, never by the rewrite's text.
+    as the user's text (``meta["source_text"]``), which DuckDB then names itself. Another is aliased
+    with the name DuckDB gives that text (:func:`_duckdb_name`) when ``alias`` (a select list: DuckDB
+    names RETURNING columns by their bound form) and sqlglot's rendering would be named otherwise,
+    unless the name is a plain word, which DuckDB's select-list alias lookup would read as a column.
+    Aliased expressions, column references and stars (:func:`_names_itself`) stay as they are. One
+    holding a PREDICT that DuckDB cannot read is named as sqlglot writes it, never by the rewrite's text.
     """
     if isinstance(e, exp.Alias) or _names_itself(e):
         return e

@@ -393,7 +393,9 @@ class ModelSQLParser(DuckDBParser):
             ):
                 self.raise_error("Expected a query in parentheses as the input of PREDICT", paren)
         else:
-            self.raise_error(f"Expected TABLE <name> or (SELECT ...) as the input of PREDICT; the form is {PREDICT_FORM}")
+            self.raise_error(
+                f"Expected TABLE <name> or (SELECT ...) as the input of PREDICT; the form is {PREDICT_FORM}"
+            )
 
         options = []
         while self._match(TokenType.COMMA):
