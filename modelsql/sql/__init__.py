@@ -55,6 +55,8 @@ from modelsql.sql.nodes import (
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 _DIALECT = ModelSQL()
+DIALECT = _DIALECT
+"""The dialect instance to generate modelsql SQL with (``node.sql(dialect=DIALECT)``)."""
 
 #: Word sequences that start one of our statements (matched on unquoted tokens
 #: at the start of a statement).
