@@ -12,9 +12,9 @@ Every form opens one PEP 249 connection (:func:`modelsql.connect`) in
 autocommit mode, so each statement commits on its own, as in the ``duckdb``
 and ``sqlite3`` shells. Results are printed as :mod:`rich` tables (at most
 :data:`MAX_ROWS` rows: the first and last halves, with a "N rows" footer;
-arrays shortened to ``[0.01, 0.98, … (10)]``; one line per row, fitted to the
-terminal by cutting long values and hiding the widest columns, which the footer
-names), or, with ``--format`` (``.mode`` in the shell), as ``column = value``
+arrays shortened to ``[0.01, 0.98, … (10)]``; fitted to the terminal by cutting
+long values, never wrapping them, and hiding the widest columns, which the
+footer names), or, with ``--format`` (``.mode`` in the shell), as ``column = value``
 lines, CSV or JSON lines.
 
 Errors never print a Python traceback (set ``MODELSQL_TRACEBACK=1`` to get one
@@ -44,8 +44,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, TextIO
 
-from rich.console import Console, Group
 from rich.cells import cell_len
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -386,8 +386,10 @@ def render_table(description: Sequence[tuple], head: list[tuple], tail: list[tup
     for i, row in enumerate(head + tail):
         if tail and i == len(head):
             table.add_row(*[Text("…", style="dim") for _ in shown])
-        table.add_row(*[Text("NULL", style="dim") if row[j] is None else Text(_fit_array(row[j], cells[i][j], fitted[j]))
-                        for j in shown])
+        table.add_row(*[
+            Text("NULL", style="dim") if row[j] is None else Text(_fit_array(row[j], cells[i][j], fitted[j]))
+            for j in shown
+        ])
     return Group(table, Text(_caption(names, widths, fitted, len(head) + len(tail), total, note), style="dim"))
 
 
@@ -603,7 +605,6 @@ Options are named arguments after the input (=, := or =>), among them:
 .schema TABLE     columns of a table (DESCRIBE TABLE)
 .quit, .exit      leave the shell (Ctrl-D works too)
 Ctrl-C clears the statement being typed."""
-
 
 
 def help_text() -> str:

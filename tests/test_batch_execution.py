@@ -350,9 +350,9 @@ def test_streaming_sessions_get_the_cores_a_small_scan_leaves_idle(con, monkeypa
     seen: list[int] = []
     run = PredictFunction._run
 
-    def spy(self, feeds, n):
+    def spy(self, feeds, n, *rest):
         seen.append(self.model.intra_op_threads)
-        return run(self, feeds, n)
+        return run(self, feeds, n, *rest)
 
     monkeypatch.setattr(PredictFunction, "_run", spy)
     con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))

@@ -3,8 +3,10 @@
 Covers ``-c`` (results, errors with a LINE excerpt and no traceback), ``run FILE``
 (statement splitting that respects strings and comments, stopping at the first
 error with its position in the file), ``--database``, the shell driven through
-stdin (multi-line statements, dot-commands), ``--version``, and ``quickstart``
-end to end (plausible accuracies, models in the catalog, re-runnable).
+stdin (multi-line statements, dot-commands, ``.mode``, ``.help``), tables that
+fit the terminal (``$COLUMNS``: values cut, never wrapped; hidden columns named),
+``--format line``, ``--version``, and ``quickstart`` end to end (plausible
+accuracies, models in the catalog, a re-run leaves the catalog as one run does).
 """
 
 from __future__ import annotations

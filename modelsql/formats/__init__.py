@@ -68,6 +68,28 @@ def _check_feature_count(model: ModelProto, features: tuple[str, ...], what: str
             )
 
 
+def _features_from_metadata(model: ModelProto, source: str) -> Optional[tuple[str, ...]]:
+    """The feature names an earlier ``EXPORT MODEL`` wrote into ``model``'s metadata, checked against its
+    input; the errors say the names came from the file (naming features at import overrides them)."""
+    features = metadata_features(model, source)
+    if features is None:
+        return None
+    inputs, _, _ = signature(model)
+    hint = f"{source}'s metadata entry modelsql.features names {len(features)} feature(s)"
+    if len(inputs) != 1:
+        raise ProgrammingError(
+            f"{hint}, but the model has {len(inputs)} inputs (features apply to a model with one input); "
+            "name the features at import to override the entry.",
+            code="feature_count_mismatch",
+        )
+    try:
+        _check_feature_count(model, features, source)
+    except ProgrammingError as exc:
+        raise ProgrammingError(f"{hint}, which do not fit: {exc}; name the features at import to override the entry.",
+                               code=exc.code) from None
+    return features
+
+
 def to_onnx(
     obj: Any,
     *,
@@ -110,10 +132,10 @@ def to_onnx(
             source = "<ModelProto>"
         else:
             source = "<bytes>"
-        if features is None:
-            features = metadata_features(model, source)  # written by an earlier EXPORT MODEL
         if features is not None:
             _check_feature_count(model, features, source)
+        else:
+            features = _features_from_metadata(model, source)
         return model, "onnx", source, features
     if is_sklearn_estimator(obj):
         model, features = from_sklearn(obj, feature_names=feature_names)

@@ -383,7 +383,11 @@ def _slice_shape_val(g: _Graph, node: NodeProto) -> None:
     if starts is None or ends is None or len(starts) != 1:
         g.shape_vals[node.output[0]] = [None, N]  # unknown, but still holding the batch size
         return
-    g.shape_vals[node.output[0]] = vals[slice(starts[0], min(ends[0], len(vals)), steps[0])]
+    picked = vals[slice(starts[0], min(ends[0], len(vals)), steps[0])]
+    if N in picked:
+        g.shape_vals[node.output[0]] = picked
+    elif all(isinstance(v, int) for v in picked):
+        g.consts[node.output[0]] = np.array(picked, dtype=np.int64)
 
 
 def _gather(g: _Graph, node: NodeProto) -> None:
@@ -393,7 +397,10 @@ def _gather(g: _Graph, node: NodeProto) -> None:
         vals = g.shape_vals[data]
         picked = [vals[int(i)] if -len(vals) <= int(i) < len(vals) else None for i in np.asarray(idx).reshape(-1)] \
             if idx is not None else [None, N]
-        g.shape_vals[node.output[0]] = picked
+        if N in picked:
+            g.shape_vals[node.output[0]] = picked
+        elif all(isinstance(v, int) for v in picked):  # dims that are not the batch size: constants
+            g.consts[node.output[0]] = np.array(picked if np.ndim(idx) else picked[0], dtype=np.int64)
         return
     axis = _norm(_attr(node, "axis", 0), g.rank(data))
     if data in g.axis and indices in g.axis:
@@ -431,15 +438,24 @@ def _reshape(g: _Graph, node: NodeProto) -> None:
     if pos is None:  # a constant reshaped to a shape holding the batch size: rows of constants
         if target is not None and target.count(N) == 1:
             _set(g, node, target.index(N))
+            _target_shape(g, node.output[0], target)
             return
         raise _Mixes("reshapes to a shape that uses the batch size")
     free = _single_free_axis(g, x, pos, target)
     if free is not None:
         _set(g, node, free)
         return
-    if pos != 0 or not target or not _keeps_rows(g, x, target, bool(_attr(node, "allowzero", 0))):
+    out = _row_axis_after_reshape(g, x, pos, target, bool(_attr(node, "allowzero", 0))) if target else None
+    if out is None:
         raise _Mixes("reshapes across the batch axis (rows may be merged or split)")
-    _set(g, node, 0)
+    _set(g, node, out)
+    _target_shape(g, node.output[0], target)
+
+
+def _target_shape(g: _Graph, out: str, target: list) -> None:
+    """Record the shape a Reshape / Expand / ConstantOfShape target gives (N and -1 as unknown)."""
+    if None in (g.shapes.get(out) or (None,)):
+        g.shapes[out] = tuple(d if isinstance(d, int) and d > 0 else None for d in target)
 
 
 def _single_free_axis(g: _Graph, x: str, pos: int, target: Optional[list]) -> Optional[int]:
@@ -453,19 +469,37 @@ def _single_free_axis(g: _Graph, x: str, pos: int, target: Optional[list]) -> Op
     return None
 
 
-def _keeps_rows(g: _Graph, x: str, target: list, allowzero: bool) -> bool:
-    """Whether reshaping ``x`` (batch on axis 0) to ``target`` keeps one output row per input row."""
-    first, rest = target[0], target[1:]
-    if N in rest or None in rest:
-        return False
-    if first == N or (first == 0 and not allowzero):
-        return True
-    if first != -1 or any(d in (-1, 0) for d in rest):
-        return False
+def _prod(dims) -> Optional[int]:
+    return int(np.prod(dims, dtype=np.int64)) if all(isinstance(d, int) and d > 0 for d in dims) else None
+
+
+def _row_axis_after_reshape(g: _Graph, x: str, pos: int, target: list, allowzero: bool) -> Optional[int]:
+    """The axis the batch lands on when ``x`` (batch on ``pos``) is reshaped to ``target``, or None
+    when the reshape may merge or split rows.
+
+    Row-major order keeps each batch index's block of elements together when the axes before the
+    batch hold as many elements on both sides; then the axes after it do too (the totals are equal).
+    The batch is the target's :data:`N` (read from ``Shape``), a ``0`` copying it (no ``allowzero``),
+    or its one ``-1`` when every other target dim and the input's non-batch dims are known.
+    """
     shape = g.shapes.get(x)
-    if shape is None or any(d is None or d == 0 for d in shape[1:]):
-        return False
-    return int(np.prod(shape[1:], dtype=np.int64)) == int(np.prod(rest, dtype=np.int64))
+    if shape is None or len(shape) <= pos:
+        return None
+    dims = list(target)
+    if not allowzero:
+        dims = [(N if i == pos else (shape[i] if i < len(shape) else None)) if d == 0 else d
+                for i, d in enumerate(dims)]
+    before_in = _prod(shape[:pos]) if pos else 1
+    if dims.count(N) == 1:
+        q = dims.index(N)
+        return q if before_in is not None and _prod(dims[:q] or [1]) == before_in else None
+    if N in dims or dims.count(-1) != 1:
+        return None
+    q = dims.index(-1)
+    after_in, after_out = _prod(shape[pos + 1:] or [1]), _prod(dims[q + 1:] or [1])
+    if before_in is None or after_in is None or _prod(dims[:q] or [1]) != before_in or after_in != after_out:
+        return None
+    return q
 
 
 def _expand(g: _Graph, node: NodeProto) -> None:
@@ -479,9 +513,14 @@ def _expand(g: _Graph, node: NodeProto) -> None:
     if shape_in in g.axis:
         raise _Mixes("expands to a batch-dependent shape")
     rank, out_rank = g.rank(x), g.rank(node.output[0])
+    if out_rank is None and target is not None:
+        out_rank = max(len(target), rank or 0)
     if rank is None or out_rank is None:
         raise _Mixes("expands a tensor of unknown rank")
-    _set(g, node, g.axis[x] + out_rank - rank)
+    pos = g.axis[x] + out_rank - rank
+    if target is not None and any(d == N for i, d in enumerate(target) if i + out_rank - len(target) != pos):
+        raise _Mixes("expands to a shape holding the batch size on another axis")
+    _set(g, node, pos)
 
 
 def _constant_of_shape(g: _Graph, node: NodeProto) -> None:
@@ -489,15 +528,14 @@ def _constant_of_shape(g: _Graph, node: NodeProto) -> None:
     if target is None or target.count(N) != 1:
         raise _Mixes("builds a tensor whose shape uses the batch size")
     _set(g, node, target.index(N))
+    _target_shape(g, node.output[0], target)
 
 
 def _shape(g: _Graph, node: NodeProto) -> None:
     x = node.input[0]
     rank = g.rank(x)
     if rank is None:
-        g.n_values.add(node.output[0])
-        g.shape_vals[node.output[0]] = [None, N]
-        return
+        raise _Mixes("reads the shape of a tensor of unknown rank, so where the batch size lands cannot be told")
     known = g.shapes[x]
     vals = [N if i == g.axis[x] else known[i] for i in range(rank)]
     start, end = _attr(node, "start", 0), _attr(node, "end", rank)
@@ -634,6 +672,43 @@ def _topk(g: _Graph, node: NodeProto) -> None:
     _set(g, node, pos)
 
 
+def _per_row_strings(g: _Graph, node: NodeProto) -> None:
+    """StringNormalizer: element by element over ``[C]`` or ``[1, C]``; a batch on axis 0 of ``[N]`` stays."""
+    x, pos = _only_input(g, node)
+    if _attr(node, "stopwords"):
+        raise _Mixes("removes stopwords, which changes how many values remain")
+    if pos != 0 or g.rank(x) != 1:
+        raise _Mixes("normalises strings of a tensor whose batch it cannot follow")
+    _set(g, node, 0)
+    _record_rank(g, node.output[0], 1)
+
+
+def _tfidf(g: _Graph, node: NodeProto) -> None:
+    """TfIdfVectorizer: ``[N, C]`` -> ``[N, F]`` row by row; a 1-D input is one document (all rows mixed)."""
+    x, pos = _only_input(g, node)
+    if pos != 0 or g.rank(x) != 2:
+        raise _Mixes("counts n-grams over the whole batch (a 1-D input is one document)")
+    _set(g, node, 0)
+    _record_rank(g, node.output[0], 2)
+
+
+def _einsum(g: _Graph, node: NodeProto) -> None:
+    """Einsum: every batch-carrying operand's batch axis is one letter, kept in the output (not summed)."""
+    equation = str(_attr(node, "equation", b"").decode() if isinstance(_attr(node, "equation"), bytes)
+                   else _attr(node, "equation", "")).replace(" ", "")
+    if "..." in equation or "->" not in equation:
+        raise _Mixes("has an equation with an implicit output or ellipsis the analysis does not follow")
+    operands, out = equation.split("->")
+    letters = set()
+    for term, x in zip(operands.split(","), node.input):
+        if x in g.axis:
+            letters.add(term[g.axis[x]] if g.axis[x] < len(term) else None)
+    if len(letters) != 1 or None in letters or next(iter(letters)) not in out:
+        raise _Mixes("sums over or mixes the batch axis")
+    _set(g, node, out.index(next(iter(letters))))
+    _record_rank(g, node.output[0], len(out))
+
+
 def _always(why: str) -> Callable[[_Graph, NodeProto], None]:
     def rule(g: _Graph, node: NodeProto) -> None:
         raise _Mixes(why)
@@ -653,6 +728,7 @@ _RULES: dict[str, Callable[[_Graph, NodeProto], None]] = {
     "RNN": _recurrent, "GRU": _recurrent, "LSTM": _recurrent, "Trilu": _trailing_pair("works on"),
     "Det": _trailing_pair("takes determinants over"),
     "DynamicQuantizeLinear": _always("computes its quantization scale and zero point over the whole batch"),
+    "StringNormalizer": _per_row_strings, "TfIdfVectorizer": _tfidf, "Einsum": _einsum,
 }
 
 
@@ -684,6 +760,40 @@ def _captured(node: NodeProto) -> set[str]:
     return names
 
 
+_FOLD_MAX = 64
+"""Constant inputs of at most this many elements are folded (shape arithmetic: Mod, Add, Slice ...)."""
+
+
+def _fold(g: _Graph, node: NodeProto) -> None:
+    """Evaluate a node that does not touch the batch when its inputs are small constants, so shapes and
+    axes computed in the graph (torch's attention reshapes) can be read by the rules."""
+    if node.op_type == "Constant":
+        value = _attr(node, "value")
+        if value is not None:
+            g.consts[node.output[0]] = numpy_helper.to_array(value)
+        return
+    inputs = [x for x in node.input if x]
+    if not inputs or node.domain not in ("", "ai.onnx") or _captured(node) or any(
+        x not in g.consts or np.asarray(g.consts[x]).size > _FOLD_MAX for x in inputs
+    ):
+        return
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        graph = onnx.helper.make_graph(
+            [node], "fold",
+            [onnx.helper.make_tensor_value_info(x, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(g.consts[x]).dtype),
+                                                np.shape(g.consts[x])) for x in dict.fromkeys(inputs)],
+            [onnx.helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o],
+        )
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", g.opset or 17)])
+        results = ReferenceEvaluator(model).run(None, {x: np.asarray(g.consts[x]) for x in dict.fromkeys(inputs)})
+    except Exception:
+        return  # not folded: the rules then see an unknown value and stay conservative
+    for name, value in zip([o for o in node.output if o], results):
+        g.consts[name] = np.asarray(value)
+
+
 def _follow(g: _Graph, node: NodeProto) -> None:
     """Apply the node's rule when it touches the batch; raise :class:`_Mixes` when it mixes rows."""
     inputs = [x for x in node.input if x]
@@ -691,10 +801,7 @@ def _follow(g: _Graph, node: NodeProto) -> None:
     if _captured(node) & (set(g.axis) | set(g.shape_vals) | g.n_values):
         raise _Mixes("runs a subgraph over batch-carrying values")
     if not touches:
-        if node.op_type == "Constant":
-            value = _attr(node, "value")
-            if value is not None:
-                g.consts[node.output[0]] = numpy_helper.to_array(value)
+        _fold(g, node)
         return
     if any(x in g.n_values for x in inputs) or (
         any(x in g.shape_vals for x in inputs) and node.op_type not in _SHAPE_PASS | {"Expand", "ConstantOfShape"}
@@ -707,6 +814,66 @@ def _follow(g: _Graph, node: NodeProto) -> None:
     if rule is None:
         raise _Mixes("is an operator this analysis does not know; it cannot tell whether rows stay independent")
     rule(g, node)
+    _infer_ranks(g, node)
+
+
+_RANK_OF_INPUT = {"Flatten": lambda r, n: 2, "FeatureVectorizer": lambda r, n: 2, "DictVectorizer": lambda r, n: 2,
+                  "OneHotEncoder": lambda r, n: r + 1, "OneHot": lambda r, n: r + 1,
+                  "ArgMax": lambda r, n: r if _attr(n, "keepdims", 1) else r - 1,
+                  "ArgMin": lambda r, n: r if _attr(n, "keepdims", 1) else r - 1}
+"""Output rank from input 0's rank, for ops whose output rank is not input 0's."""
+
+_ML_CLASSIFIERS = {"LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier"}
+
+
+def _infer_ranks(g: _Graph, node: NodeProto) -> None:
+    """Record the ranks of a followed node's outputs where shape inference left them unknown
+    (inference stops at ai.onnx.ml ops, whose outputs then lose their ranks downstream)."""
+    rank = g.rank(node.input[0]) if node.input else None
+    op = node.op_type
+    if op in _ML_CLASSIFIERS:
+        for i, r in enumerate((1, 2)):
+            if i < len(node.output):
+                _record_rank(g, node.output[i], r)
+    elif op in ("LinearRegressor", "SVMRegressor", "TreeEnsembleRegressor", "TreeEnsemble", "Normalizer"):
+        _record_rank(g, node.output[0], 2)
+    elif op == "Reshape" and node.input[1] in g.consts:
+        _record_rank(g, node.output[0], int(np.asarray(g.consts[node.input[1]]).size))
+    elif op in _RANK_OF_INPUT and rank is not None:
+        _record_rank(g, node.output[0], _RANK_OF_INPUT[op](rank, node))
+    elif op in _ELEMENTWISE | _PER_SAMPLE | _ML_SAME_RANK | {"Transpose", "Concat", "Softmax", "LogSoftmax",
+                                                             "LayerNormalization", "CumSum", "TopK", "Tile"}:
+        for out in node.output[:1]:
+            _record_rank(g, out, rank)
+    if op in ("Cast", "Identity", "CastLike") or op in _ML_SAME_RANK or (op in _ELEMENTWISE and len(node.input) == 1):
+        _refine(g, node.output[0], node.input[0])
+    if op == "TreeEnsembleClassifier" and len(node.output) > 1:
+        classes = _attr(node, "classlabels_int64s") or _attr(node, "classlabels_strings") or []
+        if classes:
+            g.shapes[node.output[1]] = (None, len(classes))
+    if op in _REDUCE or op in ("ArgMax", "ArgMin"):
+        _reduced_shape(g, node)
+
+
+def _reduced_shape(g: _Graph, node: NodeProto) -> None:
+    """The output shape of a reduction whose axes are known, from its input's shape."""
+    shape = g.shapes.get(node.input[0])
+    axes = [_attr(node, "axis", 0)] if node.op_type in ("ArgMax", "ArgMin") else g.ints(node, "axes", 1)
+    current = g.shapes.get(node.output[0])
+    if shape is None or not axes or (current is not None and None not in current):
+        return
+    axes = [a + len(shape) if a < 0 else a for a in axes]
+    if _attr(node, "keepdims", 1):
+        g.shapes[node.output[0]] = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    else:
+        g.shapes[node.output[0]] = tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _refine(g: _Graph, out: str, src: str) -> None:
+    """Fill unknown dims of ``out`` from ``src`` of the same shape (inference loses what ML ops gave)."""
+    a, b = g.shapes.get(out), g.shapes.get(src)
+    if a is not None and b is not None and len(a) == len(b):
+        g.shapes[out] = tuple(x if x is not None else y for x, y in zip(a, b))
 
 
 def batch_dependence(model: ModelProto) -> Optional[str]:
@@ -742,4 +909,15 @@ def batch_dependence(model: ModelProto) -> Optional[str]:
             return f'node "{node.name or node.output[0]}" ({node.op_type}) {why}'
         except (IndexError, ValueError, TypeError) as exc:
             return f'node "{node.name or node.output[0]}" ({node.op_type}) could not be analysed ({exc})'
+    return _outputs_by_row(g, model)
+
+
+def _outputs_by_row(g: _Graph, model: ModelProto) -> Optional[str]:
+    """PREDICT reads output row i as axis-0 slice i: an output with its batch elsewhere (a transpose),
+    or holding the batch size as a value, would hand rows other rows' values."""
+    for v in model.graph.output:
+        if v.name in g.shape_vals or v.name in g.n_values:
+            return f'output "{v.name}" holds the batch size as a value'
+        if g.axis.get(v.name, 0) != 0:
+            return f'output "{v.name}" has the batch on axis {g.axis[v.name]}, not on axis 0 (its rows are not the input\'s)'
     return None

@@ -318,13 +318,13 @@ def from_sklearn(
         ]
         features = None
     try:
-        model = convert_sklearn(
-            estimator,
-            name,
-            initial_types=initial_types,
-            options=options,
-            target_opset=target,
-        )
+        try:
+            model = convert_sklearn(estimator, name, initial_types=initial_types, options=options, target_opset=target)
+        except NameError as exc:
+            if options is None or "Option 'zipmap' not in" not in str(exc):
+                raise
+            # a classifier whose converter has no ZipMap to turn off (LinearSVC): it returns tensors already
+            model = convert_sklearn(estimator, name, initial_types=initial_types, target_opset=target)
     except Exception as exc:  # skl2onnx raises RuntimeError, MissingShapeCalculator, NameError ...
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NotSupportedError(

@@ -253,11 +253,14 @@ class PredictFunction:
                     _to_arrow(res, o, min(b, n - start), f"PREDICT over {getattr(self.model, 'label', 'the model')}")
         return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]
 
-    def _run(self, feeds: dict[str, np.ndarray], n: int) -> tuple[Optional[list], np.ndarray]:
+    def _run(self, feeds: dict[str, np.ndarray], n: int, column_major: frozenset = frozenset()
+             ) -> tuple[Optional[list], np.ndarray]:
         """The outputs for the rows the model does not fail on, and the mask of those it fails on.
 
         A failing run is bisected (:mod:`~modelsql.operators.row_errors`); under ``on_error =
         'error'`` the first failing row's column and value are named in the DataError raised.
+        ``column_major`` names feeds laid out ``(F, n)`` (a :class:`ColumnBlock`): the search
+        reads them by row through a transposed view and hands the model its own layout.
         """
         try:
             return self._run_all(feeds, n), np.zeros(n, dtype=bool)
@@ -266,21 +269,25 @@ class PredictFunction:
                 raise
             first = exc
 
-        def run(f):
-            return self._run_all(f, len(next(iter(f.values()))))
+        def laid_out(f):
+            return {k: np.ascontiguousarray(v.T) if k in column_major else v for k, v in f.items()}
 
-        bad = row_errors.failing_rows(run, feeds, n)
+        def run(f):
+            return self._run_all(laid_out(f), len(next(iter(f.values()))))
+
+        rows = {k: v.T if k in column_major else v for k, v in feeds.items()}  # every feed row-first
+        bad = row_errors.failing_rows(run, rows, n)
         if not len(bad):
             raise first  # no row fails alone: the batch as a whole does
         failed = np.zeros(n, dtype=bool)
         failed[bad] = True
         if self.on_error == "error":
             good = int(np.flatnonzero(~failed)[0]) if (~failed).any() else None
-            who = row_errors.culprit(run, feeds, self.args, int(bad[0]), good)
+            who = row_errors.culprit(run, rows, self.args, int(bad[0]), good)
             raise row_errors.row_error(self.model_name, first, bad, n, who) from None
         if failed.all():
             return None, failed
-        return self._run_all({k: v[~failed] for k, v in feeds.items()}, int((~failed).sum())), failed
+        return run({k: v[~failed] for k, v in rows.items()}), failed
 
     def _call(self, *arrays) -> pa.StructArray:
         self.calls += 1
@@ -304,7 +311,8 @@ class PredictFunction:
             return self._scatter([], computed, n, np.zeros(0, dtype=bool))
         where = f"PREDICT over {getattr(self.model, 'label', 'the model')}"
         feeds = {spec.input_name: _to_numpy(arr, spec, where) for spec, arr in zip(self.args, arrays)}
-        results, failed = self._run(feeds, len(computed))
+        column_major = frozenset(spec.input_name for spec, arr in zip(self.args, arrays) if isinstance(arr, ColumnBlock))
+        results, failed = self._run(feeds, len(computed), column_major)
         ok_n = int((~failed).sum())
         columns = [] if results is None else [_to_arrow(res, o, ok_n, where) for res, o in zip(results, self.outputs)]
         return self._scatter(columns, computed, n, failed)

@@ -40,7 +40,7 @@ from typing import Optional, Sequence
 
 from ..catalog.entries import ModelVersion, TensorSpec
 from ..errors import NotSupportedError, ProgrammingError, did_you_mean
-from ..operators.predict import ONNX_TO_DUCKDB, InputArg, OutputCol, row_fit
+from ..operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
 
 NUMERIC_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
@@ -171,7 +171,7 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
     execution = _one_of(options, "execution", EXECUTION_MODES, model_name, null_ok=False)
-    on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name, null_ok=True)
+    on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name, null_ok=False)
     isolate_rows = options.get("isolate_rows", True)
     if not isinstance(isolate_rows, bool):
         raise ProgrammingError(
@@ -469,9 +469,9 @@ _MAP_OUTPUT = re.compile(r"^SEQUENCE\(MAP\((INT64|STRING), (FLOAT|DOUBLE|INT64)\
 def output_kind(spec: TensorSpec) -> Optional[tuple[str, int, str, str]]:
     """How an output comes back as a column: ``(kind, width, elem_type, key_type)`` (see
     :class:`~modelsql.operators.predict.OutputCol`), or None for a type no column can hold."""
-    if spec.elem_type not in ONNX_TO_DUCKDB:
+    if spec.elem_type not in ONNX_TO_DUCKDB or spec.elem_type not in ONNX_TO_NUMPY:
         m = _MAP_OUTPUT.match(spec.elem_type)
-        return ("map", 0, m.group(2), m.group(1)) if m else None
+        return ("map", 0, m.group(2), m.group(1)) if m else None  # BFLOAT16, FLOAT8...: no NumPy type
     shape = spec.shape
     if shape is not None and (len(shape) <= 1 or (len(shape) == 2 and shape[1] == 1)):
         return "scalar", 0, spec.elem_type, ""
@@ -480,12 +480,22 @@ def output_kind(spec: TensorSpec) -> Optional[tuple[str, int, str, str]]:
     return "list", 0, spec.elem_type, ""
 
 
-def check_outputs(model_name: str, outputs: Sequence[TensorSpec]) -> None:
-    """Refuse, at import, a model with an output no column can hold (never drop it silently).
+def check_signature(model_name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
+    """Refuse, at import, a model with an input no column can feed or an output no column can hold
+    (never drop an output silently, nor fail every row later).
 
     Raises:
-        NotSupportedError: code ``"output_type_not_supported"``, naming the output and its type.
+        NotSupportedError: code ``"input_type_not_supported"`` / ``"output_type_not_supported"``,
+            naming the input or output and its type.
     """
+    for spec in inputs:
+        if spec.elem_type not in ONNX_TO_NUMPY:
+            raise NotSupportedError(
+                f'Model "{model_name}": input "{spec.name}" has type {spec.elem_type}, which PREDICT cannot feed from '
+                "a column (tensors of numbers, booleans or text can). Convert the model with that input as a "
+                "tensor (for example FLOAT instead of BFLOAT16, or a tensor instead of a map).",
+                code="input_type_not_supported",
+            )
     for spec in outputs:
         if output_kind(spec) is None:
             raise NotSupportedError(
@@ -504,7 +514,7 @@ def bind_outputs(model: ModelVersion, input_columns: Sequence[str]) -> tuple[Out
     for spec in model.outputs:
         kind = output_kind(spec)
         if kind is None:
-            continue  # only versions imported before check_outputs existed can have one
+            continue  # only versions imported before check_signature existed can have one
         name = spec.name
         if name.lower() in taken:
             name = f"predicted_{spec.name}"

@@ -56,7 +56,7 @@ from ..storage import BlobStore
 from .column_names import name_columns
 from .rules import RULES, referenced_names
 from .bind import (
-    BoundPredict, Column, array_not_null_sql, bind_predict, check_feature_names, check_outputs, parse_options, quote,
+    BoundPredict, Column, array_not_null_sql, bind_predict, check_feature_names, check_signature, parse_options, quote,
 )
 
 _ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
@@ -423,7 +423,7 @@ class Engine:
                                              accept_mismatch=accept_mismatch)
         if not outputs:
             raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
-        check_outputs(key, outputs)
+        check_signature(key, inputs, outputs)
         if feats is not None:
             _check_features(key, feats, inputs)
         graph, tensors = formats.split_model(proto)
@@ -988,7 +988,7 @@ class Engine:
             return OperationalError("The statement was interrupted.", code="interrupted")
         if m:
             return InternalError(f"PREDICT failed: {m.group(1)}: {m.group(2).strip()}", code="predict_failed")
-        return translate_duckdb_error(exc)
+        return _wrong_length(text, predicts) or translate_duckdb_error(exc)
 
     def _null_error(self, bound: BoundPredict, params: list, chunk_counts: Optional[dict] = None) -> DataError:
         """The DataError for NULLs fed to a model: names each column with NULLs and its row count.
@@ -1234,6 +1234,29 @@ def _correlated(err: Error, p: PredictTable) -> Optional[NotSupportedError]:
         + where,
         code="correlated_predict",
     )
+
+
+_LIST_TO_ARRAY = re.compile(
+    r"Cannot cast list with length (\d+) to array with length (\d+) when casting from source column \"?([^\"\n]+?)\"?$", re.M
+)
+
+
+def _wrong_length(text: str, predicts) -> Optional[DataError]:
+    """The DataError for list rows of another length than the model input takes (DuckDB's cast of the
+    column to the input's ``T[k]`` failed), naming the column, the lengths and the input; else None."""
+    m = _LIST_TO_ARRAY.search(text)
+    if not m:
+        return None
+    got, want, column = int(m.group(1)), int(m.group(2)), m.group(3)
+    for _, _, bound, _ in predicts:
+        for a in bound.args:
+            if a.kind == "array" and a.columns[0].lower() == column.lower():
+                return DataError(
+                    f'PREDICT(MODEL {bound.model.name}): column "{a.columns[0]}" holds rows of {got} values, but model '
+                    f'input "{a.input_name}" takes {want} values per row (per-row shape {list(a.shape)}).',
+                    code="wrong_input_shape",
+                )
+    return None
 
 
 def _predicts_in_order(tree: exp.Expression) -> list[PredictTable]:

@@ -138,6 +138,7 @@ class OrtModel:
                         piece = np.concatenate([piece, pad], axis=0)
                     chunk[k] = piece
                 outs = self.session.run(names, chunk)
+                self._check_batch_rows(names, outs, b)
                 parts.append([o[: stop - start] for o in outs])
             if not parts:
                 return self._empty_outputs(names)
@@ -146,6 +147,25 @@ class OrtModel:
             raise
         except Exception as exc:
             raise DataError(f"ONNX Runtime failed running {self.label}: {_first_line(exc)}", code="inference_failed") from exc
+
+    def _check_batch_rows(self, names: Sequence[str], outs: list, b: int) -> None:
+        """Padding a fixed batch of ``b`` rows is only undone right when every output has ``b`` rows on axis 0.
+
+        Raises:
+            DataError: code ``"wrong_output_shape"``, naming the output.
+        """
+        for name, out in zip(names, outs):
+            if isinstance(out, list):
+                rows = len(out)  # a sequence of maps: one per row
+            else:
+                rows = out.shape[0] if np.ndim(out) else None
+            if rows != b:
+                shape = list(np.shape(out)) if not isinstance(out, list) else [len(out)]
+                raise DataError(
+                    f'{self.label} has a fixed batch of {b} rows but returned output "{name}" of shape {shape}: '
+                    "an output must have one row per input row, so PREDICT cannot split it back into rows.",
+                    code="wrong_output_shape",
+                )
 
     def _empty_outputs(self, names: Sequence[str]) -> list[np.ndarray]:
         out = []
