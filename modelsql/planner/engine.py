@@ -415,17 +415,7 @@ class Engine:
             output_names=output_names,
         )
         feats = tuple(features) if features else (tuple(known) if known else None)
-        inputs, outputs, opset = formats.signature(proto)
-        dependence = formats.batch_dependence(proto)
-        check = None
-        if kind == "sklearn":  # the converted graph against the estimator, on the sample (or the default one)
-            check = formats.check_conversion(model, proto, example_input, features=feats,
-                                             accept_mismatch=accept_mismatch)
-        if not outputs:
-            raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
-        check_signature(key, inputs, outputs)
-        if feats is not None:
-            _check_features(key, feats, inputs)
+        facts = self._facts(key, model, proto, kind, feats, example_input, accept_mismatch)
         graph, tensors = formats.split_model(proto)
         # Load it once in ONNX Runtime before anything is written: a model ORT
         # cannot run never enters the catalog.
@@ -437,35 +427,49 @@ class Engine:
                 raise InternalError(f"digest mismatch storing tensor {t.name}", code="digest_mismatch")
         if connection is not None:
             connection.commit()
+        fields = dict(facts, name=key, graph_digest=graph_digest, graph_bytes=len(graph),
+                      tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
+                      kind=kind, features=feats, options=tuple(sorted((options or {}).items())))
+        kinds = {graph_digest: "graph"}
+        kinds.update({t.digest: "tensor" for t, _ in tensors})
+        return self._add_version(fields, kinds)
+
+    def _facts(self, key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool) -> dict:
+        """What the catalog records of a converted model beyond its bytes: signature, batch dependence
+        (:func:`~modelsql.formats.batch_axis.batch_dependence`) and, for an estimator, the conversion check.
+
+        Raises:
+            DataError: no outputs (``invalid_onnx``); labels disagree (``conversion_mismatch``).
+            NotSupportedError: an input or output no column can carry. ProgrammingError: features that do not fit.
+        """
+        inputs, outputs, opset = formats.signature(proto)
+        if not outputs:
+            raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
+        check_signature(key, inputs, outputs)
+        if feats is not None:
+            _check_features(key, feats, inputs)
+        check = None
+        if kind == "sklearn":  # the converted graph against the estimator, on the sample (or the default one)
+            check = formats.check_conversion(model, proto, example_input, features=feats,
+                                             accept_mismatch=accept_mismatch)
+        return dict(
+            inputs=tuple(inputs), outputs=tuple(outputs), opset=opset,
+            batch_dependence=formats.batch_dependence(proto),
+            check_rows=check.rows if check else None,
+            check_max_abs_diff=check.max_abs_diff if check else None,
+            check_label_mismatches=check.label_mismatches if check else None,
+        )
+
+    def _add_version(self, fields: dict, kinds: dict) -> ModelVersion:
+        """Catalog the next version of ``fields["name"]`` (the blobs are stored), retrying when another
+        connection takes the same version number first (DuckDB's optimistic concurrency refuses one commit)."""
+        key = fields["name"]
         attempts = 20
         for attempt in range(attempts):
-            # Another connection may take the same version number first: DuckDB's
-            # optimistic concurrency then refuses one commit; take the next number.
             try:
                 with self.catalog.transaction(join=False):  # the connection just committed
                     version = self.catalog.next_version(key)
-                    mv = ModelVersion(
-                        name=key,
-                        version=version,
-                        graph_digest=graph_digest,
-                        graph_bytes=len(graph),
-                        opset=opset,
-                        inputs=tuple(inputs),
-                        outputs=tuple(outputs),
-                        tensors=tuple(t for t, _ in tensors),
-                        param_count=formats.param_count(proto),
-                        source=source,
-                        kind=kind,
-                        features=feats,
-                        options=tuple(sorted((options or {}).items())),
-                        batch_dependence=dependence,
-                        check_rows=check.rows if check else None,
-                        check_max_abs_diff=check.max_abs_diff if check else None,
-                        check_label_mismatches=check.label_mismatches if check else None,
-                    )
-                    kinds = {graph_digest: "graph"}
-                    kinds.update({t.digest: "tensor" for t, _ in tensors})
-                    self.catalog.add_version(mv, kinds)
+                    self.catalog.add_version(ModelVersion(version=version, **fields), kinds)
                 break
             except (IntegrityError, OperationalError) as exc:
                 if attempt == attempts - 1 or exc.code == "read_only":
