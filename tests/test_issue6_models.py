@@ -159,6 +159,21 @@ def test_batch_axis_analysis_of_common_models(digits, digits_pipe, digits_tree, 
             return x + torch.arange(x.shape[0]).unsqueeze(1)
 
     assert "ReduceMean" in batch_dependence(from_torch(Centre(), torch.zeros(2, 4)))
+
+    # torch's attention folds the heads into the batch axis ([L, N * heads, E / heads]) and back
+    encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2).eval()
+    assert batch_dependence(from_torch(encoder, torch.zeros(2, 5, 8))) is None
+
+    class Pairs(torch.nn.Module):  # folds row pairs together: [N, 4] -> [N / 2, 8] mixes rows
+        def forward(self, x):
+            return x.reshape(-1, 8).sum(dim=1, keepdim=True).reshape(-1, 1)
+
+    class Halves(torch.nn.Module):  # [N, 4] -> [N * 2, 2] rows out: each "row" is half an input row
+        def forward(self, x):
+            return x.reshape(-1, 2)
+
+    assert batch_dependence(from_torch(Pairs(), torch.zeros(2, 4))) is not None
+    assert "folded" in batch_dependence(from_torch(Halves(), torch.zeros(2, 4)))
     assert "batch size" in batch_dependence(from_torch(Positions(), torch.zeros(2, 4)))
 
 
@@ -427,3 +442,19 @@ def test_types_numpy_has_no_dtype_for_are_refused_at_import(con, tmp_path):
         con.import_model("b", inp)
     assert ei.value.code == "input_type_not_supported"
     assert con.execute("SELECT count(*) FROM modelsql.model_versions").fetchone() == (0,)
+
+
+def test_transformer_encoder_predicts_as_onnx_runtime_batched(con):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1).eval()
+    con.import_model("enc", encoder, example_input=torch.zeros(2, 5, 8))
+    assert con.execute("SELECT batch_dependent FROM modelsql.models").fetchone() == (False,)
+    x = np.random.default_rng(0).standard_normal((50, 5, 8)).astype(np.float32)
+    load_table(con, "t", {"id": ("INTEGER", np.arange(50)), "input": ("FLOAT[8][5]", x)})
+    rows = con.execute("SELECT output FROM PREDICT(MODEL enc, TABLE t) ORDER BY id").fetchall()
+    from modelsql.formats import from_torch
+
+    want = run_onnx(from_torch(encoder, torch.zeros(2, 5, 8)), {"input": x})[0]
+    np.testing.assert_allclose(np.array([r[0] for r in rows], dtype=np.float32).reshape(want.shape), want,
+                               rtol=1e-5, atol=1e-5)

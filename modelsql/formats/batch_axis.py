@@ -25,6 +25,7 @@ arithmetic or ``Range``, it makes the model batch-dependent.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -33,8 +34,23 @@ from onnx import ModelProto, NodeProto, numpy_helper
 
 __all__ = ["batch_dependence"]
 
-N = "N"
+@dataclass(frozen=True)
+class _Batch:
+    """A dimension holding ``c`` times the batch size (torch's attention folds the heads into it)."""
+
+    c: int = 1
+
+
+N = _Batch(1)
 """Marks the batch size in a tracked shape value."""
+
+
+def _has_batch(vals) -> bool:
+    return any(isinstance(v, _Batch) for v in vals)
+
+
+def _batch_at(vals) -> list[int]:
+    return [i for i, v in enumerate(vals) if isinstance(v, _Batch)]
 
 _ELEMENTWISE = {
     "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd",
@@ -101,6 +117,9 @@ class _Graph:
         self.opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [0])
         self.axis: dict[str, int] = {}
         """Batch-carrying value -> the axis its batch is on."""
+        self.fold: dict[str, tuple[int, int]] = {}
+        """Batch-carrying value -> ``(outer, inner)`` when its batch axis holds ``outer * N * inner``
+        entries, entry ``(a * N + n) * inner + j`` belonging to row ``n`` (absent: ``(1, 1)``)."""
         self.shape_vals: dict[str, list] = {}
         """1-D int values holding the batch size: each element an int, :data:`N` or None (unknown)."""
         self.n_values: set[str] = set()
@@ -147,10 +166,41 @@ def _only_input(g: _Graph, node: NodeProto) -> tuple[str, int]:
     return node.input[0], carried[0][1]
 
 
-def _set(g: _Graph, node: NodeProto, pos: int, outputs: Optional[range] = None) -> None:
+def _set(g: _Graph, node: NodeProto, pos: int, outputs: Optional[range] = None,
+         fold: Optional[tuple[int, int]] = None) -> None:
+    """Outputs carry the batch on ``pos``, folded as the batch-carrying inputs are (they must agree)."""
+    if fold is None:
+        folds = {g.fold.get(x, (1, 1)) for x in node.input if x in g.axis}
+        if len(folds) > 1:
+            raise _Mixes("combines tensors whose batch axes fold other axes in differently")
+        fold = folds.pop() if folds else (1, 1)
     for i in outputs if outputs is not None else range(len(node.output)):
         if i < len(node.output) and node.output[i]:
             g.axis[node.output[i]] = pos
+            if fold != (1, 1):
+                g.fold[node.output[i]] = fold
+
+
+def _broadcast(shapes: list) -> Optional[tuple]:
+    """NumPy broadcasting of known shapes (dims int or None); None when a shape is unknown."""
+    if any(sh is None for sh in shapes):
+        return None
+    rank = max((len(sh) for sh in shapes), default=0)
+    out = []
+    for i in range(rank):
+        dims = [sh[i - rank + len(sh)] for sh in shapes if i - rank + len(sh) >= 0]
+        big = [d for d in dims if d not in (1,)]
+        out.append(big[0] if big and all(d is not None for d in big) else (None if big else 1))
+    return tuple(out)
+
+
+def _put_shape(g: _Graph, name: str, dims: tuple) -> None:
+    """Record ``dims`` for ``name``, keeping what is already known (inference may know some dims only)."""
+    known = g.shapes.get(name)
+    if known is None or len(known) != len(dims):
+        g.shapes[name] = tuple(dims)
+    else:
+        g.shapes[name] = tuple(k if k is not None else d for k, d in zip(known, dims))
 
 
 def _record_rank(g: _Graph, name: str, rank: Optional[int]) -> None:
@@ -182,6 +232,9 @@ def _elementwise(g: _Graph, node: NodeProto) -> None:
         raise _Mixes("broadcasts batch axes of its inputs against each other")
     _set(g, node, positions.pop())
     _record_rank(g, node.output[0], out_rank)
+    shape = _broadcast([g.shapes.get(x) for x in node.input if x])
+    if shape is not None:
+        _put_shape(g, node.output[0], shape)
 
 
 def _per_sample(g: _Graph, node: NodeProto) -> None:
@@ -251,6 +304,11 @@ def _matmul(g: _Graph, node: NodeProto) -> None:
         raise _Mixes("multiplies two batch-carrying tensors along different axes")
     _set(g, node, positions.pop())
     _record_rank(g, node.output[0], out)
+    sa, sb = g.shapes.get(a), g.shapes.get(b)
+    if sa is not None and sb is not None and ra >= 2 and rb >= 2:
+        stacked = _broadcast([sa[:-2], sb[:-2]])
+        if stacked is not None:
+            _put_shape(g, node.output[0], stacked + (sa[-2], sb[-1]))
 
 
 def _gemm(g: _Graph, node: NodeProto) -> None:
@@ -284,6 +342,9 @@ def _transpose(g: _Graph, node: NodeProto) -> None:
             raise _Mixes("reverses the axes of a tensor of unknown rank")
         perm = list(reversed(range(rank)))
     _set(g, node, list(perm).index(pos))
+    shape = g.shapes.get(x)
+    if shape is not None:
+        _put_shape(g, node.output[0], tuple(shape[p] for p in perm))
 
 
 def _flatten(g: _Graph, node: NodeProto) -> None:
@@ -309,6 +370,9 @@ def _squeeze(g: _Graph, node: NodeProto) -> None:
     if pos in axes:
         raise _Mixes("squeezes the batch axis")
     _set(g, node, pos - sum(1 for a in axes if a < pos))
+    shape = g.shapes.get(x)
+    if shape is not None:
+        _put_shape(g, node.output[0], tuple(d for i, d in enumerate(shape) if i not in axes))
 
 
 def _unsqueeze(g: _Graph, node: NodeProto) -> None:
@@ -324,6 +388,10 @@ def _unsqueeze(g: _Graph, node: NodeProto) -> None:
     axes = sorted(_norm(a, out_rank) for a in axes)
     kept = [i for i in range(out_rank) if i not in axes]
     _set(g, node, kept[pos])
+    shape = g.shapes.get(x)
+    if shape is not None:
+        dims = iter(shape)
+        _put_shape(g, node.output[0], tuple(1 if i in axes else next(dims) for i in range(out_rank)))
 
 
 def _concat(g: _Graph, node: NodeProto) -> None:
@@ -384,7 +452,7 @@ def _slice_shape_val(g: _Graph, node: NodeProto) -> None:
         g.shape_vals[node.output[0]] = [None, N]  # unknown, but still holding the batch size
         return
     picked = vals[slice(starts[0], min(ends[0], len(vals)), steps[0])]
-    if N in picked:
+    if _has_batch(picked):
         g.shape_vals[node.output[0]] = picked
     elif all(isinstance(v, int) for v in picked):
         g.consts[node.output[0]] = np.array(picked, dtype=np.int64)
@@ -397,7 +465,7 @@ def _gather(g: _Graph, node: NodeProto) -> None:
         vals = g.shape_vals[data]
         picked = [vals[int(i)] if -len(vals) <= int(i) < len(vals) else None for i in np.asarray(idx).reshape(-1)] \
             if idx is not None else [None, N]
-        if N in picked:
+        if _has_batch(picked):
             g.shape_vals[node.output[0]] = picked
         elif all(isinstance(v, int) for v in picked):  # dims that are not the batch size: constants
             g.consts[node.output[0]] = np.array(picked if np.ndim(idx) else picked[0], dtype=np.int64)
@@ -413,6 +481,9 @@ def _gather(g: _Graph, node: NodeProto) -> None:
         if irank is None:
             raise _Mixes("gathers with indices of unknown rank")
         _set(g, node, pos if axis > pos else pos + irank - 1)
+        shape, ishape = g.shapes.get(data), g.shapes.get(indices)
+        if shape is not None and ishape is not None:
+            _put_shape(g, node.output[0], tuple(shape[:axis]) + tuple(ishape) + tuple(shape[axis + 1:]))
         return
     _set(g, node, axis + g.axis[indices])
 
@@ -436,8 +507,9 @@ def _reshape(g: _Graph, node: NodeProto) -> None:
     if target is None and shape_in in g.consts:
         target = [int(v) for v in np.asarray(g.consts[shape_in]).reshape(-1)]
     if pos is None:  # a constant reshaped to a shape holding the batch size: rows of constants
-        if target is not None and target.count(N) == 1:
-            _set(g, node, target.index(N))
+        if target is not None and len(_batch_at(target)) == 1:
+            q = _batch_at(target)[0]
+            _set(g, node, q, fold=(1, target[q].c))
             _target_shape(g, node.output[0], target)
             return
         raise _Mixes("reshapes to a shape that uses the batch size")
@@ -448,14 +520,14 @@ def _reshape(g: _Graph, node: NodeProto) -> None:
     out = _row_axis_after_reshape(g, x, pos, target, bool(_attr(node, "allowzero", 0))) if target else None
     if out is None:
         raise _Mixes("reshapes across the batch axis (rows may be merged or split)")
-    _set(g, node, out)
+    _set(g, node, out[0], fold=out[1])
     _target_shape(g, node.output[0], target)
 
 
 def _target_shape(g: _Graph, out: str, target: list) -> None:
     """Record the shape a Reshape / Expand / ConstantOfShape target gives (N and -1 as unknown)."""
-    if None in (g.shapes.get(out) or (None,)):
-        g.shapes[out] = tuple(d if isinstance(d, int) and d > 0 else None for d in target)
+    _put_shape(g, out, tuple(d if isinstance(d, int) and d > 0 else None for d in target))
+
 
 
 def _single_free_axis(g: _Graph, x: str, pos: int, target: Optional[list]) -> Optional[int]:
@@ -473,41 +545,73 @@ def _prod(dims) -> Optional[int]:
     return int(np.prod(dims, dtype=np.int64)) if all(isinstance(d, int) and d > 0 for d in dims) else None
 
 
-def _row_axis_after_reshape(g: _Graph, x: str, pos: int, target: list, allowzero: bool) -> Optional[int]:
-    """The axis the batch lands on when ``x`` (batch on ``pos``) is reshaped to ``target``, or None
-    when the reshape may merge or split rows.
+def _row_axis_after_reshape(g: _Graph, x: str, pos: int, target: list, allowzero: bool
+                            ) -> Optional[tuple[int, tuple[int, int]]]:
+    """The axis the batch lands on when ``x`` (batch on ``pos``) is reshaped to ``target``, and how it
+    folds other entries in (see ``_Graph.fold``), or None when the reshape may merge or split rows.
 
-    Row-major order keeps each batch index's block of elements together when the axes before the
-    batch hold as many elements on both sides; then the axes after it do too (the totals are equal).
-    The batch is the target's :data:`N` (read from ``Shape``), a ``0`` copying it (no ``allowzero``),
-    or its one ``-1`` when every other target dim and the input's non-batch dims are known.
+    A reshape keeps the flat (row-major) order. Before it, row ``n``'s entries sit at
+    ``(a * N + n) * S + s`` with ``P`` choices of ``a`` (the axes before the batch, times its outer
+    fold) and ``S`` of ``s`` (its inner fold, times the axes after it). The target must put as many
+    entries before and after one axis, which then holds ``P' * N * S'`` entries: the target's
+    ``c * N`` (read from ``Shape``, times a constant), a ``0`` copying the batch axis (no
+    ``allowzero``), or its one ``-1`` when every other dim is known.
     """
     shape = g.shapes.get(x)
     if shape is None or len(shape) <= pos:
         return None
+    outer, inner = g.fold.get(x, (1, 1))
     dims = list(target)
     if not allowzero:
-        dims = [(N if i == pos else (shape[i] if i < len(shape) else None)) if d == 0 else d
+        dims = [(_Batch(outer * inner) if i == pos else (shape[i] if i < len(shape) else None)) if d == 0 else d
                 for i, d in enumerate(dims)]
-    before_in = _prod(shape[:pos]) if pos else 1
-    if dims.count(N) == 1:
-        q = dims.index(N)
-        return q if before_in is not None and _prod(dims[:q] or [1]) == before_in else None
-    if N in dims or dims.count(-1) != 1:
+    before, after = _prod(shape[:pos] or [1]), _prod(shape[pos + 1:] or [1])
+    if before is None or after is None:
         return None
-    q = dims.index(-1)
-    after_in, after_out = _prod(shape[pos + 1:] or [1]), _prod(dims[q + 1:] or [1])
-    if before_in is None or after_in is None or _prod(dims[:q] or [1]) != before_in or after_in != after_out:
+    before, after = before * outer, after * inner
+    places = _batch_at(dims)
+    if len(places) == 1:
+        return _fold_at(dims, places[0], before, after)
+    if places or dims.count(-1) != 1:
         return None
-    return q
+    q = dims.index(-1)  # the -1 takes the batch: every other dim must be known
+    before_out, after_out = _prod(dims[:q] or [1]), _prod(dims[q + 1:] or [1])
+    if before_out is None or after_out is None or before % before_out or after % after_out:
+        return None
+    return q, (before // before_out, after // after_out)
+
+
+def _fold_at(dims: list, q: int, before: int, after: int) -> Optional[tuple[int, tuple[int, int]]]:
+    """Target axis ``q`` holds ``c * N`` entries: the fold it takes, given ``before`` / ``after`` entries
+    around the input's batch; a ``-1`` on one side is what the other side leaves."""
+    c = dims[q].c
+    head, tail = dims[:q] or [1], dims[q + 1:] or [1]
+    if -1 in head and -1 in tail:
+        return None
+    if -1 in head:
+        after_out = _prod(tail)
+        if after_out is None or after % after_out or c % (after // after_out):
+            return None
+        inner = after // after_out
+        return (q, (c // inner, inner)) if before % (c // inner) == 0 else None
+    before_out = _prod(head)
+    if before_out is None or before % before_out or c % (before // before_out):
+        return None
+    outer = before // before_out
+    inner = c // outer
+    if -1 in tail:
+        return (q, (outer, inner)) if after % inner == 0 else None
+    after_out = _prod(tail)
+    return (q, (outer, inner)) if after_out is not None and after_out * inner == after else None
 
 
 def _expand(g: _Graph, node: NodeProto) -> None:
     x, shape_in = node.input[0], node.input[1]
     target = g.shape_vals.get(shape_in)
     if x not in g.axis:
-        if target is not None and target.count(N) == 1:
-            _set(g, node, target.index(N))  # a constant broadcast to N rows
+        if target is not None and len(_batch_at(target)) == 1:
+            q = _batch_at(target)[0]
+            _set(g, node, q, fold=(1, target[q].c))  # a constant broadcast to N rows
             return
         raise _Mixes("expands to a shape that uses the batch size")
     if shape_in in g.axis:
@@ -518,16 +622,17 @@ def _expand(g: _Graph, node: NodeProto) -> None:
     if rank is None or out_rank is None:
         raise _Mixes("expands a tensor of unknown rank")
     pos = g.axis[x] + out_rank - rank
-    if target is not None and any(d == N for i, d in enumerate(target) if i + out_rank - len(target) != pos):
+    if target is not None and any(isinstance(d, _Batch) for i, d in enumerate(target) if i + out_rank - len(target) != pos):
         raise _Mixes("expands to a shape holding the batch size on another axis")
     _set(g, node, pos)
 
 
 def _constant_of_shape(g: _Graph, node: NodeProto) -> None:
     target = g.shape_vals.get(node.input[0])
-    if target is None or target.count(N) != 1:
+    if target is None or len(_batch_at(target)) != 1:
         raise _Mixes("builds a tensor whose shape uses the batch size")
-    _set(g, node, target.index(N))
+    q = _batch_at(target)[0]
+    _set(g, node, q, fold=(1, target[q].c))
     _target_shape(g, node.output[0], target)
 
 
@@ -537,10 +642,11 @@ def _shape(g: _Graph, node: NodeProto) -> None:
     if rank is None:
         raise _Mixes("reads the shape of a tensor of unknown rank, so where the batch size lands cannot be told")
     known = g.shapes[x]
-    vals = [N if i == g.axis[x] else known[i] for i in range(rank)]
+    outer, inner = g.fold.get(x, (1, 1))
+    vals = [_Batch(outer * inner) if i == g.axis[x] else known[i] for i in range(rank)]
     start, end = _attr(node, "start", 0), _attr(node, "end", rank)
     vals = vals[slice(start, end)]
-    if N in vals:
+    if _has_batch(vals):
         g.shape_vals[node.output[0]] = vals
     # without the batch axis in range the result is a constant: nothing to track
 
@@ -794,6 +900,18 @@ def _fold(g: _Graph, node: NodeProto) -> None:
         g.consts[name] = np.asarray(value)
 
 
+def _scaled_batch(g: _Graph, node: NodeProto) -> bool:
+    """``Mul`` of the batch size (one tracked element) by a constant integer: ``bsz * num_heads``."""
+    vals = [g.shape_vals.get(x) for x in node.input]
+    consts = [g.consts.get(x) for x in node.input]
+    for v, c in ((vals[0], consts[1]), (vals[1], consts[0])):
+        if v is not None and len(v) == 1 and isinstance(v[0], _Batch) and c is not None and np.size(c) == 1 \
+                and np.issubdtype(np.asarray(c).dtype, np.integer) and int(np.asarray(c).reshape(-1)[0]) > 0:
+            g.shape_vals[node.output[0]] = [_Batch(v[0].c * int(np.asarray(c).reshape(-1)[0]))]
+            return True
+    return False
+
+
 def _follow(g: _Graph, node: NodeProto) -> None:
     """Apply the node's rule when it touches the batch; raise :class:`_Mixes` when it mixes rows."""
     inputs = [x for x in node.input if x]
@@ -802,6 +920,8 @@ def _follow(g: _Graph, node: NodeProto) -> None:
         raise _Mixes("runs a subgraph over batch-carrying values")
     if not touches:
         _fold(g, node)
+        return
+    if node.op_type == "Mul" and _scaled_batch(g, node):
         return
     if any(x in g.n_values for x in inputs) or (
         any(x in g.shape_vals for x in inputs) and node.op_type not in _SHAPE_PASS | {"Expand", "ConstantOfShape"}
@@ -825,6 +945,11 @@ _RANK_OF_INPUT = {"Flatten": lambda r, n: 2, "FeatureVectorizer": lambda r, n: 2
 
 _ML_CLASSIFIERS = {"LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier"}
 
+_SAME_SHAPE = {"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "LpNormalization", "CumSum",
+               "MeanVarianceNormalization", "BatchNormalization", "InstanceNormalization", "GroupNormalization",
+               "LRN", "Dropout"}
+"""Ops whose first output has their first input's shape."""
+
 
 def _infer_ranks(g: _Graph, node: NodeProto) -> None:
     """Record the ranks of a followed node's outputs where shape inference left them unknown
@@ -845,7 +970,8 @@ def _infer_ranks(g: _Graph, node: NodeProto) -> None:
                                                              "LayerNormalization", "CumSum", "TopK", "Tile"}:
         for out in node.output[:1]:
             _record_rank(g, out, rank)
-    if op in ("Cast", "Identity", "CastLike") or op in _ML_SAME_RANK or (op in _ELEMENTWISE and len(node.input) == 1):
+    if op in ("Cast", "Identity", "CastLike") or op in _ML_SAME_RANK | _SAME_SHAPE or (
+            op in _ELEMENTWISE and len(node.input) == 1):
         _refine(g, node.output[0], node.input[0])
     if op == "TreeEnsembleClassifier" and len(node.output) > 1:
         classes = _attr(node, "classlabels_int64s") or _attr(node, "classlabels_strings") or []
@@ -918,6 +1044,8 @@ def _outputs_by_row(g: _Graph, model: ModelProto) -> Optional[str]:
     for v in model.graph.output:
         if v.name in g.shape_vals or v.name in g.n_values:
             return f'output "{v.name}" holds the batch size as a value'
+        if g.fold.get(v.name, (1, 1)) != (1, 1):
+            return f'output "{v.name}" has the batch folded together with another axis'
         if g.axis.get(v.name, 0) != 0:
             return f'output "{v.name}" has the batch on axis {g.axis[v.name]}, not on axis 0 (its rows are not the input\'s)'
     return None
