@@ -460,8 +460,16 @@ def _print_lines(out: TextIO, names: Sequence[str], rows) -> None:
         if i:
             out.write("\n")
         for name, v in zip(names, row):
-            text = v if isinstance(v, str) else format_value(v)
+            text = v if isinstance(v, str) else _whole_value(v)
+            text = text.replace("\n", "\n" + " " * (pad + 3))  # continuation lines under the value
             out.write(" " * (pad - cell_len(name)) + f"{name} = {text}\n")
+
+
+def _whole_value(v: Any) -> str:
+    """A value whole, for ``.mode line``: arrays with every element (a table shortens them)."""
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_whole_value(x) for x in v) + "]"
+    return format_value(v)
 
 
 def _csv_value(v: Any) -> Any:
@@ -541,7 +549,7 @@ class Runner:
         for stmt in statements:
             try:
                 self.execute_one(stmt.text, show_rowcount=show_rowcount)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, BrokenPipeError):
                 raise
             except Exception as exc:
                 if _debug():
@@ -595,6 +603,11 @@ Options are named arguments after the input (=, := or =>), among them:
                                         stream chunks through the model, or
                                         run it over the whole input first;
                                         'auto' (the default) picks one
+  on_error = 'error' | 'null' | 'skip'  rows the model fails on: an error
+                                        naming column and value (default),
+                                        NULL outputs, or leave them out
+  isolate_rows = true | false           run a batch-dependent model one row
+                                        at a time (default true)
 {known}
 
 .help             this text
@@ -856,6 +869,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             quickstart.run(database, console)
             return 0
         return _run(args, database, fmt, console, err)
+    except BrokenPipeError:
+        # the reader went away (| head): stop quietly, as cat and sqlite3 do
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit fails too
+        except (OSError, ValueError):
+            pass
+        return 0
     except KeyboardInterrupt:
         err.print("Interrupted.", highlight=False)
         return 130

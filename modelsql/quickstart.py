@@ -50,6 +50,11 @@ TEST_FRACTION = 0.25
 DIGITS_PIXELS = [f"p{i}" for i in range(64)]
 MLP_EPOCHS = 30
 MODELS = ("breast_cancer_logreg", "digits_mlp", "iris_forest")
+TABLES = tuple(f"{d}_{split}" for d in ("breast_cancer", "digits", "iris") for split in ("train", "test")) + (
+    "iris_species",)
+MARK = "made by modelsql quickstart"
+"""The ``description`` option the quickstart's models carry: a model of one of their names without it
+is the user's own, and the quickstart leaves the database alone rather than replace it."""
 """The models the quickstart imports."""
 
 
@@ -215,7 +220,36 @@ def train_digits_mlp(X, y, progress: Progress, epochs: int = MLP_EPOCHS):
 def import_torch(con, name: str, module, example, features: Sequence[str]):
     """Import a torch module whose outputs are ``(logits, label, probabilities)`` under those names."""
     return con.import_model(name, module, example_input=example, features=list(features),
-                            output_names=("logits", "label", "probabilities"), replace=True)
+                            output_names=("logits", "label", "probabilities"), replace=True,
+                            options={"description": MARK})
+
+
+def check_database_is_ours(con, database: str) -> None:
+    """Refuse to run where the quickstart would replace the user's own models or tables.
+
+    A model of one of :data:`MODELS`' names is an earlier run's when it carries :data:`MARK`; its
+    tables (:data:`TABLES`) are an earlier run's when such a model exists.
+
+    Raises:
+        ProgrammingError: code ``"quickstart_conflict"``, naming what is there and what to run instead.
+    """
+    from .errors import ProgrammingError
+
+    rows = con.execute(
+        "SELECT name, options['description'] FROM modelsql.model_versions WHERE list_contains(?, name)",
+        [list(MODELS)],
+    ).fetchall()
+    foreign = sorted({name for name, mark in rows if mark != MARK})
+    ours = any(mark == MARK for _, mark in rows)
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+    clashing = sorted(t for t in TABLES if t in tables) if not ours else []
+    if foreign or clashing:
+        what = ", ".join([f"model {m}" for m in foreign] + [f"table {t}" for t in clashing])
+        raise ProgrammingError(
+            f"{database} already has {what}, which the quickstart did not make and would replace. Run it on "
+            "another database: modelsql --database quickstart.duckdb quickstart",
+            code="quickstart_conflict",
+        )
 
 
 def drop_earlier_models(con, console: Console) -> list[str]:
@@ -329,6 +363,7 @@ def run(database: str, console: Optional[Console] = None) -> None:
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=20),
             MofNCompleteColumn(), TimeElapsedColumn(), console=console,
         )
+        check_database_is_ours(con, shown_path)
         with progress:
             features = load_datasets(con, progress)
 
@@ -347,9 +382,11 @@ def run(database: str, console: Optional[Console] = None) -> None:
 
             drop_earlier_models(con, progress.console)
             task = progress.add_task("Importing models into the catalog", total=3)
-            con.import_model("breast_cancer_logreg", logreg, features=features["breast_cancer"], replace=True)
+            con.import_model("breast_cancer_logreg", logreg, features=features["breast_cancer"], replace=True,
+                             options={"description": MARK})
             progress.advance(task)
-            con.import_model("iris_forest", forest, features=features["iris"], replace=True)
+            con.import_model("iris_forest", forest, features=features["iris"], replace=True,
+                             options={"description": MARK})
             progress.advance(task)
             torch = _need("torch", "torch")
             import_torch(con, "digits_mlp", mlp, torch.zeros(2, 64), features["digits"])

@@ -425,3 +425,40 @@ def test_json_format_is_strict_json(tmp_path):
     assert r.returncode == 0, r.stderr
     row = _json.loads(r.stdout.strip(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert row == {"a": None, "b": [None, 1.5], "c": "P1DT0S"}
+
+
+@pytest.mark.parametrize("own", ["model", "table"])
+def test_quickstart_leaves_a_users_own_models_and_tables_alone(tmp_path, own):
+    """./modelsql.duckdb is the shell's default: a model or table of the quickstart's names that an
+    earlier run did not make is the user's, and the quickstart refuses rather than replace it."""
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    db = str(tmp_path / "modelsql.duckdb")
+    with modelsql.connect(db) as con:
+        if own == "model":
+            X, y = load_iris(return_X_y=True)
+            con.import_model("iris_forest", LogisticRegression(max_iter=500).fit(X, y))
+        else:
+            con.execute("CREATE TABLE iris_train AS SELECT 42 AS mine")
+    r = run_cli(tmp_path, "quickstart", timeout=120)
+    assert r.returncode != 0
+    assert "quickstart did not make" in r.stderr + r.stdout and "--database" in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr
+    with modelsql.connect(db, read_only=True) as con:
+        if own == "model":
+            assert con.execute("SELECT source FROM modelsql.models").fetchall() == [("sklearn:LogisticRegression",)]
+        else:
+            assert con.execute("SELECT * FROM iris_train").fetchall() == [(42,)]
+
+
+def test_line_mode_arrays_whole_help_options_and_a_closed_pipe(tmp_path):
+    r = run_cli(tmp_path, "--format", "line", "-c", "SELECT range(30) AS a, 'x' || chr(10) || 'y' AS t")
+    assert "a = [0, 1, 2" in r.stdout and "28, 29]" in r.stdout  # every element, none cut
+    assert "t = x\n    y" in r.stdout  # a second line sits under the value
+    r = run_cli(tmp_path, stdin=".help\n")
+    assert "on_error = 'error' | 'null' | 'skip'" in r.stdout and "isolate_rows = true | false" in r.stdout
+    shell = f"{sys.executable} -m modelsql.cli --format csv -c 'SELECT * FROM range(300000)' | head -2"
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", shell], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.stdout.split() == ["range", "0"] and "Error" not in r.stderr and r.returncode == 0, r.stderr

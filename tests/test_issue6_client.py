@@ -131,7 +131,6 @@ def test_column_transformer_pipeline_fitted_on_a_dataframe(con):
 
     df, y = load_wine(as_frame=True, return_X_y=True)
     assert isinstance(df, pd.DataFrame)
-    df = df.rename(columns=lambda c: c.replace("/", "_"))
     df["hue_band"] = np.where(df["hue"] > 1.0, "high", "low")  # a text column, one-hot encoded
     numeric = ["alcohol", "malic_acid", "color_intensity", "proline", "flavanoids"]
     pipe = make_pipeline(
@@ -151,3 +150,27 @@ def test_column_transformer_pipeline_fitted_on_a_dataframe(con):
     assert [r[0] for r in rows] == list(range(len(df)))
     np.testing.assert_array_equal([r[1] for r in rows], pipe.predict(df))
     np.testing.assert_allclose(np.array([r[2] for r in rows]), pipe.predict_proba(df), atol=1e-5)
+
+
+def test_pipeline_columns_keep_their_own_names_and_unused_ones_are_not_needed(tmp_path):
+    """skl2onnx renames "a/b" to a_b (and a real a_b to a_b1): PREDICT must bind the pipeline's own
+    column names, never another column that happens to have the changed name; columns the
+    ColumnTransformer drops are not needed in the table."""
+    pd = pytest.importorskip("pandas")
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rs = np.random.RandomState(0)
+    X = pd.DataFrame({"a/b": rs.rand(200), "c": rs.rand(200), "unused col": rs.rand(200)})
+    pipe = make_pipeline(ColumnTransformer([("n", StandardScaler(), ["a/b", "c"])]), LogisticRegression())
+    pipe.fit(X, (X["a/b"] > 0.5).astype(int))
+    con = modelsql.connect(str(tmp_path / "c.duckdb"))
+    con.import_model("m", pipe, example_input=X)
+    inputs = [r[2] for r in con.execute("DESCRIBE MODEL m").fetchall() if r[0] == "input"]
+    assert inputs == ["a/b", "c"]
+    con.register("t", X.drop(columns=["unused col"]).assign(a_b=1 - X["a/b"], id=range(200)))
+    got = [r[0] for r in con.execute("SELECT label FROM PREDICT(MODEL m, TABLE t) ORDER BY id").fetchall()]
+    assert got == pipe.predict(X).tolist()
+    con.close()

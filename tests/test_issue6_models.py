@@ -316,6 +316,15 @@ def test_on_error_null_and_skip(encoder_con, execution):
     for bad in ("'ignore'", "NULL"):
         with pytest.raises(modelsql.ProgrammingError, match="on_error must be one of"):
             con.execute(f"SELECT * FROM PREDICT(MODEL enc, TABLE t, on_error = {bad})")
+    with pytest.raises(modelsql.ProgrammingError, match="on_null must be one of .* not NULL"):
+        con.execute("SELECT * FROM PREDICT(MODEL enc, TABLE t, on_null = NULL)")
+
+
+def test_when_every_row_fails_the_error_shows_the_first_rows_values(encoder_con):
+    con, _, _ = encoder_con
+    with pytest.raises(modelsql.DataError) as ei:
+        con.execute("SELECT * FROM PREDICT(MODEL enc, (SELECT * FROM t WHERE color = 'purple'))").fetchall()
+    assert "2 of the 2 rows" in str(ei.value) and "color = 'purple', size = 2.0" in str(ei.value)
 
 
 def test_outputs_wider_than_a_duckdb_array_come_back_as_lists(con):

@@ -227,3 +227,15 @@ def test_a_malformed_predict_shows_the_accepted_form(lin, sql):
     assert info.value.code == "parse_error"
     assert "PREDICT(MODEL name [VERSION n], TABLE t | (SELECT ...) [, option = value ...])" in str(info.value)
     assert "Expected , TABLE" not in str(info.value)
+
+
+def test_vacuum_models_in_an_aborted_transaction_says_so(tmp_path):
+    con = modelsql.connect(str(tmp_path / "v.duckdb"))
+    with pytest.raises(modelsql.Error):
+        con.execute("SELECT error('boom')").fetchall()
+    with pytest.raises(modelsql.OperationalError) as ei:
+        con.execute("VACUUM MODELS")  # COMMIT would have ended the aborted transaction silently
+    assert ei.value.code == "transaction_aborted" and "rollback()" in str(ei.value)
+    con.rollback()
+    assert con.execute("VACUUM MODELS").fetchall() == [(0, 0)]
+    con.close()

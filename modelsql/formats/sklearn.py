@@ -216,6 +216,44 @@ def _check_multi_output_classifier(model: onnx.ModelProto, k: int, cls_name: str
         )
 
 
+def _bind_inputs_to_columns(model: onnx.ModelProto, columns: Sequence[str]) -> None:
+    """One input per fitted column: named exactly as the column, and only those the graph reads.
+
+    skl2onnx turns characters it does not take in names into ``_`` (``"a/b"`` -> ``a_b``, and a real
+    ``a_b`` then -> ``a_b1``), so PREDICT would bind by the changed name, possibly to another column:
+    the inputs get their columns' names back (ONNX and ONNX Runtime take any string). Columns the
+    ``ColumnTransformer`` drops stay graph inputs in skl2onnx's graph; unread, they are removed, so a
+    table needs only the columns the pipeline uses.
+    """
+    init = {t.name for t in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in init]
+    if len(inputs) != len(columns):
+        return  # not the one-input-per-column graph this expects: leave it as converted
+    taken = {x for node in model.graph.node for x in node.output} | init
+    for value, column in zip(inputs, columns):
+        if value.name != column:
+            if column in taken:
+                raise NotSupportedError(
+                    f'the pipeline\'s column "{column}" has the name of a value inside its ONNX graph; rename the '
+                    "column before fitting", code="conversion_failed",
+                )
+            rename_value(model, value.name, column)
+    read = {x for node in model.graph.node for x in node.input} | {o.name for o in model.graph.output}
+    for subgraph_reads in _subgraph_inputs(model):
+        read |= subgraph_reads
+    unused = [v for v in model.graph.input if v.name not in init and v.name not in read]
+    if len(unused) < len(inputs):
+        for v in unused:
+            model.graph.input.remove(v)
+
+
+def _subgraph_inputs(model: onnx.ModelProto):
+    for node in model.graph.node:
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                yield {x for n in g.node for x in n.input}
+
+
 def from_sklearn(
     estimator: Any,
     *,
@@ -332,6 +370,8 @@ def from_sklearn(
         ) from None
 
     dedupe_opsets(model)
+    if by_name:
+        _bind_inputs_to_columns(model, [name for name, _ in initial_types])
     outputs = [o.name for o in model.graph.output]
     if classifier and len(outputs) == 2:
         for old, new in zip(outputs, ("label", "probabilities")):

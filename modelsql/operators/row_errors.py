@@ -33,7 +33,8 @@ MAX_CULPRIT_TRIES = 256
 
 @dataclass(frozen=True)
 class Culprit:
-    """The column, and its value, that make a row fail (``column`` None when no single swap helps)."""
+    """The column, and its value, that make a row fail; ``column`` None when no single swap helps
+    (or no row succeeds), ``value`` then the failing row's fed values as text."""
 
     column: Optional[str]
     value: object
@@ -87,7 +88,7 @@ def culprit(run: Run, feeds: Feeds, args: Sequence, row: int, good: Optional[int
     (one that succeeds), makes ``row`` succeed. Without a good row, or when no single column
     does it, ``Culprit(None, None)``."""
     if good is None:
-        return Culprit(None, None)
+        return Culprit(None, _row_text(args, feeds, row))
     for column, name, j in _cells(args, feeds)[:MAX_CULPRIT_TRIES]:
         trial = _rows(feeds, slice(row, row + 1))
         trial = {k: v.copy() for k, v in trial.items()}
@@ -98,7 +99,16 @@ def culprit(run: Run, feeds: Feeds, args: Sequence, row: int, good: Optional[int
         if _fails(run, trial) is None:
             value = feeds[name][row] if j is None else feeds[name][row].reshape(-1)[j]
             return Culprit(column, _plain(value))
-    return Culprit(None, None)
+    return Culprit(None, _row_text(args, feeds, row))
+
+
+def _row_text(args: Sequence, feeds: Feeds, row: int) -> str:
+    """The fed values of ``row`` as ``col = value, ...`` (at most 8 columns), to show with the error."""
+    parts = []
+    for column, name, j in _cells(args, feeds)[:8]:
+        value = feeds[name][row] if j is None else feeds[name][row].reshape(-1)[j]
+        parts.append(f"{column} = {_plain(value)!r}")
+    return ", ".join(parts)
 
 
 def _plain(value):
@@ -117,7 +127,8 @@ def row_error(model: str, first: DataError, bad: np.ndarray, n: int, who: Culpri
     if who.column is not None:
         what = f'on column "{who.column}" value {who.value!r} ({rows} of the batch that failed)'
     else:
-        what = f"on {rows} of the batch that failed (row {int(bad[0]) + 1} of that batch first)"
+        what = f"on {rows} of the batch that failed (row {int(bad[0]) + 1} of that batch first"
+        what += f": {who.value})" if who.value else ")"
     reason = str(first)  # "ONNX Runtime failed running <model>: [ONNXRuntimeError] ... Status Message: <why>"
     reason = reason.split("Status Message: ", 1)[1] if "Status Message: " in reason else reason.split(": ", 1)[-1]
     reason = reason.strip().rstrip(".")

@@ -154,7 +154,7 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
                 f" Options are: {', '.join(KNOWN_OPTIONS)}.",
                 code="unknown_option",
             )
-    on_null = _one_of(options, "on_null", ON_NULL_MODES, model_name, null_ok=True)
+    on_null = _one_of(options, "on_null", ON_NULL_MODES, model_name, null_ok=False)
     features = options.get("features")
     if features is not None:
         if isinstance(features, str):

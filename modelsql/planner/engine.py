@@ -570,6 +570,8 @@ class Engine:
 
     def _vacuum(self, conn) -> Outcome:
         self._check_writable()
+        self._run("SELECT 1", None)  # an aborted transaction says so here; COMMIT would end it silently
+        self.duck.fetchall()
         conn.commit()
         referenced = self.catalog.referenced_digests()
         removed, freed = self.store.collect(referenced)
