@@ -85,6 +85,9 @@ _REDUCE = {
     "ReduceProd", "ReduceSum", "ReduceSumSquare",
 }
 
+_SHAPE_VAL_KEEPS = {"Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape"}
+"""Ops that hand a tracked shape value (their input 0) on with its elements unchanged."""
+
 _SHAPE_PASS = {"Cast", "Identity", "Squeeze", "Unsqueeze", "Concat", "Gather", "Slice", "Reshape"}
 """Ops through which a tracked shape value (holding the batch size) is followed."""
 
@@ -356,9 +359,6 @@ def _flatten(g: _Graph, node: NodeProto) -> None:
 
 
 def _squeeze(g: _Graph, node: NodeProto) -> None:
-    if node.input[0] in g.shape_vals:
-        g.shape_vals[node.output[0]] = g.shape_vals[node.input[0]]
-        return
     x, pos = _only_input(g, node)
     axes = g.ints(node, "axes", 1)
     if axes is None:
@@ -376,9 +376,6 @@ def _squeeze(g: _Graph, node: NodeProto) -> None:
 
 
 def _unsqueeze(g: _Graph, node: NodeProto) -> None:
-    if node.input[0] in g.shape_vals:
-        g.shape_vals[node.output[0]] = g.shape_vals[node.input[0]]
-        return
     x, pos = _only_input(g, node)
     axes = g.ints(node, "axes", 1)
     rank = g.rank(x)
@@ -499,9 +496,6 @@ def _gather_elements(g: _Graph, node: NodeProto) -> None:
 
 def _reshape(g: _Graph, node: NodeProto) -> None:
     x, shape_in = node.input[0], node.input[1]
-    if x in g.shape_vals:
-        g.shape_vals[node.output[0]] = g.shape_vals[x]
-        return
     x, pos = _only_input(g, node) if shape_in not in g.shape_vals else (x, g.axis.get(x))
     target = g.shape_vals.get(shape_in)
     if target is None and shape_in in g.consts:
@@ -927,8 +921,8 @@ def _follow(g: _Graph, node: NodeProto) -> None:
         any(x in g.shape_vals for x in inputs) and node.op_type not in _SHAPE_PASS | {"Expand", "ConstantOfShape"}
     ):
         raise _Mixes("uses the batch size as a value")
-    if node.op_type in ("Cast", "Identity") and inputs[0] in g.shape_vals:
-        g.shape_vals[node.output[0]] = g.shape_vals[inputs[0]]
+    if node.op_type in _SHAPE_VAL_KEEPS and inputs[0] in g.shape_vals:
+        g.shape_vals[node.output[0]] = g.shape_vals[inputs[0]]  # the same elements, in another rank or type
         return
     rule = _rule_for(node)
     if rule is None:

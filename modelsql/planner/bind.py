@@ -154,7 +154,7 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
                 f" Options are: {', '.join(KNOWN_OPTIONS)}.",
                 code="unknown_option",
             )
-    on_null = _one_of(options, "on_null", ON_NULL_MODES, model_name, null_ok=False)
+    on_null = _one_of(options, "on_null", ON_NULL_MODES, model_name)
     features = options.get("features")
     if features is not None:
         if isinstance(features, str):
@@ -170,8 +170,8 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     if batch_size is not None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
-    execution = _one_of(options, "execution", EXECUTION_MODES, model_name, null_ok=False)
-    on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name, null_ok=False)
+    execution = _one_of(options, "execution", EXECUTION_MODES, model_name)
+    on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name)
     isolate_rows = options.get("isolate_rows", True)
     if not isinstance(isolate_rows, bool):
         raise ProgrammingError(
@@ -181,15 +181,15 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
                           execution=execution, on_error=on_error, isolate_rows=isolate_rows)
 
 
-def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str, *, null_ok: bool) -> str:
-    """The lower-cased value of a PREDICT option that takes one of ``choices`` (the first is the default).
+def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str) -> str:
+    """The lower-cased value of a PREDICT option that takes one of ``choices`` (the first is the default
+    when the option is not given).
 
     Raises:
-        ProgrammingError: code ``"bad_option"``, listing the choices; also for NULL unless ``null_ok``
-            (then NULL means the default).
+        ProgrammingError: code ``"bad_option"``, listing the choices, also for NULL.
     """
     listed = ", ".join(f"'{c}'" for c in choices)
-    if not null_ok and key in options and options[key] is None:
+    if key in options and options[key] is None:
         raise ProgrammingError(f"PREDICT(MODEL {model_name}): {key} must be one of {listed}, not NULL.", code="bad_option")
     value = str(options.get(key) or choices[0]).lower()
     if value not in choices:
