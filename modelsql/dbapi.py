@@ -21,6 +21,9 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import duckdb
 
+from . import duckdb_errors as _duckdb_errors
+from .planner.ddl import import_model
+from .planner.session import Session
 from .errors import excerpt as _excerpt
 from .errors import (
     DatabaseError,
@@ -139,93 +142,8 @@ def _named_list_items(table):
 
 # ------------------------------------------------------------ error mapping
 
-_DUCK_TO_PEP249 = [
-    (getattr(duckdb, "ParserException", ()), ProgrammingError, "parse_error"),
-    (getattr(duckdb, "CatalogException", ()), ProgrammingError, "catalog_error"),
-    (getattr(duckdb, "BinderException", ()), ProgrammingError, "binder_error"),
-    (getattr(duckdb, "ConversionException", ()), DataError, "conversion_error"),
-    (getattr(duckdb, "OutOfRangeException", ()), DataError, "out_of_range"),
-    (getattr(duckdb, "ConstraintException", ()), IntegrityError, "constraint_violation"),
-    (getattr(duckdb, "TransactionException", ()), OperationalError, "transaction_error"),
-    (getattr(duckdb, "IOException", ()), OperationalError, "io_error"),
-    (getattr(duckdb, "NotImplementedException", ()), NotSupportedError, "not_supported"),
-    (getattr(duckdb, "InvalidInputException", ()), ProgrammingError, "invalid_input"),
-    (getattr(duckdb, "IntegrityError", ()), IntegrityError, "integrity_error"),
-    (getattr(duckdb, "DataError", ()), DataError, "data_error"),
-    (getattr(duckdb, "ProgrammingError", ()), ProgrammingError, "programming_error"),
-    (getattr(duckdb, "NotSupportedError", ()), NotSupportedError, "not_supported"),
-    (getattr(duckdb, "OperationalError", ()), OperationalError, "operational_error"),
-    (getattr(duckdb, "InternalError", ()), InternalError, "internal_error"),
-    (getattr(duckdb, "InterruptException", ()), OperationalError, "interrupted"),
-]
-
-
-_ABORTED = (
-    "The transaction is aborted: a statement in it failed, and DuckDB refuses every later statement "
-    "until it ends. Call rollback() (or run ROLLBACK), then run the statements again."
-)
-
-_BY_MESSAGE = [
-    # DuckDB files these under "Invalid Input"; PEP 249 names them: a data problem, and a database mode
-    (_re.compile(r"\AInvalid Input Error: Division by zero in expression"), DataError, "division_by_zero", None),
-    (_re.compile(r"\AInvalid Input Error: Cannot execute statement of type \"[A-Z_ ]+\" on database \"[^\"]*\" "
-                 r"which is attached in read-only mode"), OperationalError, "read_only", None),
-    # also as the catalog words it ("Catalog error: TransactionContext Error: ...")
-    (_re.compile(r"\A(?:Catalog error: )?TransactionContext Error: Current transaction is aborted"),
-     OperationalError, "transaction_aborted", _ABORTED),
-]
-"""Messages that say more than DuckDB's exception class: (pattern, PEP 249 class, code, message), the
-message None to keep DuckDB's. Matched on duckdb exceptions and on modelsql errors carrying DuckDB's text."""
-
-
-def _by_message(exc: BaseException) -> Optional[Error]:
-    """The error :data:`_BY_MESSAGE` makes of ``exc``, or None."""
-    text = str(exc)
-    for pattern, ours, code, message in _BY_MESSAGE:
-        if pattern.match(text):
-            return ours(message or text, code=code)
-    return None
-
-
-_DUCK_KIND = _re.compile(r"^(?:\w+Error: )?([A-Z][A-Za-z ]*?) Error: ")
-
-
-def _from_message(exc: BaseException):
-    """A DuckDB error that reached Python as text through another library (an Arrow stream raises ``OSError``
-    with DuckDB's message): the duckdb exception its ``<Kind> Error:`` prefix names, or None."""
-    if isinstance(exc, duckdb.Error):
-        return None
-    m = _DUCK_KIND.match(str(exc))
-    if m is None:
-        return None
-    cls = getattr(duckdb, m.group(1).replace(" ", "") + "Exception", None)
-    if not (isinstance(cls, type) and issubclass(cls, duckdb.Error)):
-        return None
-    return cls(str(exc)[m.start(1):])
-
-
-def translate_duckdb_error(exc: BaseException) -> Error:
-    """Map a duckdb exception to the modelsql (PEP 249) class of the same meaning.
-
-    A modelsql error comes back as it is, unless :data:`_BY_MESSAGE` says more about the DuckDB text it
-    carries (the catalog's ``Catalog error: TransactionContext Error: ...`` becomes ``transaction_aborted``).
-    """
-    better = _by_message(exc) if isinstance(exc, (Error, duckdb.Error)) else None
-    if isinstance(exc, Error):
-        return better if better is not None and better.code != exc.code else exc
-    if better is not None:
-        return better
-    for duck_cls, ours, code in _DUCK_TO_PEP249:
-        if duck_cls and isinstance(exc, duck_cls):
-            return ours(str(exc), code=code)
-    if isinstance(exc, duckdb.Error):
-        return DatabaseError(str(exc), code="database_error")
-    rebuilt = _from_message(exc)
-    if rebuilt is not None:
-        return translate_duckdb_error(rebuilt)
-    if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()):
-        return OperationalError("The statement was interrupted.", code="interrupted")
-    return InternalError(f"{type(exc).__name__}: {exc}", code="internal_error")
+# The one DuckDB -> PEP 249 map lives in modelsql.duckdb_errors; this name stays for planner.engine.
+translate_duckdb_error = _duckdb_errors.translate
 
 
 _EXCERPT = _re.compile(r"\n*LINE (\d+): (.*)\n( *)(\^+)[ \t]*$")
@@ -344,8 +262,6 @@ class Connection:
     NotSupportedError = NotSupportedError
 
     def __init__(self, database: str, *, read_only: bool = False, config: Optional[dict] = None) -> None:
-        from .planner.engine import Engine
-
         self.database = database
         self.read_only = read_only
         try:
@@ -354,11 +270,9 @@ class Connection:
             err = translate_duckdb_error(exc)
             raise OperationalError(f'Cannot open database "{database}": {err}', code="cannot_open") from exc
         self._closed = False
-        self._in_transaction = False
-        self._autocommit = False
         self._streaming: Optional[Cursor] = None
         try:
-            self._engine = Engine(self._duck, database, read_only=read_only)
+            self._session = Session(self._duck, database, read_only=read_only)
         except BaseException:
             self._duck.close()
             raise
@@ -374,23 +288,13 @@ class Connection:
         """Commit the current transaction (a no-op when none is open)."""
         self._check_open()
         self._settle()
-        if self._in_transaction:
-            self._in_transaction = False
-            try:
-                self._duck.execute("COMMIT")
-            except Exception as exc:
-                raise translate_duckdb_error(exc) from exc
+        self._session.commit()
 
     def rollback(self) -> None:
         """Roll back the current transaction (a no-op when none is open)."""
         self._check_open()
         self._settle()
-        if self._in_transaction:
-            self._in_transaction = False
-            try:
-                self._duck.execute("ROLLBACK")
-            except Exception as exc:
-                raise translate_duckdb_error(exc) from exc
+        self._session.rollback()
 
     def close(self) -> None:
         """Close the connection; an open transaction is rolled back (PEP 249).
@@ -401,12 +305,7 @@ class Connection:
         """
         self._check_open()
         try:
-            if self._in_transaction:
-                try:
-                    self._duck.execute("ROLLBACK")
-                except Exception:
-                    pass
-            self._engine.close()
+            self._session.close()
         finally:
             self._closed = True
             self._duck.close()
@@ -439,15 +338,15 @@ class Connection:
 
         Switching it on commits the transaction in progress, as Python's
         ``sqlite3`` does, so nothing done before is silently left uncommitted."""
-        return self._autocommit
+        return self._session.autocommit
 
     @autocommit.setter
     def autocommit(self, value: bool) -> None:
         self._check_open()
         value = bool(value)
-        if value and not self._autocommit:
+        if value and not self._session.autocommit:
             self.commit()
-        self._autocommit = value
+        self._session.autocommit = value
 
     @property
     def optimize(self) -> bool:
@@ -456,11 +355,11 @@ class Connection:
         Set it to False to run every PREDICT exactly as bound: the rules must
         never change a query's answer, and tests compare both ways (DuckDB's
         verification mode does the same for its optimizer)."""
-        return self._engine.optimize
+        return self._session.optimize
 
     @optimize.setter
     def optimize(self, value: bool) -> None:
-        self._engine.optimize = bool(value)
+        self._session.optimize = bool(value)
 
     def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
         """Create a cursor, execute ``operation`` on it and return it (as sqlite3 does)."""
@@ -517,10 +416,10 @@ class Connection:
         self._check_open()
         self._settle()
         try:
-            return self._engine.import_model(
-                name, model, example_input=example_input, features=features, input_names=input_names,
-                output_names=output_names, replace=replace,
-                if_not_exists=if_not_exists, options=options, connection=self, accept_mismatch=accept_mismatch,
+            return import_model(
+                self._session, name, model, example_input=example_input, features=features,
+                input_names=input_names, output_names=output_names, replace=replace,
+                if_not_exists=if_not_exists, options=options, accept_mismatch=accept_mismatch,
             )
         except Error as err:
             better = translate_duckdb_error(err)  # the catalog's wording of an aborted transaction
@@ -574,10 +473,6 @@ class Connection:
         if keep is None or cur is not keep:
             self._streaming = None if cur is not keep else cur
 
-    def _begin_if_needed(self) -> None:
-        if not self.autocommit and not self._in_transaction and not self.read_only:
-            self._duck.execute("BEGIN TRANSACTION")
-            self._in_transaction = True
 
 
 class Cursor:
@@ -661,7 +556,7 @@ class Cursor:
         self._reset()
         self._operation = operation
         try:
-            outcome = conn._engine.execute(operation, values, conn)
+            outcome = conn._session.execute(operation, values)
         except Error as err:
             raise point_into(translate_duckdb_error(err), operation) from err.__cause__
         self._description = outcome.description
@@ -813,7 +708,7 @@ class Cursor:
         except Exception as exc:
             # Translate before finishing: finishing releases the PREDICT functions,
             # whose recorded errors (NULL inputs, corrupt blobs) the translation reads.
-            err = self._result.translate(exc) if self._result is not None else translate_duckdb_error(exc)
+            err = self._result.error(exc) if self._result is not None else translate_duckdb_error(exc)
             self._finish_stream()
             raise point_into(err, self._operation) from exc
 

@@ -15,7 +15,7 @@ from conftest import linear_model, load_table
 
 import modelsql
 from modelsql.formats.onnx_io import column_major_inputs
-from modelsql.planner import engine as engine_mod
+from modelsql.planner import cost as cost_mod
 
 FEATURES = [f"c{i}" for i in range(64)]
 
@@ -89,12 +89,12 @@ def test_accuracy_in_batch_mode_is_the_models(wide_con, digits, digits_pipe):
 def test_auto_picks_batch_only_for_large_inputs(wide_con, monkeypatch):
     small = "SELECT count(label) FROM PREDICT(MODEL lr, TABLE pixels)"
     assert _execution(wide_con, small) == "stream"  # 1,797 rows < BATCH_MIN_ROWS
-    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1000)
+    monkeypatch.setattr(cost_mod, "BATCH_MIN_ROWS", 1000)
     assert _execution(wide_con, small) == "batch (column-major input)"
-    monkeypatch.setattr(engine_mod, "BATCH_MEMORY", 1000)  # the outputs alone need more
+    monkeypatch.setattr(cost_mod, "BATCH_MEMORY", 1000)  # the outputs alone need more
     assert _execution(wide_con, small) == "stream"
-    monkeypatch.setattr(engine_mod, "BATCH_MEMORY", 256 << 20)
-    monkeypatch.setattr(engine_mod, "BATCH_MAX_PARAMS", 100)  # a "heavy" model streams
+    monkeypatch.setattr(cost_mod, "BATCH_MEMORY", 256 << 20)
+    monkeypatch.setattr(cost_mod, "BATCH_MAX_PARAMS", 100)  # a "heavy" model streams
     assert _execution(wide_con, small) == "stream"
 
 
@@ -102,9 +102,9 @@ def test_auto_falls_back_to_streaming_when_the_estimate_is_wrong(wide_con, monke
     # DuckDB estimates a filter keeps a fraction of the rows; this one keeps them all
     query = "SELECT id, note, label FROM PREDICT(MODEL lr, (SELECT * FROM pixels WHERE id >= 0)) ORDER BY id"
     expected = wide_con.execute(query.replace("pixels WHERE", "pixels WHERE true AND") + "").fetchall()
-    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1)
-    monkeypatch.setattr(engine_mod, "BATCH_ROWS", 2048)
-    monkeypatch.setattr(engine_mod, "BATCH_MEMORY", 12_000)  # the estimate fits; 2x is passed while running
+    monkeypatch.setattr(cost_mod, "BATCH_MIN_ROWS", 1)
+    monkeypatch.setattr(cost_mod, "BATCH_ROWS", 2048)
+    monkeypatch.setattr(cost_mod, "BATCH_MEMORY", 12_000)  # the estimate fits; 2x is passed while running
     assert wide_con.execute(query).fetchall() == expected
     assert wide_con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE '__modelsql%'").fetchone() == (0,)
 
@@ -285,7 +285,7 @@ def test_batch_does_not_run_the_model_when_no_output_is_read(con):
 
 
 def test_auto_streams_under_a_filter_or_limit(wide_con, monkeypatch):
-    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1000)
+    monkeypatch.setattr(cost_mod, "BATCH_MIN_ROWS", 1000)
     base = "SELECT id, label FROM PREDICT(MODEL lr, TABLE pixels)"
     assert _execution(wide_con, base) == "batch (column-major input)"
     for tail in (" WHERE id < 10", " LIMIT 5", " JOIN pixels USING (id)"):
@@ -357,12 +357,12 @@ def test_streaming_sessions_get_the_cores_a_small_scan_leaves_idle(con, monkeypa
     monkeypatch.setattr(PredictFunction, "_run", spy)
     con.import_model("lin", linear_model([[1.0], [2.0]], [0.5]))
     duck_threads = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
-    for rows in (1_000, 3 * engine_mod.ROW_GROUP_ROWS):
+    for rows in (1_000, 3 * cost_mod.ROW_GROUP_ROWS):
         con.execute(f"CREATE OR REPLACE TABLE t AS SELECT i::DOUBLE AS a, 1.0::DOUBLE AS b FROM range({rows}) r(i)")
         seen.clear()
         q = "SELECT sum(y) FROM PREDICT(MODEL lin, TABLE t, features = (a, b), execution = 'stream')"
         con.execute(q).fetchall()
-        callers = max(1, min(duck_threads, -(-rows // engine_mod.ROW_GROUP_ROWS)))
+        callers = max(1, min(duck_threads, -(-rows // cost_mod.ROW_GROUP_ROWS)))
         assert set(seen) == {max(1, default_threads() // callers)}, (rows, set(seen))
 
 
@@ -390,7 +390,7 @@ def test_the_whole_row_of_a_predict_keeps_every_output(iris_con):
 
 
 def test_pivot_and_subquery_predicts_stream_under_auto(iris_con, monkeypatch):
-    monkeypatch.setattr(engine_mod, "BATCH_MIN_ROWS", 1000)
+    monkeypatch.setattr(cost_mod, "BATCH_MIN_ROWS", 1000)
     pivot = "PIVOT PREDICT(MODEL iris, (SELECT g, a, b, c, d FROM t){}) ON label USING count(*)"
     auto = sorted(iris_con.execute(pivot.format("")).fetchall())
     assert len(auto) > 1 and auto == sorted(iris_con.execute(pivot.format(", execution = 'stream'")).fetchall())

@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import onnxruntime as ort
 
+from modelsql.operators.backends import SESSIONS
 from modelsql.operators.backends import onnxruntime as ort_backend
 
 from conftest import linear_model
@@ -53,14 +54,14 @@ def test_sessions_are_cached_per_model_version(con):
     con.execute("CREATE TABLE t AS SELECT range::DOUBLE AS a, 1.0 AS b, 2.0 AS c FROM range(10)")
     q = "SELECT sum(y) FROM PREDICT(MODEL m, TABLE t)"
     first = con.execute(q).fetchone()
-    sessions = dict(ort_backend._CACHE)
+    sessions = dict(SESSIONS.items())
     assert len(sessions) == 1
     assert con.execute(q).fetchone() == first
-    assert dict(ort_backend._CACHE) == sessions  # the same session object, not a new one
+    assert dict(SESSIONS.items()) == sessions  # the same session object, not a new one
     con.import_model("m", linear_model(2 * np.ones((3, 1), dtype=np.float32)), replace=True)
     second = con.execute(q).fetchone()
     assert second[0] == 2 * first[0]
-    assert len(ort_backend._CACHE) == 2  # version 2 has its own session
+    assert len(SESSIONS) == 2  # version 2 has its own session
     model = next(iter(sessions.values()))
     opts = model.session.get_session_options()
     assert opts.intra_op_num_threads >= 1

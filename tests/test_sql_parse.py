@@ -9,15 +9,22 @@ from __future__ import annotations
 import pytest
 import sqlglot
 from sqlglot import exp
+from sqlglot.tokens import TokenType
 
 from modelsql.errors import InternalError, ProgrammingError
 from modelsql.sql import (
+    DIALECT,
+    MODEL_NODES,
+    STATEMENT_NODES,
     DescribeModel,
     DropModel,
     ExportModel,
     ImportModel,
     ModelRef,
     ModelSQL,
+    ModelSQLGenerator,
+    ModelSQLParser,
+    ModelSQLTokenizer,
     PredictTable,
     ShowModels,
     VacuumModels,
@@ -26,6 +33,8 @@ from modelsql.sql import (
     parse,
     to_duckdb_sql,
 )
+from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
+from modelsql.sql.nodes import statement
 
 
 def parse_one(sql: str) -> exp.Expression:
@@ -324,6 +333,25 @@ def test_vacuum_other_than_models_stays_duckdbs_command():
         assert tree.sql(dialect=ModelSQL) == sqlglot.parse_one(sql, read="duckdb").sql("duckdb")
 
 
+def test_our_statements_start_only_at_the_start_of_a_statement():
+    # a quoted word is a name, not one of our words
+    assert parse_one('SHOW "MODELS"') == sqlglot.parse_one('SHOW "MODELS"', read="duckdb")
+    # not at a statement start: DuckDB's reading (here errors, as DuckDB's own parser)
+    for sql in ("SELECT * FROM (DESCRIBE MODEL m)", "WITH q AS (SELECT 1) SHOW MODELS"):
+        with pytest.raises(ProgrammingError):
+            parse(sql)
+    # but after a semicolon it is a statement start
+    assert [type(t) for t in parse("SELECT 1; DESCRIBE MODEL m; VACUUM")] == [
+        exp.Select, DescribeModel, exp.Command,
+    ]
+
+
+def test_create_or_replace_with_if_not_exists_keeps_both_flags():
+    # the planner refuses the pair; the tree must carry both for it to
+    tree = parse_one("CREATE OR REPLACE MODEL IF NOT EXISTS m FROM 'm.onnx'")
+    assert tree.args["replace"] is True and tree.args["exists"] is True
+
+
 def test_predict_as_a_plain_function_is_anonymous():
     tree = parse_one("SELECT predict(a, b) FROM t")
     func = tree.expressions[0]
@@ -446,6 +474,10 @@ NOT_MENTIONS = [
     "DROP TABLE model",
     "DESCRIBE model",
     "DESCRIBE model.t",
+    "DESCRIBE MODEL m.t",
+    "DESCRIBE MODEL 'm'",
+    'SHOW "MODELS"',
+    'DROP "MODEL" m',
     "VACUUM",
     "VACUUM ANALYZE models",
     "-- PREDICT(MODEL m, TABLE t)\nSELECT 1",
@@ -516,3 +548,151 @@ def test_number_placeholders_before_cast_shorthand():
         "SELECT $1::DOUBLE AS x, $2 AS y, '?::' AS z",
         2,
     )
+
+
+# ------------------------------------------------- the statement registry
+#
+# A statement is one node class (with its WORDS) registered by @statement, one
+# parser entry ModelSQLParser._parse_<key>, one generator method
+# ModelSQLGenerator.<key>_sql (and the planner's handler). These tests iterate
+# over the registry, so a node missing any of them fails here.
+
+STATEMENT_WORD_SEQUENCES = [
+    pytest.param(node, words, id=f"{node.__name__}:{'_'.join(words)}")
+    for node in STATEMENT_NODES
+    for words in node.WORDS
+]
+
+
+def test_registry_holds_every_statement_node_once():
+    assert len(set(STATEMENT_NODES)) == len(STATEMENT_NODES)
+    assert {ImportModel, DropModel, ShowModels, DescribeModel, ExportModel, VacuumModels} <= set(
+        STATEMENT_NODES
+    )
+    assert set(STATEMENT_NODES) <= set(MODEL_NODES)
+    assert ModelRef in MODEL_NODES and PredictTable in MODEL_NODES
+
+
+@pytest.mark.parametrize("node", STATEMENT_NODES, ids=lambda n: n.__name__)
+def test_every_registered_node_has_words_a_parser_entry_and_a_generator_method(node):
+    assert node.WORDS and all(isinstance(words, tuple) and words for words in node.WORDS)
+    assert callable(getattr(ModelSQLParser, f"_parse_{node.key}", None)), (
+        f"ModelSQLParser needs a parser entry _parse_{node.key}(self, words)"
+    )
+    assert callable(getattr(ModelSQLGenerator, f"{node.key}_sql", None)), (
+        f"ModelSQLGenerator needs a generator method {node.key}_sql(self, expression)"
+    )
+    # a form of each node is in STATEMENT_FORMS, so it is parsed and round-tripped above
+    forms = [sql for sql, node_type in STATEMENT_FORMS if node_type is node]
+    assert forms, f"add a form of {node.__name__} to STATEMENT_FORMS"
+    for sql in forms:
+        tree = parse_one(sql)
+        again = parse(tree.sql(dialect=DIALECT))
+        assert again == [tree], (sql, again)
+
+
+@pytest.mark.parametrize("node,words", STATEMENT_WORD_SEQUENCES)
+def test_every_word_sequence_has_a_form_that_parses_to_its_node(node, words):
+    forms = [
+        sql for sql, node_type in STATEMENT_FORMS
+        if node_type is node and tuple(sql.upper().split()[: len(words)]) == words
+    ]
+    assert forms, f"add a form starting {' '.join(words)} to STATEMENT_FORMS"
+
+
+@pytest.mark.parametrize("node,words", STATEMENT_WORD_SEQUENCES)
+def test_registered_words_route_to_modelsql_at_a_statement_start(node, words):
+    head = " ".join(words)
+    for sql in (
+        f"{head} m",
+        f"{head.lower()} m",
+        f"SELECT 1; {head} m",
+        f"-- a note\n{head} m",
+        f"/* {head} */ {head} m",
+        f"{head} m; SELECT 1",
+        f"EXPLAIN {head} m",
+    ):
+        assert mentions_models(sql) is True, sql
+        tokens = ModelSQLTokenizer(dialect=DIALECT).tokenize(sql)
+        starts = [
+            i for i, tok in enumerate(tokens)
+            if (i == 0 or tokens[i - 1].token_type == TokenType.SEMICOLON)
+            and statement_at(tokens, i) is not None
+        ]
+        if not sql.startswith("EXPLAIN"):
+            assert [statement_at(tokens, i)[0] for i in starts] == [node], sql
+
+
+@pytest.mark.parametrize("node,words", STATEMENT_WORD_SEQUENCES)
+def test_registered_words_do_not_route_inside_strings_comments_or_quoted_names(node, words):
+    head = " ".join(words)
+    texts = [
+        f"SELECT '{head} m'",
+        f"SELECT $${head} m$$",
+        f"-- {head} m\nSELECT 1",
+        f"/* {head} m */ SELECT 1",
+        f"SELECT 1 /* ; {head} m */",
+        f'SELECT 1 AS "{head} m"',
+        f"WITH q AS (SELECT 1) {head} m",  # not at a statement start
+    ]
+    for k in range(len(words)):  # each word quoted in turn
+        texts.append(" ".join(f'"{w}"' if j == k else w for j, w in enumerate(words)) + " m")
+    for sql in texts:
+        assert mentions_models(sql) is False, sql
+
+
+def test_word_sequences_are_tried_longest_first_and_only_unquoted():
+    tokens = ModelSQLTokenizer(dialect=DIALECT).tokenize("CREATE OR REPLACE MODEL m FROM 'x'")
+    assert statement_at(tokens, 0) == (ImportModel, ("CREATE", "OR", "REPLACE", "MODEL"))
+    tokens = ModelSQLTokenizer(dialect=DIALECT).tokenize('CREATE OR REPLACE "MODEL" m')
+    assert statement_at(tokens, 0) is None
+    # DESCRIBE MODEL's condition: a name follows that is not the start of a dotted name
+    for sql, expected in [
+        ("DESCRIBE MODEL m", DescribeModel),
+        ('DESCRIBE MODEL "m" VERSION 2', DescribeModel),
+        ("DESCRIBE MODEL", None),
+        ("DESCRIBE MODEL m.t", None),
+        ("DESCRIBE MODEL 'm'", None),
+        ("DESCRIBE model.t", None),
+    ]:
+        found = statement_at(ModelSQLTokenizer(dialect=DIALECT).tokenize(sql), 0)
+        assert (found[0] if found else None) is expected, sql
+
+
+def test_demoted_commands_are_derived_from_the_registry():
+    # VACUUM is a COMMAND to DuckDB's tokenizer; VACUUM MODELS needs it a plain word
+    duckdb_tokenizer = sqlglot.Dialect.get_or_raise("duckdb").tokenizer_class
+    first_words = {words[0] for node in STATEMENT_NODES for words in node.WORDS}
+    assert "VACUUM" in DEMOTED_COMMANDS
+    assert DEMOTED_COMMANDS == {
+        w for w in first_words if duckdb_tokenizer.KEYWORDS.get(w) in duckdb_tokenizer.COMMANDS
+    }
+    assert not DEMOTED_COMMANDS & set(ModelSQLTokenizer.KEYWORDS)
+
+
+def test_statement_decorator_rejects_nodes_without_valid_words():
+    before = list(STATEMENT_NODES)
+    with pytest.raises(TypeError, match="WORDS"):
+        @statement
+        class NoWords(exp.Expression):
+            arg_types = {}
+
+    with pytest.raises(TypeError, match="upper-case"):
+        @statement
+        class LowerWords(exp.Expression):
+            WORDS = (("list", "models"),)
+            arg_types = {}
+
+    with pytest.raises(TypeError, match="upper-case"):
+        @statement
+        class FlatWords(exp.Expression):
+            WORDS = ("LIST", "MODELS")
+            arg_types = {}
+
+    with pytest.raises(ValueError, match="already starts ShowModels"):
+        @statement
+        class Clash(exp.Expression):
+            WORDS = (("SHOW", "MODELS"),)
+            arg_types = {}
+
+    assert STATEMENT_NODES == before

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import duckdb
 
-from modelsql import errors
+from modelsql import duckdb_errors, errors
 from modelsql.catalog import schema
 from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
 
@@ -32,47 +32,9 @@ BLOB_KINDS = ("graph", "tensor")
 
 _INT_RE = re.compile(r"^-?[0-9]+$")
 
-# duckdb exception class -> modelsql error class. Order matters: first match wins.
-_ERROR_CLASSES: tuple[tuple[type, type], ...] = (
-    (duckdb.IntegrityError, errors.IntegrityError),
-    (duckdb.DataError, errors.DataError),
-    (duckdb.NotSupportedError, errors.NotSupportedError),
-    (duckdb.InternalError, errors.InternalError),
-    (duckdb.ProgrammingError, errors.ProgrammingError),
-    (duckdb.OperationalError, errors.OperationalError),
-    (duckdb.DatabaseError, errors.DatabaseError),
-)
-
-# Stable codes for the duckdb exceptions the catalog can plausibly meet.
-_ERROR_CODES = {
-    "TransactionException": "transaction_error",
-    "IOException": "io_error",
-    "ConstraintException": "constraint_violation",
-    "CatalogException": "catalog_object_missing",
-    "BinderException": "catalog_binder_error",
-    "ConversionException": "conversion_error",
-    "OutOfMemoryException": "out_of_memory",
-    "PermissionException": "permission_denied",
-    "InvalidInputException": "invalid_input",
-    "InterruptException": "interrupted",
-}
-
-
-def convert_duckdb_error(exc: BaseException) -> errors.Error:
-    """Return the modelsql error for a DuckDB exception raised by catalog SQL.
-
-    The class follows PEP 249 (``duckdb.IntegrityError`` -> :class:`~modelsql.errors.IntegrityError`,
-    ``duckdb.OperationalError`` -> :class:`~modelsql.errors.OperationalError` ...). ``code`` is
-    a stable name for the DuckDB exception kind (``"transaction_error"``, ``"io_error"`` ...),
-    else the PEP 249 class default. The message is DuckDB's, prefixed with ``Catalog error:``.
-    """
-    cls: type = errors.DatabaseError
-    for dk, mk in _ERROR_CLASSES:
-        if isinstance(exc, dk):
-            cls = mk
-            break
-    code = _ERROR_CODES.get(type(exc).__name__)
-    return cls(f"Catalog error: {exc}", code=code)
+# The one DuckDB -> PEP 249 map (modelsql.duckdb_errors), in its catalog flavour: DuckDB's text prefixed
+# "Catalog error:", a missing table code "catalog_object_missing", a binder error "catalog_binder_error".
+convert_duckdb_error = duckdb_errors.translate_catalog
 
 
 @contextlib.contextmanager
@@ -315,7 +277,8 @@ class Catalog:
 
     # ------------------------------------------------------------- transactions
 
-    def _in_transaction(self) -> bool:
+    def in_transaction(self) -> bool:
+        """Whether the connection is inside a transaction (its own or its caller's)."""
         # DuckDB has no "in transaction" API; in auto-commit mode every statement
         # runs in a fresh transaction, so two reads of txid_current() differ.
         q = "SELECT txid_current()"
@@ -340,7 +303,7 @@ class Catalog:
         """
         if join:
             with _converted():
-                joined = self._in_transaction()
+                joined = self.in_transaction()
         else:
             joined = False
         if joined:

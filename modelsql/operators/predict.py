@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -43,8 +44,17 @@ import pyarrow as pa
 from ..errors import DataError
 from . import row_errors
 
-NULL_MARKER = "modelsql-null-input"
-"""Prefix of the exception message a PREDICT raises on a NULL input (mode ``error``)."""
+class NullInput(DataError):
+    """Raised inside a PREDICT on a NULL fed to a model (``on_null = 'error'``).
+
+    The planner turns it into the user's DataError, which counts the NULLs of the
+    whole input; ``counts`` (column -> rows with a NULL, in the chunk that raised)
+    are the lower bounds it falls back on.
+    """
+
+    def __init__(self, counts: dict[str, int], index: int) -> None:
+        super().__init__(f"NULL input to PREDICT number {index}: " + ", ".join(counts), code="null_input")
+        self.counts = counts
 
 ONNX_TO_DUCKDB = {
     "FLOAT": "FLOAT",
@@ -226,18 +236,19 @@ class PredictFunction:
         self.output_names = [o.output_name for o in outputs]
         self.calls = 0
         self.rows = 0
-        self.execution = "stream"
-        """How the planner ran it: ``"stream"`` (inside DuckDB's pipeline) or ``"batch ..."`` (see the engine)."""
-        self.null_counts: dict[str, int] = {}
-        """Column -> rows with a NULL in it, in the chunk that raised a NULL error (mode ``error``)."""
+        self.seconds = 0.0
+        """Time spent inside the function (EXPLAIN ANALYZE prints it)."""
 
     def __call__(self, *arrays) -> pa.StructArray:
+        start = time.perf_counter()
         try:
             return self._call(*arrays)
         except BaseException as exc:
-            # DuckDB re-raises UDF errors as text; keep the original for the planner.
+            # DuckDB re-raises a function's error as text: the planner reads the original object here.
             self.error = exc
             raise
+        finally:
+            self.seconds += time.perf_counter() - start
 
     def _run_all(self, feeds: dict[str, np.ndarray], n: int) -> list[np.ndarray]:
         b = self.batch_size
@@ -302,9 +313,7 @@ class PredictFunction:
         computed = np.arange(n)
         if null_rows is not None and null_rows.any():
             if self.on_null != "null":
-                counts = _null_counts(self.args, arrays)
-                self.null_counts = counts
-                raise ValueError(f"{NULL_MARKER}:{self.index}:{','.join(counts)}")
+                raise NullInput(_null_counts(self.args, arrays), self.index)
             computed = np.flatnonzero(~null_rows)
             arrays = [a.take(pa.array(computed)) for a in arrays]
         if not len(computed):

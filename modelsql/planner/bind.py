@@ -93,38 +93,29 @@ class PredictOptions:
 
 
 @dataclass(frozen=True)
-class BoundPredict:
-    """A PREDICT with every name resolved: the logical plan node for one PREDICT.
+class Binding:
+    """How one PREDICT's input columns feed the model and which outputs come back.
+
+    The SQL fragments are expressions modelsql generates over the input's
+    columns (never the user's text): casts to the inputs' element types and the
+    NULL test of ``on_null = 'skip'``.
 
     Attributes:
-        model: the catalog entry of the model version.
-        input_sql: SQL text of the input relation (DuckDB dialect, ``$n`` parameters).
-        columns: the input relation's columns.
-        args: how each UDF argument feeds a model input.
-        arg_sql: SQL expression text of each UDF argument (casts included).
-        arg_types: DuckDB type text of each UDF argument.
-        outputs: the output columns, in order.
-        options: the PREDICT's options.
+        columns: the input relation's columns (name and DuckDB type), in order.
+        args: how each argument of the PREDICT function feeds a model input.
+        arg_sql: DuckDB SQL of each argument (casts included), over the input's columns.
+        arg_types: DuckDB type text of each argument.
+        outputs: the output columns, in order (after the input's columns).
         null_filter: SQL predicate keeping rows with no NULL in a fed column
             (used for ``on_null = 'skip'``), or None when nothing is fed.
-        estimated_rows: DuckDB's estimate of the input's row count, set by the
-            planner after binding (None when DuckDB gives none).
     """
 
-    model: ModelVersion
-    input_sql: str
     columns: tuple[Column, ...]
     args: tuple[InputArg, ...]
     arg_sql: tuple[str, ...]
     arg_types: tuple[str, ...]
     outputs: tuple[OutputCol, ...]
-    options: PredictOptions
     null_filter: Optional[str]
-    estimated_rows: Optional[int] = None
-
-    @property
-    def label(self) -> str:
-        return f'model "{self.model.name}" version {self.model.version}'
 
     @property
     def fed_columns(self) -> tuple[str, ...]:
@@ -309,11 +300,10 @@ def _array_target(col: Column, spec: TensorSpec, shape: tuple[int, ...], width: 
 
 def bind_predict(
     model: ModelVersion,
-    input_sql: str,
     columns: Sequence[Column],
     options: PredictOptions,
     key_columns: Sequence[str] = (),
-) -> BoundPredict:
+) -> Binding:
     """Bind one PREDICT (see module docstring for the rules).
 
     Raises:
@@ -449,15 +439,12 @@ def bind_predict(
             else:
                 parts.extend(f"{quote(c)} IS NOT NULL" for c in a.columns)
         null_filter = " AND ".join(parts)
-    return BoundPredict(
-        model=model,
-        input_sql=input_sql,
+    return Binding(
         columns=tuple(columns),
         args=tuple(args),
         arg_sql=tuple(arg_sql),
         arg_types=tuple(arg_types),
         outputs=outputs,
-        options=options,
         null_filter=null_filter,
     )
 

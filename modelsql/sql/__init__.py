@@ -36,6 +36,7 @@ from modelsql.sql.dialect import (
     ModelSQLParser,
     ModelSQLTokenizer,
     predict_shaped,
+    statement_at,
 )
 from modelsql.sql.nodes import (
     MODEL_NODES,
@@ -57,18 +58,6 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)
 _DIALECT = ModelSQL()
 DIALECT = _DIALECT
 """The dialect instance to generate modelsql SQL with (``node.sql(dialect=DIALECT)``)."""
-
-#: Word sequences that start one of our statements (matched on unquoted tokens
-#: at the start of a statement).
-_STATEMENT_WORDS: tuple[tuple[str, ...], ...] = (
-    ("IMPORT", "MODEL"),
-    ("CREATE", "MODEL"),
-    ("CREATE", "OR", "REPLACE", "MODEL"),
-    ("DROP", "MODEL"),
-    ("SHOW", "MODELS"),
-    ("EXPORT", "MODEL"),
-    ("VACUUM", "MODELS"),
-)
 
 
 # ---------------------------------------------------------------- tokenizing
@@ -191,7 +180,6 @@ def _words(tokens: list[Token]) -> list[str | None]:
 
 def _mentions(sql: str, tokens: list[Token]) -> bool:
     words = _words(tokens)
-    n = len(tokens)
     for i, tok in enumerate(tokens):
         word = words[i]
         if word is None:
@@ -210,27 +198,21 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             return True
         if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
             continue  # our statements only start statements
-        if (
-            word == "DESCRIBE"
-            and i + 2 < n
-            and words[i + 1] == "MODEL"
-            and tokens[i + 2].token_type not in (TokenType.DOT, TokenType.SEMICOLON)
-            and not (i + 3 < n and tokens[i + 3].token_type == TokenType.DOT)
-        ):
+        if statement_at(tokens, i) is not None:  # the parser's own dispatch
             return True
-        for seq in _STATEMENT_WORDS:
-            if tuple(words[i : i + len(seq)]) == seq:
-                return True
     return False
 
 
 def mentions_models(sql: str) -> bool:
     """True when ``sql`` uses any of our syntax, so it must go through :func:`parse`.
 
-    Tokenizer only (no parse), so it is cheap. True for ``IMPORT MODEL``,
+    Tokenizer only (no parse), so it is cheap. True when the words of a
+    registered statement (each node's ``WORDS`` in
+    :data:`~modelsql.sql.nodes.STATEMENT_NODES`: ``IMPORT MODEL``,
     ``CREATE [OR REPLACE] MODEL``, ``DROP MODEL``, ``SHOW MODELS``,
-    ``DESCRIBE MODEL <name>``, ``EXPORT MODEL``, ``VACUUM MODELS`` as unquoted
-    words starting a statement, and for a PREDICT-shaped call anywhere
+    ``DESCRIBE MODEL <name>``, ``EXPORT MODEL``, ``VACUUM MODELS``) start a
+    statement as unquoted words, matched by the parser's own dispatch
+    (:func:`~modelsql.sql.dialect.statement_at`), and for a PREDICT-shaped call anywhere
     (:func:`~modelsql.sql.dialect.predict_shaped`: ``PREDICT(MODEL name ...`` or
     ``PREDICT(TABLE ...``, not right after a dot); also inside ``EXPLAIN`` /
     ``PREPARE`` bodies. False for everything else: words inside string literals

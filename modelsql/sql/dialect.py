@@ -16,18 +16,29 @@ tables may still be called ``model``, ``models`` or ``predict``)::
     opt   := key (= | := | =>) value
     value := literal | -number | TRUE | FALSE | NULL | name | ? | $n | ( value [, value ...] )
 
-The nodes are in :mod:`modelsql.sql.nodes`. Each has one parser entry here
-(``_parse_<node>``, reached from ``_parse_statement`` / ``_parse_create`` /
-``_parse_drop`` / ``_parse_describe`` / ``SHOW_PARSERS`` / ``_parse_table_part``)
-and one generator method (``<node key>_sql``, registered in ``TRANSFORMS``
+The nodes are in :mod:`modelsql.sql.nodes`; each statement node declares the
+words that start it (``WORDS``) and registers itself in ``STATEMENT_NODES``.
+Each has one parser entry here, ``ModelSQLParser._parse_<key>(words)`` (``key``
+is the lower-cased class name), reached from the single dispatch at the start
+of a statement in ``_parse_statement`` (:func:`statement_at`: the registered
+word sequences, longest first, unquoted words only), and one generator method
+``ModelSQLGenerator.<key>_sql`` (``TRANSFORMS`` maps every node to it by name,
 because sqlglot only auto-dispatches to its own expression classes).
+``PredictTable`` is not a statement: its entry is reached from
+``_parse_table_part``.
 
 Differences from plain DuckDB parsing, on purpose:
 
-* ``VACUUM`` is an ordinary word to our tokenizer (DuckDB's makes it a
-  ``COMMAND`` whose rest is an opaque string). ``VACUUM MODELS`` parses to
-  :class:`VacuumModels`; any other ``VACUUM ...`` still becomes the same
-  ``exp.Command(this='VACUUM', expression=Literal('<rest>'))`` as before.
+* A first word of our statements that DuckDB's tokenizer makes a ``COMMAND``
+  (whose rest is one opaque string), today only ``VACUUM``, is an ordinary
+  word to our tokenizer (:data:`DEMOTED_COMMANDS`, derived from the
+  registry), so the words after it can be matched. ``VACUUM MODELS`` parses
+  to :class:`VacuumModels`; any other ``VACUUM ...`` still becomes the same
+  ``exp.Command(this='VACUUM', expression=Literal('<rest>'))`` as DuckDB's.
+* Our statements are recognised only at the start of a statement, as
+  :func:`modelsql.sql.mentions_models` recognises them: ``ALTER TABLE t DROP
+  model`` drops a column, ``WITH q AS (...) SHOW MODELS`` and
+  ``SELECT * FROM (DESCRIBE MODEL m)`` are DuckDB's.
 * ``PREDICT`` is not sqlglot's BigQuery ``exp.Predict`` function. Only a
   PREDICT-shaped call (:func:`predict_shaped`: ``PREDICT(MODEL name ...`` or
   ``PREDICT(TABLE ...``) is ours; any other ``predict(...)``, in an expression or
@@ -49,9 +60,9 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokens import Token, TokenType
-from sqlglot.trie import new_trie
 
 from modelsql.sql.nodes import (
+    MODEL_NODES,
     STATEMENT_NODES,
     DescribeModel,
     DropModel,
@@ -81,6 +92,44 @@ def _word(token: Token | None, word: str) -> bool:
     return token is not None and token.token_type not in TEXT_TOKENS and token.text.upper() == word
 
 
+def _statement_starts() -> list[tuple[tuple[str, ...], type[exp.Expression]]]:
+    """Every registered ``(words, node)``, longest word sequence first (ties in registry order)."""
+    pairs = [(words, node) for node in STATEMENT_NODES for words in node.WORDS]  # type: ignore[attr-defined]
+    return sorted(pairs, key=lambda pair: -len(pair[0]))
+
+
+def statement_at(
+    tokens: t.Sequence[Token], i: int
+) -> tuple[type[exp.Expression], tuple[str, ...]] | None:
+    """The statement of ours whose words open ``tokens[i:]``: ``(node class, words matched)``.
+
+    Tries every registered word sequence (:data:`~modelsql.sql.nodes.STATEMENT_NODES`,
+    each node's ``WORDS``), longest first, on unquoted tokens only, and the
+    node's ``ONLY_IF`` condition on the tokens after the words. The caller
+    checks that ``i`` is the start of a statement. ``None`` when none matches.
+    """
+    for words, node in _statement_starts():
+        n = len(words)
+        if i + n > len(tokens) or not all(_word(tokens[i + k], w) for k, w in enumerate(words)):
+            continue
+        only_if = getattr(node, "ONLY_IF", None)
+        if only_if is None or only_if(tokens, i + n):
+            return node, words
+    return None
+
+
+#: First words of our statements that DuckDB's tokenizer makes a ``COMMAND`` token
+#: (the rest of the statement one opaque string): our tokenizer keeps them plain
+#: words, and a statement starting with one that is not ours is rebuilt as
+#: DuckDB's ``exp.Command`` (``ModelSQLParser._parse_demoted_command``).
+DEMOTED_COMMANDS: frozenset[str] = frozenset(
+    words[0]
+    for node in STATEMENT_NODES
+    for words in node.WORDS  # type: ignore[attr-defined]
+    if DuckDB.Tokenizer.KEYWORDS.get(words[0]) in DuckDB.Tokenizer.COMMANDS
+)
+
+
 def predict_shaped(tokens: t.Sequence[Token], i: int) -> bool:
     """Whether ``tokens[i:]`` open a PREDICT of ours: ``PREDICT (`` (not after a dot) followed by
     ``MODEL <name>``, or by the keyword ``TABLE`` (a PREDICT missing its model, reported as such).
@@ -103,9 +152,9 @@ def predict_shaped(tokens: t.Sequence[Token], i: int) -> bool:
 
 
 class ModelSQLTokenizer(DuckDB.Tokenizer):
-    """DuckDB's tokenizer, except that ``VACUUM`` is a plain word (see module doc)."""
+    """DuckDB's tokenizer, except that :data:`DEMOTED_COMMANDS` (``VACUUM``) are plain words."""
 
-    KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k != "VACUUM"}
+    KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k not in DEMOTED_COMMANDS}
 
 
 class ModelSQLParser(DuckDBParser):
@@ -124,28 +173,11 @@ class ModelSQLParser(DuckDBParser):
         "PREDICT": lambda self: self._parse_predict_call(),
     }
 
-    SHOW_PARSERS = {
-        **DuckDBParser.SHOW_PARSERS,
-        "MODELS": lambda self: self._parse_show_models(),
-    }
-    SHOW_TRIE = new_trie(key.split(" ") for key in SHOW_PARSERS)
-
-    #: Statements that begin with a word DuckDB's tokenizer does not make a keyword.
-    #: Each returns its node, or ``None`` (after which the words are parsed as DuckDB's).
-    MODEL_STATEMENT_PARSERS: t.ClassVar[dict[str, t.Callable[["ModelSQLParser"], t.Any]]] = {
-        "IMPORT": lambda self: self._parse_import_model(),
-        "EXPORT": lambda self: self._parse_export_model(),
-        "VACUUM": lambda self: self._parse_vacuum(),
-    }
-
     # ------------------------------------------------------------------ helpers
 
     def _match_word(self, word: str, advance: bool = True) -> bool:
         """Match one unquoted word (not a string or quoted identifier)."""
         return self._match_text_seq(word, advance=advance)
-
-    def _is_word(self, token: Token, word: str) -> bool:
-        return _word(token, word)
 
     def _source_text(self, first: Token) -> str:
         """The text from token ``first`` to the last token consumed, exactly as written."""
@@ -257,28 +289,44 @@ class ModelSQLParser(DuckDBParser):
         )
 
     def _parse_statement(self) -> exp.Expr | None:
-        curr = self._curr
-        if curr and curr.token_type == TokenType.VAR:
-            parser = self.MODEL_STATEMENT_PARSERS.get(curr.text.upper())
-            if parser is not None:
-                index = self._index
+        # The one dispatch for our statements: at the start of a statement (a
+        # chunk of tokens between semicolons begins at index 0), the registered
+        # words of a node (statement_at) route to its entry _parse_<key>(words),
+        # called with the words consumed. Everything else is DuckDB's.
+        if self._index == 0 and self._curr:
+            found = statement_at(self._tokens, 0)
+            if found is not None:
+                node, words = found
+                comments: list[str] = []
+                for _ in words:
+                    comments.extend(self._curr.comments or [])
+                    self._advance()
+                self._prev_comments = []
+                stmt = getattr(self, f"_parse_{node.key}")(words)
+                stmt.add_comments(comments, prepend=True)
+                return stmt
+            if self._curr.token_type == TokenType.VAR and self._curr.text.upper() in DEMOTED_COMMANDS:
                 self._advance()
                 comments = self._prev_comments
-                stmt = parser(self)
-                if stmt is not None:
-                    stmt.add_comments(comments, prepend=True)
-                    return stmt
-                self._retreat(index)
+                command = self._parse_demoted_command()
+                command.add_comments(comments, prepend=True)
+                return command
         return super()._parse_statement()
 
-    def _parse_import_model(self) -> ImportModel | None:
-        # IMPORT has been consumed
-        if not self._match_word("MODEL"):
-            return None
-        return self._parse_model_import_body(replace=False)
+    def _parse_demoted_command(self) -> exp.Command:
+        # A DEMOTED_COMMANDS word (e.g. VACUUM) starting a statement not of ours,
+        # consumed: the same opaque Command DuckDB's dialect produces.
+        start = self._prev
+        while self._curr:
+            self._advance()
+        rest = self.sql[start.end + 1 : self._prev.end + 1].strip() if self._prev is not start else ""
+        return exp.Command(this=start.text.upper(), expression=exp.Literal.string(rest) if rest else None)
 
-    def _parse_model_import_body(self, replace: bool) -> ImportModel:
-        # after IMPORT MODEL / CREATE [OR REPLACE] MODEL
+    # Statement entries: _parse_<node key>(words), reached from _parse_statement
+    # with the node's words (one of its WORDS) consumed.
+
+    def _parse_importmodel(self, words: tuple[str, ...]) -> ImportModel:
+        # IMPORT MODEL / CREATE MODEL / CREATE OR REPLACE MODEL
         exists = self._parse_exists(not_=True)
         ref = self._parse_model_ref(allow_version=False)
         if not self._match(TokenType.FROM):
@@ -290,69 +338,31 @@ class ModelSQLParser(DuckDBParser):
                 this=ref,
                 source=source,
                 exists=bool(exists),
-                replace=bool(replace),
+                replace="REPLACE" in words,
                 options=options,
             )
         )
 
-    def _parse_create(self) -> exp.Expr:
-        # CREATE (or REPLACE) has been consumed
-        if self._prev.token_type == TokenType.CREATE:
-            index = self._index
-            replace = self._match_pair(TokenType.OR, TokenType.REPLACE)
-            if self._match_word("MODEL"):
-                return self._parse_model_import_body(replace=replace)
-            self._retreat(index)
-        return super()._parse_create()
+    def _parse_dropmodel(self, words: tuple[str, ...]) -> DropModel:
+        exists = self._parse_exists()
+        ref = self._parse_model_ref()
+        return self.expression(DropModel(this=ref, exists=bool(exists)))
 
-    def _parse_drop(self, exists: bool = False, kind: str | None = None) -> exp.Expr:
-        # DROP has been consumed; only a statement-level DROP can be ours
-        # (ALTER TABLE t DROP model drops a column).
-        if kind is None and self._index == 1 and self._match_word("MODEL"):
-            if_exists = exists or self._parse_exists()
-            ref = self._parse_model_ref()
-            return self.expression(DropModel(this=ref, exists=bool(if_exists)))
-        return super()._parse_drop(exists=exists, kind=kind)
-
-    def _parse_show_models(self) -> ShowModels:
+    def _parse_showmodels(self, words: tuple[str, ...]) -> ShowModels:
         return self.expression(ShowModels())
 
-    def _parse_describe(self) -> exp.Expr:
-        # DESCRIBE MODEL name: MODEL must be followed by a name that is not the
-        # first part of a dotted table name, otherwise `DESCRIBE model` /
-        # `DESCRIBE model.t` describe tables as DuckDB does.
-        nxt = self._next
-        after = self._tokens[self._index + 2] if self._index + 2 < self._tokens_size else None
-        if (
-            self._is_word(self._curr, "MODEL")
-            and nxt
-            and nxt.token_type in (self.ID_VAR_TOKENS | {TokenType.IDENTIFIER})
-            and not (after is not None and after.token_type == TokenType.DOT)
-        ):
-            self._advance()
-            return self.expression(DescribeModel(this=self._parse_model_ref()))
-        return super()._parse_describe()
+    def _parse_describemodel(self, words: tuple[str, ...]) -> DescribeModel:
+        return self.expression(DescribeModel(this=self._parse_model_ref()))
 
-    def _parse_export_model(self) -> ExportModel | None:
-        # EXPORT has been consumed
-        if not self._match_word("MODEL"):
-            return None
+    def _parse_exportmodel(self, words: tuple[str, ...]) -> ExportModel:
         ref = self._parse_model_ref()
         if not self._match_word("TO"):
             self.raise_error("Expected TO '<file>' after the model name")
         target = self._parse_path_literal("TO")
         return self.expression(ExportModel(this=ref, target=target))
 
-    def _parse_vacuum(self) -> exp.Expr:
-        # VACUUM has been consumed
-        start = self._prev
-        if self._match_word("MODELS"):
-            return self.expression(VacuumModels())
-        # Any other VACUUM: the same opaque Command DuckDB's dialect produces.
-        while self._curr:
-            self._advance()
-        rest = self.sql[start.end + 1 : self._prev.end + 1].strip() if self._prev is not start else ""
-        return exp.Command(this="VACUUM", expression=exp.Literal.string(rest) if rest else None)
+    def _parse_vacuummodels(self, words: tuple[str, ...]) -> VacuumModels:
+        return self.expression(VacuumModels())
 
     # -------------------------------------------------------------- PREDICT(...)
 
@@ -424,16 +434,11 @@ class ModelSQLParser(DuckDBParser):
 class ModelSQLGenerator(DuckDBGenerator):
     """DuckDB's generator plus one ``<key>_sql`` method per node of ours."""
 
+    # Every node of ours -> its `<key>_sql` method, found by name (a node without
+    # one fails when generated, and in tests/test_sql_parse.py).
     TRANSFORMS = {
         **DuckDBGenerator.TRANSFORMS,
-        ModelRef: lambda self, e: self.modelref_sql(e),
-        ImportModel: lambda self, e: self.importmodel_sql(e),
-        DropModel: lambda self, e: self.dropmodel_sql(e),
-        ShowModels: lambda self, e: self.showmodels_sql(e),
-        DescribeModel: lambda self, e: self.describemodel_sql(e),
-        ExportModel: lambda self, e: self.exportmodel_sql(e),
-        VacuumModels: lambda self, e: self.vacuummodels_sql(e),
-        PredictTable: lambda self, e: self.predicttable_sql(e),
+        **{node: lambda self, e: getattr(self, f"{e.key}_sql")(e) for node in MODEL_NODES},
     }
 
     # Comments written before a statement of ours are generated before it.
@@ -525,4 +530,13 @@ class ModelSQL(DuckDB):
     Generator = ModelSQLGenerator
 
 
-__all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "PREDICT_FORM", "predict_shaped"]
+__all__ = [
+    "ModelSQL",
+    "ModelSQLTokenizer",
+    "ModelSQLParser",
+    "ModelSQLGenerator",
+    "PREDICT_FORM",
+    "DEMOTED_COMMANDS",
+    "predict_shaped",
+    "statement_at",
+]

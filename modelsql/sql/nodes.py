@@ -1,10 +1,15 @@
 """Statement nodes of modelsql's SQL dialect (sqlglot expressions).
 
 Each statement of our own is one :class:`sqlglot.exp.Expression` subclass with
-``arg_types``; :mod:`modelsql.sql.dialect` holds its one parser entry and its
-one generator method. Nodes compare by value (sqlglot hashes the whole tree),
-so ``parse(sql) == parse(node.sql(dialect=ModelSQL))`` is how round-trips are
-checked.
+``arg_types`` and ``WORDS`` (the unquoted word sequences that start it), put in
+the registry :data:`STATEMENT_NODES` by the :func:`statement` class decorator.
+Everything else about a statement is found from that registry by the node's
+``key`` (its lower-cased class name): its one parser entry
+``ModelSQLParser._parse_<key>`` and its one generator method
+``ModelSQLGenerator.<key>_sql`` in :mod:`modelsql.sql.dialect`, and the words
+:func:`modelsql.sql.mentions_models` routes on. Nodes compare by value (sqlglot
+hashes the whole tree), so ``parse(sql) == parse(node.sql(dialect=ModelSQL))``
+is how round-trips are checked.
 
 Argument shapes (``None`` / ``False`` mean "not written")::
 
@@ -37,9 +42,68 @@ FROM of ``SELECT * FROM PREDICT(MODEL m, TABLE t) AS p`` is
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 from sqlglot import exp
+from sqlglot.parsers.duckdb import DuckDBParser
+from sqlglot.tokens import Token, TokenType
+
+#: The statement nodes of ours, in definition order; :func:`statement` fills it
+#: (read it, never edit it). What :func:`modelsql.sql.parse` may return at the
+#: top besides sqlglot's trees.
+STATEMENT_NODES: list[type[exp.Expression]] = []
+
+_WORD = re.compile(r"^[A-Z][A-Z_]*$")
+
+#: Token types that can be a model name (bare or quoted) right after a statement's words.
+NAME_TOKENS = frozenset(DuckDBParser.ID_VAR_TOKENS) | {TokenType.VAR, TokenType.IDENTIFIER}
+
+
+def statement(cls: type[exp.Expression]) -> type[exp.Expression]:
+    """Class decorator: register ``cls`` as a statement of ours in :data:`STATEMENT_NODES`.
+
+    The class declares, as class attributes:
+
+    * ``WORDS``: a tuple of word sequences (tuples of upper-case words) that
+      start the statement, e.g. ``(("DROP", "MODEL"),)``. They are matched on
+      unquoted tokens (not strings, quoted identifiers or comments), only at
+      the start of a statement, the longest sequence of all nodes first; no two
+      nodes may share a sequence.
+    * ``ONLY_IF`` (optional): ``staticmethod(f)`` with ``f(tokens, i) -> bool``,
+      a condition on the tokens after the words (``tokens[i]`` is the first one,
+      ``i`` may be past the end). When false the words do not start this
+      statement and the text is parsed as DuckDB's.
+
+    Raises:
+        TypeError / ValueError: at class creation, for missing or malformed
+            ``WORDS`` or a sequence another node already claims.
+    """
+    words = cls.__dict__.get("WORDS")
+    if not isinstance(words, tuple) or not words:
+        raise TypeError(f"statement {cls.__name__} must declare WORDS, a non-empty tuple of word tuples")
+    claimed = {seq: node for node in STATEMENT_NODES for seq in node.WORDS}  # type: ignore[attr-defined]
+    for seq in words:
+        if not isinstance(seq, tuple) or not seq or not all(isinstance(w, str) and _WORD.match(w) for w in seq):
+            raise TypeError(f"{cls.__name__}.WORDS: {seq!r} is not a tuple of upper-case words")
+        if seq in claimed:
+            raise ValueError(f"{cls.__name__}.WORDS: {' '.join(seq)} already starts {claimed[seq].__name__}")
+    only_if = cls.__dict__.get("ONLY_IF")
+    if only_if is not None and not callable(getattr(cls, "ONLY_IF")):
+        raise TypeError(f"{cls.__name__}.ONLY_IF must be staticmethod(f) with f(tokens, i) -> bool")
+    STATEMENT_NODES.append(cls)
+    return cls
+
+
+def undotted_name_at(tokens: t.Sequence[Token], i: int) -> bool:
+    """``tokens[i]`` is a name and ``tokens[i + 1]`` is not a dot (so not ``a.b``)."""
+    name = tokens[i] if i < len(tokens) else None
+    after = tokens[i + 1] if i + 1 < len(tokens) else None
+    return (
+        name is not None
+        and name.token_type in NAME_TOKENS
+        and not (after is not None and after.token_type == TokenType.DOT)
+    )
 
 
 def _option_dict(options: t.Optional[list[exp.Expression]]) -> dict[str, exp.Expression]:
@@ -76,6 +140,7 @@ class ModelRef(exp.Expression):
         return int(version.this) if version is not None else None
 
 
+@statement
 class ImportModel(exp.Expression):
     """``IMPORT MODEL [IF NOT EXISTS] name FROM 'file.onnx' [WITH (k = v, ...)]``
     and ``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM ... [WITH (...)]``.
@@ -92,6 +157,7 @@ class ImportModel(exp.Expression):
         options: list of ``exp.EQ`` (see module docstring), or ``None``.
     """
 
+    WORDS = (("IMPORT", "MODEL"), ("CREATE", "MODEL"), ("CREATE", "OR", "REPLACE", "MODEL"))
     arg_types = {"this": True, "source": True, "exists": False, "replace": False, "options": False}
 
     @property
@@ -100,6 +166,7 @@ class ImportModel(exp.Expression):
         return _option_dict(self.args.get("options"))
 
 
+@statement
 class DropModel(exp.Expression):
     """``DROP MODEL [IF EXISTS] name [VERSION n]``.
 
@@ -108,28 +175,37 @@ class DropModel(exp.Expression):
         exists: ``True`` when ``IF EXISTS`` was written.
     """
 
+    WORDS = (("DROP", "MODEL"),)
     arg_types = {"this": True, "exists": False}
 
 
+@statement
 class ShowModels(exp.Expression):
     """``SHOW MODELS``: no arguments."""
 
+    WORDS = (("SHOW", "MODELS"),)
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
+@statement
 class DescribeModel(exp.Expression):
     """``DESCRIBE MODEL name [VERSION n]``.
 
-    ``DESCRIBE model`` (a table called ``model``) and ``DESCRIBE t`` still parse
-    as sqlglot's ``exp.Describe``.
+    Only when a name that is not the first part of a dotted name follows MODEL
+    (``ONLY_IF``): ``DESCRIBE model`` (a table called ``model``),
+    ``DESCRIBE model.t`` and ``DESCRIBE t`` still parse as sqlglot's
+    ``exp.Describe``.
 
     Args:
         this: ``ModelRef``.
     """
 
+    WORDS = (("DESCRIBE", "MODEL"),)
+    ONLY_IF = staticmethod(undotted_name_at)
     arg_types = {"this": True}
 
 
+@statement
 class ExportModel(exp.Expression):
     """``EXPORT MODEL name [VERSION n] TO 'path.onnx'``.
 
@@ -138,15 +214,18 @@ class ExportModel(exp.Expression):
         target: ``exp.Literal`` string (the file path) or ``exp.Placeholder``.
     """
 
+    WORDS = (("EXPORT", "MODEL"),)
     arg_types = {"this": True, "target": True}
 
 
+@statement
 class VacuumModels(exp.Expression):
     """``VACUUM MODELS``: garbage-collect blobs no catalog entry references.
 
     No arguments. Any other ``VACUUM ...`` stays DuckDB's (an ``exp.Command``).
     """
 
+    WORDS = (("VACUUM", "MODELS"),)
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
@@ -174,27 +253,9 @@ class PredictTable(exp.Expression):
         return _option_dict(self.args.get("options"))
 
 
-#: Every node of ours; a tree containing none of these is plain DuckDB SQL.
-MODEL_NODES: tuple[type[exp.Expression], ...] = (
-    ModelRef,
-    ImportModel,
-    DropModel,
-    ShowModels,
-    DescribeModel,
-    ExportModel,
-    VacuumModels,
-    PredictTable,
-)
-
-#: The statement-level nodes (what :func:`modelsql.sql.parse` may return at the top).
-STATEMENT_NODES: tuple[type[exp.Expression], ...] = (
-    ImportModel,
-    DropModel,
-    ShowModels,
-    DescribeModel,
-    ExportModel,
-    VacuumModels,
-)
+#: Every node of ours (the registered statements and the parts of statements);
+#: a tree containing none of these is plain DuckDB SQL.
+MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, *STATEMENT_NODES, PredictTable)
 
 __all__ = [
     "ModelRef",
@@ -207,4 +268,7 @@ __all__ = [
     "PredictTable",
     "MODEL_NODES",
     "STATEMENT_NODES",
+    "NAME_TOKENS",
+    "statement",
+    "undotted_name_at",
 ]

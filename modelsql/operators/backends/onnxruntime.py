@@ -1,9 +1,9 @@
 """ONNX Runtime backend: session creation, caching and batched runs.
 
 Only this module (and its siblings in ``operators/backends``) imports
-onnxruntime. Sessions are cached per model version (keyed by the store root,
-model name, version and graph digest), so a model is parsed and optimized once
-per process, however many queries use it.
+onnxruntime. Sessions are cached in :data:`modelsql.operators.backends.SESSIONS`, keyed by
+the artifact's digest, backend, device and options, so a model is parsed and
+optimized once per process, however many queries use it.
 
 Threading: a PREDICT runs inside DuckDB's worker threads, several of which may
 call :meth:`OrtModel.run` at once on different chunks. Each session therefore
@@ -15,14 +15,14 @@ share the cores instead of burning them.
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import onnxruntime as ort
 
 from ...errors import DataError, InternalError
+from . import SESSIONS
 
 __all__ = ["OrtModel", "get_model", "clear_cache", "default_threads"]
 
@@ -183,36 +183,16 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:500]
 
 
-_CACHE: "OrderedDict[tuple, OrtModel]" = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-_CACHE_SIZE = 32
-
-
-def get_model(key: tuple, loader: Callable[[], bytes], label: str, *, intra_op_threads: Optional[int] = None) -> OrtModel:
-    """Return the cached session for ``key``, creating it with ``loader()`` bytes on a miss.
-
-    ``key`` must identify a model version uniquely (store root, name, version,
-    graph digest) plus the thread setting. The cache holds the 32 most recently
-    used sessions.
-    """
-    full_key = key + (intra_op_threads,)
-    with _CACHE_LOCK:
-        model = _CACHE.get(full_key)
-        if model is not None:
-            _CACHE.move_to_end(full_key)
-            return model
-    model = OrtModel(loader(), label, intra_op_threads=intra_op_threads)
-    with _CACHE_LOCK:
-        _CACHE[full_key] = model
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return model
+def get_model(key, loader: Callable[[], bytes], label: str, *, intra_op_threads: Optional[int] = None) -> OrtModel:
+    """The cached session of ``key`` (a :class:`~modelsql.operators.backends.SessionKey` without the thread
+    setting, which is added here), created from ``loader()`` bytes on a miss."""
+    full = replace(key, options=tuple(sorted(key.options + (("intra_op_threads", intra_op_threads),))))
+    return SESSIONS.get(full, lambda: OrtModel(loader(), label, intra_op_threads=intra_op_threads))
 
 
 def clear_cache() -> None:
-    """Drop every cached session (used by tests and after DROP MODEL)."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
+    """Drop every cached session (used by tests)."""
+    SESSIONS.clear()
 
 
 def ort_version() -> str:

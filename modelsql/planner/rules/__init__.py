@@ -1,11 +1,25 @@
-"""Rewrite rules over bound PREDICTs, applied in the listed order.
+"""Rewrite rules over the whole logical plan, applied in the listed order.
 
-Each rule is a function in its own file, named for what it matches and does,
-that returns its input unchanged when it does not apply.
+Each rule is a function ``plan -> plan`` in its own file, named for what it
+matches and does; its docstring states the rewrite and cites its paper. A rule
+that does not apply returns its input unchanged (it may add a line to
+``plan.notes`` saying why it declined, which EXPLAIN prints).
 """
 
+from __future__ import annotations
+
+from ..plan import QueryPlan
 from .predict_prune_outputs import predict_prune_outputs, referenced_names
+from .predict_share_input import predict_share_input
 
-RULES = (predict_prune_outputs,)
+RULES = (predict_prune_outputs, predict_share_input)
 
-__all__ = ["RULES", "predict_prune_outputs", "referenced_names"]
+
+def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
+    """``plan`` after every rule of ``rules``, in order."""
+    for rule in rules:
+        plan = rule(plan)
+    return plan
+
+
+__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input", "referenced_names"]

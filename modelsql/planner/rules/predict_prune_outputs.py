@@ -1,6 +1,6 @@
 """Rule ``predict_prune_outputs``: compute only the model outputs the query reads.
 
-Rewrite: a bound PREDICT whose statement never names one of its output
+Rewrite: a PREDICT scan whose statement never names one of its output
 columns (and has no ``*`` that could pass it on) drops that output, so ONNX
 Runtime runs only the part of the graph the remaining outputs need and no
 unused tensor is converted back to Arrow. At least one output is kept in the
@@ -21,7 +21,7 @@ from typing import Optional
 
 from sqlglot import exp
 
-from ..bind import BoundPredict
+from ..plan import PredictScan, QueryPlan
 
 
 def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Optional[set[str]]:
@@ -64,13 +64,20 @@ def referenced_names(statement: exp.Expression, predict: exp.Expression) -> Opti
     return names
 
 
-def predict_prune_outputs(bound: BoundPredict, used: Optional[set[str]]) -> BoundPredict:
-    """Keep only outputs in ``used`` (all when ``used`` is None); returns ``bound`` unchanged if nothing is pruned."""
-    if used is None:
-        return bound
-    kept = tuple(o for o in bound.outputs if o.column.lower() in used)
-    if not kept:
-        kept = bound.outputs[:1]
-    if len(kept) == len(bound.outputs):
-        return bound
-    return replace(bound, outputs=kept)
+def predict_prune_outputs(plan: QueryPlan) -> QueryPlan:
+    """Each scan keeps only the outputs its statement may read (all when that is unknown);
+    returns ``plan`` itself when nothing is pruned."""
+    scans = tuple(_pruned(s) for s in plan.scans)
+    if all(a is b for a, b in zip(scans, plan.scans)):
+        return plan
+    return replace(plan, scans=scans)
+
+
+def _pruned(scan: PredictScan) -> PredictScan:
+    if scan.used is None:
+        return scan
+    outputs = scan.binding.outputs
+    kept = tuple(o for o in outputs if o.column.lower() in scan.used) or outputs[:1]
+    if len(kept) == len(outputs):
+        return scan
+    return replace(scan, binding=replace(scan.binding, outputs=kept))

@@ -1,0 +1,94 @@
+"""Model artifacts: rebuilding a catalog version's ONNX bytes from the store, and its loaded sessions.
+
+A model version is immutable, so everything derived from it is keyed by its
+digests: the self-contained ONNX model is rebuilt from the graph blob and the
+tensor blobs (each verified against its digest), and a loaded session comes
+from :data:`modelsql.operators.backends.SESSIONS` under the key ``(artifact
+digest, backend, device, options)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from .. import formats
+from ..catalog.entries import ModelVersion
+from ..errors import DataError
+from ..formats.onnx_io import column_major_inputs
+from ..operators.backends import SessionKey
+from ..operators.backends import onnxruntime as ort_backend
+from ..storage import BlobStore
+
+
+def artifact_digest(mv: ModelVersion, rewrite: str = "") -> str:
+    """Digest naming the exact bytes of ``mv`` (graph and tensors), after the named ``rewrite`` if any."""
+    h = hashlib.sha256(mv.graph_digest.encode())
+    for t in mv.tensors:
+        h.update(t.digest.encode())
+    h.update(rewrite.encode())
+    return h.hexdigest()
+
+
+def load_model_proto(store: BlobStore, mv: ModelVersion):
+    """The self-contained ``onnx.ModelProto`` of ``mv``, rebuilt from the store (digests verified).
+
+    Raises:
+        DataError: a blob is corrupt or missing (code ``"blob_corrupt"`` / ``"blob_missing"``),
+            naming the model and the tensor.
+    """
+
+    def fetch(digest: str, what: str) -> bytes:
+        try:
+            return store.get(digest)
+        except DataError as exc:
+            raise DataError(
+                f'Model "{mv.name}" version {mv.version}: {what} is unreadable from the store: {exc}',
+                code=exc.code,
+            ) from exc
+
+    graph = fetch(mv.graph_digest, "the graph")
+    payloads = {}
+    for t in mv.tensors:
+        if t.digest not in payloads:
+            payloads[t.digest] = fetch(t.digest, f'tensor "{t.name}"')
+    return formats.join_model(graph, payloads)
+
+
+def load_model_bytes(store: BlobStore, mv: ModelVersion) -> bytes:
+    """Serialized :func:`load_model_proto`."""
+    return load_model_proto(store, mv).SerializeToString()
+
+
+def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_major: tuple[str, ...] = (),
+                  backend: str = "onnxruntime", device: str = "cpu"):
+    """The cached session of ``mv`` on ``backend``/``device`` with ``intra`` threads per run.
+
+    ``column_major`` names inputs fed transposed (see
+    :func:`~modelsql.formats.onnx_io.column_major_inputs`): a rewritten artifact with its own key.
+    """
+    rewrite = "column_major:" + ",".join(column_major) if column_major else ""
+    key = SessionKey(artifact_digest(mv, rewrite), backend, device, ())
+
+    def load() -> bytes:
+        data = load_model_bytes(store, mv)
+        return column_major_inputs(data, column_major) if column_major else data
+
+    return ort_backend.get_model(key, load, f'model "{mv.name}" version {mv.version}', intra_op_threads=intra)
+
+
+def default_threads() -> int:
+    """CPU cores this process may use."""
+    return ort_backend.default_threads()
+
+
+def check_loads(data: bytes, label: str) -> None:
+    """Load ``data`` once in ONNX Runtime (nothing cached): a model it cannot run never enters the catalog.
+
+    Raises:
+        DataError: code ``"invalid_onnx"``.
+    """
+    ort_backend.OrtModel(data, label)
+
+
+__all__ = ["artifact_digest", "load_model_proto", "load_model_bytes", "model_session", "default_threads",
+           "check_loads", "Optional"]

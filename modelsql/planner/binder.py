@@ -1,0 +1,364 @@
+"""Binding a whole statement into one :class:`~modelsql.planner.plan.QueryPlan`.
+
+Every ``PREDICT`` of the statement is bound, innermost first and those in
+CTE bodies before the rest (so a PREDICT over another PREDICT, or over a CTE
+holding one, sees its input's columns): the model is resolved in the catalog,
+the input relation becomes a :class:`~modelsql.planner.plan.Relation` node, its
+columns are described by DuckDB (``LIMIT 0``, with inner PREDICTs stood in by
+typed empty relations, so nothing runs), and columns are bound to model inputs
+(:func:`modelsql.planner.bind.bind_predict`). The PREDICT leaves a
+:class:`~modelsql.planner.plan.ScanRef` marker in the statement's tree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from typing import Optional
+
+import sqlglot
+from sqlglot import exp
+
+from .. import sql as msql
+from ..duckdb_errors import translate
+from ..errors import Error, NotSupportedError
+from ..sql.nodes import PredictTable
+from .bind import Column, bind_predict, parse_options, quote
+from .column_names import name_columns
+from .options import no_repeats, value
+from .plan import Placement, PredictScan, QueryPlan, Relation, ScanRef
+from .rules import referenced_names
+
+
+def bind_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
+    """The plan of one statement containing PREDICTs.
+
+    Raises:
+        NotSupportedError: PREDICT in a stored definition (``predict_in_view``), or a correlated input.
+        ProgrammingError / DataError: whatever binding one PREDICT raises (see :func:`bind_scan`),
+            pointing at the model name in the statement text.
+    """
+    stmt = stmt.copy()
+    kind = str(stmt.args.get("kind") or "").upper() if isinstance(stmt, exp.Create) else ""
+    if kind in ("VIEW", "MACRO", "FUNCTION") and stmt.find(PredictTable) is not None:
+        # The PREDICT functions live only as long as one result: a stored
+        # definition would call a function that no longer exists.
+        raise NotSupportedError(
+            f"PREDICT cannot be used in CREATE {kind}: the definition would outlive "
+            "the statement. Use CREATE TABLE ... AS SELECT ... FROM PREDICT(...) to store predictions.",
+            code="predict_in_view",
+        )
+    name_columns(stmt, qmark_style=session.qmark_style)
+    scans: list[PredictScan] = []
+    for i, p in enumerate(predicts_in_order(stmt)):
+        used = referenced_names(stmt, p.parent if isinstance(p.parent, exp.Table) else p)
+        try:
+            scan = bind_scan(p, i, params, session, scans, used)
+        except Error as err:
+            raise session.pointed(correlated(err, p) or err, p.this) from None
+        scans.append(scan)
+        p.replace(ScanRef(this=exp.Literal.number(i)))
+    return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt))
+
+
+def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[PredictScan],
+              used: Optional[set[str]]) -> PredictScan:
+    """One PREDICT as a :class:`PredictScan` (``bound``: the scans bound before it, which its input may read)."""
+    ref = p.this
+    mv = session.get_model(ref.model_name, ref.version_number, ref)
+    no_repeats(p.args.get("options"), f"PREDICT(MODEL {mv.name})")
+    options = parse_options({k: value(v, params) for k, v in p.option_values.items()}, mv.name)
+    relation, key_columns = input_relation(p, bound, session)
+    in_params = [params[i - 1] for i in relation.params]
+    columns = describe(session, relation.sql, in_params, mv.name)
+    binding = bind_predict(mv, columns, options, key_columns)
+    if mv.batch_dependence and options.isolate_rows:
+        options = replace(options, batch_size=1)  # each row gets the answer it gets alone (formats.batch_axis)
+    stmt = p.root()
+    placement = placement_of(p, stmt, binding.columns, used)
+    return PredictScan(
+        id=index, model=mv, input=relation, binding=binding, options=options,
+        used=frozenset(used) if used is not None else None, placement=placement,
+        estimated_rows=estimate_rows(session, relation.sql, in_params),
+    )
+
+
+def input_relation(p: PredictTable, bound: list[PredictScan], session) -> tuple[Relation, list[str]]:
+    """The :class:`Relation` a PREDICT reads, and the key columns of its table (never fed to a model)."""
+    source = p.args["expression"]
+    key_columns: list[str] = []
+    ctes = ctes_in_scope(p)
+    table = None
+    if isinstance(source, exp.Subquery):
+        inner = source.this.copy()
+    else:
+        inner = exp.select("*").from_(source.copy())
+        if not (not source.db and source.name.lower() in {c.alias_or_name.lower() for c in ctes}):
+            table = source.name
+            key_columns = key_columns_of(session, source)
+    if ctes:
+        # The input may name CTEs of the enclosing query: it carries them along.
+        alias = exp.TableAlias(this=exp.to_identifier("__msql_src"))
+        wrapped = exp.select("*").from_(exp.Subquery(this=inner, alias=alias))
+        recursive = any(isinstance(c.parent, exp.With) and c.parent.args.get("recursive") for c in ctes)
+        wrapped.set("with_", exp.With(expressions=[c.copy() for c in ctes], recursive=recursive or None))
+        inner = wrapped
+    sql, numbers = renumber(stand_in_tree(inner, bound))
+    refs = tuple(sorted({r.scan_id for r in inner.find_all(ScanRef)}))
+    return Relation(tree=inner, source=source.copy(), inner=refs, table=table, sql=sql,
+                    params=tuple(numbers)), key_columns
+
+
+def stand_in_tree(tree: exp.Expression, scans) -> exp.Expression:
+    """A copy of ``tree`` in which each :class:`ScanRef` reads a typed empty stand-in of its scan:
+    the scan's input columns and its outputs as NULLs of their types, no rows (nothing runs)."""
+    by_id = {s.id: s for s in scans}
+    tree = tree.copy()
+    for ref in list(tree.find_all(ScanRef)):
+        scan = by_id[ref.scan_id]
+        outs = ", ".join(f"CAST(NULL AS {o.duckdb_type}) AS {quote(o.column)}" for o in scan.outputs)
+        stand_in = sqlglot.parse_one(f'SELECT *, {outs} FROM __msql_input AS "__msql_in" LIMIT 0', read="duckdb")
+        stand_in.find(exp.Table).replace(exp.Subquery(this=stand_in_tree(scan.input.tree, scans),
+                                                      alias=exp.TableAlias(this=exp.to_identifier("__msql_in", quoted=True))))
+        put_in_place(ref, stand_in)
+    return tree
+
+
+def put_in_place(ref: ScanRef, tree: exp.Expression) -> None:
+    """Replace the marker ``ref`` by the subquery ``tree`` (keeping the alias of a ``FROM`` item)."""
+    parent = ref.parent
+    if isinstance(parent, exp.Table) and parent.this is ref:
+        parent.replace(exp.Subquery(this=tree, alias=parent.args.get("alias")))
+    else:
+        ref.replace(exp.Subquery(this=tree))
+
+
+def describe(session, input_sql: str, params: list, model: str) -> list[Column]:
+    """The columns of the input relation (DuckDB binds it with ``LIMIT 0``: no row is read).
+
+    Raises:
+        the PEP 249 error of DuckDB's, prefixed ``PREDICT(MODEL m): the input is not a valid relation``.
+    """
+    try:
+        cur = session.duck.execute(f'SELECT * FROM ({input_sql}) AS "__msql_in" LIMIT 0', params or None)
+        desc = cur.description
+        cur.fetchall()
+    except Exception as exc:
+        err = translate(exc)
+        raise type(err)(f"PREDICT(MODEL {model}): the input is not a valid relation: {err}", code=err.code) from exc
+    return [Column(d[0], str(d[1])) for d in desc]
+
+
+def key_columns_of(session, table: exp.Table) -> list[str]:
+    """The PRIMARY KEY and UNIQUE columns of ``table`` (never fed to a model by position)."""
+    try:
+        rows = session.duck.execute(
+            "SELECT constraint_column_names FROM duckdb_constraints() "
+            "WHERE lower(table_name) = lower(?) AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
+            [table.name],
+        ).fetchall()
+    except Exception:
+        return []
+    return [c for (names,) in rows for c in (names or [])]
+
+
+def estimate_rows(session, input_sql: str, params: list) -> Optional[int]:
+    """DuckDB's estimated cardinality of the input, or None when it gives none."""
+    try:
+        row = session.duck.execute(f"EXPLAIN (FORMAT JSON) {input_sql}", params or None).fetchall()
+        return int(json.loads(row[0][1])[0]["extra_info"]["Estimated Cardinality"])
+    except Exception:
+        return None
+
+
+def result_kind(stmt: exp.Expression) -> str:
+    """``SELECT`` (rows), ``INSERT``/``UPDATE``/``DELETE``/``MERGE_INTO`` (a count) or ``CREATE``."""
+    if stmt.args.get("returning"):
+        return "SELECT"  # INSERT/UPDATE/DELETE ... RETURNING: its rows are the result
+    if isinstance(stmt, (exp.Insert, exp.Update, exp.Delete)):
+        return type(stmt).__name__.upper()
+    if isinstance(stmt, exp.Merge):
+        return "MERGE_INTO"
+    if isinstance(stmt, exp.Create):
+        return "CREATE"
+    return "SELECT"
+
+
+# ---------------------------------------------------------------- where a PREDICT sits
+
+ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.Join, exp.Offset, exp.Pivot,
+                 exp.Summarize)
+"""Nodes that may stop a streaming PREDICT early or push into its input."""
+
+
+def placement_of(p: PredictTable, stmt: exp.Expression, columns, used: Optional[set[str]]) -> Placement:
+    """Where ``p`` sits in ``stmt`` (see :class:`~modelsql.planner.plan.Placement`)."""
+    kept = kept_columns(columns, used, stmt)
+    in_cte = next((a.alias_or_name for a in _ancestors(p) if isinstance(a, exp.CTE)), None)
+    return Placement(
+        top_level_from=in_top_level_from(p, stmt),
+        row_dependent=any(isinstance(n, ROW_DEPENDENT) for n in stmt.walk(prune=lambda n: isinstance(n, PredictTable))),
+        in_cte=in_cte,
+        in_main_body=in_cte is None and _under_from_only(p, stmt),
+        kept_columns=tuple(kept),
+        arrow_unsafe=tuple(c for c in kept if arrow_unsafe(c.type)),
+    )
+
+
+def _ancestors(node: exp.Expression):
+    parent = node.parent
+    while parent is not None:
+        yield parent
+        parent = parent.parent
+
+
+def _under_from_only(node: exp.Expression, stmt: exp.Expression) -> bool:
+    """Only FROM/JOIN items, FROM-subqueries and SELECTs lie between ``node`` and the top SELECT."""
+    child, parent = node, node.parent
+    while parent is not None:
+        if isinstance(parent, exp.Select):
+            if child not in (parent.args.get("from_"), parent.args.get("from")) and child not in parent.args.get("joins", []):
+                return False
+        elif isinstance(parent, exp.Subquery):
+            if not isinstance(parent.parent, (exp.From, exp.Join)):
+                return False
+        elif not isinstance(parent, (exp.From, exp.Table, exp.Join)):
+            return False
+        child, parent = parent, parent.parent
+    return child is stmt and isinstance(stmt, exp.Select)
+
+
+def in_top_level_from(node: exp.Expression, stmt: exp.Expression) -> bool:
+    """Whether a PREDICT is read by the statement's own top-level FROM (so the statement consumes all of it):
+    only FROM, table and FROM-subquery nodes lie between it and the top SELECT (of an INSERT or CTAS too)."""
+    child, parent = node, node.parent
+    while parent is not None:
+        if isinstance(parent, exp.Select):
+            if child is not parent.args.get("from_") and child is not parent.args.get("from"):
+                return False
+        elif isinstance(parent, exp.Subquery):
+            if not isinstance(parent.parent, exp.From):
+                return False
+        elif isinstance(parent, (exp.Insert, exp.Create)):
+            if child is not parent.expression:
+                return False
+        elif not isinstance(parent, (exp.From, exp.Table)):
+            return False
+        child, parent = parent, parent.parent
+    return True
+
+
+def kept_columns(columns, used: Optional[set[str]], stmt) -> list[Column]:
+    """The input columns a batch-mode PREDICT passes through: all of them, or, when the statement's
+    column references are known (:func:`~modelsql.planner.rules.referenced_names`: ``USING`` names count,
+    ``NATURAL`` joins make them unknown), only those it names (as the stream plan's projection pushdown would)."""
+    if used is None:
+        return list(columns)
+    aliases = {t.alias_or_name.lower() for t in stmt.find_all(exp.Table)} | {
+        s.alias.lower() for s in stmt.find_all(exp.Subquery) if s.alias
+    }
+    if used & aliases:
+        return list(columns)  # a table alias selected as a struct of its columns
+    return [c for c in columns if c.name.lower() in used]
+
+
+_ARROW_UNSAFE = re.compile(r"\b(TIME WITH TIME ZONE|TIMETZ|BIT|BITSTRING|UHUGEINT)\b")
+"""DuckDB types whose values an Arrow round trip changes (TIMETZ loses its offset, BIT its length, UHUGEINT
+overflows): a batch-mode PREDICT does not carry them ('auto' streams; 'batch' refuses)."""
+
+
+def arrow_unsafe(type_text: str) -> bool:
+    return bool(_ARROW_UNSAFE.search(re.sub(r"'(?:[^']|'')*'", "''", type_text)))  # not inside ENUM labels
+
+
+# ---------------------------------------------------------------- order and scope
+
+
+def predicts_in_order(tree: exp.Expression) -> list[PredictTable]:
+    """The PREDICTs of ``tree`` in post-order with WITH clauses first: every PREDICT comes
+    after the PREDICTs inside its input and after those in the CTEs it can name."""
+    out: list[PredictTable] = []
+    stack: list[tuple[exp.Expression, bool]] = [(tree, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            if isinstance(node, PredictTable):
+                out.append(node)
+            continue
+        stack.append((node, True))
+        children = list(node.iter_expressions())
+        w = node.args.get("with_")
+        at = next((i for i, c in enumerate(children) if c is w), None) if w is not None else None
+        if at:
+            children.insert(0, children.pop(at))
+        for child in reversed(children):
+            stack.append((child, False))
+    return out
+
+
+def ctes_in_scope(node: exp.Expression) -> list[exp.CTE]:
+    """The CTEs a table reference at ``node`` can name, outermost first (inner ones shadow outer ones)."""
+    scopes: list[list[exp.CTE]] = []
+    child, parent = node, node.parent
+    while parent is not None:
+        if isinstance(parent, exp.With):
+            ctes = list(parent.expressions)
+            at = next((i for i, c in enumerate(ctes) if c is child), len(ctes))
+            scopes.append(ctes[: at + 1] if parent.args.get("recursive") else ctes[:at])
+        else:
+            w = parent.args.get("with_")
+            if isinstance(w, exp.With) and w is not child:
+                scopes.append(list(w.expressions))
+        child, parent = parent, parent.parent
+    merged: dict[str, exp.CTE] = {}
+    for scope in reversed(scopes):
+        for cte in scope:
+            merged.pop(cte.alias_or_name.lower(), None)
+            merged[cte.alias_or_name.lower()] = cte
+    return list(merged.values())
+
+
+def renumber(tree: exp.Expression) -> tuple[str, list[int]]:
+    """DuckDB SQL of ``tree`` with its ``$k`` placeholders renumbered 1..m; returns (sql, original k's)."""
+    tree = tree.copy()
+    holders = [p for p in tree.find_all(exp.Placeholder) if str(p.this).isdigit()]
+    distinct = sorted({int(p.this) for p in holders})
+    mapping = {k: i + 1 for i, k in enumerate(distinct)}
+    for p in holders:
+        p.set("this", str(mapping[int(p.this)]))
+    return msql.to_duckdb_sql(tree), distinct
+
+
+# ---------------------------------------------------------------- correlated inputs
+
+_MISSING_TABLE = re.compile(r'Referenced table "([^"]+)" not found')
+_NO_FROM = re.compile(r'Referenced column "[^"]+" was not found because the FROM clause is missing')
+
+
+def correlated(err: Error, p: PredictTable) -> Optional[NotSupportedError]:
+    """The known-limit error for a PREDICT whose input did not bind because it refers to the enclosing
+    query (names one of its tables, or has no FROM of its own inside one); None for any other error."""
+    if err.code != "binder_error":
+        return None
+    text = str(err)
+    inside = {id(n) for n in p.walk()}
+    outer = {
+        n.alias_or_name.lower()
+        for n in p.root().find_all(exp.Table, exp.Subquery, exp.Lateral)
+        if id(n) not in inside and n is not p.parent and n.alias_or_name
+    }
+    missing = _MISSING_TABLE.search(text)
+    if not ((missing and missing.group(1).lower() in outer) or (outer and _NO_FROM.search(text))):
+        return None
+    where = text[text.find("\nLINE "):] if "\nLINE " in text else ""
+    model = p.this.model_name
+    return NotSupportedError(
+        f"PREDICT(MODEL {model}): its input refers to the enclosing query"
+        + (f' (table "{missing.group(1)}")' if missing else "")
+        + ", which is a known limit: a PREDICT's input is bound on its own, so a correlated LATERAL or "
+        "subquery cannot reach outer columns (see Known limits in the README). Join the predictions to the "
+        f"outer table instead, e.g. SELECT ... FROM t JOIN PREDICT(MODEL {model}, TABLE t) AS p ON p.id = t.id."
+        + where,
+        code="correlated_predict",
+    )

@@ -1,0 +1,184 @@
+"""The cost function: estimated rows and time of each PREDICT, and the choice of its operator.
+
+There are no profile traces yet (a learned cost model, after Mantis, comes with
+``PROFILE``), so estimates use the documented defaults below, measured with
+``benchmarks/predict_overhead.py`` (1,000,000 rows x 64 FLOAT columns, 2 cores,
+onnxruntime 1.32, DuckDB 2.0), and EXPLAIN says so.
+
+:func:`choose_execution` picks the physical operator for one scan: ``stream``
+(a vectorized function inside DuckDB's pipeline,
+:class:`~modelsql.operators.scan.StreamPredict`) or ``batch`` (the input read to
+large Arrow record batches first, :class:`~modelsql.operators.scan.BatchPredict`),
+with the reason each alternative was rejected.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import NotSupportedError
+from ..operators.predict import ONNX_TO_DUCKDB
+from .plan import PredictScan
+
+BATCH_MIN_ROWS = 65_536
+"""``execution = 'auto'`` runs a PREDICT in batch mode only over at least this many (estimated) input rows:
+below it the fixed cost of a second query and an Arrow registration outweighs the per-row gain."""
+ROW_GROUP_ROWS = 122_880
+"""Rows per DuckDB row group, its unit of scan parallelism."""
+BATCH_MAX_PARAMS = 50_000
+"""``execution = 'auto'`` runs models with more parameters streaming: parameters ~ multiply-adds per row for
+dense networks. In ``benchmarks/predict_overhead.py`` batch execution made the light model (2,410 parameters)
+1.5x faster and the heavy one (300K) 1.1x slower (inference dominates, and streaming overlaps it with the scan)."""
+BATCH_MEMORY = 256 << 20
+"""Bytes ``execution = 'auto'`` lets batch mode keep (passthrough columns read + outputs); past twice this
+while running, the PREDICT is run again streaming."""
+BATCH_ROWS = 32_768
+"""Largest Arrow record batch a batch-mode PREDICT reads from DuckDB (fewer rows for wide inputs: about 32 MiB
+of features); 32K-row batches beat fetching the whole table in the benchmark's hand-written glue too."""
+RUN_ROWS = 8_192
+"""Rows per model run in batch mode for a model of more than :data:`BATCH_MAX_PARAMS` parameters: the size at
+which ONNX Runtime ran the heavy benchmark model fastest (larger slices spill activations out of cache). A light
+model runs on whole record batches (1.1x faster than 8K-row slices there)."""
+
+PS_PER_PARAM_ROW = 13.0
+"""Default inference time: picoseconds per model parameter per row. Measured: the heavy MLP (300K parameters)
+ran 1M rows in 3.79 s (12.6 ps), the light one (2,410) in 0.044 s (18 ps), on 2 cores."""
+STREAM_NS_PER_VALUE = 4.1
+"""Default cost of streaming, per fed value (row x column), beyond inference: the light model's stream plan
+took 0.309 s against 0.044 s of inference over 64M values."""
+BATCH_NS_PER_VALUE = 2.3
+"""Default cost of batch execution per fed value: the light model's batch plan took 0.190 s."""
+STATEMENT_MS = 2.0
+"""Default fixed cost of a PREDICT statement in DuckDB (a 64-column statement with one vectorized Python
+function, 1 row: ``benchmarks/statement_latency.py``'s ``duckdb_udf_floor_1_row_ms``)."""
+DEFAULT_ROWS = 1000
+"""Rows assumed when DuckDB gives no estimate."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the cost function expects of one scan under one operator.
+
+    Attributes:
+        rows: input rows (DuckDB's estimate, or :data:`DEFAULT_ROWS`).
+        ms: milliseconds of the scan (inference plus the operator's own cost).
+        source: where the figures come from.
+    """
+
+    rows: int
+    ms: float
+    source: str = "defaults, no profile traces yet"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The operator chosen for one scan, and each alternative with the reason it was rejected."""
+
+    execution: str
+    reason: str
+    rejected: tuple[tuple[str, str], ...] = ()
+
+
+def estimate(scan: PredictScan, execution: str) -> Estimate:
+    """The default estimate of ``scan`` run by ``execution`` (``"stream"`` or ``"batch"``)."""
+    rows = scan.estimated_rows if scan.estimated_rows is not None else DEFAULT_ROWS
+    fed = max(1, len(scan.binding.fed_columns))
+    per_value = BATCH_NS_PER_VALUE if execution == "batch" else STREAM_NS_PER_VALUE
+    ns = rows * (scan.model.param_count * PS_PER_PARAM_ROW / 1000 + fed * per_value)
+    return Estimate(rows=rows, ms=ns / 1e6)
+
+
+def choose_execution(scan: PredictScan) -> Choice:
+    """``stream`` or ``batch`` for one scan (option ``execution``; ``auto`` decides by the rules below).
+
+    Raises:
+        NotSupportedError: ``execution = 'batch'`` asked for a column Arrow cannot carry
+            (code ``"batch_type_not_supported"``).
+    """
+    mode = scan.options.execution
+    place = scan.placement
+    if scan.used is not None and not any(o.column.lower() in scan.used for o in scan.outputs):
+        return Choice("stream", "no output is read: DuckDB drops the call, so the model never runs",
+                      (("batch", "would run the model for nothing"),))
+    if mode == "batch":
+        if place.arrow_unsafe:
+            c = place.arrow_unsafe[0]
+            raise NotSupportedError(
+                f'PREDICT(MODEL {scan.model.name}): column "{c.name}" ({c.type}) does not pass through '
+                "execution = 'batch' unchanged (Arrow does not carry it); use execution = 'stream', or leave "
+                "the column out of what the statement reads.",
+                code="batch_type_not_supported",
+            )
+        return Choice("batch", "execution = 'batch' was asked for", (("stream", "not asked for"),))
+    if mode == "stream":
+        return Choice("stream", "execution = 'stream' was asked for", (("batch", "not asked for"),))
+    reason = _stream_reason(scan)
+    if reason:
+        return Choice("stream", "auto", (("batch", reason),))
+    return Choice("batch", "auto", (("stream", f"estimated {estimate(scan, 'stream').ms:.1f} ms against "
+                                                f"{estimate(scan, 'batch').ms:.1f} ms in batch"),))
+
+
+def _stream_reason(scan: PredictScan) -> Optional[str]:
+    """Why ``auto`` must stream this scan, or None when batch is allowed and cheaper."""
+    place = scan.placement
+    if not place.top_level_from:
+        return "not read by the statement's top-level FROM (a CTE, subquery or expression may read it partly)"
+    if place.row_dependent:
+        return ("a filter, limit or join may stop a streaming PREDICT early or push into its input; "
+                "batch would read every row")
+    if place.arrow_unsafe:
+        return f'column "{place.arrow_unsafe[0].name}" ({place.arrow_unsafe[0].type}) does not survive Arrow'
+    if scan.model.param_count > BATCH_MAX_PARAMS:
+        return (f"{scan.model.param_count:,} parameters > {BATCH_MAX_PARAMS:,}: inference dominates, "
+                "and streaming overlaps it with the scan")
+    rows = scan.estimated_rows
+    if rows is None or rows < BATCH_MIN_ROWS:
+        return f"estimated {rows if rows is not None else 'unknown'} rows < {BATCH_MIN_ROWS:,}"
+    width = sum(type_bytes(c.type) for c in place.kept_columns) + sum(type_bytes(o.duckdb_type) for o in scan.outputs)
+    if rows * width > BATCH_MEMORY:
+        return f"would keep about {rows * width >> 20} MiB > {BATCH_MEMORY >> 20} MiB"
+    return None
+
+
+def stream_threads(scan: PredictScan, duck_threads: int, cores: int) -> Optional[int]:
+    """Intra-op threads for a streaming PREDICT's session: the cores DuckDB's scan leaves idle.
+
+    DuckDB scans a table in parallel by row group (:data:`ROW_GROUP_ROWS` rows), so an input of fewer
+    row groups than DuckDB has threads keeps only that many threads calling the model. Each session
+    then gets ``cores // callers`` threads instead of ``cores // duckdb_threads`` (None: that default):
+    on two cores, a 100,000-row input ran the heavy benchmark model 1.66x faster.
+    """
+    rows = scan.estimated_rows
+    if scan.options.batch_size or scan.options.backend != "onnxruntime" or rows is None:
+        return None
+    callers = max(1, min(duck_threads, -(-rows // ROW_GROUP_ROWS)))
+    return max(1, cores // callers)
+
+
+_TYPE_BYTES = {
+    "BOOLEAN": 1, "TINYINT": 1, "UTINYINT": 1, "SMALLINT": 2, "USMALLINT": 2, "INTEGER": 4, "UINTEGER": 4,
+    "FLOAT": 4, "REAL": 4, "DATE": 4, "BIGINT": 8, "UBIGINT": 8, "DOUBLE": 8, "TIMESTAMP": 8, "TIME": 8,
+    "HUGEINT": 16, "UHUGEINT": 16, "UUID": 16, "INTERVAL": 16,
+}
+
+
+def arg_bytes(arg, type_text: str) -> int:
+    """Rough bytes per row of one PREDICT argument: its type's, or its input's per-row size (a list's is a guess)."""
+    known = [d for d in arg.shape if d > 0]
+    return max(type_bytes(type_text), type_bytes(ONNX_TO_DUCKDB.get(arg.elem_type, "FLOAT")) * math.prod(known))
+
+
+def type_bytes(type_text: str) -> int:
+    """Rough in-memory bytes per value of a DuckDB type (arrays multiply; text and lists are guesses)."""
+    t = type_text.strip().upper()
+    m = re.match(r"^(.*)\[(\d*)\]$", t)
+    if m:
+        inner = type_bytes(m.group(1))
+        return inner * int(m.group(2)) if m.group(2) else 8 + inner * 16
+    if t.startswith("DECIMAL"):
+        return 16
+    return _TYPE_BYTES.get(t, 32)

@@ -1,0 +1,315 @@
+"""Model statements: IMPORT / CREATE [OR REPLACE] MODEL, DROP MODEL, SHOW MODELS, DESCRIBE MODEL,
+EXPORT MODEL and VACUUM MODELS, each bound to its plan node (:mod:`modelsql.planner.plan`) and
+carried out here; and :func:`import_model`, which ``Connection.import_model`` calls too.
+
+Writes commit the connection's transaction first and run in a catalog
+transaction of their own, so a model is never half in the catalog.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from typing import Any, Optional, Sequence
+
+from .. import formats
+from ..catalog.entries import ModelVersion
+from ..errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
+from ..sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
+from . import artifacts
+from .bind import bind_outputs, check_feature_names, check_signature, row_shape, row_width
+from .handlers import run_statement
+from .options import no_repeats, value
+from .plan import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
+from .result import Result
+
+IMPORT_OPTIONS = ("features", "description")
+"""Options of ``IMPORT MODEL ... WITH (...)``: ``features`` (the columns feeding a single
+input, in order) and ``description`` (free text kept in the catalog)."""
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ---------------------------------------------------------------- binding
+
+
+def bind_import(stmt: ImportModel, params: list) -> CreateModel:
+    """The :class:`CreateModel` plan of an ``IMPORT MODEL`` / ``CREATE MODEL`` statement.
+
+    Raises:
+        ProgrammingError: contradictory clauses (``parse_error``), an option twice or unknown.
+    """
+    if stmt.args.get("replace") and stmt.args.get("exists"):
+        raise ProgrammingError(
+            "CREATE OR REPLACE MODEL and IF NOT EXISTS contradict each other; use one of them.",
+            code="parse_error",
+        )
+    no_repeats(stmt.args.get("options"), f"IMPORT MODEL {stmt.this.model_name}")
+    options = {k: value(v, params) for k, v in stmt.option_values.items()}
+    unknown = [k for k in options if k not in IMPORT_OPTIONS]
+    if unknown:
+        raise ProgrammingError(
+            f'IMPORT MODEL {stmt.this.model_name}: unknown option "{unknown[0]}".'
+            f"{did_you_mean(unknown[0], IMPORT_OPTIONS)} Options are: {', '.join(IMPORT_OPTIONS)}.",
+            code="unknown_option",
+        )
+    features = options.pop("features", None)
+    if isinstance(features, str):
+        features = tuple(f.strip() for f in features.split(","))
+    return CreateModel(
+        name=stmt.this.model_name, source=str(value(stmt.args["source"], params)),
+        replace=bool(stmt.args.get("replace")), if_not_exists=bool(stmt.args.get("exists")),
+        features=tuple(features) if features is not None and not isinstance(features, str) else features,
+        options=tuple(sorted((k, str(v)) for k, v in options.items())),
+    )
+
+
+# ---------------------------------------------------------------- handlers
+
+
+@run_statement.register
+def _import(stmt: ImportModel, session, params: list) -> Result:
+    plan = bind_import(stmt, params)
+    import_model(session, plan.name, plan.source, features=plan.features, replace=plan.replace,
+                 if_not_exists=plan.if_not_exists, options=dict(plan.options))
+    return Result(session.duck, rowcount=1)
+
+
+@run_statement.register
+def _drop(stmt: DropModel, session, params: list) -> Result:
+    session.check_writable()
+    ref = stmt.this
+    plan = DropModelPlan(ref.model_name.lower(), ref.version_number, bool(stmt.args.get("exists")))
+    if not session.catalog.exists(plan.name):
+        if plan.if_exists:
+            return Result(session.duck, rowcount=0)
+        session.get_model(plan.name, None, ref)  # raises model_not_found with "did you mean"
+    if plan.version is not None:
+        if plan.if_exists and plan.version not in session.catalog.versions(plan.name):
+            return Result(session.duck, rowcount=0)
+        session.get_model(plan.name, plan.version, ref)
+    session.commit()
+    with session.catalog.transaction(join=False):  # the session just committed
+        removed = session.catalog.drop(plan.name, plan.version)
+    return Result(session.duck, rowcount=removed)
+
+
+@run_statement.register
+def _show(stmt: ShowModels, session, params: list) -> Result:
+    session.begin_if_needed()
+    session.run(session.catalog.show_models_sql(), None)
+    return session.duckdb_result("SELECT")
+
+
+@run_statement.register
+def _describe(stmt: DescribeModel, session, params: list) -> Result:
+    ref = stmt.this
+    plan = DescribeModelPlan(session.get_model(ref.model_name, ref.version_number, ref))
+    session.begin_if_needed()
+    q, qp = session.catalog.describe_model_sql(plan.model.name, plan.model.version)
+    session.run(q, qp)
+    return session.duckdb_result("SELECT")
+
+
+@run_statement.register
+def _export(stmt: ExportModel, session, params: list) -> Result:
+    import onnx
+
+    ref = stmt.this
+    plan = ExportModelPlan(session.get_model(ref.model_name, ref.version_number, ref),
+                           str(value(stmt.args["target"], params)))
+    _check_export_target(session, plan.target)
+    proto = artifacts.load_model_proto(session.store, plan.model)
+    _write_catalog_metadata(proto, plan.model)
+    try:
+        onnx.save_model(proto, plan.target)
+    except OSError as exc:
+        raise OperationalError(f'Cannot write "{plan.target}": {exc.strerror or exc}', code="io_error") from exc
+    return Result(session.duck, rowcount=1)
+
+
+@run_statement.register
+def _vacuum(stmt: VacuumModels, session, params: list) -> Result:
+    session.check_writable()
+    session.run("SELECT 1", None)  # an aborted transaction says so here; COMMIT would end it silently
+    session.duck.fetchall()
+    session.commit()
+    removed, freed = session.store.collect(session.catalog.referenced_digests())
+    return Result(
+        session.duck,
+        description=[("blobs_removed", "BIGINT", None, None, None, None, False),
+                     ("bytes_freed", "BIGINT", None, None, None, None, False)],
+        rows=[(removed, freed)],
+    )
+
+
+# ---------------------------------------------------------------- import
+
+
+def import_model(
+    session,
+    name: str,
+    model: Any,
+    *,
+    example_input: Any = None,
+    features: Optional[Sequence[str]] = None,
+    input_names: Optional[Sequence[str]] = None,
+    output_names: Optional[Sequence[str]] = None,
+    replace: bool = False,
+    if_not_exists: bool = False,
+    options: Optional[dict] = None,
+    accept_mismatch: bool = False,
+) -> ModelVersion:
+    """Convert, check, store and catalog one model version (see ``Connection.import_model``).
+
+    The blobs are written (atomically, each fsynced) before the catalog
+    transaction that references them commits, so a crash at any point leaves
+    either the whole new version or none of it; stray blobs are collected by
+    ``VACUUM MODELS``.
+    """
+    session.check_writable()
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ProgrammingError(
+            f'Invalid model name "{name}": use letters, digits and underscores, starting with a letter.',
+            code="invalid_name",
+        )
+    key = name.lower()
+    catalog = session.catalog
+    if catalog.exists(key) and not replace:
+        if if_not_exists:
+            return catalog.get(key)
+        raise IntegrityError(
+            f'Model "{key}" already exists (versions {", ".join(map(str, catalog.versions(key)))}). '
+            f"Use CREATE OR REPLACE MODEL to add a version, or IMPORT MODEL IF NOT EXISTS.",
+            code="duplicate_model",
+        )
+    if features is not None:
+        features = _feature_names(features, key)
+    proto, kind, source, known = formats.to_onnx(
+        model, example_input=example_input, feature_names=features, input_names=input_names,
+        output_names=output_names,
+    )
+    feats = tuple(features) if features else (tuple(known) if known else None)
+    facts = _facts(key, model, proto, kind, feats, example_input, accept_mismatch)
+    graph, tensors = formats.split_model(proto)
+    artifacts.check_loads(proto.SerializeToString(), f'model "{key}"')
+    graph_digest = session.store.put(graph)
+    for t, payload in tensors:
+        if session.store.put(payload) != t.digest:
+            raise InternalError(f"digest mismatch storing tensor {t.name}", code="digest_mismatch")
+    session.commit()
+    fields = dict(facts, name=key, graph_digest=graph_digest, graph_bytes=len(graph),
+                  tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
+                  kind=kind, features=feats, options=tuple(sorted((options or {}).items())))
+    kinds = {graph_digest: "graph"}
+    kinds.update({t.digest: "tensor" for t, _ in tensors})
+    return _add_version(catalog, fields, kinds)
+
+
+def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool) -> dict:
+    """What the catalog records of a converted model beyond its bytes: signature, batch dependence
+    (:func:`~modelsql.formats.batch_axis.batch_dependence`) and, for an estimator, the conversion check.
+
+    Raises:
+        DataError: no outputs (``invalid_onnx``); labels disagree (``conversion_mismatch``).
+        NotSupportedError: an input or output no column can carry. ProgrammingError: features that do not fit.
+    """
+    inputs, outputs, opset = formats.signature(proto)
+    if not outputs:
+        raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
+    check_signature(key, inputs, outputs)
+    if feats is not None:
+        _check_features(key, feats, inputs)
+    check = None
+    if kind == "sklearn":  # the converted graph against the estimator, on the sample (or the default one)
+        check = formats.check_conversion(model, proto, example_input, features=feats, accept_mismatch=accept_mismatch)
+    return dict(
+        inputs=tuple(inputs), outputs=tuple(outputs), opset=opset,
+        batch_dependence=formats.batch_dependence(proto),
+        check_rows=check.rows if check else None,
+        check_max_abs_diff=check.max_abs_diff if check else None,
+        check_label_mismatches=check.label_mismatches if check else None,
+    )
+
+
+def _add_version(catalog, fields: dict, kinds: dict) -> ModelVersion:
+    """Catalog the next version of ``fields["name"]`` (the blobs are stored), retrying when another
+    connection takes the same version number first (DuckDB's optimistic concurrency refuses one commit)."""
+    key = fields["name"]
+    attempts = 20
+    for attempt in range(attempts):
+        try:
+            with catalog.transaction(join=False):  # the session just committed
+                version = catalog.next_version(key)
+                catalog.add_version(ModelVersion(version=version, **fields), kinds)
+            break
+        except (IntegrityError, OperationalError) as exc:
+            if attempt == attempts - 1 or exc.code == "read_only":
+                raise
+            # The other writer may not have committed yet: wait a little (with jitter) first.
+            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
+    return catalog.get(key, version)
+
+
+def _feature_names(features: Any, model: str) -> tuple[str, ...]:
+    """Validate ``features`` given at import: a sequence (not a string) of distinct, non-empty column names."""
+    if isinstance(features, (str, bytes)) or not hasattr(features, "__iter__"):
+        raise ProgrammingError(
+            f'Model "{model}": features must be a list of column names, e.g. features=["a", "b"], '
+            f"not {type(features).__name__} {features!r}.",
+            code="bad_option",
+        )
+    return check_feature_names(features, f'Model "{model}"')
+
+
+def _check_features(name: str, feats: Sequence[str], inputs) -> None:
+    """Feature names (given, or known from scikit-learn) fit the model's single input."""
+    if len(inputs) != 1:
+        raise ProgrammingError(
+            f'Model "{name}": features apply to a model with one input; it has {len(inputs)}.', code="feature_mismatch"
+        )
+    width = row_width(row_shape(inputs[0]))
+    if width is not None and width != len(feats):
+        raise ProgrammingError(
+            f'Model "{name}": input "{inputs[0].name}" takes {width} values per row, but {len(feats)} features were named.',
+            code="feature_mismatch",
+        )
+    check_feature_names(feats, f'Model "{name}"')
+
+
+# ---------------------------------------------------------------- export
+
+
+def _write_catalog_metadata(proto, mv: ModelVersion) -> None:
+    """What the catalog knows of ``mv``, into ``proto``'s metadata (see :mod:`modelsql.formats.metadata`)."""
+    from .. import __version__
+
+    options = dict(mv.options)
+    formats.write_metadata(proto, {
+        "features": list(mv.features) if mv.features else None,
+        "outputs": formats.metadata.outputs_entry(bind_outputs(mv, ())),
+        "description": options.get("description"),
+        "version": __version__,
+        "source": {"model": mv.name, "version": mv.version, "kind": mv.kind, "from": mv.source},
+    })
+
+
+def _check_export_target(session, target: str) -> None:
+    """Refuse to overwrite the database file, its WAL or anything in the blob store.
+
+    Any other existing file is overwritten, as DuckDB's ``COPY ... TO`` does.
+    """
+    real = os.path.realpath(target)
+    guarded = [os.path.realpath(str(session.store.root))]
+    if session.database != ":memory:":
+        db = os.path.realpath(session.database)
+        guarded += [db, db + ".wal"]
+    for g in guarded:
+        if real == g or real.startswith(g.rstrip(os.sep) + os.sep):
+            raise ProgrammingError(
+                f'EXPORT MODEL: "{target}" is this connection\'s own database, write-ahead log or blob '
+                "store; export to another path.",
+                code="export_target_in_use",
+            )

@@ -1,0 +1,128 @@
+"""``EXPLAIN [ANALYZE] <statement>``: the plan, from the plan.
+
+Rows ``(explain_key, explain_value)``, as DuckDB's EXPLAIN gives them:
+
+1. ``modelsql_predict``: one paragraph per PREDICT on how it was bound.
+2. ``modelsql_plan``: the statement's plan, one node per line, indented as a
+   tree: each PREDICT's operator with its estimated rows and time (the cost
+   function's defaults, saying so, while there are no profile traces), the
+   execution chosen and each alternative rejected with the reason, its input,
+   and the PREDICTs it reads; shared inputs and the rules' notes. ``EXPLAIN
+   ANALYZE`` adds each operator's measured rows, calls and time.
+3. DuckDB's own plan of the statement it runs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+
+from .. import sql as msql
+from ..errors import ProgrammingError
+from . import cost
+from .handlers import _default, run_statement
+from .plan import PredictScan, QueryPlan
+from .query import run_query
+from .result import Result
+
+_PREFIX = re.compile(r"\s*(ANALYZE\b|\([^()]*\))", re.I)
+
+
+@run_statement.register
+def _explain(stmt: exp.Command, session, params: list) -> Result:
+    if str(stmt.this).upper() != "EXPLAIN":
+        return _default[0](stmt, session, params)
+    body = stmt.expression.name if stmt.expression is not None else ""
+    m = _PREFIX.match(body)
+    prefix = "EXPLAIN "
+    if m:
+        prefix = f"EXPLAIN {m.group(1)} "
+        body = body[m.end():]
+    inner = msql.parse(body)
+    if len(inner) != 1:
+        raise ProgrammingError("EXPLAIN takes exactly one statement.", code="parse_error")
+    analyze = "ANALYZE" in prefix.upper()
+    out, plan, phys = run_query(inner[0], session, params, prefix=prefix, dry=not analyze)
+    try:
+        rows = session.duck.fetchall()
+    except Exception as exc:
+        out.release()
+        raise out.error(exc) from exc
+    ours = [("modelsql_predict", describe_scan(s, phys.operators[s.id].execution)) for s in plan.scans]
+    ours.append(("modelsql_plan", render_plan(plan, phys, analyze=analyze)))
+    out.release()
+    return Result(
+        session.duck,
+        description=[("explain_key", "VARCHAR", None, None, None, None, True),
+                     ("explain_value", "VARCHAR", None, None, None, None, True)],
+        rows=ours + [tuple(r) for r in rows],
+    )
+
+
+def render_plan(plan: QueryPlan, phys=None, *, analyze: bool = False) -> str:
+    """The plan as indented lines (``phys``: the operators chosen; None before physical planning)."""
+    lines = [f"Query {plan.kind}"]
+    inner = {i for s in plan.scans for i in s.input.inner}
+    for s in plan.scans:
+        if s.id not in inner:
+            _scan_lines(plan, s, phys, analyze, 1, lines)
+    for g in plan.groups:
+        names = ", ".join(plan.scan(m).label for m in g.members)
+        lines.append(f"  SharedInput #{g.id}: {names} read {_input_text(g.input)} once, on the same chunks")
+    for name in plan.materialized:
+        lines.append(f"  MaterializedCTE {name}: its PREDICTs run once, however often it is read")
+    lines += [f"  note: {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int, lines: list) -> None:
+    pad = "  " * depth
+    op = phys.operators.get(s.id) if phys is not None else None
+    choice = phys.choices.get(s.id) if phys is not None else None
+    name = op.name if op is not None else "PredictScan"
+    est = cost.estimate(s, choice.execution if choice else "stream")
+    rows = f"{est.rows:,}" + ("" if s.estimated_rows is not None else " (no DuckDB estimate)")
+    lines.append(f"{pad}{name} {s.label} [{s.options.backend}, cpu] "
+                 f"est. rows={rows} time={est.ms:.3g} ms ({est.source})")
+    if choice is not None:
+        rejected = "; ".join(f"{alt} ({why})" for alt, why in choice.rejected)
+        lines.append(f"{pad}  execution: {op.execution if op else choice.execution} ({choice.reason})"
+                     + (f"; rejected: {rejected}" if rejected else ""))
+    outs = ", ".join(o.column for o in s.outputs)
+    lines.append(f"{pad}  outputs: {outs}" + (f"; shared input #{s.shared}" if s.shared is not None else ""))
+    if analyze and op is not None:
+        measured = op.measured()
+        lines.append(f"{pad}  actual: " + " ".join(f"{k}={v}" for k, v in measured.items()))
+    lines.append(f"{pad}  input: {_input_text(s.input)}")
+    for i in s.input.inner:
+        _scan_lines(plan, plan.scan(i), phys, analyze, depth + 2, lines)
+
+
+def _input_text(relation) -> str:
+    if relation.table:
+        return f"TABLE {relation.table}"
+    text = relation.source.sql(dialect="duckdb") if not relation.inner else "a query over the PREDICTs below"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def describe_scan(scan: PredictScan, execution: str = "stream") -> str:
+    """One readable paragraph on how a PREDICT was bound (the ``modelsql_predict`` rows of EXPLAIN)."""
+    b = scan.binding
+    feeds = "; ".join(
+        f"{a.input_name} {a.elem_type}{list(a.shape)} <- "
+        + (", ".join(a.columns) if len(a.columns) <= 8
+           else f"{', '.join(a.columns[:4])}, ... {a.columns[-1]} ({len(a.columns)} columns)")
+        for a in b.args
+    )
+    outs = ", ".join(f"{o.column} {o.duckdb_type}" for o in b.outputs)
+    opts = scan.options
+    return (
+        f"PREDICT {scan.label} [{opts.backend}]\n"
+        f"inputs: {feeds}\noutputs: {outs}\n"
+        f"on_null: {opts.on_null}" + (f", on_error: {opts.on_error}" if opts.on_error != "error" else "")
+        + (f", batch_size: {opts.batch_size}" if opts.batch_size else "")
+        + (f"\nexecution: {execution}" if execution and execution != "stream" else "")
+        + (f"\nrows run one at a time: {scan.model.batch_dependence}"
+           if scan.model.batch_dependence and opts.isolate_rows else "")
+    )

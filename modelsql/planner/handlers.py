@@ -1,0 +1,54 @@
+"""Statement handlers: one registration per statement node.
+
+``run_statement(node, session, params)`` dispatches on the node's class
+(:func:`functools.singledispatch`). A statement registers its handler next to
+its code::
+
+    @run_statement.register
+    def _(stmt: DropModel, session, params) -> Result: ...
+
+Anything not registered (a DuckDB query that contains ``PREDICT``) goes to the
+query handler, registered by :mod:`modelsql.planner.query` as the default.
+:func:`load_handlers` imports the modules that register, once.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+
+from sqlglot import exp
+
+
+@singledispatch
+def run_statement(stmt: exp.Expression, session, params: list):
+    """Carry out one parsed statement; returns a :class:`~modelsql.planner.result.Result`."""
+    return _default[0](stmt, session, params)
+
+
+_default: list = [None]
+
+
+def register_default(fn) -> None:
+    """The handler for statements no node class claims (queries with PREDICT)."""
+    _default[0] = fn
+
+
+def load_handlers() -> None:
+    """Import every module that registers a handler (idempotent)."""
+    from . import ddl, explain, query  # noqa: F401 - imported for their registrations
+
+
+@run_statement.register(exp.Transaction)
+@run_statement.register(exp.Commit)
+@run_statement.register(exp.Rollback)
+def _transaction(stmt: exp.Expression, session, params: list):
+    """BEGIN / COMMIT / ROLLBACK among modelsql statements: as plain SQL (the session follows them)."""
+    return session.passthrough(stmt.sql(dialect="duckdb"), None)
+
+
+@run_statement.register(exp.Column)
+def _end_or_abort(stmt: exp.Column, session, params: list):
+    """``END`` / ``ABORT`` parse as a bare column name: the transaction statements they are."""
+    if not stmt.table and stmt.name.upper() in ("END", "ABORT"):
+        return session.passthrough(stmt.sql(dialect="duckdb"), None)
+    return _default[0](stmt, session, params)

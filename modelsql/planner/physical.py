@@ -1,0 +1,197 @@
+"""From the logical plan to physical operators, and the statement DuckDB runs.
+
+For each :class:`~modelsql.planner.plan.PredictScan`, innermost first, the
+cost function (:mod:`modelsql.planner.cost`) chooses the operator
+(:class:`~modelsql.operators.scan.StreamPredict` or
+:class:`~modelsql.operators.scan.BatchPredict`); a batch operator runs here,
+before the statement, and a stream operator registers its function. Each
+scan's :class:`~modelsql.planner.plan.ScanRef` is then replaced by the SQL that
+reads the operator, and the statement is generated once as DuckDB SQL (the
+lowered pieces are spliced into that text, never parsed again).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from sqlglot import exp
+
+from .. import sql as msql
+from ..operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
+from . import artifacts, cost
+from .plan import PredictScan, QueryPlan, ScanRef
+from .result import Result
+
+_TOKEN = "__msql_scan_" + uuid.uuid4().hex[:8] + "_"
+
+
+@dataclass
+class Physical:
+    """The operators of one statement and the SQL DuckDB runs for it.
+
+    Attributes:
+        operators: scan id -> its operator.
+        choices: scan id -> the cost function's :class:`~modelsql.planner.cost.Choice`.
+        sql: the statement (``$1..$m``); ``params``: the statement's parameter numbers behind them.
+    """
+
+    operators: dict = field(default_factory=dict)
+    choices: dict = field(default_factory=dict)
+    sql: str = ""
+    params: list = field(default_factory=list)
+
+
+def choose(plan: QueryPlan) -> dict:
+    """Scan id -> the cost function's :class:`~modelsql.planner.cost.Choice` (nothing runs yet).
+
+    Raises:
+        NotSupportedError: an execution asked for that cannot run (see :func:`cost.choose_execution`).
+    """
+    grouped = {m for g in plan.groups for m in g.members}
+    choices = {}
+    for scan in plan.scans:
+        choice = cost.choose_execution(scan)
+        if scan.id in grouped:
+            choice = cost.Choice("stream", "shares its input with another PREDICT (predict_share_input)",
+                                 (("batch", "the shared scan runs every model in DuckDB's pipeline"),))
+        choices[scan.id] = choice
+    return choices
+
+
+def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *, dry: bool = False) -> Physical:
+    """Set up every scan's operator as ``choices`` say; batch operators run here unless ``dry`` (plain EXPLAIN).
+
+    ``held`` collects what is registered (functions, Arrow tables, a snapshot) so the caller's
+    :class:`Result` releases it. Raises what the operators raise (translated by the caller).
+    """
+    phys = Physical(choices=dict(choices))
+    lowered: dict[int, tuple[str, set]] = {}
+    grouped = {m for g in plan.groups for m in g.members}
+    shared_ctes: list[tuple] = []
+    for scan in plan.scans:
+        choice = choices[scan.id]
+        input_sql, numbers = render(scan.input.tree, lowered)
+        in_params = [params[k - 1] for k in numbers]
+        sub = None
+        if choice.execution == "batch":
+            begin_snapshot(session, held)
+            op = batch_operator(scan, session, input_sql, in_params)
+            held.operators.append(op)
+            sub = op.run(lambda name, table: _register(session, held, name, table), dry=dry)
+            if sub is not None:
+                phys.operators[scan.id] = op
+                lowered[scan.id] = (sub, set())
+                continue
+            held.operators.remove(op)
+        op = stream_operator(scan, session)
+        op.input_sql, op.params = input_sql, in_params
+        held.functions.append(op.register())
+        held.operators.append(op)
+        phys.operators[scan.id] = op
+        if scan.id not in grouped:
+            source, numbers = render(scan.input.source, lowered, renumber_params=False)
+            lowered[scan.id] = (op.sql(source if isinstance(scan.input.source, exp.Table) else f"({source})"),
+                                set(numbers))
+    for g in plan.groups:
+        members = [phys.operators[m] for m in g.members]
+        src = plan.scan(g.members[0]).input.source
+        source, numbers = render(src, lowered, renumber_params=False)
+        body, names = shared_scan_sql(members, source if isinstance(src, exp.Table) else f"({source})")
+        cte = f"__msql_shared_{g.id}"
+        shared_ctes.append((cte, body, set(numbers)))
+        for m, name in zip(members, names):
+            lowered[m.scan.id] = (shared_member_sql(m, names, name, cte), set())
+    phys.sql, phys.params = render(plan.tree, lowered, materialized=plan.materialized, extra_ctes=shared_ctes)
+    return phys
+
+
+def stream_operator(scan: PredictScan, session) -> StreamPredict:
+    """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`)."""
+    cores = artifacts.default_threads()
+    duck_threads = session_threads(session)
+    intra = cost.stream_threads(scan, duck_threads, cores) or max(1, cores // max(1, duck_threads))
+    model = artifacts.model_session(session.store, scan.model, intra=intra)
+    return StreamPredict(scan, model, session.duck)
+
+
+def batch_operator(scan: PredictScan, session, input_sql: str, params: list) -> BatchPredict:
+    """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows."""
+    cores = artifacts.default_threads()
+    stream = artifacts.model_session(session.store, scan.model, intra=max(1, cores // max(1, session_threads(session))))
+    b, o = scan.binding, scan.options
+    transposable = not o.batch_size and stream.fixed_batch is None and o.backend == "onnxruntime"
+    column_major = tuple(
+        a.input_name for a in b.args
+        if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2
+    )
+    model = artifacts.model_session(session.store, scan.model, intra=cores, column_major=column_major)
+    feature_bytes = sum(cost.arg_bytes(a, t) for a, t in zip(b.args, b.arg_types)) or 1
+    rows_per_batch = max(64, min(cost.BATCH_ROWS, (32 << 20) // feature_bytes))
+    return BatchPredict(
+        scan, model, session.duck, input_sql, params, column_major=column_major,
+        original_inputs=tuple(stream.input_names), rows_per_batch=rows_per_batch,
+        run_rows=cost.RUN_ROWS if scan.model.param_count > cost.BATCH_MAX_PARAMS else rows_per_batch,
+        memory_limit=2 * cost.BATCH_MEMORY if o.execution == "auto" else None,
+    )
+
+
+def begin_snapshot(session, held: Result) -> None:
+    """A batch operator's input runs before the statement: one transaction gives both one snapshot
+    (one may be open though the session did not begin it: a BEGIN inside a multi-statement text)."""
+    if not session.in_transaction and not held.own_snapshot and not session.catalog.in_transaction():
+        session.duck.execute("BEGIN TRANSACTION")
+        held.own_snapshot = True
+
+
+def _register(session, held: Result, name: str, table) -> None:
+    session.duck.register(name, table)
+    held.sources.append(name)
+
+
+def session_threads(session) -> int:
+    """DuckDB's thread setting on the session's connection."""
+    try:
+        return int(session.duck.execute("SELECT current_setting('threads')").fetchall()[0][0])
+    except Exception:
+        return 1
+
+
+def render(tree: exp.Expression, lowered: dict[int, tuple[str, set]], *, renumber_params: bool = True,
+           materialized: tuple[str, ...] = (), extra_ctes: tuple = ()) -> tuple[str, list[int]]:
+    """DuckDB SQL of ``tree`` with each :class:`ScanRef` read through its lowered SQL.
+
+    ``lowered``: scan id -> (its SQL, the statement's parameter numbers that SQL carries).
+    ``extra_ctes``: ``(name, body SQL, numbers)`` appended, MATERIALIZED, to the top-level WITH.
+    Returns the SQL and the statement's parameter numbers it uses; with ``renumber_params`` they
+    are renumbered ``$1..$m`` in the text (otherwise the statement's own ``$k`` are kept).
+    """
+    t = tree.copy()
+    used = {int(p.this) for p in t.find_all(exp.Placeholder) if str(p.this).isdigit()}
+    pieces: dict[str, str] = {}
+    for ref in list(t.find_all(ScanRef)):
+        sub, numbers = lowered[ref.scan_id]
+        token = f"{_TOKEN}{ref.scan_id}"
+        pieces[token] = f"({sub})"
+        used |= numbers
+        ref.replace(exp.to_identifier(token))
+    for cte in t.find_all(exp.CTE):
+        if cte.alias_or_name in materialized:
+            cte.set("materialized", True)
+    for name, body, numbers in extra_ctes:
+        token = f"{_TOKEN}cte_{name}"
+        pieces[token] = body
+        used |= numbers
+        node = exp.CTE(this=exp.Table(this=exp.to_identifier(token)),
+                       alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)), materialized=True)
+        with_ = t.args.get("with_")
+        if with_ is None:
+            t.set("with_", exp.With(expressions=[node]))
+        else:
+            with_.append("expressions", node)
+    sql = msql.to_duckdb_sql(t)
+    for token in sorted(pieces, key=len, reverse=True):
+        sql = sql.replace(token, pieces[token])
+    numbers = sorted(used)
+    if renumber_params and numbers != list(range(1, len(numbers) + 1)):
+        sql = msql.renumber_placeholders(sql, {k: i + 1 for i, k in enumerate(numbers)})
+    return sql, numbers

@@ -1,0 +1,207 @@
+"""The logical plan: frozen nodes for what a statement asks of models.
+
+A query's relational part stays a sqlglot tree that DuckDB will run; each
+``PREDICT(...)`` in it becomes a :class:`PredictScan` node and leaves a
+:class:`ScanRef` marker where its rows are read. A scan's input is a
+:class:`Relation` node: a sqlglot tree too, in which a PREDICT nested in the
+input is again a :class:`ScanRef` to an inner scan. The whole statement is one
+:class:`QueryPlan`, so a rule (:mod:`modelsql.planner.rules`) sees every
+PREDICT of the statement at once.
+
+Model statements (IMPORT/CREATE, DROP, SHOW, DESCRIBE, EXPORT MODEL, VACUUM
+MODELS) bind to the small frozen nodes at the end of this module, which their
+handlers (:mod:`modelsql.planner.ddl`) carry out.
+
+Flow: text -> :func:`modelsql.sql.parse` (sqlglot trees) -> binding
+(:mod:`modelsql.planner.binder`: :class:`QueryPlan`) -> rules (plan -> plan)
+-> physical operators (:mod:`modelsql.planner.physical`, chosen by
+:mod:`modelsql.planner.cost`) -> :class:`~modelsql.planner.result.Result`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sqlglot import exp
+
+from ..catalog.entries import ModelVersion
+from .bind import Binding, PredictOptions
+
+
+class ScanRef(exp.Expression):
+    """Marker in a sqlglot tree: the rows of :class:`PredictScan` number ``this`` are read here."""
+
+    arg_types = {"this": True}
+
+    @property
+    def scan_id(self) -> int:
+        return int(self.this.this if isinstance(self.this, exp.Expression) else self.this)
+
+
+@dataclass(frozen=True, eq=False)
+class Relation:
+    """A PREDICT's input relation.
+
+    Attributes:
+        tree: a ``SELECT`` over the input (DuckDB's dialect, the statement's ``$k``
+            parameters kept, the CTEs it may name attached); a PREDICT inside it is a
+            :class:`ScanRef`.
+        source: the input as written in the statement (``exp.Table`` or ``exp.Subquery``), which a
+            streaming PREDICT reads in place (so CTE names resolve as the statement's).
+        inner: ids of the scans it reads through those markers.
+        table: the table name when the input was written ``TABLE t`` (else None).
+        sql: DuckDB SQL of ``tree`` with inner scans stood in by typed empty relations
+            (what binding describes and rules compare), parameters renumbered ``$1..$m``.
+        params: the statement's parameter numbers behind ``$1..$m`` of ``sql``.
+    """
+
+    tree: exp.Expression
+    source: exp.Expression
+    inner: tuple[int, ...]
+    table: Optional[str]
+    sql: str
+    params: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple:
+        """Two relations with equal keys give the same rows (same text, same parameters)."""
+        return (self.sql, self.params)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a PREDICT sits in its statement (what the cost function and the rules need to know).
+
+    Attributes:
+        top_level_from: the statement's own top-level FROM reads it (so the statement consumes all of it).
+        row_dependent: the statement has a filter, limit or join outside PREDICT inputs, which may
+            stop a streaming PREDICT early or push into its input.
+        in_cte: the name of the CTE whose body holds it, or None.
+        in_main_body: it lies in the statement's main body, under FROM/JOIN only (no subquery
+            expression, no CTE).
+        arrow_unsafe: some column the statement keeps has a type an Arrow round trip changes.
+    """
+
+    top_level_from: bool = False
+    row_dependent: bool = True
+    in_cte: Optional[str] = None
+    in_main_body: bool = False
+    kept_columns: tuple = ()
+    arrow_unsafe: tuple = ()
+
+
+@dataclass(frozen=True)
+class PredictScan:
+    """One ``PREDICT(MODEL m, <input> [, options])``: run a model over every row of its input.
+
+    Attributes:
+        id: its number in the statement (the :class:`ScanRef` markers carry it).
+        model: the catalog entry of the model version (immutable: keyed by its digests).
+        input: the input relation.
+        binding: how columns feed inputs and which outputs come back (see :mod:`modelsql.planner.bind`).
+        options: the PREDICT's options.
+        used: lower-cased names the statement may read its columns by (None: unknown, e.g. ``*``).
+        placement: where it sits in the statement.
+        estimated_rows: DuckDB's estimate of the input's rows (None when it gives none).
+        shared: the id of the :class:`ShareGroup` it belongs to (rule ``predict_share_input``), or None.
+        label: ``model "m" version v``.
+    """
+
+    id: int
+    model: ModelVersion
+    input: Relation
+    binding: Binding
+    options: PredictOptions
+    used: Optional[frozenset] = None
+    placement: Placement = field(default_factory=Placement)
+    estimated_rows: Optional[int] = None
+    shared: Optional[int] = None
+
+    @property
+    def label(self) -> str:
+        return f'model "{self.model.name}" version {self.model.version}'
+
+    @property
+    def outputs(self):
+        return self.binding.outputs
+
+
+@dataclass(frozen=True)
+class ShareGroup:
+    """PREDICTs of one statement over one input relation, run together on the same batches.
+
+    Attributes:
+        id: the group's number.
+        members: ids of the scans, in statement order.
+        input: the relation they share (read once).
+    """
+
+    id: int
+    members: tuple[int, ...]
+    input: Relation
+
+
+@dataclass(frozen=True, eq=False)
+class QueryPlan:
+    """A whole statement: its relational tree with :class:`ScanRef` markers and every PREDICT in it.
+
+    Attributes:
+        tree: the statement (``$k`` parameters kept).
+        scans: every PREDICT, innermost and CTE bodies first (a scan comes after those it reads).
+        kind: what the result is: ``SELECT`` (rows), ``INSERT``/``UPDATE``/``DELETE``/``MERGE_INTO``
+            (a count), ``CREATE``.
+        groups: PREDICTs that share their input (rule ``predict_share_input``).
+        materialized: names of CTEs holding a PREDICT that the statement reads more than once,
+            computed once (rule ``predict_share_input``).
+        notes: one line per rule that looked at the plan and declined, saying why (EXPLAIN prints them).
+    """
+
+    tree: exp.Expression
+    scans: tuple[PredictScan, ...]
+    kind: str = "SELECT"
+    groups: tuple[ShareGroup, ...] = ()
+    materialized: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def scan(self, scan_id: int) -> PredictScan:
+        return next(s for s in self.scans if s.id == scan_id)
+
+
+# ---------------------------------------------------------------- model statements
+
+
+@dataclass(frozen=True)
+class CreateModel:
+    """``IMPORT MODEL`` / ``CREATE [OR REPLACE] MODEL name FROM 'file' [WITH (...)]``."""
+
+    name: str
+    source: str
+    replace: bool = False
+    if_not_exists: bool = False
+    features: Optional[tuple[str, ...]] = None
+    options: tuple = ()
+
+
+@dataclass(frozen=True)
+class DropModelPlan:
+    """``DROP MODEL [IF EXISTS] name [VERSION n]``."""
+
+    name: str
+    version: Optional[int] = None
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DescribeModelPlan:
+    """``DESCRIBE MODEL name [VERSION n]``."""
+
+    model: ModelVersion
+
+
+@dataclass(frozen=True)
+class ExportModelPlan:
+    """``EXPORT MODEL name [VERSION n] TO 'file'``."""
+
+    model: ModelVersion
+    target: str

@@ -1,0 +1,238 @@
+"""The session: runs a connection's statement loop and owns its transaction.
+
+:class:`Session` is what a :class:`modelsql.dbapi.Connection` talks to. For a
+text it decides, with the tokenizer alone, whether modelsql's parser is needed
+(:func:`modelsql.sql.mentions_models`, whose words come from the registered
+statement nodes); plain DuckDB SQL goes to DuckDB untouched. Otherwise each
+parsed statement is handed to its handler (:mod:`modelsql.planner.handlers`),
+which returns a :class:`~modelsql.planner.result.Result`.
+
+Transactions follow PEP 249: outside autocommit mode the first statement opens
+a transaction that lasts until :meth:`Session.commit` or
+:meth:`Session.rollback`. Model statements that write commit, before and after.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+import duckdb
+from sqlglot import exp
+
+from .. import sql as msql
+from ..catalog import Catalog
+from ..duckdb_errors import translate
+from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
+from ..storage import BlobStore
+from .handlers import load_handlers, run_statement
+from .result import Result
+
+_ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
+_NO_RESULT_TYPES = {
+    "CREATE", "DROP", "ALTER", "TRANSACTION", "SET", "VARIABLE_SET", "ATTACH", "DETACH", "LOAD",
+    "VACUUM", "ANALYZE", "PREPARE", "CREATE_FUNC", "EXTENSION", "COPY_DATABASE", "EXPORT",
+}
+_LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+
+
+class Session:
+    """Executes statements on one DuckDB connection and owns its transaction.
+
+    Args:
+        duck: the DuckDB connection.
+        database: the database path or ``":memory:"`` (locates the blob store).
+        read_only: refuse every write.
+    """
+
+    def __init__(self, duck: duckdb.DuckDBPyConnection, database: str, *, read_only: bool = False) -> None:
+        load_handlers()
+        self.duck = duck
+        self.database = database
+        self.read_only = read_only
+        self.catalog = Catalog(duck, read_only=read_only)
+        self.store = BlobStore.for_database(database)
+        self.optimize = True
+        """Apply the planner's rewrite rules (:data:`modelsql.planner.rules.RULES`); False runs
+        every PREDICT as bound, which tests use to check that rules never change an answer."""
+        self.autocommit = False
+        self.in_transaction = False
+        """A transaction this session began (outside autocommit mode) is open."""
+        self.text = ""
+        """The statement text being run, with ``?`` numbered (error excerpts point into it)."""
+        self.qmark_style = False
+        """The text numbered its parameters ``?`` (DuckDB then names a ``?`` column by its place)."""
+
+    # ------------------------------------------------------------ transactions
+
+    def begin_if_needed(self) -> None:
+        """Open the PEP 249 implicit transaction (not in autocommit or read-only mode)."""
+        if not self.autocommit and not self.in_transaction and not self.read_only:
+            self.duck.execute("BEGIN TRANSACTION")
+            self.in_transaction = True
+
+    def commit(self) -> None:
+        """Commit this session's transaction (a no-op when none is open)."""
+        if self.in_transaction:
+            self.in_transaction = False
+            try:
+                self.duck.execute("COMMIT")
+            except Exception as exc:
+                raise translate(exc) from exc
+
+    def rollback(self) -> None:
+        """Roll back this session's transaction (a no-op when none is open)."""
+        if self.in_transaction:
+            self.in_transaction = False
+            try:
+                self.duck.execute("ROLLBACK")
+            except Exception as exc:
+                raise translate(exc) from exc
+
+    def close(self) -> None:
+        """Roll back an open transaction; sessions of models live in the process-wide cache."""
+        if self.in_transaction:
+            self.in_transaction = False
+            try:
+                self.duck.execute("ROLLBACK")
+            except Exception:
+                pass
+
+    def check_writable(self) -> None:
+        """Raises OperationalError (``read_only``) on a read-only connection."""
+        if self.read_only:
+            raise OperationalError("The connection is read-only; model statements that write are refused.", code="read_only")
+
+    # ------------------------------------------------------------ statements
+
+    def execute(self, text: str, params: Optional[list]) -> Result:
+        """Run ``text`` (one or more statements) with qmark ``params``; the last statement's result."""
+        if not msql.mentions_models(text):
+            return self.passthrough(text, params)
+        numbered, count = msql.number_placeholders(text)
+        self.qmark_style = count > 0
+        given = len(params) if params is not None else 0
+        statements = msql.parse(numbered)
+        if count == 0:
+            # DuckDB's own numbered style ($1, $2 ...) written by the user.
+            count = max(
+                (int(p.this) for st in statements for p in st.find_all(exp.Placeholder) if str(p.this).isdigit()),
+                default=0,
+            )
+        if given != count:
+            raise ProgrammingError(
+                f"The statement has {count} parameter placeholder(s) but {given} value(s) were given.",
+                code="parameter_count",
+            )
+        self.text = numbered
+        result = Result(self.duck)
+        for i, stmt in enumerate(statements):
+            result.release()
+            result = run_statement(stmt, self, params or [])
+            if i < len(statements) - 1:
+                self.drain(result)
+        return result
+
+    def drain(self, result: Result) -> None:
+        """Read and drop a result that is not the last statement's."""
+        if result.streaming:
+            try:
+                self.duck.fetchall()
+            except Exception as exc:
+                err = result.error(exc)
+                result.release()
+                raise err from exc
+
+    def passthrough(self, text: str, params: Optional[list]) -> Result:
+        """Plain DuckDB SQL, run as it is (transaction statements update this session's state)."""
+        try:
+            statements = list(duckdb.extract_statements(text))
+        except Exception:
+            statements = []
+        stypes = [st.type.name for st in statements]
+        if len(statements) > 1 and "TRANSACTION" in stypes and not params:
+            # BEGIN/COMMIT/ROLLBACK among several statements: one at a time, so the session follows
+            # them (commit() and rollback() keep working, and a later statement opens a new transaction)
+            result = Result(self.duck)
+            for i, st in enumerate(statements):
+                result.release()
+                result = self.passthrough(st.query, None)
+                if i < len(statements) - 1:
+                    self.drain(result)
+            return result
+        if len(stypes) == 1 and stypes[0] == "TRANSACTION":
+            word = first_word(text)
+            if word in ("COMMIT", "END"):
+                self.commit()
+                return Result(self.duck)
+            if word in ("ROLLBACK", "ABORT"):
+                self.rollback()
+                return Result(self.duck)
+            if word in ("BEGIN", "START"):
+                if not self.in_transaction:
+                    self.run(text, params)
+                    self.in_transaction = True
+                return Result(self.duck)
+        self.begin_if_needed()
+        self.run(text, params)
+        return self.duckdb_result(stypes[-1] if stypes else "SELECT")
+
+    def run(self, text: str, params: Optional[Sequence], on_error=None) -> None:
+        """Execute on DuckDB; a failure becomes ``on_error(exc)`` (default: the PEP 249 mapping)."""
+        try:
+            if params:
+                self.duck.execute(text, params)
+            else:
+                self.duck.execute(text)
+        except Exception as exc:
+            raise (on_error or translate)(exc) from exc
+
+    def duckdb_result(self, stype: str) -> Result:
+        """The :class:`Result` of the statement DuckDB just ran, of statement type ``stype``."""
+        out = Result(self.duck)
+        desc = self.duck.description
+        if stype in _ROWCOUNT_TYPES and desc and self.duck.rowcount == -1:
+            # INSERT/UPDATE/DELETE/MERGE ... RETURNING: DuckDB's client gives its rows and rowcount -1
+            # (for a changed-rows count, the count), whatever the text or the returned columns say
+            stype = "SELECT"
+        if stype in _ROWCOUNT_TYPES:
+            try:
+                rows = self.duck.fetchall()
+            except Exception as exc:
+                raise translate(exc) from exc
+            out.rowcount = int(rows[0][0]) if rows else 0
+            return out
+        if stype in _NO_RESULT_TYPES or not desc:
+            try:
+                self.duck.fetchall()
+            except Exception:
+                pass
+            return out
+        out.description = [(d[0], str(d[1]), None, None, None, None, True) for d in desc]
+        out.streaming = True
+        return out
+
+    # ------------------------------------------------------------ errors
+
+    def pointed(self, err: Error, ref: Optional[exp.Expression]) -> Error:
+        """``err`` with a ``LINE n:`` excerpt under the model name of ``ref`` (unless it has a position);
+        ``dbapi.point_into`` then sets ``.line``/``.column`` in the user's own text."""
+        start = ref.this.meta.get("start") if ref is not None and ref.this is not None else None
+        text = self.text
+        if err.line is not None or start is None or not text or "\nLINE " in str(err):
+            return err
+        line, column = position_of(text, start)
+        return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
+
+    def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None):
+        """The catalog entry; a lookup error points at the model name in the statement text."""
+        try:
+            return self.catalog.get(name, version)
+        except Error as err:
+            raise self.pointed(err, ref) from None
+
+
+def first_word(text: str) -> str:
+    """The first keyword of a statement, after any comments, upper case."""
+    rest = _LEADING_COMMENTS.sub("", text, count=1)
+    return rest.split()[0].upper().rstrip(";") if rest.split() else ""

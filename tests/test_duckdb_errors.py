@@ -1,0 +1,123 @@
+"""modelsql.duckdb_errors: real DuckDB exceptions become modelsql's PEP 249 errors, with stable codes."""
+
+import ast
+import pathlib
+
+import duckdb
+import pytest
+
+from modelsql import duckdb_errors, errors
+
+
+def _raised(con, sql):
+    with pytest.raises(duckdb.Error) as info:
+        con.execute(sql)
+    return info.value
+
+
+@pytest.fixture
+def con():
+    c = duckdb.connect()
+    c.execute("CREATE TABLE t (i INTEGER PRIMARY KEY)")
+    c.execute("INSERT INTO t VALUES (1)")
+    yield c
+    c.close()
+
+
+def test_missing_table_is_a_programming_error(con):
+    exc = _raised(con, "SELECT * FROM no_such_table")
+    err = duckdb_errors.translate(exc)
+    assert type(err) is errors.ProgrammingError and err.code == "catalog_error"
+    assert not isinstance(err, duckdb.Error)
+    assert str(err) == str(exc)
+
+
+def test_missing_table_in_catalog_sql_has_the_catalog_code_and_prefix(con):
+    exc = _raised(con, "SELECT * FROM no_such_table")
+    err = duckdb_errors.translate_catalog(exc)
+    assert type(err) is errors.ProgrammingError and err.code == "catalog_object_missing"
+    assert str(err) == f"Catalog error: {exc}"
+
+
+def test_binder_error_codes(con):
+    exc = _raised(con, "SELECT no_such_column FROM t")
+    assert duckdb_errors.translate(exc).code == "binder_error"
+    assert duckdb_errors.translate(exc, catalog=True).code == "catalog_binder_error"
+
+
+def test_parse_error(con):
+    err = duckdb_errors.translate(_raised(con, "SELEC 1"))
+    assert type(err) is errors.ProgrammingError and err.code == "parse_error"
+
+
+def test_constraint_violation_is_an_integrity_error(con):
+    err = duckdb_errors.translate(_raised(con, "INSERT INTO t VALUES (1)"))
+    assert type(err) is errors.IntegrityError and err.code == "constraint_violation"
+
+
+def test_conversion_error_is_a_data_error(con):
+    err = duckdb_errors.translate(_raised(con, "SELECT 'abc'::INTEGER"))
+    assert type(err) is errors.DataError and err.code == "conversion_error"
+
+
+def test_division_by_zero_is_a_data_error(con):
+    exc = _raised(con, "SELECT 1 // 0")
+    assert isinstance(exc, duckdb.InvalidInputException)
+    err = duckdb_errors.translate(exc)
+    assert type(err) is errors.DataError and err.code == "division_by_zero"
+
+
+def test_write_write_conflict_is_a_transaction_error(con):
+    a, b = con.cursor(), con.cursor()
+    a.execute("BEGIN")
+    b.execute("BEGIN")
+    a.execute("UPDATE t SET i = 2 WHERE i = 1")
+    err = duckdb_errors.translate(_raised(b, "UPDATE t SET i = 3 WHERE i = 1"))
+    assert type(err) is errors.OperationalError and err.code == "transaction_error"
+    a.execute("ROLLBACK")
+    b.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("catalog", [False, True])
+def test_aborted_transaction_says_to_roll_back(con, catalog):
+    con.execute("BEGIN")
+    _raised(con, "SELECT * FROM no_such_table")
+    exc = _raised(con, "SELECT 1")
+    assert isinstance(exc, duckdb.TransactionException)
+    err = duckdb_errors.translate(exc, catalog=catalog)
+    assert type(err) is errors.OperationalError and err.code == "transaction_aborted"
+    assert "rollback()" in str(err) and "TransactionContext" not in str(err) and "Catalog error" not in str(err)
+    con.execute("ROLLBACK")
+
+
+def test_catalog_wording_of_an_aborted_transaction_is_recognised(con):
+    con.execute("BEGIN")
+    _raised(con, "SELECT * FROM no_such_table")
+    old = errors.OperationalError(f"Catalog error: {_raised(con, 'SELECT 1')}", code="transaction_error")
+    assert duckdb_errors.translate(old).code == "transaction_aborted"
+    con.execute("ROLLBACK")
+
+
+def test_modelsql_errors_and_other_exceptions():
+    mine = errors.ProgrammingError("no such model", code="model_not_found")
+    assert duckdb_errors.translate(mine) is mine
+    err = duckdb_errors.translate(OSError("Conversion Error: Could not convert string 'x' to INT32"))
+    assert type(err) is errors.DataError and err.code == "conversion_error"
+    assert duckdb_errors.translate(KeyboardInterrupt()).code == "interrupted"
+    err = duckdb_errors.translate(ValueError("boom"))
+    assert type(err) is errors.InternalError and str(err) == "ValueError: boom"
+
+
+def test_the_old_names_are_the_shared_map():
+    from modelsql import dbapi
+    from modelsql.catalog import catalog
+
+    assert dbapi.translate_duckdb_error is duckdb_errors.translate
+    assert catalog.convert_duckdb_error is duckdb_errors.translate_catalog
+
+
+def test_imports_nothing_that_imports_it():
+    tree = ast.parse(pathlib.Path(duckdb_errors.__file__).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names <= {"__future__", "re", "typing", "duckdb", "errors"}, names
