@@ -447,6 +447,7 @@ class Connection:
             data = pa.table(data)
         try:
             self._duck.register(name, data)
+            self._session.changed()
         except Exception as exc:
             raise ProgrammingError(f'Cannot register "{name}": {translate_duckdb_error(exc)}', code="register_failed") from exc
 
@@ -456,6 +457,7 @@ class Connection:
         self._settle()
         try:
             self._duck.unregister(name)
+            self._session.changed()
         except Exception as exc:
             raise translate_duckdb_error(exc) from exc
 

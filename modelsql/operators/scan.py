@@ -72,6 +72,7 @@ class StreamPredict:
         self.function_name = f"__modelsql_predict_{next(_COUNTER)}"
         self.input_sql = ""
         self.params: list = []
+        self.param_numbers: list = []
         self.execution = "stream"
 
     def register(self) -> str:
@@ -106,6 +107,12 @@ class StreamPredict:
             f'(SELECT *, {self.call_sql()} AS {quote(p)} FROM {source_sql} AS "__msql_in"{where}) AS "__msql_q"'
             + skip
         )
+
+    def reset(self, params: list) -> None:
+        """Before another execution of a cached plan: new input parameter values, counters from zero."""
+        self.params = params
+        f = self.function
+        f.error, f.rows, f.calls, f.seconds = None, 0, 0, 0.0
 
     def execute(self) -> Iterator[pa.RecordBatch]:
         """Run alone over :attr:`input_sql` (set by the planner) and yield the rows (registers the function)."""

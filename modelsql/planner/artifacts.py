@@ -89,6 +89,3 @@ def check_loads(data: bytes, label: str) -> None:
     """
     ort_backend.OrtModel(data, label)
 
-
-__all__ = ["artifact_digest", "load_model_proto", "load_model_bytes", "model_session", "default_threads",
-           "check_loads", "Optional"]

@@ -93,6 +93,7 @@ def _drop(stmt: DropModel, session, params: list) -> Result:
     session.commit()
     with session.catalog.transaction(join=False):  # the session just committed
         removed = session.catalog.drop(plan.name, plan.version)
+    session.changed()
     return Result(session.duck, rowcount=removed)
 
 
@@ -205,7 +206,10 @@ def import_model(
                   kind=kind, features=feats, options=tuple(sorted((options or {}).items())))
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
-    return _add_version(catalog, fields, kinds)
+    try:
+        return _add_version(catalog, fields, kinds)
+    finally:
+        session.changed()  # a plan of "the latest version" is stale
 
 
 def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool) -> dict:

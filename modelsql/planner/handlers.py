@@ -35,7 +35,7 @@ def register_default(fn) -> None:
 
 def load_handlers() -> None:
     """Import every module that registers a handler (idempotent)."""
-    from . import ddl, explain, query  # noqa: F401 - imported for their registrations
+    from . import ddl, explain, query  # noqa: F401  (imported for their registrations)
 
 
 @run_statement.register(exp.Transaction)

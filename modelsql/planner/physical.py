@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Optional
 from sqlglot import exp
 
 from .. import sql as msql
@@ -58,11 +59,13 @@ def choose(plan: QueryPlan) -> dict:
     return choices
 
 
-def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *, dry: bool = False) -> Physical:
+def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *, dry: bool = False,
+          keep: Optional[dict] = None) -> Physical:
     """Set up every scan's operator as ``choices`` say; batch operators run here unless ``dry`` (plain EXPLAIN).
 
     ``held`` collects what is registered (functions, Arrow tables, a snapshot) so the caller's
-    :class:`Result` releases it. Raises what the operators raise (translated by the caller).
+    :class:`Result` releases it; stream operators' functions go to ``keep`` instead when given
+    (function name -> operator, kept registered by a cached plan). Raises what the operators raise.
     """
     phys = Physical(choices=dict(choices))
     lowered: dict[int, tuple[str, set]] = {}
@@ -84,8 +87,12 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
                 continue
             held.operators.remove(op)
         op = stream_operator(scan, session)
-        op.input_sql, op.params = input_sql, in_params
-        held.functions.append(op.register())
+        op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
+        name = op.register()
+        if keep is None:
+            held.functions.append(name)
+        else:
+            keep[name] = op
         held.operators.append(op)
         phys.operators[scan.id] = op
         if scan.id not in grouped:

@@ -7,9 +7,14 @@ statement (:mod:`~modelsql.planner.physical`) -> run -> :class:`Result`.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from sqlglot import exp
 
 from ..errors import Error
+from ..sql.nodes import PredictTable
+from .options import uses_parameters
+from .plan_cache import CachedPlan
 from .binder import bind_query
 from .handlers import register_default
 from .physical import Physical, build, choose
@@ -25,15 +30,56 @@ def plan_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
     return apply_rules(plan) if session.optimize else plan
 
 
-def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", dry: bool = False
-              ) -> tuple[Result, QueryPlan, Physical]:
+def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", dry: bool = False,
+              cache_key: Optional[tuple] = None) -> tuple[Result, QueryPlan, Physical]:
     """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement.
+
+    With ``cache_key`` the plan is kept in the session's :class:`~modelsql.planner.plan_cache.PlanCache`
+    (unless a PREDICT option is a parameter) and a plan whose every scan streams keeps its functions
+    registered, so the next execution of the text only runs the statement (:func:`run_cached`).
 
     Returns the result (streaming when it has rows), the plan and its operators. On failure everything
     registered is released and an engine-begun snapshot rolled back; the error is the modelsql error.
     """
+    generation = session.generation()
     plan = plan_query(stmt, session, params)
     choices = choose(plan)
+    entry = None
+    if cache_key is not None and not any(uses_parameters(p.args.get("options")) for p in stmt.find_all(PredictTable)):
+        entry = CachedPlan(plan, choices, generation, session.text, session.qmark_style)
+    keep = {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None
+    out, phys = _run(plan, choices, session, params, prefix=prefix, dry=dry, keep=keep)
+    if entry is not None:
+        if keep is not None:
+            entry.persistent, entry.sql, entry.params = keep, phys.sql, phys.params
+        session.plans.put(cache_key, entry)
+    return out, plan, phys
+
+
+def run_cached(entry: CachedPlan, session, params: list) -> Result:
+    """Execute a cached plan with new parameter values."""
+    if entry.sql is None:
+        return _run(entry.plan, entry.choices, session, params)[0]
+    session.begin_if_needed()
+    out = None
+    ops = list(entry.persistent.values())
+    for op in ops:
+        op.reset([params[k - 1] for k in op.param_numbers])
+    try:
+        session.run(entry.sql, [params[k - 1] for k in entry.params],
+                    lambda exc: predict_error(exc, ops, session.duck))
+        out = session.duckdb_result(entry.plan.kind)
+    finally:
+        if out is None:
+            for op in ops:
+                op.function.error = None
+    out.operators = ops
+    out.translate = lambda exc: predict_error(exc, ops, session.duck)
+    return out
+
+
+def _run(plan: QueryPlan, choices: dict, session, params: list, *, prefix: str = "", dry: bool = False,
+         keep: Optional[dict] = None) -> tuple[Result, Physical]:
     session.begin_if_needed()
     held = Result(session.duck)
 
@@ -42,7 +88,7 @@ def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", 
 
     try:
         try:
-            phys = build(plan, choices, session, params, held, dry=dry)
+            phys = build(plan, choices, session, params, held, dry=dry, keep=keep)
         except Exception as exc:
             err = failed(exc)
             if session.in_transaction:
@@ -59,14 +105,21 @@ def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", 
         out.translate = lambda exc: predict_error(exc, out.operators, session.duck)
         if not out.streaming:
             out.release()
-        return out, plan, phys
+        return out, phys
     except BaseException:
         held.rollback()
+        if keep:
+            for name in keep:
+                try:
+                    session.duck.remove_function(name)
+                except Exception:
+                    pass
+            keep.clear()
         raise
 
 
 def _query(stmt: exp.Expression, session, params: list) -> Result:
-    return run_query(stmt, session, params)[0]
+    return run_query(stmt, session, params, cache_key=session.cache_key)[0]
 
 
 register_default(_query)

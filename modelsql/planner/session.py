@@ -26,6 +26,7 @@ from ..duckdb_errors import translate
 from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
 from ..storage import BlobStore
 from .handlers import load_handlers, run_statement
+from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
 
 _ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
@@ -33,6 +34,8 @@ _NO_RESULT_TYPES = {
     "CREATE", "DROP", "ALTER", "TRANSACTION", "SET", "VARIABLE_SET", "ATTACH", "DETACH", "LOAD",
     "VACUUM", "ANALYZE", "PREPARE", "CREATE_FUNC", "EXTENSION", "COPY_DATABASE", "EXPORT",
 }
+_READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}
+"""DuckDB statement types after which cached plans stay valid (every other type bumps the generation)."""
 _LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 
 
@@ -62,6 +65,19 @@ class Session:
         """The statement text being run, with ``?`` numbered (error excerpts point into it)."""
         self.qmark_style = False
         """The text numbered its parameters ``?`` (DuckDB then names a ``?`` column by its place)."""
+        self.plans = PlanCache(duck)
+        """Plans of the statement texts run before (see :mod:`modelsql.planner.plan_cache`)."""
+        self.cache_key: Optional[tuple] = None
+        """The plan-cache key of the statement being run, when it may be cached."""
+        self._database_key = database_key(database, duck)
+
+    def generation(self) -> int:
+        """The database's generation: what cached plans were planned in (see :mod:`~modelsql.planner.plan_cache`)."""
+        return generation(self._database_key)
+
+    def changed(self) -> None:
+        """Something cached plans may depend on changed (a table, a setting, a model, a registered object)."""
+        bump(self._database_key)
 
     # ------------------------------------------------------------ transactions
 
@@ -82,6 +98,7 @@ class Session:
 
     def rollback(self) -> None:
         """Roll back this session's transaction (a no-op when none is open)."""
+        self.changed()  # it may undo a CREATE TABLE that a cached plan reads
         if self.in_transaction:
             self.in_transaction = False
             try:
@@ -90,7 +107,8 @@ class Session:
                 raise translate(exc) from exc
 
     def close(self) -> None:
-        """Roll back an open transaction; sessions of models live in the process-wide cache."""
+        """Roll back an open transaction and drop cached plans; model sessions live in the process-wide cache."""
+        self.plans.clear()
         if self.in_transaction:
             self.in_transaction = False
             try:
@@ -107,6 +125,16 @@ class Session:
 
     def execute(self, text: str, params: Optional[list]) -> Result:
         """Run ``text`` (one or more statements) with qmark ``params``; the last statement's result."""
+        stypes = self.plans.plain_types(text)
+        if stypes is not None:
+            return self.passthrough(text, params, stypes)
+        key = PlanCache.key(text, params)
+        entry = self.plans.get(key, self.generation())
+        if entry is not None:
+            from .query import run_cached
+
+            self.text, self.qmark_style = entry.text, entry.qmark_style
+            return run_cached(entry, self, params or [])
         if not msql.mentions_models(text):
             return self.passthrough(text, params)
         numbered, count = msql.number_placeholders(text)
@@ -128,7 +156,13 @@ class Session:
         result = Result(self.duck)
         for i, stmt in enumerate(statements):
             result.release()
-            result = run_statement(stmt, self, params or [])
+            self.cache_key = key if len(statements) == 1 and isinstance(stmt, exp.Select) else None
+            try:
+                result = run_statement(stmt, self, params or [])
+            finally:
+                self.cache_key = None
+                if not isinstance(stmt, exp.Select):
+                    self.changed()  # DDL, DML, a model statement: cached plans may be stale
             if i < len(statements) - 1:
                 self.drain(result)
         return result
@@ -143,14 +177,25 @@ class Session:
                 result.release()
                 raise err from exc
 
-    def passthrough(self, text: str, params: Optional[list]) -> Result:
-        """Plain DuckDB SQL, run as it is (transaction statements update this session's state)."""
-        try:
-            statements = list(duckdb.extract_statements(text))
-        except Exception:
-            statements = []
-        stypes = [st.type.name for st in statements]
-        if len(statements) > 1 and "TRANSACTION" in stypes and not params:
+    def passthrough(self, text: str, params: Optional[list], stypes: Optional[list] = None) -> Result:
+        """Plain DuckDB SQL, run as it is (transaction statements update this session's state).
+
+        ``stypes``: DuckDB's statement types of the text, when known from an earlier run.
+        """
+        statements = None
+        if stypes is None:
+            try:
+                statements = list(duckdb.extract_statements(text))
+            except Exception:
+                statements = []
+            stypes = [st.type.name for st in statements]
+            if len(statements) <= 1:
+                self.plans.remember_plain(text, stypes)
+        if any(t not in _READ_ONLY_TYPES for t in stypes):
+            self.changed()
+        if len(stypes) > 1 and "TRANSACTION" in stypes and not params:
+            if statements is None:
+                statements = list(duckdb.extract_statements(text))
             # BEGIN/COMMIT/ROLLBACK among several statements: one at a time, so the session follows
             # them (commit() and rollback() keep working, and a later statement opens a new transaction)
             result = Result(self.duck)
