@@ -280,7 +280,7 @@ class _Shower:
         self.console = console
 
     def __call__(self, title: str, sql: str) -> list[tuple]:
-        from .cli import MAX_ROWS, render_table
+        from .display import MAX_ROWS, render_table
 
         self.console.print()
         self.console.rule(f"[bold]{title}", align="left")

@@ -21,7 +21,8 @@ import time
 import pytest
 
 import modelsql
-from modelsql.cli import format_value, is_complete, split_statements
+from modelsql.cli import is_complete, split_statements
+from modelsql.display import format_value
 
 
 def run_cli(tmp_path, *args, stdin: str | None = None, timeout: float = 120, columns: int | None = None):

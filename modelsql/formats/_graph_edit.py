@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from onnx import ModelProto, ValueInfoProto
 
-from modelsql.formats.onnx_io import _all_graphs
+from modelsql.formats.onnx_io import all_graphs
 
 BATCH_DIM = "N"
 """Symbolic name given to the batch (first) dimension of converted models."""
@@ -16,7 +16,7 @@ def rename_value(model: ModelProto, old: str, new: str) -> None:
     subgraphs, graph inputs/outputs, value_info, initializers). No-op if equal."""
     if old == new:
         return
-    for g in _all_graphs(model):
+    for g in all_graphs(model):
         for node in g.node:
             for i, n in enumerate(node.input):
                 if n == old:

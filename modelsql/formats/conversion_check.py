@@ -177,11 +177,11 @@ def _prepare(estimator: Any, ort_model: Any, sample: Any, features: Optional[Seq
 
     A pipeline selecting columns by name gets one ``[rows, 1]`` feed per model input, from
     the table's column of that name; any other model one ``[rows, n]`` feed."""
-    from modelsql.formats.sklearn import _selects_columns_by_name
+    from modelsql.formats.sklearn import selects_columns_by_name
 
     names = ort_model.input_names
     sample = _at_most(sample, MAX_SAMPLE_ROWS)
-    if _selects_columns_by_name(estimator):
+    if selects_columns_by_name(estimator):
         if sample is None:
             return None
         if not _is_table(sample):

@@ -275,7 +275,7 @@ def _graphs(graph: GraphProto) -> Iterator[GraphProto]:
     yield from _subgraphs_of_nodes(graph.node)
 
 
-def _all_graphs(model: ModelProto) -> Iterator[GraphProto]:
+def all_graphs(model: ModelProto) -> Iterator[GraphProto]:
     """The main graph, its subgraphs, and the subgraphs inside model-local functions."""
     yield from _graphs(model.graph)
     for fn in model.functions:
@@ -346,7 +346,7 @@ def _slots(model: ModelProto) -> Iterator[_Slot]:
     first, then subgraphs depth first) its initializers, its sparse initializers
     (values, then indices), then its nodes' attributes; then model-local functions'
     node attributes."""
-    for g in _all_graphs(model):
+    for g in all_graphs(model):
         for t in g.initializer:
             yield _Slot(t.name, tensor=t)
         for sp in g.sparse_initializer:

@@ -70,7 +70,7 @@ def _final_step(estimator: Any) -> Any:
     return estimator
 
 
-def _selects_columns_by_name(estimator) -> Optional[dict]:
+def selects_columns_by_name(estimator) -> Optional[dict]:
     """For an estimator containing a ColumnTransformer that selects columns by name:
     ``{"text": {columns fed to an encoder fitted on strings}}``; else None."""
     from sklearn.compose import ColumnTransformer
@@ -339,7 +339,7 @@ def from_sklearn(
     options = {id(_final_step(estimator)): {"zipmap": False}} if classifier else None
     target = {"": min(DEFAULT_OPSET, get_latest_tested_opset_version()), "ai.onnx.ml": ML_OPSET}
     initial_types = [("input", FloatTensorType([None, n]))]
-    by_name = _selects_columns_by_name(estimator)
+    by_name = selects_columns_by_name(estimator)
     if by_name:
         if features is None:
             raise ProgrammingError(

@@ -21,7 +21,7 @@ from sqlglot import exp
 from .. import sql as msql
 from ..errors import ProgrammingError
 from . import cost
-from .handlers import _default, run_statement
+from .handlers import run_default, run_statement
 from .plan import PredictScan, QueryPlan
 from .query import run_query
 from .result import Result
@@ -32,7 +32,7 @@ _PREFIX = re.compile(r"\s*(ANALYZE\b|\([^()]*\))", re.I)
 @run_statement.register
 def _explain(stmt: exp.Command, session, params: list) -> Result:
     if str(stmt.this).upper() != "EXPLAIN":
-        return _default[0](stmt, session, params)
+        return run_default(stmt, session, params)
     body = stmt.expression.name if stmt.expression is not None else ""
     m = _PREFIX.match(body)
     prefix = "EXPLAIN "

@@ -9,7 +9,7 @@ its code::
 
 Anything not registered (a DuckDB query that contains ``PREDICT``) goes to the
 query handler, registered by :mod:`modelsql.planner.query` as the default.
-:func:`load_handlers` imports the modules that register, once.
+:class:`~modelsql.planner.session.Session` imports the modules that register.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def register_default(fn) -> None:
     _default[0] = fn
 
 
-def load_handlers() -> None:
-    """Import every module that registers a handler (idempotent)."""
-    from . import ddl, explain, query  # noqa: F401  (imported for their registrations)
+def run_default(stmt: exp.Expression, session, params: list):
+    """Run ``stmt`` with the default handler (for a handler that declines a node of its class)."""
+    return _default[0](stmt, session, params)
 
 
 @run_statement.register(exp.Transaction)
@@ -51,4 +51,4 @@ def _end_or_abort(stmt: exp.Column, session, params: list):
     """``END`` / ``ABORT`` parse as a bare column name: the transaction statements they are."""
     if not stmt.table and stmt.name.upper() in ("END", "ABORT"):
         return session.passthrough(stmt.sql(dialect="duckdb"), None)
-    return _default[0](stmt, session, params)
+    return run_default(stmt, session, params)

@@ -25,7 +25,8 @@ from ..catalog import Catalog
 from ..duckdb_errors import translate
 from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
 from ..storage import BlobStore
-from .handlers import load_handlers, run_statement
+from . import ddl, explain, query  # noqa: F401  (each registers its statements' handlers)
+from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
 
@@ -49,7 +50,6 @@ class Session:
     """
 
     def __init__(self, duck: duckdb.DuckDBPyConnection, database: str, *, read_only: bool = False) -> None:
-        load_handlers()
         self.duck = duck
         self.database = database
         self.read_only = read_only

@@ -1,0 +1,1 @@
+SELECT count(*) FROM PREDICT(MODEL two, TABLE t)

@@ -1,0 +1,1 @@
+SELECT p.id, p.z FROM PREDICT(MODEL two, TABLE t) AS p WHERE p.z > 10 ORDER BY p.id

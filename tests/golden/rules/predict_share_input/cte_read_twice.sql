@@ -1,0 +1,1 @@
+WITH p AS (SELECT * FROM PREDICT(MODEL m1, TABLE t)) SELECT x.id, x.y, z.y AS y2 FROM p AS x JOIN p AS z USING (id) ORDER BY id

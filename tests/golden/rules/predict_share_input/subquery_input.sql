@@ -1,0 +1,1 @@
+SELECT p.id, p.y AS old, q.y AS new FROM PREDICT(MODEL m1, (SELECT * FROM t WHERE id % 2 = 0)) AS p JOIN PREDICT(MODEL m2, (SELECT * FROM t WHERE id % 2 = 0)) AS q USING (id) ORDER BY id
