@@ -38,10 +38,6 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def struct_name(columns, base: str = "__msql_p") -> str:
     """A column name for a PREDICT's result struct that no input column has (those pass through untouched)."""
     taken = {c.name.lower() for c in columns}
@@ -103,7 +99,7 @@ class StreamPredict:
         p = struct_name(b.columns)
         skip = f" WHERE {quote(p)} IS NOT NULL" if o.on_error == "skip" else ""  # rows the model failed on
         return (
-            f"SELECT * EXCLUDE ({quote(p)}), {outputs_sql(b.outputs, p)} FROM "
+            f"SELECT * EXCLUDE ({quote(p)}), unnest({quote(p)}) FROM "
             f'(SELECT *, {self.call_sql()} AS {quote(p)} FROM {source_sql} AS "__msql_in"{where}) AS "__msql_q"'
             + skip
         )
@@ -131,11 +127,6 @@ class StreamPredict:
         return {"rows": str(f.rows), "calls": str(f.calls), "time": f"{f.seconds * 1000:.2f} ms"}
 
 
-def outputs_sql(outputs, struct: str) -> str:
-    """The output columns read out of the result struct column ``struct``."""
-    return ", ".join(f"struct_extract({quote(struct)}, {_sql_str(x.column)}) AS {quote(x.column)}" for x in outputs)
-
-
 def shared_scan_sql(members: list[StreamPredict], source_sql: str) -> tuple[str, list[str]]:
     """One scan of ``source_sql`` calling every member's function on the same chunks.
 
@@ -153,7 +144,7 @@ def shared_scan_sql(members: list[StreamPredict], source_sql: str) -> tuple[str,
 def shared_member_sql(member: StreamPredict, names: list[str], own: str, cte: str) -> str:
     """A member of a shared scan: the input's columns and its own outputs, read from the shared CTE."""
     excluded = ", ".join(quote(n) for n in names)
-    return f"SELECT * EXCLUDE ({excluded}), {outputs_sql(member.scan.binding.outputs, own)} FROM {quote(cte)}"
+    return f"SELECT * EXCLUDE ({excluded}), unnest({quote(own)}) FROM {quote(cte)}"
 
 
 class BatchPredict:

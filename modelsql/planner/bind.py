@@ -341,7 +341,7 @@ def bind_predict(
         for col in cols:
             need_numeric(col, spec, allow_bool)
         duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
-        items = ", ".join(f"CAST({quote(c.name)} AS {duck})" for c in cols)
+        items = ", ".join(quote(c.name) if c.type == duck else f"CAST({quote(c.name)} AS {duck})" for c in cols)
         args.append(InputArg(spec.name, "matrix", shape, spec.elem_type, tuple(c.name for c in cols)))
         arg_sql.append(f"CAST([{items}] AS {duck}[{len(cols)}])")
         arg_types.append(f"{duck}[{len(cols)}]")
