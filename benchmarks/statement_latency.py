@@ -15,13 +15,17 @@ tiny inputs where that fixed cost is all there is.
   modelsql cursor against DuckDB's own ``duckdb`` connection on the same file
   (1 and all threads timed, the faster kept); ``plain_sql_ratio`` is modelsql / duckdb.
 * floor diagnostic, ``duckdb_udf_floor_1_row_ms``: raw DuckDB running the same
-  64-column shape a PREDICT is rewritten to (``[c0, ..., c63]::FLOAT[64]`` fed to a
-  registered Arrow UDF returning a ``STRUCT(label, probabilities)``, the struct's
-  fields extracted in an outer SELECT) with a trivial UDF that returns zeros:
+  64-column shape a PREDICT is lowered to (``[c0, ..., c63]::FLOAT[64]`` fed to a
+  registered Arrow UDF returning a ``STRUCT(label, probabilities)``, the struct
+  unnested in an outer SELECT) with a trivial UDF that returns zeros:
   what DuckDB itself charges for running any Python vectorized function in a
   statement. ``duckdb_udf_register_floor_1_row_ms`` is the same with the UDF
   registered and removed around every statement, as a PREDICT does;
-  ``diagnostics.duckdb_pack_1_row`` is the ``FLOAT[64]`` packing alone, no UDF.
+  ``diagnostics.duckdb_pack_1_row`` is the ``FLOAT[64]`` packing alone, no UDF;
+  ``predict_1_row_over_floor_ms`` is what modelsql adds to that floor; and
+  ``duckdb_select_1000_rows_ms`` is raw DuckDB returning the 1,000-row table's
+  rows to Python (``SELECT * FROM t1000`` + ``fetchall``), what the 1,000-row
+  PREDICT pays before any model work.
 
 All measurements run in one process and are interleaved: each of ``--repeat``
 rounds (after ``--warmup`` rounds) times every variant once, in a random order and
@@ -101,16 +105,17 @@ def floor_udf(arr: pa.Array) -> pa.StructArray:
     return pa.StructArray.from_arrays([pa.array(np.zeros(n, np.int64)), probs], names=["label", "probabilities"])
 
 
-FLOOR_ARG = "CAST([" + ", ".join(f'CAST("{c}" AS REAL)' for c in FEATURES) + "] AS REAL[64])"
+FLOOR_ARG = "CAST([" + ", ".join(f'"{c}"' for c in FEATURES) + "] AS REAL[64])"
 FLOOR_TYPE = "STRUCT(label BIGINT, probabilities FLOAT[10])"
 
 
 def floor_sql(fn_name: str, table: str) -> str:
-    """The shape a PREDICT over ``table`` is rewritten to (see ``Engine._predict_sql``), calling ``fn_name``."""
+    """The least a PREDICT over ``table`` can ask of DuckDB (and the shape it is lowered to, see
+    ``modelsql.operators.scan.StreamPredict.sql``): the 64 columns packed into one ``REAL[64]`` argument of
+    one function, its struct result unnested next to the passthrough columns."""
     return (
-        'SELECT * FROM (SELECT * EXCLUDE ("__msql_p"), struct_extract("__msql_p", \'label\') AS "label", '
-        'struct_extract("__msql_p", \'probabilities\') AS "probabilities" FROM '
-        f'(SELECT *, {fn_name}({FLOOR_ARG}) AS "__msql_p" FROM {table} AS "__msql_in") AS "__msql_q")'
+        'SELECT * EXCLUDE ("__msql_p"), unnest("__msql_p") FROM '
+        f'(SELECT *, {fn_name}({FLOOR_ARG}) AS "__msql_p" FROM {table} AS "__msql_in") AS "__msql_q"'
     )
 
 
@@ -227,6 +232,7 @@ def main(argv=None) -> int:
     for threads, d in raw.items():
         variants[f"duckdb_plain_sql_t{threads}"] = lambda d=d: d.execute(PLAIN_SQL).fetchall()
     variants["duckdb_udf_floor_1"] = lambda q=floor_sql("floor_udf", "t1"): floor_con.execute(q).fetchall()
+    variants["duckdb_select_1000"] = lambda: floor_con.execute("SELECT * FROM t1000").fetchall()
     variants["duckdb_udf_register_floor_1"] = register_each
     variants["duckdb_pack_1"] = lambda q=f"SELECT *, {FLOOR_ARG} AS p FROM t1": floor_con.execute(q).fetchall()
 
@@ -261,6 +267,8 @@ def main(argv=None) -> int:
     result["duckdb_plain_sql_ms"] = dplain["median_ms"]
     result["plain_sql_ratio"] = plain["median_ms"] / dplain["median_ms"]
     result["duckdb_udf_floor_1_row_ms"] = stats["duckdb_udf_floor_1"]["median_ms"]
+    result["predict_1_row_over_floor_ms"] = stats["predict_1"]["median_ms"] - stats["duckdb_udf_floor_1"]["median_ms"]
+    result["duckdb_select_1000_rows_ms"] = stats["duckdb_select_1000"]["median_ms"]
     result["duckdb_udf_register_floor_1_row_ms"] = stats["duckdb_udf_register_floor_1"]["median_ms"]
     diag["plain_sql"] = plain
     diag["duckdb_plain_sql"] = {**dplain, "threads": dthreads}

@@ -24,7 +24,7 @@ for a bug report): they print the error's kind and code, its message and the
 
 Statements are split on ``;`` with the dialect's tokenizer (sqlglot), so a
 ``;`` inside a string, a quoted identifier, a ``$$`` string or a comment does
-not end a statement; each statement is sent to the engine as its original text.
+not end a statement; each statement is sent to the session as its original text.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ class Runner:
         try:
             statements = split_statements(text)
         except IncompleteInput:
-            # Let the engine report the unterminated string/comment with its position.
+            # Let the session report the unterminated string/comment with its position.
             statements = [Statement(text, 0, 1, 1)] if text.strip() else []
         for stmt in statements:
             try:

@@ -142,7 +142,7 @@ def _named_list_items(table):
 
 # ------------------------------------------------------------ error mapping
 
-# The one DuckDB -> PEP 249 map lives in modelsql.duckdb_errors; this name stays for planner.engine.
+# The one DuckDB -> PEP 249 map lives in modelsql.duckdb_errors; the client calls it by this name.
 translate_duckdb_error = _duckdb_errors.translate
 
 

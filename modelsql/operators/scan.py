@@ -124,7 +124,7 @@ class StreamPredict:
 
     def measured(self) -> dict[str, str]:
         f = self.function
-        return {"rows": str(f.rows), "calls": str(f.calls), "time": f"{f.seconds * 1000:.2f} ms"}
+        return {"rows": str(f.rows), "calls": str(f.calls), "time": f"{f.seconds * 1000:.3f} ms"}
 
 
 def shared_scan_sql(members: list[StreamPredict], source_sql: str) -> tuple[str, list[str]]:
@@ -271,7 +271,7 @@ class BatchPredict:
         return {"execution": self.execution}
 
     def measured(self) -> dict[str, str]:
-        return {"rows": str(self.rows_read), "calls": str(self.function.calls), "time": f"{self.seconds * 1000:.2f} ms"}
+        return {"rows": str(self.rows_read), "calls": str(self.function.calls), "time": f"{self.seconds * 1000:.3f} ms"}
 
 
 _ARROW_SAFE = re.compile(

@@ -51,6 +51,13 @@ STREAM_NS_PER_VALUE = 4.1
 took 0.309 s against 0.044 s of inference over 64M values."""
 BATCH_NS_PER_VALUE = 2.3
 """Default cost of batch execution per fed value: the light model's batch plan took 0.190 s."""
+CALL_MS = 0.05
+"""Default fixed cost of one call of a PREDICT's function (Python entry, Arrow to NumPy and back): DuckDB
+calls a streaming PREDICT once per chunk of :data:`CHUNK_ROWS` rows, a batch PREDICT once per record batch."""
+CHUNK_ROWS = 2048
+"""Rows DuckDB hands a vectorized function per call."""
+BATCH_FIXED_MS = 1.0
+"""Default fixed cost of batch execution: a second query for the input and an Arrow table registration."""
 STATEMENT_MS = 2.0
 """Default fixed cost of a PREDICT statement in DuckDB (a 64-column statement with one vectorized Python
 function, 1 row: ``benchmarks/statement_latency.py``'s ``duckdb_udf_floor_1_row_ms``)."""
@@ -88,7 +95,9 @@ def estimate(scan: PredictScan, execution: str) -> Estimate:
     fed = max(1, len(scan.binding.fed_columns))
     per_value = BATCH_NS_PER_VALUE if execution == "batch" else STREAM_NS_PER_VALUE
     ns = rows * (scan.model.param_count * PS_PER_PARAM_ROW / 1000 + fed * per_value)
-    return Estimate(rows=rows, ms=ns / 1e6)
+    calls = -(-rows // (BATCH_ROWS if execution == "batch" else CHUNK_ROWS))
+    fixed = calls * CALL_MS + (BATCH_FIXED_MS if execution == "batch" else 0.0)
+    return Estimate(rows=rows, ms=ns / 1e6 + fixed)
 
 
 def choose_execution(scan: PredictScan) -> Choice:

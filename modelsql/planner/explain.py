@@ -84,7 +84,7 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     est = cost.estimate(s, choice.execution if choice else "stream")
     rows = f"{est.rows:,}" + ("" if s.estimated_rows is not None else " (no DuckDB estimate)")
     lines.append(f"{pad}{name} {s.label} [{s.options.backend}, cpu] "
-                 f"est. rows={rows} time={est.ms:.3g} ms ({est.source})")
+                 f"est. rows={rows} time={duration(est.ms)} ({est.source})")
     if choice is not None:
         rejected = "; ".join(f"{alt} ({why})" for alt, why in choice.rejected)
         lines.append(f"{pad}  execution: {op.execution if op else choice.execution} ({choice.reason})"
@@ -97,6 +97,15 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     lines.append(f"{pad}  input: {_input_text(s.input)}")
     for i in s.input.inner:
         _scan_lines(plan, plan.scan(i), phys, analyze, depth + 2, lines)
+
+
+def duration(ms: float) -> str:
+    """A time in the unit that reads best: ``0.4 µs``, ``12 µs``, ``3.1 ms``, ``2.5 s``."""
+    if ms < 1:
+        return f"{ms * 1000:.2g} µs"
+    if ms < 1000:
+        return f"{ms:.3g} ms"
+    return f"{ms / 1000:.3g} s"
 
 
 def _input_text(relation) -> str:

@@ -39,7 +39,7 @@ def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", 
     registered, so the next execution of the text only runs the statement (:func:`run_cached`).
 
     Returns the result (streaming when it has rows), the plan and its operators. On failure everything
-    registered is released and an engine-begun snapshot rolled back; the error is the modelsql error.
+    registered is released and a snapshot begun for the statement rolled back; the error is the modelsql error.
     """
     generation = session.generation()
     plan = plan_query(stmt, session, params)
