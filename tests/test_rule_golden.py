@@ -64,13 +64,13 @@ def test_every_rule_has_golden_cases():
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.stem}" for c in CASES])
 def test_rule_golden(ruled, case: Path) -> None:
-    query = case.read_text().strip().rstrip(";")
+    query = case.read_text(encoding="utf-8").strip().rstrip(";")
     got = {".before": plan_text(ruled, query, False), ".after": plan_text(ruled, query, True)}
     if os.environ.get("MODELSQL_UPDATE_GOLDEN"):
         for suffix, text in got.items():
-            case.with_suffix(suffix).write_text(text)
+            case.with_suffix(suffix).write_text(text, encoding="utf-8")
     for suffix, text in got.items():
-        assert text == case.with_suffix(suffix).read_text(), suffix
+        assert text == case.with_suffix(suffix).read_text(encoding="utf-8"), suffix
     rule = case.parent.name
     before, after = got[".before"], got[".after"]
     assert "note:" not in before and "SharedInput" not in before and "MaterializedCTE" not in before

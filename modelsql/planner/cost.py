@@ -135,7 +135,8 @@ def _stream_reason(scan: PredictScan) -> Optional[str]:
     """Why ``auto`` must stream this scan, or None when batch is allowed and cheaper."""
     place = scan.placement
     if not place.top_level_from:
-        return "not read by the statement's top-level FROM (a CTE, subquery or expression may read it partly)"
+        return ("not the only item of the statement's top-level FROM (a JOIN, CTE, subquery or expression "
+                "may read it partly)")
     if place.row_dependent:
         return ("a filter, limit or join may stop a streaming PREDICT early or push into its input; "
                 "batch would read every row")

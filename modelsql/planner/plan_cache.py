@@ -15,8 +15,11 @@ sessions are keyed by digest), so nothing else needs checking.
 
 from __future__ import annotations
 
+import datetime as _dt
+import decimal
 import itertools
 import os
+import uuid
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -46,6 +49,29 @@ def bump(key: str) -> None:
     """Something plans may depend on changed: every cached plan of the database is stale."""
     with _LOCK:
         _GENERATIONS[key] = _GENERATIONS.get(key, 0) + 1
+
+
+def param_signature(value: Any) -> Any:
+    """What DuckDB's type of a parameter value depends on: the Python type and, where it matters, more
+    (an int's range, a Decimal's digits and scale, a datetime's time zone, a list's element types, a dict's
+    keys and value types). Values of other types are keyed by their text (always correct, cached less)."""
+    t = type(value)
+    if value is None or t in (bool, float, str, bytes, bytearray):
+        return t
+    if t is int:
+        return (int, -(2**31) <= value < 2**31, -(2**63) <= value < 2**63)
+    if isinstance(value, decimal.Decimal):
+        sign, digits, exponent = value.as_tuple()
+        return (decimal.Decimal, len(digits), exponent)
+    if isinstance(value, _dt.datetime):
+        return (_dt.datetime, value.tzinfo is not None)
+    if t in (_dt.date, _dt.time, _dt.timedelta, uuid.UUID):
+        return (t, getattr(value, "tzinfo", None) is not None)
+    if t in (list, tuple):
+        return (t, tuple(sorted({repr(param_signature(v)) for v in value})))
+    if t is dict:
+        return (dict, tuple((repr(k), repr(param_signature(v))) for k, v in value.items()))
+    return (t, repr(value))
 
 
 @dataclass
@@ -84,9 +110,9 @@ class PlanCache:
         self._plain: "OrderedDict[str, Optional[list]]" = OrderedDict()
 
     @staticmethod
-    def key(text: str, params: Optional[list], by_value: bool = False) -> tuple:
-        values = tuple(params or ())
-        return (text, tuple(type(v) for v in values), values if by_value else None)
+    def key(text: str, params: Optional[list], optimize: bool = True) -> tuple:
+        """The key of ``text`` run with ``params`` (what DuckDB types them as) and the rules on or off."""
+        return (text, tuple(param_signature(v) for v in params or ()), optimize)
 
     def get(self, key: tuple, current: int) -> Optional[CachedPlan]:
         entry = self._plans.get(key)

@@ -24,6 +24,7 @@ from .. import sql as msql
 from ..catalog import Catalog
 from ..duckdb_errors import translate
 from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
+from ..sql.nodes import DescribeModel, ExportModel, ShowModels
 from ..storage import BlobStore
 from . import ddl, explain, query  # noqa: F401  (each registers its statements' handlers)
 from .handlers import run_statement
@@ -89,6 +90,7 @@ class Session:
 
     def commit(self) -> None:
         """Commit this session's transaction (a no-op when none is open)."""
+        self.changed()  # plans made in the old snapshot may not see what others committed meanwhile
         if self.in_transaction:
             self.in_transaction = False
             try:
@@ -128,7 +130,7 @@ class Session:
         stypes = self.plans.plain_types(text)
         if stypes is not None:
             return self.passthrough(text, params, stypes)
-        key = PlanCache.key(text, params)
+        key = PlanCache.key(text, params, self.optimize)
         entry = self.plans.get(key, self.generation())
         if entry is not None:
             from .query import run_cached
@@ -143,10 +145,7 @@ class Session:
         statements = msql.parse(numbered)
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
-            count = max(
-                (int(p.this) for st in statements for p in st.find_all(exp.Placeholder) if str(p.this).isdigit()),
-                default=0,
-            )
+            count = max((n for st in statements for n in _numbered_placeholders(st)), default=0)
         if given != count:
             raise ProgrammingError(
                 f"The statement has {count} parameter placeholder(s) but {given} value(s) were given.",
@@ -161,8 +160,8 @@ class Session:
                 result = run_statement(stmt, self, params or [])
             finally:
                 self.cache_key = None
-                if not isinstance(stmt, exp.Select):
-                    self.changed()  # DDL, DML, a model statement: cached plans may be stale
+                if not _reads_only(stmt):
+                    self.changed()  # DDL, DML, a model statement that writes: cached plans may be stale
             if i < len(statements) - 1:
                 self.drain(result)
         return result
@@ -275,6 +274,26 @@ class Session:
             return self.catalog.get(name, version)
         except Error as err:
             raise self.pointed(err, ref) from None
+
+
+def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
+    """The ``$n`` numbers of a statement (of the statement inside an ``EXPLAIN``, which sqlglot keeps as text)."""
+    if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN" and stmt.expression is not None:
+        body = re.sub(r"^\s*(ANALYZE\b|\([^()]*\))", "", stmt.expression.name, flags=re.I)
+        return [n for st in msql.parse(body) for n in _numbered_placeholders(st)]
+    return [int(p.this) for p in stmt.find_all(exp.Placeholder) if str(p.this).isdigit()]
+
+
+def _reads_only(stmt: exp.Expression) -> bool:
+    """Whether a parsed statement leaves every cached plan valid (a query, SHOW/DESCRIBE/EXPORT MODEL,
+    a plain EXPLAIN of a query)."""
+    if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel)):
+        return True
+    if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN" and stmt.expression is not None:
+        body = stmt.expression.name.lstrip()
+        words = body.upper().split(None, 1)
+        return bool(words) and words[0] in ("SELECT", "WITH", "FROM")
+    return False
 
 
 def first_word(text: str) -> str:

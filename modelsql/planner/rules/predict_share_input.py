@@ -85,25 +85,38 @@ def _why_not(plan: QueryPlan, members) -> str:
     outputs = {o.column.lower() for s in members for o in s.outputs}
     body = stmt.copy()
     body.set("with_", None)  # CTE bodies are the inputs' business, not the statement's reads
-    return _only_reads(body, ids, outputs)
+    return _only_reads(body, lambda t: isinstance(t.this, ScanRef) and t.this.scan_id in ids, outputs)
 
 
-def _only_reads(stmt: exp.Expression, ids: set, outputs: set) -> str:
-    """'' when the FROM items of ``stmt`` are the scans ``ids`` alone and it filters only on ``outputs``."""
+def _only_reads(stmt: exp.Expression, is_member, outputs: set) -> str:
+    """'' when the FROM items of ``stmt`` are members alone (``is_member(table)``) and it filters and joins
+    only on ``outputs`` or on equalities between two members; else why not."""
     for node in stmt.walk():
         if isinstance(node, _STOPPERS):
             return f"the statement has {type(node).__name__.upper()}, which may stop one PREDICT early"
-        if isinstance(node, exp.Table):
-            ref = node.this
-            if not (isinstance(ref, ScanRef) and ref.scan_id in ids):
-                return f'it also reads "{node.sql(dialect="duckdb")}", which a join may push into one input'
+        if isinstance(node, exp.Table) and not is_member(node):
+            return f'it also reads "{node.sql(dialect="duckdb")}", which a join may push into one input'
         if isinstance(node, _FILTERS):
             names = {c.name.lower() for c in node.find_all(exp.Column)}
             if not names <= outputs:
                 return "a filter on input columns may push into one PREDICT's input"
+        if isinstance(node, exp.Join) and node.args.get("on") is not None:
+            for part in node.args["on"].flatten() if isinstance(node.args["on"], exp.And) else [node.args["on"]]:
+                if not (_joins_two_sides(part) or {c.name.lower() for c in part.find_all(exp.Column)} <= outputs):
+                    return (f"the join condition {part.sql(dialect='duckdb')} tests one side's input columns, "
+                            "which DuckDB may push into that PREDICT's input")
         if isinstance(node, (exp.Subquery, exp.Exists, exp.In)) and node is not stmt and not _is_from_item(node):
             return "a subquery expression may read one PREDICT partly"
     return ""
+
+
+def _joins_two_sides(condition: exp.Expression) -> bool:
+    """``a.x = b.y``: an equality of columns of two different FROM items (nothing to push into one side)."""
+    if not isinstance(condition, exp.EQ):
+        return False
+    left, right = condition.this, condition.expression
+    return (isinstance(left, exp.Column) and isinstance(right, exp.Column) and bool(left.table) and bool(right.table)
+            and left.table.lower() != right.table.lower())
 
 
 def _is_from_item(node: exp.Expression) -> bool:
@@ -118,8 +131,8 @@ def _materialize_ctes(plan: QueryPlan) -> QueryPlan:
     marked, notes = list(plan.materialized), list(plan.notes)
     for cte in with_.expressions:
         refs = [s for s in cte.this.find_all(ScanRef)]
-        if not refs or cte.alias_or_name in marked:
-            continue
+        if not refs or cte.alias_or_name in marked or cte.args.get("materialized") is False:
+            continue  # (NOT MATERIALIZED as the user wrote it is kept)
         name = cte.alias_or_name.lower()
         reads = [t for t in stmt.find_all(exp.Table)
                  if not t.db and t.name.lower() == name and not _inside(t, cte)]
@@ -141,16 +154,7 @@ def _materialize_ctes(plan: QueryPlan) -> QueryPlan:
 def _only_reads_cte(stmt: exp.Select, name: str, cte: exp.CTE, outputs: set) -> str:
     body = stmt.copy()
     body.set("with_", None)
-    for node in body.walk():
-        if isinstance(node, _STOPPERS):
-            return f"the statement has {type(node).__name__.upper()}, which may stop one reference early"
-        if isinstance(node, exp.Table) and not (not node.db and node.name.lower() == name):
-            return f'it also reads "{node.sql(dialect="duckdb")}", which a join may push into one reference'
-        if isinstance(node, _FILTERS):
-            names = {c.name.lower() for c in node.find_all(exp.Column)}
-            if not names <= outputs:
-                return "a filter on input columns may push into one reference"
-    return ""
+    return _only_reads(body, lambda t: not t.db and t.name.lower() == name, outputs)
 
 
 def _inside(node: exp.Expression, ancestor: exp.Expression) -> bool:
