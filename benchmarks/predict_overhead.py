@@ -4,7 +4,7 @@ Claim (issue 2): over a table of 1,000,000 rows x 64 FLOAT columns,
 
 * heavy model (inference dominates: an MLP 64-512-512-10):
   ``SELECT label, count(*) FROM PREDICT(MODEL heavy, TABLE t) GROUP BY label``
-  takes at most 1.15x the time of ONNX Runtime called directly on the same data
+  takes at most 1.10x the time of ONNX Runtime called directly on the same data
   already in a NumPy array;
 * light model (cheaper to run than DuckDB's scan of its input: a one-hidden-layer
   torch MLP 64-32-10 trained on scikit-learn's digits): the same query takes at most
@@ -110,13 +110,20 @@ def heavy_model():
     return _classifier((512, 512), train=False)
 
 
+LAST_SPREAD: dict = {}
+"""``{"min_s", "max_s"}`` of the runs behind the last :func:`timed` figure (the spread the JSON reports)."""
+
+
 def timed(fn, repeat: int) -> float:
+    """The median of ``repeat`` timed runs of ``fn`` after one warm-up; their range is left in :data:`LAST_SPREAD`."""
     fn()  # warm-up
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+    LAST_SPREAD.clear()
+    LAST_SPREAD.update(min_s=min(times), max_s=max(times))
     return statistics.median(times)
 
 
@@ -248,7 +255,8 @@ def hand_glue(path: str, model_bytes: bytes, repeat: int) -> tuple[float, dict, 
             for fetch, fn in (("stream", stream), ("whole", whole)):
                 t = timed(lambda: fn(sess), repeat)
                 if t < best[0]:
-                    best = (t, {"fetch": fetch, "duckdb_threads": duck_threads, "intra_op_threads": ort_threads})
+                    best = (t, {"fetch": fetch, "duckdb_threads": duck_threads, "intra_op_threads": ort_threads,
+                                "spread": dict(LAST_SPREAD)})
     con.close()
     return best[0], best[1], [(label, int(n)) for label, n in enumerate(counts) if n]
 
@@ -266,8 +274,13 @@ def sql_predict(path: str, model: str, repeat: int, execution: str = "auto") -> 
         rows = con.execute(query).fetchall()
 
     t = timed(run, repeat)
+    SQL_SPREAD[(model, execution)] = dict(LAST_SPREAD)
     con.close()
     return t, rows
+
+
+SQL_SPREAD: dict = {}
+"""(model, execution) -> the range of the SQL PREDICT runs behind :func:`sql_predict`'s median."""
 
 
 def main(argv=None) -> int:
@@ -310,7 +323,8 @@ def main(argv=None) -> int:
         stream_t, stream_rows = sql_predict(path, name, args.repeat, "stream")
         assert stream_rows == rows, (stream_rows, rows)
         entry = {"direct_ort_s": ort_t, "direct_ort_config": ort_cfg, "sql_predict_s": sql_t,
-                 "sql_predict_stream_s": stream_t,
+                 "sql_predict_spread": SQL_SPREAD[(name, "auto")],
+                 "sql_predict_stream_s": stream_t, "sql_predict_stream_spread": SQL_SPREAD[(name, "stream")],
                  "ratio_vs_direct_ort": sql_t / ort_t, "ratio_vs_scan_plus_ort": sql_t / (scan_t + ort_t)}
         if name == "light":
             floor = stage_costs(path, args.repeat)
@@ -327,8 +341,8 @@ def main(argv=None) -> int:
             print(f"light: sql {sql_t:.3f}s  hand-written glue {glue_t:.3f}s ({glue_cfg})  "
                   f"ratio {sql_t / glue_t:.3f}  goal <= 1.0: {'met' if sql_t / glue_t <= 1.0 else 'NOT met'}", flush=True)
         if name == "heavy":
-            entry["goal"] = "ratio_vs_direct_ort <= 1.15"
-            entry["met"] = entry["ratio_vs_direct_ort"] <= 1.15
+            entry["goal"] = "ratio_vs_direct_ort <= 1.10"
+            entry["met"] = entry["ratio_vs_direct_ort"] <= 1.10
         else:
             entry["goal"] = "ratio_vs_scan_plus_ort <= 1.10"
             entry["met"] = entry["ratio_vs_scan_plus_ort"] <= 1.10
