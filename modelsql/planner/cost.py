@@ -58,9 +58,6 @@ CHUNK_ROWS = 2048
 """Rows DuckDB hands a vectorized function per call."""
 BATCH_FIXED_MS = 1.0
 """Default fixed cost of batch execution: a second query for the input and an Arrow table registration."""
-STATEMENT_MS = 2.0
-"""Default fixed cost of a PREDICT statement in DuckDB (a 64-column statement with one vectorized Python
-function, 1 row: ``benchmarks/statement_latency.py``'s ``duckdb_udf_floor_1_row_ms``)."""
 DEFAULT_ROWS = 1000
 """Rows assumed when DuckDB gives no estimate."""
 
