@@ -108,6 +108,7 @@ class PlanCache:
         self.size = size
         self._plans: "OrderedDict[tuple, CachedPlan]" = OrderedDict()
         self._plain: "OrderedDict[str, Optional[list]]" = OrderedDict()
+        self._retired: list[CachedPlan] = []
 
     @staticmethod
     def key(text: str, params: Optional[list], optimize: bool = True) -> tuple:
@@ -125,10 +126,19 @@ class PlanCache:
         return entry
 
     def put(self, key: tuple, entry: CachedPlan) -> None:
+        """Keep ``entry``; the least recently used past :attr:`size` are retired, and their functions
+        removed by the next :meth:`collect` (not now: the statement just started has a pending result on
+        the connection, which any query would replace)."""
         self._plans[key] = entry
         self._plans.move_to_end(key)
         while len(self._plans) > self.size:
-            self._drop(next(iter(self._plans)))
+            self._retired.append(self._plans.pop(next(iter(self._plans))))
+
+    def collect(self) -> None:
+        """Remove the functions of retired plans (call with no result pending on the connection)."""
+        retired, self._retired = self._retired, []
+        for entry in retired:
+            self._remove_functions(entry)
 
     def plain_types(self, text: str):
         """The DuckDB statement types of a plain text seen before (None: not seen)."""
@@ -140,7 +150,9 @@ class PlanCache:
             self._plain.popitem(last=False)
 
     def _drop(self, key: tuple) -> None:
-        entry = self._plans.pop(key)
+        self._remove_functions(self._plans.pop(key))
+
+    def _remove_functions(self, entry: CachedPlan) -> None:
         if not entry.persistent:
             return
         # DuckDB registers functions transactionally: one registered in a transaction that was rolled
@@ -159,6 +171,7 @@ class PlanCache:
                 pass
 
     def clear(self) -> None:
+        self.collect()
         for key in list(self._plans):
             self._drop(key)
         self._plain.clear()

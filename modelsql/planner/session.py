@@ -127,6 +127,7 @@ class Session:
 
     def execute(self, text: str, params: Optional[list]) -> Result:
         """Run ``text`` (one or more statements) with qmark ``params``; the last statement's result."""
+        self.plans.collect()  # nothing is pending on the connection yet
         stypes = self.plans.plain_types(text)
         if stypes is not None:
             return self.passthrough(text, params, stypes)
