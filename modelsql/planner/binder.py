@@ -214,19 +214,19 @@ def _ancestors(node: exp.Expression):
 
 
 def _under_from_only(node: exp.Expression, stmt: exp.Expression) -> bool:
-    """Only FROM/JOIN items, FROM-subqueries and SELECTs lie between ``node`` and the top SELECT."""
-    child, parent = node, node.parent
-    while parent is not None:
-        if isinstance(parent, exp.Select):
-            if child not in (parent.args.get("from_"), parent.args.get("from")) and child not in parent.args.get("joins", []):
-                return False
-        elif isinstance(parent, exp.Subquery):
-            if not isinstance(parent.parent, (exp.From, exp.Join)):
-                return False
-        elif not isinstance(parent, (exp.From, exp.Table, exp.Join)):
-            return False
-        child, parent = parent, parent.parent
-    return child is stmt and isinstance(stmt, exp.Select)
+    """``node`` is a FROM or JOIN item of the top-level SELECT itself (no subquery around it, so every
+    CTE its input can name is one of the statement's own)."""
+    table = node.parent
+    if not isinstance(table, exp.Table):
+        return False
+    holder = table.parent
+    if isinstance(holder, exp.From):
+        holder = holder.parent
+    elif isinstance(holder, exp.Join):
+        holder = holder.parent
+    else:
+        return False
+    return holder is stmt and isinstance(stmt, exp.Select)
 
 
 def in_top_level_from(node: exp.Expression, stmt: exp.Expression) -> bool:

@@ -78,8 +78,8 @@ class Placement:
         row_dependent: the statement has a filter, limit or join outside PREDICT inputs, which may
             stop a streaming PREDICT early or push into its input.
         in_cte: the name of the CTE whose body holds it, or None.
-        in_main_body: it lies in the statement's main body, under FROM/JOIN only (no subquery
-            expression, no CTE).
+        in_main_body: it is a FROM or JOIN item of the statement's top-level SELECT itself (no
+            subquery or CTE around it).
         arrow_unsafe: some column the statement keeps has a type an Arrow round trip changes.
     """
 

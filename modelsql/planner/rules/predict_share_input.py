@@ -19,7 +19,9 @@ Black Box of Machine Learning Prediction Serving Systems", OSDI 2018, section
 applied to the scan that feeds the models.
 
 It applies only where it cannot change an answer: the statement is a SELECT
-whose FROM items are the shared PREDICTs (or the CTE's references) alone, with
+whose own FROM items are the shared PREDICTs (or the CTE's references) alone
+(not inside a subquery, whose CTEs the shared scan could not see), each with
+an output the statement reads (one with none never runs alone), with
 no LIMIT/OFFSET/QUALIFY, and filters only on the models' outputs (a filter on
 an input column, or a join with another table, may push into one PREDICT's
 input in DuckDB so that its model never sees, nor fails on, some rows); no
@@ -48,7 +50,8 @@ def predict_share_input(plan: QueryPlan) -> QueryPlan:
 def _share_scans(plan: QueryPlan) -> QueryPlan:
     by_input: dict[tuple, list] = {}
     for scan in plan.scans:
-        if scan.placement.in_main_body and not scan.input.inner:
+        if scan.placement.in_main_body and not scan.input.inner and _outputs_read(plan.tree, scan):
+            # (a PREDICT none of whose outputs is read never runs alone: DuckDB drops its call)
             by_input.setdefault(scan.input.key, []).append(scan)
     candidates = [group for group in by_input.values() if len(group) > 1]
     if not candidates:
@@ -68,6 +71,20 @@ def _share_scans(plan: QueryPlan) -> QueryPlan:
     if len(groups) == len(plan.groups):
         return replace(plan, notes=tuple(notes))
     return replace(plan, scans=tuple(scans[s.id] for s in plan.scans), groups=tuple(groups), notes=tuple(notes))
+
+
+def _outputs_read(stmt: exp.Expression, scan) -> bool:
+    """Whether the statement reads one of ``scan``'s outputs: by a column qualified with its alias or
+    unqualified (or through ``*``, when its reads are unknown)."""
+    if scan.used is None:
+        return True
+    alias = next((t.alias_or_name.lower() for t in stmt.find_all(exp.Table)
+                  if isinstance(t.this, ScanRef) and t.this.scan_id == scan.id), "")
+    outputs = {o.column.lower() for o in scan.outputs}
+    body = stmt.copy()
+    body.set("with_", None)  # a CTE body's columns are not this scan's
+    return any(c.name.lower() in outputs and (not c.table or c.table.lower() == alias)
+               for c in body.find_all(exp.Column))
 
 
 def _why_not(plan: QueryPlan, members) -> str:
