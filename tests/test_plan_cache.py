@@ -381,3 +381,26 @@ def test_evicting_old_plans_leaves_the_running_statement_alone(cached):
         rows = cached.execute(f"SELECT id, y FROM PREDICT(MODEL m, TABLE t) WHERE id < {i % 6 + 1} -- {i}").fetchall()
         assert len(rows) == i % 6 + 1, i
     assert len(functions(cached)) <= PLAN_CACHE_SIZE + 1  # retired plans' functions are removed
+
+
+def test_a_file_read_by_a_table_function_is_planned_every_time(cached, tmp_path):
+    # the file can change with no statement on this database: a plan over it is never kept
+    f = str(tmp_path / "in.parquet")
+    cached.execute(f"COPY (SELECT 1.0::DOUBLE AS a, 2.0::DOUBLE AS b, 3.0::DOUBLE AS c) TO '{f}'")
+    q = f"SELECT y FROM PREDICT(MODEL m, (SELECT * FROM read_parquet('{f}')), features = (a, b, c))"
+    assert cached.execute(q).fetchall() == [(6.0,)]
+    import duckdb
+
+    duckdb.connect().execute(f"COPY (SELECT 5.0::DOUBLE AS a, 2.0::DOUBLE AS b, 3.0::DOUBLE AS c) TO '{f}'")
+    assert cached.execute(q).fetchall() == [(10.0,)]
+
+
+def test_a_parameter_naming_the_file_plans_again_for_another_value(cached, tmp_path):
+    f1, f2 = str(tmp_path / "one.parquet"), str(tmp_path / "two.parquet")
+    cached.execute(f"COPY (SELECT 1.0::DOUBLE AS a, 2.0::DOUBLE AS b, 3.0::DOUBLE AS c) TO '{f1}'")
+    cached.execute(f"COPY (SELECT 'x' AS a, 2.0::DOUBLE AS b, 3.0::DOUBLE AS c) TO '{f2}'")
+    q = "SELECT y FROM PREDICT(MODEL m, (SELECT * FROM read_parquet(?)), features = (a, b, c))"
+    assert cached.execute(q, [f1]).fetchall() == [(6.0,)]
+    with pytest.raises(modelsql.ProgrammingError) as info:  # bound afresh: column a is text now
+        cached.execute(q, [f2]).fetchall()
+    assert info.value.code == "wrong_column_type"

@@ -85,6 +85,8 @@ class CachedPlan:
         persistent: scan id -> a stream operator whose function stays registered while the
             entry lives (name, operator), reused by every execution.
         text, qmark_style: the numbered text and its placeholder style (error excerpts point into it).
+        by_value, values: parameters whose values, not only types, the plan depends on (an argument of a
+            table function such as ``read_parquet(?)`` decides the input's columns) and the values planned.
         sql: the DuckDB statement when every scan streams (None: built per execution).
         params: the statement's parameter numbers behind ``sql``'s ``$1..$m``.
     """
@@ -94,6 +96,8 @@ class CachedPlan:
     generation: int
     text: str = ""
     qmark_style: bool = False
+    by_value: tuple = ()
+    values: tuple = ()
     id: int = field(default_factory=lambda: next(_IDS))
     persistent: dict = field(default_factory=dict)
     sql: Optional[str] = None
@@ -115,11 +119,12 @@ class PlanCache:
         """The key of ``text`` run with ``params`` (what DuckDB types them as) and the rules on or off."""
         return (text, tuple(param_signature(v) for v in params or ()), optimize)
 
-    def get(self, key: tuple, current: int) -> Optional[CachedPlan]:
+    def get(self, key: tuple, current: int, params: Optional[list] = None) -> Optional[CachedPlan]:
         entry = self._plans.get(key)
         if entry is None:
             return None
-        if entry.generation != current:
+        stale_values = entry.by_value and tuple((params or [])[k - 1] for k in entry.by_value) != entry.values
+        if entry.generation != current or stale_values:
             self._drop(key)
             return None
         self._plans.move_to_end(key)

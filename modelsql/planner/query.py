@@ -45,8 +45,11 @@ def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", 
     plan = plan_query(stmt, session, params)
     choices = choose(plan)
     entry = None
-    if cache_key is not None and not any(uses_parameters(p.args.get("options")) for p in stmt.find_all(PredictTable)):
-        entry = CachedPlan(plan, choices, generation, session.text, session.qmark_style)
+    if (cache_key is not None and not any(uses_parameters(p.args.get("options")) for p in stmt.find_all(PredictTable))
+            and not reads_outside_the_catalog(stmt, session)):
+        by_value = table_arguments(stmt)
+        entry = CachedPlan(plan, choices, generation, session.text, session.qmark_style, by_value,
+                           tuple(params[k - 1] for k in by_value))
     keep = {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None
     out, phys = _run(plan, choices, session, params, prefix=prefix, dry=dry, keep=keep)
     if entry is not None:
@@ -54,6 +57,39 @@ def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", 
             entry.persistent, entry.sql, entry.params = keep, phys.sql, phys.params
         session.plans.put(cache_key, entry)
     return out, plan, phys
+
+
+def reads_outside_the_catalog(stmt: exp.Expression, session) -> bool:
+    """Whether ``stmt`` reads a table function (``read_parquet('f')``, ``range(n)``) or a view: what they
+    return can change with no statement on this database (a file rewritten), so no plan of it is kept."""
+    tables = list(stmt.find_all(exp.Table))
+    if any(isinstance(t.this, exp.Func) for t in tables):
+        return True
+    names = {t.name.lower() for t in tables if isinstance(t.this, exp.Identifier)}
+    if not names:
+        return False
+    try:
+        views = session.duck.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE NOT internal AND lower(view_name) IN (SELECT unnest(?))",
+            [sorted(names)]).fetchall()[0][0]
+    except Exception:
+        return True
+    return views > 0
+
+
+def table_arguments(stmt: exp.Expression) -> tuple[int, ...]:
+    """Numbers of the ``$k`` parameters that are arguments of a FROM item (``read_parquet(?)``,
+    ``range(?)``): their values decide an input's columns and types, so a plan holds for those values only."""
+    found = set()
+    for p in stmt.find_all(exp.Placeholder):
+        node = p.parent
+        while node is not None and not isinstance(node, (exp.Select, exp.Where, exp.Join, exp.Having, exp.Subquery)):
+            if isinstance(node, exp.Table):
+                if str(p.this).isdigit():
+                    found.add(int(p.this))
+                break
+            node = node.parent
+    return tuple(sorted(found))
 
 
 def run_cached(entry: CachedPlan, session, params: list) -> Result:

@@ -132,7 +132,7 @@ class Session:
         if stypes is not None:
             return self.passthrough(text, params, stypes)
         key = PlanCache.key(text, params, self.optimize)
-        entry = self.plans.get(key, self.generation())
+        entry = self.plans.get(key, self.generation(), params)
         if entry is not None:
             from .query import run_cached
 
@@ -191,8 +191,8 @@ class Session:
             stypes = [st.type.name for st in statements]
             if len(statements) <= 1:
                 self.plans.remember_plain(text, stypes)
-        if any(t not in _READ_ONLY_TYPES for t in stypes):
-            self.changed()
+        if any(t not in _READ_ONLY_TYPES for t in stypes) or ("EXPLAIN" in stypes and "ANALYZE" in text.upper()):
+            self.changed()  # (EXPLAIN ANALYZE runs its statement, which may write)
         if len(stypes) > 1 and "TRANSACTION" in stypes and not params:
             if statements is None:
                 statements = list(duckdb.extract_statements(text))
