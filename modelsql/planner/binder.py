@@ -97,6 +97,13 @@ def input_relation(p: PredictTable, bound: list[PredictScan], session) -> tuple[
         if not (not source.db and source.name.lower() in {c.alias_or_name.lower() for c in ctes}):
             table = source.name
             key_columns = key_columns_of(session, source)
+    ctes = referenced_ctes(inner, ctes)
+    if any(c.find(PredictTable) is not None for c in ctes):
+        raise NotSupportedError(
+            f"PREDICT(MODEL {p.this.model_name}): its input reads a recursive CTE that holds a PREDICT not yet "
+            "computed (itself or one around it); compute the predictions in a CTE of their own first.",
+            code="predict_in_recursive_cte",
+        )
     if ctes:
         # The input may name CTEs of the enclosing query: it carries them along.
         alias = exp.TableAlias(this=exp.to_identifier("__msql_src"))
@@ -108,6 +115,21 @@ def input_relation(p: PredictTable, bound: list[PredictScan], session) -> tuple[
     refs = tuple(sorted({r.scan_id for r in inner.find_all(ScanRef)}))
     return Relation(tree=inner, source=source.copy(), inner=refs, table=table, sql=sql,
                     params=tuple(numbers)), key_columns
+
+
+def referenced_ctes(tree: exp.Expression, ctes: list[exp.CTE]) -> list[exp.CTE]:
+    """The CTEs of ``ctes`` that ``tree`` reads, directly or through another of them, in their order."""
+    by_name = {c.alias_or_name.lower(): c for c in ctes}
+    wanted: set[str] = set()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        for t in node.find_all(exp.Table):
+            name = t.name.lower()
+            if not t.db and name in by_name and name not in wanted:
+                wanted.add(name)
+                todo.append(by_name[name].this)
+    return [c for c in ctes if c.alias_or_name.lower() in wanted]
 
 
 def stand_in_tree(tree: exp.Expression, scans) -> exp.Expression:
