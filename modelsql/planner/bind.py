@@ -52,6 +52,8 @@ ON_ERROR_MODES = ("error", "null", "skip")
 KNOWN_OPTIONS = ("on_null", "on_error", "features", "backend", "batch_size", "execution", "isolate_rows")
 EXECUTION_MODES = ("auto", "stream", "batch")
 BACKENDS = ("onnxruntime",)
+MAX_BATCH_SIZE = 2**31 - 1
+"""Largest ``batch_size`` (rows per model run) a PREDICT accepts."""
 MAX_ARRAY = 100_000
 """DuckDB's largest fixed ``ARRAY`` size: a wider flat input row is passed as a list."""
 
@@ -158,9 +160,11 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
             code="backend_not_supported",
         )
     batch_size = options.get("batch_size")
-    if batch_size is not None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ProgrammingError(f"PREDICT(MODEL {model_name}): batch_size must be a positive integer.", code="bad_option")
+    if "batch_size" in options:
+        if (not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 0 < batch_size <= MAX_BATCH_SIZE):
+            raise ProgrammingError(
+                f"PREDICT(MODEL {model_name}): batch_size must be an integer from 1 to {MAX_BATCH_SIZE:,}, "
+                f"not {batch_size!r}.", code="bad_option")
     execution = _one_of(options, "execution", EXECUTION_MODES, model_name)
     on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name)
     isolate_rows = options.get("isolate_rows", True)

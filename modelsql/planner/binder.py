@@ -28,7 +28,7 @@ from .bind import Column, bind_predict, parse_options, quote
 from .column_names import name_columns
 from .options import no_repeats, value
 from .plan import Placement, PredictScan, QueryPlan, Relation, ScanRef
-from .rules import referenced_names
+from .references import referenced_names
 
 
 def bind_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
@@ -273,7 +273,7 @@ def in_top_level_from(node: exp.Expression, stmt: exp.Expression) -> bool:
 
 def kept_columns(columns, used: Optional[set[str]], stmt) -> list[Column]:
     """The input columns a batch-mode PREDICT passes through: all of them, or, when the statement's
-    column references are known (:func:`~modelsql.planner.rules.referenced_names`: ``USING`` names count,
+    column references are known (:func:`~modelsql.planner.references.referenced_names`: ``USING`` names count,
     ``NATURAL`` joins make them unknown), only those it names (as the stream plan's projection pushdown would)."""
     if used is None:
         return list(columns)

@@ -19,7 +19,8 @@ import re
 from sqlglot import exp
 
 from .. import sql as msql
-from ..errors import ProgrammingError
+from ..errors import NotSupportedError, ProgrammingError
+from ..sql.nodes import STATEMENT_NODES
 from . import cost
 from .handlers import run_default, run_statement
 from .plan import PredictScan, QueryPlan
@@ -42,6 +43,12 @@ def _explain(stmt: exp.Command, session, params: list) -> Result:
     inner = msql.parse(body)
     if len(inner) != 1:
         raise ProgrammingError("EXPLAIN takes exactly one statement.", code="parse_error")
+    if isinstance(inner[0], tuple(STATEMENT_NODES)):
+        raise NotSupportedError(
+            f"EXPLAIN of {type(inner[0]).__name__} is not supported: model statements have no plan to show; "
+            "EXPLAIN a query (SELECT, INSERT, CREATE TABLE AS ...) with PREDICT.",
+            code="explain_not_supported",
+        )
     analyze = "ANALYZE" in prefix.upper()
     out, plan, phys = run_query(inner[0], session, params, prefix=prefix, dry=not analyze)
     try:

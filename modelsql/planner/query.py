@@ -7,11 +7,12 @@ statement (:mod:`~modelsql.planner.physical`) -> run -> :class:`Result`.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from sqlglot import exp
 
-from ..errors import Error
+from ..errors import Error, NotSupportedError
 from ..sql.nodes import PredictTable
 from .options import uses_parameters
 from .plan_cache import CachedPlan
@@ -59,12 +60,18 @@ def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", 
     return out, plan, phys
 
 
+_FILE_NAME = re.compile(r"[./\\:*]")
+"""A table name DuckDB reads as a file (``'data.parquet'``, ``'s3://...'``, ``'*.csv'``) rather than a table."""
+
+
 def reads_outside_the_catalog(stmt: exp.Expression, session) -> bool:
     """Whether ``stmt`` reads a table function (``read_parquet('f')``, ``range(n)``) or a view: what they
     return can change with no statement on this database (a file rewritten), so no plan of it is kept."""
     tables = list(stmt.find_all(exp.Table))
     if any(isinstance(t.this, exp.Func) for t in tables):
         return True
+    if any(_FILE_NAME.search(t.name) for t in tables if isinstance(t.this, exp.Identifier)):
+        return True  # FROM 'data.parquet': DuckDB reads the file (a replacement scan)
     names = {t.name.lower() for t in tables if isinstance(t.this, exp.Identifier)}
     if not names:
         return False
@@ -155,6 +162,12 @@ def _run(plan: QueryPlan, choices: dict, session, params: list, *, prefix: str =
 
 
 def _query(stmt: exp.Expression, session, params: list) -> Result:
+    if isinstance(stmt, exp.Command):
+        raise NotSupportedError(
+            f"PREDICT cannot be used in {str(stmt.this).upper()}: modelsql plans the statement when it runs. "
+            "Run it with cursor.execute and ? parameters instead (its plan is kept for the next run).",
+            code="predict_in_command",
+        )
     return run_query(stmt, session, params, cache_key=session.cache_key)[0]
 
 

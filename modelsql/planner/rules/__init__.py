@@ -9,7 +9,7 @@ that does not apply returns its input unchanged (it may add a line to
 from __future__ import annotations
 
 from ..plan import QueryPlan
-from .predict_prune_outputs import predict_prune_outputs, referenced_names
+from .predict_prune_outputs import predict_prune_outputs
 from .predict_share_input import predict_share_input
 
 RULES = (predict_prune_outputs, predict_share_input)
@@ -22,4 +22,4 @@ def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
     return plan
 
 
-__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input", "referenced_names"]
+__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input"]

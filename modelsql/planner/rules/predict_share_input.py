@@ -87,11 +87,29 @@ def _outputs_read(stmt: exp.Expression, scan) -> bool:
                for c in body.find_all(exp.Column))
 
 
+_VOLATILE = {"random", "rand", "gen_random_uuid", "uuid", "uuidv4", "uuidv7", "setseed", "nextval", "currval"}
+"""Functions whose value differs on every call: two reads of an input using one give different rows."""
+
+
+def volatile(tree: exp.Expression) -> str:
+    """The volatile function or sample in ``tree`` ('' when none): reading it twice is not reading it once."""
+    for node in tree.walk():
+        if isinstance(node, (exp.Rand, exp.TableSample)):
+            return node.sql(dialect="duckdb")
+        if isinstance(node, exp.Func) and (node.sql_name().lower() in _VOLATILE
+                                           or (isinstance(node, exp.Anonymous) and node.name.lower() in _VOLATILE)):
+            return node.sql(dialect="duckdb")
+    return ""
+
+
 def _why_not(plan: QueryPlan, members) -> str:
     """Why ``members`` cannot share their input ('' when they can)."""
     stmt = plan.tree
     if not isinstance(stmt, exp.Select):
         return "the statement is not a SELECT"
+    changing = volatile(members[0].input.tree)
+    if changing:
+        return f"their input calls {changing}, whose rows differ each time it is read"
     for s in members:
         o = s.options
         if o.on_null == "skip" or o.on_error == "skip":
