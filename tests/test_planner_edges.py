@@ -83,3 +83,32 @@ def test_a_predict_reading_the_recursive_cte_that_holds_it_is_refused(two):
     with pytest.raises(modelsql.NotSupportedError) as info:
         two.execute(q)
     assert info.value.code == "predict_in_recursive_cte"
+
+
+def test_batch_results_do_not_pile_up_in_a_long_transaction(two):
+    # DuckDB keeps a registered object until the transaction ends, even unregistered: a batch PREDICT
+    # read once by its statement is registered as a stream that forgets each batch as it is scanned
+    import gc
+    import weakref
+
+    from modelsql.operators import scan as scan_op
+
+    two.execute("CREATE TABLE big AS SELECT i AS id, (i % 7)::DOUBLE AS a, 1.0::DOUBLE AS b FROM range(100000) r(i)")
+    kept = []
+    real = scan_op.BatchPredict.execute
+
+    def watched(self, dry=False):
+        for piece in real(self, dry):
+            kept.append(weakref.ref(piece.column(0)))
+            yield piece
+
+    scan_op.BatchPredict.execute = watched
+    try:
+        q = "SELECT sum(y) FROM PREDICT(MODEL m1, TABLE big, execution = 'batch')"
+        first = two.execute(q).fetchall()
+        for _ in range(3):
+            assert two.execute(q).fetchall() == first
+    finally:
+        scan_op.BatchPredict.execute = real
+    gc.collect()
+    assert kept and all(ref() is None for ref in kept)  # inside the same, still open, transaction

@@ -189,6 +189,8 @@ class BatchPredict:
         self.read_types: list = []
         self.seconds = 0.0
         self.rows_read = 0
+        self.read_once = False
+        """The statement reads the result exactly once (the planner knows): registered as a stream."""
 
     def query(self, dry: bool) -> tuple[str, list]:
         """The input query: kept columns, then each argument (a column-major one as its separate columns)."""
@@ -251,7 +253,12 @@ class BatchPredict:
         finally:
             pieces.close()
         name = f"__modelsql_batch_{next(_COUNTER)}"
-        register(name, pa.Table.from_batches(batches, schema=self.arrow_schema))
+        if self.read_once:
+            # DuckDB keeps a registered object until the transaction ends, even once unregistered: a stream
+            # that hands over (and forgets) each batch as it is scanned leaves nothing behind
+            register(name, pa.RecordBatchReader.from_batches(self.arrow_schema, _handed_over(batches)))
+        else:
+            register(name, pa.Table.from_batches(batches, schema=self.arrow_schema))
         return self._read_sql(name)
 
     def _read_sql(self, name: str) -> str:
@@ -272,6 +279,13 @@ class BatchPredict:
 
     def measured(self) -> dict[str, str]:
         return {"rows": str(self.rows_read), "calls": str(self.function.calls), "time": f"{self.seconds * 1000:.3f} ms"}
+
+
+def _handed_over(batches: list) -> Iterator[pa.RecordBatch]:
+    """Yield ``batches`` in order, dropping each from the list as it goes."""
+    batches.reverse()
+    while batches:
+        yield batches.pop()
 
 
 _ARROW_SAFE = re.compile(

@@ -173,16 +173,32 @@ def describe(session, input_sql: str, params: list, model: str) -> list[Column]:
 
 
 def key_columns_of(session, table: exp.Table) -> list[str]:
-    """The PRIMARY KEY and UNIQUE columns of ``table`` (never fed to a model by position)."""
+    """The PRIMARY KEY and UNIQUE columns of ``table`` (never fed to a model by position), resolved as
+    DuckDB resolves the name: the database and schema written, else a temporary table of that name,
+    else the current database and schema."""
     try:
         rows = session.duck.execute(
-            "SELECT constraint_column_names FROM duckdb_constraints() "
-            "WHERE lower(table_name) = lower(?) AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
+            "SELECT t.database_name, t.schema_name, c.constraint_column_names, current_database(), current_schema() "
+            "FROM duckdb_tables() t LEFT JOIN duckdb_constraints() c ON c.table_oid = t.table_oid "
+            "AND c.constraint_type IN ('PRIMARY KEY', 'UNIQUE') WHERE lower(t.table_name) = lower(?)",
             [table.name],
         ).fetchall()
     except Exception:
         return []
-    return [c for (names,) in rows for c in (names or [])]
+    if not rows:
+        return []
+    here_db, here_schema = rows[0][3], rows[0][4]
+    places = {(r[0].lower(), r[1].lower()) for r in rows}
+    if table.catalog:
+        want = (table.catalog.lower(), (table.db or "main").lower())
+    elif table.db:
+        want = next(((d, sch) for d, sch in places if sch == table.db.lower() and d == here_db.lower()),
+                    next(((d, sch) for d, sch in places if d == table.db.lower()), (here_db.lower(), table.db.lower())))
+    elif ("temp", "main") in places:
+        want = ("temp", "main")
+    else:
+        want = (here_db.lower(), here_schema.lower())
+    return [c for r in rows if (r[0].lower(), r[1].lower()) == want for c in (r[2] or [])]
 
 
 def estimate_rows(session, input_sql: str, params: list) -> Optional[int]:

@@ -79,6 +79,8 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         if choice.execution == "batch":
             begin_snapshot(session, held)
             op = batch_operator(scan, session, input_sql, in_params)
+            # read once: the statement's own top-level FROM, with nothing that could read it twice
+            op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
             held.operators.append(op)
             sub = op.run(lambda name, table: _register(session, held, name, table), dry=dry)
             if sub is not None:
