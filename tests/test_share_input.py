@@ -5,9 +5,8 @@ With the rule, each model of a shared input runs on exactly the input's rows, on
 table has fewer rows than one DuckDB chunk (2,048), so "once" is ``calls=1``.
 
 The answers with optimize on and off are compared on two texts that differ by a trailing
-comment: the plan cache is keyed by the text and not by ``optimize`` (see
-``test_plan_cache.py::test_toggling_optimize_plans_again``), so the same text twice would
-compare a cached plan with itself.
+comment, so each is planned afresh whatever the plan cache holds (it is keyed by ``optimize``
+too: ``test_plan_cache.py::test_toggling_optimize_plans_again``).
 """
 
 from __future__ import annotations
