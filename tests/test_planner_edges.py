@@ -105,3 +105,17 @@ def test_batch_results_do_not_pile_up_in_a_long_transaction(two):
         assert len(two.execute(q).fetchall()) == 200000
     gc.collect()
     assert rss_mib() - before < 60, f"grew {rss_mib() - before:.0f} MiB within one transaction"
+
+
+def test_plain_statements_beside_a_model_statement_run_as_written(two):
+    # sqlglot cannot regenerate a VIRTUAL generated column; as written, DuckDB runs it
+    two.execute("CREATE TABLE tg (a INT, b INT GENERATED ALWAYS AS (a * 2) VIRTUAL); SHOW MODELS")
+    rows = two.execute("INSERT INTO tg (a) VALUES (?); SELECT a, b, y FROM PREDICT(MODEL m1, "
+                       "(SELECT a, b FROM tg WHERE a = ?), features = (a, b))", [3, 3]).fetchall()
+    assert rows == [(3, 6, 9.0)]
+
+
+def test_an_error_in_a_later_statement_points_into_the_whole_text(two):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        two.execute("SELECT 1;\nSELECT * FROM PREDICT(MODEL nope, TABLE t)")
+    assert info.value.code == "model_not_found" and (info.value.line, info.value.column) == (2, 29)

@@ -143,6 +143,13 @@ class Session:
         numbered, count = msql.number_placeholders(text)
         self.qmark_style = count > 0
         given = len(params) if params is not None else 0
+        if (count > 0 or not given) and len(msql.statement_texts(text)) > 1:
+            if given != count:
+                raise ProgrammingError(
+                    f"The statements have {count} parameter placeholder(s) but {given} value(s) were given.",
+                    code="parameter_count",
+                )
+            return self._one_by_one(text, params or [])
         statements = msql.parse(numbered)
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
@@ -164,6 +171,21 @@ class Session:
                 if not _reads_only(stmt):
                     self.changed()  # DDL, DML, a model statement that writes: cached plans may be stale
             if i < len(statements) - 1:
+                self.drain(result)
+        return result
+
+    def _one_by_one(self, text: str, params: list) -> Result:
+        """Several statements: each runs as written (a plain one goes to DuckDB untouched, not through
+        sqlglot), with its own ``?`` values; the last one's result."""
+        result = Result(self.duck)
+        pieces = msql.statement_texts(text)
+        used = 0
+        for i, piece in enumerate(pieces):
+            count = msql.number_placeholders(piece)[1]
+            result.release()
+            result = self.execute(piece, params[used:used + count])
+            used += count
+            if i < len(pieces) - 1:
                 self.drain(result)
         return result
 

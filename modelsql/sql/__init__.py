@@ -10,6 +10,7 @@ Public API:
 * :func:`mentions_models` — a tokenizer-only check: does the text need our parser?
 * :func:`number_placeholders` — ``?`` -> ``$1``, ``$2``, ... leaving all else byte-identical.
 * :func:`renumber_placeholders` — ``$k`` -> ``$m`` by a mapping, leaving all else byte-identical.
+* :func:`statement_texts` — a text's statements as written (split on top-level ``;``).
 * :func:`to_duckdb_sql` — generate DuckDB SQL from a tree free of our nodes.
 
 Where ``PREDICT`` sits in a tree: ``FROM PREDICT(MODEL m, TABLE t) AS p`` is
@@ -313,6 +314,31 @@ def renumber_placeholders(sql: str, mapping: dict[int, int]) -> str:
     return "".join(parts)
 
 
+# -------------------------------------------------------------- statement_texts
+
+
+def statement_texts(sql: str) -> list[str]:
+    """The statements of ``sql`` as written: its slices between top-level ``;`` tokens (a ``;`` in a
+    string, a quoted identifier or a comment does not split), empty ones dropped. A text that does not
+    tokenize comes back whole (parsing it then reports the error)."""
+    try:
+        tokens = ModelSQLTokenizer(dialect=_DIALECT).tokenize(sql)
+    except Exception:
+        return [sql]
+    out: list[str] = []
+    start, seen = 0, False
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            if seen:
+                out.append(sql[start:tok.start].strip())
+            start, seen = tok.end + 1, False
+        else:
+            seen = True
+    if seen:
+        out.append(sql[start:].strip())
+    return out
+
+
 # -------------------------------------------------------------- to_duckdb_sql
 
 
@@ -356,5 +382,6 @@ __all__ = [
     "mentions_models",
     "number_placeholders",
     "renumber_placeholders",
+    "statement_texts",
     "to_duckdb_sql",
 ]
