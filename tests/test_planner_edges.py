@@ -38,6 +38,14 @@ def test_a_volatile_input_is_not_shared(two):
     assert "declined" in plan and "random()" in plan.lower()
 
 
+def test_a_sampled_input_is_not_shared(two):
+    src = "(SELECT * FROM t USING SAMPLE 50 PERCENT (bernoulli))"
+    q = (f"SELECT count(*), sum(p.y + q.y) FROM PREDICT(MODEL m1, {src}) p "
+         f"JOIN PREDICT(MODEL m2, {src}) q USING (id)")
+    plan = [v for k, v in two.execute("EXPLAIN " + q).fetchall() if k == "modelsql_plan"][0]
+    assert "declined" in plan and "sample" in plan and "SharedInput" not in plan
+
+
 @pytest.mark.parametrize("stmt", ["SHOW MODELS", "DESCRIBE MODEL m1", "DROP MODEL m1", "VACUUM MODELS"])
 def test_explain_of_a_model_statement_is_refused(two, stmt):
     with pytest.raises(modelsql.NotSupportedError) as info:

@@ -94,8 +94,10 @@ _VOLATILE = {"random", "rand", "gen_random_uuid", "uuid", "uuidv4", "uuidv7", "s
 def volatile(tree: exp.Expression) -> str:
     """The volatile function or sample in ``tree`` ('' when none): reading it twice is not reading it once."""
     for node in tree.walk():
-        if isinstance(node, (exp.Rand, exp.TableSample)):
-            return node.sql(dialect="duckdb")
+        if isinstance(node, exp.TableSample):
+            return "a sample (USING SAMPLE / TABLESAMPLE)"
+        if isinstance(node, exp.Rand):
+            return node.sql(dialect="duckdb") or "random()"
         if isinstance(node, exp.Func) and (node.sql_name().lower() in _VOLATILE
                                            or (isinstance(node, exp.Anonymous) and node.name.lower() in _VOLATILE)):
             return node.sql(dialect="duckdb")
