@@ -203,6 +203,17 @@ def stage_costs(path: str, repeat: int) -> dict:
     return {"stream_read_s": read_t, "layout_s": max(0.0, read_stack_t - read_t), "group_by_s": group_t}
 
 
+def ort_sessions(model_bytes: bytes) -> dict[int, ort.InferenceSession]:
+    """One ONNX Runtime session per thread count tried: 1 and all cores, spinning on."""
+    out = {}
+    for threads in sorted({1, len(os.sched_getaffinity(0))}):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        out[threads] = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+    return out
+
+
 def hand_glue(path: str, model_bytes: bytes, repeat: int) -> tuple[float, dict, list]:
     """Baseline: the best hand-written Python doing what the light model's statement does.
 
@@ -217,12 +228,7 @@ def hand_glue(path: str, model_bytes: bytes, repeat: int) -> tuple[float, dict, 
     cores = len(os.sched_getaffinity(0))
     con = duckdb.connect(path, read_only=True)
     query = f"SELECT {', '.join(FEATURES)} FROM t"
-    sessions = {}
-    for threads in sorted({1, cores}):
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
-        sessions[threads] = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+    sessions = ort_sessions(model_bytes)
     name = sessions[1].get_inputs()[0].name
     counts = np.zeros(0, np.int64)
 

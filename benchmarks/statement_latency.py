@@ -62,7 +62,7 @@ import pyarrow as pa
 import modelsql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from predict_overhead import FEATURES, light_model, make_data  # noqa: E402
+from predict_overhead import FEATURES, light_model, make_data, ort_sessions  # noqa: E402
 
 SIZES = (1, 10, 1000)
 PREDICT_SQL = "SELECT * FROM PREDICT(MODEL light, TABLE t{n})"
@@ -84,18 +84,6 @@ def build(path: str, data: np.ndarray):
         con.commit()
         con.import_model("light", proto, features=FEATURES)
     return proto
-
-
-def ort_sessions(model_bytes: bytes) -> dict[int, ort.InferenceSession]:
-    """One session per thread count tried: 1 and all cores, spinning on (as predict_overhead.py)."""
-    cores = len(os.sched_getaffinity(0))
-    out = {}
-    for threads in sorted({1, cores}):
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
-        out[threads] = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
-    return out
 
 
 def floor_udf(arr: pa.Array) -> pa.StructArray:

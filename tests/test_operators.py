@@ -35,7 +35,7 @@ def rows(batches) -> list[tuple]:
 def test_stream_operator_executes_alone(planned):
     con, session, plan = planned
     scan = plan.scans[0]
-    op = physical.stream_operator(scan, session)
+    op = physical.stream_operator(scan, session, physical.session_threads(session))
     op.input_sql, op.params = scan.input.sql, []
     assert op.schema == [("id", "BIGINT"), ("a", "DOUBLE"), ("b", "DOUBLE"), ("y", "FLOAT")]
     assert rows(op.execute()) == expected()
@@ -47,7 +47,7 @@ def test_batch_operator_executes_alone(planned, monkeypatch):
     con, session, plan = planned
     monkeypatch.setattr(cost, "BATCH_ROWS", 1024)
     scan = plan.scans[0]
-    op = physical.batch_operator(scan, session, scan.input.sql, [])
+    op = physical.batch_operator(scan, session, scan.input.sql, [], physical.session_threads(session))
     batches = list(op.execute())
     assert len(batches) == 5 and all(b.num_rows <= 1024 for b in batches)  # one batch per model run
     assert rows(batches) == expected()

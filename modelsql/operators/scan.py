@@ -177,7 +177,7 @@ class BatchPredict:
         self.rows_per_batch = rows_per_batch
         self.run_rows = run_rows
         self.memory_limit = memory_limit
-        self.kept = list(scan.placement.kept_columns) if scan.used is not None else list(b.columns)
+        self.kept = list(scan.placement.kept_columns)
         self.schema = [(c.name, c.type) for c in self.kept] + [(x.column, x.duckdb_type) for x in b.outputs]
         args = b.args
         if column_major:  # the transposed copy's inputs, by position in the original's

@@ -41,6 +41,7 @@ from typing import Optional, Sequence
 from ..catalog.entries import ModelVersion, TensorSpec
 from ..errors import NotSupportedError, ProgrammingError, did_you_mean
 from ..operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
+from ..operators.scan import quote
 
 NUMERIC_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
@@ -122,11 +123,6 @@ class Binding:
     @property
     def fed_columns(self) -> tuple[str, ...]:
         return tuple(c for a in self.args for c in a.columns)
-
-
-def quote(name: str) -> str:
-    """Quote an identifier for DuckDB."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def parse_options(options: dict[str, object], model_name: str) -> PredictOptions:

@@ -233,22 +233,13 @@ ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.J
 def placement_of(p: PredictTable, stmt: exp.Expression, columns, used: Optional[set[str]]) -> Placement:
     """Where ``p`` sits in ``stmt`` (see :class:`~modelsql.planner.plan.Placement`)."""
     kept = kept_columns(columns, used, stmt)
-    in_cte = next((a.alias_or_name for a in _ancestors(p) if isinstance(a, exp.CTE)), None)
     return Placement(
         top_level_from=in_top_level_from(p, stmt),
         row_dependent=any(isinstance(n, ROW_DEPENDENT) for n in stmt.walk(prune=lambda n: isinstance(n, PredictTable))),
-        in_cte=in_cte,
-        in_main_body=in_cte is None and _under_from_only(p, stmt),
+        in_main_body=_under_from_only(p, stmt),
         kept_columns=tuple(kept),
         arrow_unsafe=tuple(c for c in kept if arrow_unsafe(c.type)),
     )
-
-
-def _ancestors(node: exp.Expression):
-    parent = node.parent
-    while parent is not None:
-        yield parent
-        parent = parent.parent
 
 
 def _under_from_only(node: exp.Expression, stmt: exp.Expression) -> bool:

@@ -15,6 +15,7 @@ Rows ``(explain_key, explain_value)``, as DuckDB's EXPLAIN gives them:
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from sqlglot import exp
 
@@ -30,16 +31,25 @@ from .result import Result
 _PREFIX = re.compile(r"\s*(ANALYZE\b|\([^()]*\))", re.I)
 
 
-@run_statement.register
-def _explain(stmt: exp.Command, session, params: list) -> Result:
-    if str(stmt.this).upper() != "EXPLAIN":
-        return run_default(stmt, session, params)
+def explain_parts(stmt: exp.Expression) -> Optional[tuple[str, str]]:
+    """``(prefix, body)`` of an ``EXPLAIN [ANALYZE | (options)] <body>`` statement (sqlglot keeps it as a
+    Command whose body is text): the prefix to put before the DuckDB statement, ``"EXPLAIN "`` when no
+    option is given; None for any other statement."""
+    if not (isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN"):
+        return None
     body = stmt.expression.name if stmt.expression is not None else ""
     m = _PREFIX.match(body)
-    prefix = "EXPLAIN "
-    if m:
-        prefix = f"EXPLAIN {m.group(1)} "
-        body = body[m.end():]
+    if m is None:
+        return "EXPLAIN ", body
+    return f"EXPLAIN {m.group(1)} ", body[m.end():]
+
+
+@run_statement.register
+def _explain(stmt: exp.Command, session, params: list) -> Result:
+    parts = explain_parts(stmt)
+    if parts is None:
+        return run_default(stmt, session, params)
+    prefix, body = parts
     inner = msql.parse(body)
     if len(inner) != 1:
         raise ProgrammingError("EXPLAIN takes exactly one statement.", code="parse_error")
@@ -94,7 +104,7 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
                  f"est. rows={rows} time={duration(est.ms)} ({est.source})")
     if choice is not None:
         rejected = "; ".join(f"{alt} ({why})" for alt, why in choice.rejected)
-        lines.append(f"{pad}  execution: {op.execution if op else choice.execution} ({choice.reason})"
+        lines.append(f"{pad}  execution: {op.explain()['execution'] if op else choice.execution} ({choice.reason})"
                      + (f"; rejected: {rejected}" if rejected else ""))
     outs = ", ".join(o.column for o in s.outputs)
     lines.append(f"{pad}  outputs: {outs}" + (f"; shared input #{s.shared}" if s.shared is not None else ""))

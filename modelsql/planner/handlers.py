@@ -7,8 +7,9 @@ its code::
     @run_statement.register
     def _(stmt: DropModel, session, params) -> Result: ...
 
-Anything not registered (a DuckDB query that contains ``PREDICT``) goes to the
-query handler, registered by :mod:`modelsql.planner.query` as the default.
+Anything no node class claims (a DuckDB query that contains ``PREDICT``) goes to
+the query handler, which :mod:`modelsql.planner.query` registers for
+``exp.Expression`` itself.
 :class:`~modelsql.planner.session.Session` imports the modules that register.
 """
 
@@ -18,24 +19,18 @@ from functools import singledispatch
 
 from sqlglot import exp
 
+from ..errors import InternalError
+
 
 @singledispatch
-def run_statement(stmt: exp.Expression, session, params: list):
+def run_statement(stmt, session, params: list):
     """Carry out one parsed statement; returns a :class:`~modelsql.planner.result.Result`."""
-    return _default[0](stmt, session, params)
-
-
-_default: list = [None]
-
-
-def register_default(fn) -> None:
-    """The handler for statements no node class claims (queries with PREDICT)."""
-    _default[0] = fn
+    raise InternalError(f"no handler for {type(stmt).__name__}", code="internal_error")
 
 
 def run_default(stmt: exp.Expression, session, params: list):
-    """Run ``stmt`` with the default handler (for a handler that declines a node of its class)."""
-    return _default[0](stmt, session, params)
+    """Run ``stmt`` with the handler of ``exp.Expression`` (for a handler that declines a node of its class)."""
+    return run_statement.dispatch(exp.Expression)(stmt, session, params)
 
 
 @run_statement.register(exp.Transaction)

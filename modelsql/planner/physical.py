@@ -71,6 +71,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
     lowered: dict[int, tuple[str, set]] = {}
     grouped = {m for g in plan.groups for m in g.members}
     shared_ctes: list[tuple] = []
+    duck_threads = session_threads(session)
     for scan in plan.scans:
         choice = choices[scan.id]
         input_sql, numbers = render(scan.input.tree, lowered)
@@ -78,7 +79,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         sub = None
         if choice.execution == "batch":
             begin_snapshot(session, held)
-            op = batch_operator(scan, session, input_sql, in_params)
+            op = batch_operator(scan, session, input_sql, in_params, duck_threads)
             # read once: the statement's own top-level FROM, with nothing that could read it twice
             op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
             held.operators.append(op)
@@ -88,7 +89,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
                 lowered[scan.id] = (sub, set())
                 continue
             held.operators.remove(op)
-        op = stream_operator(scan, session)
+        op = stream_operator(scan, session, duck_threads)
         op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
         name = op.register()
         if keep is None:
@@ -98,35 +99,44 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         held.operators.append(op)
         phys.operators[scan.id] = op
         if scan.id not in grouped:
-            source, numbers = render(scan.input.source, lowered, renumber_params=False)
-            lowered[scan.id] = (op.sql(source if isinstance(scan.input.source, exp.Table) else f"({source})"),
-                                set(numbers))
+            source, numbers = from_item(scan.input.source, lowered)
+            lowered[scan.id] = (op.sql(source), numbers)
     for g in plan.groups:
         members = [phys.operators[m] for m in g.members]
-        src = plan.scan(g.members[0]).input.source
-        source, numbers = render(src, lowered, renumber_params=False)
-        body, names = shared_scan_sql(members, source if isinstance(src, exp.Table) else f"({source})")
+        source, numbers = from_item(plan.scan(g.members[0]).input.source, lowered)
+        body, names = shared_scan_sql(members, source)
         cte = f"__msql_shared_{g.id}"
-        shared_ctes.append((cte, body, set(numbers)))
+        shared_ctes.append((cte, body, numbers))
         for m, name in zip(members, names):
             lowered[m.scan.id] = (shared_member_sql(m, names, name, cte), set())
     phys.sql, phys.params = render(plan.tree, lowered, materialized=plan.materialized, extra_ctes=shared_ctes)
     return phys
 
 
-def stream_operator(scan: PredictScan, session) -> StreamPredict:
+def from_item(source: exp.Expression, lowered: dict) -> tuple[str, set]:
+    """A PREDICT's input as written, as SQL to put after FROM (a table name, or a parenthesised query),
+    and the statement's parameter numbers it carries."""
+    sql, numbers = render(source, lowered, renumber_params=False)
+    return (sql if isinstance(source, exp.Table) else f"({sql})"), set(numbers)
+
+
+def shared_threads(cores: int, duck_threads: int) -> int:
+    """Intra-op threads of a session that DuckDB's ``duck_threads`` workers call at once."""
+    return max(1, cores // max(1, duck_threads))
+
+
+def stream_operator(scan: PredictScan, session, duck_threads: int) -> StreamPredict:
     """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`)."""
     cores = artifacts.default_threads()
-    duck_threads = session_threads(session)
-    intra = cost.stream_threads(scan, duck_threads, cores) or max(1, cores // max(1, duck_threads))
+    intra = cost.stream_threads(scan, duck_threads, cores) or shared_threads(cores, duck_threads)
     model = artifacts.model_session(session.store, scan.model, intra=intra)
     return StreamPredict(scan, model, session.duck)
 
 
-def batch_operator(scan: PredictScan, session, input_sql: str, params: list) -> BatchPredict:
+def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int) -> BatchPredict:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows."""
     cores = artifacts.default_threads()
-    stream = artifacts.model_session(session.store, scan.model, intra=max(1, cores // max(1, session_threads(session))))
+    stream = artifacts.model_session(session.store, scan.model, intra=shared_threads(cores, duck_threads))
     b, o = scan.binding, scan.options
     transposable = not o.batch_size and stream.fixed_batch is None and o.backend == "onnxruntime"
     column_major = tuple(
@@ -179,7 +189,7 @@ def render(tree: exp.Expression, lowered: dict[int, tuple[str, set]], *, renumbe
     pieces: dict[str, str] = {}
     for ref in list(t.find_all(ScanRef)):
         sub, numbers = lowered[ref.scan_id]
-        token = f"{_TOKEN}{ref.scan_id}"
+        token = f"{_TOKEN}{ref.scan_id}_"  # (the closing "_": no token is a prefix of another)
         pieces[token] = f"({sub})"
         used |= numbers
         ref.replace(exp.to_identifier(token))
@@ -187,7 +197,7 @@ def render(tree: exp.Expression, lowered: dict[int, tuple[str, set]], *, renumbe
         if cte.alias_or_name in materialized:
             cte.set("materialized", True)
     for name, body, numbers in extra_ctes:
-        token = f"{_TOKEN}cte_{name}"
+        token = f"{_TOKEN}cte_{name}_"
         pieces[token] = body
         used |= numbers
         node = exp.CTE(this=exp.Table(this=exp.to_identifier(token)),
@@ -198,8 +208,8 @@ def render(tree: exp.Expression, lowered: dict[int, tuple[str, set]], *, renumbe
         else:
             with_.append("expressions", node)
     sql = msql.to_duckdb_sql(t)
-    for token in sorted(pieces, key=len, reverse=True):
-        sql = sql.replace(token, pieces[token])
+    for token, piece in pieces.items():
+        sql = sql.replace(token, piece)
     numbers = sorted(used)
     if renumber_params and numbers != list(range(1, len(numbers) + 1)):
         sql = msql.renumber_placeholders(sql, {k: i + 1 for i, k in enumerate(numbers)})

@@ -77,15 +77,15 @@ class Placement:
         top_level_from: the statement's own top-level FROM reads it (so the statement consumes all of it).
         row_dependent: the statement has a filter, limit or join outside PREDICT inputs, which may
             stop a streaming PREDICT early or push into its input.
-        in_cte: the name of the CTE whose body holds it, or None.
         in_main_body: it is a FROM or JOIN item of the statement's top-level SELECT itself (no
             subquery or CTE around it).
-        arrow_unsafe: some column the statement keeps has a type an Arrow round trip changes.
+        kept_columns: the input columns the statement may read (all when that is unknown): what a
+            batch operator passes through.
+        arrow_unsafe: those of them whose type an Arrow round trip changes.
     """
 
     top_level_from: bool = False
     row_dependent: bool = True
-    in_cte: Optional[str] = None
     in_main_body: bool = False
     kept_columns: tuple = ()
     arrow_unsafe: tuple = ()

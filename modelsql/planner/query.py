@@ -17,7 +17,7 @@ from ..sql.nodes import PredictTable
 from .options import uses_parameters
 from .plan_cache import CachedPlan
 from .binder import bind_query
-from .handlers import register_default
+from .handlers import run_statement
 from .physical import Physical, build, choose
 from .plan import QueryPlan
 from .predict_errors import predict_error
@@ -161,6 +161,7 @@ def _run(plan: QueryPlan, choices: dict, session, params: list, *, prefix: str =
         raise
 
 
+@run_statement.register(exp.Expression)
 def _query(stmt: exp.Expression, session, params: list) -> Result:
     if isinstance(stmt, exp.Command):
         raise NotSupportedError(
@@ -170,5 +171,3 @@ def _query(stmt: exp.Expression, session, params: list) -> Result:
         )
     return run_query(stmt, session, params, cache_key=session.cache_key)[0]
 
-
-register_default(_query)

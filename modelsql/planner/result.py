@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import duckdb
 
+from ..duckdb_errors import translate
 from ..errors import Error
 
 
@@ -91,6 +92,4 @@ class Result:
 
     def error(self, exc: BaseException) -> Error:
         """The modelsql error for ``exc`` raised while this result was fetched."""
-        from ..duckdb_errors import translate
-
         return self.translate(exc) if self.translate is not None else translate(exc)

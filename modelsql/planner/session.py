@@ -111,12 +111,10 @@ class Session:
     def close(self) -> None:
         """Roll back an open transaction and drop cached plans; model sessions live in the process-wide cache."""
         self.plans.clear()
-        if self.in_transaction:
-            self.in_transaction = False
-            try:
-                self.duck.execute("ROLLBACK")
-            except Exception:
-                pass
+        try:
+            self.rollback()
+        except Error:
+            pass
 
     def check_writable(self) -> None:
         """Raises OperationalError (``read_only``) on a read-only connection."""
@@ -143,13 +141,14 @@ class Session:
         numbered, count = msql.number_placeholders(text)
         self.qmark_style = count > 0
         given = len(params) if params is not None else 0
-        if (count > 0 or not given) and len(msql.statement_texts(text)) > 1:
+        pieces = msql.statement_texts(text) if count > 0 or not given else []
+        if len(pieces) > 1:
             if given != count:
                 raise ProgrammingError(
                     f"The statements have {count} parameter placeholder(s) but {given} value(s) were given.",
                     code="parameter_count",
                 )
-            return self._one_by_one(text, params or [])
+            return self._one_by_one(pieces, params or [])
         statements = msql.parse(numbered)
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
@@ -174,11 +173,10 @@ class Session:
                 self.drain(result)
         return result
 
-    def _one_by_one(self, text: str, params: list) -> Result:
+    def _one_by_one(self, pieces: list[str], params: list) -> Result:
         """Several statements: each runs as written (a plain one goes to DuckDB untouched, not through
         sqlglot), with its own ``?`` values; the last one's result."""
         result = Result(self.duck)
-        pieces = msql.statement_texts(text)
         used = 0
         for i, piece in enumerate(pieces):
             count = msql.number_placeholders(piece)[1]
@@ -301,9 +299,9 @@ class Session:
 
 def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
     """The ``$n`` numbers of a statement (of the statement inside an ``EXPLAIN``, which sqlglot keeps as text)."""
-    if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN" and stmt.expression is not None:
-        body = re.sub(r"^\s*(ANALYZE\b|\([^()]*\))", "", stmt.expression.name, flags=re.I)
-        return [n for st in msql.parse(body) for n in _numbered_placeholders(st)]
+    parts = explain.explain_parts(stmt)
+    if parts is not None:
+        return [n for st in msql.parse(parts[1]) for n in _numbered_placeholders(st)]
     return [int(p.this) for p in stmt.find_all(exp.Placeholder) if str(p.this).isdigit()]
 
 
@@ -312,11 +310,11 @@ def _reads_only(stmt: exp.Expression) -> bool:
     a plain EXPLAIN of a query)."""
     if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel)):
         return True
-    if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN" and stmt.expression is not None:
-        body = stmt.expression.name.lstrip()
-        words = body.upper().split(None, 1)
-        return bool(words) and words[0] in ("SELECT", "WITH", "FROM")
-    return False
+    parts = explain.explain_parts(stmt)
+    if parts is None or parts[0] != "EXPLAIN ":
+        return False  # (EXPLAIN ANALYZE runs its statement)
+    words = parts[1].upper().split(None, 1)
+    return bool(words) and words[0] in ("SELECT", "WITH", "FROM")
 
 
 def first_word(text: str) -> str:

@@ -47,10 +47,23 @@ def predict_share_input(plan: QueryPlan) -> QueryPlan:
     return _materialize_ctes(plan)
 
 
+def _main_body(stmt: exp.Expression) -> exp.Expression:
+    """A copy of ``stmt`` without its WITH: what the statement itself reads (CTE bodies are the inputs'
+    business, and their columns are not the scans')."""
+    body = stmt.copy()
+    body.set("with_", None)
+    return body
+
+
+def _skips_rows(scan) -> bool:
+    return scan.options.on_null == "skip" or scan.options.on_error == "skip"
+
+
 def _share_scans(plan: QueryPlan) -> QueryPlan:
     by_input: dict[tuple, list] = {}
+    body = _main_body(plan.tree)
     for scan in plan.scans:
-        if scan.placement.in_main_body and not scan.input.inner and _outputs_read(plan.tree, scan):
+        if scan.placement.in_main_body and not scan.input.inner and _outputs_read(body, scan):
             # (a PREDICT none of whose outputs is read never runs alone: DuckDB drops its call)
             by_input.setdefault(scan.input.key, []).append(scan)
     candidates = [group for group in by_input.values() if len(group) > 1]
@@ -59,7 +72,7 @@ def _share_scans(plan: QueryPlan) -> QueryPlan:
     groups, notes = list(plan.groups), list(plan.notes)
     scans = {s.id: s for s in plan.scans}
     for members in candidates:
-        why = _why_not(plan, members)
+        why = _why_not(plan, body, members)
         names = ", ".join(f"{s.model.name}" for s in members)
         if why:
             notes.append(f"predict_share_input declined for {names}: {why}")
@@ -73,16 +86,14 @@ def _share_scans(plan: QueryPlan) -> QueryPlan:
     return replace(plan, scans=tuple(scans[s.id] for s in plan.scans), groups=tuple(groups), notes=tuple(notes))
 
 
-def _outputs_read(stmt: exp.Expression, scan) -> bool:
-    """Whether the statement reads one of ``scan``'s outputs: by a column qualified with its alias or
-    unqualified (or through ``*``, when its reads are unknown)."""
+def _outputs_read(body: exp.Expression, scan) -> bool:
+    """Whether the statement's main ``body`` reads one of ``scan``'s outputs: by a column qualified with
+    its alias or unqualified (or through ``*``, when its reads are unknown)."""
     if scan.used is None:
         return True
-    alias = next((t.alias_or_name.lower() for t in stmt.find_all(exp.Table)
+    alias = next((t.alias_or_name.lower() for t in body.find_all(exp.Table)
                   if isinstance(t.this, ScanRef) and t.this.scan_id == scan.id), "")
     outputs = {o.column.lower() for o in scan.outputs}
-    body = stmt.copy()
-    body.set("with_", None)  # a CTE body's columns are not this scan's
     return any(c.name.lower() in outputs and (not c.table or c.table.lower() == alias)
                for c in body.find_all(exp.Column))
 
@@ -104,24 +115,20 @@ def volatile(tree: exp.Expression) -> str:
     return ""
 
 
-def _why_not(plan: QueryPlan, members) -> str:
-    """Why ``members`` cannot share their input ('' when they can)."""
-    stmt = plan.tree
-    if not isinstance(stmt, exp.Select):
+def _why_not(plan: QueryPlan, body: exp.Expression, members) -> str:
+    """Why ``members`` cannot share their input ('' when they can); ``body``: the statement's main body."""
+    if not isinstance(plan.tree, exp.Select):
         return "the statement is not a SELECT"
     changing = volatile(members[0].input.tree)
     if changing:
         return f"their input calls {changing}, whose rows differ each time it is read"
     for s in members:
-        o = s.options
-        if o.on_null == "skip" or o.on_error == "skip":
+        if _skips_rows(s):
             return f"{s.label} skips rows (on_null / on_error = 'skip')"
-        if o.execution == "batch":
+        if s.options.execution == "batch":
             return f"{s.label} asks for execution = 'batch'"
     ids = {s.id for s in members}
     outputs = {o.column.lower() for s in members for o in s.outputs}
-    body = stmt.copy()
-    body.set("with_", None)  # CTE bodies are the inputs' business, not the statement's reads
     return _only_reads(body, lambda t: isinstance(t.this, ScanRef) and t.this.scan_id in ids, outputs)
 
 
@@ -176,8 +183,7 @@ def _materialize_ctes(plan: QueryPlan) -> QueryPlan:
         if len(reads) < 2:
             continue
         scans = [plan.scan(r.scan_id) for r in refs]
-        why = next((f"{s.label} skips rows" for s in scans
-                    if s.options.on_null == "skip" or s.options.on_error == "skip"), "")
+        why = next((f"{s.label} skips rows" for s in scans if _skips_rows(s)), "")
         why = why or _only_reads_cte(stmt, name, cte, {o.column.lower() for s in scans for o in s.outputs})
         if why:
             notes.append(f"predict_share_input declined to materialize CTE {cte.alias_or_name}: {why}")
@@ -189,9 +195,7 @@ def _materialize_ctes(plan: QueryPlan) -> QueryPlan:
 
 
 def _only_reads_cte(stmt: exp.Select, name: str, cte: exp.CTE, outputs: set) -> str:
-    body = stmt.copy()
-    body.set("with_", None)
-    return _only_reads(body, lambda t: not t.db and t.name.lower() == name, outputs)
+    return _only_reads(_main_body(stmt), lambda t: not t.db and t.name.lower() == name, outputs)
 
 
 def _inside(node: exp.Expression, ancestor: exp.Expression) -> bool:
