@@ -71,7 +71,7 @@ def cat(con):
 
 def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert cat.present
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("3",)
     tables = dict(
         con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'modelsql'").fetchall()
     )
@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 2
+    assert Catalog.SCHEMA_VERSION == 3
 
 
 def test_reopen_keeps_models(db):
@@ -434,42 +434,54 @@ def _set_version(db, value):
 
 
 def test_newer_schema_version_is_refused(db):
-    _set_version(db, "3")
+    _set_version(db, "4")
     con = duckdb.connect(db)
     with pytest.raises(errors.OperationalError) as ei:
         Catalog(con)
     assert ei.value.code == "catalog_version_unsupported"
     msg = str(ei.value)
-    assert "3" in msg and "2" in msg and "Upgrade modelsql" in msg
+    assert "4" in msg and "3" in msg and "Upgrade modelsql" in msg
     con.close()
 
 
 def test_migration_runs_for_older_version(db, monkeypatch):
-    _set_version(db, "1")
+    _set_version(db, "2")
     calls = []
 
-    def migrate_1_to_2(con):
+    def migrate_2_to_3(con):
         calls.append(con)
         con.execute("INSERT INTO modelsql.meta VALUES ('migrated', 'yes')")
 
-    monkeypatch.setitem(schema.MIGRATIONS, 1, migrate_1_to_2)
+    monkeypatch.setitem(schema.MIGRATIONS, 2, migrate_2_to_3)
     con = duckdb.connect(db)
     cat = Catalog(con)
     assert calls == [con]
     assert cat.present
     assert dict(con.execute("SELECT * FROM modelsql.meta").fetchall()) == {
-        "schema_version": "2", "migrated": "yes"
+        "schema_version": "3", "migrated": "yes"
     }
     Catalog(con)  # already current: no second run
     assert len(calls) == 1
     con.close()
 
 
+def _to_schema_2(con) -> None:
+    """Take a current catalog back to schema 2: no pipelines, no content digests."""
+    con.execute("DROP VIEW modelsql.pipelines")
+    for table in ("pipeline_versions", "pipeline_steps", "pipeline_feeds"):
+        con.execute(f"DROP TABLE modelsql.{table}")
+    con.execute("DROP VIEW modelsql.models")
+    con.execute("ALTER TABLE modelsql.model_versions DROP COLUMN content_digest")
+    con.execute((schema.MODELS_VIEW).format(s="modelsql"))
+    con.execute("UPDATE modelsql.meta SET value = '2' WHERE key = 'schema_version'")
+
+
 def test_real_migration_from_schema_1(db):
     """A catalog of schema 1 (no batch_dependence / check columns, the old models view) opens as
-    schema 2: its versions are marked not analysed, so PREDICT runs them one row at a time."""
+    schema 3: its versions are marked not analysed, so PREDICT runs them one row at a time."""
     con = duckdb.connect(db)
     add(Catalog(con), make_mv(name="old"))
+    _to_schema_2(con)
     con.execute("DROP VIEW modelsql.models")
     for column in ("batch_dependence", "check_rows", "check_max_abs_diff", "check_label_mismatches"):
         con.execute(f"ALTER TABLE modelsql.model_versions DROP COLUMN {column}")
@@ -478,7 +490,20 @@ def test_real_migration_from_schema_1(db):
     cat = Catalog(con)
     assert cat.get("old").batch_dependence == schema.NOT_ANALYSED
     assert con.execute("SELECT name, batch_dependent FROM modelsql.models").fetchall() == [("old", True)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    con.close()
+
+
+def test_real_migration_from_schema_2(db):
+    """A catalog of schema 2 opens as schema 3: pipeline tables and view appear, its versions have
+    no content digest (never recognised as identical to another), and new models get one."""
+    con = duckdb.connect(db)
+    add(Catalog(con), make_mv(name="old"))
+    _to_schema_2(con)
+    cat = Catalog(con)
+    assert cat.get("old").content_digest is None
+    assert con.execute("SELECT count(*) FROM modelsql.pipelines").fetchone() == (0,)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("3",)
     con.close()
 
 

@@ -34,7 +34,7 @@ from modelsql.sql import (
     to_duckdb_sql,
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
-from modelsql.sql.nodes import statement
+from modelsql.sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines, statement
 
 
 def parse_one(sql: str) -> exp.Expression:
@@ -73,6 +73,16 @@ STATEMENT_FORMS = [
     ("EXPORT MODEL m VERSION 1 TO 'out.onnx'", ExportModel),
     ("VACUUM MODELS", VacuumModels),
     ("vacuum models", VacuumModels),
+    ("CREATE PIPELINE p AS (tfidf, head)", CreatePipeline),
+    ("CREATE PIPELINE p AS (tfidf VERSION 2 AS featurize, head) WITH (description = 'x')", CreatePipeline),
+    ("create or replace pipeline if not exists \"P q\" as (m)", CreatePipeline),
+    ("DROP PIPELINE p", DropPipeline),
+    ("DROP PIPELINE IF EXISTS p VERSION 3", DropPipeline),
+    ("SHOW PIPELINES", ShowPipelines),
+    ("DESCRIBE PIPELINE p", DescribePipeline),
+    ("DESCRIBE PIPELINE p VERSION 2", DescribePipeline),
+    ("EXPORT PIPELINE p TO 'p.onnx'", ExportPipeline),
+    ("EXPORT PIPELINE p VERSION 1 TO ?", ExportPipeline),
 ]
 
 
@@ -86,6 +96,8 @@ def test_statement_forms_parse_to_their_node_and_round_trip(sql, node_type):
 
 PREDICT_FORMS = [
     "SELECT * FROM PREDICT(MODEL m, TABLE t)",
+    "SELECT * FROM PREDICT(PIPELINE p, TABLE t)",
+    "SELECT * FROM PREDICT(PIPELINE p VERSION 2, (SELECT text FROM t), execution = 'batch') AS q",
     "SELECT * FROM PREDICT(MODEL m VERSION 2, TABLE t)",
     "SELECT * FROM PREDICT(MODEL m, TABLE s.t)",
     "SELECT * FROM PREDICT(MODEL m, TABLE db.s.t) AS p",

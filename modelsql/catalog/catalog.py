@@ -27,6 +27,7 @@ import duckdb
 from modelsql import duckdb_errors, errors
 from modelsql.catalog import schema
 from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
+from modelsql.catalog.pipelines import Pipelines
 
 BLOB_KINDS = ("graph", "tensor")
 
@@ -160,6 +161,21 @@ class Catalog:
         self._s = f"{_quote_ident(self.database)}.{schema.SCHEMA}"
         self._present = False
         self._open()
+        self.pipelines = Pipelines(self)
+        """The catalog's pipelines (:class:`~modelsql.catalog.pipelines.Pipelines`)."""
+
+    @property
+    def qualified_schema(self) -> str:
+        """The catalog schema as SQL, qualified with its database (``'"mydb".modelsql'``)."""
+        return self._s
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run catalog SQL (``{s}`` stands for :attr:`qualified_schema`); DuckDB errors become PEP 249 ones."""
+        return self._rows(sql, params)
+
+    def check_writable(self) -> None:
+        """Raises OperationalError ``"read_only"`` when the catalog is open read-only."""
+        self._check_writable()
 
     # ------------------------------------------------------------------ opening
 
@@ -395,12 +411,12 @@ class Catalog:
         key, version = self._resolve(name, version)
         row = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
-            "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches "
+            "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest "
             "FROM {s}.model_versions WHERE name = ? AND version = ?",
             [key, version],
         )[0]
         kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row[:9]
-        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches = row[9:]
+        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest = row[9:]
         return ModelVersion(
             name=key,
             version=version,
@@ -427,6 +443,7 @@ class Catalog:
             check_rows=check_rows,
             check_max_abs_diff=check_max_abs_diff,
             check_label_mismatches=check_label_mismatches,
+            content_digest=content_digest,
         )
 
     def _specs(self, table: str, key: str, version: int) -> tuple[TensorSpec, ...]:
@@ -567,8 +584,8 @@ class Catalog:
         self._rows(
             "INSERT INTO {s}.model_versions (name, version, kind, source, graph_digest, graph_bytes, "
             "opset, param_count, logical_bytes, features, options, created_at, batch_dependence, check_rows, "
-            "check_max_abs_diff, check_label_mismatches) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?)",
+            "check_max_abs_diff, check_label_mismatches, content_digest) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?)",
             [
                 key,
                 version,
@@ -587,6 +604,7 @@ class Catalog:
                 mv.check_rows,
                 mv.check_max_abs_diff,
                 mv.check_label_mismatches,
+                mv.content_digest,
             ],
         )
         for table, specs, shapes in (
@@ -647,6 +665,7 @@ class Catalog:
         Raises:
             OperationalError: ``"read_only"``.
             ProgrammingError: ``"model_not_found"``, ``"version_not_found"``.
+            IntegrityError: ``"model_in_use"``: a pipeline version has a step on it.
         """
         self._check_writable()
         try:
@@ -655,6 +674,13 @@ class Catalog:
             if missing_ok and exc.code in ("model_not_found", "version_not_found"):
                 return 0
             raise
+        users = self.pipelines.using_model(key, version)
+        if users:
+            raise errors.IntegrityError(
+                f'Cannot drop model "{key}"' + (f" version {resolved}" if version is not None else "")
+                + ": pipeline " + ", ".join(users) + " uses it. Drop the pipeline first (DROP PIPELINE).",
+                code="model_in_use",
+            )
         if version is None:
             where, params = "name = ?", [key]
             removed = len(self.versions(key))

@@ -77,6 +77,9 @@ class ModelVersion:
             comparison of a converted model with its estimator (rows compared,
             largest absolute output difference, rows whose label differed), or
             None when it was not checked.
+        content_digest: SHA-256 of the normalised graph (see
+            :func:`modelsql.formats.identity.content_digest`): versions with equal
+            digests compute the same thing; None for versions imported before catalog schema 3.
     """
 
     name: str
@@ -97,8 +100,132 @@ class ModelVersion:
     check_rows: Optional[int] = None
     check_max_abs_diff: Optional[float] = None
     check_label_mismatches: Optional[int] = None
+    content_digest: Optional[str] = None
 
     @property
     def logical_bytes(self) -> int:
         """Bytes the model would take on its own: graph plus every initializer."""
         return self.graph_bytes + sum(t.nbytes for t in self.tensors)
+
+    @property
+    def label(self) -> str:
+        """``'model "m" version 1'``, how messages name it."""
+        return f'model "{self.name}" version {self.version}'
+
+    @property
+    def ref_sql(self) -> str:
+        """``MODEL m``, how a PREDICT names it."""
+        return f"MODEL {self.name}"
+
+
+@dataclass(frozen=True)
+class StepFeed:
+    """What feeds one input of a pipeline step.
+
+    Attributes:
+        input: the step model's input name.
+        from_step: the position of the earlier step whose output feeds it, or None
+            when a pipeline input (a column of PREDICT's input) feeds it.
+        from_name: that step's output name, or the pipeline input's name.
+    """
+
+    input: str
+    from_step: Optional[int]
+    from_name: str
+
+
+@dataclass(frozen=True)
+class PipelineStep:
+    """One step of a pipeline version: a catalog model version and what feeds its inputs.
+
+    Attributes:
+        position: 0, 1, ... in the order the steps run.
+        name: the step name (the model's name unless the pipeline names it).
+        model: the model version the step runs.
+        feeds: one per input of the model, in the model's input order.
+    """
+
+    position: int
+    name: str
+    model: ModelVersion
+    feeds: tuple[StepFeed, ...]
+
+
+@dataclass(frozen=True)
+class PipelineVersion:
+    """One version of a pipeline: steps run in order, outputs of one feeding the next (PRETZEL's
+    white-box pipeline: Lee et al., OSDI 2018).
+
+    A pipeline binds like a model in ``PREDICT(PIPELINE p, ...)``: its inputs are the step
+    inputs that a pipeline input feeds (in order of first use), its outputs those of its last step.
+
+    Attributes:
+        name, version: as for models (``CREATE OR REPLACE PIPELINE`` adds a version).
+        steps: the steps, in order.
+        digest: SHA-256 of the step graph (each step's content digest and feeds).
+        source: ``"CREATE PIPELINE"`` or ``"sklearn:<class>"``.
+        options: the ``WITH (...)`` options, as (key, value) pairs.
+        created_at: creation time (UTC).
+    """
+
+    name: str
+    version: int
+    steps: tuple[PipelineStep, ...]
+    digest: str
+    source: str
+    options: tuple[tuple[str, str], ...] = ()
+    created_at: Optional[_dt.datetime] = field(default=None, compare=False)
+    kind = "pipeline"
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """The pipeline inputs: step inputs fed by no earlier step, named as the feed names them."""
+        seen: dict[str, TensorSpec] = {}
+        for step in self.steps:
+            specs = {s.name: s for s in step.model.inputs}
+            for f in step.feeds:
+                if f.from_step is None and f.from_name not in seen:
+                    spec = specs[f.input]
+                    seen[f.from_name] = TensorSpec(f.from_name, spec.elem_type, spec.shape)
+        return tuple(seen.values())
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        """The last step's outputs."""
+        return self.steps[-1].model.outputs
+
+    @property
+    def features(self) -> Optional[tuple[str, ...]]:
+        """The first step's feature names when the pipeline has one input and it feeds that step's single input."""
+        first = self.steps[0]
+        if len(self.inputs) == 1 and len(first.feeds) == 1 and first.feeds[0].from_step is None:
+            return first.model.features
+        return None
+
+    @property
+    def batch_dependence(self) -> Optional[str]:
+        """The first step whose rows depend on the other rows of the batch, and why; None when no step's do."""
+        for step in self.steps:
+            if step.model.batch_dependence:
+                return f'step "{step.name}": {step.model.batch_dependence}'
+        return None
+
+    @property
+    def param_count(self) -> int:
+        """Elements over the steps' stored tensors."""
+        return sum(s.model.param_count for s in self.steps)
+
+    @property
+    def logical_bytes(self) -> int:
+        """Bytes of the steps' models on their own."""
+        return sum(s.model.logical_bytes for s in self.steps)
+
+    @property
+    def label(self) -> str:
+        """``'pipeline "p" version 1'``, how messages name it."""
+        return f'pipeline "{self.name}" version {self.version}'
+
+    @property
+    def ref_sql(self) -> str:
+        """``PIPELINE p``, how a PREDICT names it."""
+        return f"PIPELINE {self.name}"

@@ -14,8 +14,13 @@ DuckDB file as their tables), so it can be inspected with plain SQL
     One row per stored initializer of a version (``position`` from 0, graph order).
 ``modelsql.blobs(digest, nbytes, kind)``
     Every blob of the content-addressed store that the catalog references.
+``modelsql.pipeline_versions`` / ``modelsql.pipeline_steps`` / ``modelsql.pipeline_feeds``
+    One row per (pipeline, version); one per step of it (a catalog model version, in
+    order); one per input of each step, naming what feeds it (a pipeline input, or an
+    output of an earlier step). Schema 3.
 
-Views: ``modelsql.models`` (one row per model, its latest version) and
+Views: ``modelsql.models`` (one row per model, its latest version),
+``modelsql.pipelines`` (one row per pipeline, its latest version) and
 ``modelsql.storage`` (one row: totals and the dedup ratio that PRETZEL's Object
 Store gives when identical parameters are stored once).
 
@@ -39,7 +44,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -53,8 +58,9 @@ MIGRATIONS: Dict[int, Migration] = {}  # filled in below, after the DDL it share
 with; it must not begin or commit, and may refer to the catalog as ``modelsql.<table>``.
 """
 
-TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs")
-VIEWS = ("models", "storage")
+TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
+          "pipeline_versions", "pipeline_steps", "pipeline_feeds")
+VIEWS = ("models", "storage", "pipelines")
 
 
 def _io_table(table: str, role: str) -> str:
@@ -136,6 +142,69 @@ COMMENT ON COLUMN {s}.models.batch_dependent IS 'True when a row''s outputs may 
 """The ``modelsql.models`` view (``{s}``: the qualified schema), shared by :data:`DDL` and the migration to version 2."""
 
 
+_V3_CONTENT_COMMENT = """
+COMMENT ON COLUMN {s}.model_versions.content_digest IS 'SHA-256 of the graph with names, doc strings and producer fields normalised (initializers by their digests): versions with equal content_digest compute the same thing and share one loaded session. NULL for versions imported before catalog schema 3.';
+"""
+
+PIPELINE_DDL = """
+CREATE TABLE {s}.pipeline_versions (
+    name       VARCHAR NOT NULL,
+    version    INTEGER NOT NULL,
+    digest     VARCHAR NOT NULL,
+    source     VARCHAR NOT NULL,
+    options    MAP(VARCHAR, VARCHAR) NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, version)
+);
+COMMENT ON TABLE {s}.pipeline_versions IS 'One row per version of each pipeline; CREATE OR REPLACE PIPELINE adds a version.';
+COMMENT ON COLUMN {s}.pipeline_versions.digest IS 'SHA-256 of the step graph: each step''s content digest and what feeds each of its inputs. Equal digests compute the same thing.';
+COMMENT ON COLUMN {s}.pipeline_versions.source IS 'How the pipeline was made: CREATE PIPELINE, or sklearn:<class> for import_pipeline.';
+CREATE TABLE {s}.pipeline_steps (
+    name          VARCHAR NOT NULL,
+    version       INTEGER NOT NULL,
+    position      INTEGER NOT NULL,
+    step          VARCHAR NOT NULL,
+    model         VARCHAR NOT NULL,
+    model_version INTEGER NOT NULL,
+    PRIMARY KEY (name, version, position)
+);
+COMMENT ON TABLE {s}.pipeline_steps IS 'The steps of each pipeline version, in the order they run: each is one catalog model version.';
+COMMENT ON COLUMN {s}.pipeline_steps.step IS 'The step name (the model name unless the pipeline names it).';
+CREATE TABLE {s}.pipeline_feeds (
+    name      VARCHAR NOT NULL,
+    version   INTEGER NOT NULL,
+    position  INTEGER NOT NULL,
+    input     VARCHAR NOT NULL,
+    from_step INTEGER,
+    from_name VARCHAR NOT NULL,
+    PRIMARY KEY (name, version, position, input)
+);
+COMMENT ON TABLE {s}.pipeline_feeds IS 'What feeds each input of each step: an output of an earlier step (from_step), or a pipeline input (from_step NULL).';
+COMMENT ON COLUMN {s}.pipeline_feeds.position IS 'The step (pipeline_steps.position) whose input this is.';
+COMMENT ON COLUMN {s}.pipeline_feeds.input IS 'The step model''s input name.';
+COMMENT ON COLUMN {s}.pipeline_feeds.from_name IS 'The output name of step from_step, or the pipeline input''s name.';
+
+CREATE VIEW {s}.pipelines AS
+WITH latest AS (
+    SELECT name, max(version) AS version, count(*) AS versions
+    FROM modelsql.pipeline_versions
+    GROUP BY name
+),
+steps AS (
+    SELECT name, version, count(*) AS steps,
+           string_agg(step || ' (' || model || ' v' || model_version || ')', ' -> ' ORDER BY position) AS step_list
+    FROM modelsql.pipeline_steps
+    GROUP BY name, version
+)
+SELECT p.name, p.version, l.versions, s.steps, s.step_list, p.digest, p.source, p.created_at
+FROM modelsql.pipeline_versions AS p
+JOIN latest AS l ON l.name = p.name AND l.version = p.version
+JOIN steps AS s ON s.name = p.name AND s.version = p.version;
+COMMENT ON VIEW {s}.pipelines IS 'One row per pipeline: its latest version, how many versions it has, and its steps in order.';
+"""
+"""The pipeline tables and view (schema 3), shared by :data:`DDL` and the migration to version 3."""
+
+
 # ``{s}`` is replaced by the (database-qualified) schema name when the DDL runs.
 # View bodies stay unqualified: DuckDB binds a view in its own database, so the
 # views keep working when the file is ATTACHed under another name.
@@ -166,6 +235,7 @@ CREATE TABLE {s}.model_versions (
     check_rows       INTEGER,
     check_max_abs_diff DOUBLE,
     check_label_mismatches INTEGER,
+    content_digest VARCHAR,
     PRIMARY KEY (name, version)
 );
 COMMENT ON TABLE {s}.model_versions IS 'One row per version of each model; CREATE OR REPLACE MODEL adds a version.';
@@ -181,7 +251,7 @@ COMMENT ON COLUMN {s}.model_versions.logical_bytes IS 'Bytes of the model on its
 COMMENT ON COLUMN {s}.model_versions.features IS 'Feature (column) names bound to a single 2-D input; NULL when unknown.';
 COMMENT ON COLUMN {s}.model_versions.options IS 'The WITH (...) options given at import.';
 COMMENT ON COLUMN {s}.model_versions.created_at IS 'When the version was created.';
-""" + _V2_COMMENTS + """
+""" + _V2_COMMENTS + _V3_CONTENT_COMMENT + """
 """
     + _io_table("model_inputs", "input")
     + _io_table("model_outputs", "output")
@@ -243,6 +313,7 @@ COMMENT ON COLUMN {s}.storage.logical_bytes IS 'Sum of logical bytes over all mo
 COMMENT ON COLUMN {s}.storage.stored_bytes IS 'Sum of sizes of the distinct blobs the catalog references.';
 COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL when nothing is stored).';
 """
+    + PIPELINE_DDL
 )
 
 
@@ -285,3 +356,17 @@ NOT_ANALYSED = "not analysed (imported before catalog schema 2): run one row at 
 
 MIGRATIONS[1] = _migrate_1_to_2
 
+
+
+def _migrate_2_to_3(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 3 adds pipelines (``pipeline_versions``, ``pipeline_steps``, ``pipeline_feeds``, the
+    ``pipelines`` view) and each model version's ``content_digest``.
+
+    Versions imported before it get no content digest (the catalog cannot read blobs): they are
+    never recognised as identical to another version; re-import one to compute it.
+    """
+    con.execute(f"ALTER TABLE {SCHEMA}.model_versions ADD COLUMN content_digest VARCHAR")
+    con.execute((_V3_CONTENT_COMMENT + PIPELINE_DDL).format(s=SCHEMA))
+
+
+MIGRATIONS[2] = _migrate_2_to_3

@@ -14,6 +14,8 @@ from onnx import ModelProto
 
 from modelsql.errors import ProgrammingError
 from modelsql.formats.batch_axis import batch_dependence
+from modelsql.formats.compose import merge_pipeline
+from modelsql.formats.identity import content_digest
 from modelsql.formats.metadata import metadata_features, write_metadata
 from modelsql.formats.conversion_check import ConversionCheck, check_conversion
 from modelsql.formats.onnx_io import (
@@ -35,6 +37,8 @@ from modelsql.formats.torch import from_torch, is_torch_module
 __all__ = [
     "to_onnx",
     "batch_dependence",
+    "content_digest",
+    "merge_pipeline",
     "metadata_features",
     "write_metadata",
     "load_model",

@@ -17,11 +17,16 @@ from ..errors import DataError
 from ..formats.onnx_io import column_major_inputs
 from ..operators.backends import SessionKey
 from ..operators.backends import onnxruntime as ort_backend
+from ..operators.backends.pipeline import PipelineModel, StepPlan
 from ..storage import BlobStore
 
 
 def artifact_digest(mv: ModelVersion, rewrite: str = "") -> str:
-    """Digest naming the exact bytes of ``mv`` (graph and tensors), after the named ``rewrite`` if any."""
+    """Digest naming what ``mv`` computes, after the named ``rewrite`` if any: its content digest
+    (equal for identical steps of different pipelines, so they share one session), or, for a
+    version imported before catalog schema 3, the exact bytes (graph and tensors)."""
+    if mv.content_digest:
+        return hashlib.sha256(f"{mv.content_digest}|{rewrite}".encode()).hexdigest()
     h = hashlib.sha256(mv.graph_digest.encode())
     for t in mv.tensors:
         h.update(t.digest.encode())
@@ -65,7 +70,10 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
 
     ``column_major`` names inputs fed transposed (see
     :func:`~modelsql.formats.onnx_io.column_major_inputs`): a rewritten artifact with its own key.
+    A pipeline version gets a :func:`pipeline_session` (``column_major`` must be empty).
     """
+    if mv.kind == "pipeline":
+        return pipeline_session(store, mv, intra=intra, backend=backend, device=device)
     rewrite = "column_major:" + ",".join(column_major) if column_major else ""
     key = SessionKey(artifact_digest(mv, rewrite), backend, device, ())
 
@@ -74,6 +82,26 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
         return column_major_inputs(data, column_major) if column_major else data
 
     return ort_backend.get_model(key, load, f'model "{mv.name}" version {mv.version}', intra_op_threads=intra)
+
+
+def pipeline_session(store: BlobStore, pv, *, intra: int, backend: str = "onnxruntime",
+                     device: str = "cpu") -> PipelineModel:
+    """A :class:`~modelsql.operators.backends.pipeline.PipelineModel` of pipeline version ``pv``: each
+    step's cached session (keyed by its content digest, so a step several pipelines share is
+    loaded once: PRETZEL's shared state), and for each step the outputs later steps read."""
+    needed: dict[int, list[str]] = {}
+    for step in pv.steps:
+        for f in step.feeds:
+            if f.from_step is not None and f.from_name not in needed.setdefault(f.from_step, []):
+                needed[f.from_step].append(f.from_name)
+    plans = []
+    for step in pv.steps:
+        model = model_session(store, step.model, intra=intra, backend=backend, device=device)
+        order = [o.name for o in step.model.outputs if o.name in needed.get(step.position, ())]
+        feeds = tuple((f.input, (f.from_step, f.from_name)) for f in step.feeds)
+        plans.append(StepPlan(step.name, model, feeds, tuple(order)))
+    shapes = {spec.name: list(spec.shape or ()) for spec in pv.inputs}
+    return PipelineModel(plans, shapes, [o.name for o in pv.outputs], pv.label)
 
 
 def default_threads() -> int:

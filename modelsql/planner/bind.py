@@ -126,6 +126,7 @@ class Binding:
 
 
 def parse_options(options: dict[str, object], model_name: str) -> PredictOptions:
+    # model_name: how the PREDICT names its model, "MODEL m" or "PIPELINE p" (messages quote it)
     """Validate the named arguments of a PREDICT.
 
     Args:
@@ -139,7 +140,7 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     for key in options:
         if key not in KNOWN_OPTIONS:
             raise ProgrammingError(
-                f'PREDICT(MODEL {model_name}): unknown option "{key}".{did_you_mean(key, KNOWN_OPTIONS)}'
+                f'PREDICT({model_name}): unknown option "{key}".{did_you_mean(key, KNOWN_OPTIONS)}'
                 f" Options are: {', '.join(KNOWN_OPTIONS)}.",
                 code="unknown_option",
             )
@@ -148,25 +149,25 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     if features is not None:
         if isinstance(features, str):
             features = tuple(f.strip() for f in features.split(","))
-        features = check_feature_names(features, f"PREDICT(MODEL {model_name})")
+        features = check_feature_names(features, f"PREDICT({model_name})")
     backend = str(options.get("backend", "onnxruntime")).lower()
     if backend not in BACKENDS:
         raise NotSupportedError(
-            f"PREDICT(MODEL {model_name}): backend '{backend}' is not available; available: {', '.join(BACKENDS)}.",
+            f"PREDICT({model_name}): backend '{backend}' is not available; available: {', '.join(BACKENDS)}.",
             code="backend_not_supported",
         )
     batch_size = options.get("batch_size")
     if "batch_size" in options:
         if (not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 0 < batch_size <= MAX_BATCH_SIZE):
             raise ProgrammingError(
-                f"PREDICT(MODEL {model_name}): batch_size must be an integer from 1 to {MAX_BATCH_SIZE:,}, "
+                f"PREDICT({model_name}): batch_size must be an integer from 1 to {MAX_BATCH_SIZE:,}, "
                 f"not {batch_size!r}.", code="bad_option")
     execution = _one_of(options, "execution", EXECUTION_MODES, model_name)
     on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name)
     isolate_rows = options.get("isolate_rows", True)
     if not isinstance(isolate_rows, bool):
         raise ProgrammingError(
-            f"PREDICT(MODEL {model_name}): isolate_rows must be true or false, not {isolate_rows!r}.", code="bad_option"
+            f"PREDICT({model_name}): isolate_rows must be true or false, not {isolate_rows!r}.", code="bad_option"
         )
     return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size,
                           execution=execution, on_error=on_error, isolate_rows=isolate_rows)
@@ -181,11 +182,11 @@ def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str) 
     """
     listed = ", ".join(f"'{c}'" for c in choices)
     if key in options and options[key] is None:
-        raise ProgrammingError(f"PREDICT(MODEL {model_name}): {key} must be one of {listed}, not NULL.", code="bad_option")
+        raise ProgrammingError(f"PREDICT({model_name}): {key} must be one of {listed}, not NULL.", code="bad_option")
     value = str(options.get(key) or choices[0]).lower()
     if value not in choices:
         raise ProgrammingError(
-            f"PREDICT(MODEL {model_name}): {key} must be one of {listed}, not '{value}'.", code="bad_option"
+            f"PREDICT({model_name}): {key} must be one of {listed}, not '{value}'.", code="bad_option"
         )
     return value
 
@@ -314,9 +315,9 @@ def bind_predict(
     """
     inputs = model.inputs
     if not inputs:
-        raise ProgrammingError(f'Model "{model.name}" has no inputs to feed.', code="model_without_inputs")
+        raise ProgrammingError(f'{model.label[0].upper()}{model.label[1:]} has no inputs to feed.', code="model_without_inputs")
     by_name = {c.name.lower(): c for c in columns}
-    where = f'PREDICT(MODEL {model.name})'
+    where = f'PREDICT({model.ref_sql})'
     features = options.features or model.features
     args: list[InputArg] = []
     arg_sql: list[str] = []
@@ -413,7 +414,7 @@ def bind_predict(
                 f'{where}: cannot bind input "{spec.name}" ({spec.elem_type}{_shape_text(spec)}): the model\'s feature '
                 f"names are unknown, so it needs exactly {want}, and the query has {len(candidates)} usable "
                 f"numeric columns. Columns seen: {seen}.{key_note} Name the features in the query, e.g. "
-                f"PREDICT(MODEL {model.name}, TABLE t, features = (col_a, col_b, ...)), or at import with "
+                f"PREDICT({model.ref_sql}, TABLE t, features = (col_a, col_b, ...)), or at import with "
                 f"WITH (features = (...)), or select exactly the feature columns in a subquery.",
                 code="feature_mismatch",
             )
@@ -507,7 +508,7 @@ def bind_outputs(model: ModelVersion, input_columns: Sequence[str]) -> tuple[Out
             name = f"predicted_{spec.name}"
         if name.lower() in taken:
             raise ProgrammingError(
-                f'PREDICT(MODEL {model.name}): output "{spec.name}" clashes with input columns "{spec.name}" '
+                f'PREDICT({model.ref_sql}): output "{spec.name}" clashes with input columns "{spec.name}" '
                 f'and "{name}"; rename one in a subquery.',
                 code="duplicate_column",
             )

@@ -66,12 +66,12 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
               used: Optional[set[str]]) -> PredictScan:
     """One PREDICT as a :class:`PredictScan` (``bound``: the scans bound before it, which its input may read)."""
     ref = p.this
-    mv = session.get_model(ref.model_name, ref.version_number, ref)
-    no_repeats(p.args.get("options"), f"PREDICT(MODEL {mv.name})")
-    options = parse_options({k: value(v, params) for k, v in p.option_values.items()}, mv.name)
+    mv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
+    no_repeats(p.args.get("options"), f"PREDICT({mv.ref_sql})")
+    options = parse_options({k: value(v, params) for k, v in p.option_values.items()}, mv.ref_sql)
     relation, key_columns = input_relation(p, bound, session)
     in_params = [params[i - 1] for i in relation.params]
-    columns = describe(session, relation.sql, in_params, mv.name)
+    columns = describe(session, relation.sql, in_params, mv.ref_sql)
     binding = bind_predict(mv, columns, options, key_columns)
     if mv.batch_dependence and options.isolate_rows:
         options = replace(options, batch_size=1)  # each row gets the answer it gets alone (formats.batch_axis)
@@ -168,7 +168,7 @@ def describe(session, input_sql: str, params: list, model: str) -> list[Column]:
         cur.fetchall()
     except Exception as exc:
         err = translate(exc)
-        raise type(err)(f"PREDICT(MODEL {model}): the input is not a valid relation: {err}", code=err.code) from exc
+        raise type(err)(f"PREDICT({model}): the input is not a valid relation: {err}", code=err.code) from exc
     return [Column(d[0], str(d[1])) for d in desc]
 
 

@@ -113,7 +113,7 @@ def choose_execution(scan: PredictScan) -> Choice:
         if place.arrow_unsafe:
             c = place.arrow_unsafe[0]
             raise NotSupportedError(
-                f'PREDICT(MODEL {scan.model.name}): column "{c.name}" ({c.type}) does not pass through '
+                f'PREDICT({scan.model.ref_sql}): column "{c.name}" ({c.type}) does not pass through '
                 "execution = 'batch' unchanged (Arrow does not carry it); use execution = 'stream', or leave "
                 "the column out of what the statement reads.",
                 code="batch_type_not_supported",

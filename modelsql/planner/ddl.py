@@ -121,7 +121,7 @@ def _export(stmt: ExportModel, session, params: list) -> Result:
     ref = stmt.this
     plan = ExportModelPlan(session.get_model(ref.model_name, ref.version_number, ref),
                            str(value(stmt.args["target"], params)))
-    _check_export_target(session, plan.target)
+    check_export_target(session, plan.target, "EXPORT MODEL")
     proto = artifacts.load_model_proto(session.store, plan.model)
     _write_catalog_metadata(proto, plan.model)
     try:
@@ -203,7 +203,8 @@ def import_model(
     session.commit()
     fields = dict(facts, name=key, graph_digest=graph_digest, graph_bytes=len(graph),
                   tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
-                  kind=kind, features=feats, options=tuple(sorted((options or {}).items())))
+                  kind=kind, features=feats, options=tuple(sorted((options or {}).items())),
+                  content_digest=formats.content_digest(graph))
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
     try:
@@ -300,7 +301,7 @@ def _write_catalog_metadata(proto, mv: ModelVersion) -> None:
     })
 
 
-def _check_export_target(session, target: str) -> None:
+def check_export_target(session, target: str, statement: str) -> None:
     """Refuse to overwrite the database file, its WAL or anything in the blob store.
 
     Any other existing file is overwritten, as DuckDB's ``COPY ... TO`` does.
@@ -313,7 +314,7 @@ def _check_export_target(session, target: str) -> None:
     for g in guarded:
         if real == g or real.startswith(g.rstrip(os.sep) + os.sep):
             raise ProgrammingError(
-                f'EXPORT MODEL: "{target}" is this connection\'s own database, write-ahead log or blob '
+                f'{statement}: "{target}" is this connection\'s own database, write-ahead log or blob '
                 "store; export to another path.",
                 code="export_target_in_use",
             )

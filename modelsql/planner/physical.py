@@ -138,7 +138,8 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
     cores = artifacts.default_threads()
     stream = artifacts.model_session(session.store, scan.model, intra=shared_threads(cores, duck_threads))
     b, o = scan.binding, scan.options
-    transposable = not o.batch_size and stream.fixed_batch is None and o.backend == "onnxruntime"
+    transposable = (not o.batch_size and stream.fixed_batch is None and o.backend == "onnxruntime"
+                    and scan.model.kind != "pipeline")
     column_major = tuple(
         a.input_name for a in b.args
         if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2

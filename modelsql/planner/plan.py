@@ -9,8 +9,9 @@ input is again a :class:`ScanRef` to an inner scan. The whole statement is one
 PREDICT of the statement at once.
 
 Model statements (IMPORT/CREATE, DROP, SHOW, DESCRIBE, EXPORT MODEL, VACUUM
-MODELS) bind to the small frozen nodes at the end of this module, which their
-handlers (:mod:`modelsql.planner.ddl`) carry out.
+MODELS) and pipeline statements (CREATE, DROP PIPELINE) bind to the small
+frozen nodes at the end of this module, which their handlers
+(:mod:`modelsql.planner.ddl`, :mod:`modelsql.planner.pipelines`) carry out.
 
 Flow: text -> :func:`modelsql.sql.parse` (sqlglot trees) -> binding
 (:mod:`modelsql.planner.binder`: :class:`QueryPlan`) -> rules (plan -> plan)
@@ -120,7 +121,7 @@ class PredictScan:
 
     @property
     def label(self) -> str:
-        return f'model "{self.model.name}" version {self.model.version}'
+        return self.model.label
 
     @property
     def outputs(self):
@@ -205,3 +206,33 @@ class ExportModelPlan:
 
     model: ModelVersion
     target: str
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step as ``CREATE PIPELINE`` names it: a model (its latest version unless pinned), and a step name."""
+
+    model: str
+    version: Optional[int] = None
+    name: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CreatePipelinePlan:
+    """``CREATE [OR REPLACE] PIPELINE [IF NOT EXISTS] p AS (step, ...) [WITH (...)]``."""
+
+    name: str
+    steps: tuple[StepSpec, ...]
+    replace: bool = False
+    if_not_exists: bool = False
+    options: tuple = ()
+    source: str = "CREATE PIPELINE"
+
+
+@dataclass(frozen=True)
+class DropPipelinePlan:
+    """``DROP PIPELINE [IF EXISTS] p [VERSION n]``."""
+
+    name: str
+    version: Optional[int] = None
+    if_exists: bool = False

@@ -72,7 +72,7 @@ def null_error(op, duck, chunk_counts: Optional[dict] = None) -> DataError:
         where = ", ".join(f'"{c}"' for c in b.fed_columns)
         total = ""
     return DataError(
-        f"PREDICT(MODEL {scan.model.name}): NULL in input column(s) {where}{total}"
+        f"PREDICT({scan.model.ref_sql}): NULL in input column(s) {where}{total}"
         + ". NULLs are never fed to a model: add on_null = 'skip' to leave those rows out, "
         "or on_null = 'null' to return NULL predictions for them.",
         code="null_input",
@@ -126,7 +126,7 @@ def wrong_length(text: str, operators) -> Optional[DataError]:
         for a in op.scan.binding.args:
             if a.kind == "array" and a.columns[0].lower() == column.lower():
                 return DataError(
-                    f'PREDICT(MODEL {op.scan.model.name}): column "{a.columns[0]}" holds rows of {got} values, but '
+                    f'PREDICT({op.scan.model.ref_sql}): column "{a.columns[0]}" holds rows of {got} values, but '
                     f'model input "{a.input_name}" takes {want} values per row (per-row shape {list(a.shape)}).',
                     code="wrong_input_shape",
                 )

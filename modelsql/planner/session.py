@@ -24,9 +24,9 @@ from .. import sql as msql
 from ..catalog import Catalog
 from ..duckdb_errors import translate
 from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
-from ..sql.nodes import DescribeModel, ExportModel, ShowModels
+from ..sql.nodes import DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines
 from ..storage import BlobStore
-from . import ddl, explain, query  # noqa: F401  (each registers its statements' handlers)
+from . import ddl, explain, pipelines, query  # noqa: F401  (each registers its statements' handlers)
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
@@ -289,10 +289,12 @@ class Session:
         line, column = position_of(text, start)
         return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
 
-    def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None):
-        """The catalog entry; a lookup error points at the model name in the statement text."""
+    def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,
+                  pipeline: bool = False):
+        """The catalog entry (a model version, or with ``pipeline`` a pipeline version); a lookup
+        error points at the name in the statement text."""
         try:
-            return self.catalog.get(name, version)
+            return self.catalog.pipelines.get(name, version) if pipeline else self.catalog.get(name, version)
         except Error as err:
             raise self.pointed(err, ref) from None
 
@@ -308,7 +310,8 @@ def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
 def _reads_only(stmt: exp.Expression) -> bool:
     """Whether a parsed statement leaves every cached plan valid (a query, SHOW/DESCRIBE/EXPORT MODEL,
     a plain EXPLAIN of a query)."""
-    if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel)):
+    if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel, ShowPipelines, DescribePipeline,
+                         ExportPipeline)):
         return True
     parts = explain.explain_parts(stmt)
     if parts is None or parts[0] != "EXPLAIN ":

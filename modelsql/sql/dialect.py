@@ -12,6 +12,10 @@ tables may still be called ``model``, ``models`` or ``predict``)::
     EXPORT MODEL name [VERSION n] TO 'path.onnx'
     VACUUM MODELS
     ... FROM PREDICT(MODEL name [VERSION n], TABLE t | (query) [, opt ...]) [[AS] alias] ...
+    ... FROM PREDICT(PIPELINE name [VERSION n], TABLE t | (query) [, opt ...]) ...
+
+plus the pipeline statements of :mod:`modelsql.sql.pipeline_grammar` (CREATE /
+DROP / SHOW / DESCRIBE / EXPORT PIPELINE), mixed in.
 
     opt   := key (= | := | =>) value
     value := literal | -number | TRUE | FALSE | NULL | name | ? | $n | ( value [, value ...] )
@@ -61,6 +65,7 @@ from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokens import Token, TokenType
 
+from modelsql.sql.pipeline_grammar import PipelineGenerating, PipelineParsing
 from modelsql.sql.nodes import (
     MODEL_NODES,
     STATEMENT_NODES,
@@ -85,7 +90,7 @@ _PLAIN_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OPTION_SEPARATORS = (TokenType.EQ, TokenType.COLON_EQ, TokenType.FARROW)
 
 #: The accepted form of PREDICT, shown by its parse errors.
-PREDICT_FORM = "PREDICT(MODEL name [VERSION n], TABLE t | (SELECT ...) [, option = value ...])"
+PREDICT_FORM = "PREDICT(MODEL name [VERSION n] | PIPELINE name [VERSION n], TABLE t | (SELECT ...) [, option = value ...])"
 
 
 def _word(token: Token | None, word: str) -> bool:
@@ -148,7 +153,8 @@ def predict_shaped(tokens: t.Sequence[Token], i: int) -> bool:
     if at(2) is not None and at(2).token_type == TokenType.TABLE:
         return True
     name = at(3)
-    return _word(at(2), "MODEL") and name is not None and name.token_type in (_NAME_TOKENS | {TokenType.IDENTIFIER})
+    return (_word(at(2), "MODEL") or _word(at(2), "PIPELINE")) and name is not None and (
+        name.token_type in (_NAME_TOKENS | {TokenType.IDENTIFIER}))
 
 
 class ModelSQLTokenizer(DuckDB.Tokenizer):
@@ -157,7 +163,7 @@ class ModelSQLTokenizer(DuckDB.Tokenizer):
     KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k not in DEMOTED_COMMANDS}
 
 
-class ModelSQLParser(DuckDBParser):
+class ModelSQLParser(PipelineParsing, DuckDBParser):
     """DuckDB's parser plus the entries for :mod:`modelsql.sql.nodes`.
 
     Errors are reported through sqlglot's ``raise_error`` (a ``ParseError``
@@ -379,9 +385,12 @@ class ModelSQLParser(DuckDBParser):
     def _parse_predict_table(self) -> PredictTable:
         token = self._curr
         self._advance(2)  # PREDICT (
-        if not self._match_word("MODEL"):
+        pipeline = self._match_word("PIPELINE")
+        if not pipeline and not self._match_word("MODEL"):
             self.raise_error(f"Expected MODEL <name> as the first argument of PREDICT; the form is {PREDICT_FORM}")
         ref = self._parse_model_ref()
+        if pipeline:
+            ref.set("pipeline", True)
 
         if not self._match(TokenType.COMMA):
             self.raise_error(f"Expected the input after the model in PREDICT; the form is {PREDICT_FORM}")
@@ -431,7 +440,7 @@ class ModelSQLParser(DuckDBParser):
         return self.expression(exp.Anonymous(this=name, expressions=args))
 
 
-class ModelSQLGenerator(DuckDBGenerator):
+class ModelSQLGenerator(PipelineGenerating, DuckDBGenerator):
     """DuckDB's generator plus one ``<key>_sql`` method per node of ours."""
 
     # Every node of ours -> its `<key>_sql` method, found by name (a node without
@@ -514,7 +523,8 @@ class ModelSQLGenerator(DuckDBGenerator):
         source_sql = f"TABLE {self.sql(source)}" if isinstance(source, exp.Table) else self.sql(source)
         options = self._options_sql(expression)
         options = f", {options}" if options else ""
-        return f"PREDICT(MODEL {self.sql(expression, 'this')}, {source_sql}{options})"
+        word = "PIPELINE" if expression.this.args.get("pipeline") else "MODEL"
+        return f"PREDICT({word} {self.sql(expression, 'this')}, {source_sql}{options})"
 
 
 class ModelSQL(DuckDB):

@@ -120,13 +120,17 @@ class ModelRef(exp.Expression):
     and ``name`` / ``name VERSION 2`` after the statement keywords
     (``DROP MODEL name VERSION 2``).
 
+    Inside ``PREDICT(...)`` it may name a pipeline instead: ``PIPELINE name [VERSION n]``
+    (``pipeline`` true).
+
     Args:
         this: ``exp.Identifier``, the model name (quoted when written ``"Name"``).
         version: ``exp.Literal`` integer (>= 0 as written) or ``None`` for
             "the latest version".
+        pipeline: ``True`` when it names a pipeline.
     """
 
-    arg_types = {"this": True, "version": False}
+    arg_types = {"this": True, "version": False, "pipeline": False}
 
     @property
     def model_name(self) -> str:
@@ -229,6 +233,90 @@ class VacuumModels(exp.Expression):
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
+class PipelineStepRef(exp.Expression):
+    """One step of ``CREATE PIPELINE p AS (model [VERSION n] [AS step], ...)``.
+
+    Args:
+        this: ``ModelRef`` (the model, optionally pinned to a version).
+        alias: ``exp.Identifier`` step name, or ``None`` (the model's name).
+    """
+
+    arg_types = {"this": True, "alias": False}
+
+
+@statement
+class CreatePipeline(exp.Expression):
+    """``CREATE [OR REPLACE] PIPELINE [IF NOT EXISTS] p AS (step, ...) [WITH (k = v, ...)]``.
+
+    Steps run in order; each step input is fed by the latest earlier step output of
+    the same name, else (a step with one input) by the previous step's first
+    output, else by a pipeline input of that name (PRETZEL's white-box pipeline).
+
+    Args:
+        this: ``exp.Identifier``, the pipeline name.
+        expressions: list of :class:`PipelineStepRef`.
+        exists: ``True`` when ``IF NOT EXISTS`` was written.
+        replace: ``True`` for ``CREATE OR REPLACE PIPELINE`` (a new version).
+        options: list of ``exp.EQ``, or ``None``.
+    """
+
+    WORDS = (("CREATE", "PIPELINE"), ("CREATE", "OR", "REPLACE", "PIPELINE"))
+    arg_types = {"this": True, "expressions": True, "exists": False, "replace": False, "options": False}
+
+    @property
+    def option_values(self) -> dict[str, exp.Expression]:
+        """Options keyed by lower-cased name (later duplicates win)."""
+        return _option_dict(self.args.get("options"))
+
+
+@statement
+class DropPipeline(exp.Expression):
+    """``DROP PIPELINE [IF EXISTS] p [VERSION n]``: the step models stay.
+
+    Args:
+        this: ``ModelRef`` (``pipeline`` true).
+        exists: ``True`` when ``IF EXISTS`` was written.
+    """
+
+    WORDS = (("DROP", "PIPELINE"),)
+    arg_types = {"this": True, "exists": False}
+
+
+@statement
+class ShowPipelines(exp.Expression):
+    """``SHOW PIPELINES``: no arguments."""
+
+    WORDS = (("SHOW", "PIPELINES"),)
+    arg_types: t.ClassVar[dict[str, bool]] = {}
+
+
+@statement
+class DescribePipeline(exp.Expression):
+    """``DESCRIBE PIPELINE p [VERSION n]`` (only when an undotted name follows, as for
+    :class:`DescribeModel`).
+
+    Args:
+        this: ``ModelRef`` (``pipeline`` true).
+    """
+
+    WORDS = (("DESCRIBE", "PIPELINE"),)
+    ONLY_IF = staticmethod(undotted_name_at)
+    arg_types = {"this": True}
+
+
+@statement
+class ExportPipeline(exp.Expression):
+    """``EXPORT PIPELINE p [VERSION n] TO 'path.onnx'``: one merged ONNX file.
+
+    Args:
+        this: ``ModelRef`` (``pipeline`` true).
+        target: ``exp.Literal`` string or ``exp.Placeholder``.
+    """
+
+    WORDS = (("EXPORT", "PIPELINE"),)
+    arg_types = {"this": True, "target": True}
+
+
 class PredictTable(exp.Expression):
     """The table function ``PREDICT(MODEL m [VERSION n], TABLE t | (query) [, name = value ...])``.
 
@@ -255,7 +343,7 @@ class PredictTable(exp.Expression):
 
 #: Every node of ours (the registered statements and the parts of statements);
 #: a tree containing none of these is plain DuckDB SQL.
-MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, *STATEMENT_NODES, PredictTable)
+MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, *STATEMENT_NODES, PredictTable)
 
 __all__ = [
     "ModelRef",
@@ -265,6 +353,12 @@ __all__ = [
     "DescribeModel",
     "ExportModel",
     "VacuumModels",
+    "PipelineStepRef",
+    "CreatePipeline",
+    "DropPipeline",
+    "ShowPipelines",
+    "DescribePipeline",
+    "ExportPipeline",
     "PredictTable",
     "MODEL_NODES",
     "STATEMENT_NODES",

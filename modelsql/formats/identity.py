@@ -1,0 +1,75 @@
+"""Content identity of a stored model: one digest for graphs that compute the same thing.
+
+Two conversions of one fitted scikit-learn step are not byte-identical:
+skl2onnx writes a random uuid4 into ``graph.name``; producers stamp their
+version; node names and doc strings are free text. None of that changes what a
+graph computes. :func:`content_digest` hashes the *whole* stripped graph (see
+:mod:`modelsql.formats.onnx_io`: nodes, attributes, types and shapes, and each
+initializer's SHA-256 in place of its data) with those free-text fields set to
+constants, so identical steps of different pipelines get one digest and are
+recognised as identical: stored, loaded and computed once (PRETZEL, Lee et al.,
+OSDI 2018, section 4: the Object Store and sub-plan materialization).
+
+Hashing initializers alone would be wrong: a TF-IDF vocabulary lives in node
+attributes (``pool_strings``, ``ngram_indexes``), not initializers, so two
+featurizers with different vocabularies and equal idf weights would collide.
+Value names (inputs, outputs, intermediates) are kept: the pipeline wiring
+refers to them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from onnx import ModelProto
+
+__all__ = ["content_digest", "normalized"]
+
+_PRODUCER = "modelsql"
+
+
+def normalized(graph_bytes: bytes) -> ModelProto:
+    """The stripped model of ``graph_bytes`` with its free-text fields set to constants.
+
+    Cleared: ``graph.name`` (``"graph"``), every ``doc_string`` (model, graph, nodes,
+    values, initializers), ``producer_name`` / ``producer_version``, ``domain``,
+    ``model_version``, ``metadata_props``; node names become ``n0, n1, ...`` in graph
+    order (subgraphs of control-flow nodes included).
+    """
+    m = ModelProto()
+    m.ParseFromString(graph_bytes)
+    m.producer_name, m.producer_version, m.domain, m.doc_string = _PRODUCER, "", "", ""
+    m.model_version = 0
+    del m.metadata_props[:]
+    _normalize_graph(m.graph, "graph")
+    for f in m.functions:
+        f.doc_string = ""
+    return m
+
+
+def _normalize_graph(g, name: str) -> None:
+    g.name, g.doc_string = name, ""
+    for v in (*g.input, *g.output, *g.value_info, *g.initializer):
+        v.doc_string = ""
+    for i, node in enumerate(g.node):
+        node.name, node.doc_string = f"n{i}", ""
+        for attr in node.attribute:
+            attr.doc_string = ""
+            if attr.HasField("g"):
+                _normalize_graph(attr.g, f"{name}.n{i}.{attr.name}")
+            for k, sub in enumerate(attr.graphs):
+                _normalize_graph(sub, f"{name}.n{i}.{attr.name}{k}")
+
+
+def content_digest(graph_bytes: bytes) -> str:
+    """SHA-256 (hex) of :func:`normalized` ``graph_bytes``, serialized deterministically.
+
+    Args:
+        graph_bytes: a serialized stripped ModelProto, as :func:`~modelsql.formats.onnx_io.split_model`
+            gives (initializer data replaced by digests).
+
+    Raises:
+        google.protobuf.message.DecodeError: the bytes are not a ModelProto (callers pass
+            what the store verified).
+    """
+    return hashlib.sha256(normalized(graph_bytes).SerializeToString(deterministic=True)).hexdigest()
