@@ -23,6 +23,7 @@ import duckdb
 
 from . import duckdb_errors as _duckdb_errors
 from .planner.ddl import import_model
+from .planner.pipeline_import import import_pipeline
 from .planner.session import Session
 from .errors import excerpt as _excerpt
 from .errors import (
@@ -426,6 +427,51 @@ class Connection:
             if better is err:
                 raise
             raise better from None
+
+    def import_pipeline(
+        self,
+        name: str,
+        pipeline: Any,
+        *,
+        example_input: Any,
+        features: Optional[Sequence[str]] = None,
+        input_name: str = "input",
+        replace: bool = False,
+        if_not_exists: bool = False,
+        description: Optional[str] = None,
+    ):
+        """Import a fitted scikit-learn ``Pipeline`` / ``FeatureUnion`` / ``ColumnTransformer`` as a
+        pipeline of one catalog model per step, and return its
+        :class:`~modelsql.catalog.entries.PipelineVersion` (PRETZEL's white-box pipeline).
+
+        Each step is converted on its own and checked against scikit-learn on ``example_input``
+        pushed through the steps before it; a step identical to one already in the catalog
+        (equal content digest) is reused, so pipelines sharing a fitted featurizer share one model,
+        one stored graph and one loaded session. Step models are named ``<name>__<step path>``.
+        ``PREDICT(PIPELINE name, ...)`` then runs it; ``EXPORT PIPELINE`` writes it as one file.
+
+        Args:
+            name: the pipeline's name in the catalog.
+            pipeline: the fitted scikit-learn object (a single estimator gives a one-step pipeline).
+            example_input: rows it accepts (a 2-D numeric array ``[n, features]``, or a list of
+                ``n`` strings for a text pipeline); required, at least one row.
+            features: column names feeding a numeric input, in order.
+            input_name: the pipeline input's name: the column PREDICT feeds a text input from.
+            replace: add a new version if the pipeline exists (``CREATE OR REPLACE PIPELINE``).
+            if_not_exists: do nothing if the pipeline exists.
+            description: free text kept with the pipeline.
+
+        Raises:
+            IntegrityError: the name exists (neither ``replace`` nor ``if_not_exists``).
+            NotSupportedError: a part that cannot be split or converted (code ``"conversion_failed"``).
+            DataError: a converted step disagrees with scikit-learn (``"conversion_mismatch"``).
+            ProgrammingError: no example rows, an invalid name.
+        """
+        self._check_open()
+        self._settle()
+        return import_pipeline(self._session, name, pipeline, example_input=example_input, features=features,
+                               input_name=input_name, replace=replace, if_not_exists=if_not_exists,
+                               description=description)
 
     def register(self, name: str, data: Any) -> None:
         """Make a Python object queryable as a view ``name`` on this connection (extension).

@@ -1,6 +1,6 @@
 """The layout rules of docs/architecture.md, checked on the source: no import cycles between
 modelsql's modules, operators/ never imports planner/ at run time, the client imports only the
-session and import_model from the planner, and no module reads another's underscored names."""
+session, import_model and import_pipeline from the planner, and no module reads another's underscored names."""
 
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ def test_operators_do_not_import_the_planner() -> None:
 
 def test_the_client_uses_only_the_session_and_import_model() -> None:
     used = {(t, tuple(n)) for t, n, _ in _imports(ROOT / "dbapi.py") if t.startswith("modelsql.planner")}
-    assert used <= {("modelsql.planner.session", ("Session",)), ("modelsql.planner.ddl", ("import_model",))}, used
+    assert used <= {("modelsql.planner.session", ("Session",)), ("modelsql.planner.ddl", ("import_model",)),
+                    ("modelsql.planner.pipeline_import", ("import_pipeline",))}, used
 
 
 def test_no_module_imports_another_modules_underscored_names() -> None:

@@ -446,6 +446,15 @@ class Catalog:
             content_digest=content_digest,
         )
 
+    def find_content(self, content_digest: str) -> Optional[ModelVersion]:
+        """The latest model version whose content digest is ``content_digest`` (the first such model
+        by name), or None: an identical step already in the catalog."""
+        if not self._present:
+            return None
+        rows = self._rows("SELECT name, version FROM {s}.model_versions WHERE content_digest = ? "
+                          "ORDER BY name, version DESC LIMIT 1", [content_digest])
+        return self.get(*rows[0]) if rows else None
+
     def _specs(self, table: str, key: str, version: int) -> tuple[TensorSpec, ...]:
         return tuple(
             TensorSpec(name=n, elem_type=e, shape=_shape_value(shape))

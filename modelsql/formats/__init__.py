@@ -32,6 +32,7 @@ from modelsql.formats.onnx_io import (
     stored_tensors,
 )
 from modelsql.formats.sklearn import from_sklearn, is_sklearn_estimator
+from modelsql.formats.sklearn_steps import split_pipeline
 from modelsql.formats.torch import from_torch, is_torch_module
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "batch_dependence",
     "content_digest",
     "merge_pipeline",
+    "split_pipeline",
     "metadata_features",
     "write_metadata",
     "load_model",

@@ -34,7 +34,8 @@ def normalized(graph_bytes: bytes) -> ModelProto:
     Cleared: ``graph.name`` (``"graph"``), every ``doc_string`` (model, graph, nodes,
     values, initializers), ``producer_name`` / ``producer_version``, ``domain``,
     ``model_version``, ``metadata_props``; node names become ``n0, n1, ...`` in graph
-    order (subgraphs of control-flow nodes included).
+    order (subgraphs of control-flow nodes included), and a tensor attribute's name (the store
+    names a stripped attribute after its node) ``n<i>.<attribute>``.
     """
     m = ModelProto()
     m.ParseFromString(graph_bytes)
@@ -55,6 +56,8 @@ def _normalize_graph(g, name: str) -> None:
         node.name, node.doc_string = f"n{i}", ""
         for attr in node.attribute:
             attr.doc_string = ""
+            if attr.HasField("t"):  # a stripped attribute's placeholder is named after its node
+                attr.t.name, attr.t.doc_string = f"n{i}.{attr.name}", ""
             if attr.HasField("g"):
                 _normalize_graph(attr.g, f"{name}.n{i}.{attr.name}")
             for k, sub in enumerate(attr.graphs):

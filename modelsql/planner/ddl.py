@@ -162,8 +162,14 @@ def import_model(
     if_not_exists: bool = False,
     options: Optional[dict] = None,
     accept_mismatch: bool = False,
+    provenance: Optional[tuple[str, str]] = None,
+    checked: Optional[tuple[int, float, int]] = None,
 ) -> ModelVersion:
     """Convert, check, store and catalog one model version (see ``Connection.import_model``).
+
+    ``provenance``: ``(kind, source)`` to record instead of what the conversion reports (a
+    pipeline step converted by :mod:`modelsql.formats.sklearn_steps` is ``("sklearn", "sklearn:<class>")``);
+    ``checked``: that conversion's check, ``(rows, max abs diff, label mismatches)``.
 
     The blobs are written (atomically, each fsynced) before the catalog
     transaction that references them commits, so a crash at any point leaves
@@ -192,8 +198,12 @@ def import_model(
         model, example_input=example_input, feature_names=features, input_names=input_names,
         output_names=output_names,
     )
+    if provenance is not None:
+        kind, source = provenance
     feats = tuple(features) if features else (tuple(known) if known else None)
     facts = _facts(key, model, proto, kind, feats, example_input, accept_mismatch)
+    if checked is not None:
+        facts.update(check_rows=checked[0], check_max_abs_diff=checked[1], check_label_mismatches=checked[2])
     graph, tensors = formats.split_model(proto)
     artifacts.check_loads(proto.SerializeToString(), f'model "{key}"')
     graph_digest = session.store.put(graph)
@@ -228,7 +238,7 @@ def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_
     if feats is not None:
         _check_features(key, feats, inputs)
     check = None
-    if kind == "sklearn":  # the converted graph against the estimator, on the sample (or the default one)
+    if kind == "sklearn" and formats.is_sklearn_estimator(model):  # the converted graph against the estimator
         check = formats.check_conversion(model, proto, example_input, features=feats, accept_mismatch=accept_mismatch)
     return dict(
         inputs=tuple(inputs), outputs=tuple(outputs), opset=opset,

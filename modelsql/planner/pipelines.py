@@ -149,8 +149,10 @@ def pipeline_digest(steps: Sequence[PipelineStep]) -> str:
 # ---------------------------------------------------------------- create
 
 
-def create_pipeline(session, plan: CreatePipelinePlan) -> PipelineVersion:
+def create_pipeline(session, plan: CreatePipelinePlan, explicit: Optional[dict] = None) -> PipelineVersion:
     """Resolve, wire and catalog a pipeline version (see ``Connection.import_pipeline``).
+
+    ``explicit``: feeds given instead of the wiring rules (see :func:`wire`).
 
     Raises:
         ProgrammingError: an invalid name, a missing model or version (``model_not_found`` /
@@ -183,7 +185,7 @@ def create_pipeline(session, plan: CreatePipelinePlan) -> PipelineVersion:
                 code="duplicate_step",
             )
         named.append((step, mv))
-    steps = wire(key, named)
+    steps = wire(key, named, explicit)
     session.commit()
     with session.catalog.transaction(join=False):  # the session just committed
         version = pipelines.next_version(key)
