@@ -1,0 +1,292 @@
+"""The Starlette app: Open Inference Protocol REST endpoints plus Triton's extensions and ``/metrics``.
+
+Endpoints (kserve open-inference-protocol ``specification/protocol/inference_rest.md``;
+``[/versions/{v}]`` is optional everywhere):
+
+* ``GET /v2`` -> ``{"name": "modelsql", "version", "extensions"}``
+* ``GET /v2/health/live`` -> ``{"live": true}``; ``GET /v2/health/ready`` -> ``{"ready": true}``
+  (503 ``{"ready": false}`` while shutting down)
+* ``GET /v2/models/{name}[/versions/{v}]`` -> ``{"name", "versions", "platform", "inputs", "outputs"}``
+* ``GET /v2/models/{name}[/versions/{v}]/ready`` -> 200 ``{"name", "ready": true}``, or 400 with
+  ``"ready": false`` (the spec: a 4xx status means false), or 404 for an unknown model
+* ``POST /v2/models/{name}[/versions/{v}]/infer`` (JSON, or Triton's binary tensor data extension)
+* Triton's model repository extension (``docs/protocol/extension_model_repository.md``):
+  ``POST /v2/repository/index`` (body ``{"ready": true}`` lists only ready models),
+  ``POST /v2/repository/models/{name}/load``, ``POST /v2/repository/models/{name}/unload``
+* ``GET /metrics``: Prometheus text exposition of :class:`~modelsql.serving.metrics.ServerMetrics`
+
+Errors are always JSON ``{"error": "..."}`` naming the model (and the tensor or row):
+400 a bad request, 404 an unknown model, version or route, 413 a body over
+``max_request_bytes`` (default 64 MiB, checked against ``Content-Length``
+before reading and counted while the body streams in), 415 a compressed body,
+500 a model failure, 503 a model that is not ready. Exceptions map by type:
+``LookupError`` -> 404; ``ValueError``, ``TypeError``, modelsql's ``DataError``
+and ``ProgrammingError`` -> 400; anything else -> 500 (logged with its traceback;
+the client sees only its message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Callable, Optional
+
+import orjson
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import DataError, ProgrammingError
+from .batching import Batcher
+from .metrics import CONTENT_TYPE, ServerMetrics
+from .protocol import HEADER_LENGTH, ProtocolError, encode_infer_response, parse_infer_request
+from .repository import Repository, Servable
+
+__all__ = ["build_app", "error_status", "read_body", "DEFAULT_MAX_REQUEST_BYTES", "EXTENSIONS"]
+
+DEFAULT_MAX_REQUEST_BYTES = 64 << 20
+"""The largest request body accepted by default: 64 MiB."""
+
+EXTENSIONS = ("binary_tensor_data", "model_repository")
+"""The protocol extensions ``GET /v2`` reports (Triton's names)."""
+
+CLIENT_CLOSED = 499
+"""The status recorded in metrics for a request whose client went away (nginx's convention; never sent)."""
+
+log = logging.getLogger("modelsql.serving")
+
+
+def error_status(exc: BaseException) -> int:
+    """The HTTP status for ``exc``: a :class:`ProtocolError`'s own, 404 for ``LookupError``, 400 for
+    ``ValueError``/``TypeError``/``DataError``/``ProgrammingError``, otherwise 500."""
+    if isinstance(exc, ProtocolError):
+        return exc.status
+    if isinstance(exc, LookupError):
+        return 404
+    if isinstance(exc, (ValueError, TypeError, DataError, ProgrammingError)):
+        return 400
+    return 500
+
+
+def _json(content: Any, status: int = 200, headers: Optional[dict] = None) -> Response:
+    return Response(orjson.dumps(content), status, headers=headers, media_type="application/json")
+
+
+def _error(exc: BaseException, model: Optional[str] = None) -> Response:
+    status = error_status(exc)
+    message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    message = str(message) or type(exc).__name__
+    if model is not None and f'"{model}"' not in message and f"'{model}'" not in message:
+        message = f'model "{model}": {message}'
+    if status == 500:  # a model failure: the operator wants the traceback, the client only the message
+        log.error("%s", message, exc_info=exc)
+    headers = {"connection": "close"} if status == 413 else None  # the unread rest of the body is not wanted
+    return _json({"error": message}, status, headers)
+
+
+class _Endpoints:
+    """The request handlers of one server; ``batcher`` exists while the app runs (see ``lifespan``)."""
+
+    def __init__(self, repository: Repository, metrics: ServerMetrics, version: str, batcher_factory: Callable[[], Batcher],
+                 max_request_bytes: int) -> None:
+        self.repository = repository
+        self.metrics = metrics
+        self.version = version
+        self.batcher_factory = batcher_factory
+        self.max_request_bytes = max_request_bytes
+        self.batcher: Optional[Batcher] = None
+        self.ready = False
+
+    def drain(self) -> None:
+        """Report not ready (``/v2/health/ready`` 503) from now on: the server is stopping."""
+        self.ready = False
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette):
+        self.batcher = self.batcher_factory()
+        self.ready = True
+        try:
+            yield
+        finally:
+            self.ready = False
+            self.batcher.close()
+
+    # -- server -------------------------------------------------------------------------------
+
+    async def server_metadata(self, request: Request) -> Response:
+        return _json({"name": "modelsql", "version": self.version, "extensions": list(EXTENSIONS)})
+
+    async def live(self, request: Request) -> Response:
+        return _json({"live": True})
+
+    async def server_ready(self, request: Request) -> Response:
+        return _json({"ready": self.ready}, 200 if self.ready else 503)
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    # -- models -------------------------------------------------------------------------------
+
+    def _servable(self, request: Request) -> Servable:
+        params = request.path_params
+        return self.repository.get(params["name"], params.get("version"))
+
+    async def model_metadata(self, request: Request) -> Response:
+        try:
+            s = self._servable(request)
+        except Exception as exc:
+            return _error(exc, request.path_params["name"])
+        return _json({"name": s.name, "versions": list(s.versions), "platform": s.platform,
+                      "inputs": [t.to_json() for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]})
+
+    async def model_ready(self, request: Request) -> Response:
+        name, version = request.path_params["name"], request.path_params.get("version")
+        try:
+            if self.repository.ready(name, version):
+                return _json({"name": name, "ready": True})
+            self.repository.get(name, version)
+        except Exception as exc:
+            return _error(exc, name)
+        return _json({"name": name, "ready": False}, 400)
+
+    async def infer(self, request: Request) -> Response:
+        start = time.perf_counter()
+        servable: Optional[Servable] = None
+        try:
+            servable = self._servable(request)
+            response = await self._infer(request, servable)
+        except ClientDisconnect:
+            response = Response(status_code=CLIENT_CLOSED)
+        except asyncio.CancelledError:
+            if self.ready:
+                raise
+            # uvicorn cancels what is still running when stop()'s grace period is over: answer 503, not a traceback
+            response = _error(ProtocolError(503, "the server is shutting down"), request.path_params["name"])
+        except Exception as exc:
+            response = _error(exc, request.path_params["name"])
+        model, version = (servable.name, servable.version) if servable is not None else ("", "")
+        self.metrics.observe_request(model, version, response.status_code, time.perf_counter() - start)
+        return response
+
+    async def _infer(self, request: Request, servable: Servable) -> Response:
+        if not self.repository.ready(servable.name, servable.version):
+            raise ProtocolError(503, f'model "{servable.name}" version "{servable.version}" is not ready')
+        body = await read_body(request, self.max_request_bytes, f'model "{servable.name}"')
+        parsed = parse_infer_request(body, servable, request.headers.get(HEADER_LENGTH))
+        results = await self.batcher.submit(servable, parsed.inputs, parsed.rows)
+        content, headers = encode_infer_response(servable, parsed, results)
+        return Response(content, headers=headers)
+
+    # -- repository extension -----------------------------------------------------------------
+
+    async def repository_index(self, request: Request) -> Response:
+        try:
+            body = await read_body(request, self.max_request_bytes, "the repository index")
+            only_ready = bool(orjson.loads(body).get("ready", False)) if body.strip() else False
+            entries = await run_in_threadpool(self.repository.index)
+        except (orjson.JSONDecodeError, AttributeError):
+            return _json({"error": 'the repository index request must be a JSON object such as {"ready": true}'}, 400)
+        except ClientDisconnect:
+            return Response(status_code=CLIENT_CLOSED)
+        except Exception as exc:
+            return _error(exc)
+        if only_ready:
+            entries = [e for e in entries if e.get("state") == "READY"]
+        return _json(entries)
+
+    async def load(self, request: Request) -> Response:
+        return await self._repository_call(request, self.repository.load)
+
+    async def unload(self, request: Request) -> Response:
+        return await self._repository_call(request, self.repository.unload)
+
+    async def _repository_call(self, request: Request, call: Callable[[str], None]) -> Response:
+        name = request.path_params["name"]
+        try:
+            await read_body(request, self.max_request_bytes, f'model "{name}"')  # parameters are not used
+            await run_in_threadpool(call, name)
+        except ClientDisconnect:
+            return Response(status_code=CLIENT_CLOSED)
+        except Exception as exc:
+            return _error(exc, name)
+        return Response(b"", 200)
+
+
+async def read_body(request: Request, limit: int, who: str) -> bytearray:
+    """The request body, refused past ``limit`` bytes: by ``Content-Length`` before reading, then by
+    counting while it streams in (chunked bodies).
+
+    Raises:
+        ProtocolError: 413 past ``limit``; 415 for a ``Content-Encoding`` other than identity.
+            Messages start with ``who`` (e.g. ``'model "m"'``).
+        starlette.requests.ClientDisconnect: the client went away mid-body.
+    """
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise ProtocolError(415, f"{who}: Content-Encoding {encoding!r} is not supported; send the body uncompressed")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(who, f"{int(declared)} bytes", limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(who, f"more than {limit} bytes", limit)
+    return body
+
+
+def _too_large(who: str, size: str, limit: int) -> ProtocolError:
+    return ProtocolError(413, f"{who}: the request body is {size}; this server accepts at most {limit} bytes "
+                              "(max_request_bytes)")
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return _json({"error": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code)
+
+
+def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, max_batch_size: int = 32,
+              max_queue_delay_ms: float = 1.0, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Starlette:
+    """The ASGI app serving ``repository`` (see the module docstring for the endpoints).
+
+    Args:
+        repository: what is served (:class:`~modelsql.serving.repository.Repository`).
+        metrics: where requests, batches and queue times are recorded.
+        version: the server version ``GET /v2`` reports.
+        max_batch_size: rows per batch (see :class:`~modelsql.serving.batching.Batcher`).
+        max_queue_delay_ms: the most a batch waits for company, in ms.
+        max_request_bytes: the largest accepted request body, in bytes (413 beyond).
+
+    The batcher is created by the app's lifespan, on the loop that serves it.
+    ``app.state.endpoints.drain()`` marks the server as stopping: ``/v2/health/ready``
+    answers 503, and requests that uvicorn cancels at the end of the graceful
+    shutdown are answered 503 instead of being logged as failures.
+    """
+    ep = _Endpoints(repository, metrics, version,
+                    lambda: Batcher(repository, metrics, max_batch_size=max_batch_size,
+                                    max_queue_delay_ms=max_queue_delay_ms),
+                    max_request_bytes)
+    model = "/v2/models/{name}"
+    versioned = "/v2/models/{name}/versions/{version}"
+    routes = [
+        Route("/v2", ep.server_metadata, methods=["GET"]),
+        Route("/v2/health/live", ep.live, methods=["GET"]),
+        Route("/v2/health/ready", ep.server_ready, methods=["GET"]),
+        Route("/metrics", ep.prometheus, methods=["GET"]),
+        Route("/v2/repository/index", ep.repository_index, methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", ep.load, methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", ep.unload, methods=["POST"]),
+    ]
+    for base in (model, versioned):
+        routes += [
+            Route(base, ep.model_metadata, methods=["GET"]),
+            Route(base + "/ready", ep.model_ready, methods=["GET"]),
+            Route(base + "/infer", ep.infer, methods=["POST"]),
+        ]
+    app = Starlette(routes=routes, lifespan=ep.lifespan, exception_handlers={HTTPException: _http_error})
+    app.state.endpoints = ep  # the server calls app.state.endpoints.drain() when it begins to stop
+    return app

@@ -1,0 +1,171 @@
+"""Dynamic batching: requests for servables of one group are queued together and run as one batch.
+
+Triton's dynamic batcher (triton-inference-server/server,
+``docs/user_guide/model_configuration.md``, "Dynamic Batcher") and PRETZEL's
+(OSDI 2018) batching of requests to shared stages: one queue per
+``Servable.group``, in arrival order. A group's pending batch is dispatched
+
+* as soon as its rows (the sum of the requests' first dimensions) reach
+  ``max_batch_size``,
+* when a request arrives that would push it past ``max_batch_size`` (the
+  pending batch goes first, the newcomer starts the next one), or
+* ``max_queue_delay_ms`` after its first request arrived,
+
+whichever comes first. A request of more than ``max_batch_size`` rows runs
+alone. A dispatched batch runs as ``repository.run_group(group, items)`` in
+``repository.executor(group)`` through ``loop.run_in_executor``, so the event
+loop never waits on a model; each request gets its own result or exception.
+
+The queue is a deque plus one timer per group rather than an ``asyncio.Queue``
+and a consumer task: the same order and deadlines, with no task to keep alive
+or cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Hashable, Optional
+
+import numpy as np
+
+from .metrics import ServerMetrics
+from .repository import Repository, Servable
+
+__all__ = ["Batcher"]
+
+
+@dataclass
+class _Item:
+    servable: Servable
+    inputs: dict[str, np.ndarray]
+    rows: int
+    future: asyncio.Future
+    arrived: float
+
+
+@dataclass
+class _Queue:
+    items: deque = field(default_factory=deque)
+    rows: int = 0
+    timer: Optional[asyncio.TimerHandle] = None
+
+
+class Batcher:
+    """Per-group dynamic batching on one event loop (create and use it on that loop).
+
+    Args:
+        repository: runs the batches (``run_group``) in its executors (``executor``).
+        metrics: receives the batch sizes (rows) and queue times (seconds).
+        max_batch_size: rows at which a batch is dispatched at once (>= 1).
+        max_queue_delay_ms: the most a batch waits for more requests after its first one, in ms (>= 0).
+
+    Raises:
+        ValueError: ``max_batch_size < 1`` or ``max_queue_delay_ms < 0``.
+    """
+
+    def __init__(self, repository: Repository, metrics: ServerMetrics, *, max_batch_size: int = 32,
+                 max_queue_delay_ms: float = 1.0) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1 row; got {max_batch_size}")
+        if max_queue_delay_ms < 0:
+            raise ValueError(f"max_queue_delay_ms must be >= 0 ms; got {max_queue_delay_ms}")
+        self.repository = repository
+        self.metrics = metrics
+        self.max_batch_size = max_batch_size
+        self.max_queue_delay = max_queue_delay_ms / 1000.0
+        self._queues: dict[Hashable, _Queue] = {}
+        self._closed = False
+
+    async def submit(self, servable: Servable, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+        """Queue one request of ``rows`` rows and wait for its outputs.
+
+        Args:
+            servable: what the inputs are for; its ``group`` picks the queue.
+            inputs: validated input name -> array, ``rows`` on axis 0.
+
+        Returns:
+            The request's outputs (name -> array, its rows on axis 0), as ``run_group`` returned them.
+
+        Raises:
+            Whatever ``run_group`` raised or returned for this request; ``RuntimeError`` once closed.
+        """
+        if self._closed:
+            raise RuntimeError(f'model "{servable.name}": the server is shutting down')
+        loop = asyncio.get_running_loop()
+        item = _Item(servable, inputs, rows, loop.create_future(), loop.time())
+        self._enqueue(item)
+        return await item.future
+
+    def close(self) -> None:
+        """Stop taking requests; requests still queued fail with ``RuntimeError``."""
+        self._closed = True
+        for queue in self._queues.values():
+            if queue.timer is not None:
+                queue.timer.cancel()
+            for item in queue.items:
+                if not item.future.done():
+                    item.future.set_exception(RuntimeError(f'model "{item.servable.name}": the server shut down'))
+        self._queues.clear()
+
+    def _enqueue(self, item: _Item) -> None:
+        group = item.servable.group
+        queue = self._queues.setdefault(group, _Queue())
+        if queue.items and queue.rows + item.rows > self.max_batch_size:
+            self._flush(group)
+        queue.items.append(item)
+        queue.rows += item.rows
+        if queue.rows >= self.max_batch_size:
+            self._flush(group)
+        elif queue.timer is None:
+            queue.timer = asyncio.get_running_loop().call_later(self.max_queue_delay, self._flush, group)
+
+    def _flush(self, group: Hashable) -> None:
+        queue = self._queues[group]
+        if queue.timer is not None:
+            queue.timer.cancel()
+            queue.timer = None
+        items = [i for i in queue.items if not i.future.done()]  # a cancelled request (client gone) is dropped
+        queue.items.clear()
+        queue.rows = 0
+        if items:
+            self._dispatch(group, items)
+
+    def _dispatch(self, group: Hashable, items: list[_Item]) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.metrics.observe_batch(group, sum(i.rows for i in items))
+        for item in items:
+            self.metrics.observe_queue(item.servable.name, now - item.arrived)
+        batch = [(i.servable, i.inputs) for i in items]
+        try:
+            running = loop.run_in_executor(self.repository.executor(group), self.repository.run_group, group, batch)
+        except Exception as exc:  # e.g. the executor was shut down
+            _deliver(items, exc)
+            return
+        running.add_done_callback(lambda fut: _deliver(items, _outcome(fut, len(items))))
+
+
+def _outcome(fut: asyncio.Future, n: int) -> list | BaseException:
+    if fut.cancelled():
+        return RuntimeError("the batch was cancelled")
+    exc = fut.exception()
+    if exc is not None:
+        return exc
+    results = fut.result()
+    if not isinstance(results, list) or len(results) != n:
+        got = len(results) if isinstance(results, list) else type(results).__name__
+        return RuntimeError(f"run_group returned {got} results for a batch of {n} requests")
+    return results
+
+
+def _deliver(items: list[_Item], outcome: list | BaseException) -> None:
+    for k, item in enumerate(items):
+        if item.future.done():
+            continue
+        result = outcome if isinstance(outcome, BaseException) else outcome[k]
+        if isinstance(result, BaseException):
+            item.future.set_exception(result)
+        else:
+            item.future.set_result(result)
