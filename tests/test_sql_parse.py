@@ -34,7 +34,8 @@ from modelsql.sql import (
     to_duckdb_sql,
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
-from modelsql.sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines, statement
+from modelsql.sql.nodes import (CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, Serve, ShowPipelines,
+                                ShowServers, StopServer, statement)
 
 
 def parse_one(sql: str) -> exp.Expression:
@@ -83,6 +84,14 @@ STATEMENT_FORMS = [
     ("DESCRIBE PIPELINE p VERSION 2", DescribePipeline),
     ("EXPORT PIPELINE p TO 'p.onnx'", ExportPipeline),
     ("EXPORT PIPELINE p VERSION 1 TO ?", ExportPipeline),
+    ("SERVE PIPELINE p", Serve),
+    ("SERVE PIPELINE p VERSION 2 (reserved_threads = 2), MODEL m ON PORT 8100 WITH (max_batch_size = 32)", Serve),
+    ("SERVE PIPELINE p ON HOST '0.0.0.0' PORT 9000", Serve),
+    ("SERVE ADD PIPELINE q ON PORT 8100", Serve),
+    ("serve remove model m", Serve),
+    ("STOP SERVER", StopServer),
+    ("STOP SERVER ON PORT 8100", StopServer),
+    ("SHOW SERVERS", ShowServers),
 ]
 
 

@@ -17,6 +17,7 @@ from ..errors import DataError
 from ..formats.onnx_io import column_major_inputs
 from ..operators.backends import SessionKey
 from ..operators.backends import onnxruntime as ort_backend
+from ..operators.backends import shared_weights
 from ..operators.backends.pipeline import PipelineModel, StepPlan
 from ..storage import BlobStore
 
@@ -82,6 +83,28 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
         return column_major_inputs(data, column_major) if column_major else data
 
     return ort_backend.get_model(key, load, f'model "{mv.name}" version {mv.version}', intra_op_threads=intra)
+
+
+def new_session(store: BlobStore, mv: ModelVersion, *, intra: int = 1):
+    """A session of ``mv`` of its own (not in ``SESSIONS``), whose large weights are memory-mapped
+    from the store and shared with every other session using the same blob (PRETZEL's Object Store
+    in memory: :mod:`modelsql.operators.backends.shared_weights`, weight prepacking off). The server
+    keeps its resident sessions itself, so serving hundreds of models neither evicts the queries'
+    sessions nor is evicted by them.
+
+    Raises:
+        DataError: a blob is unreadable or corrupt, or ONNX Runtime rejects the model (``invalid_onnx``).
+    """
+    label = f'model "{mv.name}" version {mv.version}'
+
+    def fetch(digest: str) -> bytes:
+        try:
+            return store.get(digest)
+        except DataError as exc:
+            raise DataError(f"{label}: blob {digest} is unreadable from the store: {exc}", code=exc.code) from exc
+
+    return shared_weights.shared_model(fetch(mv.graph_digest), fetch, label, path_of=store.path,
+                                       intra_op_threads=intra)
 
 
 def pipeline_session(store: BlobStore, pv, *, intra: int, backend: str = "onnxruntime",

@@ -24,9 +24,10 @@ from .. import sql as msql
 from ..catalog import Catalog
 from ..duckdb_errors import translate
 from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
-from ..sql.nodes import DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines
+from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines,
+                         ShowServers)
 from ..storage import BlobStore
-from . import ddl, explain, pipelines, query  # noqa: F401  (each registers its statements' handlers)
+from . import ddl, explain, pipelines, query, serve  # noqa: F401  (each registers its statements' handlers)
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
@@ -311,7 +312,7 @@ def _reads_only(stmt: exp.Expression) -> bool:
     """Whether a parsed statement leaves every cached plan valid (a query, SHOW/DESCRIBE/EXPORT MODEL,
     a plain EXPLAIN of a query)."""
     if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel, ShowPipelines, DescribePipeline,
-                         ExportPipeline)):
+                         ExportPipeline, ShowServers)):
         return True
     parts = explain.explain_parts(stmt)
     if parts is None or parts[0] != "EXPLAIN ":

@@ -23,7 +23,7 @@ import numpy as np
 from ..operators.backends.onnxruntime import OrtModel
 from .repository import RunResult, TensorMetadata
 
-__all__ = ["OrtServable", "OrtRepository", "ORT_DATATYPES"]
+__all__ = ["OrtServable", "OrtRepository", "ORT_DATATYPES", "text_feed"]
 
 ORT_DATATYPES = {
     "tensor(bool)": "BOOL", "tensor(uint8)": "UINT8", "tensor(uint16)": "UINT16", "tensor(uint32)": "UINT32",
@@ -110,7 +110,7 @@ class OrtRepository:
         feeds: list = []
         for _, inputs in items:
             try:
-                feeds.append({k: _ort_feed(k, v) for k, v in inputs.items()})
+                feeds.append({k: text_feed(k, v) for k, v in inputs.items()})
             except ValueError as exc:
                 feeds.append(exc)
         good = [k for k, f in enumerate(feeds) if not isinstance(f, BaseException)]
@@ -151,7 +151,7 @@ def _servable(name: str, model: OrtModel) -> OrtServable:
     return OrtServable(name, tuple(map(meta, session.get_inputs())), tuple(map(meta, session.get_outputs())), group=name)
 
 
-def _ort_feed(name: str, arr: np.ndarray) -> np.ndarray:
+def text_feed(name: str, arr: np.ndarray) -> np.ndarray:
     """BYTES elements that are ``bytes`` become ``str``.
 
     Raises:

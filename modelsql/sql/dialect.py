@@ -15,7 +15,8 @@ tables may still be called ``model``, ``models`` or ``predict``)::
     ... FROM PREDICT(PIPELINE name [VERSION n], TABLE t | (query) [, opt ...]) ...
 
 plus the pipeline statements of :mod:`modelsql.sql.pipeline_grammar` (CREATE /
-DROP / SHOW / DESCRIBE / EXPORT PIPELINE), mixed in.
+DROP / SHOW / DESCRIBE / EXPORT PIPELINE) and the serving statements of
+:mod:`modelsql.sql.serve_grammar` (SERVE, STOP SERVER, SHOW SERVERS), mixed in.
 
     opt   := key (= | := | =>) value
     value := literal | -number | TRUE | FALSE | NULL | name | ? | $n | ( value [, value ...] )
@@ -66,6 +67,7 @@ from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokens import Token, TokenType
 
 from modelsql.sql.pipeline_grammar import PipelineGenerating, PipelineParsing
+from modelsql.sql.serve_grammar import ServeGenerating, ServeParsing
 from modelsql.sql.nodes import (
     MODEL_NODES,
     STATEMENT_NODES,
@@ -163,7 +165,7 @@ class ModelSQLTokenizer(DuckDB.Tokenizer):
     KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k not in DEMOTED_COMMANDS}
 
 
-class ModelSQLParser(PipelineParsing, DuckDBParser):
+class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
     """DuckDB's parser plus the entries for :mod:`modelsql.sql.nodes`.
 
     Errors are reported through sqlglot's ``raise_error`` (a ``ParseError``
@@ -440,7 +442,7 @@ class ModelSQLParser(PipelineParsing, DuckDBParser):
         return self.expression(exp.Anonymous(this=name, expressions=args))
 
 
-class ModelSQLGenerator(PipelineGenerating, DuckDBGenerator):
+class ModelSQLGenerator(PipelineGenerating, ServeGenerating, DuckDBGenerator):
     """DuckDB's generator plus one ``<key>_sql`` method per node of ours."""
 
     # Every node of ours -> its `<key>_sql` method, found by name (a node without

@@ -317,6 +317,61 @@ class ExportPipeline(exp.Expression):
     arg_types = {"this": True, "target": True}
 
 
+class ServeItem(exp.Expression):
+    """One thing ``SERVE`` serves: ``PIPELINE p [VERSION n] [(opt = v, ...)]`` or ``MODEL m ...``.
+
+    Args:
+        this: ``ModelRef`` (``pipeline`` true for a pipeline).
+        options: list of ``exp.EQ`` (``reserved_threads``), or ``None``.
+    """
+
+    arg_types = {"this": True, "options": False}
+
+
+@statement
+class Serve(exp.Expression):
+    """``SERVE [ADD | REMOVE] item [, item ...] [ON [HOST 'h'] PORT n] [WITH (opt = v, ...)]``.
+
+    Starts an Open Inference Protocol server on ``host`` (default 127.0.0.1) and ``port``
+    (default 8000) serving the items, or adds items to / removes them from a running one.
+
+    Args:
+        expressions: list of :class:`ServeItem`.
+        action: ``"start"``, ``"add"`` or ``"remove"``.
+        host: ``exp.Literal`` string, or ``None``.
+        port: ``exp.Literal`` number or ``exp.Placeholder``, or ``None``.
+        options: list of ``exp.EQ`` (``max_batch_size``, ``max_queue_delay_ms``, ...), or ``None``.
+    """
+
+    WORDS = (("SERVE",),)
+    arg_types = {"expressions": True, "action": False, "host": False, "port": False, "options": False}
+
+    @property
+    def option_values(self) -> dict[str, exp.Expression]:
+        """Options keyed by lower-cased name (later duplicates win)."""
+        return _option_dict(self.args.get("options"))
+
+
+@statement
+class StopServer(exp.Expression):
+    """``STOP SERVER [ON PORT n]`` (the only running server when no port is named).
+
+    Args:
+        port: ``exp.Literal`` number or ``exp.Placeholder``, or ``None``.
+    """
+
+    WORDS = (("STOP", "SERVER"),)
+    arg_types = {"port": False}
+
+
+@statement
+class ShowServers(exp.Expression):
+    """``SHOW SERVERS``: one row per thing each running server serves (the resident set)."""
+
+    WORDS = (("SHOW", "SERVERS"),)
+    arg_types: t.ClassVar[dict[str, bool]] = {}
+
+
 class PredictTable(exp.Expression):
     """The table function ``PREDICT(MODEL m [VERSION n], TABLE t | (query) [, name = value ...])``.
 
@@ -343,7 +398,8 @@ class PredictTable(exp.Expression):
 
 #: Every node of ours (the registered statements and the parts of statements);
 #: a tree containing none of these is plain DuckDB SQL.
-MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, *STATEMENT_NODES, PredictTable)
+MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, ServeItem, *STATEMENT_NODES,
+                                                  PredictTable)
 
 __all__ = [
     "ModelRef",
@@ -359,6 +415,10 @@ __all__ = [
     "ShowPipelines",
     "DescribePipeline",
     "ExportPipeline",
+    "ServeItem",
+    "Serve",
+    "StopServer",
+    "ShowServers",
     "PredictTable",
     "MODEL_NODES",
     "STATEMENT_NODES",

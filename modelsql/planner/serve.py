@@ -1,0 +1,239 @@
+"""Serving statements: ``SERVE [ADD | REMOVE] ...``, ``STOP SERVER``, ``SHOW SERVERS``.
+
+``SERVE`` starts an Open Inference Protocol server (:mod:`modelsql.serving`) in
+this process, on 127.0.0.1 unless the statement names another host, and
+returns at once; the server runs until ``STOP SERVER`` or the process ends.
+What it serves is a :class:`~modelsql.planner.serving_repository.CatalogRepository`:
+the catalog's pipelines and models resident once per distinct step, batched by
+the steps they share. Servers are per process (:data:`SERVERS`, keyed by
+port), so any connection can add to, remove from, list or stop them.
+
+Options (``WITH (...)`` of the statement): ``max_batch_size`` (rows, default
+32), ``max_queue_delay_ms`` (default 1.0), ``threads`` (worker threads shared
+by the unreserved pipelines, default: the cores), ``max_request_mb`` (largest
+request body, default 64). Per item, in parentheses after its name:
+``reserved_threads`` (threads no other pipeline uses: PRETZEL's reservation).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+from ..catalog import Catalog
+from ..errors import Error, OperationalError, ProgrammingError, did_you_mean
+from ..sql.nodes import Serve, ShowServers, StopServer
+from . import artifacts
+from .handlers import run_statement
+from .options import no_repeats, value
+from .result import Result
+from .serving_repository import CatalogRepository
+
+__all__ = ["SERVERS", "DEFAULT_PORT", "SERVE_OPTIONS", "stop_all"]
+
+DEFAULT_PORT = 8000
+SERVE_OPTIONS = {"max_batch_size": (1, 1 << 20, 32), "max_queue_delay_ms": (0.0, 60_000.0, 1.0),
+                 "threads": (1, 1024, None), "max_request_mb": (1, 1 << 14, 64)}
+"""Statement options: name -> (lowest, highest, default)."""
+ITEM_OPTIONS = {"reserved_threads": (1, 1024, 0)}
+
+
+@dataclass
+class RunningServer:
+    """A server this process runs and what it serves."""
+
+    server: object
+    repository: CatalogRepository
+    database: str
+
+
+SERVERS: dict[int, RunningServer] = {}
+"""Running servers of this process, by port."""
+_LOCK = threading.Lock()
+
+
+def _number(options: dict, key: str, spec: tuple, where: str):
+    low, high, default = spec
+    if key not in options:
+        return default
+    v = options[key]
+    kind = float if isinstance(low, float) else int
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()) \
+            or not low <= v <= high:
+        raise ProgrammingError(f"{where}: {key} must be {'a number' if kind is float else 'an integer'} from "
+                               f"{low} to {high}, not {v!r}.", code="bad_option")
+    return kind(v)
+
+
+def _options(given: dict, allowed: dict, where: str) -> dict:
+    unknown = [k for k in given if k not in allowed]
+    if unknown:
+        raise ProgrammingError(f'{where}: unknown option "{unknown[0]}".{did_you_mean(unknown[0], list(allowed))} '
+                               f"Options are: {', '.join(allowed)}.", code="unknown_option")
+    return {k: _number(given, k, spec, where) for k, spec in allowed.items()}
+
+
+def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
+    """Each item's catalog entry and reserved threads (lookup errors point at the name)."""
+    out = []
+    for item in stmt.expressions:
+        ref = item.this
+        pipeline = bool(ref.args.get("pipeline"))
+        entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=pipeline)
+        word = "PIPELINE" if pipeline else "MODEL"
+        no_repeats(item.args.get("options"), f"SERVE {word} {entry.name}")
+        given = {o.this.name.lower(): value(o.expression, params) for o in item.args.get("options") or []}
+        opts = _options(given, ITEM_OPTIONS, f"SERVE {word} {entry.name}")
+        out.append((entry, opts["reserved_threads"] or 0))
+    names = [e.name for e, _ in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ProgrammingError(f'SERVE: "{twice[0]}" is named twice; a served name is one pipeline or one model '
+                               "(a pipeline and a model of the same name cannot be served together).",
+                               code="duplicate_served_name")
+    return out
+
+
+def _resolver(session):
+    """``resolve(name, kind)`` on a cursor of its own (the protocol's repository load runs in a server thread)."""
+    cursor = session.duck.cursor()
+    lock = threading.Lock()
+
+    def resolve(name: str, kind: str):
+        with lock:
+            try:
+                catalog = Catalog(cursor, read_only=True)
+                return catalog.pipelines.get(name) if kind == "pipeline" else catalog.get(name)
+            except Error as exc:
+                raise LookupError(str(exc)) from None
+
+    return resolve
+
+
+def _server_at(port: Optional[int], where: str) -> RunningServer:
+    with _LOCK:
+        if port is None:
+            if len(SERVERS) != 1:
+                raise ProgrammingError(f"{where}: {len(SERVERS)} servers are running; name one with ON PORT n"
+                                       + (f" ({', '.join(map(str, sorted(SERVERS)))})" if SERVERS else ""),
+                                       code="server_not_found")
+            return next(iter(SERVERS.values()))
+        if port not in SERVERS:
+            raise ProgrammingError(f"{where}: no server of this process runs on port {port}"
+                                   + (f"; running: {', '.join(map(str, sorted(SERVERS)))}" if SERVERS else ""),
+                                   code="server_not_found")
+        return SERVERS[port]
+
+
+def _port(stmt, params: list) -> Optional[int]:
+    node = stmt.args.get("port")
+    if node is None:
+        return None
+    port = value(node, params)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ProgrammingError(f"PORT must be an integer from 0 to 65535, not {port!r}.", code="bad_option")
+    return port
+
+
+_SERVED_COLUMNS = [(n, t, None, None, None, None, True) for n, t in
+                   (("url", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"), ("version", "VARCHAR"),
+                    ("action", "VARCHAR"))]
+
+
+@run_statement.register
+def _serve(stmt: Serve, session, params: list) -> Result:
+    action = stmt.args.get("action") or "start"
+    port = _port(stmt, params)
+    given = {k: value(v, params) for k, v in stmt.option_values.items()}
+    no_repeats(stmt.args.get("options"), "SERVE")
+    if action == "start":
+        return _start(stmt, session, params, port, given)
+    if given:
+        raise ProgrammingError(f"SERVE {action.upper()}: server options are given when it starts, not here.",
+                               code="bad_option")
+    running = _server_at(port, f"SERVE {action.upper()}")
+    rows = []
+    if action == "add":
+        for entry, reserved in _entries(stmt, session, params):
+            se = running.repository.add(entry, reserved_threads=reserved)
+            rows.append((running.server.url, se.name, se.kind, se.version, "added"))
+    else:
+        for item in stmt.expressions:
+            try:
+                running.repository.remove(item.this.model_name.lower())
+            except LookupError as exc:
+                raise session.pointed(ProgrammingError(f"SERVE REMOVE: {exc}", code="not_served"), item.this) from None
+            rows.append((running.server.url, item.this.model_name.lower(), None, None, "removed"))
+    return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
+
+
+def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict) -> Result:
+    from ..serving import InferenceServer
+
+    opts = _options(given, SERVE_OPTIONS, "SERVE")
+    port = DEFAULT_PORT if port is None else port
+    host = stmt.args["host"].this if stmt.args.get("host") is not None else "127.0.0.1"
+    with _LOCK:
+        if port and port in SERVERS:
+            raise OperationalError(f"SERVE: this process already serves on port {port} ({SERVERS[port].server.url}); "
+                                   "use SERVE ADD ... ON PORT n, or STOP SERVER ON PORT n first.", code="port_in_use")
+    entries = _entries(stmt, session, params)
+    repo = CatalogRepository(session.store, _resolver(session), threads=opts["threads"] or artifacts.default_threads())
+    try:
+        for entry, reserved in entries:
+            repo.add(entry, reserved_threads=reserved)
+        server = InferenceServer(repo, host=host, port=port, max_batch_size=opts["max_batch_size"],
+                                 max_queue_delay_ms=opts["max_queue_delay_ms"],
+                                 max_request_bytes=opts["max_request_mb"] << 20)
+        repo.on_step = server.metrics.observe_step
+        server.start()
+    except OSError as exc:
+        repo.close()
+        raise OperationalError(f"SERVE: cannot listen on {host}:{port}: {exc}", code="port_in_use") from None
+    except BaseException:
+        repo.close()
+        raise
+    with _LOCK:
+        SERVERS[server.port] = RunningServer(server, repo, session.database)
+    rows = [(server.url, r["name"], r["kind"], r["version"], "serving") for r in repo.resident()]
+    return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
+
+
+@run_statement.register
+def _stop(stmt: StopServer, session, params: list) -> Result:
+    running = _server_at(_port(stmt, params), "STOP SERVER")
+    with _LOCK:
+        SERVERS.pop(running.server.port, None)
+    running.server.stop()
+    running.repository.close()
+    return Result(session.duck, rowcount=1)
+
+
+def stop_all() -> None:
+    """Stop every server of this process (tests, and the CLI on exit)."""
+    with _LOCK:
+        running = list(SERVERS.values())
+        SERVERS.clear()
+    for r in running:
+        r.server.stop()
+        r.repository.close()
+
+
+_SHOW_COLUMNS = [(n, t, None, None, None, None, True) for n, t in (
+    ("url", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"), ("version", "VARCHAR"), ("state", "VARCHAR"),
+    ("batch_group", "VARCHAR"), ("steps", "INTEGER"), ("shared_steps", "INTEGER"), ("own_bytes", "BIGINT"),
+    ("shared_bytes", "BIGINT"), ("reserved_threads", "INTEGER"), ("started_at", "TIMESTAMP WITH TIME ZONE"))]
+
+
+@run_statement.register
+def _show(stmt: ShowServers, session, params: list) -> Result:
+    with _LOCK:
+        running = sorted(SERVERS.items())
+    rows = []
+    for _, r in running:
+        for e in r.repository.resident():
+            rows.append((r.server.url, e["name"], e["kind"], e["version"], e["state"], e["group"], e["steps"],
+                         e["shared_steps"], e["own_bytes"], e["shared_bytes"], e["reserved_threads"],
+                         r.server.started_at))
+    return Result(session.duck, description=list(_SHOW_COLUMNS), rows=rows)

@@ -1,0 +1,379 @@
+"""The catalog's pipelines and models as a serving repository (PRETZEL's white-box server).
+
+:class:`CatalogRepository` implements :class:`modelsql.serving.repository.Repository`
+for ``SERVE``. What it serves is resident: each distinct step is one loaded
+session, however many served pipelines run it (PRETZEL, Lee et al., OSDI
+2018: the Object Store and shared state); requests for pipelines that share
+steps are one batching *group*, run by one
+:class:`~modelsql.operators.step_graph.StepGraph` built by the rule
+:func:`~modelsql.planner.rules.pipeline_share_steps.pipeline_share_steps`, so
+the shared steps run once per batch over the rows of every request in it, and
+each pipeline's own steps over its own rows. A pipeline served with
+``reserved_threads = k`` is a group of its own with ``k`` threads no other
+group uses (PRETZEL's reservation scheduling), sharing memory but not threads.
+
+A served model is a one-step pipeline. Adding a pipeline loads only the steps
+not resident yet; removing one releases the steps no other pipeline needs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Optional, Sequence
+
+import numpy as np
+
+from ..catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
+from ..errors import DataError
+from ..operators.step_graph import GraphNode, StepGraph
+from ..serving.repository import TensorMetadata
+from ..serving.simple import text_feed
+from . import artifacts
+from .rules.pipeline_share_steps import SharedSteps, pipeline_share_steps
+
+__all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "memory_rss_anon"]
+
+_OIP = {"FLOAT": "FP32", "DOUBLE": "FP64", "FLOAT16": "FP16", "INT8": "INT8", "INT16": "INT16", "INT32": "INT32",
+        "INT64": "INT64", "UINT8": "UINT8", "UINT16": "UINT16", "UINT32": "UINT32", "UINT64": "UINT64",
+        "BOOL": "BOOL", "STRING": "BYTES"}
+
+
+def memory_rss_anon() -> int:
+    """This process's anonymous resident memory in bytes (``RssAnon`` of ``/proc/self/status``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _meta(spec: TensorSpec) -> TensorMetadata:
+    if spec.elem_type not in _OIP:
+        raise DataError(f'"{spec.name}" is a {spec.elem_type} tensor, which the Open Inference Protocol cannot carry',
+                        code="unsupported_type")
+    shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (spec.shape or (None,)))
+    return TensorMetadata(spec.name, _OIP[spec.elem_type], (-1,) + shape[1:] if shape else (-1,))
+
+
+def as_pipeline(mv: ModelVersion) -> PipelineVersion:
+    """A model version as a one-step pipeline (its inputs fed by pipeline inputs of the same names)."""
+    step = PipelineStep(0, mv.name, mv, tuple(StepFeed(s.name, None, s.name) for s in mv.inputs))
+    return PipelineVersion(mv.name, mv.version, (step,), digest=artifacts.artifact_digest(mv), source="model")
+
+
+@dataclass(frozen=True)
+class ServedEntry:
+    """One served pipeline or model (a :class:`~modelsql.serving.repository.Servable`)."""
+
+    name: str
+    version: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+    group: Hashable
+    pipeline: PipelineVersion = field(compare=False)
+    kind: str = "pipeline"
+    reserved_threads: int = 0
+
+
+@dataclass
+class _Group:
+    key: str
+    members: list[str]
+    shared: SharedSteps
+    graph: StepGraph
+    executor: concurrent.futures.Executor
+    own_executor: bool
+
+
+class CatalogRepository:
+    """Resident pipelines and models, their shared steps, and how their batches run.
+
+    Args:
+        store: the blob store the steps' models are read from.
+        resolve: ``resolve(name, kind)`` -> the latest catalog entry (``kind`` ``"pipeline"`` or
+            ``"model"``), for the protocol's repository load; raises ``LookupError`` when absent.
+        threads: worker threads shared by the groups that reserve none.
+    """
+
+    def __init__(self, store, resolve: Callable[[str, str], object], *, threads: int = 2) -> None:
+        self._store = store
+        self._resolve = resolve
+        self._lock = threading.RLock()
+        self._entries: dict[str, ServedEntry] = {}
+        self._unloaded: dict[str, str] = {}  # name -> why
+        self._groups: dict[str, _Group] = {}
+        self._sessions: dict[str, object] = {}  # step key -> loaded session
+        self._node_bytes: dict[str, int] = {}  # step key -> RssAnon measured when it loaded
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="modelsql-serve")
+        self.on_step: Optional[Callable[[str, int, float], None]] = None
+
+    # ------------------------------------------------------------ the resident set
+
+    def add(self, entry, *, reserved_threads: int = 0, name: Optional[str] = None) -> ServedEntry:
+        """Serve a pipeline version or a model version (under its name unless ``name`` is given).
+
+        Loads only the steps not resident yet. Raises DataError when a step cannot load, leaving
+        the resident set as it was.
+        """
+        pv = entry if isinstance(entry, PipelineVersion) else as_pipeline(entry)
+        kind = "pipeline" if isinstance(entry, PipelineVersion) else "model"
+        served = name or pv.name
+        se = ServedEntry(served, str(pv.version), (str(pv.version),),
+                         "modelsql_pipeline" if kind == "pipeline" else "onnxruntime_onnx",
+                         tuple(_meta(s) for s in pv.inputs), tuple(_meta(s) for s in pv.outputs),
+                         group="", pipeline=pv, kind=kind, reserved_threads=int(reserved_threads))
+        with self._lock:
+            entries = dict(self._entries)
+            entries[served] = se
+            self._regroup(entries)
+            self._unloaded.pop(served, None)
+            return self._entries[served]
+
+    def remove(self, name: str) -> None:
+        """Stop serving ``name``; steps no other served pipeline uses are released.
+
+        Raises:
+            LookupError: ``name`` is not served.
+        """
+        with self._lock:
+            if name not in self._entries:
+                raise LookupError(f'"{name}" is not served here; served: {", ".join(sorted(self._entries)) or "nothing"}')
+            entries = dict(self._entries)
+            del entries[name]
+            self._regroup(entries)
+
+    def _regroup(self, entries: dict[str, ServedEntry]) -> None:
+        """Rebuild the groups for ``entries`` (loading missing steps first), then swap them in."""
+        plans = _group_members(entries)
+        sessions = {}
+        for key, members in plans.items():
+            shared = pipeline_share_steps([(m, entries[m].pipeline) for m in members])
+            for node in shared.nodes:
+                sessions[node.key] = self._sessions.get(node.key) or sessions.get(node.key) or self._load(node)
+        groups = {}
+        for key, members in plans.items():
+            shared = pipeline_share_steps([(m, entries[m].pipeline) for m in members])
+            reserved = entries[members[0]].reserved_threads
+            old = self._groups.get(key)
+            if old is not None and old.own_executor and old.members == members:
+                executor, own = old.executor, True
+            elif reserved:
+                executor, own = concurrent.futures.ThreadPoolExecutor(reserved, thread_name_prefix=f"modelsql-{key}"), True
+            else:
+                executor, own = self._pool, False
+            graph = StepGraph([GraphNode(n.name, sessions[n.key], n.feeds, n.outputs, n.members) for n in shared.nodes],
+                              shared.member_outputs, on_step=self._observe)
+            groups[key] = _Group(key, members, shared, graph, executor, own)
+        for key, old in self._groups.items():
+            if old.own_executor and (key not in groups or groups[key].executor is not old.executor):
+                old.executor.shutdown(wait=False)
+        self._entries = {n: _with_group(e, key) for key, members in plans.items() for n, e in entries.items()
+                         if n in members}
+        self._groups = groups
+        self._sessions = sessions
+        self._node_bytes = {k: v for k, v in self._node_bytes.items() if k in sessions}
+
+    def _load(self, node) -> object:
+        before = memory_rss_anon()
+        session = artifacts.new_session(self._store, node.model, intra=1)
+        self._node_bytes[node.key] = max(0, memory_rss_anon() - before)
+        return session
+
+    def _observe(self, step: str, rows: int, seconds: float) -> None:
+        if self.on_step is not None:
+            self.on_step(step, rows, seconds)
+
+    def resident(self) -> list[dict]:
+        """One dict per served entry: name, kind, version, group, steps, shared_steps (steps another served
+        entry also runs), own_bytes / shared_bytes (RssAnon measured when its steps loaded), reserved_threads."""
+        with self._lock:
+            rows = []
+            for name, e in sorted(self._entries.items()):
+                g = self._groups[e.group]
+                mine = [n for n in g.shared.nodes if name in n.members]
+                shared = [n for n in mine if len(n.members) > 1]
+                rows.append(dict(
+                    name=name, kind=e.kind, version=e.version, group=e.group, state="READY",
+                    steps=len(mine), shared_steps=len(shared),
+                    own_bytes=sum(self._node_bytes.get(n.key, 0) for n in mine if len(n.members) == 1),
+                    shared_bytes=sum(self._node_bytes.get(n.key, 0) for n in shared),
+                    reserved_threads=e.reserved_threads,
+                ))
+            for name, why in sorted(self._unloaded.items()):
+                rows.append(dict(name=name, kind=None, version=None, group=None, state="UNAVAILABLE", steps=0,
+                                 shared_steps=0, own_bytes=0, shared_bytes=0, reserved_threads=0, reason=why))
+            return rows
+
+    def group_plan(self, key: str) -> SharedSteps:
+        """The shared-step plan of group ``key`` (for EXPLAIN-like views and tests)."""
+        with self._lock:
+            return self._groups[key].shared
+
+    # ------------------------------------------------------------ the Repository protocol
+
+    def get(self, name: str, version: Optional[str] = None) -> ServedEntry:
+        """The served entry ``name``. Raises LookupError for an unknown name or version (HTTP 404)."""
+        e = self._entries.get(name)
+        if e is None:
+            why = self._unloaded.get(name)
+            if why is not None:
+                raise LookupError(f'"{name}" is not loaded ({why})')
+            raise LookupError(f'no model or pipeline "{name}" is served; served: {", ".join(self.names()) or "nothing"}')
+        if version is not None and version != e.version:
+            raise LookupError(f'"{name}" is served at version {e.version}, not version {version}')
+        return e
+
+    def names(self) -> list[str]:
+        """The served names, sorted."""
+        return sorted(self._entries)
+
+    def ready(self, name: str, version: Optional[str] = None) -> bool:
+        """Whether ``name`` (at ``version``, when given) is served."""
+        e = self._entries.get(name)
+        return e is not None and version in (None, e.version)
+
+    def index(self) -> list[dict]:
+        """Every served or unloaded name with its state (Triton's repository index)."""
+        return [{"name": r["name"], "version": r["version"] or "", "state": r["state"], "reason": r.get("reason", "")}
+                for r in self.resident()]
+
+    def load(self, name: str) -> None:
+        """Serve ``name`` (a catalog pipeline, else a catalog model) at its latest version."""
+        try:
+            entry = self._resolve(name, "pipeline")
+        except LookupError:
+            entry = self._resolve(name, "model")
+        self.add(entry, name=name)
+
+    def unload(self, name: str) -> None:
+        """Stop serving ``name`` (it stays listed as UNAVAILABLE in the index)."""
+        self.remove(name)
+        with self._lock:
+            self._unloaded[name] = "unloaded"
+
+    def executor(self, group: Hashable) -> concurrent.futures.Executor:
+        """The group's executor: its reserved threads, or the shared pool."""
+        g = self._groups.get(group)
+        return g.executor if g is not None else self._pool
+
+    def run_group(self, group: Hashable, items: Sequence[tuple[ServedEntry, dict[str, np.ndarray]]]) -> list:
+        """Run one batch of a group: every distinct step once over the rows that need it.
+
+        Returns one result per item: its outputs, or the exception naming the pipeline, the batch and
+        the first failing row of that request.
+        """
+        g = self._groups.get(group)
+        if g is None:
+            return [LookupError(f'"{e.name}" is no longer served') for e, _ in items]
+        feeds, sizes = [], []
+        for e, inputs in items:
+            try:
+                feeds.append({k: text_feed(k, v) for k, v in inputs.items()})
+            except ValueError as exc:
+                feeds.append(exc)
+            sizes.append(len(next(iter(inputs.values()))) if inputs else 0)
+        good = [k for k, f in enumerate(feeds) if not isinstance(f, BaseException)]
+        results: list = list(feeds)
+        for k, out in zip(good, self._run(g, [items[k][0] for k in good], [feeds[k] for k in good])):
+            results[k] = out
+        return results
+
+    def _run(self, g: _Group, entries: list, feeds: list[dict]) -> list:
+        if not feeds:
+            return []
+        try:
+            return _run_batch(g.graph, entries, feeds)
+        except Exception as exc:
+            if len(feeds) > 1:
+                return [self._run(g, [e], [f])[0] for e, f in zip(entries, feeds)]
+            return [_row_error(g.graph, entries[0], feeds[0], exc)]
+
+    def close(self) -> None:
+        """Release every session and executor (after the server stopped)."""
+        with self._lock:
+            for g in self._groups.values():
+                if g.own_executor:
+                    g.executor.shutdown(wait=False)
+            self._groups, self._entries, self._sessions = {}, {}, {}
+        self._pool.shutdown(wait=False)
+
+
+def _with_group(e: ServedEntry, key: str) -> ServedEntry:
+    from dataclasses import replace
+
+    return replace(e, group=key)
+
+
+def _group_members(entries: dict[str, ServedEntry]) -> dict[str, list[str]]:
+    """Group keys -> member names: entries that share a step and take the same inputs batch together;
+    a reserved entry is a group of its own."""
+    parent = {n: n for n in entries}
+
+    def find(n):
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    owner: dict[tuple, str] = {}
+    for name, e in sorted(entries.items()):
+        if e.reserved_threads:
+            continue
+        inputs = tuple(sorted((m.name, m.datatype) for m in e.inputs))
+        for step in e.pipeline.steps:
+            key = (inputs, artifacts.artifact_digest(step.model), tuple((f.input, f.from_step is None, f.from_name)
+                                                                        for f in step.feeds if f.from_step is None))
+            if not any(f.from_step is None for f in step.feeds):
+                continue
+            if key in owner:
+                parent[find(name)] = find(owner[key])
+            else:
+                owner[key] = name
+    groups: dict[str, list[str]] = {}
+    for name in sorted(entries):
+        groups.setdefault(find(name), []).append(name)
+    return {f"g:{root}": members for root, members in groups.items()}
+
+
+def _run_batch(graph: StepGraph, entries: list, feeds: list[dict]) -> list[dict]:
+    """Concatenate the requests' inputs, run the graph, split the outputs back per request."""
+    sizes = [len(next(iter(f.values()))) for f in feeds]
+    names = list(feeds[0])
+    batch = {k: feeds[0][k] if len(feeds) == 1 else np.concatenate([f[k] for f in feeds], axis=0) for k in names}
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    rows_of: dict[str, list] = {}
+    for k, e in enumerate(entries):
+        rows_of.setdefault(e.name, []).append(np.arange(starts[k], starts[k + 1]))
+    rows = {m: np.concatenate(r) for m, r in rows_of.items()}
+    outs = graph.run(batch, rows)
+    taken = {m: 0 for m in rows}
+    results = []
+    for k, e in enumerate(entries):
+        at = taken[e.name]
+        results.append({name: arr[at: at + sizes[k]] for name, arr in outs[e.name].items()})
+        taken[e.name] = at + sizes[k]
+    return results
+
+
+def _row_error(graph: StepGraph, entry: ServedEntry, feed: dict, exc: BaseException) -> BaseException:
+    """The error of a request that failed alone: the first of its rows that fails alone, named."""
+    n = len(next(iter(feed.values())))
+    label = entry.pipeline.label
+    for r in range(min(n, 256)):
+        try:
+            graph.run({k: v[r: r + 1] for k, v in feed.items()}, {entry.name: np.arange(1)})
+        except Exception as row_exc:
+            return DataError(f"{label}: row {r} of this request ({n} rows) fails: {row_exc}", code="inference_failed")
+    return DataError(f"{label}: the request of {n} rows fails: {exc}", code="inference_failed")
+
+
+def _now() -> float:
+    return time.time()
