@@ -292,3 +292,35 @@ def test_import_pipeline_refuses_what_it_cannot_split(con):
     cur.execute("SELECT count(*) FROM modelsql.pipeline_versions")
     assert cur.fetchall() == [(0,)]
     del ct
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_pipelines_over_one_input_compute_their_shared_steps_once_per_chunk(tmp_path, optimize):
+    """Champion and challenger pipelines over one table: with the rule on, the shared scaler and PCA run
+    once per chunk (EXPLAIN ANALYZE counts the step runs the memo answered); answers equal the rule off."""
+    ridge, forest = _diabetes_pipelines()
+    con = modelsql.connect(str(tmp_path / "share.duckdb"))
+    cols = [f"f{i}" for i in range(10)]
+    rows = np.tile(DIA_X, (10, 1))  # 4,420 rows: several DuckDB chunks
+    table = pa.table({"id": np.arange(len(rows)), **{c: rows[:, i] for i, c in enumerate(cols)}})
+    con.register("dia", table)
+    con.import_pipeline("ridge_p", ridge, example_input=DIA_X[:100], features=cols)
+    con.import_pipeline("forest_p", forest, example_input=DIA_X[:100], features=cols)
+    con.optimize = optimize
+    cur = con.cursor()
+    q = ("SELECT r.id, r.prediction AS ridge, f.prediction AS forest FROM PREDICT(PIPELINE ridge_p, TABLE dia) r "
+         "JOIN PREDICT(PIPELINE forest_p, TABLE dia) f ON r.id = f.id ORDER BY r.id")
+    cur.execute(q)
+    got = np.array([(r[1], r[2]) for r in cur.fetchall()], dtype=np.float64).reshape(len(rows), 2)
+    np.testing.assert_allclose(got[:, 0], ridge.predict(rows), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got[:, 1], forest.predict(rows), rtol=1e-4, atol=1e-3)
+    cur.execute("EXPLAIN ANALYZE " + q)
+    plan = "\n".join(str(r[1]) for r in cur.fetchall() if r[0] == "modelsql_plan")
+    if optimize:
+        assert "SharedSteps #0: 4 distinct steps for 6 pipeline steps" in plan, plan
+        assert "step front.scale" in plan and "step front.pca" in plan
+        hits = int(plan.split("measured: ")[1].split(" step runs")[0].replace(",", ""))
+        assert hits >= 4, plan  # two shared steps, at least two chunks
+    else:
+        assert "SharedSteps" not in plan
+    con.close()

@@ -38,10 +38,17 @@ def two_outputs_model():
 @pytest.fixture
 def ruled(con):
     """Models ``m1`` (y = a+b+c), ``m2`` (y = 2(a+b+c)), ``two`` (outputs y and z) over features a, b, c;
-    table ``t(id, a, b, c, tag)`` of 4 rows."""
+    pipelines ``p1`` = (front, h1), ``p2`` = (front, h2), ``p3`` = (front2, h1), where ``front`` and
+    ``front2`` are different [N,3] -> [N,3] maps; table ``t(id, a, b, c, tag)`` of 4 rows."""
     con.import_model("m1", linear_model(np.ones((3, 1), dtype=np.float32)), features=["a", "b", "c"])
     con.import_model("m2", linear_model(np.full((3, 1), 2.0, dtype=np.float32)), features=["a", "b", "c"])
     con.import_model("two", two_outputs_model(), features=["a", "b", "c"])
+    con.import_model("front", linear_model(2 * np.eye(3, dtype=np.float32), output_name="h"), features=["a", "b", "c"])
+    con.import_model("front2", linear_model(3 * np.eye(3, dtype=np.float32), output_name="h"), features=["a", "b", "c"])
+    con.import_model("h1", linear_model(np.ones((3, 1), dtype=np.float32), input_name="h"))
+    con.import_model("h2", linear_model(np.full((3, 1), 5.0, dtype=np.float32), input_name="h"))
+    for name, steps in (("p1", "front, h1"), ("p2", "front, h2"), ("p3", "front2, h1")):
+        con.execute(f"CREATE PIPELINE {name} AS ({steps})")
     con.execute("CREATE TABLE t AS SELECT range AS id, range::DOUBLE AS a, 1.0 AS b, 2 AS c, 'x' AS tag FROM range(4)")
     con.commit()
     return con
@@ -75,7 +82,10 @@ def test_rule_golden(ruled, case: Path) -> None:
     before, after = got[".before"], got[".after"]
     assert "note:" not in before and "SharedInput" not in before and "MaterializedCTE" not in before
     if case.stem.startswith("declined"):
-        assert f"note: {rule} declined" in after
+        assert f"note: {rule}" in after
         assert "SharedInput" not in after and "MaterializedCTE" not in after
     elif rule == "predict_share_input":
         assert "SharedInput #0" in after or "MaterializedCTE" in after
+    elif rule == "pipeline_share_steps":
+        assert "SharedSteps" not in before
+        assert "SharedSteps #0" in after or "note: pipeline_share_steps" in after

@@ -85,6 +85,15 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
     return ort_backend.get_model(key, load, f'model "{mv.name}" version {mv.version}', intra_op_threads=intra)
 
 
+def step_key(mv: ModelVersion, feeds, keys: list) -> str:
+    """Digest of a pipeline step's computation: what its model computes and, per input, its source
+    (``(None, pipeline input)`` or ``(index into keys, output name)``): equal keys give equal values."""
+    parts = [artifact_digest(mv)] + [
+        f"{inp}<-{'in:' + name if node is None else keys[node] + ':' + name}" for inp, (node, name) in feeds
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
 def new_session(store: BlobStore, mv: ModelVersion, *, intra: int = 1):
     """A session of ``mv`` of its own (not in ``SESSIONS``), whose large weights are memory-mapped
     from the store and shared with every other session using the same blob (PRETZEL's Object Store
@@ -108,23 +117,27 @@ def new_session(store: BlobStore, mv: ModelVersion, *, intra: int = 1):
 
 
 def pipeline_session(store: BlobStore, pv, *, intra: int, backend: str = "onnxruntime",
-                     device: str = "cpu") -> PipelineModel:
+                     device: str = "cpu", memo=None) -> PipelineModel:
     """A :class:`~modelsql.operators.backends.pipeline.PipelineModel` of pipeline version ``pv``: each
     step's cached session (keyed by its content digest, so a step several pipelines share is
-    loaded once: PRETZEL's shared state), and for each step the outputs later steps read."""
+    loaded once: PRETZEL's shared state), and for each step the outputs later steps read.
+
+    ``memo``: a :class:`~modelsql.operators.backends.pipeline.StepMemo` shared with other pipelines
+    run on the same chunks, so a step they share is computed once per chunk."""
     needed: dict[int, list[str]] = {}
     for step in pv.steps:
         for f in step.feeds:
             if f.from_step is not None and f.from_name not in needed.setdefault(f.from_step, []):
                 needed[f.from_step].append(f.from_name)
-    plans = []
+    plans, keys = [], []
     for step in pv.steps:
         model = model_session(store, step.model, intra=intra, backend=backend, device=device)
         order = [o.name for o in step.model.outputs if o.name in needed.get(step.position, ())]
         feeds = tuple((f.input, (f.from_step, f.from_name)) for f in step.feeds)
-        plans.append(StepPlan(step.name, model, feeds, tuple(order)))
+        keys.append(step_key(step.model, feeds, keys))
+        plans.append(StepPlan(step.name, model, feeds, tuple(order), keys[-1]))
     shapes = {spec.name: list(spec.shape or ()) for spec in pv.inputs}
-    return PipelineModel(plans, shapes, [o.name for o in pv.outputs], pv.label)
+    return PipelineModel(plans, shapes, [o.name for o in pv.outputs], pv.label, memo=memo)
 
 
 def default_threads() -> int:

@@ -87,10 +87,35 @@ def render_plan(plan: QueryPlan, phys=None, *, analyze: bool = False) -> str:
     for g in plan.groups:
         names = ", ".join(plan.scan(m).label for m in g.members)
         lines.append(f"  SharedInput #{g.id}: {names} read {_input_text(g.input)} once, on the same chunks")
+    for share in plan.step_shares:
+        lines += _shared_step_lines(plan, share)
+        memo = phys.memos.get(share.group) if phys is not None else None
+        if analyze and memo is not None:
+            lines.append(f"    measured: {memo.hits:,} step runs answered from the shared steps' memo")
     for name in plan.materialized:
         lines.append(f"  MaterializedCTE {name}: its PREDICTs run once, however often it is read")
     lines += [f"  note: {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _shared_step_lines(plan: QueryPlan, share) -> list[str]:
+    """The steps pipelines of one shared input compute once per chunk, and the loading they save."""
+    shared = share.shared
+    names = {f"#{m}": plan.scan(m).model.name for m in plan.groups[share.group].members}
+    lines = [f"  SharedSteps #{share.group}: {len(shared.nodes)} distinct steps for {shared.steps_total} pipeline "
+             f"steps; each shared step runs once per chunk (saves loading {_bytes(shared.bytes_saved())})"]
+    for node in shared.shared:
+        users = ", ".join(names[m] for m in sorted(node.members))
+        lines.append(f"    step {node.name} ({node.model.label}) for pipelines {users}")
+    return lines
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
 
 
 def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int, lines: list) -> None:

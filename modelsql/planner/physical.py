@@ -18,6 +18,7 @@ from typing import Optional
 from sqlglot import exp
 
 from .. import sql as msql
+from ..operators.backends.pipeline import StepMemo
 from ..operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
 from . import artifacts, cost
 from .plan import PredictScan, QueryPlan, ScanRef
@@ -34,10 +35,13 @@ class Physical:
         operators: scan id -> its operator.
         choices: scan id -> the cost function's :class:`~modelsql.planner.cost.Choice`.
         sql: the statement (``$1..$m``); ``params``: the statement's parameter numbers behind them.
+        memos: share group id -> the :class:`~modelsql.operators.backends.pipeline.StepMemo` its
+            pipelines share (rule ``pipeline_share_steps``).
     """
 
     operators: dict = field(default_factory=dict)
     choices: dict = field(default_factory=dict)
+    memos: dict = field(default_factory=dict)
     sql: str = ""
     params: list = field(default_factory=list)
 
@@ -72,6 +76,10 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
     grouped = {m for g in plan.groups for m in g.members}
     shared_ctes: list[tuple] = []
     duck_threads = session_threads(session)
+    memos = {}  # scan id -> the step memo of its share group (rule pipeline_share_steps)
+    for share in plan.step_shares:
+        memo = phys.memos[share.group] = StepMemo()
+        memos.update({m: memo for m in plan.groups[share.group].members})
     for scan in plan.scans:
         choice = choices[scan.id]
         input_sql, numbers = render(scan.input.tree, lowered)
@@ -89,7 +97,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
                 lowered[scan.id] = (sub, set())
                 continue
             held.operators.remove(op)
-        op = stream_operator(scan, session, duck_threads)
+        op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id))
         op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
         name = op.register()
         if keep is None:
@@ -125,11 +133,15 @@ def shared_threads(cores: int, duck_threads: int) -> int:
     return max(1, cores // max(1, duck_threads))
 
 
-def stream_operator(scan: PredictScan, session, duck_threads: int) -> StreamPredict:
-    """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`)."""
+def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None) -> StreamPredict:
+    """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`);
+    a pipeline of a :class:`~modelsql.planner.plan.StepShare` gets its group's step ``memo``."""
     cores = artifacts.default_threads()
     intra = cost.stream_threads(scan, duck_threads, cores) or shared_threads(cores, duck_threads)
-    model = artifacts.model_session(session.store, scan.model, intra=intra)
+    if memo is not None:
+        model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo)
+    else:
+        model = artifacts.model_session(session.store, scan.model, intra=intra)
     return StreamPredict(scan, model, session.duck)
 
 

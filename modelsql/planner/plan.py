@@ -143,6 +143,20 @@ class ShareGroup:
     input: Relation
 
 
+@dataclass(frozen=True)
+class StepShare:
+    """Pipelines of one :class:`ShareGroup` that share steps (rule ``pipeline_share_steps``).
+
+    Attributes:
+        group: the share group's id.
+        shared: the distinct-step graph of its members
+            (:class:`~modelsql.planner.rules.pipeline_share_steps.SharedSteps`).
+    """
+
+    group: int
+    shared: object
+
+
 @dataclass(frozen=True, eq=False)
 class QueryPlan:
     """A whole statement: its relational tree with :class:`ScanRef` markers and every PREDICT in it.
@@ -155,6 +169,8 @@ class QueryPlan:
         groups: PREDICTs that share their input (rule ``predict_share_input``).
         materialized: names of CTEs holding a PREDICT that the statement reads more than once,
             computed once (rule ``predict_share_input``).
+        step_shares: share groups whose pipelines compute their common steps once per chunk
+            (rule ``pipeline_share_steps``).
         notes: one line per rule that looked at the plan and declined, saying why (EXPLAIN prints them).
     """
 
@@ -163,6 +179,7 @@ class QueryPlan:
     kind: str = "SELECT"
     groups: tuple[ShareGroup, ...] = ()
     materialized: tuple[str, ...] = ()
+    step_shares: tuple[StepShare, ...] = ()
     notes: tuple[str, ...] = ()
 
     def scan(self, scan_id: int) -> PredictScan:

@@ -6,7 +6,7 @@ session, however many served pipelines run it (PRETZEL, Lee et al., OSDI
 2018: the Object Store and shared state); requests for pipelines that share
 steps are one batching *group*, run by one
 :class:`~modelsql.operators.step_graph.StepGraph` built by the rule
-:func:`~modelsql.planner.rules.pipeline_share_steps.pipeline_share_steps`, so
+:func:`~modelsql.planner.rules.pipeline_share_steps.share_steps`, so
 the shared steps run once per batch over the rows of every request in it, and
 each pipeline's own steps over its own rows. A pipeline served with
 ``reserved_threads = k`` is a group of its own with ``k`` threads no other
@@ -32,7 +32,7 @@ from ..operators.step_graph import GraphNode, StepGraph
 from ..serving.repository import TensorMetadata
 from ..serving.simple import text_feed
 from . import artifacts
-from .rules.pipeline_share_steps import SharedSteps, pipeline_share_steps
+from .rules.pipeline_share_steps import SharedSteps, share_steps
 
 __all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "memory_rss_anon"]
 
@@ -155,12 +155,12 @@ class CatalogRepository:
         plans = _group_members(entries)
         sessions = {}
         for key, members in plans.items():
-            shared = pipeline_share_steps([(m, entries[m].pipeline) for m in members])
+            shared = share_steps([(m, entries[m].pipeline) for m in members])
             for node in shared.nodes:
                 sessions[node.key] = self._sessions.get(node.key) or sessions.get(node.key) or self._load(node)
         groups = {}
         for key, members in plans.items():
-            shared = pipeline_share_steps([(m, entries[m].pipeline) for m in members])
+            shared = share_steps([(m, entries[m].pipeline) for m in members])
             reserved = entries[members[0]].reserved_threads
             old = self._groups.get(key)
             if old is not None and old.own_executor and old.members == members:

@@ -11,6 +11,7 @@ so two pipelines with an identical featurizer hold one featurizer session.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from . import BackendModel
 
-__all__ = ["StepPlan", "PipelineModel"]
+__all__ = ["StepPlan", "PipelineModel", "StepMemo"]
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,61 @@ class StepPlan:
         feeds: ``(step input name, source)`` pairs, where source is ``(None, pipeline input name)``
             or ``(earlier step position, output name)``.
         outputs: the step outputs later steps or the caller need, in the model's order.
+        key: digest of what the step computes from what (equal keys, equal values; see
+            :func:`modelsql.planner.artifacts.step_key`), the :class:`StepMemo` key.
     """
 
     name: str
     model: BackendModel
     feeds: tuple[tuple[str, tuple[Optional[int], str]], ...]
     outputs: tuple[str, ...]
+    key: str = ""
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a is b:
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    try:
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    except TypeError:
+        return bool(np.array_equal(a, b))
+
+
+class StepMemo:
+    """Step outputs of the latest chunk, per thread, shared by pipelines that DuckDB runs on the same chunks.
+
+    DuckDB evaluates the PREDICT functions of one shared scan one after another on each chunk, in
+    one thread; the first pipeline to run a shared step leaves its outputs here and the next one
+    takes them, after checking that its feeds are equal to the ones they were computed from (so
+    a different chunk is never answered from the memo: PRETZEL's sub-plan materialization, exact).
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self.hits = 0
+        """Steps not run because the memo held their outputs (all threads)."""
+
+    def _entries(self) -> dict:
+        entries = getattr(self._local, "entries", None)
+        if entries is None:
+            entries = self._local.entries = {}
+        return entries
+
+    def get(self, key: str, feeds: dict, names: Sequence[str]) -> Optional[list]:
+        """The outputs ``names`` of step ``key`` if it last ran (in this thread) on feeds equal to ``feeds``."""
+        hit = self._entries().get(key)
+        if hit is None or hit[0].keys() != feeds.keys() or any(n not in hit[1] for n in names):
+            return None
+        if not all(_same(hit[0][k], v) for k, v in feeds.items()):
+            return None
+        self.hits += 1
+        return [hit[1][n] for n in names]
+
+    def put(self, key: str, feeds: dict, names: Sequence[str], outs: Sequence[np.ndarray]) -> None:
+        """Remember step ``key``'s outputs on ``feeds`` (replacing an older chunk's)."""
+        self._entries()[key] = (dict(feeds), dict(zip(names, outs)))
 
 
 class PipelineModel:
@@ -47,6 +97,7 @@ class PipelineModel:
         input_shapes: pipeline input name -> its dims (as the first step reading it declares them).
         output_names: the pipeline's outputs (outputs of the last step), in order.
         label: ``'pipeline "p" version 1'`` for messages.
+        memo: shared with the other pipelines of a shared scan (see :class:`StepMemo`), or None.
 
     Every step keeps the batch axis first (row ``i`` of each output belongs to input row ``i``),
     as PREDICT requires of any model; ``fixed_batch`` is None (a step with a fixed batch slices
@@ -55,8 +106,10 @@ class PipelineModel:
 
     fixed_batch = None
 
-    def __init__(self, steps: Sequence[StepPlan], input_shapes: dict, output_names: Sequence[str], label: str):
+    def __init__(self, steps: Sequence[StepPlan], input_shapes: dict, output_names: Sequence[str], label: str,
+                 memo: Optional[StepMemo] = None):
         self.steps = tuple(steps)
+        self.memo = memo
         self.input_names = list(input_shapes)
         self.input_shapes = dict(input_shapes)
         self.output_names = list(output_names)
@@ -80,6 +133,11 @@ class PipelineModel:
             names = list(step.outputs)
             if i == last:
                 names = list(dict.fromkeys([*names, *wanted]))
-            for name, arr in zip(names, step.model.run(step_feeds, names)):
+            outs = self.memo.get(step.key, step_feeds, names) if self.memo is not None and step.key else None
+            if outs is None:
+                outs = step.model.run(step_feeds, names)
+                if self.memo is not None and step.key:
+                    self.memo.put(step.key, step_feeds, names, outs)
+            for name, arr in zip(names, outs):
                 values[(i, name)] = arr
         return [values[(last, name)] for name in wanted]

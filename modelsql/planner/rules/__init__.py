@@ -9,10 +9,11 @@ that does not apply returns its input unchanged (it may add a line to
 from __future__ import annotations
 
 from ..plan import QueryPlan
+from .pipeline_share_steps import pipeline_share_steps
 from .predict_prune_outputs import predict_prune_outputs
 from .predict_share_input import predict_share_input
 
-RULES = (predict_prune_outputs, predict_share_input)
+RULES = (predict_prune_outputs, predict_share_input, pipeline_share_steps)
 
 
 def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
@@ -22,4 +23,4 @@ def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
     return plan
 
 
-__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input"]
+__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input", "pipeline_share_steps"]

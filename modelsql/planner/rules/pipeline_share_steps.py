@@ -17,18 +17,28 @@ share, so requests for different pipelines batch together.
 
 The result is logical (:class:`SharedSteps`): nodes name model versions; the
 physical :class:`~modelsql.operators.step_graph.StepGraph` gets their sessions.
+
+In a query, the rule looks at each :class:`~modelsql.planner.plan.ShareGroup`
+(PREDICTs over one input, run on the same chunks): when two or more of its
+pipelines share a step, the plan records a :class:`~modelsql.planner.plan.StepShare`,
+and the members' operators compute each shared step once per chunk (a memo
+keyed by the step, checked against the chunk's inputs), every member still
+getting exactly its own answer. Identical steps always share one loaded
+session (sessions are keyed by content digest), with or without the rule.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ...catalog.entries import ModelVersion, PipelineVersion
-from ..artifacts import artifact_digest
+from dataclasses import replace
 
-__all__ = ["SharedNode", "SharedSteps", "pipeline_share_steps"]
+from ...catalog.entries import ModelVersion, PipelineVersion
+from ..artifacts import step_key
+from ..plan import QueryPlan, StepShare
+
+__all__ = ["SharedNode", "SharedSteps", "share_steps", "pipeline_share_steps"]
 
 Source = tuple[Optional[int], str]
 
@@ -78,14 +88,7 @@ class SharedSteps:
         return sum(n.model.logical_bytes * (len(n.members) - 1) for n in self.shared)
 
 
-def _key(mv: ModelVersion, sources: Sequence[tuple[str, Source]], keys: list[str]) -> str:
-    parts = [artifact_digest(mv)] + [
-        f"{inp}<-{'in:' + name if node is None else keys[node] + ':' + name}" for inp, (node, name) in sources
-    ]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()
-
-
-def pipeline_share_steps(members: Sequence[tuple[str, PipelineVersion]]) -> SharedSteps:
+def share_steps(members: Sequence[tuple[str, PipelineVersion]]) -> SharedSteps:
     """The distinct-step graph of ``members`` (``(member name, pipeline version)`` pairs; see module docstring)."""
     keys: list[str] = []
     nodes: list[dict] = []
@@ -97,7 +100,7 @@ def pipeline_share_steps(members: Sequence[tuple[str, PipelineVersion]]) -> Shar
             total += 1
             feeds = tuple((f.input, (None if f.from_step is None else local[f.from_step], f.from_name))
                           for f in step.feeds)
-            k = _key(step.model, feeds, keys)
+            k = step_key(step.model, feeds, keys)
             if k not in keys:
                 keys.append(k)
                 nodes.append(dict(key=k, name=step.name, model=step.model, feeds=feeds, outputs=[], members=set()))
@@ -125,3 +128,20 @@ def _mark(nodes: list[dict], member: str, last: int, wanted: list[str]) -> None:
         for _, (src, out) in node["feeds"]:
             if src is not None:
                 stack.append((src, [out]))
+
+
+def pipeline_share_steps(plan: QueryPlan) -> QueryPlan:
+    """Record the share groups whose pipelines share steps (see module docstring); notes say which."""
+    shares, notes = list(plan.step_shares), list(plan.notes)
+    for g in plan.groups:
+        members = [plan.scan(m) for m in g.members if plan.scan(m).model.kind == "pipeline"]
+        if len(members) < 2:
+            continue
+        shared = share_steps([(f"#{s.id}", s.model) for s in members])
+        if not shared.shared:
+            notes.append(f"pipeline_share_steps: the pipelines of shared input #{g.id} have no step in common")
+            continue
+        shares.append(StepShare(g.id, shared))
+    if len(shares) == len(plan.step_shares):
+        return plan if len(notes) == len(plan.notes) else replace(plan, notes=tuple(notes))
+    return replace(plan, step_shares=tuple(shares), notes=tuple(notes))

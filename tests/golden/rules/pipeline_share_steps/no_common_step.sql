@@ -1,0 +1,2 @@
+SELECT a.y AS one, b.y AS two
+FROM PREDICT(PIPELINE p2, TABLE t) AS a JOIN PREDICT(PIPELINE p3, TABLE t) AS b ON a.id = b.id
