@@ -182,7 +182,7 @@ def test_reserved_pipeline_gets_its_own_group(served):
     cur.execute("SERVE ADD PIPELINE c (reserved_threads = 1)")
     cur.execute("SHOW SERVERS")
     rows = {r[1]: r for r in cur.fetchall()}
-    assert rows["c"][10] == 1 and rows["c"][5] not in (rows["a"][5], rows["b"][5])
+    assert rows["c"][11] == 1 and rows["c"][5] not in (rows["a"][5], rows["b"][5])
     status, out = _post(host, "/v2/models/c/infer", json.dumps(
         {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": X32[0].tolist()}]}).encode())
     assert status == 200, out
@@ -233,3 +233,29 @@ def test_serve_statement_errors(served):
     with pytest.raises(errors.ProgrammingError) as ei:
         cur.execute("STOP SERVER")
     assert ei.value.code == "server_not_found"
+
+
+def test_memory_budget_unloads_idle_steps_and_reloads_them_on_demand(tmp_path, fitted):
+    """Three pipelines sharing a scaler under a budget of zero bytes: only steps a request is running stay
+    loaded; every request still gets its answer (its steps load again: a cold start)."""
+    con = modelsql.connect(str(tmp_path / "budget.duckdb"))
+    for name in ("a", "b", "c"):
+        con.import_pipeline(name, fitted[name], example_input=X)
+    cur = con.cursor()
+    cur.execute("SERVE PIPELINE a, PIPELINE b, PIPELINE c ON PORT 0 WITH (memory_budget_mb = 0)")
+    host = cur.fetchall()[0][0].split("//")[1]
+    try:
+        repo = next(iter(SERVERS.values())).repository
+        loads = repo.steps.loads
+        for name in ("a", "b", "c", "a"):
+            status, out = _post(host, f"/v2/models/{name}/infer", json.dumps(
+                {"inputs": [{"name": "input", "shape": [2, 4], "datatype": "FP32", "data": X32[:2].ravel().tolist()}]}
+            ).encode())
+            assert status == 200, out
+            assert out["outputs"][0]["data"] == fitted[name].predict(X[:2]).tolist()
+        assert repo.steps.evictions > 0 and repo.steps.loads > loads
+        cur.execute("SHOW SERVERS")
+        assert all(r[8] <= r[6] for r in cur.fetchall())  # loaded_steps <= steps
+    finally:
+        stop_all()
+        con.close()

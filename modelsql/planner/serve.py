@@ -11,7 +11,10 @@ port), so any connection can add to, remove from, list or stop them.
 Options (``WITH (...)`` of the statement): ``max_batch_size`` (rows, default
 32), ``max_queue_delay_ms`` (default 1.0), ``threads`` (worker threads shared
 by the unreserved pipelines, default: the cores), ``max_request_mb`` (largest
-request body, default 64). Per item, in parentheses after its name:
+request body, default 64), ``memory_budget_mb`` (the most the loaded steps may
+take, measured as anonymous resident memory; the least recently used idle
+steps are unloaded past it and load again on their next request; default: no
+limit). Per item, in parentheses after its name:
 ``reserved_threads`` (threads no other pipeline uses: PRETZEL's reservation).
 """
 
@@ -34,7 +37,8 @@ __all__ = ["SERVERS", "DEFAULT_PORT", "SERVE_OPTIONS", "stop_all"]
 
 DEFAULT_PORT = 8000
 SERVE_OPTIONS = {"max_batch_size": (1, 1 << 20, 32), "max_queue_delay_ms": (0.0, 60_000.0, 1.0),
-                 "threads": (1, 1024, None), "max_request_mb": (1, 1 << 14, 64)}
+                 "threads": (1, 1024, None), "max_request_mb": (1, 1 << 14, 64),
+                 "memory_budget_mb": (0.0, float(1 << 24), None)}
 """Statement options: name -> (lowest, highest, default)."""
 ITEM_OPTIONS = {"reserved_threads": (1, 1024, 0)}
 
@@ -179,7 +183,9 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
             raise OperationalError(f"SERVE: this process already serves on port {port} ({SERVERS[port].server.url}); "
                                    "use SERVE ADD ... ON PORT n, or STOP SERVER ON PORT n first.", code="port_in_use")
     entries = _entries(stmt, session, params)
-    repo = CatalogRepository(session.store, _resolver(session), threads=opts["threads"] or artifacts.default_threads())
+    budget = opts["memory_budget_mb"]
+    repo = CatalogRepository(session.store, _resolver(session), threads=opts["threads"] or artifacts.default_threads(),
+                             budget_bytes=None if budget is None else int(budget * (1 << 20)))
     try:
         for entry, reserved in entries:
             repo.add(entry, reserved_threads=reserved)
@@ -222,7 +228,8 @@ def stop_all() -> None:
 
 _SHOW_COLUMNS = [(n, t, None, None, None, None, True) for n, t in (
     ("url", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"), ("version", "VARCHAR"), ("state", "VARCHAR"),
-    ("batch_group", "VARCHAR"), ("steps", "INTEGER"), ("shared_steps", "INTEGER"), ("own_bytes", "BIGINT"),
+    ("batch_group", "VARCHAR"), ("steps", "INTEGER"), ("shared_steps", "INTEGER"), ("loaded_steps", "INTEGER"),
+    ("own_bytes", "BIGINT"),
     ("shared_bytes", "BIGINT"), ("reserved_threads", "INTEGER"), ("started_at", "TIMESTAMP WITH TIME ZONE"))]
 
 
@@ -234,6 +241,6 @@ def _show(stmt: ShowServers, session, params: list) -> Result:
     for _, r in running:
         for e in r.repository.resident():
             rows.append((r.server.url, e["name"], e["kind"], e["version"], e["state"], e["group"], e["steps"],
-                         e["shared_steps"], e["own_bytes"], e["shared_bytes"], e["reserved_threads"],
-                         r.server.started_at))
+                         e["shared_steps"], e["loaded_steps"], e["own_bytes"], e["shared_bytes"],
+                         e["reserved_threads"], r.server.started_at))
     return Result(session.duck, description=list(_SHOW_COLUMNS), rows=rows)

@@ -13,14 +13,15 @@ each pipeline's own steps over its own rows. A pipeline served with
 group uses (PRETZEL's reservation scheduling), sharing memory but not threads.
 
 A served model is a one-step pipeline. Adding a pipeline loads only the steps
-not resident yet; removing one releases the steps no other pipeline needs.
+not resident yet; removing one releases the steps no other pipeline needs; a
+memory budget unloads the least recently used idle steps
+(:mod:`modelsql.planner.resident_steps`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Optional, Sequence
 
@@ -32,25 +33,14 @@ from ..operators.step_graph import GraphNode, StepGraph
 from ..serving.repository import TensorMetadata
 from ..serving.simple import text_feed
 from . import artifacts
+from .resident_steps import ResidentSteps
 from .rules.pipeline_share_steps import SharedSteps, share_steps
 
-__all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "memory_rss_anon"]
+__all__ = ["ServedEntry", "CatalogRepository", "as_pipeline"]
 
 _OIP = {"FLOAT": "FP32", "DOUBLE": "FP64", "FLOAT16": "FP16", "INT8": "INT8", "INT16": "INT16", "INT32": "INT32",
         "INT64": "INT64", "UINT8": "UINT8", "UINT16": "UINT16", "UINT32": "UINT32", "UINT64": "UINT64",
         "BOOL": "BOOL", "STRING": "BYTES"}
-
-
-def memory_rss_anon() -> int:
-    """This process's anonymous resident memory in bytes (``RssAnon`` of ``/proc/self/status``; 0 elsewhere)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _meta(spec: TensorSpec) -> TensorMetadata:
@@ -101,17 +91,18 @@ class CatalogRepository:
         resolve: ``resolve(name, kind)`` -> the latest catalog entry (``kind`` ``"pipeline"`` or
             ``"model"``), for the protocol's repository load; raises ``LookupError`` when absent.
         threads: worker threads shared by the groups that reserve none.
+        budget_bytes: the most the loaded steps may take (None: no limit).
     """
 
-    def __init__(self, store, resolve: Callable[[str, str], object], *, threads: int = 2) -> None:
-        self._store = store
+    def __init__(self, store, resolve: Callable[[str, str], object], *, threads: int = 2,
+                 budget_bytes: Optional[int] = None) -> None:
         self._resolve = resolve
         self._lock = threading.RLock()
         self._entries: dict[str, ServedEntry] = {}
         self._unloaded: dict[str, str] = {}  # name -> why
         self._groups: dict[str, _Group] = {}
-        self._sessions: dict[str, object] = {}  # step key -> loaded session
-        self._node_bytes: dict[str, int] = {}  # step key -> RssAnon measured when it loaded
+        self.steps = ResidentSteps(store, budget_bytes)
+        """The loaded steps (:class:`~modelsql.planner.resident_steps.ResidentSteps`)."""
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="modelsql-serve")
         self.on_step: Optional[Callable[[str, int, float], None]] = None
 
@@ -153,15 +144,17 @@ class CatalogRepository:
     def _regroup(self, entries: dict[str, ServedEntry]) -> None:
         """Rebuild the groups for ``entries`` (loading missing steps first), then swap them in."""
         plans = _group_members(entries)
-        sessions = {}
-        for key, members in plans.items():
-            shared = share_steps([(m, entries[m].pipeline) for m in members])
+        shares = {key: share_steps([(m, entries[m].pipeline) for m in members]) for key, members in plans.items()}
+        proxies = {}
+        for shared in shares.values():
             for node in shared.nodes:
-                sessions[node.key] = self._sessions.get(node.key) or sessions.get(node.key) or self._load(node)
+                if node.key not in proxies:
+                    proxies[node.key] = self.steps.proxy(node.key, node.model, node.name)
+                    if not self.steps.loaded(node.key):
+                        proxies[node.key].load()  # only the steps not resident yet
         groups = {}
         for key, members in plans.items():
-            shared = share_steps([(m, entries[m].pipeline) for m in members])
-            reserved = entries[members[0]].reserved_threads
+            shared, reserved = shares[key], entries[members[0]].reserved_threads
             old = self._groups.get(key)
             if old is not None and old.own_executor and old.members == members:
                 executor, own = old.executor, True
@@ -169,7 +162,7 @@ class CatalogRepository:
                 executor, own = concurrent.futures.ThreadPoolExecutor(reserved, thread_name_prefix=f"modelsql-{key}"), True
             else:
                 executor, own = self._pool, False
-            graph = StepGraph([GraphNode(n.name, sessions[n.key], n.feeds, n.outputs, n.members) for n in shared.nodes],
+            graph = StepGraph([GraphNode(n.name, proxies[n.key], n.feeds, n.outputs, n.members) for n in shared.nodes],
                               shared.member_outputs, on_step=self._observe)
             groups[key] = _Group(key, members, shared, graph, executor, own)
         for key, old in self._groups.items():
@@ -178,14 +171,7 @@ class CatalogRepository:
         self._entries = {n: _with_group(e, key) for key, members in plans.items() for n, e in entries.items()
                          if n in members}
         self._groups = groups
-        self._sessions = sessions
-        self._node_bytes = {k: v for k, v in self._node_bytes.items() if k in sessions}
-
-    def _load(self, node) -> object:
-        before = memory_rss_anon()
-        session = artifacts.new_session(self._store, node.model, intra=1)
-        self._node_bytes[node.key] = max(0, memory_rss_anon() - before)
-        return session
+        self.steps.retain(proxies)
 
     def _observe(self, step: str, rows: int, seconds: float) -> None:
         if self.on_step is not None:
@@ -203,13 +189,15 @@ class CatalogRepository:
                 rows.append(dict(
                     name=name, kind=e.kind, version=e.version, group=e.group, state="READY",
                     steps=len(mine), shared_steps=len(shared),
-                    own_bytes=sum(self._node_bytes.get(n.key, 0) for n in mine if len(n.members) == 1),
-                    shared_bytes=sum(self._node_bytes.get(n.key, 0) for n in shared),
+                    loaded_steps=sum(1 for n in mine if self.steps.loaded(n.key)),
+                    own_bytes=sum(self.steps.bytes_of(n.key) for n in mine if len(n.members) == 1),
+                    shared_bytes=sum(self.steps.bytes_of(n.key) for n in shared),
                     reserved_threads=e.reserved_threads,
                 ))
             for name, why in sorted(self._unloaded.items()):
                 rows.append(dict(name=name, kind=None, version=None, group=None, state="UNAVAILABLE", steps=0,
-                                 shared_steps=0, own_bytes=0, shared_bytes=0, reserved_threads=0, reason=why))
+                                 shared_steps=0, loaded_steps=0, own_bytes=0, shared_bytes=0, reserved_threads=0,
+                                 reason=why))
             return rows
 
     def group_plan(self, key: str) -> SharedSteps:
@@ -302,7 +290,8 @@ class CatalogRepository:
             for g in self._groups.values():
                 if g.own_executor:
                     g.executor.shutdown(wait=False)
-            self._groups, self._entries, self._sessions = {}, {}, {}
+            self._groups, self._entries = {}, {}
+            self.steps.clear()
         self._pool.shutdown(wait=False)
 
 
@@ -374,6 +363,3 @@ def _row_error(graph: StepGraph, entry: ServedEntry, feed: dict, exc: BaseExcept
             return DataError(f"{label}: row {r} of this request ({n} rows) fails: {row_exc}", code="inference_failed")
     return DataError(f"{label}: the request of {n} rows fails: {exc}", code="inference_failed")
 
-
-def _now() -> float:
-    return time.time()
