@@ -519,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("file", help='the SQL file ("-" for stdin)')
     options(p_run, False)
     options(sub.add_parser("shell", help="the interactive shell (the default)"), False)
+    from . import cli_serve
+
+    options(cli_serve.add_parser(sub), False)
     options(sub.add_parser(
         "quickstart",
         help="load digits / breast cancer / iris, train and import three models, query them in SQL",
@@ -552,6 +555,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     database = args.database or DEFAULT_DATABASE
     fmt = getattr(args, "format", None) or "table"
     try:
+        if args.subcommand == "serve":
+            from . import cli_serve
+
+            return cli_serve.run(args, database, console, err)
         if args.subcommand == "quickstart":
             from . import quickstart
 

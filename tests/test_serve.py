@@ -259,3 +259,31 @@ def test_memory_budget_unloads_idle_steps_and_reloads_them_on_demand(tmp_path, f
     finally:
         stop_all()
         con.close()
+
+
+def test_modelsql_serve_command_serves_until_interrupted(tmp_path, fitted):
+    import signal
+
+    db = str(tmp_path / "cli.duckdb")
+    con = modelsql.connect(db)
+    con.import_pipeline("a", fitted["a"], example_input=X)
+    con.close()
+    proc = subprocess.Popen([sys.executable, "-m", "modelsql.cli", "serve", "-d", db, "--pipeline", "a", "--port", "0",
+                             "--max-batch-size", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("-- SERVE PIPELINE \"a\" ON HOST '127.0.0.1' PORT 0 WITH (max_batch_size = 8)"), first
+        line = proc.stdout.readline()
+        assert line.startswith("serving at http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+        host = line.split("//")[1].strip()
+        status, out = _post(host, "/v2/models/a/infer", json.dumps(
+            {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": X32[100].tolist()}]}).encode())
+        assert status == 200 and out["outputs"][0]["data"] == [int(fitted["a"].predict(X[100:101])[0])]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    bad = subprocess.run([sys.executable, "-m", "modelsql.cli", "serve", "-d", db], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "--pipeline or --model" in bad.stderr
