@@ -64,14 +64,19 @@ class StepMemo:
     """
 
     def __init__(self) -> None:
-        self._local = threading.local()
+        # Keyed by the OS thread, not threading.local: DuckDB's worker threads may get a fresh Python
+        # thread state for every call, which would empty a threading.local between two members' calls.
+        self._by_thread: dict[int, dict] = {}
+        self._lock = threading.Lock()
         self.hits = 0
         """Steps not run because the memo held their outputs (all threads)."""
 
     def _entries(self) -> dict:
-        entries = getattr(self._local, "entries", None)
+        ident = threading.get_ident()
+        entries = self._by_thread.get(ident)
         if entries is None:
-            entries = self._local.entries = {}
+            with self._lock:
+                entries = self._by_thread.setdefault(ident, {})
         return entries
 
     def get(self, key: str, feeds: dict, names: Sequence[str]) -> Optional[list]:
