@@ -167,7 +167,7 @@ def test_sklearn_feature_names_from_arrow_table() -> None:
     assert features == tuple(data.feature_names)
     label, proba = run(model, {"input": data.data.astype(np.float32)})
     assert proba.shape == (150, 3) and label.shape == (150,)
-    assert param_count(model) == 4 * 3 + 3  # coefficients and intercepts
+    assert param_count(model) == 4 * 3 + 3 + 3  # coefficients, intercepts and the class labels (initializers)
     assert_bit_identical(run(round_trip(model), {"input": data.data.astype(np.float32)}), [label, proba])
 
 

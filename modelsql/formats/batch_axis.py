@@ -1014,7 +1014,12 @@ def batch_dependence(model: ModelProto) -> Optional[str]:
     The analysis is conservative: None is only returned when row independence
     follows from the ONNX operator semantics; the converse (a reason given for a
     model that happens to be row-independent) costs speed, never correctness.
+    A model that declares itself row-independent in its ``metadata_props``
+    (``modelsql.rows_independent``, which modelsql's own text featurizers carry:
+    :func:`modelsql.formats.text.rows_independent`) is taken at its word.
     """
+    if any(p.key == "modelsql.rows_independent" for p in model.metadata_props):
+        return None
     g = _Graph(model)
     init = {t.name for t in model.graph.initializer}
     for v in model.graph.input:

@@ -306,6 +306,11 @@ def from_sklearn(
     except TypeError as exc:
         raise ProgrammingError(f"{cls_name} is not a scikit-learn estimator: {exc}", code="unsupported_model") from None
 
+    from modelsql.formats import text  # exact text featurizers and initializer-based linear heads (PRETZEL)
+
+    if text.supports(estimator) and not hasattr(estimator, "n_features_in_"):  # string input: a text featurizer
+        return text.convert(estimator, input_name="input"), None
+
     fitted_n = getattr(estimator, "n_features_in_", None)
     if fitted_n is None:
         if n_features is None:
@@ -333,6 +338,9 @@ def from_sklearn(
             f"{len(features)} feature names given but the {cls_name} takes {n} features",
             code="feature_count_mismatch",
         )
+
+    if text.supports(estimator):  # a linear head: MatMul + Add, weights as initializers
+        return text.convert(estimator, input_name="input", n_features=n, regressor_output="prediction"), features
 
     classifier = bool(is_classifier(estimator))
     regressor = bool(is_regressor(estimator))

@@ -14,8 +14,10 @@ its own:
   selection step (:func:`select_model`, a ``Gather`` on axis 1) feeding the
   transformer (``"passthrough"`` keeps the selection, ``"drop"`` is skipped),
   then a ``Concat`` step; the remainder is handled the same way;
-* a text vectorizer (``TfidfVectorizer``, ``CountVectorizer``): the exact
-  converter of :mod:`modelsql.formats.text`; any other estimator:
+* a text vectorizer (``TfidfVectorizer``, ``CountVectorizer``) or a linear
+  head (logistic regression, linear SVM, ridge, ...): the exact converters of
+  :mod:`modelsql.formats.text` (a head's weights become initializers, which the
+  server memory-maps and shares); any other estimator:
   :func:`modelsql.formats.sklearn.from_sklearn`.
 
 Each step's example input is the example pushed through scikit-learn itself,
@@ -195,13 +197,16 @@ def _is_predictor(est) -> bool:
 
 
 def _convert(est: Any, x: Any, input_name: str, features) -> onnx.ModelProto:
+    """A text vectorizer or a linear head: modelsql's exact graphs (:mod:`modelsql.formats.text`: a
+    linear head's weights are initializers, shareable and memory-mapped); anything else: skl2onnx."""
     from modelsql.formats import sklearn as sk
+    from modelsql.formats import text
 
-    if _is_text(est):
-        from modelsql.formats import text
-
-        return text.text_featurizer_onnx(est, input_name=input_name, output_name="features")
     width = np.asarray(x).shape[1] if np.ndim(x) == 2 else None
+    if _is_text(est):
+        return text.text_featurizer_onnx(est, input_name=input_name, output_name="features")
+    if text.supports(est):  # a linear classifier or regressor
+        return text.linear_head_onnx(est, width, input_name, output_name="prediction")
     model, _ = sk.from_sklearn(est, feature_names=features, n_features=width, name="step")
     return model
 
