@@ -287,3 +287,43 @@ def test_modelsql_serve_command_serves_until_interrupted(tmp_path, fitted):
     bad = subprocess.run([sys.executable, "-m", "modelsql.cli", "serve", "-d", db], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "--pipeline or --model" in bad.stderr
+
+
+def test_text_pipelines_share_one_fused_featurizer_stage(tmp_path):
+    """Two sentiment pipelines over one FeatureUnion(word, char_wb) featurizer: the featurizer's three
+    steps (word, char, concatenation) run as one fused stage, once per batch for both pipelines;
+    answers equal scikit-learn's, in JSON and in binary (BYTES) mode."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.pipeline import FeatureUnion
+
+    from modelsql.datasets import reviews
+
+    texts, labels = reviews(600)
+    fu = FeatureUnion([("word", TfidfVectorizer(ngram_range=(1, 2))),
+                       ("char", TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3)))]).fit(texts)
+    feats = fu.transform(texts)
+    pipes = {f"t{k}": Pipeline([("features", fu), ("head", LogisticRegression(C=c, max_iter=200).fit(feats, labels))])
+             for k, c in enumerate((1.0, 0.1))}
+    con = modelsql.connect(str(tmp_path / "text.duckdb"))
+    for name, p in pipes.items():
+        con.import_pipeline(name, p, example_input=texts[:50], input_name="text")
+    cur = con.cursor()
+    cur.execute("SERVE PIPELINE t0, PIPELINE t1 ON PORT 0")
+    host = cur.fetchall()[0][0].split("//")[1]
+    try:
+        test, _ = reviews(40, seed=3)
+        client = triton.InferenceServerClient(host)
+        for k, binary in ((0, False), (1, True)):
+            inp = triton.InferInput("text", [len(test)], "BYTES")
+            inp.set_data_from_numpy(np.array(test, dtype=object), binary_data=binary)
+            res = client.infer(f"t{k}", [inp], outputs=[triton.InferRequestedOutput("label", binary_data=binary)])
+            assert (res.as_numpy("label") == pipes[f"t{k}"].predict(test)).all()
+        client.close()
+        m = _metrics(host)
+        stages = {dict(k[1])["step"]: v for k, v in m.items() if k[0] == "modelsql_step_rows_total"}
+        assert stages["features.word+features.char+features.concat"] == 2 * len(test), stages
+        cur.execute("SHOW SERVERS")
+        assert {r[1]: r[6:8] for r in cur.fetchall()} == {"t0": (4, 3), "t1": (4, 3)}
+    finally:
+        stop_all()
+        con.close()

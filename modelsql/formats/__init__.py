@@ -14,7 +14,7 @@ from onnx import ModelProto
 
 from modelsql.errors import ProgrammingError
 from modelsql.formats.batch_axis import batch_dependence
-from modelsql.formats.compose import merge_pipeline
+from modelsql.formats.compose import merge_pipeline, merge_steps
 from modelsql.formats.identity import content_digest
 from modelsql.formats.metadata import metadata_features, write_metadata
 from modelsql.formats.conversion_check import ConversionCheck, check_conversion
@@ -40,6 +40,7 @@ __all__ = [
     "batch_dependence",
     "content_digest",
     "merge_pipeline",
+    "merge_steps",
     "split_pipeline",
     "metadata_features",
     "write_metadata",

@@ -18,7 +18,7 @@ from onnx import ModelProto, helper
 
 from modelsql.errors import NotSupportedError
 
-__all__ = ["merge_pipeline"]
+__all__ = ["merge_pipeline", "merge_steps"]
 
 Feed = tuple[str, Optional[int], str]  # (step input, feeding step position or None, feeding value name)
 
@@ -59,7 +59,7 @@ def _rename_inputs(graph, mapping: dict[str, str]) -> None:
 
 
 def merge_pipeline(steps: Sequence[tuple[str, ModelProto, Sequence[Feed]]], name: str) -> ModelProto:
-    """The steps as one self-contained model.
+    """The steps as one self-contained model (``EXPORT PIPELINE``).
 
     Args:
         steps: ``(step name, self-contained model, feeds)`` in order; feeds give, for each step
@@ -73,10 +73,27 @@ def merge_pipeline(steps: Sequence[tuple[str, ModelProto, Sequence[Feed]]], name
     Raises:
         NotSupportedError: steps at opsets the converter cannot reconcile (``opset_mismatch``).
     """
+    last = len(steps) - 1
+    return merge_steps(steps, [(last, o.name, o.name) for o in steps[-1][1].graph.output], name)
+
+
+def merge_steps(steps: Sequence[tuple[str, ModelProto, Sequence[Feed]]], outputs: Sequence[tuple[int, str, str]],
+                name: str) -> ModelProto:
+    """Steps as one model (a pipeline, or a PRETZEL *stage*: several steps fused into one session).
+
+    Args:
+        steps: ``(step name, self-contained model, feeds)`` in order (step names distinct); a feed
+            ``(input, None, name)`` reads the merged model's input ``name``, ``(input, k, out)`` the
+            output ``out`` of step ``k``.
+        outputs: ``(step position, its output name, the merged model's output name)``.
+        name: the graph's name.
+
+    Raises:
+        NotSupportedError: steps at opsets the converter cannot reconcile (``opset_mismatch``).
+    """
     opsets = _opsets([m for _, m, _ in steps])
     default = opsets.get("", opsets.get("ai.onnx"))
     nodes, inits, infos, inputs, functions = [], [], [], {}, {}
-    prefixed: list[ModelProto] = []
     for step, model, feeds in steps:
         m = onnx.compose.add_prefix(_at_opset(model, default, step) if default else model, f"{step}/")
         mapping = {}
@@ -94,13 +111,16 @@ def merge_pipeline(steps: Sequence[tuple[str, ModelProto, Sequence[Feed]]], name
         infos.extend(m.graph.value_info)
         for f in m.functions:
             functions.setdefault((f.domain, f.name), f)
-        prefixed.append(m)
-    last_step, last = steps[-1][0], steps[-1][1]
-    outputs = []
-    for o in last.graph.output:
-        nodes.append(helper.make_node("Identity", [f"{last_step}/{o.name}"], [o.name], name=f"{name}/output/{o.name}"))
-        outputs.append(o)
-    graph = helper.make_graph(nodes, name, list(inputs.values()), outputs, initializer=inits, value_info=infos)
+    outs = []
+    for k, out, exposed in outputs:
+        step, model = steps[k][0], steps[k][1]
+        spec = next(o for o in model.graph.output if o.name == out)
+        nodes.append(helper.make_node("Identity", [f"{step}/{out}"], [exposed], name=f"{name}/output/{exposed}"))
+        vi = onnx.ValueInfoProto()
+        vi.CopyFrom(spec)
+        vi.name = exposed
+        outs.append(vi)
+    graph = helper.make_graph(nodes, name, list(inputs.values()), outs, initializer=inits, value_info=infos)
     merged = helper.make_model(
         graph, opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
         functions=list(functions.values()), producer_name="modelsql",

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
-
-from . import artifacts
+from typing import Callable, Optional
 
 __all__ = ["ResidentSteps", "ResidentStep", "memory_rss_anon"]
 
@@ -34,31 +32,30 @@ def memory_rss_anon() -> int:
 
 
 class ResidentSteps:
-    """Loaded step sessions by step key, with use counts, last use and the measured memory of each.
+    """Loaded step (or stage) sessions by key, with use counts, last use and the measured memory of each.
 
     Args:
-        store: the blob store models are read from.
-        budget_bytes: the most the loaded steps may take (None: no limit).
+        budget_bytes: the most the loaded sessions may take (None: no limit).
     """
 
-    def __init__(self, store, budget_bytes: Optional[int] = None) -> None:
-        self._store = store
+    def __init__(self, budget_bytes: Optional[int] = None) -> None:
         self.budget_bytes = budget_bytes
         self._lock = threading.RLock()
         self._sessions: dict[str, object] = {}
         self._bytes: dict[str, int] = {}
         self._last: dict[str, float] = {}
         self._running: dict[str, int] = {}
-        self._models: dict[str, object] = {}  # step key -> model version (to reload)
+        self._loaders: dict[str, tuple[Callable[[], object], int]] = {}  # key -> (load, floor bytes)
         self.loads = 0
         """Sessions loaded so far (first loads and reloads after eviction)."""
         self.evictions = 0
         """Sessions unloaded to keep within the budget."""
 
-    def proxy(self, key: str, model, name: str) -> "ResidentStep":
-        """The step ``key`` (running ``model``) as a backend model that loads on demand."""
+    def proxy(self, key: str, name: str, load: Callable[[], object], floor: int = 0) -> "ResidentStep":
+        """The session ``key`` (made by ``load()``; it takes at least ``floor`` bytes) as a backend model
+        that loads on demand."""
         with self._lock:
-            self._models[key] = model
+            self._loaders[key] = (load, floor)
         return ResidentStep(self, key, name)
 
     def loaded(self, key: str) -> bool:
@@ -81,9 +78,10 @@ class ResidentSteps:
             session = self._sessions.get(key)
             if session is None:
                 before = memory_rss_anon()
-                session = artifacts.new_session(self._store, self._models[key], intra=1)
+                load, floor = self._loaders[key]
+                session = load()
                 # at least the graph itself, which the session parsed into memory
-                self._bytes[key] = max(memory_rss_anon() - before, self._models[key].graph_bytes)
+                self._bytes[key] = max(memory_rss_anon() - before, floor)
                 self._sessions[key] = session
                 self.loads += 1
             self._running[key] = self._running.get(key, 0) + 1
@@ -110,7 +108,7 @@ class ResidentSteps:
         """Forget every step not in ``keys`` (nothing served uses it any more)."""
         keys = set(keys)
         with self._lock:
-            for table in (self._sessions, self._bytes, self._last, self._models):
+            for table in (self._sessions, self._bytes, self._last, self._loaders):
                 for k in [k for k in table if k not in keys]:
                     del table[k]
 

@@ -8,7 +8,8 @@ steps are one batching *group*, run by one
 :class:`~modelsql.operators.step_graph.StepGraph` built by the rule
 :func:`~modelsql.planner.rules.pipeline_share_steps.share_steps`, so
 the shared steps run once per batch over the rows of every request in it, and
-each pipeline's own steps over its own rows. A pipeline served with
+each pipeline's own steps over its own rows. Steps needed by the same pipelines
+run fused into one session (PRETZEL's stages: :mod:`modelsql.planner.stages`). A pipeline served with
 ``reserved_threads = k`` is a group of its own with ``k`` threads no other
 group uses (PRETZEL's reservation scheduling), sharing memory but not threads.
 
@@ -34,6 +35,7 @@ from ..serving.repository import TensorMetadata
 from ..serving.simple import text_feed
 from . import artifacts
 from .resident_steps import ResidentSteps
+from .stages import fuse_stages, stage_loader
 from .rules.pipeline_share_steps import SharedSteps, share_steps
 
 __all__ = ["ServedEntry", "CatalogRepository", "as_pipeline"]
@@ -81,6 +83,7 @@ class _Group:
     graph: StepGraph
     executor: concurrent.futures.Executor
     own_executor: bool
+    stage_of: dict  # step key -> the key of the stage (session) running it
 
 
 class CatalogRepository:
@@ -101,7 +104,8 @@ class CatalogRepository:
         self._entries: dict[str, ServedEntry] = {}
         self._unloaded: dict[str, str] = {}  # name -> why
         self._groups: dict[str, _Group] = {}
-        self.steps = ResidentSteps(store, budget_bytes)
+        self._store = store
+        self.steps = ResidentSteps(budget_bytes)
         """The loaded steps (:class:`~modelsql.planner.resident_steps.ResidentSteps`)."""
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="modelsql-serve")
         self.on_step: Optional[Callable[[str, int, float], None]] = None
@@ -145,16 +149,19 @@ class CatalogRepository:
         """Rebuild the groups for ``entries`` (loading missing steps first), then swap them in."""
         plans = _group_members(entries)
         shares = {key: share_steps([(m, entries[m].pipeline) for m in members]) for key, members in plans.items()}
+        fused = {key: fuse_stages(shared) for key, shared in shares.items()}
         proxies = {}
-        for shared in shares.values():
-            for node in shared.nodes:
-                if node.key not in proxies:
-                    proxies[node.key] = self.steps.proxy(node.key, node.model, node.name)
-                    if not self.steps.loaded(node.key):
-                        proxies[node.key].load()  # only the steps not resident yet
+        for stages, _ in fused.values():
+            for stage in stages:
+                if stage.key not in proxies:
+                    load, floor = stage_loader(self._store, stage)
+                    proxies[stage.key] = self.steps.proxy(stage.key, stage.name, load, floor)
+                    if not self.steps.loaded(stage.key):
+                        proxies[stage.key].load()  # only the stages not resident yet
         groups = {}
         for key, members in plans.items():
             shared, reserved = shares[key], entries[members[0]].reserved_threads
+            stages, member_outputs = fused[key]
             old = self._groups.get(key)
             if old is not None and old.own_executor and old.members == members:
                 executor, own = old.executor, True
@@ -162,9 +169,10 @@ class CatalogRepository:
                 executor, own = concurrent.futures.ThreadPoolExecutor(reserved, thread_name_prefix=f"modelsql-{key}"), True
             else:
                 executor, own = self._pool, False
-            graph = StepGraph([GraphNode(n.name, proxies[n.key], n.feeds, n.outputs, n.members) for n in shared.nodes],
-                              shared.member_outputs, on_step=self._observe)
-            groups[key] = _Group(key, members, shared, graph, executor, own)
+            graph = StepGraph([GraphNode(st.name, proxies[st.key], st.feeds, tuple(e for _, _, e in st.outputs),
+                                         st.members) for st in stages], member_outputs, on_step=self._observe)
+            stage_of = {node.key: st.key for st in stages for _, node in st.nodes}
+            groups[key] = _Group(key, members, shared, graph, executor, own, stage_of)
         for key, old in self._groups.items():
             if old.own_executor and (key not in groups or groups[key].executor is not old.executor):
                 old.executor.shutdown(wait=False)
@@ -186,12 +194,14 @@ class CatalogRepository:
                 g = self._groups[e.group]
                 mine = [n for n in g.shared.nodes if name in n.members]
                 shared = [n for n in mine if len(n.members) > 1]
+                own = {g.stage_of[n.key] for n in mine if len(n.members) == 1}
+                common = {g.stage_of[n.key] for n in shared}
                 rows.append(dict(
                     name=name, kind=e.kind, version=e.version, group=e.group, state="READY",
                     steps=len(mine), shared_steps=len(shared),
-                    loaded_steps=sum(1 for n in mine if self.steps.loaded(n.key)),
-                    own_bytes=sum(self.steps.bytes_of(n.key) for n in mine if len(n.members) == 1),
-                    shared_bytes=sum(self.steps.bytes_of(n.key) for n in shared),
+                    loaded_steps=sum(1 for n in mine if self.steps.loaded(g.stage_of[n.key])),
+                    own_bytes=sum(self.steps.bytes_of(k) for k in own),
+                    shared_bytes=sum(self.steps.bytes_of(k) for k in common),
                     reserved_threads=e.reserved_threads,
                 ))
             for name, why in sorted(self._unloaded.items()):

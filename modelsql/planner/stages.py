@@ -1,0 +1,141 @@
+"""Stage fusion for the server: the distinct steps that the same pipelines need run as one session.
+
+PRETZEL (Lee et al., OSDI 2018, section 4.1) compiles a pipeline's operators
+into *stages*: chains of operators executed as one unit, so a request does not
+pay a hand-off per operator. Here, in the graph of distinct steps of a batching
+group (:func:`~modelsql.planner.rules.pipeline_share_steps.share_steps`), the
+steps needed by exactly the same set of served pipelines form one stage (a
+featurizer's word, char and concatenation steps that every pipeline shares; a
+pipeline's own chain of head steps). Such a set is always closed under the
+paths between its steps (a step's pipelines include those of every step it
+feeds), so a stage is a sub-graph whose inputs come from earlier stages only.
+
+A stage of one step is that step's own session (its weights shared with every
+other session through the store's memory maps); a stage of several is one
+ONNX model merged from its steps (:func:`modelsql.formats.merge_steps`) and
+one session, weights inline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import formats
+from ..operators.backends.onnxruntime import OrtModel
+from . import artifacts
+from .rules.pipeline_share_steps import SharedNode, SharedSteps
+
+__all__ = ["Stage", "fuse_stages", "stage_loader"]
+
+Source = tuple[Optional[int], str]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Steps run as one session.
+
+    Attributes:
+        key: digest of its steps' keys (equal stages load once).
+        name: its steps' names joined by ``+``.
+        nodes: its steps (node indexes into the shared graph, and the nodes), in an order where each
+            comes after the steps feeding it.
+        feeds: ``(stage input name, source)``; a source is ``(stage index, value name)`` or
+            ``(None, pipeline input name)``.
+        outputs: ``(node index, step output name, exposed name)`` read by later stages or members.
+        members: the pipelines that need it.
+    """
+
+    key: str
+    name: str
+    nodes: tuple[tuple[int, SharedNode], ...]
+    feeds: tuple[tuple[str, Source], ...]
+    outputs: tuple[tuple[int, str, str], ...]
+    members: frozenset
+
+    @property
+    def fused(self) -> bool:
+        return len(self.nodes) > 1
+
+    def local_feeds(self, position: int) -> list[tuple[str, Optional[int], str]]:
+        """The feeds of its ``position``-th step as :func:`~modelsql.formats.merge_steps` takes them."""
+        index = {n: k for k, (n, _) in enumerate(self.nodes)}
+        out = []
+        for inp, (src, name) in self.nodes[position][1].feeds:
+            out.append((inp, index[src], name) if src in index else (inp, None, _external(src, name)))
+        return out
+
+
+def _external(node: Optional[int], name: str) -> str:
+    """A fused stage's input name for the value ``name`` of node ``node`` (or of the pipeline input)."""
+    return name if node is None else f"v{node}.{name}"
+
+
+def _order(classes: list[list[int]], stage_of: dict, shared: SharedSteps) -> list[int]:
+    """Stage indexes in an order where every stage comes after the stages feeding it."""
+    deps = {c: {stage_of[src] for n in nodes for _, (src, _) in shared.nodes[n].feeds
+                if src is not None and stage_of[src] != c} for c, nodes in enumerate(classes)}
+    done: list[int] = []
+    while len(done) < len(classes):
+        ready = [c for c in range(len(classes)) if c not in done and deps[c] <= set(done)]
+        done.append(ready[0])
+    return done
+
+
+def fuse_stages(shared: SharedSteps) -> tuple[list[Stage], dict]:
+    """The stages of ``shared`` and, per member, ``(output name, (stage index, exposed name))`` pairs."""
+    by_members: dict[frozenset, list[int]] = {}
+    for i, node in enumerate(shared.nodes):
+        by_members.setdefault(node.members, []).append(i)
+    classes = list(by_members.values())
+    stage_of = {n: c for c, nodes in enumerate(classes) for n in nodes}
+    order = _order(classes, stage_of, shared)
+    position = {c: k for k, c in enumerate(order)}
+    single = {c for c, nodes in enumerate(classes) if len(nodes) == 1}
+
+    def exposed(n: int, name: str) -> str:
+        return name if stage_of[n] in single else f"v{n}.{name}"
+
+    wanted: dict[int, set] = {}  # node -> its outputs read outside its stage
+    for i, node in enumerate(shared.nodes):
+        for _, (src, name) in node.feeds:
+            if src is not None and stage_of[src] != stage_of[i]:
+                wanted.setdefault(src, set()).add(name)
+    for pairs in shared.member_outputs.values():
+        for name, (src, _) in pairs:
+            wanted.setdefault(src, set()).add(name)
+    stages = []
+    for c in order:
+        nodes = tuple((n, shared.nodes[n]) for n in classes[c])
+        feeds: dict[str, Source] = {}
+        for n, node in nodes:
+            for inp, (src, name) in node.feeds:
+                if src is not None and stage_of[src] == c:
+                    continue
+                key = inp if c in single else _external(src, name)
+                feeds[key] = (None, name) if src is None else (position[stage_of[src]], exposed(src, name))
+        outputs = tuple((n, o, exposed(n, o)) for n, node in nodes for o in node.outputs if o in wanted.get(n, ()))
+        digest = hashlib.sha256("|".join(node.key for _, node in nodes).encode()).hexdigest()
+        stages.append(Stage(digest, "+".join(node.name for _, node in nodes), nodes, tuple(feeds.items()), outputs,
+                            nodes[0][1].members))
+    member_outputs = {m: tuple((name, (position[stage_of[src]], exposed(src, name))) for name, (src, _) in pairs)
+                      for m, pairs in shared.member_outputs.items()}
+    return stages, member_outputs
+
+
+def stage_loader(store, stage: Stage) -> tuple:
+    """``(load, floor bytes)`` for a stage's session: its step's own (shared-weight) session, or the
+    session of its steps merged into one model."""
+    if not stage.fused:
+        mv = stage.nodes[0][1].model
+        return (lambda: artifacts.new_session(store, mv, intra=1)), mv.graph_bytes
+
+    def load():
+        steps = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
+                 for k, (n, node) in enumerate(stage.nodes)]
+        local = {n: k for k, (n, _) in enumerate(stage.nodes)}
+        merged = formats.merge_steps(steps, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
+        return OrtModel(merged.SerializeToString(), f"stage {stage.name}", intra_op_threads=1)
+
+    return load, sum(node.model.graph_bytes for _, node in stage.nodes)
