@@ -103,11 +103,14 @@ def _resolver(session):
     """``resolve(name, kind)`` on a cursor of its own (the protocol's repository load runs in a server thread)."""
     cursor = session.duck.cursor()
     lock = threading.Lock()
+    opened: list = []
 
     def resolve(name: str, kind: str):
         with lock:
             try:
-                catalog = Catalog(cursor, read_only=True)
+                if not opened:
+                    opened.append(Catalog(cursor, read_only=True))
+                catalog = opened[0]
                 return catalog.pipelines.get(name) if kind == "pipeline" else catalog.get(name)
             except Error as exc:
                 raise LookupError(str(exc)) from None
