@@ -220,12 +220,14 @@ def test_a_predict_typo_in_a_table_name_stays_a_binder_error(lin):
     "SELECT * FROM PREDICT(MODEL m t)",
     "SELECT * FROM PREDICT(MODEL m, t)",
     "SELECT * FROM PREDICT(TABLE t)",
+    "SELECT * FROM PREDICT(m, TABLE t)",  # MODEL forgotten
+    "SELECT * FROM PREDICT(m VERSION 2, TABLE t)",
 ])
 def test_a_malformed_predict_shows_the_accepted_form(lin, sql):
     with pytest.raises(modelsql.ProgrammingError) as info:
         lin.execute(sql)
     assert info.value.code == "parse_error"
-    assert "PREDICT(MODEL name [VERSION n], TABLE t | (SELECT ...) [, option = value ...])" in str(info.value)
+    assert "PREDICT(MODEL name [VERSION n] | PIPELINE name [VERSION n], TABLE t | (SELECT ...)" in str(info.value)
     assert "Expected , TABLE" not in str(info.value)
 
 

@@ -69,6 +69,11 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
                   backend: str = "onnxruntime", device: str = "cpu"):
     """The cached session of ``mv`` on ``backend``/``device`` with ``intra`` threads per run.
 
+    Its large tensors are memory-mapped from the store and shared with every other session over
+    the same blob (:mod:`~modelsql.operators.backends.shared_weights`: PRETZEL's Object Store in
+    memory); weight prepacking stays on, so answers are bit-identical to an ordinary session and
+    MatMul/Gemm/Conv keep their packed copy (the server turns prepacking off to share those too).
+
     ``column_major`` names inputs fed transposed (see
     :func:`~modelsql.formats.onnx_io.column_major_inputs`): a rewritten artifact with its own key.
     A pipeline version gets a :func:`pipeline_session` (``column_major`` must be empty).
@@ -77,12 +82,27 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
         return pipeline_session(store, mv, intra=intra, backend=backend, device=device)
     rewrite = "column_major:" + ",".join(column_major) if column_major else ""
     key = SessionKey(artifact_digest(mv, rewrite), backend, device, ())
+    label = f'model "{mv.name}" version {mv.version}'
+    fetch = _fetcher(store, mv)
+    transform = (lambda data: column_major_inputs(data, column_major)) if column_major else None
+    return shared_weights.get_shared_model(key, lambda: fetch(mv.graph_digest), fetch, label, path_of=store.path,
+                                           intra_op_threads=intra, transform=transform, prepack=True)
 
-    def load() -> bytes:
-        data = load_model_bytes(store, mv)
-        return column_major_inputs(data, column_major) if column_major else data
 
-    return ort_backend.get_model(key, load, f'model "{mv.name}" version {mv.version}', intra_op_threads=intra)
+def _fetcher(store: BlobStore, mv: ModelVersion):
+    """``digest -> verified bytes``; a missing or corrupt blob is a DataError naming the model and the
+    graph or tensor it holds (as :func:`load_model_proto` does)."""
+    what = {t.digest: f'tensor "{t.name}"' for t in mv.tensors}
+    what[mv.graph_digest] = "the graph"
+
+    def fetch(digest: str) -> bytes:
+        try:
+            return store.get(digest)
+        except DataError as exc:
+            raise DataError(f'Model "{mv.name}" version {mv.version}: {what.get(digest, "blob " + digest)} is '
+                            f"unreadable from the store: {exc}", code=exc.code) from exc
+
+    return fetch
 
 
 def step_key(mv: ModelVersion, feeds, keys: list) -> str:
@@ -105,13 +125,7 @@ def new_session(store: BlobStore, mv: ModelVersion, *, intra: int = 1):
         DataError: a blob is unreadable or corrupt, or ONNX Runtime rejects the model (``invalid_onnx``).
     """
     label = f'model "{mv.name}" version {mv.version}'
-
-    def fetch(digest: str) -> bytes:
-        try:
-            return store.get(digest)
-        except DataError as exc:
-            raise DataError(f"{label}: blob {digest} is unreadable from the store: {exc}", code=exc.code) from exc
-
+    fetch = _fetcher(store, mv)
     return shared_weights.shared_model(fetch(mv.graph_digest), fetch, label, path_of=store.path,
                                        intra_op_threads=intra)
 

@@ -154,9 +154,22 @@ def predict_shaped(tokens: t.Sequence[Token], i: int) -> bool:
         return False
     if at(2) is not None and at(2).token_type == TokenType.TABLE:
         return True
+    if _name_then_input(at):  # PREDICT(m, TABLE t): MODEL forgotten, reported as such
+        return True
     name = at(3)
     return (_word(at(2), "MODEL") or _word(at(2), "PIPELINE")) and name is not None and (
         name.token_type in (_NAME_TOKENS | {TokenType.IDENTIFIER}))
+
+
+def _name_then_input(at) -> bool:
+    """``PREDICT ( name [VERSION n] , TABLE``: a PREDICT whose MODEL / PIPELINE word is missing."""
+    if at(2) is None or at(2).token_type not in (_NAME_TOKENS | {TokenType.IDENTIFIER}):
+        return False
+    k = 3
+    if _word(at(3), "VERSION") and at(4) is not None and at(4).token_type == TokenType.NUMBER:
+        k = 5
+    return (at(k) is not None and at(k).token_type == TokenType.COMMA and at(k + 1) is not None
+            and at(k + 1).token_type == TokenType.TABLE)
 
 
 class ModelSQLTokenizer(DuckDB.Tokenizer):
