@@ -31,7 +31,9 @@ Measured for each (``--repeats`` runs, alternating, medians and their min/max):
   request, from the client (``--cold`` held-out pipelines);
 * latency of single-row requests under load: ``--clients`` concurrent keep-alive connections from a
   separate client process, each request for a random pipeline (seeded): p50 and p99, in ms;
-* throughput: requests completed per second in that run.
+* throughput: requests completed per second in that run;
+* and, as a ceiling for both, variant ``floor``: the same HTTP stack, batching, client and
+  requests answered with zeros by no model at all.
 
 Writes ``benchmarks/results/pretzel.json`` with the headline ratios as top-level numbers:
 ``memory_ratio`` and ``p99_ratio`` (black box over modelsql: higher is better for modelsql) and
@@ -240,6 +242,70 @@ class BlackBoxRepository:
         return [{n: p[k] for n, p in zip(names, parts)} for k in range(len(feeds))]
 
 
+_OIP = {"FLOAT": "FP32", "DOUBLE": "FP64", "INT64": "INT64", "STRING": "BYTES", "INT32": "INT32", "BOOL": "BOOL"}
+
+
+class FloorRepository:
+    """The same names and metadata, answered with zeros and no model at all: what the HTTP stack, the
+    batching and this client cost by themselves (a ceiling on any server's throughput here)."""
+
+    def __init__(self, db: Path, names: list[str]):
+        import concurrent.futures
+
+        import modelsql
+        from modelsql.serving.repository import TensorMetadata
+        from modelsql.serving.simple import OrtServable
+
+        con = modelsql.connect(str(db), read_only=True)
+        cur = con.cursor()
+        self._servables = {}
+        for n in names:
+            cur.execute(f"DESCRIBE PIPELINE {n}")
+            rows = cur.fetchall()
+
+            def meta(r):
+                dims = [-1 if d.strip() in ("N", "?") or not d.strip().lstrip("-").isdigit() else int(d)
+                        for d in r[4].strip("[]").split(",")]
+                return TensorMetadata(r[2], _OIP[r[3]], tuple([-1] + dims[1:]))
+
+            self._servables[n] = OrtServable(n, tuple(meta(r) for r in rows if r[0] == "input"),
+                                             tuple(meta(r) for r in rows if r[0] == "output"), group=n)
+        con.close()
+        self._pool = concurrent.futures.ThreadPoolExecutor(2)
+        self._dtypes = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32, "BOOL": np.bool_}
+
+    def get(self, name, version=None):
+        if name not in self._servables:
+            raise LookupError(f'no model "{name}"')
+        return self._servables[name]
+
+    def names(self):
+        return sorted(self._servables)
+
+    def ready(self, name, version=None):
+        return name in self._servables
+
+    def index(self):
+        return [{"name": n, "version": "1", "state": "READY", "reason": ""} for n in self.names()]
+
+    def load(self, name):
+        raise LookupError("the floor serves a fixed set")
+
+    def unload(self, name):
+        raise LookupError("the floor serves a fixed set")
+
+    def executor(self, group):
+        return self._pool
+
+    def run_group(self, group, items):
+        out = []
+        for servable, inputs in items:
+            n = len(next(iter(inputs.values())))
+            out.append({o.name: np.zeros([n] + [max(d, 1) for d in o.shape[1:]], dtype=self._dtypes[o.datatype])
+                        for o in servable.outputs})
+        return out
+
+
 def serve(variant: str, work: Path, info_path: Path, batch: int, delay: float) -> None:
     """Load everything, write ``{port, load_s, rss_anon, rss_file}`` to ``info_path``, serve until killed."""
     spec = json.loads((work / "spec.json").read_text())
@@ -256,7 +322,8 @@ def serve(variant: str, work: Path, info_path: Path, batch: int, delay: float) -
     else:
         from modelsql.serving import InferenceServer
 
-        repo = BlackBoxRepository(work / "blackbox", spec["served"])
+        repo = (BlackBoxRepository(work / "blackbox", spec["served"]) if variant == "blackbox"
+                else FloorRepository(work / "pretzel.duckdb", spec["served"]))
         server = InferenceServer(repo, port=0, max_batch_size=batch, max_queue_delay_ms=delay).start()
         port = server.port
     load_s = time.perf_counter() - t0
@@ -336,10 +403,10 @@ async def _cold(port: int, spec: dict) -> list[float]:
     return out
 
 
-def client(port: int, work: Path, clients: int, requests: int, out: Path) -> None:
+def client(port: int, work: Path, clients: int, requests: int, out: Path, cold: bool) -> None:
     spec = json.loads((work / "spec.json").read_text())
     load = asyncio.run(_load(port, spec, clients, requests, warmup=max(200, requests // 10), seed=1))
-    load["cold_ms"] = asyncio.run(_cold(port, spec))
+    load["cold_ms"] = asyncio.run(_cold(port, spec)) if cold else [float("nan")]
     out.write_text(json.dumps(load))
 
 
@@ -361,19 +428,20 @@ def run_variant(variant: str, work: Path, args) -> dict:
         meta = json.loads(info.read_text())
         out = work / f"{variant}.client.json"
         subprocess.run([sys.executable, __file__, "_client", str(meta["port"]), str(work), str(args.clients),
-                        str(args.requests), str(out)], check=True, timeout=1800)
+                        str(args.requests), str(out), "1" if variant != "floor" else "0"], check=True, timeout=1800)
         return {**meta, **json.loads(out.read_text())}
     finally:
         server.kill()
         server.wait()
 
 
-def summary(runs: list[dict]) -> dict:
+def summary(runs: list[dict], cold: bool = True) -> dict:
     keys = ("rss_anon", "rss_file", "load_s", "p50_ms", "p99_ms", "throughput_rps")
     out = {k: {"median": statistics.median(r[k] for r in runs), "min": min(r[k] for r in runs),
                "max": max(r[k] for r in runs)} for k in keys}
-    cold = [statistics.median(r["cold_ms"]) for r in runs]
-    out["cold_first_prediction_ms"] = {"median": statistics.median(cold), "min": min(cold), "max": max(cold)}
+    if cold:
+        firsts = [statistics.median(r["cold_ms"]) for r in runs]
+        out["cold_first_prediction_ms"] = {"median": statistics.median(firsts), "min": min(firsts), "max": max(firsts)}
     out["errors"] = sum(r["errors"] for r in runs)
     return out
 
@@ -397,15 +465,15 @@ def main() -> None:
         spec = prepare(work, args.pipelines, args.regression, args.cold)
         (work / "spec.json").write_text(json.dumps(spec))
     spec = json.loads((work / "spec.json").read_text())
-    runs = {"modelsql": [], "blackbox": []}
+    runs = {"modelsql": [], "blackbox": [], "floor": []}
     for r in range(args.repeats):
-        for variant in (("modelsql", "blackbox") if r % 2 == 0 else ("blackbox", "modelsql")):
+        for variant in (("modelsql", "blackbox", "floor") if r % 2 == 0 else ("floor", "blackbox", "modelsql")):
             res = run_variant(variant, work, args)
             runs[variant].append(res)
             print(f"run {r} {variant}: rss_anon {res['rss_anon'] / 2**20:.0f} MiB, load {res['load_s']:.1f} s, "
                   f"cold {statistics.median(res['cold_ms']):.1f} ms, p50 {res['p50_ms']:.2f} ms, "
                   f"p99 {res['p99_ms']:.2f} ms, {res['throughput_rps']:.0f} req/s, errors {res['errors']}", flush=True)
-    white, black = summary(runs["modelsql"]), summary(runs["blackbox"])
+    white, black, floor = summary(runs["modelsql"]), summary(runs["blackbox"]), summary(runs["floor"], cold=False)
     result = {
         "memory_ratio": black["rss_anon"]["median"] / white["rss_anon"]["median"],
         "p99_ratio": black["p99_ms"]["median"] / white["p99_ms"]["median"],
@@ -414,8 +482,12 @@ def main() -> None:
         / white["cold_first_prediction_ms"]["median"],
         "load_time_ratio": black["load_s"]["median"] / white["load_s"]["median"],
         "ratios_mean": "memory, p99, cold, load: black box / modelsql; throughput: modelsql / black box",
+        "throughput_ratio_ceiling": floor["throughput_rps"]["median"] / black["throughput_rps"]["median"],
+        "p99_ratio_ceiling": black["p99_ms"]["median"] / floor["p99_ms"]["median"],
+        "ceilings_mean": "the same HTTP stack, client and requests answered with zeros and no model (variant "
+                         "'floor'): no server on this stack can beat the black box by more than this here",
         "pretzel_reported": {"memory_ratio": 25.0, "p99_ratio": 5.5, "throughput_ratio": 4.7},
-        "modelsql": white, "blackbox": black,
+        "modelsql": white, "blackbox": black, "floor": floor,
         "workload": {"sentiment_pipelines": args.pipelines, "regression_pipelines": args.regression,
                      "clients": args.clients, "requests_per_run": args.requests, "repeats": args.repeats,
                      "max_batch_size": args.max_batch_size, "max_queue_delay_ms": args.max_queue_delay_ms,
@@ -426,13 +498,15 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: result[k] for k in ("memory_ratio", "p99_ratio", "throughput_ratio",
-                                             "cold_first_prediction_ratio", "load_time_ratio")}, indent=2))
+                                             "cold_first_prediction_ratio", "load_time_ratio",
+                                             "throughput_ratio_ceiling", "p99_ratio_ceiling")}, indent=2))
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_serve":
         serve(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
     elif len(sys.argv) > 1 and sys.argv[1] == "_client":
-        client(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6]))
+        client(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6]),
+               sys.argv[7] == "1")
     else:
         main()

@@ -72,8 +72,12 @@ class Pipelines:
             )
         return key, version
 
-    def get(self, name: str, version: Optional[int] = None) -> PipelineVersion:
+    def get(self, name: str, version: Optional[int] = None, *, models: Optional[dict] = None) -> PipelineVersion:
         """Read one pipeline version, its steps' model versions included.
+
+        ``models``: ``{(model, version): ModelVersion}`` already read in the caller's transaction,
+        filled with what is read here (one statement reading many pipelines that share steps reads
+        each step model once).
 
         Raises:
             ProgrammingError: see :meth:`resolve`.
@@ -92,9 +96,16 @@ class Pipelines:
             [key, version],
         ):
             feeds.setdefault(position, []).append(StepFeed(inp, from_step, from_name))
+        models = {} if models is None else models
+
+        def model_version(model: str, v: int):
+            if (model, v) not in models:
+                models[(model, v)] = self._catalog.get(model, v)
+            return models[(model, v)]
+
         steps = tuple(
-            PipelineStep(position, step, self._catalog.get(model, model_version), tuple(feeds.get(position, ())))
-            for position, step, model, model_version in self._rows(
+            PipelineStep(position, step, model_version(model, mv), tuple(feeds.get(position, ())))
+            for position, step, model, mv in self._rows(
                 "SELECT position, step, model, model_version FROM {s}.pipeline_steps "
                 "WHERE name = ? AND version = ? ORDER BY position",
                 [key, version],

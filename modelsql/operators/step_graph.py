@@ -95,8 +95,12 @@ class StepGraph:
 
 
 def _take(value: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """The rows ``rows`` of a value computed over the rows ``have`` (a superset, sorted)."""
+    """The rows ``rows`` of a value computed over the rows ``have`` (a superset, sorted): a view when
+    they are one run of consecutive rows of it (no copy of a wide feature matrix), else a gather."""
     have, arr = value
     if len(have) == len(rows) and (have is rows or np.array_equal(have, rows)):
         return arr
-    return arr[np.searchsorted(have, rows)]
+    at = np.searchsorted(have, rows)
+    if len(at) and at[-1] - at[0] + 1 == len(at):
+        return arr[at[0]: at[-1] + 1]
+    return arr[at]

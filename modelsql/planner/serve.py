@@ -81,10 +81,11 @@ def _options(given: dict, allowed: dict, where: str) -> dict:
 def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
     """Each item's catalog entry and reserved threads (lookup errors point at the name)."""
     out = []
+    models: dict = {}  # model versions read once for the whole statement (pipelines share steps)
     for item in stmt.expressions:
         ref = item.this
         pipeline = bool(ref.args.get("pipeline"))
-        entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=pipeline)
+        entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=pipeline, models=models)
         word = "PIPELINE" if pipeline else "MODEL"
         no_repeats(item.args.get("options"), f"SERVE {word} {entry.name}")
         given = {o.this.name.lower(): value(o.expression, params) for o in item.args.get("options") or []}
@@ -162,9 +163,8 @@ def _serve(stmt: Serve, session, params: list) -> Result:
     running = _server_at(port, f"SERVE {action.upper()}")
     rows = []
     if action == "add":
-        for entry, reserved in _entries(stmt, session, params):
-            se = running.repository.add(entry, reserved_threads=reserved)
-            rows.append((running.server.url, se.name, se.kind, se.version, "added"))
+        added = running.repository.add_many([(e, r, e.name) for e, r in _entries(stmt, session, params)])
+        rows = [(running.server.url, se.name, se.kind, se.version, "added") for se in added]
     else:
         for item in stmt.expressions:
             try:
@@ -190,8 +190,7 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
     repo = CatalogRepository(session.store, _resolver(session), threads=opts["threads"] or artifacts.default_threads(),
                              budget_bytes=None if budget is None else int(budget * (1 << 20)))
     try:
-        for entry, reserved in entries:
-            repo.add(entry, reserved_threads=reserved)
+        repo.add_many([(entry, reserved, entry.name) for entry, reserved in entries])
         server = InferenceServer(repo, host=host, port=port, max_batch_size=opts["max_batch_size"],
                                  max_queue_delay_ms=opts["max_queue_delay_ms"],
                                  max_request_bytes=opts["max_request_mb"] << 20)

@@ -118,19 +118,19 @@ class CatalogRepository:
         Loads only the steps not resident yet. Raises DataError when a step cannot load, leaving
         the resident set as it was.
         """
-        pv = entry if isinstance(entry, PipelineVersion) else as_pipeline(entry)
-        kind = "pipeline" if isinstance(entry, PipelineVersion) else "model"
-        served = name or pv.name
-        se = ServedEntry(served, str(pv.version), (str(pv.version),),
-                         "modelsql_pipeline" if kind == "pipeline" else "onnxruntime_onnx",
-                         tuple(_meta(s) for s in pv.inputs), tuple(_meta(s) for s in pv.outputs),
-                         group="", pipeline=pv, kind=kind, reserved_threads=int(reserved_threads))
+        served = name or entry.name
+        return self.add_many([(entry, reserved_threads, served)])[0]
+
+    def add_many(self, items: Sequence[tuple[object, int, str]]) -> list[ServedEntry]:
+        """:meth:`add` of several ``(entry, reserved threads, served name)`` at once (one regrouping)."""
         with self._lock:
             entries = dict(self._entries)
-            entries[served] = se
+            for entry, reserved, served in items:
+                entries[served] = _served(entry, reserved, served)
             self._regroup(entries)
-            self._unloaded.pop(served, None)
-            return self._entries[served]
+            for _, _, served in items:
+                self._unloaded.pop(served, None)
+            return [self._entries[served] for _, _, served in items]
 
     def remove(self, name: str) -> None:
         """Stop serving ``name``; steps no other served pipeline uses are released.
@@ -305,6 +305,15 @@ class CatalogRepository:
         self._pool.shutdown(wait=False)
 
 
+def _served(entry, reserved_threads: int, served: str) -> ServedEntry:
+    pv = entry if isinstance(entry, PipelineVersion) else as_pipeline(entry)
+    kind = "pipeline" if isinstance(entry, PipelineVersion) else "model"
+    return ServedEntry(served, str(pv.version), (str(pv.version),),
+                       "modelsql_pipeline" if kind == "pipeline" else "onnxruntime_onnx",
+                       tuple(_meta(s) for s in pv.inputs), tuple(_meta(s) for s in pv.outputs),
+                       group="", pipeline=pv, kind=kind, reserved_threads=int(reserved_threads))
+
+
 def _with_group(e: ServedEntry, key: str) -> ServedEntry:
     from dataclasses import replace
 
@@ -343,22 +352,23 @@ def _group_members(entries: dict[str, ServedEntry]) -> dict[str, list[str]]:
 
 
 def _run_batch(graph: StepGraph, entries: list, feeds: list[dict]) -> list[dict]:
-    """Concatenate the requests' inputs, run the graph, split the outputs back per request."""
-    sizes = [len(next(iter(f.values()))) for f in feeds]
+    """Concatenate the requests' inputs, grouped by pipeline (so each pipeline's rows are one run of
+    consecutive rows, which its own steps read without a copy), run the graph, split the outputs back."""
+    order = sorted(range(len(entries)), key=lambda k: entries[k].name)
+    sizes = [len(next(iter(feeds[k].values()))) for k in order]
     names = list(feeds[0])
-    batch = {k: feeds[0][k] if len(feeds) == 1 else np.concatenate([f[k] for f in feeds], axis=0) for k in names}
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    rows_of: dict[str, list] = {}
-    for k, e in enumerate(entries):
-        rows_of.setdefault(e.name, []).append(np.arange(starts[k], starts[k + 1]))
-    rows = {m: np.concatenate(r) for m, r in rows_of.items()}
-    outs = graph.run(batch, rows)
-    taken = {m: 0 for m in rows}
-    results = []
-    for k, e in enumerate(entries):
-        at = taken[e.name]
-        results.append({name: arr[at: at + sizes[k]] for name, arr in outs[e.name].items()})
-        taken[e.name] = at + sizes[k]
+    batch = {n: feeds[order[0]][n] if len(feeds) == 1 else np.concatenate([feeds[k][n] for k in order], axis=0)
+             for n in names}
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rows: dict[str, tuple[int, int]] = {}
+    for i, k in enumerate(order):
+        lo, hi = rows.get(entries[k].name, (starts[i], starts[i]))
+        rows[entries[k].name] = (lo, starts[i + 1])
+    outs = graph.run(batch, {m: np.arange(lo, hi) for m, (lo, hi) in rows.items()})
+    results: list = [None] * len(entries)
+    for i, k in enumerate(order):
+        at = starts[i] - rows[entries[k].name][0]
+        results[k] = {n: arr[at: at + sizes[i]] for n, arr in outs[entries[k].name].items()}
     return results
 
 

@@ -291,11 +291,14 @@ class Session:
         return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
 
     def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,
-                  pipeline: bool = False):
+                  pipeline: bool = False, models: Optional[dict] = None):
         """The catalog entry (a model version, or with ``pipeline`` a pipeline version); a lookup
-        error points at the name in the statement text."""
+        error points at the name in the statement text. ``models``: step model versions already read
+        by this statement (see :meth:`~modelsql.catalog.pipelines.Pipelines.get`)."""
         try:
-            return self.catalog.pipelines.get(name, version) if pipeline else self.catalog.get(name, version)
+            if pipeline:
+                return self.catalog.pipelines.get(name, version, models=models)
+            return self.catalog.get(name, version)
         except Error as err:
             raise self.pointed(err, ref) from None
 

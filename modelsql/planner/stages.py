@@ -73,13 +73,23 @@ def _external(node: Optional[int], name: str) -> str:
 
 
 def _order(classes: list[list[int]], stage_of: dict, shared: SharedSteps) -> list[int]:
-    """Stage indexes in an order where every stage comes after the stages feeding it."""
+    """Stage indexes in an order where every stage comes after the stages feeding it (Kahn's algorithm)."""
     deps = {c: {stage_of[src] for n in nodes for _, (src, _) in shared.nodes[n].feeds
                 if src is not None and stage_of[src] != c} for c, nodes in enumerate(classes)}
+    users: dict[int, list[int]] = {c: [] for c in deps}
+    for c, ds in deps.items():
+        for d in ds:
+            users[d].append(c)
+    waiting = {c: len(ds) for c, ds in deps.items()}
+    ready = sorted(c for c, k in waiting.items() if k == 0)
     done: list[int] = []
-    while len(done) < len(classes):
-        ready = [c for c in range(len(classes)) if c not in done and deps[c] <= set(done)]
-        done.append(ready[0])
+    while ready:
+        c = ready.pop(0)
+        done.append(c)
+        for u in users[c]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                ready.append(u)
     return done
 
 
