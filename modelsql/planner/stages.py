@@ -19,6 +19,8 @@ one session, weights inline.
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
@@ -146,6 +148,13 @@ def stage_loader(store, stage: Stage) -> tuple:
                  for k, (n, node) in enumerate(stage.nodes)]
         local = {n: k for k, (n, _) in enumerate(stage.nodes)}
         merged = formats.merge_steps(steps, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
-        return OrtModel(merged.SerializeToString(), f"stage {stage.name}", intra_op_threads=1)
+        # Loaded from a file, not from bytes: onnxruntime's Python session keeps the bytes it was given
+        # for its whole life (a copy of the stage's vocabularies), but not a path.
+        with tempfile.TemporaryDirectory(prefix="modelsql-stage-") as tmp:
+            path = os.path.join(tmp, "stage.onnx")
+            with open(path, "wb") as f:
+                f.write(merged.SerializeToString())
+            del merged
+            return OrtModel(path, f"stage {stage.name}", intra_op_threads=1, shared_allocator=True)
 
     return load, sum(node.model.graph_bytes for _, node in stage.nodes)
