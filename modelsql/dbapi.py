@@ -618,15 +618,29 @@ class Cursor:
         return self
 
     def executemany(self, operation: str, seq_of_parameters) -> "Cursor":
-        """Execute ``operation`` once per parameter sequence; rowcount is the total changed."""
+        """Execute ``operation`` once per parameter sequence; rowcount is the total changed.
+
+        A statement that returns rows (``INSERT ... RETURNING``) keeps the rows of every execution,
+        in order, to fetch afterwards, with rowcount -1 as for one such statement (DuckDB's own
+        client keeps only the last execution's; PEP 249 leaves it open).
+        """
         self._check_open()
         total = 0
         counted = False
+        returned: Optional[list] = None
+        description = None
         for params in seq_of_parameters:
             self.execute(operation, params)
-            if self._rowcount >= 0:
+            if self._description is not None:
+                description = self._description
+                returned = (returned or []) + self.fetchall()
+            elif self._rowcount >= 0:
                 total += self._rowcount
                 counted = True
+        if returned is not None:
+            self._reset()
+            self._description, self._buffer, self._rowcount = description, returned, -1
+            return self
         self._description = None
         self._rowcount = total if counted else -1
         return self

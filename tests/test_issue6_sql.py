@@ -241,3 +241,17 @@ def test_vacuum_models_in_an_aborted_transaction_says_so(tmp_path):
     con.rollback()
     assert con.execute("VACUUM MODELS").fetchall() == [(0, 0)]
     con.close()
+
+
+def test_executemany_with_returning_keeps_every_executions_rows(tmp_path):
+    con = modelsql.connect(str(tmp_path / "many.duckdb"))
+    cur = con.cursor()
+    cur.execute("CREATE TABLE t (x INTEGER)")
+    cur.executemany("INSERT INTO t VALUES (?) RETURNING x * 10 AS y", [[1], [2], [3]])
+    assert [d[0] for d in cur.description] == ["y"] and cur.rowcount == -1
+    assert cur.fetchall() == [(10,), (20,), (30,)]
+    cur.executemany("INSERT INTO t VALUES (?)", [[4], [5]])
+    assert cur.rowcount == 2 and cur.description is None
+    cur.execute("SELECT count(*) FROM t")
+    assert cur.fetchall() == [(5,)]
+    con.close()
