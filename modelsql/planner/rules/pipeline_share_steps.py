@@ -91,6 +91,7 @@ class SharedSteps:
 def share_steps(members: Sequence[tuple[str, PipelineVersion]]) -> SharedSteps:
     """The distinct-step graph of ``members`` (``(member name, pipeline version)`` pairs; see module docstring)."""
     keys: list[str] = []
+    index: dict[str, int] = {}  # key -> node index
     nodes: list[dict] = []
     outputs: dict[str, tuple[tuple[str, Source], ...]] = {}
     total = 0
@@ -101,10 +102,11 @@ def share_steps(members: Sequence[tuple[str, PipelineVersion]]) -> SharedSteps:
             feeds = tuple((f.input, (None if f.from_step is None else local[f.from_step], f.from_name))
                           for f in step.feeds)
             k = step_key(step.model, feeds, keys)
-            if k not in keys:
+            if k not in index:
+                index[k] = len(keys)
                 keys.append(k)
                 nodes.append(dict(key=k, name=step.name, model=step.model, feeds=feeds, outputs=[], members=set()))
-            local[step.position] = keys.index(k)
+            local[step.position] = index[k]
         last = local[pv.steps[-1].position]
         outputs[member] = tuple((o.name, (last, o.name)) for o in pv.outputs)
         _mark(nodes, member, last, [o.name for o in pv.outputs])
