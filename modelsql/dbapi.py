@@ -439,6 +439,7 @@ class Connection:
         replace: bool = False,
         if_not_exists: bool = False,
         description: Optional[str] = None,
+        accept_mismatch: bool = False,
     ):
         """Import a fitted scikit-learn ``Pipeline`` / ``FeatureUnion`` / ``ColumnTransformer`` as a
         pipeline of one catalog model per step, and return its
@@ -460,6 +461,9 @@ class Connection:
             replace: add a new version if the pipeline exists (``CREATE OR REPLACE PIPELINE``).
             if_not_exists: do nothing if the pipeline exists.
             description: free text kept with the pipeline.
+            accept_mismatch: import it even when the split pipeline, run end to end in ONNX Runtime
+                (float32 between steps), predicts another label than scikit-learn on some example rows
+                (the count is kept: ``DESCRIBE PIPELINE``'s ``conversion_check``).
 
         Raises:
             IntegrityError: the name exists (neither ``replace`` nor ``if_not_exists``).
@@ -471,7 +475,7 @@ class Connection:
         self._settle()
         return import_pipeline(self._session, name, pipeline, example_input=example_input, features=features,
                                input_name=input_name, replace=replace, if_not_exists=if_not_exists,
-                               description=description)
+                               description=description, accept_mismatch=accept_mismatch)
 
     def register(self, name: str, data: Any) -> None:
         """Make a Python object queryable as a view ``name`` on this connection (extension).

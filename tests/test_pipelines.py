@@ -161,16 +161,22 @@ def test_bad_pipelines_are_refused_and_change_nothing(con):
 
 
 def test_steps_whose_types_do_not_meet_are_refused(con):
-    sc = StandardScaler().fit(IRIS_X)
+    """A step after the first is fed by the previous step's output, never silently by the raw input
+    (skl2onnx names every input "input"): an output that does not fit is a type_mismatch naming both
+    ends, and nothing is created."""
+    sc, lr = _scaled_iris(con)
     two = StandardScaler().fit(IRIS_X[:, :2])
-    con.import_model("scale4", sc, example_input=IRIS_X)
     con.import_model("scale2", two, example_input=IRIS_X[:, :2])
     cur = con.cursor()
-    # a 4-wide output cannot feed a 2-wide input: position wiring is declined, and the step reads
-    # a pipeline input instead; two pipeline inputs named "input" of different widths are refused
-    cur.execute("CREATE PIPELINE p AS (scale4, scale2)")
-    cur.execute("DESCRIBE PIPELINE p")
-    assert "pipeline input input" in cur.fetchall()[2][5]
+    for sql, both in (("CREATE PIPELINE p AS (scale, scale2)", ('step "scale2" input "input" takes FLOAT[N, 2]',
+                                                                'step "scale" output "variable"')),
+                      ("CREATE PIPELINE p AS (head, scale)", ('step "scale" input "input" takes FLOAT[N, 4]',
+                                                              'step "head" output "label", which is INT64'))):
+        with pytest.raises(errors.ProgrammingError) as ei:
+            cur.execute(sql)
+        assert ei.value.code == "type_mismatch" and all(b in str(ei.value) for b in both), str(ei.value)
+    cur.execute("SELECT count(*) FROM modelsql.pipeline_versions")
+    assert cur.fetchall() == [(0,)]
 
 
 def test_pipeline_survives_reopening(tmp_path):
@@ -288,10 +294,39 @@ def test_import_pipeline_refuses_what_it_cannot_split(con):
     with pytest.raises(errors.NotSupportedError) as ei:
         con.import_pipeline("p", fu, example_input=IRIS_X)
     assert "transformer_weights" in str(ei.value)
+    unfitted = Pipeline([("ct", ColumnTransformer([("a", StandardScaler(), [0])])),
+                         ("clf", LogisticRegression())])
+    bad = [
+        (dict(pipeline=unfitted, example_input=IRIS_X), errors.ProgrammingError, "not_fitted", 'step "ct"'),
+        (dict(pipeline=est, example_input=["some text", "more"]), errors.ProgrammingError, "bad_sample", "clf"),
+        (dict(pipeline=est, example_input=IRIS_X, input_name=""), errors.ProgrammingError, "invalid_name", "input_name"),
+        (dict(pipeline=est, example_input=IRIS_X, features=["a", "a", "b", "c"]), errors.ProgrammingError,
+         "duplicate_feature", "'a'"),
+    ]
+    for kwargs, cls, code, text in bad:
+        with pytest.raises(cls) as ei:
+            con.import_pipeline("p", kwargs.pop("pipeline"), **kwargs)
+        assert ei.value.code == code and text in str(ei.value), str(ei.value)
     cur = con.cursor()
     cur.execute("SELECT count(*) FROM modelsql.pipeline_versions")
     assert cur.fetchall() == [(0,)]
     del ct
+
+
+def test_import_pipeline_checks_the_split_end_to_end(con):
+    """Each step is checked on scikit-learn's float64 output of the step before; the whole split, run in
+    ONNX Runtime with float32 between steps, is checked against the estimator too, and the result is in
+    DESCRIBE PIPELINE (a forest's votes can move when a split threshold meets float32 rounding)."""
+    est = Pipeline([("ct", ColumnTransformer([("a", StandardScaler(), [0, 1]), ("b", MinMaxScaler(), [2, 3])])),
+                    ("clf", RandomForestRegressor(10, random_state=0))]).fit(IRIS_X, IRIS_Y)
+    con.import_pipeline("p", est, example_input=IRIS_X)
+    cur = con.cursor()
+    cur.execute("DESCRIBE PIPELINE p")
+    props = {r[2]: r[5] for r in cur.fetchall() if r[0] == "property"}
+    assert props["conversion_check"].startswith("150 rows, max abs diff "), props
+    diff = float(props["conversion_check"].split("max abs diff ")[1].split(",")[0])
+    got = _labels(cur, "SELECT prediction FROM PREDICT(PIPELINE p, TABLE iris)").astype(np.float64).ravel()
+    assert abs(diff - float(np.max(np.abs(got - est.predict(IRIS_X))))) < 1e-6
 
 
 @pytest.mark.parametrize("optimize", [True, False])

@@ -195,7 +195,9 @@ class Pipelines:
         """Rows of ``DESCRIBE PIPELINE``: (role, position, name, elem_type, shape, detail).
 
         One row per pipeline input, one per step (``detail``: the model version and what feeds
-        each of its inputs), one per pipeline output.
+        each of its inputs), one per pipeline output, then one per option (``description``, and for
+        an imported pipeline ``conversion_check``: rows compared end to end, largest absolute
+        difference, label mismatches).
         """
         rows: list[tuple] = []
         for i, spec in enumerate(pv.inputs):
@@ -210,6 +212,8 @@ class Pipelines:
                          f"model {step.model.name} version {step.model.version}; {fed}"))
         for i, spec in enumerate(pv.outputs):
             rows.append(("output", i, spec.name, spec.elem_type, _shape(spec.shape), None))
+        for i, (key, value) in enumerate(pv.options):
+            rows.append(("property", i, key, None, None, value))
         return rows
 
 

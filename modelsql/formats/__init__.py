@@ -32,7 +32,7 @@ from modelsql.formats.onnx_io import (
     stored_tensors,
 )
 from modelsql.formats.sklearn import from_sklearn, is_sklearn_estimator
-from modelsql.formats.sklearn_steps import split_pipeline
+from modelsql.formats.sklearn_steps import check_chain, split_pipeline
 from modelsql.formats.torch import from_torch, is_torch_module
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "merge_pipeline",
     "merge_steps",
     "split_pipeline",
+    "check_chain",
     "metadata_features",
     "write_metadata",
     "load_model",

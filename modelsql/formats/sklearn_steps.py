@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from onnx import TensorProto, helper
 
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
 
-__all__ = ["SplitStep", "split_pipeline", "concat_model", "select_model", "STEP_TOLERANCE"]
+__all__ = ["SplitStep", "split_pipeline", "check_chain", "concat_model", "select_model", "STEP_TOLERANCE"]
 
 STEP_TOLERANCE = 1e-4
 """Largest absolute difference accepted between a converted step and its estimator on the example rows
@@ -156,6 +157,7 @@ class _Splitter:
         return (i, "features"), np.hstack(xs)
 
     def columns(self, est, x, src: Source, path: str) -> tuple[Source, Any]:
+        _check_fitted(est, path)
         x = np.asarray(x)
         if x.dtype.kind not in "fiub" or x.ndim != 2:
             raise NotSupportedError(
@@ -180,6 +182,13 @@ class _Splitter:
         return self.concat(outs, path)
 
     def leaf(self, est, x, src: Source, path: str) -> tuple[Source, Any]:
+        _check_fitted(est, path)
+        try:
+            if not _is_text(est):
+                np.asarray(x, dtype=np.float32)  # the rows the converted step will be fed
+            produced = _dense(est.transform(x)) if hasattr(est, "transform") and not _is_predictor(est) else None
+        except (ValueError, TypeError) as exc:
+            raise _bad_example(est, path, exc) from None
         model = _convert_cached(est, x, self.input_name if src[0] is None else "input",
                                 self.features if src[0] is None else None)
         check = _check_step(est, model, x, path)
@@ -187,7 +196,28 @@ class _Splitter:
         i = self.add(path or type(est).__name__.lower(), model, [(inp, src)], "sklearn", f"sklearn:{type(est).__name__}",
                      check)
         out = model.graph.output[0].name
-        return (i, out), (_dense(est.transform(x)) if hasattr(est, "transform") and not _is_predictor(est) else None)
+        return (i, out), produced
+
+
+def _check_fitted(est: Any, path: str) -> None:
+    """ProgrammingError ``not_fitted`` naming the part of the pipeline that is not fitted."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(est)
+    except NotFittedError:
+        raise ProgrammingError(f'step "{path or type(est).__name__}" ({type(est).__name__}) is not fitted: fit the '
+                               "pipeline before importing it", code="not_fitted") from None
+    except TypeError:
+        pass  # not an estimator check_is_fitted knows ("passthrough" handled by the caller)
+
+
+def _bad_example(est: Any, path: str, exc: BaseException) -> ProgrammingError:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ProgrammingError(f'step "{path or type(est).__name__}" ({type(est).__name__}) cannot run on the example '
+                            f"rows: {text}. Give example_input rows of the kind the pipeline was fitted on.",
+                            code="bad_sample")
 
 
 def _is_predictor(est) -> bool:
@@ -246,17 +276,74 @@ def _check_step(est: Any, model: onnx.ModelProto, x: Any, path: str) -> tuple[in
     got = np.asarray(ort_model.run({ort_model.input_names[0]: feed})[0])
     if hasattr(est, "classes_") and _is_predictor(est):
         want = np.asarray(est.predict(x))
-        bad = int(np.sum(got.reshape(want.shape).astype(str) != want.astype(str)))
-        ok, diff, err = bad == 0, f"{bad} of {len(want)} labels differ", 0.0
+        differ = np.flatnonzero(got.reshape(want.shape).astype(str) != want.astype(str))
+        bad = len(differ)
+        ok, err = bad == 0, 0.0
+        diff = f"{bad} of {len(want)} labels differ; first row {differ[0]}: {got.reshape(want.shape)[differ[0]]!r} " \
+               f"instead of {want[differ[0]]!r}" if bad else ""
     else:
         want = np.asarray(est.predict(x) if _is_predictor(est) else _dense(est.transform(x)), dtype=np.float64)
         g = got.astype(np.float64).reshape(want.shape)
-        err = float(np.max(np.abs(g - want) / np.maximum(1.0, np.abs(want)))) if want.size else 0.0
-        ok, diff, bad = err <= STEP_TOLERANCE, f"max relative difference {err:.3g} > {STEP_TOLERANCE}", 0
+        rel = np.abs(g - want) / np.maximum(1.0, np.abs(want))
+        err = float(np.max(rel)) if want.size else 0.0
+        row = int(np.unravel_index(np.argmax(rel), rel.shape)[0]) if want.size else 0
+        ok, bad = err <= STEP_TOLERANCE, 0
+        diff = f"max relative difference {err:.3g} > {STEP_TOLERANCE}, first at row {row}"
     if not ok:
         raise DataError(f'Step "{path}" ({type(est).__name__}): the converted ONNX graph disagrees with '
                         f"scikit-learn on the example rows ({diff}).", code="conversion_mismatch")
     return len(want), err, bad
+
+
+def check_chain(estimator: Any, steps: list[SplitStep], example_input: Any, input_name: str, *,
+                accept_mismatch: bool = False) -> tuple[int, float, int]:
+    """The split steps run one after another in ONNX Runtime (as PREDICT runs them, float32 between
+    steps) against the whole estimator on the example rows: drift that builds up across steps shows
+    here, not in the per-step checks (each fed scikit-learn's own float64 output of the step before).
+
+    Compared: labels against ``predict`` (a classifier), ``probabilities`` against ``predict_proba``,
+    a regressor's prediction against ``predict``, or the last output against ``transform``.
+
+    Returns:
+        ``(rows, max abs difference, label mismatches)``.
+
+    Raises:
+        DataError: ``conversion_mismatch`` when labels differ (unless ``accept_mismatch``), naming the
+            first row and both labels.
+    """
+    from modelsql.operators.backends.onnxruntime import OrtModel
+
+    text = isinstance(example_input, (list, tuple)) and example_input and isinstance(example_input[0], str)
+    values = {(None, input_name): np.asarray(example_input, dtype=object if text else np.float32)}
+    for i, st in enumerate(steps):
+        m = OrtModel(st.model.SerializeToString(), f'step "{st.path}"', intra_op_threads=1)
+        outs = m.run({inp: values[src] for inp, src in st.feeds})
+        values.update({(i, name): arr for name, arr in zip(m.output_names, outs)})
+    last = len(steps) - 1
+    got = {name: arr for (i, name), arr in values.items() if i == last}
+    rows, diff, bad = len(values[(None, input_name)]), 0.0, 0
+    if _is_predictor(estimator) and hasattr(estimator, "classes_") and "label" in got:
+        want = np.asarray(estimator.predict(example_input))
+        labels = got["label"].reshape(want.shape)
+        differ = np.flatnonzero(labels.astype(str) != want.astype(str))
+        bad = len(differ)
+        if bad and not accept_mismatch:
+            r = int(differ[0])
+            raise DataError(f"the split pipeline's labels differ from the {type(estimator).__name__}'s on {bad} of "
+                            f"{rows} example rows; first row {r}: {labels[r]!r} instead of {want[r]!r} (float32 "
+                            "between steps). Pass accept_mismatch=True to import it anyway (the count is kept).",
+                            code="conversion_mismatch")
+        if "probabilities" in got and hasattr(estimator, "predict_proba"):
+            want_p = np.asarray(estimator.predict_proba(example_input), dtype=np.float64)
+            if want_p.shape == got["probabilities"].shape:
+                diff = float(np.max(np.abs(got["probabilities"] - want_p)))
+    elif _is_predictor(estimator):
+        want = np.asarray(estimator.predict(example_input), dtype=np.float64)
+        diff = float(np.max(np.abs(next(iter(got.values())).astype(np.float64).reshape(want.shape) - want)))
+    elif hasattr(estimator, "transform"):
+        want = _dense(estimator.transform(example_input)).astype(np.float64)
+        diff = float(np.max(np.abs(next(iter(got.values())).astype(np.float64).reshape(want.shape) - want)))
+    return rows, diff, bad
 
 
 def split_pipeline(estimator: Any, example_input: Any, *, input_name: str = "input",
@@ -282,6 +369,12 @@ def split_pipeline(estimator: Any, example_input: Any, *, input_name: str = "inp
         raise ProgrammingError("import_pipeline needs example_input: at least one row the pipeline accepts "
                                "(each step is converted for, and checked on, those rows pushed through it)",
                                code="example_required")
+    if not isinstance(input_name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", input_name):
+        raise ProgrammingError(f"input_name must be a column name (letters, digits and underscores, starting with a "
+                               f"letter), not {input_name!r}", code="invalid_name")
+    if features is not None and len(set(features)) != len(features):
+        twice = sorted({f for f in features if list(features).count(f) > 1})
+        raise ProgrammingError(f"features names {twice[0]!r} more than once", code="duplicate_feature")
     splitter = _Splitter(input_name, features)
     x = list(example_input) if isinstance(example_input, (list, tuple)) and isinstance(example_input[0], str) \
         else example_input

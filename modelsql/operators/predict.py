@@ -199,7 +199,7 @@ class PredictFunction:
         on_error: rows ONNX Runtime fails on: ``"error"`` (raise a DataError naming the
             column, value and row count), ``"null"`` (NULL outputs) or ``"skip"`` (NULL
             structs, which the planner filters out).
-        model_name: the model's name, for error messages.
+        model_name: how the PREDICT names its model (``MODEL m`` or ``PIPELINE p``), for error messages.
 
     Calling it with one Arrow array per argument (each ``n`` rows) returns a
     ``pyarrow.StructArray`` of ``n`` rows.

@@ -133,7 +133,7 @@ def row_error(model: str, first: DataError, bad: np.ndarray, n: int, who: Culpri
     reason = reason.split("Status Message: ", 1)[1] if "Status Message: " in reason else reason.split(": ", 1)[-1]
     reason = reason.strip().rstrip(".")
     return DataError(
-        f"PREDICT(MODEL {model}): ONNX Runtime fails {what}: {reason}. Add on_error = 'null' to return "
+        f"PREDICT({model}): ONNX Runtime fails {what}: {reason}. Add on_error = 'null' to return "
         "NULL outputs for the rows it fails on, or on_error = 'skip' to leave them out.",
         code="inference_failed",
     )

@@ -64,7 +64,7 @@ class StreamPredict:
         self.children: list = []
         self.schema = [(c.name, c.type) for c in b.columns] + [(x.column, x.duckdb_type) for x in b.outputs]
         self.function = PredictFunction(model, b.args, b.outputs, o.on_null, scan.id, batch_size=o.batch_size,
-                                        on_error=o.on_error, model_name=scan.model.name)
+                                        on_error=o.on_error, model_name=scan.model.ref_sql)
         self.function_name = f"__modelsql_predict_{next(_COUNTER)}"
         self.input_sql = ""
         self.params: list = []
@@ -184,7 +184,7 @@ class BatchPredict:
             renamed = {n: model.input_names[original_inputs.index(n)] for n in column_major}
             args = tuple(replace(a, input_name=renamed.get(a.input_name, a.input_name)) for a in args)
         self.function = PredictFunction(model, args, b.outputs, o.on_null, scan.id, batch_size=o.batch_size,
-                                        on_error=o.on_error, model_name=scan.model.name)
+                                        on_error=o.on_error, model_name=scan.model.ref_sql)
         self.execution = "batch" + (" (column-major input)" if column_major else "")
         self.read_types: list = []
         self.seconds = 0.0

@@ -100,7 +100,7 @@ def input_relation(p: PredictTable, bound: list[PredictScan], session) -> tuple[
     ctes = referenced_ctes(inner, ctes)
     if any(c.find(PredictTable) is not None for c in ctes):
         raise NotSupportedError(
-            f"PREDICT(MODEL {p.this.model_name}): its input reads a recursive CTE that holds a PREDICT not yet "
+            f"PREDICT({_ref_text(p.this)}): its input reads a recursive CTE that holds a PREDICT not yet "
             "computed (itself or one around it); compute the predictions in a CTE of their own first.",
             code="predict_in_recursive_cte",
         )
@@ -154,6 +154,11 @@ def put_in_place(ref: ScanRef, tree: exp.Expression) -> None:
         parent.replace(exp.Subquery(this=tree, alias=parent.args.get("alias")))
     else:
         ref.replace(exp.Subquery(this=tree))
+
+
+def _ref_text(ref) -> str:
+    """``MODEL m`` or ``PIPELINE p``, as the PREDICT names it."""
+    return ("PIPELINE " if ref.args.get("pipeline") else "MODEL ") + ref.model_name
 
 
 def describe(session, input_sql: str, params: list, model: str) -> list[Column]:
@@ -381,13 +386,13 @@ def correlated(err: Error, p: PredictTable) -> Optional[NotSupportedError]:
     if not ((missing and missing.group(1).lower() in outer) or (outer and _NO_FROM.search(text))):
         return None
     where = text[text.find("\nLINE "):] if "\nLINE " in text else ""
-    model = p.this.model_name
+    model = _ref_text(p.this)
     return NotSupportedError(
-        f"PREDICT(MODEL {model}): its input refers to the enclosing query"
+        f"PREDICT({model}): its input refers to the enclosing query"
         + (f' (table "{missing.group(1)}")' if missing else "")
         + ", which is a known limit: a PREDICT's input is bound on its own, so a correlated LATERAL or "
         "subquery cannot reach outer columns (see Known limits in the README). Join the predictions to the "
-        f"outer table instead, e.g. SELECT ... FROM t JOIN PREDICT(MODEL {model}, TABLE t) AS p ON p.id = t.id."
+        f"outer table instead, e.g. SELECT ... FROM t JOIN PREDICT({model}, TABLE t) AS p ON p.id = t.id."
         + where,
         code="correlated_predict",
     )

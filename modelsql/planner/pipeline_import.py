@@ -39,7 +39,7 @@ def _store_step(session, pipeline: str, step) -> Any:
 
 def import_pipeline(session, name: str, pipeline: Any, *, example_input: Any, features: Optional[Sequence[str]] = None,
                     input_name: str = "input", replace: bool = False, if_not_exists: bool = False,
-                    description: Optional[str] = None) -> PipelineVersion:
+                    description: Optional[str] = None, accept_mismatch: bool = False) -> PipelineVersion:
     """Split, convert, check and catalog ``pipeline`` (see ``Connection.import_pipeline``).
 
     Raises:
@@ -52,10 +52,13 @@ def import_pipeline(session, name: str, pipeline: Any, *, example_input: Any, fe
         return session.catalog.pipelines.get(key)
     steps = formats.split_pipeline(pipeline, example_input, input_name=input_name,
                                    features=tuple(features) if features else None)
+    rows, diff, bad = formats.check_chain(pipeline, steps, example_input, input_name, accept_mismatch=accept_mismatch)
     versions = [_store_step(session, key, st) for st in steps]
     specs = tuple(StepSpec(mv.name, mv.version, st.path) for mv, st in zip(versions, steps))
     explicit = {(i, inp): src for i, st in enumerate(steps) for inp, src in st.feeds}
+    check = f"{rows} rows, max abs diff {diff:.3g}, {bad} label mismatches"
+    options = (("conversion_check", check),) + ((("description", description),) if description else ())
     plan = CreatePipelinePlan(name=name, steps=specs, replace=replace, if_not_exists=if_not_exists,
-                              options=(("description", description),) if description else (),
+                              options=tuple(sorted(options)),
                               source=f"sklearn:{type(pipeline).__name__}")
     return create_pipeline(session, plan, explicit)

@@ -7,11 +7,12 @@ pipeline: Lee et al., OSDI 2018). Wiring (:func:`wire`), for each input of each
 step, in order of preference:
 
 1. by name: the latest earlier step output of that name;
-2. by position, for a step with one input: the previous step's first output, when
-   its type fits (scikit-learn steps converted by skl2onnx all name their input
+2. by position, for a step after the first with one input: the previous step's
+   first output (scikit-learn steps converted by skl2onnx all name their input
    ``input``, so names alone would feed every step the raw input);
-3. otherwise the pipeline input of that name (a column of PREDICT's input), shared
-   by every step that reads it.
+3. otherwise (the first step, or another input of a step with several) the
+   pipeline input of that name (a column of PREDICT's input), shared by every
+   step that reads it.
 
 ``Connection.import_pipeline`` gives the feeds explicitly instead.
 
@@ -87,12 +88,19 @@ def wire(pipeline: str, steps: Sequence[tuple[str, ModelVersion]],
             fixed dimensions (naming the step, its input, the feeding value and both types).
     """
     produced: dict[str, tuple[int, TensorSpec]] = {}  # output name -> its latest producer
+    inputs: dict[str, tuple[str, TensorSpec]] = {}  # pipeline input -> (first step reading it, its spec)
     out: list[PipelineStep] = []
     for i, (step_name, mv) in enumerate(steps):
         feeds = []
         for spec in mv.inputs:
             src, fed = _source(i, spec, mv, steps, produced, (explicit or {}).get((i, spec.name)))
             _check_edge(pipeline, step_name, spec, fed, None if src is None else steps[src][0])
+            if src is None:
+                first, seen = inputs.setdefault(fed.name, (step_name, spec))
+                if not (_fits(spec, seen) and _fits(seen, spec)):
+                    raise ProgrammingError(
+                        f'Pipeline "{pipeline}": steps "{first}" and "{step_name}" both read pipeline input '
+                        f'"{fed.name}", as {_spec_text(seen)} and as {_spec_text(spec)}.', code="type_mismatch")
             feeds.append(StepFeed(spec.name, src, fed.name))
         for o in mv.outputs:
             produced[o.name] = (i, o)
@@ -110,9 +118,7 @@ def _source(i: int, spec: TensorSpec, mv: ModelVersion, steps, produced: dict, g
     if spec.name in produced:
         return produced[spec.name]
     if len(mv.inputs) == 1 and i > 0 and steps[i - 1][1].outputs:
-        first = steps[i - 1][1].outputs[0]
-        if _fits(spec, first):
-            return i - 1, first
+        return i - 1, steps[i - 1][1].outputs[0]  # checked by _check_edge: a misfit is an error, not a fallback
     return None, spec
 
 
