@@ -270,6 +270,9 @@ def test_import_union_and_column_transformer(con, kind, tmp_path):
     labels = sess.run(["label"], {"input": IRIS_X.astype(np.float32)})[0]
     assert (labels == est.predict(IRIS_X)).all()
     onnx.checker.check_model(onnx.load(out))
+    # the file carries what the catalog knows: imported again, it binds the same columns by name
+    again = con.import_model("p_again", out)
+    assert again.features == tuple(IRIS_COLS)
 
 
 def test_content_digest_ignores_skl2onnx_uuids_but_not_vocabularies():
@@ -359,3 +362,33 @@ def test_pipelines_over_one_input_compute_their_shared_steps_once_per_chunk(tmp_
     else:
         assert "SharedSteps" not in plan
     con.close()
+
+
+def test_closing_the_connection_stops_its_servers(tmp_path):
+    from modelsql.planner.serve import SERVERS
+
+    con = modelsql.connect(str(tmp_path / "close.duckdb"))
+    _scaled_iris(con)
+    cur = con.cursor()
+    cur.execute("CREATE PIPELINE p AS (scale, head)")
+    cur.execute("SERVE PIPELINE p ON PORT 0")
+    port = int(cur.fetchall()[0][0].rsplit(":", 1)[1])
+    assert port in SERVERS
+    con.close()
+    assert port not in SERVERS
+
+
+def test_a_text_input_without_its_column_says_so(con):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from modelsql.datasets import reviews
+
+    texts, labels = reviews(200)
+    est = Pipeline([("tfidf", TfidfVectorizer()), ("clf", LogisticRegression(max_iter=200))]).fit(texts, labels)
+    con.import_pipeline("words", est, example_input=texts[:20], input_name="text")
+    cur = con.cursor()
+    with pytest.raises(errors.ProgrammingError) as ei:
+        cur.execute("SELECT * FROM PREDICT(PIPELINE words, (SELECT 'great food' AS body))")
+    assert ei.value.code == "column_not_found" and 'column named "text"' in str(ei.value) and "body" in str(ei.value)
+    cur.execute("SELECT label FROM PREDICT(PIPELINE words, (SELECT 'great food' AS text))")
+    assert cur.fetchall()[0][0] == est.predict(["great food"])[0]

@@ -446,13 +446,15 @@ class Catalog:
             content_digest=content_digest,
         )
 
-    def find_content(self, content_digest: str) -> Optional[ModelVersion]:
-        """The latest model version whose content digest is ``content_digest`` (the first such model
-        by name), or None: an identical step already in the catalog."""
+    def find_content(self, content_digest: str, features: Optional[Sequence[str]] = None) -> Optional[ModelVersion]:
+        """The latest model version whose content digest is ``content_digest`` and whose feature names
+        are ``features`` (the first such model by name), or None: an identical step already in the catalog."""
         if not self._present:
             return None
+        feats = None if features is None else [str(f) for f in features]
         rows = self._rows("SELECT name, version FROM {s}.model_versions WHERE content_digest = ? "
-                          "ORDER BY name, version DESC LIMIT 1", [content_digest])
+                          "AND features IS NOT DISTINCT FROM ?::VARCHAR[] ORDER BY name, version DESC LIMIT 1",
+                          [content_digest, feats])
         return self.get(*rows[0]) if rows else None
 
     def _specs(self, table: str, key: str, version: int) -> tuple[TensorSpec, ...]:

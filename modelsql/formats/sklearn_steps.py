@@ -65,6 +65,7 @@ class SplitStep:
         source: ``"sklearn:<class>"`` or ``"modelsql:concat"`` / ``"modelsql:select"``.
         check: ``(rows, max abs difference, label mismatches)`` of the converted estimator against
             scikit-learn on the example rows; None for steps built here.
+        features: the column names feeding a step that reads the (numeric) pipeline input, else None.
     """
 
     path: str
@@ -73,6 +74,7 @@ class SplitStep:
     kind: str
     source: str
     check: Optional[tuple[int, float, int]] = None
+    features: Optional[tuple[str, ...]] = None
 
 
 _LOCK = threading.Lock()
@@ -119,7 +121,10 @@ class _Splitter:
         self.features = features
 
     def add(self, path: str, model, feeds, kind: str, source: str, check=None) -> int:
-        self.steps.append(SplitStep(path, model, tuple(feeds), kind, source, check))
+        reads_input = any(src[0] is None for _, src in feeds) and len(feeds) == 1
+        features = self.features if reads_input and self.features and model.graph.input[0].type.tensor_type.elem_type \
+            != onnx.TensorProto.STRING else None
+        self.steps.append(SplitStep(path, model, tuple(feeds), kind, source, check, features))
         return len(self.steps) - 1
 
     def split(self, est: Any, x: Any, src: Source, path: str) -> tuple[Source, Any]:

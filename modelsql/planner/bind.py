@@ -397,6 +397,14 @@ def bind_predict(
                 args.append(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,)))
                 arg_sql.append(f"CAST({quote(col.name)} AS {duck})")
                 arg_types.append(duck)
+    elif len(inputs) == 1 and inputs[0].elem_type == "STRING":
+        seen = ", ".join(f"{c.name} {c.type}" for c in columns) or "none"
+        raise ProgrammingError(
+            f'{where}: input "{inputs[0].name}" takes text (STRING{_shape_text(inputs[0])}), so it is fed by the '
+            f'VARCHAR column named "{inputs[0].name}", and the input has none. Columns seen: {seen}. Rename the '
+            f'text column in a subquery, e.g. (SELECT body AS "{inputs[0].name}" FROM t).',
+            code="column_not_found",
+        )
     elif len(inputs) == 1:
         spec = inputs[0]
         shape = row_shape(spec)

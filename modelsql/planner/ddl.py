@@ -123,7 +123,7 @@ def _export(stmt: ExportModel, session, params: list) -> Result:
                            str(value(stmt.args["target"], params)))
     check_export_target(session, plan.target, "EXPORT MODEL")
     proto = artifacts.load_model_proto(session.store, plan.model)
-    _write_catalog_metadata(proto, plan.model)
+    write_catalog_metadata(proto, plan.model)
     try:
         onnx.save_model(proto, plan.target)
     except OSError as exc:
@@ -297,8 +297,9 @@ def _check_features(name: str, feats: Sequence[str], inputs) -> None:
 # ---------------------------------------------------------------- export
 
 
-def _write_catalog_metadata(proto, mv: ModelVersion) -> None:
-    """What the catalog knows of ``mv``, into ``proto``'s metadata (see :mod:`modelsql.formats.metadata`)."""
+def write_catalog_metadata(proto, mv) -> None:
+    """What the catalog knows of ``mv`` (a model or a pipeline version), into ``proto``'s metadata (see
+    :mod:`modelsql.formats.metadata`), so importing the exported file binds the same columns."""
     from .. import __version__
 
     options = dict(mv.options)
@@ -307,7 +308,8 @@ def _write_catalog_metadata(proto, mv: ModelVersion) -> None:
         "outputs": formats.metadata.outputs_entry(bind_outputs(mv, ())),
         "description": options.get("description"),
         "version": __version__,
-        "source": {"model": mv.name, "version": mv.version, "kind": mv.kind, "from": mv.source},
+        "source": {mv.kind if mv.kind == "pipeline" else "model": mv.name, "version": mv.version, "kind": mv.kind,
+                   "from": mv.source},
     })
 
 

@@ -29,11 +29,11 @@ def _model_name(pipeline: str, path: str) -> str:
 def _store_step(session, pipeline: str, step) -> Any:
     """The catalog model version of one split step: an identical one already there, or a new one."""
     graph, _ = formats.split_model(step.model)
-    same = session.catalog.find_content(formats.content_digest(graph))
+    same = session.catalog.find_content(formats.content_digest(graph), features=step.features)
     if same is not None:
         return same
     name = _model_name(pipeline, step.path)
-    return import_model(session, name, step.model, replace=session.catalog.exists(name),
+    return import_model(session, name, step.model, replace=session.catalog.exists(name), features=step.features,
                         provenance=(step.kind, step.source), checked=step.check)
 
 

@@ -219,7 +219,7 @@ def _drop(stmt: DropPipeline, session, params: list) -> Result:
     if plan.if_exists and (not pipelines.versions(plan.name) or (
             plan.version is not None and plan.version not in pipelines.versions(plan.name))):
         return Result(session.duck, rowcount=0)
-    session.get_model(plan.name, plan.version, ref, pipeline=True)  # not found: an error pointing at the name
+    session.get_model(ref.model_name, plan.version, ref, pipeline=True)  # not found: an error naming it as written
     session.commit()
     with session.catalog.transaction(join=False):
         removed = pipelines.drop(plan.name, plan.version)
@@ -246,7 +246,7 @@ def _export(stmt: ExportPipeline, session, params: list) -> Result:
     import onnx
 
     from .. import formats
-    from .ddl import check_export_target
+    from .ddl import check_export_target, write_catalog_metadata
 
     ref = stmt.this
     pv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=True)
@@ -255,6 +255,7 @@ def _export(stmt: ExportPipeline, session, params: list) -> Result:
     steps = [(s.name, artifacts.load_model_proto(session.store, s.model),
               [(f.input, f.from_step, f.from_name) for f in s.feeds]) for s in pv.steps]
     merged = formats.merge_pipeline(steps, pv.name)
+    write_catalog_metadata(merged, pv)
     try:
         onnx.save_model(merged, target)
     except OSError as exc:

@@ -6,7 +6,9 @@ returns at once; the server runs until ``STOP SERVER`` or the process ends.
 What it serves is a :class:`~modelsql.planner.serving_repository.CatalogRepository`:
 the catalog's pipelines and models resident once per distinct step, batched by
 the steps they share. Servers are per process (:data:`SERVERS`, keyed by
-port), so any connection can add to, remove from, list or stop them.
+port), so any connection can add to, remove from, list or stop them; closing
+the connection that started one stops it (its catalog reads go through that
+connection).
 
 Options (``WITH (...)`` of the statement): ``max_batch_size`` (rows, default
 32), ``max_queue_delay_ms`` (default 1.0), ``threads`` (worker threads shared
@@ -20,6 +22,7 @@ limit). Per item, in parentheses after its name:
 
 from __future__ import annotations
 
+import errno
 import threading
 from dataclasses import dataclass
 from typing import Optional
@@ -50,6 +53,7 @@ class RunningServer:
     server: object
     repository: CatalogRepository
     database: str
+    owner: int = 0  # id() of the session that started it: closing that connection stops the server
 
 
 SERVERS: dict[int, RunningServer] = {}
@@ -90,6 +94,11 @@ def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
         no_repeats(item.args.get("options"), f"SERVE {word} {entry.name}")
         given = {o.this.name.lower(): value(o.expression, params) for o in item.args.get("options") or []}
         opts = _options(given, ITEM_OPTIONS, f"SERVE {word} {entry.name}")
+        cores = artifacts.default_threads()
+        if (opts["reserved_threads"] or 0) > cores:
+            raise session.pointed(ProgrammingError(
+                f"SERVE {word} {entry.name}: reserved_threads = {opts['reserved_threads']} is more than this "
+                f"machine's {cores} cores; reserve at most {cores}.", code="bad_option"), ref)
         out.append((entry, opts["reserved_threads"] or 0))
     names = [e.name for e, _ in out]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -122,10 +131,12 @@ def _resolver(session):
 def _server_at(port: Optional[int], where: str) -> RunningServer:
     with _LOCK:
         if port is None:
-            if len(SERVERS) != 1:
-                raise ProgrammingError(f"{where}: {len(SERVERS)} servers are running; name one with ON PORT n"
-                                       + (f" ({', '.join(map(str, sorted(SERVERS)))})" if SERVERS else ""),
+            if not SERVERS:
+                raise ProgrammingError(f"{where}: no server is running in this process (start one with SERVE).",
                                        code="server_not_found")
+            if len(SERVERS) != 1:
+                raise ProgrammingError(f"{where}: {len(SERVERS)} servers are running; name one with ON PORT n "
+                                       f"({', '.join(map(str, sorted(SERVERS)))})", code="server_not_found")
             return next(iter(SERVERS.values()))
         if port not in SERVERS:
             raise ProgrammingError(f"{where}: no server of this process runs on port {port}"
@@ -198,12 +209,14 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
         server.start()
     except OSError as exc:
         repo.close()
-        raise OperationalError(f"SERVE: cannot listen on {host}:{port}: {exc}", code="port_in_use") from None
+        in_use = getattr(exc, "errno", None) == errno.EADDRINUSE or "in use" in str(exc).lower()
+        raise OperationalError(f"SERVE: cannot listen on {host}:{port}: {exc}",
+                               code="port_in_use" if in_use else "listen_failed") from None
     except BaseException:
         repo.close()
         raise
     with _LOCK:
-        SERVERS[server.port] = RunningServer(server, repo, session.database)
+        SERVERS[server.port] = RunningServer(server, repo, session.database, id(session))
     rows = [(server.url, r["name"], r["kind"], r["version"], "serving") for r in repo.resident()]
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
 
@@ -218,11 +231,11 @@ def _stop(stmt: StopServer, session, params: list) -> Result:
     return Result(session.duck, rowcount=1)
 
 
-def stop_all() -> None:
-    """Stop every server of this process (tests, and the CLI on exit)."""
+def stop_all(owner=None) -> None:
+    """Stop every server of this process (tests, and the CLI on exit), or those ``owner`` (a session) started."""
     with _LOCK:
-        running = list(SERVERS.values())
-        SERVERS.clear()
+        ports = [p for p, r in SERVERS.items() if owner is None or r.owner == id(owner)]
+        running = [SERVERS.pop(p) for p in ports]
     for r in running:
         r.server.stop()
         r.repository.close()

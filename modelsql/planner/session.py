@@ -110,7 +110,9 @@ class Session:
                 raise translate(exc) from exc
 
     def close(self) -> None:
-        """Roll back an open transaction and drop cached plans; model sessions live in the process-wide cache."""
+        """Stop the servers this session started, roll back an open transaction and drop cached plans;
+        model sessions live in the process-wide cache."""
+        serve.stop_all(owner=self)
         self.plans.clear()
         try:
             self.rollback()
