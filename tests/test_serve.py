@@ -146,6 +146,9 @@ def test_requests_for_pipelines_sharing_a_step_batch_together_and_run_it_once(se
     rows = {r[1]: r for r in cur.fetchall()}
     assert rows["a"][5] == rows["b"][5] != rows["lookup"][5]  # one batch group for a and b
     assert rows["a"][6:8] == (2, 1)  # two steps, one of them shared
+    # the heads of a and b (one structure, other weights) run on one session, fed their own weights
+    keys = next(iter(SERVERS.values())).repository.steps.loaded_keys()
+    assert len([k for k in keys if k.startswith("structure:")]) == 2, keys  # the heads' and lookup's
 
 
 def test_add_and_remove_change_the_resident_set(served, fitted):

@@ -15,7 +15,7 @@ from onnx import ModelProto
 from modelsql.errors import ProgrammingError
 from modelsql.formats.batch_axis import batch_dependence
 from modelsql.formats.compose import merge_pipeline, merge_steps
-from modelsql.formats.identity import content_digest
+from modelsql.formats.identity import content_digest, lift_weights
 from modelsql.formats.metadata import metadata_features, write_metadata
 from modelsql.formats.conversion_check import ConversionCheck, check_conversion
 from modelsql.formats.onnx_io import (
@@ -39,6 +39,7 @@ __all__ = [
     "to_onnx",
     "batch_dependence",
     "content_digest",
+    "lift_weights",
     "merge_pipeline",
     "merge_steps",
     "split_pipeline",

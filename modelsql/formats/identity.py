@@ -23,7 +23,7 @@ import hashlib
 
 from onnx import ModelProto
 
-__all__ = ["content_digest", "normalized"]
+__all__ = ["content_digest", "normalized", "lift_weights"]
 
 _PRODUCER = "modelsql"
 
@@ -76,3 +76,37 @@ def content_digest(graph_bytes: bytes) -> str:
             what the store verified).
     """
     return hashlib.sha256(normalized(graph_bytes).SerializeToString(deterministic=True)).hexdigest()
+
+
+def lift_weights(graph_bytes: bytes):
+    """The graph with its floating-point initializers turned into graph inputs, for sessions shared by
+    every model of one structure (PRETZEL's physical stages: one implementation, many parameters).
+
+    Args:
+        graph_bytes: a stripped graph (:func:`~modelsql.formats.onnx_io.split_model`).
+
+    Returns:
+        ``(fingerprint, lifted graph bytes, lifted tensors)``: the content digest of the lifted graph
+        (equal for models that differ only in the lifted values: the remaining initializers, e.g.
+        class labels, count by their digests), the serialized stripped graph whose inputs now
+        include the lifted tensors, and the :class:`~modelsql.formats.onnx_io.ShareableTensor` of
+        each lifted tensor (to be fed from its blob). None when there is nothing to lift.
+    """
+    from modelsql.formats.onnx_io import shareable_initializers
+
+    lifted = [t for t in shareable_initializers(graph_bytes, 1) if t.dtype.kind == "f"]
+    if not lifted:
+        return None
+    m = ModelProto()
+    m.ParseFromString(graph_bytes)
+    names = {t.name for t in lifted}
+    kept = [i for i in m.graph.initializer if i.name not in names]
+    moved = [i for i in m.graph.initializer if i.name in names]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(kept)
+    from onnx import helper
+
+    for i in moved:
+        m.graph.input.append(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)))
+    data = m.SerializeToString(deterministic=True)
+    return content_digest(data), data, lifted

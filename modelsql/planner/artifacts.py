@@ -83,13 +83,13 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
     rewrite = "column_major:" + ",".join(column_major) if column_major else ""
     key = SessionKey(artifact_digest(mv, rewrite), backend, device, ())
     label = f'model "{mv.name}" version {mv.version}'
-    fetch = _fetcher(store, mv)
+    fetch = blob_fetcher(store, mv)
     transform = (lambda data: column_major_inputs(data, column_major)) if column_major else None
     return shared_weights.get_shared_model(key, lambda: fetch(mv.graph_digest), fetch, label, path_of=store.path,
                                            intra_op_threads=intra, transform=transform, prepack=True)
 
 
-def _fetcher(store: BlobStore, mv: ModelVersion):
+def blob_fetcher(store: BlobStore, mv: ModelVersion):
     """``digest -> verified bytes``; a missing or corrupt blob is a DataError naming the model and the
     graph or tensor it holds (as :func:`load_model_proto` does)."""
     what = {t.digest: f'tensor "{t.name}"' for t in mv.tensors}
@@ -125,7 +125,7 @@ def new_session(store: BlobStore, mv: ModelVersion, *, intra: int = 1):
         DataError: a blob is unreadable or corrupt, or ONNX Runtime rejects the model (``invalid_onnx``).
     """
     label = f'model "{mv.name}" version {mv.version}'
-    fetch = _fetcher(store, mv)
+    fetch = blob_fetcher(store, mv)
     return shared_weights.shared_model(fetch(mv.graph_digest), fetch, label, path_of=store.path,
                                        intra_op_threads=intra)
 

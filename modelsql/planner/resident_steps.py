@@ -58,6 +58,11 @@ class ResidentSteps:
             self._loaders[key] = (load, floor)
         return ResidentStep(self, key, name)
 
+    def loaded_keys(self) -> list[str]:
+        """Keys of the sessions loaded now."""
+        with self._lock:
+            return list(self._sessions)
+
     def loaded(self, key: str) -> bool:
         with self._lock:
             return key in self._sessions

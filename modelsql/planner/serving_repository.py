@@ -35,7 +35,7 @@ from ..serving.repository import TensorMetadata
 from ..serving.simple import text_feed
 from . import artifacts
 from .resident_steps import ResidentSteps
-from .stages import fuse_stages, stage_loader
+from .stages import fuse_stages, stage_model
 from .rules.pipeline_share_steps import SharedSteps, share_steps
 
 __all__ = ["ServedEntry", "CatalogRepository", "as_pipeline"]
@@ -83,7 +83,15 @@ class _Group:
     graph: StepGraph
     executor: concurrent.futures.Executor
     own_executor: bool
-    stage_of: dict  # step key -> the key of the stage (session) running it
+    stage_of: dict  # step key -> the key of the session running it
+
+    @property
+    def session_users(self) -> dict:
+        """Session key -> how many distinct steps of the group run on it."""
+        out: dict = {}
+        for k in self.stage_of.values():
+            out[k] = out.get(k, 0) + 1
+        return out
 
 
 class CatalogRepository:
@@ -150,14 +158,13 @@ class CatalogRepository:
         plans = _group_members(entries)
         shares = {key: share_steps([(m, entries[m].pipeline) for m in members]) for key, members in plans.items()}
         fused = {key: fuse_stages(shared) for key, shared in shares.items()}
-        proxies = {}
+        proxies, session_of = {}, {}
         for stages, _ in fused.values():
             for stage in stages:
                 if stage.key not in proxies:
-                    load, floor = stage_loader(self._store, stage)
-                    proxies[stage.key] = self.steps.proxy(stage.key, stage.name, load, floor)
-                    if not self.steps.loaded(stage.key):
-                        proxies[stage.key].load()  # only the stages not resident yet
+                    proxies[stage.key], session_of[stage.key] = stage_model(self._store, self.steps, stage)
+                    if not self.steps.loaded(session_of[stage.key]):
+                        proxies[stage.key].load()  # only the sessions not resident yet
         groups = {}
         for key, members in plans.items():
             shared, reserved = shares[key], entries[members[0]].reserved_threads
@@ -171,7 +178,7 @@ class CatalogRepository:
                 executor, own = self._pool, False
             graph = StepGraph([GraphNode(st.name, proxies[st.key], st.feeds, tuple(e for _, _, e in st.outputs),
                                          st.members) for st in stages], member_outputs, on_step=self._observe)
-            stage_of = {node.key: st.key for st in stages for _, node in st.nodes}
+            stage_of = {node.key: session_of[st.key] for st in stages for _, node in st.nodes}
             groups[key] = _Group(key, members, shared, graph, executor, own, stage_of)
         for key, old in self._groups.items():
             if old.own_executor and (key not in groups or groups[key].executor is not old.executor):
@@ -179,7 +186,7 @@ class CatalogRepository:
         self._entries = {n: _with_group(e, key) for key, members in plans.items() for n, e in entries.items()
                          if n in members}
         self._groups = groups
-        self.steps.retain(proxies)
+        self.steps.retain(set(session_of.values()))
 
     def _observe(self, step: str, rows: int, seconds: float) -> None:
         if self.on_step is not None:
@@ -194,8 +201,9 @@ class CatalogRepository:
                 g = self._groups[e.group]
                 mine = [n for n in g.shared.nodes if name in n.members]
                 shared = [n for n in mine if len(n.members) > 1]
-                own = {g.stage_of[n.key] for n in mine if len(n.members) == 1}
-                common = {g.stage_of[n.key] for n in shared}
+                users = g.session_users
+                own = {g.stage_of[n.key] for n in mine if len(n.members) == 1 and users[g.stage_of[n.key]] == 1}
+                common = {g.stage_of[n.key] for n in mine} - own
                 rows.append(dict(
                     name=name, kind=e.kind, version=e.version, group=e.group, state="READY",
                     steps=len(mine), shared_steps=len(shared),

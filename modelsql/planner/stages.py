@@ -10,10 +10,13 @@ pipeline's own chain of head steps). Such a set is always closed under the
 paths between its steps (a step's pipelines include those of every step it
 feeds), so a stage is a sub-graph whose inputs come from earlier stages only.
 
-A stage of one step is that step's own session (its weights shared with every
-other session through the store's memory maps); a stage of several is one
-ONNX model merged from its steps (:func:`modelsql.formats.merge_steps`) and
-one session, weights inline.
+A stage of several steps is one ONNX model merged from its steps
+(:func:`modelsql.formats.merge_steps`) and one session, weights inline. A
+stage of one step runs on the session of its *structure*: its graph with the
+floating-point weights turned into inputs (:func:`modelsql.formats.lift_weights`),
+one session for every served model of that structure, each model's weights fed
+from their memory-mapped blobs (:class:`LiftedStep`); a step without such
+weights has its own shared-weight session.
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
 from .. import formats
+from ..operators.backends import shared_weights
 from ..operators.backends.onnxruntime import OrtModel
 from . import artifacts
 from .rules.pipeline_share_steps import SharedNode, SharedSteps
 
-__all__ = ["Stage", "fuse_stages", "stage_loader"]
+__all__ = ["Stage", "fuse_stages", "stage_model", "LiftedStep"]
 
 Source = tuple[Optional[int], str]
 
@@ -136,25 +141,87 @@ def fuse_stages(shared: SharedSteps) -> tuple[list[Stage], dict]:
     return stages, member_outputs
 
 
-def stage_loader(store, stage: Stage) -> tuple:
-    """``(load, floor bytes)`` for a stage's session: its step's own (shared-weight) session, or the
-    session of its steps merged into one model."""
-    if not stage.fused:
-        mv = stage.nodes[0][1].model
-        return (lambda: artifacts.new_session(store, mv, intra=1)), mv.graph_bytes
+_LIFTED: dict = {}  # graph digest -> lift_weights result (a version's graph never changes)
+_LIFTED_LOCK = threading.Lock()
+
+
+def _lifted(store, mv):
+    with _LIFTED_LOCK:
+        if mv.graph_digest not in _LIFTED:
+            _LIFTED[mv.graph_digest] = formats.lift_weights(store.get(mv.graph_digest))
+        return _LIFTED[mv.graph_digest]
+
+
+class LiftedStep:
+    """A step run on the session of its *structure* (its graph with the floating-point weights as
+    inputs), shared by every served model of that structure: its own weights are fed from their
+    memory-mapped blobs on each run (PRETZEL's physical stages: one implementation, many parameter
+    sets). 250 logistic-regression heads of one shape are one session, not 250."""
+
+    fixed_batch = None
+    intra_op_threads = 1
+
+    def __init__(self, session, weights: dict, path_of) -> None:
+        self.session = session
+        self._weights = weights  # input name -> (digest, dtype, dims)
+        self._path_of = path_of
+        self._arrays: Optional[dict] = None
+
+    def load(self) -> None:
+        self.session.load()
+
+    def run(self, feeds, outputs=None):
+        if self._arrays is None:
+            self._arrays = {n: shared_weights.mapped_array(d, t, dims, self._path_of)
+                            for n, (d, t, dims) in self._weights.items()}
+        return self.session.run({**feeds, **self._arrays}, outputs)
+
+
+def stage_model(store, steps, stage: Stage) -> tuple[object, str]:
+    """The backend model a stage runs as, registered with ``steps``
+    (:class:`~modelsql.planner.resident_steps.ResidentSteps`), and the key of the session it runs on:
+
+    * several steps: one session of the merged model (its key: the stage's);
+    * one step whose graph has floating-point weights: a :class:`LiftedStep` on the session of its
+      structure (key ``structure:<fingerprint>``, shared by every model of that structure);
+    * one step otherwise: its own shared-weight session.
+    """
+    if stage.fused:
+        def load():
+            parts = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
+                     for k, (n, node) in enumerate(stage.nodes)]
+            local = {n: k for k, (n, _) in enumerate(stage.nodes)}
+            merged = formats.merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
+            # Loaded from a file, not from bytes: onnxruntime's Python session keeps the bytes it was
+            # given for its whole life (a copy of the stage's vocabularies), but not a path.
+            with tempfile.TemporaryDirectory(prefix="modelsql-stage-") as tmp:
+                path = os.path.join(tmp, "stage.onnx")
+                with open(path, "wb") as f:
+                    f.write(merged.SerializeToString())
+                del merged
+                return OrtModel(path, f"stage {stage.name}", intra_op_threads=1, shared_allocator=True)
+
+        floor = sum(node.model.graph_bytes for _, node in stage.nodes)
+        return steps.proxy(stage.key, stage.name, load, floor), stage.key
+    mv = stage.nodes[0][1].model
+    fixed_batch = any(s.shape and isinstance(s.shape[0], int) for s in mv.inputs)
+    lifted = None if fixed_batch else _lifted(store, mv)  # (a fixed batch is run in slices: weights must not be)
+    if lifted is None:
+        return steps.proxy(stage.key, stage.name, lambda: artifacts.new_session(store, mv, intra=1),
+                           mv.graph_bytes), stage.key
+    fingerprint, graph, tensors = lifted
+    key = f"structure:{fingerprint}"
+    fetch = artifacts.blob_fetcher(store, mv)
+    label = f'the structure of model "{mv.name}" version {mv.version}'
+    lifted_names = {t.name for t in tensors}
 
     def load():
-        steps = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
-                 for k, (n, node) in enumerate(stage.nodes)]
-        local = {n: k for k, (n, _) in enumerate(stage.nodes)}
-        merged = formats.merge_steps(steps, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
-        # Loaded from a file, not from bytes: onnxruntime's Python session keeps the bytes it was given
-        # for its whole life (a copy of the stage's vocabularies), but not a path.
-        with tempfile.TemporaryDirectory(prefix="modelsql-stage-") as tmp:
-            path = os.path.join(tmp, "stage.onnx")
-            with open(path, "wb") as f:
-                f.write(merged.SerializeToString())
-            del merged
-            return OrtModel(path, f"stage {stage.name}", intra_op_threads=1, shared_allocator=True)
+        model = shared_weights.shared_model(graph, fetch, label, path_of=store.path, intra_op_threads=1)
+        # the weight inputs have no batch axis: only the model's own inputs say whether its batch is fixed
+        fixed = {shape[0] for name, shape in model.input_shapes.items()
+                 if name not in lifted_names and shape and isinstance(shape[0], int) and shape[0] > 0}
+        model.fixed_batch = min(fixed) if fixed else None
+        return model
 
-    return load, sum(node.model.graph_bytes for _, node in stage.nodes)
+    session = steps.proxy(key, f"structure of {stage.name}", load, len(graph))
+    return LiftedStep(session, {t.name: (t.digest, t.dtype, t.dims) for t in tensors}, store.path), key

@@ -158,6 +158,26 @@ class WeightPool:
 WEIGHTS = WeightPool()
 """The process-wide pool."""
 
+_ARRAYS: "weakref.WeakValueDictionary[tuple, np.ndarray]" = weakref.WeakValueDictionary()
+_ARRAYS_LOCK = threading.Lock()
+
+
+def mapped_array(digest: str, dtype: np.dtype, dims: tuple[int, ...], path_of: PathOf) -> np.ndarray:
+    """The blob ``digest`` as a read-only ``np.memmap`` of ``dims`` (verified on first map, shared while
+    anyone holds it): weights fed to a session as inputs (a session shared by models of one
+    structure) without a copy in anonymous memory.
+
+    Raises:
+        DataError: ``blob_missing`` / ``blob_corrupt``, naming the digest.
+    """
+    key = (digest, np.dtype(dtype).str, tuple(dims))
+    with _ARRAYS_LOCK:
+        array = _ARRAYS.get(key)
+        if array is None:
+            array = _map_verified(path_of(digest), digest, np.dtype(dtype), tuple(dims))
+            _ARRAYS[key] = array
+        return array
+
 
 def _map_verified(path: Path, digest: str, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
     """``np.memmap`` of ``path`` (mode ``"r"``: shared, read-only) shaped ``dims``, after checking size and digest."""
