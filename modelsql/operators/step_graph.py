@@ -75,6 +75,10 @@ class StepGraph:
         """
         n = len(next(iter(feeds.values()))) if feeds else 0
         every = np.arange(n)
+        if len(rows_of) == 1:  # one pipeline asks for every row (a batch of one pipeline's requests)
+            (member, rows), = rows_of.items()
+            if len(rows) == n:
+                rows_of = {member: every}
         values: dict[Source, tuple[np.ndarray, np.ndarray]] = {(None, k): (every, v) for k, v in feeds.items()}
         for i, node in enumerate(self.nodes):
             wanted = [rows_of[m] for m in node.members if m in rows_of]
@@ -98,7 +102,7 @@ def _take(value: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> np.ndarray:
     """The rows ``rows`` of a value computed over the rows ``have`` (a superset, sorted): a view when
     they are one run of consecutive rows of it (no copy of a wide feature matrix), else a gather."""
     have, arr = value
-    if len(have) == len(rows) and (have is rows or np.array_equal(have, rows)):
+    if have is rows or (len(have) == len(rows) and np.array_equal(have, rows)):
         return arr
     at = np.searchsorted(have, rows)
     if len(at) and at[-1] - at[0] + 1 == len(at):
