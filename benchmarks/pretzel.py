@@ -32,6 +32,8 @@ Measured for each (``--repeats`` runs, alternating, medians and their min/max):
 * latency of single-row requests under load: ``--clients`` concurrent keep-alive connections from a
   separate client process, each request for a random pipeline (seeded): p50 and p99, in ms;
 * throughput: requests completed per second in that run;
+* modelsql again with ``share_structures = true`` (the heads of one shape on one session), reported
+  beside the headline under ``share_structures``;
 * and, as a ceiling for both, variant ``floor``: the same HTTP stack, batching, client and
   requests answered with zeros by no model at all.
 
@@ -310,14 +312,15 @@ def serve(variant: str, work: Path, info_path: Path, batch: int, delay: float) -
     """Load everything, write ``{port, load_s, rss_anon, rss_file}`` to ``info_path``, serve until killed."""
     spec = json.loads((work / "spec.json").read_text())
     t0 = time.perf_counter()
-    if variant == "modelsql":
+    if variant.startswith("modelsql"):
         import modelsql
 
         con = modelsql.connect(str(work / "pretzel.duckdb"))
         items = ", ".join(f"PIPELINE {n}" for n in spec["served"])
+        structures = ", share_structures = true" if variant == "modelsql_structures" else ""
         cur = con.cursor()
         cur.execute(f"SERVE {items} ON PORT 0 WITH (max_batch_size = {batch}, max_queue_delay_ms = {delay}, "
-                    "threads = 2)")
+                    f"threads = 2{structures})")
         port = int(cur.fetchall()[0][0].rsplit(":", 1)[1])
     else:
         from modelsql.serving import InferenceServer
@@ -465,15 +468,17 @@ def main() -> None:
         spec = prepare(work, args.pipelines, args.regression, args.cold)
         (work / "spec.json").write_text(json.dumps(spec))
     spec = json.loads((work / "spec.json").read_text())
-    runs = {"modelsql": [], "blackbox": [], "floor": []}
+    variants = ("modelsql", "blackbox", "floor", "modelsql_structures")
+    runs = {v: [] for v in variants}
     for r in range(args.repeats):
-        for variant in (("modelsql", "blackbox", "floor") if r % 2 == 0 else ("floor", "blackbox", "modelsql")):
+        for variant in (variants if r % 2 == 0 else variants[::-1]):
             res = run_variant(variant, work, args)
             runs[variant].append(res)
             print(f"run {r} {variant}: rss_anon {res['rss_anon'] / 2**20:.0f} MiB, load {res['load_s']:.1f} s, "
                   f"cold {statistics.median(res['cold_ms']):.1f} ms, p50 {res['p50_ms']:.2f} ms, "
                   f"p99 {res['p99_ms']:.2f} ms, {res['throughput_rps']:.0f} req/s, errors {res['errors']}", flush=True)
     white, black, floor = summary(runs["modelsql"]), summary(runs["blackbox"]), summary(runs["floor"], cold=False)
+    structures = summary(runs["modelsql_structures"])
     result = {
         "memory_ratio": black["rss_anon"]["median"] / white["rss_anon"]["median"],
         "p99_ratio": black["p99_ms"]["median"] / white["p99_ms"]["median"],
@@ -487,7 +492,13 @@ def main() -> None:
         "ceilings_mean": "the same HTTP stack, client and requests answered with zeros and no model (variant "
                          "'floor'): no server on this stack can beat the black box by more than this here",
         "pretzel_reported": {"memory_ratio": 25.0, "p99_ratio": 5.5, "throughput_ratio": 4.7},
-        "modelsql": white, "blackbox": black, "floor": floor,
+        "share_structures": {
+            "memory_ratio": black["rss_anon"]["median"] / structures["rss_anon"]["median"],
+            "p99_ratio": black["p99_ms"]["median"] / structures["p99_ms"]["median"],
+            "throughput_ratio": structures["throughput_rps"]["median"] / black["throughput_rps"]["median"],
+            "means": "SERVE ... WITH (share_structures = true): the 250 heads of one shape on one session",
+        },
+        "modelsql": white, "blackbox": black, "floor": floor, "modelsql_structures": structures,
         "workload": {"sentiment_pipelines": args.pipelines, "regression_pipelines": args.regression,
                      "clients": args.clients, "requests_per_run": args.requests, "repeats": args.repeats,
                      "max_batch_size": args.max_batch_size, "max_queue_delay_ms": args.max_queue_delay_ms,

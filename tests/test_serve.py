@@ -146,9 +146,6 @@ def test_requests_for_pipelines_sharing_a_step_batch_together_and_run_it_once(se
     rows = {r[1]: r for r in cur.fetchall()}
     assert rows["a"][5] == rows["b"][5] != rows["lookup"][5]  # one batch group for a and b
     assert rows["a"][6:8] == (2, 1)  # two steps, one of them shared
-    # the heads of a and b (one structure, other weights) run on one session, fed their own weights
-    keys = next(iter(SERVERS.values())).repository.steps.loaded_keys()
-    assert len([k for k in keys if k.startswith("structure:")]) == 2, keys  # the heads' and lookup's
 
 
 def test_add_and_remove_change_the_resident_set(served, fitted):
@@ -327,6 +324,29 @@ def test_text_pipelines_share_one_fused_featurizer_stage(tmp_path):
         assert stages["features.word+features.char+features.concat"] == 2 * len(test), stages
         cur.execute("SHOW SERVERS")
         assert {r[1]: r[6:8] for r in cur.fetchall()} == {"t0": (4, 3), "t1": (4, 3)}
+    finally:
+        stop_all()
+        con.close()
+
+
+def test_share_structures_runs_heads_of_one_shape_on_one_session(tmp_path, fitted):
+    con = modelsql.connect(str(tmp_path / "struct.duckdb"))
+    for name in ("a", "b", "c"):
+        con.import_pipeline(name, fitted[name], example_input=X)
+    cur = con.cursor()
+    cur.execute("SERVE PIPELINE a, PIPELINE b, PIPELINE c ON PORT 0 WITH (share_structures = true)")
+    host = cur.fetchall()[0][0].split("//")[1]
+    try:
+        keys = next(iter(SERVERS.values())).repository.steps.loaded_keys()
+        assert len([k for k in keys if k.startswith("structure:")]) == 1, keys  # three heads, one session
+        for name in ("a", "b", "c"):
+            status, out = _post(host, f"/v2/models/{name}/infer", json.dumps(
+                {"inputs": [{"name": "input", "shape": [5, 4], "datatype": "FP32",
+                             "data": X32[::30].ravel().tolist()}]}).encode())
+            assert status == 200, out
+            probs = np.array(out["outputs"][1]["data"]).reshape(5, 3)
+            np.testing.assert_allclose(probs, fitted[name].predict_proba(X[::30]), atol=1e-5)
+            assert out["outputs"][0]["data"] == fitted[name].predict(X[::30]).tolist()
     finally:
         stop_all()
         con.close()

@@ -103,10 +103,13 @@ class CatalogRepository:
             ``"model"``), for the protocol's repository load; raises ``LookupError`` when absent.
         threads: worker threads shared by the groups that reserve none.
         budget_bytes: the most the loaded steps may take (None: no limit).
+        share_structures: run the one-step stages of one structure on one session, each fed its own
+            weights (:class:`~modelsql.planner.stages.LiftedStep`).
     """
 
     def __init__(self, store, resolve: Callable[[str, str], object], *, threads: int = 2,
-                 budget_bytes: Optional[int] = None) -> None:
+                 budget_bytes: Optional[int] = None, share_structures: bool = False) -> None:
+        self.share_structures = share_structures
         self._resolve = resolve
         self._lock = threading.RLock()
         self._entries: dict[str, ServedEntry] = {}
@@ -162,7 +165,8 @@ class CatalogRepository:
         for stages, _ in fused.values():
             for stage in stages:
                 if stage.key not in proxies:
-                    proxies[stage.key], session_of[stage.key] = stage_model(self._store, self.steps, stage)
+                    proxies[stage.key], session_of[stage.key] = stage_model(
+                        self._store, self.steps, stage, share_structures=self.share_structures)
                     if not self.steps.loaded(session_of[stage.key]):
                         proxies[stage.key].load()  # only the sessions not resident yet
         groups = {}

@@ -177,13 +177,15 @@ class LiftedStep:
         return self.session.run({**feeds, **self._arrays}, outputs)
 
 
-def stage_model(store, steps, stage: Stage) -> tuple[object, str]:
+def stage_model(store, steps, stage: Stage, *, share_structures: bool = False) -> tuple[object, str]:
     """The backend model a stage runs as, registered with ``steps``
     (:class:`~modelsql.planner.resident_steps.ResidentSteps`), and the key of the session it runs on:
 
     * several steps: one session of the merged model (its key: the stage's);
-    * one step whose graph has floating-point weights: a :class:`LiftedStep` on the session of its
-      structure (key ``structure:<fingerprint>``, shared by every model of that structure);
+    * one step whose graph has floating-point weights, with ``share_structures``: a :class:`LiftedStep`
+      on the session of its structure (key ``structure:<fingerprint>``, shared by every model of that
+      structure: far less memory, but concurrent runs of one session cost throughput, measured
+      about 0.5x on 2 cores under load, so it is off unless asked for);
     * one step otherwise: its own shared-weight session.
     """
     if stage.fused:
@@ -205,7 +207,8 @@ def stage_model(store, steps, stage: Stage) -> tuple[object, str]:
         return steps.proxy(stage.key, stage.name, load, floor), stage.key
     mv = stage.nodes[0][1].model
     fixed_batch = any(s.shape and isinstance(s.shape[0], int) for s in mv.inputs)
-    lifted = None if fixed_batch else _lifted(store, mv)  # (a fixed batch is run in slices: weights must not be)
+    # (a fixed batch is run in slices: weights must not be)
+    lifted = _lifted(store, mv) if share_structures and not fixed_batch else None
     if lifted is None:
         return steps.proxy(stage.key, stage.name, lambda: artifacts.new_session(store, mv, intra=1),
                            mv.graph_bytes), stage.key
