@@ -18,8 +18,8 @@ take, measured as anonymous resident memory; the least recently used idle
 steps are unloaded past it and load again on their next request; default: no
 limit), ``share_structures`` (true: served models that differ only in their
 floating-point weights, such as many heads of one shape, run on one session,
-each fed its own memory-mapped weights: much less memory, about half the
-throughput under concurrent load on 2 cores; default false). Per item, in parentheses after its name:
+each fed its own memory-mapped weights: less memory, some throughput (7% in
+benchmarks/pretzel.py, within the runs' spread); default false). Per item, in parentheses after its name:
 ``reserved_threads`` (threads no other pipeline uses: PRETZEL's reservation).
 """
 

@@ -184,8 +184,8 @@ def stage_model(store, steps, stage: Stage, *, share_structures: bool = False) -
     * several steps: one session of the merged model (its key: the stage's);
     * one step whose graph has floating-point weights, with ``share_structures``: a :class:`LiftedStep`
       on the session of its structure (key ``structure:<fingerprint>``, shared by every model of that
-      structure: far less memory, but concurrent runs of one session cost throughput, measured
-      about 0.5x on 2 cores under load, so it is off unless asked for);
+      structure: less memory, some throughput (about 7% in ``benchmarks/pretzel.py``), so it is
+      off unless asked for);
     * one step otherwise: its own shared-weight session.
     """
     if stage.fused:
