@@ -170,7 +170,31 @@ def rss() -> dict:
     return {"rss_anon": out.get("RssAnon", 0), "rss_file": out.get("RssFile", 0)}
 
 
-class BlackBoxRepository:
+class _FixedRepository:
+    """What the black box and the floor answer alike: their servables by name, one two-thread pool."""
+
+    _servables: dict
+    _pool: object
+
+    def get(self, name, version=None):
+        if name not in self._servables:
+            raise LookupError(f'no model "{name}"')
+        return self._servables[name]
+
+    def names(self):
+        return sorted(self._servables)
+
+    def ready(self, name, version=None):
+        return name in self._servables
+
+    def index(self):
+        return [{"name": n, "version": "1", "state": "READY", "reason": ""} for n in self.names()]
+
+    def executor(self, group):
+        return self._pool
+
+
+class BlackBoxRepository(_FixedRepository):
     """One ONNX Runtime session per whole pipeline, loaded from its exported file (the black box)."""
 
     def __init__(self, folder: Path, names: list[str]):
@@ -216,23 +240,6 @@ class BlackBoxRepository:
         self._sessions.pop(name, None)
         self._servables.pop(name, None)
 
-    def get(self, name, version=None):
-        if name not in self._servables:
-            raise LookupError(f'no model "{name}"')
-        return self._servables[name]
-
-    def names(self):
-        return sorted(self._servables)
-
-    def ready(self, name, version=None):
-        return name in self._servables
-
-    def index(self):
-        return [{"name": n, "version": "1", "state": "READY", "reason": ""} for n in self.names()]
-
-    def executor(self, group):
-        return self._pool
-
     def run_group(self, group, items):
         s = self._sessions[group]
         feeds = [{k: self._feed(k, v) for k, v in inputs.items()} for _, inputs in items]
@@ -244,10 +251,7 @@ class BlackBoxRepository:
         return [{n: p[k] for n, p in zip(names, parts)} for k in range(len(feeds))]
 
 
-_OIP = {"FLOAT": "FP32", "DOUBLE": "FP64", "INT64": "INT64", "STRING": "BYTES", "INT32": "INT32", "BOOL": "BOOL"}
-
-
-class FloorRepository:
+class FloorRepository(_FixedRepository):
     """The same names and metadata, answered with zeros and no model at all: what the HTTP stack, the
     batching and this client cost by themselves (a ceiling on any server's throughput here)."""
 
@@ -255,6 +259,7 @@ class FloorRepository:
         import concurrent.futures
 
         import modelsql
+        from modelsql.planner.serving_repository import ONNX_TO_OIP
         from modelsql.serving.repository import TensorMetadata
         from modelsql.serving.simple import OrtServable
 
@@ -268,7 +273,7 @@ class FloorRepository:
             def meta(r):
                 dims = [-1 if d.strip() in ("N", "?") or not d.strip().lstrip("-").isdigit() else int(d)
                         for d in r[4].strip("[]").split(",")]
-                return TensorMetadata(r[2], _OIP[r[3]], tuple([-1] + dims[1:]))
+                return TensorMetadata(r[2], ONNX_TO_OIP[r[3]], tuple([-1] + dims[1:]))
 
             self._servables[n] = OrtServable(n, tuple(meta(r) for r in rows if r[0] == "input"),
                                              tuple(meta(r) for r in rows if r[0] == "output"), group=n)
@@ -276,28 +281,11 @@ class FloorRepository:
         self._pool = concurrent.futures.ThreadPoolExecutor(2)
         self._dtypes = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32, "BOOL": np.bool_}
 
-    def get(self, name, version=None):
-        if name not in self._servables:
-            raise LookupError(f'no model "{name}"')
-        return self._servables[name]
-
-    def names(self):
-        return sorted(self._servables)
-
-    def ready(self, name, version=None):
-        return name in self._servables
-
-    def index(self):
-        return [{"name": n, "version": "1", "state": "READY", "reason": ""} for n in self.names()]
-
     def load(self, name):
         raise LookupError("the floor serves a fixed set")
 
     def unload(self, name):
         raise LookupError("the floor serves a fixed set")
-
-    def executor(self, group):
-        return self._pool
 
     def run_group(self, group, items):
         out = []

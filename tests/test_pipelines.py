@@ -60,7 +60,7 @@ def test_create_pipeline_predicts_as_the_chained_models(con, execution, optimize
     got = _labels(cur, f"SELECT label FROM PREDICT(PIPELINE iris_p, TABLE iris, execution = '{execution}')")
     assert (got == lr.predict(sc.transform(IRIS_X))).all()
     # the head alone over raw rows gives other labels: the pipeline really feeds it the scaled rows
-    raw = _labels(cur, f"SELECT label FROM PREDICT(MODEL head, (SELECT sl, sw, pl, pw FROM iris))")
+    raw = _labels(cur, "SELECT label FROM PREDICT(MODEL head, (SELECT sl, sw, pl, pw FROM iris))")
     assert (raw != got).any()
 
 

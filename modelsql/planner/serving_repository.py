@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Optional, Sequence
 
 import numpy as np
@@ -38,19 +38,20 @@ from .resident_steps import ResidentSteps
 from .stages import fuse_stages, stage_model
 from .rules.pipeline_share_steps import SharedSteps, share_steps
 
-__all__ = ["ServedEntry", "CatalogRepository", "as_pipeline"]
+__all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "ONNX_TO_OIP"]
 
-_OIP = {"FLOAT": "FP32", "DOUBLE": "FP64", "FLOAT16": "FP16", "INT8": "INT8", "INT16": "INT16", "INT32": "INT32",
+ONNX_TO_OIP = {"FLOAT": "FP32", "DOUBLE": "FP64", "FLOAT16": "FP16", "INT8": "INT8", "INT16": "INT16", "INT32": "INT32",
         "INT64": "INT64", "UINT8": "UINT8", "UINT16": "UINT16", "UINT32": "UINT32", "UINT64": "UINT64",
         "BOOL": "BOOL", "STRING": "BYTES"}
+"""ONNX element type names (as the catalog writes them) -> Open Inference Protocol datatypes."""
 
 
 def _meta(spec: TensorSpec) -> TensorMetadata:
-    if spec.elem_type not in _OIP:
+    if spec.elem_type not in ONNX_TO_OIP:
         raise DataError(f'"{spec.name}" is a {spec.elem_type} tensor, which the Open Inference Protocol cannot carry',
                         code="unsupported_type")
     shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (spec.shape or (None,)))
-    return TensorMetadata(spec.name, _OIP[spec.elem_type], (-1,) + shape[1:] if shape else (-1,))
+    return TensorMetadata(spec.name, ONNX_TO_OIP[spec.elem_type], (-1,) + shape[1:] if shape else (-1,))
 
 
 def as_pipeline(mv: ModelVersion) -> PipelineVersion:
@@ -187,7 +188,7 @@ class CatalogRepository:
         for key, old in self._groups.items():
             if old.own_executor and (key not in groups or groups[key].executor is not old.executor):
                 old.executor.shutdown(wait=False)
-        self._entries = {n: _with_group(e, key) for key, members in plans.items() for n, e in entries.items()
+        self._entries = {n: replace(e, group=key) for key, members in plans.items() for n, e in entries.items()
                          if n in members}
         self._groups = groups
         self.steps.retain(set(session_of.values()))
@@ -283,13 +284,12 @@ class CatalogRepository:
         g = self._groups.get(group)
         if g is None:
             return [LookupError(f'"{e.name}" is no longer served') for e, _ in items]
-        feeds, sizes = [], []
+        feeds: list = []
         for e, inputs in items:
             try:
                 feeds.append({k: text_feed(k, v) for k, v in inputs.items()})
             except ValueError as exc:
                 feeds.append(exc)
-            sizes.append(len(next(iter(inputs.values()))) if inputs else 0)
         good = [k for k, f in enumerate(feeds) if not isinstance(f, BaseException)]
         results: list = list(feeds)
         for k, out in zip(good, self._run(g, [items[k][0] for k in good], [feeds[k] for k in good])):
@@ -324,12 +324,6 @@ def _served(entry, reserved_threads: int, served: str) -> ServedEntry:
                        "modelsql_pipeline" if kind == "pipeline" else "onnxruntime_onnx",
                        tuple(_meta(s) for s in pv.inputs), tuple(_meta(s) for s in pv.outputs),
                        group="", pipeline=pv, kind=kind, reserved_threads=int(reserved_threads))
-
-
-def _with_group(e: ServedEntry, key: str) -> ServedEntry:
-    from dataclasses import replace
-
-    return replace(e, group=key)
 
 
 def _group_members(entries: dict[str, ServedEntry]) -> dict[str, list[str]]:
