@@ -71,7 +71,7 @@ def cat(con):
 
 def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert cat.present
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("4",)
     tables = dict(
         con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'modelsql'").fetchall()
     )
@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 3
+    assert Catalog.SCHEMA_VERSION == 4
 
 
 def test_reopen_keeps_models(db):
@@ -359,7 +359,7 @@ def test_models_view(cat, con):
     ]
     cols = [d[0] for d in con.execute("SELECT * FROM modelsql.models").description]
     assert cols == ["name", "version", "versions", "kind", "source", "inputs", "outputs", "opset",
-                    "param_count", "logical_bytes", "features", "batch_dependent", "created_at"]
+                    "param_count", "logical_bytes", "features", "batch_dependent", "created_at", "fingerprint"]
 
 
 def test_storage_view_dedup(cat, con):
@@ -434,45 +434,56 @@ def _set_version(db, value):
 
 
 def test_newer_schema_version_is_refused(db):
-    _set_version(db, "4")
+    _set_version(db, "5")
     con = duckdb.connect(db)
     with pytest.raises(errors.OperationalError) as ei:
         Catalog(con)
     assert ei.value.code == "catalog_version_unsupported"
     msg = str(ei.value)
-    assert "4" in msg and "3" in msg and "Upgrade modelsql" in msg
+    assert "5" in msg and "4" in msg and "Upgrade modelsql" in msg
     con.close()
 
 
 def test_migration_runs_for_older_version(db, monkeypatch):
-    _set_version(db, "2")
+    _set_version(db, "3")
     calls = []
 
-    def migrate_2_to_3(con):
+    def migrate_3_to_4(con):
         calls.append(con)
         con.execute("INSERT INTO modelsql.meta VALUES ('migrated', 'yes')")
 
-    monkeypatch.setitem(schema.MIGRATIONS, 2, migrate_2_to_3)
+    monkeypatch.setitem(schema.MIGRATIONS, 3, migrate_3_to_4)
     con = duckdb.connect(db)
     cat = Catalog(con)
     assert calls == [con]
     assert cat.present
     assert dict(con.execute("SELECT * FROM modelsql.meta").fetchall()) == {
-        "schema_version": "3", "migrated": "yes"
+        "schema_version": "4", "migrated": "yes"
     }
     Catalog(con)  # already current: no second run
     assert len(calls) == 1
     con.close()
 
 
+def _to_schema_3(con) -> None:
+    """Take a current catalog back to schema 3: no fingerprints, families or merged graphs."""
+    con.execute("DROP VIEW modelsql.families")
+    con.execute("DROP TABLE modelsql.merged_graphs")
+    con.execute("DROP VIEW modelsql.models")
+    con.execute("ALTER TABLE modelsql.model_versions DROP COLUMN fingerprint")
+    con.execute(schema._MODELS_VIEW_V2.format(s="modelsql"))
+    con.execute("UPDATE modelsql.meta SET value = '3' WHERE key = 'schema_version'")
+
+
 def _to_schema_2(con) -> None:
     """Take a current catalog back to schema 2: no pipelines, no content digests."""
+    _to_schema_3(con)
     con.execute("DROP VIEW modelsql.pipelines")
     for table in ("pipeline_versions", "pipeline_steps", "pipeline_feeds"):
         con.execute(f"DROP TABLE modelsql.{table}")
     con.execute("DROP VIEW modelsql.models")
     con.execute("ALTER TABLE modelsql.model_versions DROP COLUMN content_digest")
-    con.execute((schema.MODELS_VIEW).format(s="modelsql"))
+    con.execute((schema._MODELS_VIEW_V2).format(s="modelsql"))
     con.execute("UPDATE modelsql.meta SET value = '2' WHERE key = 'schema_version'")
 
 
@@ -490,7 +501,7 @@ def test_real_migration_from_schema_1(db):
     cat = Catalog(con)
     assert cat.get("old").batch_dependence == schema.NOT_ANALYSED
     assert con.execute("SELECT name, batch_dependent FROM modelsql.models").fetchall() == [("old", True)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("4",)
     con.close()
 
 
@@ -503,7 +514,25 @@ def test_real_migration_from_schema_2(db):
     cat = Catalog(con)
     assert cat.get("old").content_digest is None
     assert con.execute("SELECT count(*) FROM modelsql.pipelines").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("4",)
+    con.close()
+
+
+def test_real_migration_from_schema_3(db):
+    """A catalog of schema 3 opens as schema 4: models shows a fingerprint column (NULL for the old
+    versions: in no family), families and merged_graphs appear, and new versions get one."""
+    con = duckdb.connect(db)
+    add(Catalog(con), make_mv(name="old"))
+    _to_schema_3(con)
+    assert "fingerprint" not in [r[0] for r in con.execute("DESCRIBE modelsql.models").fetchall()]
+    cat = Catalog(con)
+    assert cat.get("old").fingerprint is None
+    assert con.execute("SELECT name, fingerprint FROM modelsql.models").fetchall() == [("old", None)]
+    assert con.execute("SELECT count(*) FROM modelsql.families").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM modelsql.merged_graphs").fetchone() == (0,)
+    add(cat, make_mv(name="new", fingerprint="f" * 64))
+    assert con.execute("SELECT family, models FROM modelsql.families").fetchall() == [("new", 1)]
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("4",)
     con.close()
 
 

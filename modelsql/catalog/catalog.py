@@ -27,6 +27,7 @@ import duckdb
 from modelsql import duckdb_errors, errors
 from modelsql.catalog import schema
 from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
+from modelsql.catalog.families import Families
 from modelsql.catalog.pipelines import Pipelines
 
 BLOB_KINDS = ("graph", "tensor")
@@ -163,6 +164,8 @@ class Catalog:
         self._open()
         self.pipelines = Pipelines(self)
         """The catalog's pipelines (:class:`~modelsql.catalog.pipelines.Pipelines`)."""
+        self.families = Families(self)
+        """The catalog's model families and merged graphs (:class:`~modelsql.catalog.families.Families`)."""
 
     @property
     def qualified_schema(self) -> str:
@@ -411,12 +414,12 @@ class Catalog:
         key, version = self._resolve(name, version)
         row = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
-            "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest "
-            "FROM {s}.model_versions WHERE name = ? AND version = ?",
+            "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, "
+            "fingerprint FROM {s}.model_versions WHERE name = ? AND version = ?",
             [key, version],
         )[0]
         kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row[:9]
-        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest = row[9:]
+        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, fp = row[9:]
         return ModelVersion(
             name=key,
             version=version,
@@ -444,6 +447,7 @@ class Catalog:
             check_max_abs_diff=check_max_abs_diff,
             check_label_mismatches=check_label_mismatches,
             content_digest=content_digest,
+            fingerprint=fp,
         )
 
     def find_content(self, content_digest: str, features: Optional[Sequence[str]] = None) -> Optional[ModelVersion]:
@@ -468,7 +472,7 @@ class Catalog:
         )
 
     def referenced_digests(self) -> set[str]:
-        """Digests of every blob a model version references (graphs and tensors)."""
+        """Digests of every blob a model version or a cached merged graph references (graphs and tensors)."""
         if not self._present:
             return set()
         return {
@@ -476,7 +480,7 @@ class Catalog:
             for r in self._rows(
                 "SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors"
             )
-        }
+        } | self.families.merged_digests()
 
     def blob_sizes(self) -> dict[str, int]:
         """``{digest: nbytes}`` for every blob registered in ``modelsql.blobs``."""
@@ -595,8 +599,8 @@ class Catalog:
         self._rows(
             "INSERT INTO {s}.model_versions (name, version, kind, source, graph_digest, graph_bytes, "
             "opset, param_count, logical_bytes, features, options, created_at, batch_dependence, check_rows, "
-            "check_max_abs_diff, check_label_mismatches, content_digest) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?)",
+            "check_max_abs_diff, check_label_mismatches, content_digest, fingerprint) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?, ?)",
             [
                 key,
                 version,
@@ -616,6 +620,7 @@ class Catalog:
                 mv.check_max_abs_diff,
                 mv.check_label_mismatches,
                 mv.content_digest,
+                mv.fingerprint,
             ],
         )
         for table, specs, shapes in (
@@ -702,13 +707,15 @@ class Catalog:
             last = self.versions(key)[-1]
             self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
             self._rows("INSERT INTO {s}.meta VALUES (?, ?)", [f"last_version:{key}", str(max(last, resolved))])
+        self.families.forget_model(key)
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
         if not self.versions(key):
             self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
         self._rows(
             "DELETE FROM {s}.blobs WHERE digest NOT IN "
-            "(SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors)"
+            "(SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors "
+            "UNION SELECT graph_digest FROM {s}.merged_graphs)"
         )
         return removed
 

@@ -80,6 +80,9 @@ class ModelVersion:
         content_digest: SHA-256 of the normalised graph (see
             :func:`modelsql.formats.identity.content_digest`): versions with equal
             digests compute the same thing; None for versions imported before catalog schema 3.
+        fingerprint: SHA-256 of the architecture (see
+            :func:`modelsql.formats.identity.architecture_fingerprint`): versions with equal
+            fingerprints differ only in their weights (a NetFuse family); None before schema 4.
     """
 
     name: str
@@ -101,6 +104,7 @@ class ModelVersion:
     check_max_abs_diff: Optional[float] = None
     check_label_mismatches: Optional[int] = None
     content_digest: Optional[str] = None
+    fingerprint: Optional[str] = None
 
     @property
     def logical_bytes(self) -> int:

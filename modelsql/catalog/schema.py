@@ -44,7 +44,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -59,8 +59,8 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 """
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
-          "pipeline_versions", "pipeline_steps", "pipeline_feeds")
-VIEWS = ("models", "storage", "pipelines")
+          "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs")
+VIEWS = ("models", "storage", "pipelines", "families")
 
 
 def _io_table(table: str, role: str) -> str:
@@ -126,13 +126,15 @@ SELECT v.name,
        v.logical_bytes,
        v.features,
        v.batch_dependence IS NOT NULL AS batch_dependent,
-       v.created_at
+       v.created_at,
+       v.fingerprint
 FROM modelsql.model_versions AS v
 JOIN latest AS l ON l.name = v.name AND l.version = v.version
 LEFT JOIN io_text AS t ON t.name = v.name AND t.version = v.version;
 COMMENT ON VIEW {s}.models IS 'One row per model: its latest version, how many versions it has, and readable inputs/outputs.';
 COMMENT ON COLUMN {s}.models.version IS 'The latest version.';
 COMMENT ON COLUMN {s}.models.versions IS 'How many versions the model has.';
+COMMENT ON COLUMN {s}.models.fingerprint IS 'The latest version''s architecture fingerprint: equal for copies of one architecture with other weights (GROUP BY it to find mergeable families).';
 COMMENT ON COLUMN {s}.models.inputs IS 'Graph inputs as name: TYPE[dims], comma separated (no brackets when the rank is unknown).';
 COMMENT ON COLUMN {s}.models.outputs IS 'Graph outputs as name: TYPE[dims], comma separated (no brackets when the rank is unknown).';
 COMMENT ON COLUMN {s}.models.logical_bytes IS 'Bytes of the latest version on its own: graph plus every initializer.';
@@ -144,6 +146,44 @@ COMMENT ON COLUMN {s}.models.batch_dependent IS 'True when a row''s outputs may 
 
 _V3_CONTENT_COMMENT = """
 COMMENT ON COLUMN {s}.model_versions.content_digest IS 'SHA-256 of the graph with names, doc strings and producer fields normalised (initializers by their digests): versions with equal content_digest compute the same thing and share one loaded session. NULL for versions imported before catalog schema 3.';
+"""
+
+_V4_FINGERPRINT_COMMENT = """
+COMMENT ON COLUMN {s}.model_versions.fingerprint IS 'SHA-256 of the architecture: the graph with floating-point initializer values left out (shapes, attributes and topology kept, names normalised). Versions with equal fingerprints differ only in their weights and can be merged into one graph (NetFuse). NULL for versions imported before catalog schema 4.';
+"""
+
+FAMILY_DDL = """
+CREATE TABLE {s}.merged_graphs (
+    merge_key    VARCHAR PRIMARY KEY,
+    members      VARCHAR[] NOT NULL,
+    layout       VARCHAR NOT NULL,
+    graph_digest VARCHAR NOT NULL,
+    graph_bytes  BIGINT NOT NULL,
+    max_rel_diff DOUBLE,
+    merge_seconds DOUBLE,
+    created_at   TIMESTAMPTZ NOT NULL
+);
+COMMENT ON TABLE {s}.merged_graphs IS 'NetFuse-merged graphs in the store: one per ordered member list, keyed by the members and their content digests. The graph blob refers to the members'' own tensor blobs (no second copy of a weight).';
+COMMENT ON COLUMN {s}.merged_graphs.merge_key IS 'SHA-256 of the ordered (name, version, content digest) of the members and the input layout.';
+COMMENT ON COLUMN {s}.merged_graphs.members IS 'The members, in merge order, as name:version.';
+COMMENT ON COLUMN {s}.merged_graphs.layout IS 'stacked (one input [N, B, ...], each member its own rows) or shared (one input [B, ...] for every member).';
+COMMENT ON COLUMN {s}.merged_graphs.graph_digest IS 'SHA-256 of the merged graph blob (initializers point at the members'' blobs).';
+COMMENT ON COLUMN {s}.merged_graphs.max_rel_diff IS 'Largest relative difference between the merged graph and the members run separately, on the rows checked when it was built.';
+COMMENT ON COLUMN {s}.merged_graphs.merge_seconds IS 'Seconds the merge (rewrite and check) took.';
+
+CREATE VIEW {s}.families AS
+SELECT m.fingerprint,
+       arg_min(m.name, m.created_at) AS family,
+       count(*) AS models,
+       list(m.name ORDER BY m.created_at, m.name) AS members,
+       any_value(m.inputs) AS inputs,
+       any_value(m.outputs) AS outputs,
+       any_value(m.opset) AS opset,
+       any_value(m.param_count) AS param_count
+FROM modelsql.models AS m
+WHERE m.fingerprint IS NOT NULL AND m.kind <> 'pipeline'
+GROUP BY m.fingerprint;
+COMMENT ON VIEW {s}.families IS 'Models whose latest versions share one architecture (equal fingerprint): NetFuse-mergeable families. family is the name of the oldest member; PREDICT(MODELS FAMILY f ROUTE BY ...) routes rows to its members.';
 """
 
 PIPELINE_DDL = """
@@ -236,6 +276,7 @@ CREATE TABLE {s}.model_versions (
     check_max_abs_diff DOUBLE,
     check_label_mismatches INTEGER,
     content_digest VARCHAR,
+    fingerprint VARCHAR,
     PRIMARY KEY (name, version)
 );
 COMMENT ON TABLE {s}.model_versions IS 'One row per version of each model; CREATE OR REPLACE MODEL adds a version.';
@@ -251,7 +292,7 @@ COMMENT ON COLUMN {s}.model_versions.logical_bytes IS 'Bytes of the model on its
 COMMENT ON COLUMN {s}.model_versions.features IS 'Feature (column) names bound to a single 2-D input; NULL when unknown.';
 COMMENT ON COLUMN {s}.model_versions.options IS 'The WITH (...) options given at import.';
 COMMENT ON COLUMN {s}.model_versions.created_at IS 'When the version was created.';
-""" + _V2_COMMENTS + _V3_CONTENT_COMMENT + """
+""" + _V2_COMMENTS + _V3_CONTENT_COMMENT + _V4_FINGERPRINT_COMMENT + """
 """
     + _io_table("model_inputs", "input")
     + _io_table("model_outputs", "output")
@@ -314,6 +355,7 @@ COMMENT ON COLUMN {s}.storage.stored_bytes IS 'Sum of sizes of the distinct blob
 COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL when nothing is stored).';
 """
     + PIPELINE_DDL
+    + FAMILY_DDL
 )
 
 
@@ -335,6 +377,9 @@ def create(con: duckdb.DuckDBPyConnection, qualified_schema: str, version: int =
     )
 
 
+_MODELS_VIEW_V2 = None  # set below: the models view as schema 2 and 3 had it (no fingerprint)
+
+
 def _migrate_1_to_2(con: duckdb.DuckDBPyConnection) -> None:
     """Version 2 adds each version's batch dependence and import-time conversion check
     (``model_versions.batch_dependence``, ``check_*``) and shows features in ``modelsql.models``.
@@ -348,13 +393,15 @@ def _migrate_1_to_2(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"ALTER TABLE {q} ADD COLUMN {column} {sql_type}")
     con.execute(f"UPDATE {q} SET batch_dependence = ?", [NOT_ANALYSED])
     con.execute(f"DROP VIEW {SCHEMA}.models")
-    con.execute((MODELS_VIEW + _V2_COMMENTS).format(s=SCHEMA))
+    con.execute((_MODELS_VIEW_V2 + _V2_COMMENTS).format(s=SCHEMA))
 
 
 NOT_ANALYSED = "not analysed (imported before catalog schema 2): run one row at a time; re-import to analyse"
 """``batch_dependence`` of versions that the migration to schema 2 found in the catalog."""
 
 MIGRATIONS[1] = _migrate_1_to_2
+_MODELS_VIEW_V2 = "\n".join(line for line in MODELS_VIEW.split("\n") if "fingerprint" not in line).replace(
+    "v.created_at,\nFROM", "v.created_at\nFROM")
 
 
 
@@ -370,3 +417,19 @@ def _migrate_2_to_3(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[2] = _migrate_2_to_3
+
+
+def _migrate_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 4 adds each model version's architecture ``fingerprint`` (shown in ``models``), the
+    ``families`` view and the ``merged_graphs`` cache of NetFuse-merged graphs.
+
+    Versions imported before it get no fingerprint (the catalog cannot read blobs): they are in no
+    family; re-import one to compute it.
+    """
+    con.execute(f"ALTER TABLE {SCHEMA}.model_versions ADD COLUMN fingerprint VARCHAR")
+    con.execute(f"DROP VIEW {SCHEMA}.models")
+    con.execute((MODELS_VIEW + _V2_COMMENTS + _V4_FINGERPRINT_COMMENT).format(s=SCHEMA))
+    con.execute(FAMILY_DDL.format(s=SCHEMA))
+
+
+MIGRATIONS[3] = _migrate_3_to_4

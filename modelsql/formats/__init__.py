@@ -15,7 +15,7 @@ from onnx import ModelProto
 from modelsql.errors import ProgrammingError
 from modelsql.formats.batch_axis import batch_dependence
 from modelsql.formats.compose import merge_pipeline, merge_steps
-from modelsql.formats.identity import content_digest, lift_weights
+from modelsql.formats.identity import architecture_fingerprint, content_digest, lift_weights
 from modelsql.formats.metadata import metadata_features, write_metadata
 from modelsql.formats.conversion_check import ConversionCheck, check_conversion
 from modelsql.formats.onnx_io import (
@@ -36,6 +36,7 @@ from modelsql.formats.sklearn_steps import check_chain, split_pipeline
 from modelsql.formats.torch import from_torch, is_torch_module
 
 __all__ = [
+    "architecture_fingerprint",
     "to_onnx",
     "batch_dependence",
     "content_digest",

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import hashlib
 
-from onnx import ModelProto
+from onnx import ModelProto, TensorProto
 
-__all__ = ["content_digest", "normalized", "lift_weights"]
+__all__ = ["content_digest", "normalized", "lift_weights", "architecture_fingerprint"]
 
 _PRODUCER = "modelsql"
 
@@ -110,3 +110,50 @@ def lift_weights(graph_bytes: bytes):
         m.graph.input.append(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)))
     data = m.SerializeToString(deterministic=True)
     return content_digest(data), data, lifted
+
+
+def architecture_fingerprint(graph_bytes: bytes) -> str:
+    """SHA-256 (hex) of a stripped graph's architecture: what :func:`content_digest` hashes, with
+    the values of floating-point initializers left out (their names, element types and shapes
+    kept) and every intermediate value and initializer renamed by first use (``v0, v1, ...``;
+    graph inputs and outputs keep their names, which columns bind to).
+
+    Models with equal fingerprints are copies of one architecture that differ only in their
+    weights (fine-tuned copies): NetFuse's mergeable family (Jeong et al., 2020). Integer and
+    other non-float initializers (shapes, axes, indices, vocabularies) and every attribute are
+    structure and count by value.
+
+    Args:
+        graph_bytes: a serialized stripped ModelProto (:func:`~modelsql.formats.onnx_io.split_model`).
+    """
+    m = normalized(graph_bytes)
+    g = m.graph
+    floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+    for t in g.initializer:
+        if t.data_type in floats:
+            _drop_value(t)
+    keep = {v.name for v in (*g.input, *g.output)} - {t.name for t in g.initializer}
+    names: dict[str, str] = {}
+
+    def canon(x: str) -> str:
+        if not x or x in keep:
+            return x
+        return names.setdefault(x, f"v{len(names)}")
+
+    for node in g.node:
+        node.input[:] = [canon(x) for x in node.input]
+        node.output[:] = [canon(x) for x in node.output]
+    for v in (*g.input, *g.output, *g.value_info, *g.initializer):
+        v.name = canon(v.name)
+    init_order = sorted(g.initializer, key=lambda t: t.name)
+    del g.initializer[:]
+    g.initializer.extend(init_order)
+    del g.value_info[:]  # shape annotations are derived, not architecture
+    return hashlib.sha256(m.SerializeToString(deterministic=True)).hexdigest()
+
+
+def _drop_value(t) -> None:
+    """Clear a stripped initializer's pointer to its data (digest, length, location)."""
+    for f in ("raw_data", "float_data", "double_data", "int32_data", "int64_data"):
+        t.ClearField(f)
+    del t.external_data[:]

@@ -214,7 +214,8 @@ def import_model(
     fields = dict(facts, name=key, graph_digest=graph_digest, graph_bytes=len(graph),
                   tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
                   kind=kind, features=feats, options=tuple(sorted((options or {}).items())),
-                  content_digest=formats.content_digest(graph))
+                  content_digest=formats.content_digest(graph),
+                  fingerprint=formats.architecture_fingerprint(graph))
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
     try:
