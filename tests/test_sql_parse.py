@@ -21,6 +21,7 @@ from modelsql.sql import (
     ExportModel,
     ImportModel,
     ModelRef,
+    ModelSet,
     ModelSQL,
     ModelSQLGenerator,
     ModelSQLParser,
@@ -107,6 +108,8 @@ PREDICT_FORMS = [
     "SELECT * FROM PREDICT(MODEL m, TABLE t)",
     "SELECT * FROM PREDICT(PIPELINE p, TABLE t)",
     "SELECT * FROM PREDICT(PIPELINE p VERSION 2, (SELECT text FROM t), execution = 'batch') AS q",
+    "SELECT * FROM PREDICT(MODELS (a, b VERSION 2) ROUTE BY model_name, TABLE t)",
+    "SELECT * FROM PREDICT(MODELS FAMILY \"Fam\" ROUTE BY m, (SELECT * FROM t), batch_size = 4) AS p",
     "SELECT * FROM PREDICT(MODEL m VERSION 2, TABLE t)",
     "SELECT * FROM PREDICT(MODEL m, TABLE s.t)",
     "SELECT * FROM PREDICT(MODEL m, TABLE db.s.t) AS p",
@@ -147,7 +150,7 @@ def test_predict_forms_round_trip_and_sit_in_a_table(sql):
     predicts = list(tree.find_all(PredictTable))
     assert predicts, tree
     for node in predicts:
-        assert isinstance(node.this, ModelRef)
+        assert isinstance(node.this, (ModelRef, ModelSet))
         assert isinstance(node.expression, (exp.Table, exp.Subquery))
         # wrapped the way sqlglot wraps table functions
         assert isinstance(node.parent, exp.Table)

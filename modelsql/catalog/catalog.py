@@ -415,11 +415,11 @@ class Catalog:
         row = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
             "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, "
-            "fingerprint FROM {s}.model_versions WHERE name = ? AND version = ?",
+            "fingerprint, flops FROM {s}.model_versions WHERE name = ? AND version = ?",
             [key, version],
         )[0]
         kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row[:9]
-        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, fp = row[9:]
+        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, fp, flops = row[9:]
         return ModelVersion(
             name=key,
             version=version,
@@ -448,6 +448,7 @@ class Catalog:
             check_label_mismatches=check_label_mismatches,
             content_digest=content_digest,
             fingerprint=fp,
+            flops=flops,
         )
 
     def find_content(self, content_digest: str, features: Optional[Sequence[str]] = None) -> Optional[ModelVersion]:
@@ -599,8 +600,8 @@ class Catalog:
         self._rows(
             "INSERT INTO {s}.model_versions (name, version, kind, source, graph_digest, graph_bytes, "
             "opset, param_count, logical_bytes, features, options, created_at, batch_dependence, check_rows, "
-            "check_max_abs_diff, check_label_mismatches, content_digest, fingerprint) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?, ?)",
+            "check_max_abs_diff, check_label_mismatches, content_digest, fingerprint, flops) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 key,
                 version,
@@ -621,6 +622,7 @@ class Catalog:
                 mv.check_label_mismatches,
                 mv.content_digest,
                 mv.fingerprint,
+                mv.flops,
             ],
         )
         for table, specs, shapes in (

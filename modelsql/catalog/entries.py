@@ -83,6 +83,8 @@ class ModelVersion:
         fingerprint: SHA-256 of the architecture (see
             :func:`modelsql.formats.identity.architecture_fingerprint`): versions with equal
             fingerprints differ only in their weights (a NetFuse family); None before schema 4.
+        flops: static estimate of FLOPs per input row
+            (:func:`modelsql.formats.static_features.graph_flops`); None before schema 4.
     """
 
     name: str
@@ -105,6 +107,7 @@ class ModelVersion:
     check_label_mismatches: Optional[int] = None
     content_digest: Optional[str] = None
     fingerprint: Optional[str] = None
+    flops: Optional[float] = None
 
     @property
     def logical_bytes(self) -> int:
@@ -233,3 +236,76 @@ class PipelineVersion:
     def ref_sql(self) -> str:
         """``PIPELINE p``, how a PREDICT names it."""
         return f"PIPELINE {self.name}"
+
+
+@dataclass(frozen=True)
+class RoutedModels:
+    """The models of ``PREDICT(MODELS (m1, m2, ...) ROUTE BY c, ...)`` (or ``MODELS FAMILY f``): each
+    row is run by the member its column ``c`` names (NetFuse's multi-model inference, Jeong et al.,
+    2020: members of one architecture may run as one merged graph).
+
+    Binds like its first member (every member has the same inputs, outputs and features; the catalog
+    checks that when it builds one); the route column is fed beside them.
+
+    Attributes:
+        members: the member model versions, in the order written (a family: oldest first).
+        route: the ROUTE BY column's name, as written.
+        family: the family name when written ``MODELS FAMILY f``, else None.
+    """
+
+    members: tuple[ModelVersion, ...]
+    route: str
+    family: Optional[str] = None
+    kind = "models"
+
+    @property
+    def first(self) -> ModelVersion:
+        return self.members[0]
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self.first.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.first.outputs
+
+    @property
+    def features(self) -> Optional[tuple[str, ...]]:
+        return self.first.features
+
+    @property
+    def batch_dependence(self) -> Optional[str]:
+        for m in self.members:
+            if m.batch_dependence:
+                return f'model "{m.name}": {m.batch_dependence}'
+        return None
+
+    @property
+    def param_count(self) -> int:
+        return sum(m.param_count for m in self.members)
+
+    @property
+    def logical_bytes(self) -> int:
+        return sum(m.logical_bytes for m in self.members)
+
+    @property
+    def one_architecture(self) -> bool:
+        """Whether every member has one (known) architecture fingerprint: a family, mergeable."""
+        return self.first.fingerprint is not None and all(m.fingerprint == self.first.fingerprint
+                                                          for m in self.members)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.members)
+
+    @property
+    def label(self) -> str:
+        """``'models (a, b, c)'``, how messages name them."""
+        return "models (" + ", ".join(self.names) + ")"
+
+    @property
+    def ref_sql(self) -> str:
+        """How the PREDICT names them: ``MODELS (a, b) ROUTE BY c`` / ``MODELS FAMILY f ROUTE BY c``."""
+        head = f"MODELS FAMILY {self.family}" if self.family else "MODELS (" + ", ".join(self.names) + ")"
+        return f"{head} ROUTE BY {self.route}"

@@ -40,7 +40,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 from ..errors import NotSupportedError
 from .netfuse_layout import Declined, GraphBuilder, Value, tensor_type
 
-__all__ = ["merge_models", "MergeDeclined", "MIN_OPSET"]
+__all__ = ["merge_models", "MergeDeclined", "MIN_OPSET", "DENSE_LOWERINGS"]
 
 MIN_OPSET = 11
 """The oldest default-domain opset a member may use (Slice/Squeeze semantics the rewrite relies on)."""
@@ -62,8 +62,13 @@ class MergeDeclined(NotSupportedError):
         self.node, self.reason = node, reason
 
 
+DENSE_LOWERINGS = ("matmul", "conv")
+"""How a per-instance 2-D product is written: a batched MatMul over ``[N, B, K]`` (best for many rows
+per instance) or a grouped 1x1 Conv over ``[B, N*K, 1, 1]`` (best for one or a few rows)."""
+
+
 def merge_models(models: Sequence[ModelProto], *, shared_input: bool = False,
-                 reference: Optional[ModelProto] = None) -> ModelProto:
+                 reference: Optional[ModelProto] = None, dense: str = "matmul") -> ModelProto:
     """One ONNX model computing all of ``models`` (same architecture, different weights) at once.
 
     Args:
@@ -75,6 +80,7 @@ def merge_models(models: Sequence[ModelProto], *, shared_input: bool = False,
             ``[N, B, ...]``); the first layers then become one wide operator.
         reference: a full (not stripped) copy of the first member, for shape inference and the
             values of shape constants; defaults to ``models[0]``.
+        dense: one of :data:`DENSE_LOWERINGS`, how per-instance 2-D Gemm/MatMul are written.
 
     Returns:
         The merged model (module docstring for its interface), opset and IR version of the members.
@@ -82,8 +88,10 @@ def merge_models(models: Sequence[ModelProto], *, shared_input: bool = False,
     Raises:
         MergeDeclined: a node has no exact merged counterpart, or the members differ.
     """
+    if dense not in DENSE_LOWERINGS:
+        raise ValueError(f"dense must be one of {DENSE_LOWERINGS}, not {dense!r}")
     try:
-        return _Merger(list(models), shared_input, reference or models[0]).run()
+        return _Merger(list(models), shared_input, reference or models[0], dense).run()
     except Declined as exc:
         raise MergeDeclined(exc.node, exc.reason) from None
 
@@ -118,10 +126,10 @@ def _constant_tensor(node) -> TensorProto:
 
 
 class _Merger:
-    def __init__(self, models: list[ModelProto], shared_input: bool, reference: ModelProto) -> None:
+    def __init__(self, models: list[ModelProto], shared_input: bool, reference: ModelProto, dense: str) -> None:
         if not models:
             raise Declined("graph", "no members")
-        self.models, self.shared = models, shared_input
+        self.models, self.shared, self.dense = models, shared_input, dense
         self.n = len(models)
         self.opset = _default_opset(models[0])
         self._check_members()

@@ -23,8 +23,10 @@ from sqlglot import exp
 from .. import sql as msql
 from ..duckdb_errors import translate
 from ..errors import Error, NotSupportedError
-from ..sql.nodes import PredictTable
+from ..catalog.entries import RoutedModels
+from ..sql.nodes import ModelSet, PredictTable
 from .bind import Column, bind_predict, parse_options, quote
+from .bind_routed import bind_routed
 from .column_names import name_columns
 from .options import no_repeats, value
 from .plan import Placement, PredictScan, QueryPlan, Relation, ScanRef
@@ -66,13 +68,19 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
               used: Optional[set[str]]) -> PredictScan:
     """One PREDICT as a :class:`PredictScan` (``bound``: the scans bound before it, which its input may read)."""
     ref = p.this
-    mv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
+    if isinstance(ref, ModelSet):
+        mv = session.get_model_set(ref)
+    else:
+        mv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
     no_repeats(p.args.get("options"), f"PREDICT({mv.ref_sql})")
     options = parse_options({k: value(v, params) for k, v in p.option_values.items()}, mv.ref_sql)
     relation, key_columns = input_relation(p, bound, session)
     in_params = [params[i - 1] for i in relation.params]
     columns = describe(session, relation.sql, in_params, mv.ref_sql)
-    binding = bind_predict(mv, columns, options, key_columns)
+    if isinstance(mv, RoutedModels):
+        binding = bind_routed(mv, columns, options, key_columns)
+    else:
+        binding = bind_predict(mv, columns, options, key_columns)
     if mv.batch_dependence and options.isolate_rows:
         options = replace(options, batch_size=1)  # each row gets the answer it gets alone (formats.batch_axis)
     stmt = p.root()

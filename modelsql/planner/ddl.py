@@ -15,6 +15,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from .. import formats
+from ..formats.static_features import graph_flops
 from ..catalog.entries import ModelVersion
 from ..errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
 from ..sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
@@ -215,7 +216,7 @@ def import_model(
                   tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
                   kind=kind, features=feats, options=tuple(sorted((options or {}).items())),
                   content_digest=formats.content_digest(graph),
-                  fingerprint=formats.architecture_fingerprint(graph))
+                  fingerprint=formats.architecture_fingerprint(graph), flops=graph_flops(proto))
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
     try:

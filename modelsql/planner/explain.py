@@ -24,6 +24,7 @@ from ..errors import NotSupportedError, ProgrammingError
 from ..sql.nodes import STATEMENT_NODES
 from . import cost
 from .handlers import run_default, run_statement
+from .bind_routed import ROUTE_INPUT
 from .plan import PredictScan, QueryPlan
 from .query import run_query
 from .result import Result
@@ -136,9 +137,28 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     if analyze and op is not None:
         measured = op.measured()
         lines.append(f"{pad}  actual: " + " ".join(f"{k}={v}" for k, v in measured.items()))
+    if s.model.kind == "models":
+        lines += _route_lines(s, op, analyze, pad)
     lines.append(f"{pad}  input: {_input_text(s.input)}")
     for i in s.input.inner:
         _scan_lines(plan, plan.scan(i), phys, analyze, depth + 2, lines)
+
+
+def _route_lines(s: PredictScan, op, analyze: bool, pad: str) -> list[str]:
+    """How a routed PREDICT runs its members: merged or not, and why (rule ``predict_merge_family``)."""
+    models = s.model
+    lines = [f"{pad}  routed by {models.route} to {len(models.members)} models: {', '.join(models.names)}"]
+    if s.route is None:
+        lines.append(f"{pad}  merge: no, the members run separately (rules off: connection.optimize = False)")
+        return lines
+    lines.append(f"{pad}  merge: {'yes' if s.route.merge else 'no'}: {s.route.reason}")
+    model = op.function.model if op is not None else None
+    declined = getattr(model, "declined", None)
+    if declined:
+        lines.append(f"{pad}  merge declined, the members run separately: {declined}")
+    if analyze and model is not None and hasattr(model, "merged_runs"):
+        lines.append(f"{pad}  measured: {model.merged_runs:,} merged runs, {model.separate_runs:,} separate member runs")
+    return lines
 
 
 def duration(ms: float) -> str:
@@ -157,15 +177,19 @@ def _input_text(relation) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _feed_text(a) -> str:
+    """``input FLOAT[32] <- a, b`` (a routed PREDICT's route column: ``route <- c``)."""
+    if a.input_name == ROUTE_INPUT:
+        return f"route <- {a.columns[0]}"
+    cols = (", ".join(a.columns) if len(a.columns) <= 8
+            else f"{', '.join(a.columns[:4])}, ... {a.columns[-1]} ({len(a.columns)} columns)")
+    return f"{a.input_name} {a.elem_type}{list(a.shape)} <- {cols}"
+
+
 def describe_scan(scan: PredictScan, execution: str = "stream") -> str:
     """One readable paragraph on how a PREDICT was bound (the ``modelsql_predict`` rows of EXPLAIN)."""
     b = scan.binding
-    feeds = "; ".join(
-        f"{a.input_name} {a.elem_type}{list(a.shape)} <- "
-        + (", ".join(a.columns) if len(a.columns) <= 8
-           else f"{', '.join(a.columns[:4])}, ... {a.columns[-1]} ({len(a.columns)} columns)")
-        for a in b.args
-    )
+    feeds = "; ".join(_feed_text(a) for a in b.args)
     outs = ", ".join(f"{o.column} {o.duckdb_type}" for o in b.outputs)
     opts = scan.options
     return (

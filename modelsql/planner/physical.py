@@ -20,7 +20,8 @@ from sqlglot import exp
 from .. import sql as msql
 from ..operators.backends.pipeline import StepMemo
 from ..operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
-from . import artifacts, cost
+from . import artifacts, cost, merged_models
+from .bind_routed import ROUTE_INPUT
 from .plan import PredictScan, QueryPlan, ScanRef
 from .result import Result
 
@@ -140,23 +141,39 @@ def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None) ->
     intra = cost.stream_threads(scan, duck_threads, cores) or shared_threads(cores, duck_threads)
     if memo is not None:
         model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo)
+    elif scan.model.kind == "models":
+        model = routed_model(scan, session, intra)
     else:
         model = artifacts.model_session(session.store, scan.model, intra=intra)
     return StreamPredict(scan, model, session.duck)
 
 
+def routed_model(scan: PredictScan, session, intra: int):
+    """The routed model of a ``MODELS (...) ROUTE BY`` scan: merged when its :class:`RoutePlan` says so
+    (a declined merge is kept on the model as ``declined`` for EXPLAIN)."""
+    route = scan.route
+    merge = (route.layout, route.dense) if route is not None and route.merge else None
+    model, declined = merged_models.routed_session(session, scan.model, ROUTE_INPUT, intra=intra, merge=merge)
+    model.declined = declined
+    return model
+
+
 def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int) -> BatchPredict:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows."""
     cores = artifacts.default_threads()
-    stream = artifacts.model_session(session.store, scan.model, intra=shared_threads(cores, duck_threads))
+    if scan.model.kind == "models":
+        stream = routed_model(scan, session, shared_threads(cores, duck_threads))
+    else:
+        stream = artifacts.model_session(session.store, scan.model, intra=shared_threads(cores, duck_threads))
     b, o = scan.binding, scan.options
     transposable = (not o.batch_size and stream.fixed_batch is None and o.backend == "onnxruntime"
-                    and scan.model.kind != "pipeline")
+                    and scan.model.kind not in ("pipeline", "models"))
     column_major = tuple(
         a.input_name for a in b.args
         if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2
     )
-    model = artifacts.model_session(session.store, scan.model, intra=cores, column_major=column_major)
+    model = (routed_model(scan, session, cores) if scan.model.kind == "models"
+             else artifacts.model_session(session.store, scan.model, intra=cores, column_major=column_major))
     feature_bytes = sum(cost.arg_bytes(a, t) for a, t in zip(b.args, b.arg_types)) or 1
     rows_per_batch = max(64, min(cost.BATCH_ROWS, (32 << 20) // feature_bytes))
     return BatchPredict(

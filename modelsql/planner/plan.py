@@ -93,6 +93,23 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class RoutePlan:
+    """How a routed PREDICT (``MODELS (...) ROUTE BY c``) runs its members (rule ``predict_merge_family``).
+
+    Attributes:
+        merge: run the family as one NetFuse-merged graph (per batch, when the batch's routing pays).
+        layout: the merged graph's input layout (``"stacked"``: each member its own rows).
+        dense: how per-instance dense layers are written (``"matmul"`` or ``"conv"``).
+        reason: the decision in words (EXPLAIN prints it).
+    """
+
+    merge: bool
+    layout: str = "stacked"
+    dense: str = "matmul"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class PredictScan:
     """One ``PREDICT(MODEL m, <input> [, options])``: run a model over every row of its input.
 
@@ -106,6 +123,7 @@ class PredictScan:
         placement: where it sits in the statement.
         estimated_rows: DuckDB's estimate of the input's rows (None when it gives none).
         shared: the id of the :class:`ShareGroup` it belongs to (rule ``predict_share_input``), or None.
+        route: for a routed PREDICT, how its members run (rule ``predict_merge_family``); None: separately.
         label: ``model "m" version v``.
     """
 
@@ -118,6 +136,7 @@ class PredictScan:
     placement: Placement = field(default_factory=Placement)
     estimated_rows: Optional[int] = None
     shared: Optional[int] = None
+    route: Optional[RoutePlan] = None
 
     @property
     def label(self) -> str:

@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from .. import sql as msql
 from ..catalog import Catalog
+from ..catalog.entries import RoutedModels
 from ..duckdb_errors import translate
 from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
 from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines,
@@ -303,6 +304,52 @@ class Session:
             return self.catalog.get(name, version)
         except Error as err:
             raise self.pointed(err, ref) from None
+
+    def get_model_set(self, node) -> "RoutedModels":
+        """The :class:`~modelsql.catalog.entries.RoutedModels` of a ``MODELS (...) ROUTE BY c`` /
+        ``MODELS FAMILY f ROUTE BY c`` node; errors point at the node in the statement text.
+
+        Raises:
+            ProgrammingError: a member does not exist (``model_not_found``), the family does not
+                (``family_not_found``), a model is listed twice (``duplicate_model``), or the members
+                differ in inputs, outputs or features (``model_set_mismatch``, naming the member).
+        """
+        try:
+            family = node.args.get("family")
+            if family is not None:
+                members = tuple(self.catalog.get(n) for n in self.catalog.families.members(family.name))
+            else:
+                members = tuple(self.catalog.get(r.model_name, r.version_number) for r in node.expressions)
+            return routed_models(members, node.args["route"].name, family.name if family is not None else None)
+        except Error as err:
+            raise self.pointed(err, node) from None
+
+
+def routed_models(members: tuple, route: str, family: Optional[str]) -> RoutedModels:
+    """Check that ``members`` can share one binding (see :meth:`Session.get_model_set`)."""
+    seen = set()
+    for m in members:
+        if m.name in seen:
+            raise ProgrammingError(f'Model "{m.name}" is listed twice in MODELS (...): each row names its model '
+                                   "by name, so each model may appear once.", code="duplicate_model")
+        seen.add(m.name)
+    first = members[0]
+    for m in members[1:]:
+        for what, a, b in (("inputs", first.inputs, m.inputs), ("outputs", first.outputs, m.outputs),
+                           ("features", first.features, m.features)):
+            if a != b:
+                raise ProgrammingError(
+                    f'MODELS (...): model "{m.name}" has other {what} than model "{first.name}" '
+                    f"({_specs_text(b)} against {_specs_text(a)}); routed models must share one signature.",
+                    code="model_set_mismatch")
+    return RoutedModels(members, route, family)
+
+
+def _specs_text(specs) -> str:
+    if specs is None:
+        return "none"
+    return ", ".join(getattr(s, "name", str(s)) + (f": {s.elem_type}{list(s.shape or [])}" if hasattr(s, "elem_type")
+                                                   else "") for s in specs)
 
 
 def _numbered_placeholders(stmt: exp.Expression) -> list[int]:

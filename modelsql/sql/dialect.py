@@ -76,6 +76,7 @@ from modelsql.sql.nodes import (
     ExportModel,
     ImportModel,
     ModelRef,
+    ModelSet,
     PredictTable,
     ShowModels,
     VacuumModels,
@@ -92,7 +93,8 @@ _PLAIN_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OPTION_SEPARATORS = (TokenType.EQ, TokenType.COLON_EQ, TokenType.FARROW)
 
 #: The accepted form of PREDICT, shown by its parse errors.
-PREDICT_FORM = "PREDICT(MODEL name [VERSION n] | PIPELINE name [VERSION n], TABLE t | (SELECT ...) [, option = value ...])"
+PREDICT_FORM = ("PREDICT(MODEL name [VERSION n] | PIPELINE name [VERSION n] | MODELS (name, ...) ROUTE BY column "
+                "| MODELS FAMILY name ROUTE BY column, TABLE t | (SELECT ...) [, option = value ...])")
 
 
 def _word(token: Token | None, word: str) -> bool:
@@ -157,6 +159,9 @@ def predict_shaped(tokens: t.Sequence[Token], i: int) -> bool:
     if _name_then_input(at):  # PREDICT(m, TABLE t): MODEL forgotten, reported as such
         return True
     name = at(3)
+    if _word(at(2), "MODELS") and name is not None and (
+            name.token_type in (_NAME_TOKENS | {TokenType.IDENTIFIER, TokenType.L_PAREN})):
+        return True
     return (_word(at(2), "MODEL") or _word(at(2), "PIPELINE")) and name is not None and (
         name.token_type in (_NAME_TOKENS | {TokenType.IDENTIFIER}))
 
@@ -400,12 +405,15 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
     def _parse_predict_table(self) -> PredictTable:
         token = self._curr
         self._advance(2)  # PREDICT (
-        pipeline = self._match_word("PIPELINE")
-        if not pipeline and not self._match_word("MODEL"):
-            self.raise_error(f"Expected MODEL <name> as the first argument of PREDICT; the form is {PREDICT_FORM}")
-        ref = self._parse_model_ref()
-        if pipeline:
-            ref.set("pipeline", True)
+        if self._match_word("MODELS"):
+            ref = self._parse_model_set()
+        else:
+            pipeline = self._match_word("PIPELINE")
+            if not pipeline and not self._match_word("MODEL"):
+                self.raise_error(f"Expected MODEL <name> as the first argument of PREDICT; the form is {PREDICT_FORM}")
+            ref = self._parse_model_ref()
+            if pipeline:
+                ref.set("pipeline", True)
 
         if not self._match(TokenType.COMMA):
             self.raise_error(f"Expected the input after the model in PREDICT; the form is {PREDICT_FORM}")
@@ -440,6 +448,29 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
             PredictTable(this=ref, expression=source, options=options or None)
         )
         node.meta["source_text"] = self._source_text(token)
+        return node.update_positions(token)
+
+    def _parse_model_set(self) -> ModelSet:
+        """``MODELS (m [VERSION n], ...) ROUTE BY c`` or ``MODELS FAMILY f ROUTE BY c`` (MODELS consumed)."""
+        token = self._prev
+        refs, family = [], None
+        if self._match_word("FAMILY"):
+            family = self._parse_id_var(any_token=False)
+            if not isinstance(family, exp.Identifier):
+                self.raise_error("Expected a family name after MODELS FAMILY")
+        elif self._match(TokenType.L_PAREN):
+            refs.append(self._parse_model_ref())
+            while self._match(TokenType.COMMA):
+                refs.append(self._parse_model_ref())
+            self._match_r_paren()
+        else:
+            self.raise_error("Expected (model, ...) or FAMILY <name> after MODELS")
+        if not self._match_text_seq("ROUTE", "BY"):
+            self.raise_error("Expected ROUTE BY <column> after the models: each row names the model that runs it")
+        route = self._parse_column()
+        if not isinstance(route, exp.Column) or route.table:
+            self.raise_error("Expected a column of the input after ROUTE BY")
+        node = self.expression(ModelSet(expressions=refs or None, family=family, route=route))
         return node.update_positions(token)
 
     def _parse_predict_call(self) -> exp.Expr:
@@ -538,8 +569,17 @@ class ModelSQLGenerator(PipelineGenerating, ServeGenerating, DuckDBGenerator):
         source_sql = f"TABLE {self.sql(source)}" if isinstance(source, exp.Table) else self.sql(source)
         options = self._options_sql(expression)
         options = f", {options}" if options else ""
+        if isinstance(expression.this, ModelSet):
+            return f"PREDICT({self.sql(expression, 'this')}, {source_sql}{options})"
         word = "PIPELINE" if expression.this.args.get("pipeline") else "MODEL"
         return f"PREDICT({word} {self.sql(expression, 'this')}, {source_sql}{options})"
+
+    def modelset_sql(self, expression: ModelSet) -> str:
+        route = self.sql(expression, "route")
+        if expression.args.get("family") is not None:
+            return f"MODELS FAMILY {self._name_sql(expression.args['family'])} ROUTE BY {route}"
+        refs = ", ".join(self.sql(r) for r in expression.expressions)
+        return f"MODELS ({refs}) ROUTE BY {route}"
 
 
 class ModelSQL(DuckDB):

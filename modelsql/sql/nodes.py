@@ -372,6 +372,22 @@ class ShowServers(exp.Expression):
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
+class ModelSet(exp.Expression):
+    """The models of a routed PREDICT: ``MODELS (m1 [VERSION n], m2, ...) ROUTE BY column`` or
+    ``MODELS FAMILY f ROUTE BY column`` (the members of model family ``f``, see ``modelsql.families``).
+
+    Each input row is run by the model its ``ROUTE BY`` column names (NetFuse's multi-model
+    inference: the members of one family may run as one merged graph).
+
+    Args:
+        expressions: the ``ModelRef`` of each listed model, in order (empty for ``FAMILY``).
+        family: ``exp.Identifier``, the family's name, or None.
+        route: ``exp.Column``, the column naming each row's model.
+    """
+
+    arg_types = {"expressions": False, "family": False, "route": True}
+
+
 class PredictTable(exp.Expression):
     """The table function ``PREDICT(MODEL m [VERSION n], TABLE t | (query) [, name = value ...])``.
 
@@ -381,7 +397,7 @@ class PredictTable(exp.Expression):
     ``name => value``; all become ``exp.EQ`` and generate as ``name = value``.
 
     Args:
-        this: ``ModelRef``.
+        this: ``ModelRef``, or ``ModelSet`` for ``PREDICT(MODELS (...) ROUTE BY c, ...)``.
         expression: ``exp.Table`` for ``TABLE t`` / ``TABLE s.t`` (no alias),
             or ``exp.Subquery`` for ``(SELECT ...)`` (any query DuckDB allows in
             parentheses: SELECT, FROM-first, VALUES, WITH, set operations).
@@ -399,7 +415,7 @@ class PredictTable(exp.Expression):
 #: Every node of ours (the registered statements and the parts of statements);
 #: a tree containing none of these is plain DuckDB SQL.
 MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, ServeItem, *STATEMENT_NODES,
-                                                  PredictTable)
+                                                  ModelSet, PredictTable)
 
 __all__ = [
     "ModelRef",
@@ -419,6 +435,7 @@ __all__ = [
     "Serve",
     "StopServer",
     "ShowServers",
+    "ModelSet",
     "PredictTable",
     "MODEL_NODES",
     "STATEMENT_NODES",

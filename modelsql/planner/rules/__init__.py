@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from ..plan import QueryPlan
 from .pipeline_share_steps import pipeline_share_steps
+from .predict_merge_family import predict_merge_family
 from .predict_prune_outputs import predict_prune_outputs
 from .predict_share_input import predict_share_input
 
-RULES = (predict_prune_outputs, predict_share_input, pipeline_share_steps)
+RULES = (predict_prune_outputs, predict_share_input, pipeline_share_steps, predict_merge_family)
 
 
 def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
@@ -23,4 +24,5 @@ def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
     return plan
 
 
-__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input", "pipeline_share_steps"]
+__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input", "pipeline_share_steps",
+           "predict_merge_family"]

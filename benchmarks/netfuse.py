@@ -1,0 +1,520 @@
+"""NetFuse (Jeong et al., 2020) on ONNX Runtime: one merged graph of N same-architecture models with
+different weights against the N models run separately, and the planner's rule for choosing between them.
+
+Claim: merging N members into one graph (``modelsql.formats.netfuse.merge_models``) removes N - 1
+runtime calls, which pays for small models and few rows per instance; once each instance has real
+work the merged operators (batched MatMul, grouped Conv) are no faster than N dense ones, so the
+merge can lose. ``modelsql.planner.merge_cost.estimate`` has to tell the two apart.
+
+Workload: ``modelsql.datasets.architectures`` families with random weights (member ``i`` seeded
+``--seed + i``), torch's legacy exporter, dynamic batch: ``mlp_tiny`` (MLP 32-64-64-4), ``mlp``
+(784-256-256-10), ``bert`` (the builder's defaults), ``resnet18``, ``resnet50``, ``resnext50``
+(width 64, images 3 x ``--image-size`` x ``--image-size``, 32 by default); N in ``--n``
+(1, 2, 4, 8, 16, 32), ``--batch`` rows per instance (1, 8). Every member gets its own input rows;
+the merged graph is fed their ``np.stack`` (``[N, B, ...]``).
+
+Measured side by side for each (arch, N, batch), in ms per call (one call = all N members answered):
+
+* ``separate_seq``: the N sessions run in turn, each with ``t`` intra-op threads, best of t in {1, 2};
+* ``separate_concurrent``: the same N sessions (1 intra-op thread each) run from a 2-worker thread
+  pool, each worker running half of them in turn (static split: no per-call task overhead);
+* the baseline is the better of the two (``baseline_ms``, ``baseline``: which);
+* ``merged_matmul`` and ``merged_conv``: the merged graph with ``dense="matmul"`` / ``dense="conv"``
+  lowering, best of t in {1, 2}; ``speedup`` = baseline_ms / the better lowering, and per lowering.
+
+Every session is configured as the baseline is at its best on this machine: CPUExecutionProvider,
+``inter_op_num_threads = 1``, sequential execution, ``session.intra_op.allow_spinning = 0`` (no
+spinning: the threads do not burn a core between calls), all graph optimizations, log level 3.
+Before timing, the merged outputs are checked against the separate ones (max |diff| / max |ref| at
+most 1e-4, recorded as ``max_rel_diff``; the run aborts otherwise).
+
+Timing: the variants are interleaved, one timed sample of each per repeat (their order rotated
+from repeat to repeat), after 2 warm-up calls of each; a sample is ``k`` back-to-back calls divided
+by ``k``, with ``k`` chosen from the warm-up so a sample lasts at least ``--min-sample-ms`` (k = 1 for
+anything slower: the CNNs). Each figure is the median over ``--repeats`` samples, with min/max and
+p25/p75 as spread. The big points get fewer repeats automatically: repeats are cut (to no fewer
+than 3) so a point's timed loop stays within ``--point-budget-s``; ``repeats`` in each row says what
+each point got. Where all the sessions of a point do not fit in memory at once (six copies of the
+weights: two separate sets and four merged sessions; the budget is ``--mem-budget-gb``, by default
+60% of MemAvailable at start), the point is timed in two phases, one per thread count (phase t=1:
+separate_seq t=1, concurrent, both merged lowerings t=1; phase t=2: the rest), interleaved within
+each phase; ``phases`` in each row says so.
+
+Also per (arch, N):
+
+* memory: the process's resident-set growth (VmRSS, after ``gc.collect()`` and ``malloc_trim(0)``)
+  over creating the N separate sessions (``rss_separate_mb``) and over creating the merged session
+  (``rss_merged_mb`` for matmul, ``rss_merged_conv_mb``), each with 1 intra-op thread, from the
+  model files on disk. The merged graph references the members' weights combined by
+  Concat/Reshape nodes that ONNX Runtime folds at load, so the merged session holds one copy of the
+  weights, as the N separate sessions do together;
+* merge time: ``merge_s`` (``merge_models`` per lowering) and ``merged_session_s`` (creating the
+  merged session, which folds the weight concatenation), beside ``separate_sessions_s``.
+
+Planner: for each (arch, N >= 2, batch) a query ``estimate(graph_flops(member 0), member 0's weight
+bytes, N, [batch] * N)``; its time is the measured merged time with the lowering it picks if it
+merges, else ``separate_seq_ms`` (the planner's separate execution runs the models in turn). Totals
+over the queries: ``planner_total_ms``, ``always_merge_total_ms`` (merged, with the lowering the
+estimate picks for that batch), ``never_merge_total_ms`` (separate in turn) and
+``planner_vs_best_fixed`` = planner_total / min(always, never) (at most 1: the planner beats both
+fixed policies); ``planner_right`` counts the queries where it picked the faster of the two.
+
+Writes ``benchmarks/results/netfuse.json``: top-level ``speedup_n32`` (the best merged speedup over
+the baseline at N = 32, over archs and batches) and ``speedup_n32_at``, ``planner_vs_best_fixed``, the
+totals, ``host``, ``settings`` and ``rows`` (one per (arch, N, batch)); prints a markdown table.
+
+Run: ``python benchmarks/netfuse.py`` (about 20 minutes on 2 cores, most of it in the big CNNs at
+N = 16 and 32: exporting, merging and loading 32 copies of ResNet-50); ``--quick`` for a smoke run
+(3 repeats, N in 1, 8, 32, only mlp_tiny, mlp and resnet18); ``--arch``, ``--n``, ``--batch`` for a subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+from modelsql.datasets.architectures import example_input, family  # noqa: E402
+from modelsql.formats.netfuse import merge_models  # noqa: E402
+from modelsql.planner.merge_cost import estimate  # noqa: E402
+
+try:
+    from modelsql.formats.static_features import graph_flops  # noqa: E402
+except ImportError:  # before the static features had a module of their own
+    from modelsql.planner.merge_cost import graph_flops  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "netfuse.json"
+
+ARCHS: dict[str, tuple[str, dict]] = {
+    "mlp_tiny": ("mlp", {"sizes": (32, 64, 64, 4)}),
+    "mlp": ("mlp", {"sizes": (784, 256, 256, 10)}),
+    "bert": ("bert", {}),
+    "resnet18": ("resnet18", {}),
+    "resnet50": ("resnet50", {}),
+    "resnext50": ("resnext50", {}),
+}
+CNNS = ("resnet18", "resnet50", "resnext50")
+THREADS = (1, 2)
+LOWERINGS = ("matmul", "conv")
+TOLERANCE = 1e-4
+PROTOBUF_LIMIT = 1_500_000_000  # bytes of weights above which a merged model is saved with external data
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def rss_mb() -> dict:
+    """The process's VmRSS and RssAnon in MiB, after gc and malloc_trim."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "RssAnon:")):
+                out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return {"rss": out.get("VmRSS", 0.0), "anon": out.get("RssAnon", 0.0)}
+
+
+def mem_available_gb() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024 ** 2
+    return 8.0
+
+
+def options(threads: int) -> ort.SessionOptions:
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = threads
+    o.inter_op_num_threads = 1
+    o.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    o.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    o.log_severity_level = 3
+    return o
+
+
+def session(path: Path, threads: int) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), options(threads), providers=["CPUExecutionProvider"])
+
+
+def param_bytes(model: onnx.ModelProto) -> int:
+    total = 0
+    for t in model.graph.initializer:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+        total += int(np.prod(t.dims, dtype=np.int64)) * itemsize
+    return total
+
+
+def spread(samples: list[float]) -> dict:
+    a = np.asarray(samples)
+    return {"median_ms": float(np.median(a)), "min_ms": float(a.min()), "max_ms": float(a.max()),
+            "p25_ms": float(np.percentile(a, 25)), "p75_ms": float(np.percentile(a, 75)), "samples": len(a)}
+
+
+def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
+    scale = float(np.max(np.abs(ref))) or 1.0
+    return float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64)))) / scale
+
+
+# ---------------------------------------------------------------- members and merged models
+
+
+def export_members(arch: str, n: int, args, folder: Path) -> list[Path]:
+    """``n`` members of ``arch`` written to ``folder`` (member i has seed ``args.seed + i``)."""
+    name, kw = ARCHS[arch]
+    extra = {"image_size": args.image_size} if name in CNNS else {}
+    blobs = family(name, n, exporter="legacy", dynamic_batch=True, seed=args.seed, **kw, **extra)
+    paths = []
+    for i, b in enumerate(blobs):
+        p = folder / f"m{i}.onnx"
+        p.write_bytes(b)
+        paths.append(p)
+    return paths
+
+
+def inputs(arch: str, n: int, batch: int, args) -> list[np.ndarray]:
+    name, kw = ARCHS[arch]
+    extra = {"image_size": args.image_size} if name in CNNS else {}
+    return [example_input(name, batch, seed=10_000 + 97 * batch + i, **kw, **extra) for i in range(n)]
+
+
+def build_merged(members: list[Path], folder: Path) -> tuple[dict, dict]:
+    """Both lowerings merged and saved; returns (paths, timings)."""
+    protos = [onnx.load(str(p)) for p in members]
+    big = param_bytes(protos[0]) * len(protos) > PROTOBUF_LIMIT
+    paths, info = {}, {"external_data": big}
+    for dense in LOWERINGS:
+        t0 = time.perf_counter()
+        merged = merge_models(protos, dense=dense)
+        info[f"merge_{dense}_s"] = time.perf_counter() - t0
+        path = folder / f"merged_{len(protos)}_{dense}.onnx"
+        t0 = time.perf_counter()
+        if big:
+            onnx.save_model(merged, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=path.name + ".data", size_threshold=1024)
+        else:
+            onnx.save_model(merged, str(path))
+        info[f"save_{dense}_s"] = time.perf_counter() - t0
+        paths[dense] = path
+        del merged
+    del protos
+    gc.collect()
+    return paths, info
+
+
+# ---------------------------------------------------------------- timing
+
+
+def make_variants(sets: dict, feeds: list[dict], merged_feed: dict, pool: ThreadPoolExecutor) -> dict:
+    """The callables of one phase of one point: variant name -> fn() answering all N members."""
+    fns = {}
+    for key, obj in sets.items():
+        kind, t = key
+        if kind == "sep":
+            def fn(s=obj):
+                for sess, f in zip(s, feeds):
+                    sess.run(None, f)
+            fns[f"separate_seq_t{t}"] = fn
+            if t == 1:
+                chunks = [list(range(w, len(obj), 2)) for w in range(min(2, len(obj)))]
+
+                def run_chunk(idx, s=obj):
+                    for i in idx:
+                        s[i].run(None, feeds[i])
+
+                def conc(chunks=chunks, run_chunk=run_chunk):
+                    futs = [pool.submit(run_chunk, c) for c in chunks]
+                    for fu in futs:
+                        fu.result()
+                fns["separate_concurrent"] = conc
+        else:
+            def mfn(s=obj):
+                s.run(None, merged_feed)
+            fns[f"merged_{kind}_t{t}"] = mfn
+    return fns
+
+
+def time_variants(fns: dict, args, budget_s: float) -> tuple[dict, int]:
+    """Interleaved samples of every variant; returns (name -> samples in ms per call, repeats)."""
+    names = list(fns)
+    warm = {}
+    for nm in names:
+        fns[nm]()
+        t0 = time.perf_counter()
+        fns[nm]()
+        warm[nm] = (time.perf_counter() - t0) * 1000
+    ks = {nm: max(1, math.ceil(args.min_sample_ms / max(warm[nm], 1e-4))) for nm in names}
+    per_repeat_s = sum(warm[nm] * ks[nm] for nm in names) / 1000
+    repeats = max(3, min(args.repeats, int(budget_s / max(per_repeat_s, 1e-9))))
+    repeats = min(repeats, args.repeats)
+    out = {nm: [] for nm in names}
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(repeats):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for nm in order:
+                fn, k = fns[nm], ks[nm]
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    fn()
+                out[nm].append((time.perf_counter() - t0) * 1000 / k)
+    finally:
+        gc.enable()
+    return out, repeats
+
+
+# ---------------------------------------------------------------- one (arch, N) point
+
+
+def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: ThreadPoolExecutor) -> list[dict]:
+    proto0 = onnx.load(str(members[0]))
+    wbytes = param_bytes(proto0)
+    flops = graph_flops(proto0)
+    del proto0
+    merged_paths, minfo = build_merged(members, folder)
+
+    sets_needed = len(THREADS) * (1 + len(LOWERINGS))  # separate sets and merged sessions, per thread count
+    weight_gb = wbytes * n / 1024 ** 3
+    phases = [list(THREADS)] if weight_gb * sets_needed <= args.mem_budget_gb else [[t] for t in THREADS]
+    if weight_gb * sets_needed / len(phases) > args.mem_budget_gb:
+        print(f"  warning: {arch} N={n} needs about {weight_gb * sets_needed / len(phases):.1f} GB per phase, "
+              f"over the {args.mem_budget_gb:.1f} GB budget", flush=True)
+
+    point = {"arch": arch, "n": n, "param_bytes": wbytes, "flops_per_row": flops,
+             "phases": len(phases), **minfo}
+    batches = {b: {"feeds": None, "samples": {}, "repeats": {}, "max_rel_diff": {}} for b in args.batch}
+    for b in args.batch:
+        xs = inputs(arch, n, b, args)
+        batches[b]["feeds"] = ([{"input": x} for x in xs], {"input": np.ascontiguousarray(np.stack(xs))})
+
+    for ph, threads in enumerate(phases):
+        sets = {}
+        for t in threads:
+            before = rss_mb()
+            t0 = time.perf_counter()
+            sets[("sep", t)] = [session(p, t) for p in members]
+            if t == 1:
+                point["separate_sessions_s"] = time.perf_counter() - t0
+                after = rss_mb()
+                point["rss_separate_mb"] = after["rss"] - before["rss"]
+                point["rss_anon_separate_mb"] = after["anon"] - before["anon"]
+            for dense in LOWERINGS:
+                before = rss_mb()
+                t0 = time.perf_counter()
+                sets[(dense, t)] = session(merged_paths[dense], t)
+                if t == 1:
+                    point[f"merged_session_{dense}_s"] = time.perf_counter() - t0
+                    after = rss_mb()
+                    suffix = "" if dense == "matmul" else "_conv"
+                    point[f"rss_merged{suffix}_mb"] = after["rss"] - before["rss"]
+                    point[f"rss_anon_merged{suffix}_mb"] = after["anon"] - before["anon"]
+        for b in args.batch:
+            feeds, mfeed = batches[b]["feeds"]
+            # correctness: every merged session against this phase's separate sessions
+            for t in threads:
+                ref = [s.run(None, f)[0] for s, f in zip(sets[("sep", t)], feeds)]
+                for dense in LOWERINGS:
+                    got = sets[(dense, t)].run(None, mfeed)[0]
+                    if got.shape[0] != n or tuple(got.shape[1:]) != tuple(ref[0].shape):
+                        raise SystemExit(f"ABORT {arch} N={n} batch={b} {dense} t={t}: merged output shape "
+                                         f"{got.shape}, separate {ref[0].shape}")
+                    d = max(rel_diff(got[i], ref[i]) for i in range(n))
+                    key = f"{dense}_t{t}"
+                    batches[b]["max_rel_diff"][key] = d
+                    if not d <= TOLERANCE:
+                        raise SystemExit(f"ABORT {arch} N={n} batch={b} {dense} t={t}: merged outputs differ "
+                                         f"from the separate ones by {d:.3g} relative (> {TOLERANCE})")
+            fns = make_variants(sets, feeds, mfeed, pool)
+            samples, reps = time_variants(fns, args, args.point_budget_s / len(phases))
+            batches[b]["samples"].update(samples)
+            batches[b]["repeats"].update({nm: reps for nm in samples})
+        del sets
+        gc.collect()
+
+    rows = []
+    for b in args.batch:
+        st = {nm: spread(s) for nm, s in batches[b]["samples"].items()}
+        best = {}
+        for kind in ("separate_seq", "merged_matmul", "merged_conv"):
+            t = min(THREADS, key=lambda t: st[f"{kind}_t{t}"]["median_ms"])
+            best[kind] = (st[f"{kind}_t{t}"]["median_ms"], t)
+        conc = st["separate_concurrent"]["median_ms"]
+        baseline, which = ((best["separate_seq"][0], "separate_seq") if best["separate_seq"][0] <= conc
+                           else (conc, "separate_concurrent"))
+        mm, cv = best["merged_matmul"][0], best["merged_conv"][0]
+        row = {"arch": arch, "n": n, "batch": b,
+               "separate_seq_ms": best["separate_seq"][0], "separate_seq_threads": best["separate_seq"][1],
+               "separate_concurrent_ms": conc,
+               "baseline_ms": baseline, "baseline": which,
+               "merged_matmul_ms": mm, "merged_matmul_threads": best["merged_matmul"][1],
+               "merged_conv_ms": cv, "merged_conv_threads": best["merged_conv"][1],
+               "merged_best_ms": min(mm, cv), "merged_best": "matmul" if mm <= cv else "conv",
+               "speedup": baseline / min(mm, cv),
+               "speedup_matmul": baseline / mm, "speedup_conv": baseline / cv,
+               "max_rel_diff": max(batches[b]["max_rel_diff"].values()),
+               "max_rel_diff_by_variant": batches[b]["max_rel_diff"],
+               "repeats": batches[b]["repeats"], "times": st,
+               "loadavg": os.getloadavg()[0],
+               **{k: v for k, v in point.items() if k not in ("arch", "n")}}
+        if n >= 2:
+            est = estimate(flops, wbytes, n, [float(b)] * n)
+            merged_pick = row[f"merged_{est.dense}_ms"]
+            planner_ms = merged_pick if est.merge else row["separate_seq_ms"]
+            faster_merge = merged_pick < row["separate_seq_ms"]
+            row["planner"] = {"merge": est.merge, "dense": est.dense, "estimated_separate_ms": est.separate_ms,
+                              "estimated_merged_ms": est.merged_ms, "reason": est.reason,
+                              "planner_ms": planner_ms, "merged_with_pick_ms": merged_pick,
+                              "right": est.merge == faster_merge,
+                              "loss_ms": planner_ms - min(merged_pick, row["separate_seq_ms"])}
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- report
+
+
+def summarize(rows: list[dict]) -> dict:
+    q = [r for r in rows if "planner" in r]
+    planner_total = sum(r["planner"]["planner_ms"] for r in q)
+    always = sum(r["planner"]["merged_with_pick_ms"] for r in q)
+    never = sum(r["separate_seq_ms"] for r in q)
+    n32 = [r for r in rows if r["n"] == 32]
+    top = max(n32, key=lambda r: r["speedup"]) if n32 else None
+    wrong = [{"arch": r["arch"], "n": r["n"], "batch": r["batch"], "picked": "merge " + r["planner"]["dense"]
+              if r["planner"]["merge"] else "separate", "planner_ms": r["planner"]["planner_ms"],
+              "loss_ms": r["planner"]["loss_ms"],
+              "loss_ratio": r["planner"]["planner_ms"] / (r["planner"]["planner_ms"] - r["planner"]["loss_ms"])}
+             for r in q if not r["planner"]["right"]]
+    return {"speedup_n32": top["speedup"] if top else None,
+            "speedup_n32_at": {"arch": top["arch"], "batch": top["batch"], "lowering": top["merged_best"]}
+            if top else None,
+            "planner_vs_best_fixed": planner_total / min(always, never) if q else None,
+            "planner_total_ms": planner_total, "always_merge_total_ms": always, "never_merge_total_ms": never,
+            "planner_queries": len(q), "planner_right": sum(r["planner"]["right"] for r in q),
+            "planner_wrong": wrong}
+
+
+def table(rows: list[dict], order: list[str]) -> str:
+    lines = ["| arch | N | batch | separate in turn | concurrent | merged matmul | merged conv | speedup | planner pick |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in sorted(rows, key=lambda r: (order.index(r["arch"]), r["batch"], r["n"])):
+        if "planner" in r:
+            p = r["planner"]
+            pick = ("merge " + p["dense"]) if p["merge"] else "separate"
+            pick += "" if p["right"] else f" (wrong, +{p['loss_ms']:.3g} ms)"
+        else:
+            pick = "-"
+        lines.append(f"| {r['arch']} | {r['n']} | {r['batch']} | {r['separate_seq_ms']:.3f} (t{r['separate_seq_threads']}) "
+                     f"| {r['separate_concurrent_ms']:.3f} | {r['merged_matmul_ms']:.3f} (t{r['merged_matmul_threads']}) "
+                     f"| {r['merged_conv_ms']:.3f} (t{r['merged_conv_threads']}) | {r['speedup']:.2f}x "
+                     f"({r['merged_best']}) | {pick} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", nargs="+", choices=list(ARCHS), default=None)
+    ap.add_argument("--n", nargs="+", type=int, default=None, help="members merged (default 1 2 4 8 16 32)")
+    ap.add_argument("--batch", nargs="+", type=int, default=[1, 8], help="rows per instance")
+    ap.add_argument("--repeats", type=int, default=None, help="timed samples per variant (default 7; 3 with --quick)")
+    ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--min-sample-ms", type=float, default=2.0, help="a sample is k calls lasting at least this")
+    ap.add_argument("--point-budget-s", type=float, default=20.0,
+                    help="repeats are cut (to no fewer than 3) so one (arch, N, batch) stays within this")
+    ap.add_argument("--mem-budget-gb", type=float, default=None,
+                    help="session weights resident at once (default 60%% of MemAvailable)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 3 repeats, N 1 8 32, mlp_tiny mlp resnet18")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    if args.quick:
+        args.arch = args.arch or ["mlp_tiny", "mlp", "resnet18"]
+        args.n = args.n or [1, 8, 32]
+        args.repeats = args.repeats or 3
+    args.arch = args.arch or list(ARCHS)
+    args.n = sorted(args.n or [1, 2, 4, 8, 16, 32])
+    args.repeats = args.repeats or 7
+    args.mem_budget_gb = args.mem_budget_gb or 0.6 * mem_available_gb()
+
+    start = time.perf_counter()
+    host = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "onnxruntime": ort.__version__, "onnx": onnx.__version__,
+            "torch": __import__("torch").__version__, "numpy": np.__version__,
+            "loadavg_start": os.getloadavg(), "mem_available_gb_start": mem_available_gb()}
+    settings = {"archs": args.arch, "n": args.n, "batch": args.batch, "repeats": args.repeats,
+                "image_size": args.image_size, "seed": args.seed, "exporter": "legacy",
+                "min_sample_ms": args.min_sample_ms, "point_budget_s": args.point_budget_s,
+                "mem_budget_gb": args.mem_budget_gb, "threads_tried": list(THREADS),
+                "concurrent_workers": 2, "tolerance": TOLERANCE, "quick": args.quick,
+                "session": "CPUExecutionProvider, inter_op 1, sequential, allow_spinning 0, log level 3",
+                "repeats_note": "repeats per variant are cut to no fewer than 3 where a point's timed loop would "
+                                "exceed point_budget_s (the big CNNs at large N); each row's 'repeats' says what it got"}
+    rows: list[dict] = []
+    work = Path(tempfile.mkdtemp(prefix="netfuse-bench-"))
+    pool = ThreadPoolExecutor(2)
+
+    def write(done: bool) -> dict:
+        result = {**summarize(rows), "host": {**host, "loadavg_end": os.getloadavg()}, "settings": settings,
+                  "runtime_s": time.perf_counter() - start, "complete": done, "rows": rows,
+                  "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2))
+        return result
+
+    try:
+        for arch in args.arch:
+            folder = work / arch
+            folder.mkdir()
+            t0 = time.perf_counter()
+            members = export_members(arch, max(args.n), args, folder)
+            print(f"{arch}: exported {len(members)} members in {time.perf_counter() - t0:.1f} s", flush=True)
+            for n in args.n:
+                t0 = time.perf_counter()
+                new = run_point(arch, n, members[:n], folder, args, pool)
+                rows.extend(new)
+                r = new[0]
+                print(f"  N={n}: {time.perf_counter() - t0:.1f} s; merge {r['merge_matmul_s']:.2f}/"
+                      f"{r['merge_conv_s']:.2f} s, merged session {r['merged_session_matmul_s']:.2f} s, "
+                      f"rss separate {r['rss_separate_mb']:.0f} MB merged {r['rss_merged_mb']:.0f} MB; "
+                      + ", ".join(f"b{x['batch']} {x['baseline_ms']:.3f} -> {x['merged_best_ms']:.3f} ms "
+                                  f"({x['speedup']:.2f}x)" for x in new), flush=True)
+                for f in folder.glob("merged_*"):
+                    f.unlink()
+                write(False)
+            shutil.rmtree(folder)
+    finally:
+        pool.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+    result = write(True)
+    print()
+    print(table(rows, args.arch))
+    print()
+    print(json.dumps({k: result[k] for k in ("speedup_n32", "speedup_n32_at", "planner_vs_best_fixed",
+                                             "planner_total_ms", "always_merge_total_ms", "never_merge_total_ms",
+                                             "planner_right", "planner_queries", "runtime_s")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Running rows routed to several models: each row by the member its route value names, the
+members of one family as one NetFuse-merged graph when that pays (Jeong et al., 2020).
+
+:class:`MergedRunner` runs a merged graph (input ``[N, B, ...]``: member ``i``'s rows at index
+``i``, each padded to the widest member's rows; output ``[N, B, ...]``). :class:`RoutedModel`
+is the :class:`~modelsql.operators.backends.BackendModel` a routed PREDICT runs: it splits a
+batch by route value, decides per batch (as dLoRA decides per batch whether merging pays) between
+one merged run and one run per member present, and puts each row's outputs back in row order.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ...errors import DataError
+
+__all__ = ["MergedRunner", "RoutedModel"]
+
+
+class MergedRunner:
+    """A merged graph's session and how to feed it.
+
+    Args:
+        model: the merged graph's loaded session (a BackendModel).
+        n: the number of members (instances) it runs.
+    """
+
+    def __init__(self, model, n: int) -> None:
+        self.model, self.n = model, n
+
+    def run(self, parts: Sequence[Optional[dict[str, np.ndarray]]], outputs: Sequence[str]) -> list:
+        """One merged run: ``parts[i]`` are member ``i``'s feeds (None: no rows). Returns, per member, its
+        outputs (a list of arrays, its own rows only) or None."""
+        rows = [0 if p is None else len(next(iter(p.values()))) for p in parts]
+        widest = max(rows)
+        filler = next(p for p in parts if p is not None)
+        feeds = {}
+        for name in filler:
+            blocks = []
+            for p, r in zip(parts, rows):
+                block = (p if p is not None else filler)[name]
+                if len(block) < widest:  # pad with real rows: they are as valid as the member's own
+                    reps = -(-widest // max(1, len(block)))
+                    block = np.concatenate([block] * reps, axis=0)[:widest] if len(block) else block
+                blocks.append(block[:widest])
+            feeds[name] = np.stack(blocks)
+        results = self.model.run(feeds, list(outputs))
+        return [None if r == 0 else [res[i, :r] for res in results] for i, r in enumerate(rows)]
+
+
+class RoutedModel:
+    """The model of ``PREDICT(MODELS (...) ROUTE BY c, ...)``.
+
+    Args:
+        names: the members' names (lower case), in member order.
+        members: each member's loaded session (BackendModel), same order.
+        route_input: the feed holding each row's route value (text).
+        label: ``models (a, b)`` for messages.
+        merged: the family's :class:`MergedRunner`, or None (always run the members separately).
+        choose: ``rows per member -> merge?``, asked per batch when ``merged`` is given.
+    """
+
+    def __init__(self, names: Sequence[str], members: Sequence, route_input: str, label: str,
+                 merged: Optional[MergedRunner] = None,
+                 choose: Optional[Callable[[list[int]], bool]] = None) -> None:
+        self.names = list(names)
+        self.members = list(members)
+        self.route_input = route_input
+        self.label = label
+        self.merged, self.choose = merged, choose
+        first = self.members[0]
+        self.input_names = list(first.input_names) + [route_input]
+        self.input_shapes = dict(first.input_shapes, **{route_input: []})
+        self.fixed_batch = None
+        self.intra_op_threads = first.intra_op_threads
+        self._index = {n: i for i, n in enumerate(self.names)}
+        self._lock = threading.Lock()
+        self.merged_runs = 0
+        """Batches run as one merged graph (EXPLAIN ANALYZE prints it)."""
+        self.separate_runs = 0
+        """Member runs made one model at a time."""
+
+    def _groups(self, routes: np.ndarray) -> list[Optional[np.ndarray]]:
+        keys = np.array([str(r).lower() for r in routes], dtype=object)
+        groups: list[Optional[np.ndarray]] = [None] * len(self.names)
+        for value in dict.fromkeys(keys.tolist()):
+            i = self._index.get(value)
+            if i is None:
+                row = int(np.flatnonzero(keys == value)[0])
+                raise DataError(
+                    f'PREDICT over {self.label}: a row routes to "{routes[row]}", which is not one of the models '
+                    f"({', '.join(self.names)}); each ROUTE BY value must name one of them.", code="route_unknown")
+            groups[i] = np.flatnonzero(keys == value)
+        return groups
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: Optional[Sequence[str]] = None) -> list[np.ndarray]:
+        """Each row's named outputs from the member its route value names, in row order.
+
+        Raises:
+            DataError: a route value names no member (``route_unknown``); a member's run failed.
+        """
+        feeds = dict(feeds)
+        routes = feeds.pop(self.route_input)
+        n = len(routes)
+        groups = self._groups(routes)
+        parts = [None if g is None else {k: v[g] for k, v in feeds.items()} for g in groups]
+        rows = [0 if g is None else len(g) for g in groups]
+        names = list(outputs) if outputs is not None else None
+        if self.merged is not None and self.choose is not None and self.choose(rows):
+            results = self.merged.run(parts, names)
+            with self._lock:
+                self.merged_runs += 1
+        else:
+            results = [None if p is None else self.members[i].run(p, names) for i, p in enumerate(parts)]
+            with self._lock:
+                self.separate_runs += sum(p is not None for p in parts)
+        return _assemble(results, groups, n)
+
+
+def _assemble(results: list, groups: list, n: int) -> list[np.ndarray]:
+    """Each output's rows put back in the batch's order."""
+    present = [r for r in results if r is not None]
+    out = []
+    for k, sample in enumerate(present[0]):
+        sample = np.asarray(sample)
+        dtype = np.result_type(*[np.asarray(r[k]).dtype for r in present])  # e.g. the widest string labels
+        full = np.empty((n,) + sample.shape[1:], dtype=dtype)
+        for res, g in zip(results, groups):
+            if res is not None:
+                full[g] = res[k]
+        out.append(full)
+    return out

@@ -1,0 +1,176 @@
+"""Merged graphs of model families: built from the store, checked, cached, loaded.
+
+A family's members (one architecture fingerprint) are merged by NetFuse's rewrite
+(:func:`modelsql.formats.netfuse.merge_models`, Jeong et al., 2020) on their *stored*
+graphs: the merged graph refers to the members' own tensor blobs, so a merged graph
+costs one small graph blob in the store and no second copy of any weight. It is
+checked once against the members run separately (on made-up rows) and cached in the
+store under :func:`merge_key` (the ordered members, their content digests, the input
+layout and the dense lowering), recorded in ``modelsql.merged_graphs``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import onnx
+
+from ..catalog.entries import ModelVersion, RoutedModels
+from ..catalog.families import MergedGraph
+from ..errors import DataError, Error
+from ..formats import netfuse
+from ..operators.backends import SessionKey
+from ..operators.backends import shared_weights
+from ..operators.backends.routed import MergedRunner, RoutedModel
+from . import artifacts, merge_cost
+
+__all__ = ["merge_key", "merged_graph", "merged_runner", "routed_session", "CHECK_REL_TOL", "family_cost"]
+
+CHECK_REL_TOL = 1e-4
+"""Largest relative difference (max |merged - separate| / max |separate|) a merged graph may show on its
+check rows; above it the merge is declined."""
+CHECK_ROWS = 2
+"""Rows per member the check runs."""
+_VERSION = "netfuse-1"
+
+
+def merge_key(members: Sequence[ModelVersion], layout: str, dense: str) -> str:
+    """SHA-256 naming one merged graph: the ordered members, their content digests, the layout and lowering."""
+    parts = [f"{m.name}:{m.version}:{m.content_digest or m.graph_digest}" for m in members]
+    return hashlib.sha256("|".join(parts + [layout, dense, _VERSION]).encode()).hexdigest()
+
+
+def merged_graph(session, members: Sequence[ModelVersion], layout: str = "stacked",
+                 dense: str = "matmul") -> tuple[bytes, MergedGraph]:
+    """The merged graph of ``members`` (stripped: its weights are the members' blobs) and its record.
+
+    Raises:
+        MergeDeclined: the rewrite or its check declined (code ``merge_declined``, naming the node).
+        DataError: a member's blob is unreadable.
+    """
+    key = merge_key(members, layout, dense)
+    cached = session.catalog.families.merged(key)
+    if cached is not None and session.store.has(cached.graph_digest):
+        return session.store.get(cached.graph_digest), cached
+    start = time.perf_counter()
+    stripped = [onnx.ModelProto.FromString(session.store.get(m.graph_digest)) for m in members]
+    reference = artifacts.load_model_proto(session.store, members[0])
+    merged = netfuse.merge_models(stripped, shared_input=(layout == "shared"), reference=reference, dense=dense)
+    data = merged.SerializeToString()
+    diff = _check(session.store, members, data, layout)
+    record = MergedGraph(key, tuple(f"{m.name}:{m.version}" for m in members), layout,
+                         session.store.put(data), len(data), diff, time.perf_counter() - start)
+    _remember(session, record)
+    return data, record
+
+
+def _remember(session, record: MergedGraph) -> None:
+    """Record the merged graph in the catalog when it can be written (a read-only catalog just rebuilds it)."""
+    if session.catalog.read_only or not session.catalog.present:
+        return
+    try:
+        with session.catalog.transaction():
+            session.catalog.families.add_merged(record)
+    except Error:  # e.g. a conflicting writer: the graph is rebuilt next time
+        pass
+
+
+def _fetch(store):
+    def fetch(digest: str) -> bytes:
+        return store.get(digest)
+    return fetch
+
+
+def _load(store, data: bytes, label: str, intra: int):
+    return shared_weights.shared_model(data, _fetch(store), label, path_of=store.path, intra_op_threads=intra,
+                                       prepack=True)
+
+
+def _check(store, members: Sequence[ModelVersion], data: bytes, layout: str) -> float:
+    """Run the merged graph and each member on made-up rows; the largest relative difference.
+
+    Raises:
+        MergeDeclined: the difference exceeds :data:`CHECK_REL_TOL`, or the merged graph does not run.
+    """
+    label = f"the merged graph of {len(members)} models"
+    sessions = [artifacts.model_session(store, m, intra=1) for m in members]
+    try:
+        merged = _load(store, data, label, 1)
+    except DataError as exc:
+        raise netfuse.MergeDeclined("graph", f"ONNX Runtime rejects the merged graph: {exc}") from None
+    parts = [_rows(sessions[0], seed=i) for i in range(len(members))]
+    if layout == "shared":
+        parts = [parts[0]] * len(members)
+        got = merged.run(parts[0], None)
+    else:
+        got = merged.run({k: np.stack([p[k] for p in parts]) for k in parts[0]}, None)
+    worst = 0.0
+    for i, (s, p) in enumerate(zip(sessions, parts)):
+        for g, want in zip(got, s.run(p, None)):
+            want = np.asarray(want)
+            if want.dtype.kind not in "fc":
+                if not np.array_equal(np.asarray(g[i]), want):
+                    raise netfuse.MergeDeclined("check", f"member {i + 1}'s non-float outputs differ")
+                continue
+            scale = float(np.max(np.abs(want))) or 1.0
+            worst = max(worst, float(np.max(np.abs(np.asarray(g[i]) - want))) / scale)
+    if not worst <= CHECK_REL_TOL:
+        raise netfuse.MergeDeclined("check", f"the merged graph differs from the members by {worst:.2e} "
+                                             f"(relative), above {CHECK_REL_TOL:g}")
+    return worst
+
+
+def _rows(model, seed: int) -> dict[str, np.ndarray]:
+    """Made-up feeds of :data:`CHECK_ROWS` rows for ``model``: normal floats, zero integers (valid indices)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in model.input_names:
+        dims = [d if isinstance(d, int) and d > 0 else 1 for d in list(model.input_shapes.get(name) or [])[1:]]
+        dtype = model.input_dtypes.get(name, np.float32)
+        shape = [CHECK_ROWS] + dims
+        feeds[name] = (rng.standard_normal(shape).astype(dtype) if np.dtype(dtype).kind == "f"
+                       else np.zeros(shape, dtype=dtype))
+    return feeds
+
+
+def merged_runner(session, members: Sequence[ModelVersion], layout: str, dense: str, intra: int) -> MergedRunner:
+    """A :class:`~modelsql.operators.backends.routed.MergedRunner` over the cached session of the merged graph."""
+    data, record = merged_graph(session, members, layout, dense)
+    key = SessionKey(record.graph_digest, "onnxruntime", "cpu", (("merged", record.merge_key),))
+    label = f"the merged graph of {', '.join(m.name for m in members)}"
+    model = shared_weights.get_shared_model(key, lambda: data, _fetch(session.store), label,
+                                            path_of=session.store.path, intra_op_threads=intra, prepack=True)
+    return MergedRunner(model, len(members))
+
+
+def family_cost(models: RoutedModels) -> tuple[float, int]:
+    """(FLOPs per row, weight bytes) of one member: what :func:`merge_cost.estimate` needs."""
+    first = models.first
+    flops = first.flops if first.flops is not None else 2.0 * first.param_count  # (imported before schema 4)
+    return float(flops), sum(t.nbytes for t in first.tensors)
+
+
+def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,
+                   merge: Optional[tuple[str, str]] = None) -> tuple[RoutedModel, Optional[str]]:
+    """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT.
+
+    ``merge``: ``(layout, dense)`` when the plan merges the family. Returns the model and, when the
+    merge was planned but declined, why (the plan then runs the members separately).
+    """
+    members = [artifacts.model_session(session.store, m, intra=intra) for m in models.members]
+    runner, declined = None, None
+    if merge is not None:
+        try:
+            runner = merged_runner(session, models.members, merge[0], merge[1], intra)
+        except netfuse.MergeDeclined as exc:
+            declined = f"{exc.node}: {exc.reason}"
+    flops, nbytes = family_cost(models)
+
+    def choose(rows: list[int]) -> bool:
+        return merge_cost.estimate(flops, nbytes, len(rows), [float(r) for r in rows]).merge
+
+    routed = RoutedModel(models.names, members, route_input, models.label, merged=runner, choose=choose)
+    return routed, declined

@@ -1,0 +1,56 @@
+"""Rule: a routed PREDICT over one model family runs as one NetFuse-merged graph, where it pays.
+
+NetFuse (Jeong, Kim, Cho and Lee, "NetFuse: Short-Circuiting Neural Networks by Merging
+Model Instances", 2020) merges N networks of one architecture with different weights into
+one graph whose operators compute all N at once (grouped convolution, batched matrix
+multiplication, concatenated normalization parameters ...): rows routed to N models then
+take one runtime call instead of N. It removes per-call overhead, not work, so it pays only
+for small models or few rows per model; like dLoRA, which decides per batch whether merging
+LoRA adapters pays, the routed operator re-checks each batch.
+
+Matches: a scan whose model is :class:`~modelsql.catalog.entries.RoutedModels`. Rewrite:
+sets its :class:`~modelsql.planner.plan.RoutePlan` to merge when every member has one
+architecture fingerprint and :func:`modelsql.planner.merge_cost.estimate` (the measured rule
+of ``benchmarks/netfuse.py``) expects a gain for the rows each member gets per call (DuckDB's
+estimate of the input spread evenly over the members, at most one chunk); otherwise to run
+the members separately, saying why. A merge the rewrite declines at build time (an operator
+without a merged counterpart) falls back to separate runs and EXPLAIN names the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import cost, merge_cost
+from ..plan import QueryPlan, RoutePlan
+
+__all__ = ["predict_merge_family"]
+
+
+def predict_merge_family(plan: QueryPlan) -> QueryPlan:
+    """``plan`` with a :class:`RoutePlan` on each routed scan (module docstring)."""
+    scans = tuple(replace(s, route=route_plan(s)) if s.model.kind == "models" else s for s in plan.scans)
+    if all(a is b for a, b in zip(scans, plan.scans)):
+        return plan
+    return replace(plan, scans=scans)
+
+
+def route_plan(scan) -> RoutePlan:
+    """The decision for one routed scan."""
+    models = scan.model
+    n = len(models.members)
+    if n < 2:
+        return RoutePlan(False, reason="one model: nothing to merge")
+    if not models.one_architecture:
+        odd = next((m for m in models.members if m.fingerprint is None or m.fingerprint != models.first.fingerprint),
+                   models.first)
+        why = ("has no architecture fingerprint (imported before catalog schema 4)" if odd.fingerprint is None
+               else f'has another architecture than model "{models.first.name}"')
+        return RoutePlan(False, reason=f'not merged: model "{odd.name}" {why}')
+    rows = min(scan.estimated_rows if scan.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
+    per_member = max(1.0, rows / n)
+    first = models.first
+    flops = first.flops if first.flops is not None else 2.0 * first.param_count
+    est = merge_cost.estimate(flops, sum(t.nbytes for t in first.tensors), n, [per_member] * n)
+    head = f"NetFuse merge of {n} models of one architecture: "
+    return RoutePlan(est.merge, "stacked", est.dense, head + est.reason + "; re-checked per batch")
