@@ -50,8 +50,11 @@ NUMERIC_TYPES = {
 }
 ON_NULL_MODES = ("error", "skip", "null")
 ON_ERROR_MODES = ("error", "null", "skip")
-KNOWN_OPTIONS = ("on_null", "on_error", "features", "backend", "batch_size", "execution", "isolate_rows")
+KNOWN_OPTIONS = ("on_null", "on_error", "features", "backend", "batch_size", "execution", "isolate_rows", "merge")
 EXECUTION_MODES = ("auto", "stream", "batch")
+MERGE_MODES = ("auto", "always", "never")
+"""``merge``: whether models of one family run as one NetFuse-merged graph (routed PREDICTs, and
+PREDICTs of one statement over one input): where the measured rule expects a gain, always, or never."""
 BACKENDS = ("onnxruntime",)
 MAX_BATCH_SIZE = 2**31 - 1
 """Largest ``batch_size`` (rows per model run) a PREDICT accepts."""
@@ -93,6 +96,8 @@ class PredictOptions:
     isolate_rows: bool = True
     """Run a batch-dependent model (``ModelVersion.batch_dependence``) one row at a time, so each
     row gets the answer it gets alone; False lets such a model see whole batches."""
+    merge: str = "auto"
+    """One of :data:`MERGE_MODES`."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,8 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
             f"PREDICT({model_name}): isolate_rows must be true or false, not {isolate_rows!r}.", code="bad_option"
         )
     return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size,
-                          execution=execution, on_error=on_error, isolate_rows=isolate_rows)
+                          execution=execution, on_error=on_error, isolate_rows=isolate_rows,
+                          merge=_one_of(options, "merge", MERGE_MODES, model_name))
 
 
 def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str) -> str:

@@ -93,6 +93,8 @@ def render_plan(plan: QueryPlan, phys=None, *, analyze: bool = False) -> str:
         memo = phys.memos.get(share.group) if phys is not None else None
         if analyze and memo is not None:
             lines.append(f"    measured: {memo.hits:,} step runs answered from the shared steps' memo")
+    for share in plan.family_shares:
+        lines += _family_lines(plan, share, phys, analyze)
     for name in plan.materialized:
         lines.append(f"  MaterializedCTE {name}: its PREDICTs run once, however often it is read")
     lines += [f"  note: {n}" for n in plan.notes]
@@ -142,6 +144,19 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     lines.append(f"{pad}  input: {_input_text(s.input)}")
     for i in s.input.inner:
         _scan_lines(plan, plan.scan(i), phys, analyze, depth + 2, lines)
+
+
+def _family_lines(plan: QueryPlan, share, phys, analyze: bool) -> list[str]:
+    """A share group of one model family: merged on a shared input or not, and why."""
+    names = ", ".join(plan.scan(m).model.name for m in share.members)
+    lines = [f"  MergedFamily #{share.group}: models {names}: {'merged' if share.merge else 'not merged'}: "
+             f"{share.reason}"]
+    built = phys.families.get(share.group) if phys is not None else None
+    if isinstance(built, str):
+        lines.append(f"    merge declined, each PREDICT runs its own model: {built}")
+    elif analyze and built is not None:
+        lines.append(f"    measured: {built.runs:,} merged runs")
+    return lines
 
 
 def _route_lines(s: PredictScan, op, analyze: bool, pad: str) -> list[str]:

@@ -24,10 +24,12 @@ from ..errors import DataError, Error
 from ..formats import netfuse
 from ..operators.backends import SessionKey
 from ..operators.backends import shared_weights
-from ..operators.backends.routed import MergedRunner, RoutedModel
+from ..operators.backends.pipeline import StepMemo
+from ..operators.backends.routed import FamilyMember, MergedRunner, RoutedModel, SharedFamily
 from . import artifacts, merge_cost
 
-__all__ = ["merge_key", "merged_graph", "merged_runner", "routed_session", "CHECK_REL_TOL", "family_cost"]
+__all__ = ["merge_key", "merged_graph", "merged_runner", "routed_session", "shared_family", "CHECK_REL_TOL",
+           "family_cost"]
 
 CHECK_REL_TOL = 1e-4
 """Largest relative difference (max |merged - separate| / max |separate|) a merged graph may show on its
@@ -154,11 +156,12 @@ def family_cost(models: RoutedModels) -> tuple[float, int]:
 
 
 def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,
-                   merge: Optional[tuple[str, str]] = None) -> tuple[RoutedModel, Optional[str]]:
+                   merge: Optional[tuple[str, str]] = None, always: bool = False) -> tuple[RoutedModel, Optional[str]]:
     """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT.
 
-    ``merge``: ``(layout, dense)`` when the plan merges the family. Returns the model and, when the
-    merge was planned but declined, why (the plan then runs the members separately).
+    ``merge``: ``(layout, dense)`` when the plan merges the family; each batch then runs merged when
+    :func:`merge_cost.estimate` expects a gain for its routing, or every batch with ``always``.
+    Returns the model and, when the merge was planned but declined, why (the members then run separately).
     """
     members = [artifacts.model_session(session.store, m, intra=intra) for m in models.members]
     runner, declined = None, None
@@ -170,7 +173,22 @@ def routed_session(session, models: RoutedModels, route_input: str, *, intra: in
     flops, nbytes = family_cost(models)
 
     def choose(rows: list[int]) -> bool:
-        return merge_cost.estimate(flops, nbytes, len(rows), [float(r) for r in rows]).merge
+        return always or merge_cost.estimate(flops, nbytes, len(rows), [float(r) for r in rows]).merge
 
     routed = RoutedModel(models.names, members, route_input, models.label, merged=runner, choose=choose)
     return routed, declined
+
+
+def shared_family(session, members: Sequence[ModelVersion], dense: str, intra: int):
+    """One :class:`~modelsql.operators.backends.routed.FamilyMember` per member, over one merged graph
+    with a shared input run once per chunk (rule ``predict_merge_family``'s FamilyShare).
+
+    Returns ``(members, None)``, or ``(None, why)`` when the merge declined (the PREDICTs then run their
+    own sessions)."""
+    try:
+        runner = merged_runner(session, members, "shared", dense, intra)
+    except netfuse.MergeDeclined as exc:
+        return None, f"{exc.node}: {exc.reason}"
+    family = SharedFamily(runner.model, merge_key(members, "shared", dense), StepMemo())
+    own = [artifacts.model_session(session.store, m, intra=intra) for m in members]
+    return [FamilyMember(family, i, o, m.label) for i, (o, m) in enumerate(zip(own, members))], None

@@ -38,11 +38,14 @@ class Physical:
         sql: the statement (``$1..$m``); ``params``: the statement's parameter numbers behind them.
         memos: share group id -> the :class:`~modelsql.operators.backends.pipeline.StepMemo` its
             pipelines share (rule ``pipeline_share_steps``).
+        families: share group id -> the merged run of its family (rule ``predict_merge_family``), or
+            the text of why its merge was declined.
     """
 
     operators: dict = field(default_factory=dict)
     choices: dict = field(default_factory=dict)
     memos: dict = field(default_factory=dict)
+    families: dict = field(default_factory=dict)
     sql: str = ""
     params: list = field(default_factory=list)
 
@@ -81,6 +84,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
     for share in plan.step_shares:
         memo = phys.memos[share.group] = StepMemo()
         memos.update({m: memo for m in plan.groups[share.group].members})
+    family_models = family_members(plan, session, duck_threads, phys)
     for scan in plan.scans:
         choice = choices[scan.id]
         input_sql, numbers = render(scan.input.tree, lowered)
@@ -98,7 +102,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
                 lowered[scan.id] = (sub, set())
                 continue
             held.operators.remove(op)
-        op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id))
+        op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id), model=family_models.get(scan.id))
         op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
         name = op.register()
         if keep is None:
@@ -134,12 +138,30 @@ def shared_threads(cores: int, duck_threads: int) -> int:
     return max(1, cores // max(1, duck_threads))
 
 
-def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None) -> StreamPredict:
+def family_members(plan: QueryPlan, session, duck_threads: int, phys: Physical) -> dict:
+    """scan id -> its :class:`~modelsql.operators.backends.routed.FamilyMember`, for the share groups the
+    plan merges (:class:`~modelsql.planner.plan.FamilyShare`); a declined merge is noted in ``phys.families``."""
+    out = {}
+    intra = shared_threads(artifacts.default_threads(), duck_threads)
+    for share in plan.family_shares:
+        if not share.merge:
+            continue
+        members, declined = merged_models.shared_family(
+            session, [plan.scan(m).model for m in share.members], share.dense, intra)
+        phys.families[share.group] = members[0].family if members else declined
+        out.update(dict(zip(share.members, members or [])))
+    return out
+
+
+def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, model=None) -> StreamPredict:
     """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`);
-    a pipeline of a :class:`~modelsql.planner.plan.StepShare` gets its group's step ``memo``."""
+    a pipeline of a :class:`~modelsql.planner.plan.StepShare` gets its group's step ``memo``; ``model``
+    overrides the session (a member of a merged family)."""
     cores = artifacts.default_threads()
     intra = cost.stream_threads(scan, duck_threads, cores) or shared_threads(cores, duck_threads)
-    if memo is not None:
+    if model is not None:
+        pass
+    elif memo is not None:
         model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo)
     elif scan.model.kind == "models":
         model = routed_model(scan, session, intra)
@@ -153,7 +175,8 @@ def routed_model(scan: PredictScan, session, intra: int):
     (a declined merge is kept on the model as ``declined`` for EXPLAIN)."""
     route = scan.route
     merge = (route.layout, route.dense) if route is not None and route.merge else None
-    model, declined = merged_models.routed_session(session, scan.model, ROUTE_INPUT, intra=intra, merge=merge)
+    model, declined = merged_models.routed_session(session, scan.model, ROUTE_INPUT, intra=intra, merge=merge,
+                                                   always=scan.options.merge == "always")
     model.declined = declined
     return model
 

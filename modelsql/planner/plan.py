@@ -176,6 +176,26 @@ class StepShare:
     shared: object
 
 
+@dataclass(frozen=True)
+class FamilyShare:
+    """PREDICTs of one :class:`ShareGroup` over models of one family (rule ``predict_merge_family``):
+    each chunk runs one NetFuse-merged graph with a shared input for all of them.
+
+    Attributes:
+        group: the share group's id.
+        members: the scans' ids, in merge order.
+        merge: whether the merged graph runs (False: the rule looked and declined; ``reason`` says why).
+        dense: how per-instance dense layers are written (``"matmul"`` or ``"conv"``).
+        reason: the decision in words (EXPLAIN prints it).
+    """
+
+    group: int
+    members: tuple[int, ...]
+    merge: bool
+    dense: str = "matmul"
+    reason: str = ""
+
+
 @dataclass(frozen=True, eq=False)
 class QueryPlan:
     """A whole statement: its relational tree with :class:`ScanRef` markers and every PREDICT in it.
@@ -190,6 +210,8 @@ class QueryPlan:
             computed once (rule ``predict_share_input``).
         step_shares: share groups whose pipelines compute their common steps once per chunk
             (rule ``pipeline_share_steps``).
+        family_shares: share groups of one model family run as one merged graph (rule
+            ``predict_merge_family``).
         notes: one line per rule that looked at the plan and declined, saying why (EXPLAIN prints them).
     """
 
@@ -199,6 +221,7 @@ class QueryPlan:
     groups: tuple[ShareGroup, ...] = ()
     materialized: tuple[str, ...] = ()
     step_shares: tuple[StepShare, ...] = ()
+    family_shares: tuple[FamilyShare, ...] = ()
     notes: tuple[str, ...] = ()
 
     def scan(self, scan_id: int) -> PredictScan:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import DataError
 
-__all__ = ["MergedRunner", "RoutedModel"]
+__all__ = ["MergedRunner", "RoutedModel", "SharedFamily", "FamilyMember"]
 
 
 class MergedRunner:
@@ -133,3 +133,56 @@ def _assemble(results: list, groups: list, n: int) -> list[np.ndarray]:
                 full[g] = res[k]
         out.append(full)
     return out
+
+
+class SharedFamily:
+    """One merged graph with a shared input (``[B, ...]`` in, ``[N, B, ...]`` out) run once per chunk for
+    N PREDICTs of one statement; each PREDICT's :class:`FamilyMember` takes its own outputs.
+
+    DuckDB calls the PREDICTs of a shared scan one after another on each chunk in one thread; the first
+    member to ask runs the merged graph and leaves every member's outputs in ``memo`` (a
+    :class:`~modelsql.operators.backends.pipeline.StepMemo`: checked against the feeds, so another chunk
+    is never answered from it).
+
+    Args:
+        model: the merged graph's session; ``key``: its memo key; ``memo``: the memo.
+    """
+
+    def __init__(self, model, key: str, memo) -> None:
+        self.model, self.key, self.memo = model, key, memo
+        self.runs = 0
+        self.output_names = list(model.output_names)
+
+    def outputs_for(self, feeds: dict[str, np.ndarray], index: int, names: Sequence[str]) -> list[np.ndarray]:
+        wanted = [f"{index}/{n}" for n in names]
+        hit = self.memo.get(self.key, feeds, wanted)
+        if hit is not None:
+            return hit
+        results = self.model.run(feeds, self.output_names)
+        self.runs += 1
+        n = results[0].shape[0] if results else 0
+        flat = [f"{i}/{o}" for i in range(n) for o in self.output_names]
+        values = [res[i] for i in range(n) for res in results]
+        self.memo.put(self.key, feeds, flat, values)
+        return [values[flat.index(w)] for w in wanted]
+
+
+class FamilyMember:
+    """Member ``index`` of a :class:`SharedFamily`, as the BackendModel its PREDICT runs.
+
+    Args:
+        family: the shared merged run; ``index``: this member's position in it.
+        own: the member's own session (input names and shapes; the outputs it would give).
+        label: ``'model "m" version v'``.
+    """
+
+    def __init__(self, family: SharedFamily, index: int, own, label: str) -> None:
+        self.family, self.index, self.own, self.label = family, index, own, label
+        self.input_names = list(own.input_names)
+        self.input_shapes = dict(own.input_shapes)
+        self.fixed_batch = None
+        self.intra_op_threads = own.intra_op_threads
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: Optional[Sequence[str]] = None) -> list[np.ndarray]:
+        names = list(outputs) if outputs is not None else list(self.own.output_names)
+        return self.family.outputs_for(feeds, self.index, names)

@@ -8,13 +8,19 @@ take one runtime call instead of N. It removes per-call overhead, not work, so i
 for small models or few rows per model; like dLoRA, which decides per batch whether merging
 LoRA adapters pays, the routed operator re-checks each batch.
 
-Matches: a scan whose model is :class:`~modelsql.catalog.entries.RoutedModels`. Rewrite:
+Matches (1): a scan whose model is :class:`~modelsql.catalog.entries.RoutedModels`. Rewrite:
 sets its :class:`~modelsql.planner.plan.RoutePlan` to merge when every member has one
 architecture fingerprint and :func:`modelsql.planner.merge_cost.estimate` (the measured rule
 of ``benchmarks/netfuse.py``) expects a gain for the rows each member gets per call (DuckDB's
 estimate of the input spread evenly over the members, at most one chunk); otherwise to run
 the members separately, saying why. A merge the rewrite declines at build time (an operator
 without a merged counterpart) falls back to separate runs and EXPLAIN names the node.
+
+Matches (2): a :class:`~modelsql.planner.plan.ShareGroup` (rule ``predict_share_input``: PREDICTs
+over one input, run on the same chunks) holding two or more models of one architecture fed the
+same columns with the same options. Rewrite: a :class:`~modelsql.planner.plan.FamilyShare`, so
+each chunk runs one merged graph whose members all read that chunk (NetFuse with a shared input:
+the first layers become one wide operator), each PREDICT taking its own outputs.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import cost, merge_cost
-from ..plan import QueryPlan, RoutePlan
+from ..plan import FamilyShare, QueryPlan, RoutePlan
 
 __all__ = ["predict_merge_family"]
 
@@ -30,9 +36,38 @@ __all__ = ["predict_merge_family"]
 def predict_merge_family(plan: QueryPlan) -> QueryPlan:
     """``plan`` with a :class:`RoutePlan` on each routed scan (module docstring)."""
     scans = tuple(replace(s, route=route_plan(s)) if s.model.kind == "models" else s for s in plan.scans)
-    if all(a is b for a, b in zip(scans, plan.scans)):
-        return plan
-    return replace(plan, scans=scans)
+    if not all(a is b for a, b in zip(scans, plan.scans)):
+        plan = replace(plan, scans=scans)
+    shares = tuple(f for f in (family_share(plan, g) for g in plan.groups) if f is not None)
+    return replace(plan, family_shares=shares) if shares else plan
+
+
+def family_share(plan: QueryPlan, group) -> "FamilyShare | None":
+    """The :class:`FamilyShare` of one share group, or None when it holds no two models of one family
+    fed alike (then there is nothing to say)."""
+    by_fingerprint: dict = {}
+    for scan in (plan.scan(m) for m in group.members):
+        fingerprint = getattr(scan.model, "fingerprint", None)
+        if fingerprint is not None and scan.model.kind != "models":
+            by_fingerprint.setdefault(fingerprint, []).append(scan)
+    family = max(by_fingerprint.values(), key=len, default=[])
+    same = [s for s in family if s.binding.args == family[0].binding.args
+            and s.binding.arg_sql == family[0].binding.arg_sql and s.options == family[0].options]
+    if len(same) < 2 or len({s.model.name for s in same}) < len(same):
+        return None
+    first = same[0]
+    n = len(same)
+    rows = min(first.estimated_rows if first.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
+    m = first.model
+    flops = m.flops if m.flops is not None else 2.0 * m.param_count
+    est = merge_cost.estimate(flops, sum(t.nbytes for t in m.tensors), n, [float(rows)] * n)
+    reason = f"NetFuse merge of {n} models of one architecture on a shared input: " + est.reason
+    forced = _forced(first.options.merge)
+    if forced is not None:
+        reason = f"NetFuse merge of {n} models of one architecture on a shared input: merge = " \
+                 f"'{first.options.merge}' ({est.reason})"
+    return FamilyShare(group.id, tuple(s.id for s in same), est.merge if forced is None else forced,
+                       est.dense, reason)
 
 
 def route_plan(scan) -> RoutePlan:
@@ -53,4 +88,12 @@ def route_plan(scan) -> RoutePlan:
     flops = first.flops if first.flops is not None else 2.0 * first.param_count
     est = merge_cost.estimate(flops, sum(t.nbytes for t in first.tensors), n, [per_member] * n)
     head = f"NetFuse merge of {n} models of one architecture: "
+    forced = _forced(scan.options.merge)
+    if forced is not None:
+        return RoutePlan(forced, "stacked", est.dense, head + f"merge = '{scan.options.merge}' ({est.reason})")
     return RoutePlan(est.merge, "stacked", est.dense, head + est.reason + "; re-checked per batch")
+
+
+def _forced(mode: str):
+    """True / False for ``merge = 'always' / 'never'``; None for ``'auto'``."""
+    return {"always": True, "never": False}.get(mode)
