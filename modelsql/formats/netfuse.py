@@ -103,7 +103,7 @@ def node_label(node, index: int) -> str:
 def _tensor_key(t: TensorProto) -> bytes:
     """Equality key of a constant: its stored digest when stripped, else its data."""
     entries = {e.key: e.value for e in t.external_data}
-    data = entries.get("modelsql_digest") or entries.get("location")
+    data = entries.get("digest") or entries.get("location")
     body = data.encode() if data else _data_bytes(t)
     return hashlib.sha256(str((t.data_type, tuple(t.dims))).encode() + body).digest()
 

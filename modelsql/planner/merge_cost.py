@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["MergeEstimate", "estimate", "instance_ms", "CALL_MS", "MIN_GAIN"]
+__all__ = ["MergeEstimate", "estimate", "instance_ms", "member_cost", "CALL_MS", "MIN_GAIN"]
 
 CALL_MS = 0.012
 """Fixed cost of one ONNX Runtime ``run()`` from Python (feeds, launch, fetch), ms."""
@@ -60,6 +60,13 @@ class MergeEstimate:
     separate_ms: float
     merged_ms: float
     reason: str
+
+
+def member_cost(model) -> tuple[float, int]:
+    """(FLOPs per row, weight bytes) of one catalog model version (FLOPs from its ``flops``, or twice its
+    parameters for a version imported before catalog schema 4)."""
+    flops = model.flops if model.flops is not None else 2.0 * model.param_count
+    return float(flops), sum(t.nbytes for t in model.tensors)
 
 
 def instance_ms(flops_per_row: float, param_bytes: int, rows: float) -> float:

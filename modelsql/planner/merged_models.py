@@ -28,8 +28,8 @@ from ..operators.backends.pipeline import StepMemo
 from ..operators.backends.routed import FamilyMember, MergedRunner, RoutedModel, SharedFamily
 from . import artifacts, merge_cost
 
-__all__ = ["merge_key", "merged_graph", "merged_runner", "routed_session", "shared_family", "CHECK_REL_TOL",
-           "family_cost"]
+__all__ = ["merge_key", "merged_graph", "build_merged", "merged_runner", "runner_of", "routed_session",
+           "shared_family", "CHECK_REL_TOL", "family_cost"]
 
 CHECK_REL_TOL = 1e-4
 """Largest relative difference (max |merged - separate| / max |separate|) a merged graph may show on its
@@ -57,15 +57,23 @@ def merged_graph(session, members: Sequence[ModelVersion], layout: str = "stacke
     cached = session.catalog.families.merged(key)
     if cached is not None and session.store.has(cached.graph_digest):
         return session.store.get(cached.graph_digest), cached
+    data, record = build_merged(session.store, members, layout, dense)
+    _remember(session, record)
+    return data, record
+
+
+def build_merged(store, members: Sequence[ModelVersion], layout: str = "stacked",
+                 dense: str = "matmul") -> tuple[bytes, MergedGraph]:
+    """Merge ``members`` from their stored graphs, check the result and put it in ``store`` (no catalog:
+    :func:`merged_graph` records it). Raises as :func:`merged_graph`."""
     start = time.perf_counter()
-    stripped = [onnx.ModelProto.FromString(session.store.get(m.graph_digest)) for m in members]
-    reference = artifacts.load_model_proto(session.store, members[0])
+    stripped = [onnx.ModelProto.FromString(store.get(m.graph_digest)) for m in members]
+    reference = artifacts.load_model_proto(store, members[0])
     merged = netfuse.merge_models(stripped, shared_input=(layout == "shared"), reference=reference, dense=dense)
     data = merged.SerializeToString()
-    diff = _check(session.store, members, data, layout)
-    record = MergedGraph(key, tuple(f"{m.name}:{m.version}" for m in members), layout,
-                         session.store.put(data), len(data), diff, time.perf_counter() - start)
-    _remember(session, record)
+    diff = _check(store, members, data, layout)
+    record = MergedGraph(merge_key(members, layout, dense), tuple(f"{m.name}:{m.version}" for m in members), layout,
+                         store.put(data), len(data), diff, time.perf_counter() - start)
     return data, record
 
 
@@ -141,18 +149,22 @@ def _rows(model, seed: int) -> dict[str, np.ndarray]:
 def merged_runner(session, members: Sequence[ModelVersion], layout: str, dense: str, intra: int) -> MergedRunner:
     """A :class:`~modelsql.operators.backends.routed.MergedRunner` over the cached session of the merged graph."""
     data, record = merged_graph(session, members, layout, dense)
+    return runner_of(session.store, data, record, members, intra)
+
+
+def runner_of(store, data: bytes, record: MergedGraph, members: Sequence[ModelVersion], intra: int) -> MergedRunner:
+    """The :class:`~modelsql.operators.backends.routed.MergedRunner` of a built merged graph (session cached
+    by the graph's digest)."""
     key = SessionKey(record.graph_digest, "onnxruntime", "cpu", (("merged", record.merge_key),))
     label = f"the merged graph of {', '.join(m.name for m in members)}"
-    model = shared_weights.get_shared_model(key, lambda: data, _fetch(session.store), label,
-                                            path_of=session.store.path, intra_op_threads=intra, prepack=True)
+    model = shared_weights.get_shared_model(key, lambda: data, _fetch(store), label,
+                                            path_of=store.path, intra_op_threads=intra, prepack=True)
     return MergedRunner(model, len(members))
 
 
 def family_cost(models: RoutedModels) -> tuple[float, int]:
     """(FLOPs per row, weight bytes) of one member: what :func:`merge_cost.estimate` needs."""
-    first = models.first
-    flops = first.flops if first.flops is not None else 2.0 * first.param_count  # (imported before schema 4)
-    return float(flops), sum(t.nbytes for t in first.tensors)
+    return merge_cost.member_cost(models.first)
 
 
 def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,

@@ -19,7 +19,9 @@ steps are unloaded past it and load again on their next request; default: no
 limit), ``share_structures`` (true: served models that differ only in their
 floating-point weights, such as many heads of one shape, run on one session,
 each fed its own memory-mapped weights: less memory, some throughput (7% in
-benchmarks/pretzel.py, within the runs' spread); default false). Per item, in parentheses after its name:
+benchmarks/pretzel.py, within the runs' spread); default false), ``merge_families`` (true, the default: served
+models of one architecture batch together, and a batch with requests for several of them runs as one
+NetFuse-merged graph where the measured rule expects a gain). Per item, in parentheses after its name:
 ``reserved_threads`` (threads no other pipeline uses: PRETZEL's reservation).
 """
 
@@ -44,7 +46,8 @@ __all__ = ["SERVERS", "DEFAULT_PORT", "SERVE_OPTIONS", "stop_all"]
 DEFAULT_PORT = 8000
 SERVE_OPTIONS = {"max_batch_size": (1, 1 << 20, 32), "max_queue_delay_ms": (0.0, 60_000.0, 1.0),
                  "threads": (1, 1024, None), "max_request_mb": (1, 1 << 14, 64),
-                 "memory_budget_mb": (0.0, float(1 << 24), None), "share_structures": (0, 1, 0)}
+                 "memory_budget_mb": (0.0, float(1 << 24), None), "share_structures": (0, 1, 0),
+                 "merge_families": (0, 1, 1)}
 """Statement options: name -> (lowest, highest, default)."""
 ITEM_OPTIONS = {"reserved_threads": (1, 1024, 0)}
 
@@ -205,7 +208,8 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
     budget = opts["memory_budget_mb"]
     repo = CatalogRepository(session.store, _resolver(session), threads=opts["threads"] or artifacts.default_threads(),
                              budget_bytes=None if budget is None else int(budget * (1 << 20)),
-                             share_structures=bool(opts["share_structures"]))
+                             share_structures=bool(opts["share_structures"]),
+                             merge_families=bool(opts["merge_families"]))
     try:
         repo.add_many([(entry, reserved, entry.name) for entry, reserved in entries])
         server = InferenceServer(repo, host=host, port=port, max_batch_size=opts["max_batch_size"],

@@ -13,6 +13,12 @@ run fused into one session (PRETZEL's stages: :mod:`modelsql.planner.stages`). A
 ``reserved_threads = k`` is a group of its own with ``k`` threads no other
 group uses (PRETZEL's reservation scheduling), sharing memory but not threads.
 
+Served models of one family (one architecture fingerprint, the same inputs) batch together too:
+their group keeps a NetFuse-merged graph (Jeong et al., 2020; :mod:`modelsql.planner.merged_models`)
+and runs a batch with requests for several members as one merged run when the measured rule
+(:func:`modelsql.planner.merge_cost.estimate`, asked per batch with its rows per member) expects a gain,
+else one run per member.
+
 A served model is a one-step pipeline. Adding a pipeline loads only the steps
 not resident yet; removing one releases the steps no other pipeline needs; a
 memory budget unloads the least recently used idle steps
@@ -29,11 +35,11 @@ from typing import Callable, Hashable, Optional, Sequence
 import numpy as np
 
 from ..catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
-from ..errors import DataError
+from ..errors import DataError, Error
 from ..operators.step_graph import GraphNode, StepGraph
 from ..serving.repository import TensorMetadata
 from ..serving.simple import text_feed
-from . import artifacts
+from . import artifacts, merge_cost, merged_models
 from .resident_steps import ResidentSteps
 from .stages import fuse_stages, stage_model
 from .rules.pipeline_share_steps import SharedSteps, share_steps
@@ -85,6 +91,7 @@ class _Group:
     executor: concurrent.futures.Executor
     own_executor: bool
     stage_of: dict  # step key -> the key of the session running it
+    family: Optional["_Family"] = None
 
     @property
     def session_users(self) -> dict:
@@ -93,6 +100,22 @@ class _Group:
         for k in self.stage_of.values():
             out[k] = out.get(k, 0) + 1
         return out
+
+
+@dataclass
+class _Family:
+    """A group of served models of one family and its merged graph."""
+
+    names: list[str]  # served names, in merge order
+    runner: object  # MergedRunner
+    flops: float
+    nbytes: int
+    outputs: list[str]
+    merged_runs: int = 0
+    separate_batches: int = 0
+
+    def pays(self, rows: list[int]) -> bool:
+        return merge_cost.estimate(self.flops, self.nbytes, len(rows), [float(r) for r in rows]).merge
 
 
 class CatalogRepository:
@@ -106,11 +129,16 @@ class CatalogRepository:
         budget_bytes: the most the loaded steps may take (None: no limit).
         share_structures: run the one-step stages of one structure on one session, each fed its own
             weights (:class:`~modelsql.planner.stages.LiftedStep`).
+        merge_families: batch served models of one family together and run them merged where it pays.
     """
 
     def __init__(self, store, resolve: Callable[[str, str], object], *, threads: int = 2,
-                 budget_bytes: Optional[int] = None, share_structures: bool = False) -> None:
+                 budget_bytes: Optional[int] = None, share_structures: bool = False,
+                 merge_families: bool = True) -> None:
         self.share_structures = share_structures
+        self.merge_families = merge_families
+        self.family_notes: dict[str, str] = {}
+        """Group key -> why its family is not merged (a declined merge), for SHOW SERVERS and tests."""
         self._resolve = resolve
         self._lock = threading.RLock()
         self._entries: dict[str, ServedEntry] = {}
@@ -159,7 +187,7 @@ class CatalogRepository:
 
     def _regroup(self, entries: dict[str, ServedEntry]) -> None:
         """Rebuild the groups for ``entries`` (loading missing steps first), then swap them in."""
-        plans = _group_members(entries)
+        plans = _group_members(entries, self.merge_families)
         shares = {key: share_steps([(m, entries[m].pipeline) for m in members]) for key, members in plans.items()}
         fused = {key: fuse_stages(shared) for key, shared in shares.items()}
         proxies, session_of = {}, {}
@@ -184,7 +212,8 @@ class CatalogRepository:
             graph = StepGraph([GraphNode(st.name, proxies[st.key], st.feeds, tuple(e for _, _, e in st.outputs),
                                          st.members) for st in stages], member_outputs, on_step=self._observe)
             stage_of = {node.key: session_of[st.key] for st in stages for _, node in st.nodes}
-            groups[key] = _Group(key, members, shared, graph, executor, own, stage_of)
+            family = old.family if old is not None and old.members == members else self._family(key, entries, members)
+            groups[key] = _Group(key, members, shared, graph, executor, own, stage_of, family)
         for key, old in self._groups.items():
             if old.own_executor and (key not in groups or groups[key].executor is not old.executor):
                 old.executor.shutdown(wait=False)
@@ -192,6 +221,27 @@ class CatalogRepository:
                          if n in members}
         self._groups = groups
         self.steps.retain(set(session_of.values()))
+
+    def _family(self, key: str, entries: dict, members: list[str]) -> Optional[_Family]:
+        """The merged graph of a group of two or more served models of one family, or None."""
+        models = [entries[m].pipeline.steps[0].model for m in members]
+        if not self.merge_families or not _one_family([entries[m] for m in members]):
+            return None
+        try:
+            data, record = merged_models.build_merged(self._store, models, "stacked", "conv")
+            runner = merged_models.runner_of(self._store, data, record, models, 1)
+        except Error as exc:  # MergeDeclined, an unreadable blob: the members then run one by one
+            self.family_notes[key] = str(exc)
+            return None
+        flops, nbytes = merge_cost.member_cost(models[0])
+        return _Family(list(members), runner, flops, nbytes, [o.name for o in models[0].outputs])
+
+    def family_stats(self) -> dict[str, dict]:
+        """Group key -> its family's members and how its batches ran (merged / separately)."""
+        with self._lock:
+            return {k: {"members": g.family.names, "merged_runs": g.family.merged_runs,
+                        "separate_batches": g.family.separate_batches}
+                    for k, g in self._groups.items() if g.family is not None}
 
     def _observe(self, step: str, rows: int, seconds: float) -> None:
         if self.on_step is not None:
@@ -300,6 +350,10 @@ class CatalogRepository:
         if not feeds:
             return []
         try:
+            if g.family is not None and len({e.name for e in entries}) > 1:
+                merged = _run_family(g.family, entries, feeds)
+                if merged is not None:
+                    return merged
             return _run_batch(g.graph, entries, feeds)
         except Exception as exc:
             if len(feeds) > 1:
@@ -326,9 +380,41 @@ def _served(entry, reserved_threads: int, served: str) -> ServedEntry:
                        group="", pipeline=pv, kind=kind, reserved_threads=int(reserved_threads))
 
 
-def _group_members(entries: dict[str, ServedEntry]) -> dict[str, list[str]]:
-    """Group keys -> member names: entries that share a step and take the same inputs batch together;
-    a reserved entry is a group of its own."""
+def _one_family(entries: Sequence[ServedEntry]) -> bool:
+    """Whether every entry is a served model (one step, its own inputs) with one architecture fingerprint."""
+    models = [e.pipeline.steps[0].model for e in entries if e.kind == "model" and len(e.pipeline.steps) == 1]
+    return (len(models) == len(entries) >= 2 and models[0].fingerprint is not None
+            and all(m.fingerprint == models[0].fingerprint for m in models))
+
+
+def _run_family(family: _Family, entries: list, feeds: list[dict]) -> Optional[list[dict]]:
+    """One batch of a family's requests as one merged run, when it pays; None: run it the usual way."""
+    index = {n: i for i, n in enumerate(family.names)}
+    per: list[list[int]] = [[] for _ in family.names]
+    for k, e in enumerate(entries):
+        per[index[e.name]].append(k)
+    sizes = [len(next(iter(f.values()))) for f in feeds]
+    rows = [sum(sizes[k] for k in ks) for ks in per]
+    if not family.pays(rows):
+        family.separate_batches += 1
+        return None
+    names = list(feeds[0])
+    parts = [None if not ks else {n: np.concatenate([feeds[k][n] for k in ks], axis=0) for n in names}
+             for ks in per]
+    outs = family.runner.run(parts, family.outputs)
+    family.merged_runs += 1
+    results: list = [None] * len(entries)
+    for i, ks in enumerate(per):
+        at = 0
+        for k in ks:
+            results[k] = {o: arr[at: at + sizes[k]] for o, arr in zip(family.outputs, outs[i])}
+            at += sizes[k]
+    return results
+
+
+def _group_members(entries: dict[str, ServedEntry], families: bool = True) -> dict[str, list[str]]:
+    """Group keys -> member names: entries that share a step and take the same inputs batch together,
+    and so do served models of one family (``families``); a reserved entry is a group of its own."""
     parent = {n: n for n in entries}
 
     def find(n):
@@ -351,6 +437,16 @@ def _group_members(entries: dict[str, ServedEntry]) -> dict[str, list[str]]:
                 parent[find(name)] = find(owner[key])
             else:
                 owner[key] = name
+    if families:
+        first_of: dict[tuple, str] = {}
+        for name, e in sorted(entries.items()):
+            if e.reserved_threads or not _one_family([e, e]):
+                continue
+            key = (tuple(sorted((m.name, m.datatype) for m in e.inputs)), e.pipeline.steps[0].model.fingerprint)
+            if key in first_of:
+                parent[find(name)] = find(first_of[key])
+            else:
+                first_of[key] = name
     groups: dict[str, list[str]] = {}
     for name in sorted(entries):
         groups.setdefault(find(name), []).append(name)

@@ -58,9 +58,8 @@ def family_share(plan: QueryPlan, group) -> "FamilyShare | None":
     first = same[0]
     n = len(same)
     rows = min(first.estimated_rows if first.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
-    m = first.model
-    flops = m.flops if m.flops is not None else 2.0 * m.param_count
-    est = merge_cost.estimate(flops, sum(t.nbytes for t in m.tensors), n, [float(rows)] * n)
+    flops, nbytes = merge_cost.member_cost(first.model)
+    est = merge_cost.estimate(flops, nbytes, n, [float(rows)] * n)
     reason = f"NetFuse merge of {n} models of one architecture on a shared input: " + est.reason
     forced = _forced(first.options.merge)
     if forced is not None:
@@ -84,9 +83,8 @@ def route_plan(scan) -> RoutePlan:
         return RoutePlan(False, reason=f'not merged: model "{odd.name}" {why}')
     rows = min(scan.estimated_rows if scan.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
     per_member = max(1.0, rows / n)
-    first = models.first
-    flops = first.flops if first.flops is not None else 2.0 * first.param_count
-    est = merge_cost.estimate(flops, sum(t.nbytes for t in first.tensors), n, [per_member] * n)
+    flops, nbytes = merge_cost.member_cost(models.first)
+    est = merge_cost.estimate(flops, nbytes, n, [per_member] * n)
     head = f"NetFuse merge of {n} models of one architecture: "
     forced = _forced(scan.options.merge)
     if forced is not None:
