@@ -35,14 +35,25 @@ def two_outputs_model():
     )
 
 
+def relu_model():
+    """``y = relu(a + b + c)``: the signature of ``m1`` with another architecture (another fingerprint)."""
+    return make_model(
+        [helper.make_node("MatMul", ["x", "W"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+        [("x", TensorProto.FLOAT, ["N", 3])], [("y", TensorProto.FLOAT, ["N", 1])],
+        [("W", np.ones((3, 1), dtype=np.float32))],
+    )
+
+
 @pytest.fixture
 def ruled(con):
-    """Models ``m1`` (y = a+b+c), ``m2`` (y = 2(a+b+c)), ``two`` (outputs y and z) over features a, b, c;
+    """Models ``m1`` (y = a+b+c), ``m2`` (y = 2(a+b+c)): one family; ``two`` (outputs y and z), ``relu``
+    (y = relu(a+b+c)) over features a, b, c;
     pipelines ``p1`` = (front, h1), ``p2`` = (front, h2), ``p3`` = (front2, h1), where ``front`` and
     ``front2`` are different [N,3] -> [N,3] maps; table ``t(id, a, b, c, tag)`` of 4 rows."""
     con.import_model("m1", linear_model(np.ones((3, 1), dtype=np.float32)), features=["a", "b", "c"])
     con.import_model("m2", linear_model(np.full((3, 1), 2.0, dtype=np.float32)), features=["a", "b", "c"])
     con.import_model("two", two_outputs_model(), features=["a", "b", "c"])
+    con.import_model("relu", relu_model(), features=["a", "b", "c"])
     con.import_model("front", linear_model(2 * np.eye(3, dtype=np.float32), output_name="h"), features=["a", "b", "c"])
     con.import_model("front2", linear_model(3 * np.eye(3, dtype=np.float32), output_name="h"), features=["a", "b", "c"])
     con.import_model("h1", linear_model(np.ones((3, 1), dtype=np.float32), input_name="h"))

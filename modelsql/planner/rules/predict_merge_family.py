@@ -64,7 +64,7 @@ def family_share(plan: QueryPlan, group) -> "FamilyShare | None":
     forced = _forced(first.options.merge)
     if forced is not None:
         reason = f"NetFuse merge of {n} models of one architecture on a shared input: merge = " \
-                 f"'{first.options.merge}' ({est.reason})"
+                 f"'{first.options.merge}' given (the measured rule alone: {est.reason})"
     return FamilyShare(group.id, tuple(s.id for s in same), est.merge if forced is None else forced,
                        est.dense, reason)
 
@@ -88,7 +88,7 @@ def route_plan(scan) -> RoutePlan:
     head = f"NetFuse merge of {n} models of one architecture: "
     forced = _forced(scan.options.merge)
     if forced is not None:
-        return RoutePlan(forced, "stacked", est.dense, head + f"merge = '{scan.options.merge}' ({est.reason})")
+        return RoutePlan(forced, "stacked", est.dense, head + f"merge = '{scan.options.merge}' given (the measured rule alone: {est.reason})")
     return RoutePlan(est.merge, "stacked", est.dense, head + est.reason + "; re-checked per batch")
 
 

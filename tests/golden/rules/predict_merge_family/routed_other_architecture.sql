@@ -1,0 +1,1 @@
+SELECT id, y FROM PREDICT(MODELS (m1, relu) ROUTE BY tag, TABLE t)

@@ -1,0 +1,1 @@
+SELECT a.id, a.y AS y1, b.y AS y2 FROM PREDICT(MODEL m1, TABLE t) a JOIN PREDICT(MODEL m2, TABLE t) b USING (id)
