@@ -35,29 +35,36 @@ anything slower: the CNNs). Each figure is the median over ``--repeats`` samples
 p25/p75 as spread. The big points get fewer repeats automatically: repeats are cut (to no fewer
 than 3) so a point's timed loop stays within ``--point-budget-s``; ``repeats`` in each row says what
 each point got. Where all the sessions of a point do not fit in memory at once (six copies of the
-weights: two separate sets and four merged sessions; the budget is ``--mem-budget-gb``, by default
-60% of MemAvailable at start), the point is timed in two phases, one per thread count (phase t=1:
-separate_seq t=1, concurrent, both merged lowerings t=1; phase t=2: the rest), interleaved within
-each phase; ``phases`` in each row says so.
+weights: two separate sets and four merged sessions, and a merged session's load peaks at about 2.7
+copies of its weights; the budget is ``--mem-budget-gb``, by default 40% of MemAvailable at start,
+the machine being shared), the point is timed in phases, one per thread count or, for the biggest
+(ResNet-50 and ResNeXt-50 at N = 32), one per (thread count, lowering) with the separate set
+reloaded and its samples pooled; the variants are interleaved within each phase, and ``phases``
+in each row says how many there were.
 
 Also per (arch, N):
 
 * memory: the process's resident-set growth (VmRSS, after ``gc.collect()`` and ``malloc_trim(0)``)
   over creating the N separate sessions (``rss_separate_mb``) and over creating the merged session
   (``rss_merged_mb`` for matmul, ``rss_merged_conv_mb``), each with 1 intra-op thread, from the
-  model files on disk. The merged graph references the members' weights combined by
-  Concat/Reshape nodes that ONNX Runtime folds at load, so the merged session holds one copy of the
-  weights, as the N separate sessions do together;
-* merge time: ``merge_s`` (``merge_models`` per lowering) and ``merged_session_s`` (creating the
-  merged session, which folds the weight concatenation), beside ``separate_sessions_s``.
+  model files on disk (``rss_anon_*``: the anonymous part, without file pages). The merged graph
+  references the members' weights combined by Concat/Reshape nodes that ONNX Runtime folds at load,
+  so the merged session holds one copy of the weights, as the N separate sessions do together;
+  ``peak_growth_mb``: the growth of the process's peak resident set (VmHWM) over the whole point
+  (merging, loading, timing);
+* merge time: ``merge_<lowering>_s`` (``merge_models`` over the members as the store keeps them:
+  each member's graph with its weights in a data file of its own, which the merge does not read;
+  member 0 in full as the reference for shapes; the merged graph is written beside them and
+  references their data files) and ``merged_session_<lowering>_s`` (creating the merged session, which
+  reads the weights and folds their concatenation), beside ``separate_sessions_s`` (the N sessions).
 
 Planner: for each (arch, N >= 2, batch) a query ``estimate(graph_flops(member 0), member 0's weight
 bytes, N, [batch] * N)``; its time is the measured merged time with the lowering it picks if it
 merges, else ``separate_seq_ms`` (the planner's separate execution runs the models in turn). Totals
 over the queries: ``planner_total_ms``, ``always_merge_total_ms`` (merged, with the lowering the
 estimate picks for that batch), ``never_merge_total_ms`` (separate in turn) and
-``planner_vs_best_fixed`` = planner_total / min(always, never) (at most 1: the planner beats both
-fixed policies); ``planner_right`` counts the queries where it picked the faster of the two.
+``planner_vs_best_fixed`` = planner_total / min(always, never) (1 or less: the planner does at least
+as well as the better of the two fixed policies); ``planner_right`` counts the queries where it picked the faster of the two.
 
 Writes ``benchmarks/results/netfuse.json``: top-level ``speedup_n32`` (the best merged speedup over
 the baseline at N = 32, over archs and batches) and ``speedup_n32_at``, ``planner_vs_best_fixed``, the
@@ -115,7 +122,6 @@ CNNS = ("resnet18", "resnet50", "resnext50")
 THREADS = (1, 2)
 LOWERINGS = ("matmul", "conv")
 TOLERANCE = 1e-4
-PROTOBUF_LIMIT = 1_500_000_000  # bytes of weights above which a merged model is saved with external data
 
 
 # ---------------------------------------------------------------- helpers
@@ -134,6 +140,23 @@ def rss_mb() -> dict:
             if line.startswith(("VmRSS:", "RssAnon:")):
                 out[line.split(":")[0]] = int(line.split()[1]) / 1024
     return {"rss": out.get("VmRSS", 0.0), "anon": out.get("RssAnon", 0.0)}
+
+
+def reset_peak() -> None:
+    """Reset the process's VmHWM (peak resident set) to its current resident set."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def mem_available_gb() -> float:
@@ -181,14 +204,18 @@ def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
 
 
 def export_members(arch: str, n: int, args, folder: Path) -> list[Path]:
-    """``n`` members of ``arch`` written to ``folder`` (member i has seed ``args.seed + i``)."""
+    """``n`` members of ``arch`` written to ``folder`` as ``m<i>.onnx`` with their weights in ``m<i>.data``
+    (as the store keeps them: the graph apart from the weights); member i has seed ``args.seed + i``."""
     name, kw = ARCHS[arch]
     extra = {"image_size": args.image_size} if name in CNNS else {}
     blobs = family(name, n, exporter="legacy", dynamic_batch=True, seed=args.seed, **kw, **extra)
     paths = []
-    for i, b in enumerate(blobs):
+    for i in range(len(blobs)):
+        proto = onnx.load_from_string(blobs[i])
+        blobs[i] = b""
         p = folder / f"m{i}.onnx"
-        p.write_bytes(b)
+        onnx.save_model(proto, str(p), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=f"m{i}.data", size_threshold=1024)
         paths.append(p)
     return paths
 
@@ -200,27 +227,39 @@ def inputs(arch: str, n: int, batch: int, args) -> list[np.ndarray]:
 
 
 def build_merged(members: list[Path], folder: Path) -> tuple[dict, dict]:
-    """Both lowerings merged and saved; returns (paths, timings)."""
-    protos = [onnx.load(str(p)) for p in members]
-    big = param_bytes(protos[0]) * len(protos) > PROTOBUF_LIMIT
-    paths, info = {}, {"external_data": big}
+    """Both lowerings merged from the members as stored (graphs without their weights, which stay in
+    the members' data files: the merge reads none; member 0 in full as the reference) and written beside
+    them, referencing the members' data files; returns (paths, timings)."""
+    protos = [onnx.load(str(p), load_external_data=False) for p in members]
+    reference = onnx.load(str(members[0]))
+    paths, info = {}, {}
     for dense in LOWERINGS:
         t0 = time.perf_counter()
-        merged = merge_models(protos, dense=dense)
+        merged = merge_models(protos, reference=reference, dense=dense)
         info[f"merge_{dense}_s"] = time.perf_counter() - t0
         path = folder / f"merged_{len(protos)}_{dense}.onnx"
-        t0 = time.perf_counter()
-        if big:
-            onnx.save_model(merged, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=path.name + ".data", size_threshold=1024)
-        else:
-            onnx.save_model(merged, str(path))
-        info[f"save_{dense}_s"] = time.perf_counter() - t0
+        path.write_bytes(merged.SerializeToString())
         paths[dense] = path
         del merged
-    del protos
+    del protos, reference
     gc.collect()
     return paths, info
+
+
+def plan_phases(weight_gib: float, budget_gib: float) -> tuple[list[tuple], float]:
+    """How the 6 session sets of a point are grouped in time so the resident weights fit the budget, and
+    the expected peak (GiB). A merged session's load peaks at about 2.7 copies of its weights (the
+    members' weights read, their folded concatenation, the NCHWc reorder), then holds one; each phase
+    loads its merged sessions first. Options: all at once (peak ~6 W), one phase per thread count
+    (~3.7 W), one per (thread count, lowering) with its separate set reloaded (~2.7 W)."""
+    options = [([(THREADS, LOWERINGS)], 6.0),
+               ([((t,), LOWERINGS) for t in THREADS], 3.7),
+               ([((t,), (d,)) for t in THREADS for d in LOWERINGS], 2.7)]
+    for phases, factor in options:
+        if factor * weight_gib <= budget_gib:
+            return phases, factor * weight_gib
+    phases, factor = options[-1]
+    return phases, factor * weight_gib
 
 
 # ---------------------------------------------------------------- timing
@@ -289,53 +328,57 @@ def time_variants(fns: dict, args, budget_s: float) -> tuple[dict, int]:
 
 
 def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: ThreadPoolExecutor) -> list[dict]:
+    rss_mb()
+    reset_peak()
+    base_mb = peak_mb()
     proto0 = onnx.load(str(members[0]))
     wbytes = param_bytes(proto0)
     flops = graph_flops(proto0)
     del proto0
     merged_paths, minfo = build_merged(members, folder)
 
-    sets_needed = len(THREADS) * (1 + len(LOWERINGS))  # separate sets and merged sessions, per thread count
-    weight_gb = wbytes * n / 1024 ** 3
-    phases = [list(THREADS)] if weight_gb * sets_needed <= args.mem_budget_gb else [[t] for t in THREADS]
-    if weight_gb * sets_needed / len(phases) > args.mem_budget_gb:
-        print(f"  warning: {arch} N={n} needs about {weight_gb * sets_needed / len(phases):.1f} GB per phase, "
-              f"over the {args.mem_budget_gb:.1f} GB budget", flush=True)
+    weight_gib = wbytes * n / 1024 ** 3
+    phases, peak = plan_phases(weight_gib, args.mem_budget_gb)
+    if peak > args.mem_budget_gb:
+        print(f"  warning: {arch} N={n} may peak at {peak:.1f} GiB, over the {args.mem_budget_gb:.1f} GiB budget",
+              flush=True)
 
     point = {"arch": arch, "n": n, "param_bytes": wbytes, "flops_per_row": flops,
-             "phases": len(phases), **minfo}
+             "phases": len(phases), "expected_peak_gib": peak, **minfo}
     batches = {b: {"feeds": None, "samples": {}, "repeats": {}, "max_rel_diff": {}} for b in args.batch}
     for b in args.batch:
         xs = inputs(arch, n, b, args)
         batches[b]["feeds"] = ([{"input": x} for x in xs], {"input": np.ascontiguousarray(np.stack(xs))})
+    total_variants = len(THREADS) * (1 + len(LOWERINGS)) + 1
 
-    for ph, threads in enumerate(phases):
+    for threads, lowerings in phases:
         sets = {}
         for t in threads:
-            before = rss_mb()
-            t0 = time.perf_counter()
-            sets[("sep", t)] = [session(p, t) for p in members]
-            if t == 1:
-                point["separate_sessions_s"] = time.perf_counter() - t0
-                after = rss_mb()
-                point["rss_separate_mb"] = after["rss"] - before["rss"]
-                point["rss_anon_separate_mb"] = after["anon"] - before["anon"]
-            for dense in LOWERINGS:
+            for dense in lowerings:
                 before = rss_mb()
                 t0 = time.perf_counter()
                 sets[(dense, t)] = session(merged_paths[dense], t)
-                if t == 1:
+                if t == 1 and f"merged_session_{dense}_s" not in point:
                     point[f"merged_session_{dense}_s"] = time.perf_counter() - t0
                     after = rss_mb()
                     suffix = "" if dense == "matmul" else "_conv"
                     point[f"rss_merged{suffix}_mb"] = after["rss"] - before["rss"]
                     point[f"rss_anon_merged{suffix}_mb"] = after["anon"] - before["anon"]
+        for t in threads:
+            before = rss_mb()
+            t0 = time.perf_counter()
+            sets[("sep", t)] = [session(p, t) for p in members]
+            if t == 1 and "separate_sessions_s" not in point:
+                point["separate_sessions_s"] = time.perf_counter() - t0
+                after = rss_mb()
+                point["rss_separate_mb"] = after["rss"] - before["rss"]
+                point["rss_anon_separate_mb"] = after["anon"] - before["anon"]
         for b in args.batch:
             feeds, mfeed = batches[b]["feeds"]
             # correctness: every merged session against this phase's separate sessions
             for t in threads:
                 ref = [s.run(None, f)[0] for s, f in zip(sets[("sep", t)], feeds)]
-                for dense in LOWERINGS:
+                for dense in lowerings:
                     got = sets[(dense, t)].run(None, mfeed)[0]
                     if got.shape[0] != n or tuple(got.shape[1:]) != tuple(ref[0].shape):
                         raise SystemExit(f"ABORT {arch} N={n} batch={b} {dense} t={t}: merged output shape "
@@ -347,12 +390,14 @@ def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: 
                         raise SystemExit(f"ABORT {arch} N={n} batch={b} {dense} t={t}: merged outputs differ "
                                          f"from the separate ones by {d:.3g} relative (> {TOLERANCE})")
             fns = make_variants(sets, feeds, mfeed, pool)
-            samples, reps = time_variants(fns, args, args.point_budget_s / len(phases))
-            batches[b]["samples"].update(samples)
-            batches[b]["repeats"].update({nm: reps for nm in samples})
+            samples, reps = time_variants(fns, args, args.point_budget_s * len(fns) / total_variants)
+            for nm, xs in samples.items():  # a separate set timed in two phases pools its samples
+                batches[b]["samples"].setdefault(nm, []).extend(xs)
+                batches[b]["repeats"][nm] = batches[b]["repeats"].get(nm, 0) + reps
         del sets
         gc.collect()
 
+    point["peak_growth_mb"] = peak_mb() - base_mb
     rows = []
     for b in args.batch:
         st = {nm: spread(s) for nm, s in batches[b]["samples"].items()}
@@ -445,7 +490,7 @@ def main() -> None:
     ap.add_argument("--point-budget-s", type=float, default=20.0,
                     help="repeats are cut (to no fewer than 3) so one (arch, N, batch) stays within this")
     ap.add_argument("--mem-budget-gb", type=float, default=None,
-                    help="session weights resident at once (default 60%% of MemAvailable)")
+                    help="GiB the sessions of a point may peak at (default 40%% of MemAvailable at start)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 repeats, N 1 8 32, mlp_tiny mlp resnet18")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -456,7 +501,7 @@ def main() -> None:
     args.arch = args.arch or list(ARCHS)
     args.n = sorted(args.n or [1, 2, 4, 8, 16, 32])
     args.repeats = args.repeats or 7
-    args.mem_budget_gb = args.mem_budget_gb or 0.6 * mem_available_gb()
+    args.mem_budget_gb = args.mem_budget_gb or 0.4 * mem_available_gb()
 
     start = time.perf_counter()
     host = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
@@ -497,7 +542,8 @@ def main() -> None:
                 r = new[0]
                 print(f"  N={n}: {time.perf_counter() - t0:.1f} s; merge {r['merge_matmul_s']:.2f}/"
                       f"{r['merge_conv_s']:.2f} s, merged session {r['merged_session_matmul_s']:.2f} s, "
-                      f"rss separate {r['rss_separate_mb']:.0f} MB merged {r['rss_merged_mb']:.0f} MB; "
+                      f"rss separate {r['rss_separate_mb']:.0f} MB merged {r['rss_merged_mb']:.0f} MB "
+                      f"(peak +{r['peak_growth_mb']:.0f} MB, {r['phases']} phases); "
                       + ", ".join(f"b{x['batch']} {x['baseline_ms']:.3f} -> {x['merged_best_ms']:.3f} ms "
                                   f"({x['speedup']:.2f}x)" for x in new), flush=True)
                 for f in folder.glob("merged_*"):

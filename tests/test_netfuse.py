@@ -17,24 +17,33 @@ What is checked:
 * :func:`~modelsql.formats.identity.architecture_fingerprint`;
 * the merged graph's initializers are the members' own tensors (no concatenated copies).
 
-Selection. The default run is sized for CI (well under 90 s on 2 cores): CNNs at ``width=16``
-with N in {2, 8}, ResNet-18 at ``width=8`` with N = 32, MLP and BERT with N in {2, 8, 32}. The full
-matrix (CNNs at torchvision's ``width=64``, N in {2, 8, 32} for every architecture, both exporters,
-both lowerings, separate and shared inputs) carries the marker ``netfuse_full`` and is skipped
-unless that marker is selected::
+Selection. The default run is sized for CI (about 70 s on 2 cores, most of it exporting): CNNs at
+``width=16`` with N in {2, 8} (ResNet-18 from the dynamo exporter at ``width=8``), ResNet-18 at
+``width=8`` with N = 32, MLP and BERT with N in {2, 8, 32}. The full matrix (CNNs at torchvision's
+``width=64``, N in {2, 8, 32} for every architecture, both exporters, both lowerings, separate and
+shared inputs, plus more fixed-batch families and fingerprints over 8 real exports) carries the
+marker ``netfuse_full`` (registered in pyproject.toml) and is skipped unless that marker is
+selected on the command line::
 
     pytest tests/test_netfuse.py -m netfuse_full
 
-(about 20-30 minutes and up to ~14 GiB of memory: 32 full-width ResNet-50s are over 3 GB of weights,
-so merged models over protobuf's 2 GB limit are run from a file with external data).
+It takes about half an hour and up to ~11 GiB of memory: 32 full-width ResNet-50s hold 3 GB of
+weights, more than one protobuf message can serialize, so members whose weights pass 1 GB are
+merged the way the store merges them (their stripped graphs, :func:`~modelsql.formats.split_model`,
+with the first member as the full ``reference``) and the merged graph runs with the members'
+tensors re-attached through an external data file.
 
 Members. Exporting takes most of the time (torch's dynamo exporter needs seconds per model), so a
 family is exported once per test session (cached) and members beyond the exported ones are
 derived from them: every floating-point initializer with more than one element multiplied
 element-wise by a seeded ``1 + U(-0.1, 0.1)`` (a "fine-tuned copy": same graph, different weights;
-signs, and with them BatchNorm variances, kept). The default run exports 2 members per family
-with the legacy exporter and with the dynamo one for MLP and BERT, 1 for the dynamo CNNs; the full
-run exports 8 per family (so N = 2 and 8 are all real exports, N = 32 is 8 exports + 24 derived).
+signs, and with them BatchNorm variances, kept; scalar constants stay shared). The default run
+exports 2 members per legacy family and for the dynamo MLP, 1 for the other dynamo families; the
+full run exports 8 per family (so N = 2 and 8 are all real exports, N = 32 is 8 exports and 24
+derived copies).
+
+Tests marked ``xfail(strict=True)`` reproduce known bugs of the merge (each reason says which); they
+start failing (XPASS) once the bug is fixed, and the marker should then be removed.
 """
 
 from __future__ import annotations
@@ -90,7 +99,7 @@ def _run(model, feeds: dict) -> list[np.ndarray]:
     limit is saved with external data and loaded from the file."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    if isinstance(model, bytes) or model.ByteSize() < 1_800_000_000:
+    if isinstance(model, bytes) or sum(t.ByteSize() for t in model.graph.initializer) < 1_500_000_000:
         blob = model if isinstance(model, bytes) else model.SerializeToString()
         return ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,6 +108,71 @@ def _run(model, feeds: dict) -> list[np.ndarray]:
                         location="merged.data", size_threshold=1024)
         sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         return sess.run(None, feeds)
+
+
+_LARGE = 1_000_000_000  # float bytes of all members above which the merge goes through stripped graphs
+
+
+def _store_digest(t) -> Optional[str]:
+    for e in t.external_data:
+        if e.key == "digest":
+            return e.value
+    return None
+
+
+def _merge_and_run_stripped(members: list, feed: np.ndarray, **kw) -> np.ndarray:
+    """Merge very large members the way the store does (their stripped graphs, the first member as the
+    full reference), then run the merged graph with its tensors re-attached from the members through
+    an external data file. ``members`` is emptied (freed) before the merged session is created."""
+    stripped, tensors, attrs = [], {}, {}
+    for m in members:
+        s = onnx.load_from_string(split_model(m)[0])
+        for full, bare in zip(m.graph.initializer, s.graph.initializer):
+            tensors.setdefault(_store_digest(bare), full)
+        for nf, nb in zip(m.graph.node, s.graph.node):
+            for af, ab in zip(nf.attribute, nb.attribute):
+                if ab.HasField("t") and _store_digest(ab.t):
+                    attrs.setdefault(_store_digest(ab.t), af)
+        stripped.append(s)
+    merged = merge_models(stripped, reference=members[0], **kw)
+    del stripped
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "merged.data"), "wb") as data:
+            for t in merged.graph.initializer:
+                digest = _store_digest(t)
+                if digest is None:
+                    continue
+                src = tensors[digest]
+                if int(np.prod(src.dims)) < 1024:
+                    t.CopyFrom(_renamed_tensor(src, t.name))
+                    continue
+                raw = src.raw_data if src.HasField("raw_data") else numpy_helper.to_array(src).tobytes()
+                offset = data.tell()
+                data.write(raw)
+                del t.external_data[:]
+                for k, v in (("location", "merged.data"), ("offset", str(offset)), ("length", str(len(raw)))):
+                    e = t.external_data.add()
+                    e.key, e.value = k, v
+        for node in merged.graph.node:
+            for a in node.attribute:
+                if a.HasField("t") and _store_digest(a.t):
+                    a.CopyFrom(attrs[_store_digest(a.t)])
+        members.clear()
+        tensors.clear()
+        attrs.clear()
+        path = os.path.join(tmp, "merged.onnx")
+        onnx.save_model(merged, path)
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        return sess.run(None, {"input": feed})[0]
+
+
+def _renamed_tensor(t, name: str):
+    c = TensorProto()
+    c.CopyFrom(t)
+    c.name = name
+    return c
 
 
 def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
@@ -185,7 +259,6 @@ def _reference(key: tuple, i: int, member: "onnx.ModelProto", x: np.ndarray) -> 
 def _check_family(arch: str, exporter: str, n: int, width: Optional[int], dense: str, shared: bool,
                   full: bool = False, dynamic_batch: bool = True, batch: int = BATCH) -> None:
     members = _members(arch, exporter, n, width, full, dynamic_batch)
-    merged = merge_models(members, shared_input=shared, dense=dense)
     key = (arch, exporter, width, full, dynamic_batch)
     if shared:
         x = _member_input(arch, -1, width, batch)
@@ -194,8 +267,11 @@ def _check_family(arch: str, exporter: str, n: int, width: Optional[int], dense:
     else:
         xs = [_member_input(arch, i, width, batch) for i in range(n)]
         feed = np.stack(xs)
-    got = _run(merged, {"input": feed})[0]
     want = np.stack([_reference(key, i, m, x) for i, (m, x) in enumerate(zip(members, xs))])
+    if sum(t.ByteSize() for m in members for t in m.graph.initializer) > _LARGE:
+        got = _merge_and_run_stripped(members, feed, shared_input=shared, dense=dense)
+    else:
+        got = _run(merge_models(members, shared_input=shared, dense=dense), {"input": feed})[0]
     assert got.shape == want.shape == (n, batch) + want.shape[2:]
     for i in range(n):
         err = _rel_err(got[i], want[i])
@@ -457,7 +533,7 @@ def test_declines_unsupported_nodes(case):
         assert exc.node == 'node "conv_scaled" (Conv)' and "computed at run time" in exc.reason
     elif case == "squeeze-no-axes":
         m = _model([helper.make_node("Squeeze", ["x"], ["y"], name="sq")], [("x", F, ["B", 1, 4])],
-                   [("y", F, None)])
+                   [("y", F, ["B", 4])])
         exc = _declined([m, m])
         assert exc.node == 'node "sq" (Squeeze)' and "without axes" in exc.reason
     elif case in ("reducesum-all", "reducemean-all", "reducesum-empty-axes"):
@@ -757,6 +833,28 @@ def test_if_reading_per_instance_outer_value():
     _merged_or_declined([_if_over_outer_input(True)] * 2, rows)
 
 
+@pytest.mark.xfail(strict=True, reason="BUG: _tensor_key compares tensors whose data is external (not loaded) "
+                   "by their 'location' entry alone (no offset, length or base directory): members saved in "
+                   "their own directories with the same data file name count as equal, and the merged graph "
+                   "keeps only member 1's weight for all")
+def test_external_data_members_are_not_equal_by_file_name(tmp_path):
+    loaded = []
+    for i in range(2):
+        d = tmp_path / f"member{i}"
+        d.mkdir()
+        m = _model([helper.make_node("MatMul", ["x", "W"], ["y"])], [("x", F, ["B", 64])], [("y", F, ["B", 64])],
+                   [("W", _randn(i, 64, 64))])
+        onnx.save_model(m, str(d / "model.onnx"), save_as_external_data=True, location="weights.data",
+                        size_threshold=0)
+        loaded.append(onnx.load(str(d / "model.onnx"), load_external_data=False))
+    reference = onnx.load(str(tmp_path / "member0" / "model.onnx"))
+    try:
+        merged = merge_models(loaded, reference=reference)
+    except MergeDeclined:
+        return
+    assert len(merged.graph.initializer) == 2, [t.name for t in merged.graph.initializer]
+
+
 # ---------------------------------------------------------------- 5. fingerprint
 
 
@@ -768,8 +866,7 @@ def _fp(model: "onnx.ModelProto") -> str:
                                          ("resnext50", 16)])
 def test_fingerprint_equal_for_family_members(arch, width):
     for exporter in EXPORTERS:
-        count = 2 if exporter == "legacy" or arch in ("mlp", "bert") else 1
-        real = [onnx.load_from_string(b) for b in _exports(arch, exporter, count, width)]
+        real = [onnx.load_from_string(b) for b in _exports(arch, exporter, _real_count(arch, exporter, False), width)]
         derived = _perturbed(real[0], 7)
         fps = {_fp(m) for m in real + [derived]}
         assert len(fps) == 1, f"{arch} ({exporter}): members have {len(fps)} fingerprints"

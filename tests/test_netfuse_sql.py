@@ -289,3 +289,25 @@ def test_serve_without_family_merging_keeps_members_apart(db):
         assert repo.get("m0").group != repo.get("m1").group and repo.family_stats() == {}
     finally:
         stop_all()
+
+
+def test_members_with_a_fixed_batch_dimension_route_and_merge(tmp_path):
+    """Members exported with a fixed batch of 2 rows: the merged graph runs in rounds of 2 rows per member
+    (padded), the separate members in slices of 2; both give each row its own model's answer."""
+    con = modelsql.connect(str(tmp_path / "fixed.duckdb"))
+    cur = con.cursor()
+    fam = A.family("mlp", 3, sizes=SIZES, dynamic_batch=False, seed=3)
+    for i, data in enumerate(fam):
+        cur.execute(f"CREATE MODEL f{i} FROM '{_write(tmp_path, f'f{i}', data)}'")
+    cur.execute("CREATE TABLE r AS SELECT i AS id, 'f' || (i % 3) AS m, "
+                "[random() for _ in range(8)]::FLOAT[8] AS input FROM range(11) t(i)")
+    sessions = [ort.InferenceSession(b, providers=["CPUExecutionProvider"]) for b in fam]
+    assert sessions[0].get_inputs()[0].shape[0] == 2
+    for mode in ("always", "never"):
+        rows = cur.execute(f"SELECT id, m, input, output FROM PREDICT(MODELS FAMILY f0 ROUTE BY m, TABLE r, "
+                           f"merge = '{mode}') ORDER BY id").fetchall()
+        assert len(rows) == 11
+        for _, m, x, out in rows:
+            want = sessions[int(m[1])].run(None, {"input": np.array([x, x], np.float32)})[0][0]
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    con.close()

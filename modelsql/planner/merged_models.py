@@ -138,9 +138,11 @@ def _rows(model, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}
     for name in model.input_names:
-        dims = [d if isinstance(d, int) and d > 0 else 1 for d in list(model.input_shapes.get(name) or [])[1:]]
+        declared = list(model.input_shapes.get(name) or [None])
+        dims = [d if isinstance(d, int) and d > 0 else 1 for d in declared[1:]]
         dtype = model.input_dtypes.get(name, np.float32)
-        shape = [CHECK_ROWS] + dims
+        lead = declared[0] if isinstance(declared[0], int) and declared[0] > 0 else CHECK_ROWS
+        shape = [lead] + dims
         feeds[name] = (rng.standard_normal(shape).astype(dtype) if np.dtype(dtype).kind == "f"
                        else np.zeros(shape, dtype=dtype))
     return feeds

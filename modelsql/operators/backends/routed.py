@@ -30,12 +30,29 @@ class MergedRunner:
 
     def __init__(self, model, n: int) -> None:
         self.model, self.n = model, n
+        dims = [list(model.input_shapes.get(name) or []) for name in model.input_names]
+        fixed = [d[1] for d in dims if len(d) > 1 and isinstance(d[1], int) and d[1] > 0]
+        self.fixed_rows = min(fixed) if fixed else None
+        """Rows per member of one run when the members have a fixed batch dimension, else None."""
 
     def run(self, parts: Sequence[Optional[dict[str, np.ndarray]]], outputs: Sequence[str]) -> list:
         """One merged run: ``parts[i]`` are member ``i``'s feeds (None: no rows). Returns, per member, its
-        outputs (a list of arrays, its own rows only) or None."""
+        outputs (a list of arrays, its own rows only) or None. Members with a fixed batch dimension ``b``
+        run in rounds of ``b`` rows each."""
         rows = [0 if p is None else len(next(iter(p.values()))) for p in parts]
-        widest = max(rows)
+        b = self.fixed_rows
+        if b is None or max(rows) <= b:
+            return self._run_once(parts, rows, outputs, b or max(rows))
+        rounds = []
+        for start in range(0, max(rows), b):
+            sub = [None if p is None or r <= start else {k: v[start:start + b] for k, v in p.items()}
+                   for p, r in zip(parts, rows)]
+            rounds.append(self._run_once(sub, [0 if q is None else min(b, r - start) for q, r in zip(sub, rows)],
+                                         outputs, b))
+        return [None if r == 0 else [np.concatenate([rd[i][k] for rd in rounds if rd[i] is not None], axis=0)
+                                     for k in range(len(outputs))] for i, r in enumerate(rows)]
+
+    def _run_once(self, parts, rows: list[int], outputs: Sequence[str], widest: int) -> list:
         filler = next(p for p in parts if p is not None)
         feeds = {}
         for name in filler:
@@ -47,7 +64,7 @@ class MergedRunner:
                     block = np.concatenate([block] * reps, axis=0)[:widest] if len(block) else block
                 blocks.append(block[:widest])
             feeds[name] = np.stack(blocks)
-        results = self.model.run(feeds, list(outputs))
+        results = self.model.run(feeds, list(outputs) if outputs is not None else None)
         return [None if r == 0 else [res[i, :r] for res in results] for i, r in enumerate(rows)]
 
 

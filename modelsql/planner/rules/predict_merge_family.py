@@ -88,7 +88,8 @@ def route_plan(scan) -> RoutePlan:
     head = f"NetFuse merge of {n} models of one architecture: "
     forced = _forced(scan.options.merge)
     if forced is not None:
-        return RoutePlan(forced, "stacked", est.dense, head + f"merge = '{scan.options.merge}' given (the measured rule alone: {est.reason})")
+        given = f"merge = '{scan.options.merge}' given (the measured rule alone: {est.reason})"
+        return RoutePlan(forced, "stacked", est.dense, head + given)
     return RoutePlan(est.merge, "stacked", est.dense, head + est.reason + "; re-checked per batch")
 
 
