@@ -85,6 +85,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -394,7 +395,8 @@ def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: 
             for nm, xs in samples.items():  # a separate set timed in two phases pools its samples
                 batches[b]["samples"].setdefault(nm, []).extend(xs)
                 batches[b]["repeats"][nm] = batches[b]["repeats"].get(nm, 0) + reps
-        del sets
+            del fns, samples, ref, got
+        del sets  # the phase's sessions go before the next phase loads its own
         gc.collect()
 
     point["peak_growth_mb"] = peak_mb() - base_mb
@@ -503,6 +505,7 @@ def main() -> None:
     args.repeats = args.repeats or 7
     args.mem_budget_gb = args.mem_budget_gb or 0.4 * mem_available_gb()
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still removes the temporary folder
     start = time.perf_counter()
     host = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "onnxruntime": ort.__version__, "onnx": onnx.__version__,

@@ -415,11 +415,12 @@ class Catalog:
         row = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
             "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, "
-            "fingerprint, flops FROM {s}.model_versions WHERE name = ? AND version = ?",
+            "fingerprint, flops, conv_flops, nodes FROM {s}.model_versions WHERE name = ? AND version = ?",
             [key, version],
         )[0]
         kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row[:9]
-        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, fp, flops = row[9:]
+        batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, fp = row[9:15]
+        flops, conv_flops, nodes = row[15:]
         return ModelVersion(
             name=key,
             version=version,
@@ -449,6 +450,8 @@ class Catalog:
             content_digest=content_digest,
             fingerprint=fp,
             flops=flops,
+            conv_flops=conv_flops,
+            nodes=nodes,
         )
 
     def find_content(self, content_digest: str, features: Optional[Sequence[str]] = None) -> Optional[ModelVersion]:
@@ -600,8 +603,9 @@ class Catalog:
         self._rows(
             "INSERT INTO {s}.model_versions (name, version, kind, source, graph_digest, graph_bytes, "
             "opset, param_count, logical_bytes, features, options, created_at, batch_dependence, check_rows, "
-            "check_max_abs_diff, check_label_mismatches, content_digest, fingerprint, flops) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?, ?, ?)",
+            "check_max_abs_diff, check_label_mismatches, content_digest, fingerprint, flops, conv_flops, nodes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?)",
             [
                 key,
                 version,
@@ -623,6 +627,8 @@ class Catalog:
                 mv.content_digest,
                 mv.fingerprint,
                 mv.flops,
+                mv.conv_flops,
+                mv.nodes,
             ],
         )
         for table, specs, shapes in (

@@ -85,6 +85,8 @@ class ModelVersion:
             fingerprints differ only in their weights (a NetFuse family); None before schema 4.
         flops: static estimate of FLOPs per input row
             (:func:`modelsql.formats.static_features.graph_flops`); None before schema 4.
+        conv_flops: the part of ``flops`` in Conv nodes; None before schema 4.
+        nodes: nodes of the main graph; None before schema 4.
     """
 
     name: str
@@ -108,6 +110,8 @@ class ModelVersion:
     content_digest: Optional[str] = None
     fingerprint: Optional[str] = None
     flops: Optional[float] = None
+    conv_flops: Optional[float] = None
+    nodes: Optional[int] = None
 
     @property
     def logical_bytes(self) -> int:

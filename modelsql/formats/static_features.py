@@ -8,10 +8,33 @@ and of Mantis-style static features).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 
-__all__ = ["graph_flops"]
+__all__ = ["graph_flops", "StaticFeatures", "static_features"]
+
+
+@dataclass(frozen=True)
+class StaticFeatures:
+    """What a cost model reads of a graph without running it.
+
+    Attributes:
+        flops: FLOPs per input row (:func:`graph_flops`).
+        conv_flops: the part of ``flops`` in Conv / ConvTranspose nodes.
+        nodes: nodes of the main graph (each one a kernel launch in ONNX Runtime's executor, before fusion).
+    """
+
+    flops: float
+    conv_flops: float
+    nodes: int
+
+
+def static_features(model: onnx.ModelProto) -> StaticFeatures:
+    """The :class:`StaticFeatures` of ``model`` (full or stripped)."""
+    flops, conv = _count(model)
+    return StaticFeatures(flops, conv, len(model.graph.node))
 
 
 def graph_flops(model: onnx.ModelProto) -> float:
@@ -20,6 +43,10 @@ def graph_flops(model: onnx.ModelProto) -> float:
 
     Nodes whose shapes inference cannot tell count nothing (an underestimate, which favours merging
     small models: the direction where merging is cheap to get wrong)."""
+    return _count(model)[0]
+
+
+def _count(model: onnx.ModelProto) -> tuple[float, float]:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for v in m.graph.input:
@@ -40,22 +67,23 @@ def graph_flops(model: onnx.ModelProto) -> float:
             shapes[v.name] = [d.dim_value for d in dims]
     for t in m.graph.initializer:
         shapes[t.name] = list(t.dims)
-    total = 0.0
+    total = conv = 0.0
     for node in m.graph.node:
         out = shapes.get(node.output[0]) if node.output else None
         if out is None:
             continue
         size = float(np.prod(out)) if out else 1.0
-        if node.op_type == "Conv" and node.input[1] in shapes:
+        if node.op_type in ("Conv", "ConvTranspose") and node.input[1] in shapes:
             w = shapes[node.input[1]]
-            total += 2.0 * size * float(np.prod(w[1:]))
+            n = 2.0 * size * float(np.prod(w[1:]))
+            total, conv = total + n, conv + n
         elif node.op_type in ("Gemm", "MatMul") and node.input[0] in shapes:
             a = shapes[node.input[0]]
             k = a[0] if node.op_type == "Gemm" and _attr(node, "transA") else a[-1]
             total += 2.0 * size * k
         else:
             total += size
-    return total
+    return total, conv
 
 
 def _attr(node, name: str) -> int:

@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from .. import formats
-from ..formats.static_features import graph_flops
+from ..formats.static_features import static_features
 from ..catalog.entries import ModelVersion
 from ..errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
 from ..sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
@@ -150,6 +150,12 @@ def _vacuum(stmt: VacuumModels, session, params: list) -> Result:
 # ---------------------------------------------------------------- import
 
 
+def _static(proto) -> dict:
+    """The catalog's static features of a model (the cost model's inputs)."""
+    f = static_features(proto)
+    return {"flops": f.flops, "conv_flops": f.conv_flops, "nodes": f.nodes}
+
+
 def import_model(
     session,
     name: str,
@@ -216,7 +222,7 @@ def import_model(
                   tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
                   kind=kind, features=feats, options=tuple(sorted((options or {}).items())),
                   content_digest=formats.content_digest(graph),
-                  fingerprint=formats.architecture_fingerprint(graph), flops=graph_flops(proto))
+                  fingerprint=formats.architecture_fingerprint(graph), **_static(proto))
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
     try:
