@@ -1,23 +1,24 @@
 """When a NetFuse merge pays: the measured rule the planner and the server use.
 
 Merging N models of one architecture (NetFuse, Jeong et al., 2020) removes N - 1
-runtime calls and lets one kernel launch cover N instances; it does not remove
-work, and on a CPU its general operators (batched MatMul, grouped Conv) can be
-slower than N separate dense ones once each instance has real work. So the
-estimate is
+runtime calls, each of which costs ONNX Runtime a fixed amount plus a little per
+node; it does not remove work, and on a CPU its general operators (batched MatMul,
+grouped Conv) can be slower than N separate dense ones once each instance has real
+work. So, for N members each given ``b_i`` rows (a merged run pads every member to
+the largest ``b``)::
 
-    separate = N * (CALL_MS + work)          merged = CALL_MS + N * work * penalty
+    separate = sum_i (CALL_MS + NODE_MS * nodes + work(b_i))
+    merged   = MERGED_CALL_MS + MERGED_NODE_MS * nodes + N * work(max b) * penalty
 
-with ``work`` = :func:`instance_ms` (FLOPs at :data:`FLOPS_PER_MS`, or weight bytes at
-:data:`BYTES_PER_MS` when that is slower: a one-row GEMV reads every weight) for one
-instance's rows, and ``penalty`` the merged operators' measured slowdown
-(:data:`MERGED_PENALTY`). The merge is chosen when ``separate / merged`` is at least
-:data:`MIN_GAIN`. All constants are fitted to ``benchmarks/netfuse.py`` (ONNX Runtime
-1.32, 2 cores, one intra-op thread per session, spinning off); the profiling issue's
-learned cost model (Mantis) replaces them.
-
-Every instance of a merged run gets the same number of rows (the largest member's:
-the others are padded), so an uneven routing costs the merge padding.
+with ``work(b)`` = ``flops * b / FLOPS_PER_MS + weight bytes / BYTES_PER_MS`` and
+``penalty`` the merged operators' measured slowdown (:data:`PENALTY`: by the kind of
+network, convolutional when most FLOPs are in Conv, and by rows per member). The
+merge is chosen when ``separate / merged`` is at least :data:`MIN_GAIN`. The
+constants are least-squares fits (of log times) to ``benchmarks/netfuse.py``'s
+measurements (``benchmarks/results/netfuse.json``: ONNX Runtime 1.32 on 2 cores,
+spinning off, the best of 1 and 2 intra-op threads; five architectures, N from 1 to
+32, 1 and 8 rows per member); the profiling issue's learned cost model (Mantis)
+replaces them.
 """
 
 from __future__ import annotations
@@ -26,22 +27,48 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["MergeEstimate", "estimate", "instance_ms", "member_cost", "CALL_MS", "MIN_GAIN"]
+__all__ = ["MemberCost", "MergeEstimate", "estimate", "member_cost", "work_ms", "MIN_GAIN", "CONV_MAX_ROWS"]
 
-CALL_MS = 0.012
-"""Fixed cost of one ONNX Runtime ``run()`` from Python (feeds, launch, fetch), ms."""
-FLOPS_PER_MS = 1.5e7
-"""Sustained FLOPs per millisecond of one intra-op thread on small dense kernels (15 GFLOP/s)."""
-BYTES_PER_MS = 8.0e6
-"""Weight bytes read per millisecond when a kernel is memory-bound (8 GB/s)."""
-MERGED_PENALTY = {"matmul": 1.3, "conv": 1.0}
-"""Slowdown of a merged graph's work against the separate models' (batched MatMul: no prepacked weights;
-grouped 1x1 Conv: about even at one row per instance), measured in ``benchmarks/netfuse.py``."""
+CALL_MS = 0.00745
+"""Fixed cost of one ONNX Runtime ``run()`` of a separate member from Python, ms."""
+NODE_MS = 0.00102
+"""Cost per graph node of one run (kernel dispatch, allocation), ms."""
+MERGED_CALL_MS = 0.00732
+"""Fixed cost of one run of the merged graph, ms."""
+MERGED_NODE_MS = 0.00176
+"""Cost per node of the member graph in one merged run (the merged graph adds reshapes), ms."""
+FLOPS_PER_MS = 7.42e7
+"""FLOPs per millisecond of the separate members' kernels (74 GFLOP/s: both cores where they help)."""
+BYTES_PER_MS = 3.11e7
+"""Weight bytes read per millisecond (31 GB/s: a one-row product reads every weight)."""
+PENALTY = {("dense", True): 1.268, ("dense", False): 2.017, ("conv", True): 0.907, ("conv", False): 1.215}
+"""Slowdown of a merged run's work against the members' own: ``(kind, at most CONV_MAX_ROWS rows per member)``."""
 CONV_MAX_ROWS = 2
-"""Per-instance rows up to which per-instance dense layers are written as a grouped 1x1 Conv (faster than a
-batched MatMul for one or two rows in the benchmark; slower for eight and more)."""
+"""Rows per member up to which per-instance dense layers are written as a grouped 1x1 Conv (faster than a
+batched MatMul for one or two rows in the benchmark; slower for eight)."""
 MIN_GAIN = 1.1
 """The smallest estimated speedup for which the planner merges (below it the estimate is within noise)."""
+
+
+@dataclass(frozen=True)
+class MemberCost:
+    """What the rule reads of one member (the catalog's static features).
+
+    Attributes:
+        flops: FLOPs per input row; ``conv_flops``: the part in Conv nodes.
+        nodes: nodes of the graph.
+        param_bytes: weight bytes.
+    """
+
+    flops: float
+    conv_flops: float
+    nodes: int
+    param_bytes: int
+
+    @property
+    def kind(self) -> str:
+        """``"conv"`` when most FLOPs are in Conv nodes, else ``"dense"``."""
+        return "conv" if self.flops > 0 and self.conv_flops / self.flops > 0.5 else "dense"
 
 
 @dataclass(frozen=True)
@@ -51,7 +78,7 @@ class MergeEstimate:
     Attributes:
         merge: whether to run the merged graph.
         dense: the lowering of dense layers (:data:`modelsql.formats.netfuse.DENSE_LOWERINGS`).
-        separate_ms, merged_ms: the estimates (ms) of N separate runs and of one merged run.
+        separate_ms, merged_ms: the estimates (ms) of the separate runs and of one merged run.
         reason: the decision in words, for EXPLAIN.
     """
 
@@ -62,34 +89,36 @@ class MergeEstimate:
     reason: str
 
 
-def member_cost(model) -> tuple[float, int]:
-    """(FLOPs per row, weight bytes) of one catalog model version (FLOPs from its ``flops``, or twice its
-    parameters for a version imported before catalog schema 4)."""
+def member_cost(model) -> MemberCost:
+    """The :class:`MemberCost` of a catalog model version (a version imported before catalog schema 4
+    has no static features: twice its parameters stand for its FLOPs, and 10 nodes)."""
     flops = model.flops if model.flops is not None else 2.0 * model.param_count
-    return float(flops), sum(t.nbytes for t in model.tensors)
+    return MemberCost(float(flops), float(model.conv_flops or 0.0), int(model.nodes or 10),
+                      sum(t.nbytes for t in model.tensors))
 
 
-def instance_ms(flops_per_row: float, param_bytes: int, rows: float) -> float:
-    """Estimated ms of one instance's work on ``rows`` rows (no call overhead)."""
-    return max(flops_per_row * max(rows, 1.0) / FLOPS_PER_MS, param_bytes / BYTES_PER_MS)
+def work_ms(cost: MemberCost, rows: float) -> float:
+    """Estimated ms of one member's kernels on ``rows`` rows."""
+    return cost.flops * max(rows, 1.0) / FLOPS_PER_MS + cost.param_bytes / BYTES_PER_MS
 
 
-def estimate(flops_per_row: float, param_bytes: int, n: int, rows: Sequence[float]) -> MergeEstimate:
+def estimate(cost: MemberCost, n: int, rows: Sequence[float]) -> MergeEstimate:
     """Whether merging ``n`` members pays for a run with ``rows[i]`` rows for member ``i``.
 
     Args:
-        flops_per_row: one member's FLOPs per input row (:func:`graph_flops`).
-        param_bytes: one member's weight bytes.
+        cost: one member's static features (:func:`member_cost`).
         n: members in the merged graph (instances run, present or padded).
         rows: the rows each member gets (expected, from the plan's estimate, or actual, in the server).
     """
     if n < 2:
         return MergeEstimate(False, "matmul", 0.0, 0.0, "one model: nothing to merge")
     present = [r for r in rows if r > 0]
-    separate = sum(CALL_MS + instance_ms(flops_per_row, param_bytes, r) for r in present)
+    separate = sum(CALL_MS + NODE_MS * cost.nodes + work_ms(cost, r) for r in present)
     widest = max(present, default=1.0)
-    dense = "conv" if widest <= CONV_MAX_ROWS else "matmul"
-    merged = CALL_MS + n * instance_ms(flops_per_row, param_bytes, widest) * MERGED_PENALTY[dense]
+    small = widest <= CONV_MAX_ROWS
+    dense = "conv" if small else "matmul"
+    merged = (MERGED_CALL_MS + MERGED_NODE_MS * cost.nodes
+              + n * work_ms(cost, widest) * PENALTY[(cost.kind, small)])
     gain = separate / merged if merged > 0 else math.inf
     verdict = gain >= MIN_GAIN
     reason = (f"estimated {separate:.3f} ms for {len(present)} separate runs against {merged:.3f} ms merged "

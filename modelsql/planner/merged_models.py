@@ -29,7 +29,7 @@ from ..operators.backends.routed import FamilyMember, MergedRunner, RoutedModel,
 from . import artifacts, merge_cost
 
 __all__ = ["merge_key", "merged_graph", "build_merged", "merged_runner", "runner_of", "routed_session",
-           "shared_family", "CHECK_REL_TOL", "family_cost"]
+           "shared_family", "CHECK_REL_TOL"]
 
 CHECK_REL_TOL = 1e-4
 """Largest relative difference (max |merged - separate| / max |separate|) a merged graph may show on its
@@ -164,11 +164,6 @@ def runner_of(store, data: bytes, record: MergedGraph, members: Sequence[ModelVe
     return MergedRunner(model, len(members))
 
 
-def family_cost(models: RoutedModels) -> tuple[float, int]:
-    """(FLOPs per row, weight bytes) of one member: what :func:`merge_cost.estimate` needs."""
-    return merge_cost.member_cost(models.first)
-
-
 def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,
                    merge: Optional[tuple[str, str]] = None, always: bool = False) -> tuple[RoutedModel, Optional[str]]:
     """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT.
@@ -184,10 +179,10 @@ def routed_session(session, models: RoutedModels, route_input: str, *, intra: in
             runner = merged_runner(session, models.members, merge[0], merge[1], intra)
         except netfuse.MergeDeclined as exc:
             declined = f"{exc.node}: {exc.reason}"
-    flops, nbytes = family_cost(models)
+    cost = merge_cost.member_cost(models.first)
 
     def choose(rows: list[int]) -> bool:
-        return always or merge_cost.estimate(flops, nbytes, len(rows), [float(r) for r in rows]).merge
+        return always or merge_cost.estimate(cost, len(rows), [float(r) for r in rows]).merge
 
     routed = RoutedModel(models.names, members, route_input, models.label, merged=runner, choose=choose)
     return routed, declined

@@ -108,14 +108,13 @@ class _Family:
 
     names: list[str]  # served names, in merge order
     runner: object  # MergedRunner
-    flops: float
-    nbytes: int
+    cost: object  # merge_cost.MemberCost
     outputs: list[str]
     merged_runs: int = 0
     separate_batches: int = 0
 
     def pays(self, rows: list[int]) -> bool:
-        return merge_cost.estimate(self.flops, self.nbytes, len(rows), [float(r) for r in rows]).merge
+        return merge_cost.estimate(self.cost, len(rows), [float(r) for r in rows]).merge
 
 
 class CatalogRepository:
@@ -233,8 +232,7 @@ class CatalogRepository:
         except Error as exc:  # MergeDeclined, an unreadable blob: the members then run one by one
             self.family_notes[key] = str(exc)
             return None
-        flops, nbytes = merge_cost.member_cost(models[0])
-        return _Family(list(members), runner, flops, nbytes, [o.name for o in models[0].outputs])
+        return _Family(list(members), runner, merge_cost.member_cost(models[0]), [o.name for o in models[0].outputs])
 
     def family_stats(self) -> dict[str, dict]:
         """Group key -> its family's members and how its batches ran (merged / separately)."""

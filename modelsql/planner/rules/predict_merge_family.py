@@ -58,8 +58,7 @@ def family_share(plan: QueryPlan, group) -> "FamilyShare | None":
     first = same[0]
     n = len(same)
     rows = min(first.estimated_rows if first.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
-    flops, nbytes = merge_cost.member_cost(first.model)
-    est = merge_cost.estimate(flops, nbytes, n, [float(rows)] * n)
+    est = merge_cost.estimate(merge_cost.member_cost(first.model), n, [float(rows)] * n)
     reason = f"NetFuse merge of {n} models of one architecture on a shared input: " + est.reason
     forced = _forced(first.options.merge)
     if forced is not None:
@@ -83,8 +82,7 @@ def route_plan(scan) -> RoutePlan:
         return RoutePlan(False, reason=f'not merged: model "{odd.name}" {why}')
     rows = min(scan.estimated_rows if scan.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
     per_member = max(1.0, rows / n)
-    flops, nbytes = merge_cost.member_cost(models.first)
-    est = merge_cost.estimate(flops, nbytes, n, [per_member] * n)
+    est = merge_cost.estimate(merge_cost.member_cost(models.first), n, [per_member] * n)
     head = f"NetFuse merge of {n} models of one architecture: "
     forced = _forced(scan.options.merge)
     if forced is not None:
