@@ -90,8 +90,11 @@ def merge_models(models: Sequence[ModelProto], *, shared_input: bool = False,
     """
     if dense not in DENSE_LOWERINGS:
         raise ValueError(f"dense must be one of {DENSE_LOWERINGS}, not {dense!r}")
+    models = list(models)
+    if not models:
+        raise MergeDeclined("graph", "no members")
     try:
-        return _Merger(list(models), shared_input, reference or models[0], dense).run()
+        return _Merger(models, shared_input, reference or models[0], dense).run()
     except Declined as exc:
         raise MergeDeclined(exc.node, exc.reason) from None
 
@@ -101,9 +104,16 @@ def node_label(node, index: int) -> str:
 
 
 def _tensor_key(t: TensorProto) -> bytes:
-    """Equality key of a constant: its stored digest when stripped, else its data."""
+    """Equality key of a constant: its stored digest when stripped by the store, else its data.
+
+    Raises:
+        Declined: the tensor's data is in an external file not loaded (its name alone says nothing of it).
+    """
     entries = {e.key: e.value for e in t.external_data}
-    data = entries.get("digest") or entries.get("location")
+    if t.data_location == TensorProto.EXTERNAL and "digest" not in entries:
+        raise Declined("graph", f'tensor "{t.name}" keeps its data in an external file: load the members with '
+                                "their data (onnx.load with load_external_data) first")
+    data = entries.get("digest")
     body = data.encode() if data else _data_bytes(t)
     return hashlib.sha256(str((t.data_type, tuple(t.dims))).encode() + body).digest()
 
@@ -119,10 +129,16 @@ def _data_bytes(t: TensorProto) -> bytes:
 def _constant_tensor(node) -> TensorProto:
     """The value of a Constant node as a TensorProto (any of its attribute forms)."""
     a = node.attribute[0]
-    if a.name in ("value", "sparse_value") and a.HasField("t"):
+    if a.HasField("t"):
         return a.t
-    return numpy_helper.from_array(np.asarray(helper.get_attribute_value(a),
-                                              dtype=np.float32 if "float" in a.name else np.int64))
+    if a.HasField("sparse_tensor"):
+        return a.sparse_tensor.values
+    value = helper.get_attribute_value(a)
+    if a.name in ("value_string", "value_strings"):
+        items = [value] if a.name == "value_string" else list(value)
+        dims = [] if a.name == "value_string" else [len(items)]
+        return helper.make_tensor("", TensorProto.STRING, dims, items)
+    return numpy_helper.from_array(np.asarray(value, dtype=np.float32 if "float" in a.name else np.int64))
 
 
 class _Merger:
@@ -154,8 +170,7 @@ class _Merger:
             if ops != [(n.op_type, n.domain, len(n.input), len(n.output)) for n in g0.node]:
                 raise Declined("graph", f"member {i + 1} has another topology than member 1")
             for k, (a, b) in enumerate(zip(g0.node, m.graph.node)):
-                if [_attr_key(x) for x in a.attribute if x.name != "value"] != \
-                        [_attr_key(x) for x in b.attribute if x.name != "value"]:
+                if _attr_keys(a) != _attr_keys(b):
                     raise Declined(node_label(a, k), f"member {i + 1} has other attributes")
 
     def _correspondence(self) -> dict[str, list[str]]:
@@ -204,6 +219,8 @@ class _Merger:
                 raise Declined("graph", f'value "{name}" is used before it is computed')
             tensors.append(t)
         dims = tuple(tensors[0].dims)
+        if any(tuple(t.dims) != dims or t.data_type != tensors[0].data_type for t in tensors):
+            raise Declined("graph", f'initializer "{name}" has another shape or type in another member')
         if len({_tensor_key(t) for t in tensors}) == 1:
             self.b.initializers.append(_renamed(tensors[0], name))
             return Value("R", name, rank=len(dims), dims=dims, const=True, elem=tensors[0].data_type)
@@ -252,7 +269,7 @@ class _Merger:
                 self._constant(index, node)
                 continue
             vals = [self.value(x) for x in node.input]
-            present = [v for v in vals if v is not None]
+            present = [v for v in vals if v is not None] + self._outer_values(node, where)
             if all(v.layout == "R" for v in present):
                 self._copy(node, const=all(v.const for v in present))
             elif all(v.layout in ("R", "K") and v.const for v in present):
@@ -263,6 +280,19 @@ class _Merger:
             else:
                 OPS[node.op_type](self, node, vals, where)
         return self._model()
+
+    def _outer_values(self, node, where: str) -> list[Value]:
+        """The outer-scope values a node's subgraphs read (If, Loop, Scan). A per-instance one makes the
+        node decline: a subgraph is copied as it is, so it must see shared values only."""
+        out = []
+        for name in sorted(_outer_names_of(node)):
+            if name in self.values or name in self.inits[0] or name in self.corr:
+                v = self.value(name) if name not in self.values else self.values[name]
+                if v is not None:
+                    if v.layout != "R":
+                        raise Declined(where, f'a subgraph reads "{name}", which differs between members')
+                    out.append(v)
+        return out
 
     def _copy(self, node, const: bool) -> None:
         n = onnx.NodeProto()
@@ -346,6 +376,20 @@ def _live(nodes: list, initializers: list, outputs: list[str]) -> tuple[list, li
     return kept[::-1], [t for t in initializers if t.name in needed]
 
 
+def _outer_names_of(node) -> set[str]:
+    """Names a node's subgraphs mention that they do not define themselves (outer-scope reads)."""
+    names: set[str] = set()
+    for a in node.attribute:
+        if a.HasField("g") or len(a.graphs):
+            for g in ([a.g] if a.HasField("g") else list(a.graphs)):
+                defined = {i.name for i in g.input} | {t.name for t in g.initializer} | \
+                    {o for n in g.node for o in n.output}
+                used = {x for n in g.node for x in n.input if x} | {o.name for o in g.output}
+                nested = set().union(*[_outer_names_of(n) for n in g.node]) if g.node else set()
+                names |= (used | nested) - defined
+    return names
+
+
 def _outer_names(attr) -> set[str]:
     """Names a subgraph attribute may read from the outer scope (every name it mentions)."""
     graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
@@ -369,6 +413,12 @@ def _signature(model: ModelProto):
     return (sorted((i.domain, i.version) for i in model.opset_import),
             [(v.name, v.type.SerializeToString()) for v in g.input if v.name not in inits],
             [(v.name, v.type.SerializeToString()) for v in g.output])
+
+
+def _attr_keys(node) -> list[bytes]:
+    """A node's attributes as compared between members: a Constant's value is data (compared where it is
+    used), every other attribute is structure."""
+    return [_attr_key(a) for a in node.attribute if not (node.op_type == "Constant" and a.name.startswith("value"))]
 
 
 def _attr_key(a) -> bytes:
@@ -483,7 +533,8 @@ def _reference_values(model: ModelProto) -> dict[str, np.ndarray]:
     tensors = [(t.name, t) for t in model.graph.initializer]
     tensors += [(n.output[0], _constant_tensor(n)) for n in model.graph.node if n.op_type == "Constant"]
     for name, t in tensors:
-        if t.data_location == TensorProto.EXTERNAL or np.prod(t.dims, dtype=np.int64) > 4096:
+        if (t.data_location == TensorProto.EXTERNAL or t.data_type == TensorProto.STRING
+                or np.prod(t.dims, dtype=np.int64) > 4096):
             continue
         try:
             out[name] = numpy_helper.to_array(t)

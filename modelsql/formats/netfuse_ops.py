@@ -124,7 +124,7 @@ def _s_operand(m, v, rank: int, where: str) -> str:
 def _channel_operand(m, v, rank: int, node, where: str):
     """``v`` as an operand against C tensors of rank ``rank``, or None (use S instead)."""
     if v.layout == "C":
-        return v.name
+        return v.name if v.rank == rank else None  # a lower-rank C operand would broadcast off its channel axis
     if v.rank is None or v.dims is None:
         return None
     axis = 1 - (rank - v.rank)  # the channel axis in v's own dims
