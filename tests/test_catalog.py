@@ -471,7 +471,7 @@ def _to_schema_3(con) -> None:
     con.execute("DROP TABLE modelsql.merged_graphs")
     con.execute("DROP VIEW modelsql.models")
     con.execute("ALTER TABLE modelsql.model_versions DROP COLUMN fingerprint")
-    for column in ("flops", "conv_flops", "nodes"):
+    for column in ("flops", "conv_flops", "gemm_flops", "nodes"):
         con.execute(f"ALTER TABLE modelsql.model_versions DROP COLUMN {column}")
     con.execute(schema._MODELS_VIEW_V2.format(s="modelsql"))
     con.execute("UPDATE modelsql.meta SET value = '3' WHERE key = 'schema_version'")

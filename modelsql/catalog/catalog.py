@@ -415,12 +415,12 @@ class Catalog:
         row = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
             "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, "
-            "fingerprint, flops, conv_flops, nodes FROM {s}.model_versions WHERE name = ? AND version = ?",
+            "fingerprint, flops, conv_flops, gemm_flops, nodes FROM {s}.model_versions WHERE name = ? AND version = ?",
             [key, version],
         )[0]
         kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row[:9]
         batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, fp = row[9:15]
-        flops, conv_flops, nodes = row[15:]
+        flops, conv_flops, gemm_flops, nodes = row[15:]
         return ModelVersion(
             name=key,
             version=version,
@@ -451,6 +451,7 @@ class Catalog:
             fingerprint=fp,
             flops=flops,
             conv_flops=conv_flops,
+            gemm_flops=gemm_flops,
             nodes=nodes,
         )
 
@@ -603,9 +604,9 @@ class Catalog:
         self._rows(
             "INSERT INTO {s}.model_versions (name, version, kind, source, graph_digest, graph_bytes, "
             "opset, param_count, logical_bytes, features, options, created_at, batch_dependence, check_rows, "
-            "check_max_abs_diff, check_label_mismatches, content_digest, fingerprint, flops, conv_flops, nodes) "
+            "check_max_abs_diff, check_label_mismatches, content_digest, fingerprint, flops, conv_flops, gemm_flops, nodes) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], map(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?, ?, ?, ?, ?, "
-            "?, ?)",
+            "?, ?, ?)",
             [
                 key,
                 version,
@@ -628,6 +629,7 @@ class Catalog:
                 mv.fingerprint,
                 mv.flops,
                 mv.conv_flops,
+                mv.gemm_flops,
                 mv.nodes,
             ],
         )

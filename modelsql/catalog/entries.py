@@ -86,6 +86,7 @@ class ModelVersion:
         flops: static estimate of FLOPs per input row
             (:func:`modelsql.formats.static_features.graph_flops`); None before schema 4.
         conv_flops: the part of ``flops`` in Conv nodes; None before schema 4.
+        gemm_flops: the part of ``flops`` in 2-D matrix products; None before schema 4.
         nodes: nodes of the main graph; None before schema 4.
     """
 
@@ -111,6 +112,7 @@ class ModelVersion:
     fingerprint: Optional[str] = None
     flops: Optional[float] = None
     conv_flops: Optional[float] = None
+    gemm_flops: Optional[float] = None
     nodes: Optional[int] = None
 
     @property

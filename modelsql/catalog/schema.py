@@ -152,6 +152,7 @@ _V4_FINGERPRINT_COMMENT = """
 COMMENT ON COLUMN {s}.model_versions.fingerprint IS 'SHA-256 of the architecture: the graph with floating-point initializer values left out (shapes, attributes and topology kept, names normalised). Versions with equal fingerprints differ only in their weights and can be merged into one graph (NetFuse). NULL for versions imported before catalog schema 4.';
 COMMENT ON COLUMN {s}.model_versions.flops IS 'Static estimate of floating-point operations per input row (2 per multiply-add of Conv/Gemm/MatMul, 1 per output element elsewhere; symbolic dims bound to 1). NULL for versions imported before catalog schema 4.';
 COMMENT ON COLUMN {s}.model_versions.conv_flops IS 'The part of flops in Conv nodes. NULL before catalog schema 4.';
+COMMENT ON COLUMN {s}.model_versions.gemm_flops IS 'The part of flops in 2-D matrix products (Gemm, MatMul with a 2-D output). NULL before catalog schema 4.';
 COMMENT ON COLUMN {s}.model_versions.nodes IS 'Nodes of the main graph (ONNX Runtime launches a kernel per node, before fusion). NULL before catalog schema 4.';
 """
 
@@ -282,6 +283,7 @@ CREATE TABLE {s}.model_versions (
     fingerprint VARCHAR,
     flops DOUBLE,
     conv_flops DOUBLE,
+    gemm_flops DOUBLE,
     nodes INTEGER,
     PRIMARY KEY (name, version)
 );
@@ -427,14 +429,15 @@ MIGRATIONS[2] = _migrate_2_to_3
 
 def _migrate_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
     """Version 4 adds each model version's architecture ``fingerprint`` (shown in ``models``) and static
-    features (``flops`` per row, ``conv_flops``, ``nodes``), the
+    features (``flops`` per row, ``conv_flops``, ``gemm_flops``, ``nodes``), the
     ``families`` view and the ``merged_graphs`` cache of NetFuse-merged graphs.
 
     Versions imported before it get no fingerprint and no ``flops`` (the catalog cannot read blobs):
     they are in no family; re-import one to compute them.
     """
     con.execute(f"ALTER TABLE {SCHEMA}.model_versions ADD COLUMN fingerprint VARCHAR")
-    for column, sql_type in (("flops", "DOUBLE"), ("conv_flops", "DOUBLE"), ("nodes", "INTEGER")):
+    for column, sql_type in (("flops", "DOUBLE"), ("conv_flops", "DOUBLE"), ("gemm_flops", "DOUBLE"),
+                             ("nodes", "INTEGER")):
         con.execute(f"ALTER TABLE {SCHEMA}.model_versions ADD COLUMN {column} {sql_type}")
     con.execute(f"DROP VIEW {SCHEMA}.models")
     con.execute((MODELS_VIEW + _V2_COMMENTS + _V4_FINGERPRINT_COMMENT).format(s=SCHEMA))

@@ -23,18 +23,20 @@ class StaticFeatures:
     Attributes:
         flops: FLOPs per input row (:func:`graph_flops`).
         conv_flops: the part of ``flops`` in Conv / ConvTranspose nodes.
+        gemm_flops: the part in 2-D matrix products (Gemm, MatMul with a 2-D output: dense layers over rows).
         nodes: nodes of the main graph (each one a kernel launch in ONNX Runtime's executor, before fusion).
     """
 
     flops: float
     conv_flops: float
+    gemm_flops: float
     nodes: int
 
 
 def static_features(model: onnx.ModelProto) -> StaticFeatures:
     """The :class:`StaticFeatures` of ``model`` (full or stripped)."""
-    flops, conv = _count(model)
-    return StaticFeatures(flops, conv, len(model.graph.node))
+    flops, conv, gemm = _count(model)
+    return StaticFeatures(flops, conv, gemm, len(model.graph.node))
 
 
 def graph_flops(model: onnx.ModelProto) -> float:
@@ -46,7 +48,7 @@ def graph_flops(model: onnx.ModelProto) -> float:
     return _count(model)[0]
 
 
-def _count(model: onnx.ModelProto) -> tuple[float, float]:
+def _count(model: onnx.ModelProto) -> tuple[float, float, float]:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for v in m.graph.input:
@@ -67,7 +69,7 @@ def _count(model: onnx.ModelProto) -> tuple[float, float]:
             shapes[v.name] = [d.dim_value for d in dims]
     for t in m.graph.initializer:
         shapes[t.name] = list(t.dims)
-    total = conv = 0.0
+    total = conv = gemm = 0.0
     for node in m.graph.node:
         out = shapes.get(node.output[0]) if node.output else None
         if out is None:
@@ -81,9 +83,11 @@ def _count(model: onnx.ModelProto) -> tuple[float, float]:
             a = shapes[node.input[0]]
             k = a[0] if node.op_type == "Gemm" and _attr(node, "transA") else a[-1]
             total += 2.0 * size * k
+            if len(out) == 2:
+                gemm += 2.0 * size * k
         else:
             total += size
-    return total, conv
+    return total, conv, gemm
 
 
 def _attr(node, name: str) -> int:

@@ -153,7 +153,7 @@ def _vacuum(stmt: VacuumModels, session, params: list) -> Result:
 def _static(proto) -> dict:
     """The catalog's static features of a model (the cost model's inputs)."""
     f = static_features(proto)
-    return {"flops": f.flops, "conv_flops": f.conv_flops, "nodes": f.nodes}
+    return {"flops": f.flops, "conv_flops": f.conv_flops, "gemm_flops": f.gemm_flops, "nodes": f.nodes}
 
 
 def import_model(

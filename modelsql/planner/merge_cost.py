@@ -12,7 +12,7 @@ the largest ``b``)::
 
 with ``work(b)`` = ``flops * b / FLOPS_PER_MS + weight bytes / BYTES_PER_MS`` and
 ``penalty`` the merged operators' measured slowdown (:data:`PENALTY`: by the kind of
-network, convolutional when most FLOPs are in Conv, and by rows per member). The
+network, :attr:`MemberCost.kind`, and by rows per member). The
 merge is chosen when ``separate / merged`` is at least :data:`MIN_GAIN`. The
 constants are least-squares fits (of log times) to ``benchmarks/netfuse.py``'s
 measurements (``benchmarks/results/netfuse.json``: ONNX Runtime 1.32 on 2 cores,
@@ -29,20 +29,23 @@ from typing import Sequence
 
 __all__ = ["MemberCost", "MergeEstimate", "estimate", "member_cost", "work_ms", "MIN_GAIN", "CONV_MAX_ROWS"]
 
-CALL_MS = 0.00745
+CALL_MS = 0.00714
 """Fixed cost of one ONNX Runtime ``run()`` of a separate member from Python, ms."""
-NODE_MS = 0.00102
+NODE_MS = 0.00106
 """Cost per graph node of one run (kernel dispatch, allocation), ms."""
-MERGED_CALL_MS = 0.00732
+MERGED_CALL_MS = 0.0150
 """Fixed cost of one run of the merged graph, ms."""
-MERGED_NODE_MS = 0.00176
-"""Cost per node of the member graph in one merged run (the merged graph adds reshapes), ms."""
-FLOPS_PER_MS = 7.42e7
-"""FLOPs per millisecond of the separate members' kernels (74 GFLOP/s: both cores where they help)."""
-BYTES_PER_MS = 3.11e7
-"""Weight bytes read per millisecond (31 GB/s: a one-row product reads every weight)."""
-PENALTY = {("dense", True): 1.268, ("dense", False): 2.017, ("conv", True): 0.907, ("conv", False): 1.215}
-"""Slowdown of a merged run's work against the members' own: ``(kind, at most CONV_MAX_ROWS rows per member)``."""
+MERGED_NODE_MS = 0.00041
+"""Cost per node of the member graph in one merged run, ms."""
+FLOPS_PER_MS = 8.11e7
+"""FLOPs per millisecond of the separate members' kernels (81 GFLOP/s: both cores where they help)."""
+BYTES_PER_MS = 2.84e7
+"""Weight bytes read per millisecond (28 GB/s: a one-row product reads every weight)."""
+PENALTY = {("dense", True): 1.009, ("dense", False): 2.079, ("conv", True): 0.929, ("conv", False): 1.408,
+           ("other", True): 2.519, ("other", False): 2.272}
+"""Slowdown of a merged run's work against the members' own: ``(kind, at most CONV_MAX_ROWS rows per member)``.
+The fit puts much of what "other" networks (attention: batched products over 3-D activations) gain on the
+per-node term, hence its large work penalty; it is a fit over five architectures, not a law."""
 CONV_MAX_ROWS = 2
 """Rows per member up to which per-instance dense layers are written as a grouped 1x1 Conv (faster than a
 batched MatMul for one or two rows in the benchmark; slower for eight)."""
@@ -55,20 +58,24 @@ class MemberCost:
     """What the rule reads of one member (the catalog's static features).
 
     Attributes:
-        flops: FLOPs per input row; ``conv_flops``: the part in Conv nodes.
+        flops: FLOPs per input row; ``conv_flops``: the part in Conv nodes; ``gemm_flops``: in 2-D products.
         nodes: nodes of the graph.
         param_bytes: weight bytes.
     """
 
     flops: float
     conv_flops: float
+    gemm_flops: float
     nodes: int
     param_bytes: int
 
     @property
     def kind(self) -> str:
-        """``"conv"`` when most FLOPs are in Conv nodes, else ``"dense"``."""
-        return "conv" if self.flops > 0 and self.conv_flops / self.flops > 0.5 else "dense"
+        """``"conv"`` when most FLOPs are in Conv nodes, ``"dense"`` when most are in 2-D products (an MLP),
+        else ``"other"`` (e.g. attention: products over 3-D activations)."""
+        if self.flops > 0 and self.conv_flops / self.flops > 0.5:
+            return "conv"
+        return "dense" if self.flops > 0 and self.gemm_flops / self.flops > 0.5 else "other"
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,8 @@ def member_cost(model) -> MemberCost:
     """The :class:`MemberCost` of a catalog model version (a version imported before catalog schema 4
     has no static features: twice its parameters stand for its FLOPs, and 10 nodes)."""
     flops = model.flops if model.flops is not None else 2.0 * model.param_count
-    return MemberCost(float(flops), float(model.conv_flops or 0.0), int(model.nodes or 10),
+    gemm = model.gemm_flops if model.gemm_flops is not None else flops
+    return MemberCost(float(flops), float(model.conv_flops or 0.0), float(gemm), int(model.nodes or 10),
                       sum(t.nbytes for t in model.tensors))
 
 
