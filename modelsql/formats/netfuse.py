@@ -103,17 +103,14 @@ def node_label(node, index: int) -> str:
     return f'node "{node.name}" ({node.op_type})' if node.name else f"node #{index} ({node.op_type})"
 
 
-def _tensor_key(t: TensorProto) -> bytes:
-    """Equality key of a constant: its stored digest when stripped by the store, else its data.
-
-    Raises:
-        Declined: the tensor's data is in an external file not loaded (its name alone says nothing of it).
-    """
+def _tensor_key(t: TensorProto, member: int) -> bytes:
+    """Equality key of a constant: its stored digest when stripped by the store, else its data. A tensor
+    whose data is in an external file not loaded is taken to differ from every other member's (its file
+    name says nothing of its values): kept per member, which is exact, only not shared."""
     entries = {e.key: e.value for e in t.external_data}
-    if t.data_location == TensorProto.EXTERNAL and "digest" not in entries:
-        raise Declined("graph", f'tensor "{t.name}" keeps its data in an external file: load the members with '
-                                "their data (onnx.load with load_external_data) first")
     data = entries.get("digest")
+    if t.data_location == TensorProto.EXTERNAL and data is None:
+        data = f"unloaded external data of member {member}: " + repr(sorted(entries.items()))
     body = data.encode() if data else _data_bytes(t)
     return hashlib.sha256(str((t.data_type, tuple(t.dims))).encode() + body).digest()
 
@@ -221,7 +218,7 @@ class _Merger:
         dims = tuple(tensors[0].dims)
         if any(tuple(t.dims) != dims or t.data_type != tensors[0].data_type for t in tensors):
             raise Declined("graph", f'initializer "{name}" has another shape or type in another member')
-        if len({_tensor_key(t) for t in tensors}) == 1:
+        if len({_tensor_key(t, i) for i, t in enumerate(tensors)}) == 1:
             self.b.initializers.append(_renamed(tensors[0], name))
             return Value("R", name, rank=len(dims), dims=dims, const=True, elem=tensors[0].data_type)
         names = tuple(f"{name}@m{i}" for i in range(self.n))
@@ -331,7 +328,7 @@ class _Merger:
         tensors = [_constant_tensor(m.graph.node[index]) for m in self.models]
         out = node.output[0]
         dims = tuple(tensors[0].dims)
-        if len({_tensor_key(t) for t in tensors}) == 1:
+        if len({_tensor_key(t, i) for i, t in enumerate(tensors)}) == 1:
             self._copy(node, const=True)
         else:
             self._replicate(index, node)
