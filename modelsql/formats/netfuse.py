@@ -115,6 +115,21 @@ def _tensor_key(t: TensorProto, member: int) -> bytes:
     return hashlib.sha256(str((t.data_type, tuple(t.dims))).encode() + body).digest()
 
 
+def _check_external(tensors: Sequence[TensorProto], name: str) -> None:
+    """Members' tensors in unloaded external files must name distinct places: two members' ``weights.data``
+    from two folders would both read one file beside the merged graph.
+
+    Raises:
+        Declined: two members point at the same location and offset.
+    """
+    places = [tuple(sorted((e.key, e.value) for e in t.external_data if e.key in ("location", "offset")))
+              for t in tensors if t.data_location == TensorProto.EXTERNAL
+              and not any(e.key == "digest" for e in t.external_data)]
+    if len(set(places)) < len(places):
+        raise Declined("graph", f'initializer "{name}" of two members points at the same external data file '
+                                f"({dict(places[0]).get('location')}): load the members with their data first")
+
+
 def _data_bytes(t: TensorProto) -> bytes:
     c = TensorProto()
     c.CopyFrom(t)
@@ -218,6 +233,7 @@ class _Merger:
         dims = tuple(tensors[0].dims)
         if any(tuple(t.dims) != dims or t.data_type != tensors[0].data_type for t in tensors):
             raise Declined("graph", f'initializer "{name}" has another shape or type in another member')
+        _check_external(tensors, name)
         if len({_tensor_key(t, i) for i, t in enumerate(tensors)}) == 1:
             self.b.initializers.append(_renamed(tensors[0], name))
             return Value("R", name, rank=len(dims), dims=dims, const=True, elem=tensors[0].data_type)
