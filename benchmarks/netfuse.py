@@ -40,7 +40,8 @@ copies of its weights; the budget is ``--mem-budget-gb``, by default 40% of MemA
 the machine being shared), the point is timed in phases, one per thread count or, for the biggest
 (ResNet-50 and ResNeXt-50 at N = 32), one per (thread count, lowering) with the separate set
 reloaded and its samples pooled; the variants are interleaved within each phase, and ``phases``
-in each row says how many there were.
+in each row says how many there were (``times`` keeps every sample and each phase's median, so a
+phase that ran under another load shows).
 
 Also per (arch, N):
 
@@ -58,13 +59,17 @@ Also per (arch, N):
   references their data files) and ``merged_session_<lowering>_s`` (creating the merged session, which
   reads the weights and folds their concatenation), beside ``separate_sessions_s`` (the N sessions).
 
-Planner: for each (arch, N >= 2, batch) a query ``estimate(graph_flops(member 0), member 0's weight
-bytes, N, [batch] * N)``; its time is the measured merged time with the lowering it picks if it
-merges, else ``separate_seq_ms`` (the planner's separate execution runs the models in turn). Totals
-over the queries: ``planner_total_ms``, ``always_merge_total_ms`` (merged, with the lowering the
-estimate picks for that batch), ``never_merge_total_ms`` (separate in turn) and
-``planner_vs_best_fixed`` = planner_total / min(always, never) (1 or less: the planner does at least
-as well as the better of the two fixed policies); ``planner_right`` counts the queries where it picked the faster of the two.
+Planner: for each (arch, N >= 2, batch) a query of ``merge_cost.estimate`` for N members like
+member 0 (its static features and weight bytes), each with ``batch`` rows; its time is the measured
+merged time with the lowering it picks if it merges, else ``separate_seq_ms`` (the planner's separate
+execution runs the models in turn). Totals over the queries: ``planner_total_ms``,
+``always_merge_total_ms`` (merged, with the lowering the estimate picks for that batch),
+``never_merge_total_ms`` (separate in turn) and ``planner_vs_best_fixed`` = planner_total /
+min(always, never) (1 or less: the planner does at least as well as the better of the two fixed
+policies); ``planner_right`` counts the queries where it picked the faster of the two, and
+``planner_wrong`` lists the others with what they cost. ``planner_rule`` records the rule's
+constants. Those constants are fitted to this file, so the planner's figures here are in-sample;
+``--replan FILE`` recomputes them for a results file with the rule now in the tree, measuring nothing.
 
 Writes ``benchmarks/results/netfuse.json``: top-level ``speedup_n32`` (the best merged speedup over
 the baseline at N = 32, over archs and batches) and ``speedup_n32_at``, ``planner_vs_best_fixed``, the
@@ -80,6 +85,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import inspect
 import json
 import math
 import os
@@ -101,12 +107,7 @@ import onnxruntime as ort  # noqa: E402
 
 from modelsql.datasets.architectures import example_input, family  # noqa: E402
 from modelsql.formats.netfuse import merge_models  # noqa: E402
-from modelsql.planner.merge_cost import estimate  # noqa: E402
-
-try:
-    from modelsql.formats.static_features import graph_flops  # noqa: E402
-except ImportError:  # before the static features had a module of their own
-    from modelsql.planner.merge_cost import graph_flops  # noqa: E402
+from modelsql.planner import merge_cost  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "netfuse.json"
@@ -263,6 +264,54 @@ def plan_phases(weight_gib: float, budget_gib: float) -> tuple[list[tuple], floa
     return phases, factor * weight_gib
 
 
+# ---------------------------------------------------------------- the planner's rule
+
+
+def planner_query(proto0: onnx.ModelProto, wbytes: int):
+    """``(query, features)``: ``query(n, rows)`` is the planner's ``merge_cost.estimate`` for ``n`` members
+    like ``proto0`` (weights ``wbytes``), whichever of its signatures this tree has (it reads the static
+    features ``MemberCost``, or FLOPs per row and weight bytes before those); ``features`` what it read."""
+    params = inspect.signature(merge_cost.estimate).parameters
+    if "cost" in params:
+        from modelsql.formats.static_features import static_features
+
+        f = static_features(proto0)
+        cost = merge_cost.MemberCost(f.flops, f.conv_flops, f.gemm_flops, f.nodes, wbytes)
+        return (lambda n, rows: merge_cost.estimate(cost, n, rows)), {
+            "flops_per_row": f.flops, "conv_flops": f.conv_flops, "gemm_flops": f.gemm_flops, "nodes": f.nodes,
+            "kind": cost.kind}
+    try:
+        from modelsql.formats.static_features import graph_flops
+    except ImportError:
+        graph_flops = merge_cost.graph_flops
+    flops = graph_flops(proto0)
+    return (lambda n, rows: merge_cost.estimate(flops, wbytes, n, rows)), {"flops_per_row": flops}
+
+
+def rule_constants() -> dict:
+    """The rule's module-level constants (what the planner figures were computed with)."""
+    return {k: (v if isinstance(v, (int, float)) else {str(kk): vv for kk, vv in v.items()})
+            for k, v in vars(merge_cost).items()
+            if k.isupper() and isinstance(v, (int, float, dict))}
+
+
+def plan_row(row: dict, query) -> None:
+    """Add the planner's pick for the row's (N, batch) and what it cost (rows with N >= 2)."""
+    row.pop("planner", None)
+    n, b = row["n"], row["batch"]
+    if n < 2:
+        return
+    est = query(n, [float(b)] * n)
+    merged_pick = row[f"merged_{est.dense}_ms"]
+    planner_ms = merged_pick if est.merge else row["separate_seq_ms"]
+    faster_merge = merged_pick < row["separate_seq_ms"]
+    row["planner"] = {"merge": est.merge, "dense": est.dense, "estimated_separate_ms": est.separate_ms,
+                      "estimated_merged_ms": est.merged_ms, "reason": est.reason,
+                      "planner_ms": planner_ms, "merged_with_pick_ms": merged_pick,
+                      "right": est.merge == faster_merge,
+                      "loss_ms": planner_ms - min(merged_pick, row["separate_seq_ms"])}
+
+
 # ---------------------------------------------------------------- timing
 
 
@@ -334,7 +383,7 @@ def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: 
     base_mb = peak_mb()
     proto0 = onnx.load(str(members[0]))
     wbytes = param_bytes(proto0)
-    flops = graph_flops(proto0)
+    query, features = planner_query(proto0, wbytes)
     del proto0
     merged_paths, minfo = build_merged(members, folder)
 
@@ -344,9 +393,10 @@ def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: 
         print(f"  warning: {arch} N={n} may peak at {peak:.1f} GiB, over the {args.mem_budget_gb:.1f} GiB budget",
               flush=True)
 
-    point = {"arch": arch, "n": n, "param_bytes": wbytes, "flops_per_row": flops,
+    point = {"arch": arch, "n": n, "param_bytes": wbytes, **features,
              "phases": len(phases), "expected_peak_gib": peak, **minfo}
-    batches = {b: {"feeds": None, "samples": {}, "repeats": {}, "max_rel_diff": {}} for b in args.batch}
+    batches = {b: {"feeds": None, "samples": {}, "repeats": {}, "max_rel_diff": {}, "phase_medians": {}}
+               for b in args.batch}
     for b in args.batch:
         xs = inputs(arch, n, b, args)
         batches[b]["feeds"] = ([{"input": x} for x in xs], {"input": np.ascontiguousarray(np.stack(xs))})
@@ -394,6 +444,7 @@ def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: 
             samples, reps = time_variants(fns, args, args.point_budget_s * len(fns) / total_variants)
             for nm, xs in samples.items():  # a separate set timed in two phases pools its samples
                 batches[b]["samples"].setdefault(nm, []).extend(xs)
+                batches[b]["phase_medians"].setdefault(nm, []).append(float(np.median(xs)))
                 batches[b]["repeats"][nm] = batches[b]["repeats"].get(nm, 0) + reps
             del fns, samples, ref, got
         del sets  # the phase's sessions go before the next phase loads its own
@@ -402,7 +453,9 @@ def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: 
     point["peak_growth_mb"] = peak_mb() - base_mb
     rows = []
     for b in args.batch:
-        st = {nm: spread(s) for nm, s in batches[b]["samples"].items()}
+        st = {nm: {**spread(s), "samples_ms": [round(x, 5) for x in s],
+                   "phase_medians_ms": batches[b]["phase_medians"][nm]}
+              for nm, s in batches[b]["samples"].items()}
         best = {}
         for kind in ("separate_seq", "merged_matmul", "merged_conv"):
             t = min(THREADS, key=lambda t: st[f"{kind}_t{t}"]["median_ms"])
@@ -425,16 +478,7 @@ def run_point(arch: str, n: int, members: list[Path], folder: Path, args, pool: 
                "repeats": batches[b]["repeats"], "times": st,
                "loadavg": os.getloadavg()[0],
                **{k: v for k, v in point.items() if k not in ("arch", "n")}}
-        if n >= 2:
-            est = estimate(flops, wbytes, n, [float(b)] * n)
-            merged_pick = row[f"merged_{est.dense}_ms"]
-            planner_ms = merged_pick if est.merge else row["separate_seq_ms"]
-            faster_merge = merged_pick < row["separate_seq_ms"]
-            row["planner"] = {"merge": est.merge, "dense": est.dense, "estimated_separate_ms": est.separate_ms,
-                              "estimated_merged_ms": est.merged_ms, "reason": est.reason,
-                              "planner_ms": planner_ms, "merged_with_pick_ms": merged_pick,
-                              "right": est.merge == faster_merge,
-                              "loss_ms": planner_ms - min(merged_pick, row["separate_seq_ms"])}
+        plan_row(row, query)
         rows.append(row)
     return rows
 
@@ -480,6 +524,41 @@ def table(rows: list[dict], order: list[str]) -> str:
     return "\n".join(lines)
 
 
+def replan(args) -> None:
+    """Recompute the planner's picks and totals of an existing results file with the rule now in the tree
+    (the measurements are kept; member 0 of each architecture is rebuilt for its static features)."""
+    result = json.loads(args.replan.read_text())
+    rows = result["rows"]
+    settings = result["settings"]
+    order = list(dict.fromkeys(r["arch"] for r in rows))
+    for arch in order:
+        name, kw = ARCHS[arch]
+        extra = {"image_size": settings["image_size"]} if name in CNNS else {}
+        proto0 = onnx.load_from_string(family(name, 1, exporter=settings["exporter"], dynamic_batch=True,
+                                              seed=settings["seed"], **kw, **extra)[0])
+        query, features = planner_query(proto0, param_bytes(proto0))
+        for r in rows:
+            if r["arch"] == arch:
+                r.update(features)
+                plan_row(r, query)
+    result.update(summarize(rows))
+    result["planner_rule"] = rule_constants()
+    result["replanned"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+                           "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    report(result, order)
+
+
+def report(result: dict, order: list[str]) -> None:
+    print()
+    print(table(result["rows"], order))
+    print()
+    print(json.dumps({k: result[k] for k in ("speedup_n32", "speedup_n32_at", "planner_vs_best_fixed",
+                                             "planner_total_ms", "always_merge_total_ms", "never_merge_total_ms",
+                                             "planner_right", "planner_queries", "runtime_s")}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", nargs="+", choices=list(ARCHS), default=None)
@@ -495,7 +574,12 @@ def main() -> None:
                     help="GiB the sessions of a point may peak at (default 40%% of MemAvailable at start)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 repeats, N 1 8 32, mlp_tiny mlp resnet18")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--replan", type=Path, default=None, metavar="RESULTS_JSON",
+                    help="measure nothing: recompute the planner's picks in this results file with the current rule")
     args = ap.parse_args()
+    if args.replan:
+        replan(args)
+        return
     if args.quick:
         args.arch = args.arch or ["mlp_tiny", "mlp", "resnet18"]
         args.n = args.n or [1, 8, 32]
@@ -525,6 +609,7 @@ def main() -> None:
 
     def write(done: bool) -> dict:
         result = {**summarize(rows), "host": {**host, "loadavg_end": os.getloadavg()}, "settings": settings,
+                  "planner_rule": rule_constants(),
                   "runtime_s": time.perf_counter() - start, "complete": done, "rows": rows,
                   "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -557,12 +642,7 @@ def main() -> None:
         pool.shutdown()
         shutil.rmtree(work, ignore_errors=True)
     result = write(True)
-    print()
-    print(table(rows, args.arch))
-    print()
-    print(json.dumps({k: result[k] for k in ("speedup_n32", "speedup_n32_at", "planner_vs_best_fixed",
-                                             "planner_total_ms", "always_merge_total_ms", "never_merge_total_ms",
-                                             "planner_right", "planner_queries", "runtime_s")}, indent=2))
+    report(result, args.arch)
 
 
 if __name__ == "__main__":
