@@ -83,7 +83,6 @@ N = 16 and 32: exporting, merging and loading 32 copies of ResNet-50); ``--quick
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import inspect
 import json
@@ -101,6 +100,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -108,6 +108,7 @@ import onnxruntime as ort  # noqa: E402
 from modelsql.datasets.architectures import example_input, family  # noqa: E402
 from modelsql.formats.netfuse import merge_models  # noqa: E402
 from modelsql.planner import merge_cost  # noqa: E402
+import proc_memory  # noqa: E402  (benchmarks/proc_memory.py)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "netfuse.json"
@@ -122,6 +123,7 @@ ARCHS: dict[str, tuple[str, dict]] = {
 }
 CNNS = ("resnet18", "resnet50", "resnext50")
 THREADS = (1, 2)
+MIB = 1 << 20
 LOWERINGS = ("matmul", "conv")
 TOLERANCE = 1e-4
 
@@ -131,17 +133,9 @@ TOLERANCE = 1e-4
 
 def rss_mb() -> dict:
     """The process's VmRSS and RssAnon in MiB, after gc and malloc_trim."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "RssAnon:")):
-                out[line.split(":")[0]] = int(line.split()[1]) / 1024
-    return {"rss": out.get("VmRSS", 0.0), "anon": out.get("RssAnon", 0.0)}
+    proc_memory.settle()
+    got = proc_memory.status("VmRSS", "RssAnon")
+    return {"rss": got["VmRSS"] / MIB, "anon": got["RssAnon"] / MIB}
 
 
 def reset_peak() -> None:
@@ -154,11 +148,7 @@ def reset_peak() -> None:
 
 
 def peak_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return proc_memory.status("VmHWM")["VmHWM"] / MIB
 
 
 def mem_available_gb() -> float:

@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
-import gc
 import json
 import os
 import random
@@ -63,6 +61,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import proc_memory  # noqa: E402  (benchmarks/proc_memory.py)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "pretzel.json"
@@ -157,17 +158,9 @@ def prepare(work: Path, n_text: int, n_reg: int, cold: int) -> dict:
 
 
 def rss() -> dict:
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("RssAnon:", "RssFile:")):
-                out[line.split(":")[0]] = int(line.split()[1]) * 1024
-    return {"rss_anon": out.get("RssAnon", 0), "rss_file": out.get("RssFile", 0)}
+    proc_memory.settle()
+    got = proc_memory.status("RssAnon", "RssFile")
+    return {"rss_anon": got["RssAnon"], "rss_file": got["RssFile"]}
 
 
 class _FixedRepository:

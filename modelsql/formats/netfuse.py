@@ -383,9 +383,7 @@ def _live(nodes: list, initializers: list, outputs: list[str]) -> tuple[list, li
         if any(o in needed for o in node.output):
             kept.append(node)
             needed.update(x for x in node.input if x)
-            for a in node.attribute:
-                if a.HasField("g") or len(a.graphs):
-                    needed.update(_outer_names(a))
+            needed.update(_outer_names_of(node))
     return kept[::-1], [t for t in initializers if t.name in needed]
 
 
@@ -400,16 +398,6 @@ def _outer_names_of(node) -> set[str]:
                 used = {x for n in g.node for x in n.input if x} | {o.name for o in g.output}
                 nested = set().union(*[_outer_names_of(n) for n in g.node]) if g.node else set()
                 names |= (used | nested) - defined
-    return names
-
-
-def _outer_names(attr) -> set[str]:
-    """Names a subgraph attribute may read from the outer scope (every name it mentions)."""
-    graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
-    names = set()
-    for g in graphs:
-        for n in g.node:
-            names.update(n.input)
     return names
 
 

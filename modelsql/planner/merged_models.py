@@ -23,6 +23,7 @@ from ..catalog.families import MergedGraph
 from ..errors import DataError, Error
 from ..formats import netfuse
 from ..operators.backends import SessionKey
+from ..storage import BlobStore
 from ..operators.backends import shared_weights
 from ..operators.backends.pipeline import StepMemo
 from ..operators.backends.routed import FamilyMember, MergedRunner, RoutedModel, SharedFamily
@@ -71,8 +72,9 @@ def build_merged(store, members: Sequence[ModelVersion], layout: str = "stacked"
     reference = artifacts.load_model_proto(store, members[0])
     merged = netfuse.merge_models(stripped, shared_input=(layout == "shared"), reference=reference, dense=dense)
     data = merged.SerializeToString()
-    diff = _check(store, members, data, layout)
-    record = MergedGraph(merge_key(members, layout, dense), tuple(f"{m.name}:{m.version}" for m in members), layout,
+    key = merge_key(members, layout, dense)
+    diff = _check(store, members, data, layout, _session(store, data, BlobStore.digest_of(data), key, members, 1))
+    record = MergedGraph(key, tuple(f"{m.name}:{m.version}" for m in members), layout,
                          store.put(data), len(data), diff, time.perf_counter() - start)
     return data, record
 
@@ -88,29 +90,30 @@ def _remember(session, record: MergedGraph) -> None:
         pass
 
 
-def _fetch(store):
-    def fetch(digest: str) -> bytes:
-        return store.get(digest)
-    return fetch
-
-
-def _load(store, data: bytes, label: str, intra: int):
-    return shared_weights.shared_model(data, _fetch(store), label, path_of=store.path, intra_op_threads=intra,
-                                       prepack=True)
-
-
-def _check(store, members: Sequence[ModelVersion], data: bytes, layout: str) -> float:
-    """Run the merged graph and each member on made-up rows; the largest relative difference.
+def _session(store, data: bytes, digest: str, key: str, members: Sequence[ModelVersion], intra: int):
+    """The cached session of a merged graph (its weights memory-mapped from the members' blobs), keyed by the
+    graph's digest: the check's session (one thread) is the one a one-thread runner then uses.
 
     Raises:
-        MergeDeclined: the difference exceeds :data:`CHECK_REL_TOL`, or the merged graph does not run.
+        MergeDeclined: ONNX Runtime rejects the merged graph.
     """
-    label = f"the merged graph of {len(members)} models"
-    sessions = [artifacts.model_session(store, m, intra=1) for m in members]
+    label = f"the merged graph of {', '.join(m.name for m in members)}"
     try:
-        merged = _load(store, data, label, 1)
+        return shared_weights.get_shared_model(SessionKey(digest, "onnxruntime", "cpu", (("merged", key),)),
+                                               lambda: data, store.get, label, path_of=store.path,
+                                               intra_op_threads=intra, prepack=True)
     except DataError as exc:
         raise netfuse.MergeDeclined("graph", f"ONNX Runtime rejects the merged graph: {exc}") from None
+
+
+def _check(store, members: Sequence[ModelVersion], data: bytes, layout: str, merged) -> float:
+    """Run the merged graph (its loaded session ``merged``) and each member on made-up rows; the largest
+    relative difference.
+
+    Raises:
+        MergeDeclined: the difference exceeds :data:`CHECK_REL_TOL`.
+    """
+    sessions = [artifacts.model_session(store, m, intra=1) for m in members]
     parts = [_rows(sessions[0], seed=i) for i in range(len(members))]
     if layout == "shared":
         parts = [parts[0]] * len(members)
@@ -157,11 +160,7 @@ def merged_runner(session, members: Sequence[ModelVersion], layout: str, dense: 
 def runner_of(store, data: bytes, record: MergedGraph, members: Sequence[ModelVersion], intra: int) -> MergedRunner:
     """The :class:`~modelsql.operators.backends.routed.MergedRunner` of a built merged graph (session cached
     by the graph's digest)."""
-    key = SessionKey(record.graph_digest, "onnxruntime", "cpu", (("merged", record.merge_key),))
-    label = f"the merged graph of {', '.join(m.name for m in members)}"
-    model = shared_weights.get_shared_model(key, lambda: data, _fetch(store), label,
-                                            path_of=store.path, intra_op_threads=intra, prepack=True)
-    return MergedRunner(model, len(members))
+    return MergedRunner(_session(store, data, record.graph_digest, record.merge_key, members, intra), len(members))
 
 
 def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,

@@ -157,11 +157,11 @@ def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, mo
     """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`);
     a pipeline of a :class:`~modelsql.planner.plan.StepShare` gets its group's step ``memo``; ``model``
     overrides the session (a member of a merged family)."""
+    if model is not None:
+        return StreamPredict(scan, model, session.duck)
     cores = artifacts.default_threads()
     intra = cost.stream_threads(scan, duck_threads, cores) or shared_threads(cores, duck_threads)
-    if model is not None:
-        pass
-    elif memo is not None:
+    if memo is not None:
         model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo)
     elif scan.model.kind == "models":
         model = routed_model(scan, session, intra)
@@ -184,8 +184,8 @@ def routed_model(scan: PredictScan, session, intra: int):
 def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int) -> BatchPredict:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows."""
     cores = artifacts.default_threads()
-    if scan.model.kind == "models":
-        stream = routed_model(scan, session, shared_threads(cores, duck_threads))
+    if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
+        stream = model = routed_model(scan, session, cores)
     else:
         stream = artifacts.model_session(session.store, scan.model, intra=shared_threads(cores, duck_threads))
     b, o = scan.binding, scan.options
@@ -195,8 +195,8 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
         a.input_name for a in b.args
         if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2
     )
-    model = (routed_model(scan, session, cores) if scan.model.kind == "models"
-             else artifacts.model_session(session.store, scan.model, intra=cores, column_major=column_major))
+    if scan.model.kind != "models":
+        model = artifacts.model_session(session.store, scan.model, intra=cores, column_major=column_major)
     feature_bytes = sum(cost.arg_bytes(a, t) for a, t in zip(b.args, b.arg_types)) or 1
     rows_per_batch = max(64, min(cost.BATCH_ROWS, (32 << 20) // feature_bytes))
     return BatchPredict(

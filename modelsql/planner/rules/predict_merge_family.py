@@ -55,17 +55,10 @@ def family_share(plan: QueryPlan, group) -> "FamilyShare | None":
             and s.binding.arg_sql == family[0].binding.arg_sql and s.options == family[0].options]
     if len(same) < 2 or len({s.model.name for s in same}) < len(same):
         return None
-    first = same[0]
-    n = len(same)
-    rows = min(first.estimated_rows if first.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
-    est = merge_cost.estimate(merge_cost.member_cost(first.model), n, [float(rows)] * n)
-    reason = f"NetFuse merge of {n} models of one architecture on a shared input: " + est.reason
-    forced = _forced(first.options.merge)
-    if forced is not None:
-        reason = f"NetFuse merge of {n} models of one architecture on a shared input: merge = " \
-                 f"'{first.options.merge}' given (the measured rule alone: {est.reason})"
-    return FamilyShare(group.id, tuple(s.id for s in same), est.merge if forced is None else forced,
-                       est.dense, reason)
+    first, n = same[0], len(same)
+    merge, dense, reason = _decide(first, first.model, n, float(_rows_per_call(first)),
+                                   f"NetFuse merge of {n} models of one architecture on a shared input: ", "")
+    return FamilyShare(group.id, tuple(s.id for s in same), merge, dense, reason)
 
 
 def route_plan(scan) -> RoutePlan:
@@ -80,17 +73,22 @@ def route_plan(scan) -> RoutePlan:
         why = ("has no architecture fingerprint (imported before catalog schema 4)" if odd.fingerprint is None
                else f'has another architecture than model "{models.first.name}"')
         return RoutePlan(False, reason=f'not merged: model "{odd.name}" {why}')
-    rows = min(scan.estimated_rows if scan.estimated_rows is not None else cost.CHUNK_ROWS, cost.CHUNK_ROWS)
-    per_member = max(1.0, rows / n)
-    est = merge_cost.estimate(merge_cost.member_cost(models.first), n, [per_member] * n)
-    head = f"NetFuse merge of {n} models of one architecture: "
-    forced = _forced(scan.options.merge)
-    if forced is not None:
-        given = f"merge = '{scan.options.merge}' given (the measured rule alone: {est.reason})"
-        return RoutePlan(forced, "stacked", est.dense, head + given)
-    return RoutePlan(est.merge, "stacked", est.dense, head + est.reason + "; re-checked per batch")
+    merge, dense, reason = _decide(scan, models.first, n, max(1.0, _rows_per_call(scan) / n),
+                                   f"NetFuse merge of {n} models of one architecture: ", "; re-checked per batch")
+    return RoutePlan(merge, "stacked", dense, reason)
 
 
-def _forced(mode: str):
-    """True / False for ``merge = 'always' / 'never'``; None for ``'auto'``."""
-    return {"always": True, "never": False}.get(mode)
+def _rows_per_call(scan) -> int:
+    """Rows one call of the scan's function sees: DuckDB's estimate of its input, at most one chunk."""
+    rows = scan.estimated_rows if scan.estimated_rows is not None else cost.CHUNK_ROWS
+    return min(rows, cost.CHUNK_ROWS)
+
+
+def _decide(scan, member, n: int, per_member: float, head: str, tail: str) -> tuple[bool, str, str]:
+    """(merge, dense lowering, reason) for ``n`` members like ``member`` given ``per_member`` rows each: the
+    measured rule, unless the scan's ``merge = 'always' | 'never'`` decides."""
+    est = merge_cost.estimate(merge_cost.member_cost(member), n, [per_member] * n)
+    forced = {"always": True, "never": False}.get(scan.options.merge)
+    if forced is None:
+        return est.merge, est.dense, head + est.reason + tail
+    return forced, est.dense, head + f"merge = '{scan.options.merge}' given (the measured rule alone: {est.reason})"
