@@ -195,6 +195,10 @@ def test_bad_routed_input_gets_clear_errors_and_changes_nothing(db):
          "route_column_fed", "input"),
         ("SELECT * FROM PREDICT(MODELS (m0) ROUTE BY model_name, TABLE req, merge = 'sometimes')",
          errors.ProgrammingError, "bad_option", "merge"),
+        ("SELECT * FROM PREDICT(MODELS (m0, m1) ROUTE BY model_name, (SELECT model_name, id AS input FROM req))",
+         errors.ProgrammingError, "wrong_column_type", "PREDICT(MODELS (m0, m1) ROUTE BY model_name)"),
+        ("SELECT * FROM PREDICT(MODELS FAMILY ROUTE BY model_name, TABLE req)", errors.ProgrammingError,
+         "parse_error", "Expected a family name"),
         ("SELECT * FROM PREDICT(MODELS (m0, m1, m2, m3) ROUTE BY model_name, "
          "(SELECT id, input, CASE WHEN id = 3 THEN NULL ELSE model_name END AS model_name FROM req))",
          errors.DataError, None, "model_name"),

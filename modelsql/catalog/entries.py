@@ -306,6 +306,11 @@ class RoutedModels:
         return tuple(m.name for m in self.members)
 
     @property
+    def name(self) -> str:
+        """The members' names, comma-separated (how a message names them all)."""
+        return ", ".join(self.names)
+
+    @property
     def label(self) -> str:
         """``'models (a, b, c)'``, how messages name them."""
         return "models (" + ", ".join(self.names) + ")"

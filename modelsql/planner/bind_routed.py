@@ -39,7 +39,7 @@ def bind_routed(models: RoutedModels, columns: list[Column], options: PredictOpt
         raise ProgrammingError(
             f'PREDICT({models.ref_sql}): the input has no column "{models.route}" to route by.'
             + did_you_mean(models.route, [c.name for c in columns]), code="column_not_found")
-    binding = bind_predict(models.first, columns, options, list(key_columns) + [col.name])
+    binding = bind_predict(models, columns, options, list(key_columns) + [col.name])  # errors name the PREDICT
     if col.name in binding.fed_columns:
         raise ProgrammingError(
             f'PREDICT({models.ref_sql}): column "{col.name}" is fed to the models; the column naming each '

@@ -455,6 +455,8 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
         token = self._prev
         refs, family = [], None
         if self._match_word("FAMILY"):
+            if self._match_word("ROUTE", advance=False) and self._next and self._next.text.upper() == "BY":
+                self.raise_error("Expected a family name after MODELS FAMILY")
             family = self._parse_id_var(any_token=False)
             if not isinstance(family, exp.Identifier):
                 self.raise_error("Expected a family name after MODELS FAMILY")
