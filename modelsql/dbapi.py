@@ -362,6 +362,20 @@ class Connection:
     def optimize(self, value: bool) -> None:
         self._session.optimize = bool(value)
 
+    @property
+    def tune_progress(self):
+        """A callable that ``TUNE`` calls after every finished stage and round with a dict: ``study``,
+        ``trials``, ``trials_done``, ``best_trial``, ``best_metric``, ``epochs_trained`` and
+        ``epochs_requested`` (trial-based execution's epochs so far); None (the default) for none.
+        The shell sets it to draw a progress display."""
+        return self._session.progress
+
+    @tune_progress.setter
+    def tune_progress(self, callback) -> None:
+        if callback is not None and not callable(callback):
+            raise InterfaceError("tune_progress must be a callable or None.", code="invalid_argument")
+        self._session.progress = callback
+
     def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
         """Create a cursor, execute ``operation`` on it and return it (as sqlite3 does)."""
         cur = self.cursor()

@@ -35,8 +35,8 @@ from modelsql.sql import (
     to_duckdb_sql,
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
-from modelsql.sql.nodes import (CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, Serve, ShowPipelines,
-                                ShowServers, StopServer, statement)
+from modelsql.sql.nodes import (CreatePipeline, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
+                                Serve, ShowPipelines, ShowServers, ShowStudies, StopServer, TuneModel, statement)
 
 
 def parse_one(sql: str) -> exp.Expression:
@@ -93,6 +93,30 @@ STATEMENT_FORMS = [
     ("STOP SERVER", StopServer),
     ("STOP SERVER ON PORT 8100", StopServer),
     ("SHOW SERVERS", ShowServers),
+    ("IMPORT MODEL m FROM PYTHON 'models.cnn:build'", ImportModel),
+    ("CREATE MODEL IF NOT EXISTS m FROM PYTHON 'pkg.models.cnn:Net.build' WITH (width = 64)", ImportModel),
+    ("CREATE OR REPLACE MODEL m FROM PYTHON 'cnn:build'", ImportModel),
+    ("IMPORT MODEL m FROM STUDY s", ImportModel),
+    ("CREATE MODEL m FROM STUDY s TRIAL 12", ImportModel),
+    ("create or replace model if not exists \"M\" from study \"S t\" trial 0 with (a = 1)", ImportModel),
+    ("TUNE MODEL cnn ON TABLE train VALIDATE ON TABLE val TARGET label "
+     "SEARCH (lr = STEP_DECAY(initial => CHOICE(0.1, 0.05), milestones => (10, 20), gamma => 0.1), "
+     "batch_size = CHOICE(32, 64)) USING ASHA WITH (max_epochs = 27, trials = 64, seed = 0);", TuneModel),
+    ("TUNE MODEL m VERSION 2 ON (SELECT * FROM t WHERE split = 'train') "
+     "VALIDATE ON (SELECT * FROM t WHERE split = ?) TARGET \"Label\" "
+     "SEARCH (lr = LOGUNIFORM(1e-4, 1e-1), p = UNIFORM(0, 1), width = INTEGER(16, 128), x = -3, "
+     "opt = 'adam', ms = (10, 20), "
+     "sched = STEP_DECAY(initial => CHOICE(0.1, 0.05), milestones => CHOICE((10, 20), (15, 25)), gamma => 0.1, "
+     "warmup => 2), pw = PIECEWISE(values => (0.1, 0.01, 0.001), milestones => (10, 20))) USING TPE RESUME", TuneModel),
+    ("tune model m on table s.t target y search (a := choice(1, 2), b => uniform(0, 1)) using random "
+     "with (trials = 4) resume", TuneModel),
+    ("TUNE MODEL m ON (FROM t) TARGET y SEARCH (a = 1) USING GRID", TuneModel),
+    ("SHOW STUDIES", ShowStudies),
+    ("show studies", ShowStudies),
+    ("DESCRIBE STUDY s", DescribeStudy),
+    ('DESCRIBE STUDY "My Study"', DescribeStudy),
+    ("DROP STUDY s", DropStudy),
+    ("DROP STUDY IF EXISTS s", DropStudy),
 ]
 
 
@@ -340,6 +364,11 @@ PLAIN_SQL = [
     "SELECT * FROM t WHERE a = ? AND b = $2",
     "ALTER TABLE t DROP model",
     "INSERT INTO t VALUES (1, 'predict(model m, table t)')",
+    "DESCRIBE study",
+    "DESCRIBE study.t",
+    "SELECT study, trial, search, target, python FROM studies",
+    "CREATE TABLE study (tune INT, python VARCHAR)",
+    "DROP TABLE study",
 ]
 
 
@@ -445,6 +474,18 @@ def test_error_carries_line_column_and_caret_for_multiline_statement():
         ("SELECT 'abc", 1, 8, "'", "unterminated"),
         ("SELECT 1 +\n  /* oops", 2, 3, "/", "unterminated"),
         ("SELECT * FROM", 1, 10, "FROM", "end of input"),
+        ("IMPORT MODEL m FROM PYTHON x", 1, 28, "x", "quoted 'package.module:function'"),
+        ("IMPORT MODEL m FROM PYTHON 'cnn.build'", 1, 28, "'cnn.build'", "a colon, then the function"),
+        ("CREATE MODEL m FROM STUDY 's'", 1, 27, "'s'", "Expected a study name"),
+        ("CREATE MODEL m FROM STUDY s TRIAL x", 1, 35, "x", "integer trial number"),
+        ("TUNE MODEL m TABLE t TARGET y SEARCH (a = 1) USING TPE", 1, 14, "TABLE", "Expected ON TABLE <name>"),
+        ("TUNE MODEL m ON TABLE t SEARCH (a = 1) USING TPE", 1, 25, "SEARCH", "Expected TARGET <column>"),
+        ("TUNE MODEL m ON TABLE t TARGET y USING TPE", 1, 34, "USING", "Expected SEARCH (name = space"),
+        ("TUNE MODEL m ON TABLE t TARGET y SEARCH () USING TPE", 1, 42, ")", "at least one hyperparameter"),
+        ("TUNE MODEL m ON TABLE t TARGET y SEARCH (a CHOICE(1, 2)) USING TPE", 1, 44, "CHOICE",
+         "Expected = after the hyperparameter name"),
+        ("TUNE MODEL m ON TABLE t TARGET y SEARCH (a = 1) TPE", 1, 49, "TPE", "Expected USING <algorithm>"),
+        ("DROP STUDY", 1, 6, "STUDY", "Expected a study name"),
     ],
 )
 def test_parse_errors_point_at_the_offending_token(sql, line, column, text, fragment):
@@ -482,6 +523,12 @@ MENTIONS = [
     "-- comment\nSHOW MODELS;",
     "EXPLAIN SELECT * FROM PREDICT(MODEL m, TABLE t)",
     "SELECT * FROM t WHERE id IN (SELECT id FROM PREDICT(MODEL m, TABLE t))",
+    "TUNE MODEL m ON TABLE t TARGET y SEARCH (a = CHOICE(1, 2)) USING TPE",
+    "EXPLAIN TUNE MODEL m ON TABLE t TARGET y SEARCH (a = CHOICE(1, 2)) USING TPE",
+    "SHOW STUDIES",
+    "DESCRIBE STUDY s",
+    "DROP STUDY IF EXISTS s",
+    "CREATE MODEL m FROM STUDY s TRIAL 3",
 ]
 
 NOT_MENTIONS = [
@@ -500,6 +547,10 @@ NOT_MENTIONS = [
     "DESCRIBE model.t",
     "DESCRIBE MODEL m.t",
     "DESCRIBE MODEL 'm'",
+    "DESCRIBE study",
+    "DESCRIBE study.t",
+    "SELECT 'TUNE MODEL m'",
+    'TUNE "MODEL" m',
     'SHOW "MODELS"',
     'DROP "MODEL" m',
     "VACUUM",

@@ -28,6 +28,7 @@ from modelsql import duckdb_errors, errors
 from modelsql.catalog import schema
 from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
 from modelsql.catalog.families import Families
+from modelsql.catalog.studies import Studies
 from modelsql.catalog.pipelines import Pipelines
 
 BLOB_KINDS = ("graph", "tensor")
@@ -166,6 +167,8 @@ class Catalog:
         """The catalog's pipelines (:class:`~modelsql.catalog.pipelines.Pipelines`)."""
         self.families = Families(self)
         """The catalog's model families and merged graphs (:class:`~modelsql.catalog.families.Families`)."""
+        self.studies = Studies(self)
+        """The catalog's trainables, studies, trials and stages (:class:`~modelsql.catalog.studies.Studies`)."""
 
     @property
     def qualified_schema(self) -> str:
@@ -477,7 +480,7 @@ class Catalog:
         )
 
     def referenced_digests(self) -> set[str]:
-        """Digests of every blob a model version or a cached merged graph references (graphs and tensors)."""
+        """Digests of every blob a model version, a cached merged graph or a study's checkpoint references."""
         if not self._present:
             return set()
         return {
@@ -485,7 +488,7 @@ class Catalog:
             for r in self._rows(
                 "SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors"
             )
-        } | self.families.merged_digests()
+        } | self.families.merged_digests() | self.studies.checkpoint_digests()
 
     def blob_sizes(self) -> dict[str, int]:
         """``{digest: nbytes}`` for every blob registered in ``modelsql.blobs``."""

@@ -18,9 +18,13 @@ DuckDB file as their tables), so it can be inspected with plain SQL
     One row per (pipeline, version); one per step of it (a catalog model version, in
     order); one per input of each step, naming what feeds it (a pipeline input, or an
     output of an earlier step). Schema 3.
+``modelsql.trainable_versions`` / ``modelsql.studies`` / ``modelsql.trials`` / ``modelsql.stages``
+    Trainable factories (``CREATE MODEL m FROM PYTHON``), hyper-parameter studies (``TUNE``),
+    their trials, and the stages of the stage trees they train in (Hippo). Schema 5.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
-``modelsql.pipelines`` (one row per pipeline, its latest version) and
+``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
+(one row per trainable model, its latest version) and
 ``modelsql.storage`` (one row: totals and the dedup ratio that PRETZEL's Object
 Store gives when identical parameters are stored once).
 
@@ -44,7 +48,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -59,8 +63,8 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 """
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
-          "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs")
-VIEWS = ("models", "storage", "pipelines", "families")
+          "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages")
+VIEWS = ("models", "storage", "pipelines", "families", "trainables")
 
 
 def _io_table(table: str, role: str) -> str:
@@ -188,6 +192,114 @@ FROM modelsql.models AS m
 WHERE m.fingerprint IS NOT NULL AND m.kind <> 'pipeline'
 GROUP BY m.fingerprint;
 COMMENT ON VIEW {s}.families IS 'Models whose latest versions share one architecture (equal fingerprint): NetFuse-mergeable families. family is the name of the oldest member; PREDICT(MODELS FAMILY f ROUTE BY ...) routes rows to its members.';
+"""
+
+
+STUDY_DDL = """
+CREATE TABLE {s}.trainable_versions (
+    name        VARCHAR NOT NULL,
+    version     INTEGER NOT NULL,
+    factory     VARCHAR NOT NULL,
+    code_digest VARCHAR NOT NULL,
+    options     MAP(VARCHAR, VARCHAR) NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, version)
+);
+COMMENT ON TABLE {s}.trainable_versions IS 'Trainable models (CREATE MODEL m FROM PYTHON ''pkg.mod:factory''): a factory that builds a torch.nn.Module from hyper-parameters; TUNE trains it. A changed factory source is a new version.';
+COMMENT ON COLUMN {s}.trainable_versions.factory IS 'The factory, as package.module:function.';
+COMMENT ON COLUMN {s}.trainable_versions.code_digest IS 'SHA-256 of the factory module''s source file when the version was registered.';
+CREATE VIEW {s}.trainables AS
+SELECT name, version, factory, code_digest, options, created_at
+FROM modelsql.trainable_versions
+QUALIFY version = max(version) OVER (PARTITION BY name);
+COMMENT ON VIEW {s}.trainables IS 'One row per trainable model: its latest version.';
+
+CREATE TABLE {s}.studies (
+    name          VARCHAR PRIMARY KEY,
+    model         VARCHAR NOT NULL,
+    model_version INTEGER NOT NULL,
+    algorithm     VARCHAR NOT NULL,
+    metric        VARCHAR NOT NULL,
+    mode          VARCHAR NOT NULL,
+    max_epochs    INTEGER NOT NULL,
+    seed          BIGINT NOT NULL,
+    space         VARCHAR NOT NULL,
+    options       VARCHAR NOT NULL,
+    train_sql     VARCHAR NOT NULL,
+    validate_sql  VARCHAR,
+    target        VARCHAR NOT NULL,
+    tree          VARCHAR NOT NULL,
+    definition    VARCHAR NOT NULL,
+    status        VARCHAR NOT NULL,
+    error         VARCHAR,
+    best_trial    INTEGER,
+    best_metric   DOUBLE,
+    trials_done   INTEGER NOT NULL,
+    epochs_trained   BIGINT NOT NULL,
+    epochs_requested BIGINT NOT NULL,
+    checkpoint_bytes BIGINT NOT NULL,
+    owner_pid     INTEGER,
+    created_at    TIMESTAMPTZ NOT NULL,
+    updated_at    TIMESTAMPTZ NOT NULL
+);
+COMMENT ON TABLE {s}.studies IS 'Hyper-parameter studies (TUNE): one row each, updated as stages finish.';
+COMMENT ON COLUMN {s}.studies.tree IS 'Key of the stage tree the study trains in: the trainable version, the data, the target, the seed and the thread count. Studies with one tree share stages (Hippo''s multi-study case).';
+COMMENT ON COLUMN {s}.studies.definition IS 'SHA-256 of everything that defines the study (tree, space, algorithm, options): re-running TUNE with the same definition resumes it.';
+COMMENT ON COLUMN {s}.studies.status IS 'running, stopped (resumable), interrupted (its process died; resumable), finished, or failed.';
+COMMENT ON COLUMN {s}.studies.epochs_trained IS 'Epochs this study trained (each stage once, from its parent''s checkpoint).';
+COMMENT ON COLUMN {s}.studies.epochs_requested IS 'Epochs the trials asked for: what trial-based execution (every trial on its own) would train.';
+
+CREATE TABLE {s}.trials (
+    study        VARCHAR NOT NULL,
+    trial        INTEGER NOT NULL,
+    config       VARCHAR NOT NULL,
+    sequence     VARCHAR NOT NULL,
+    status       VARCHAR NOT NULL,
+    epochs       INTEGER NOT NULL,
+    metrics      DOUBLE[] NOT NULL,
+    metric       DOUBLE,
+    best_metric  DOUBLE,
+    stage        BIGINT,
+    checkpoint   VARCHAR,
+    error        VARCHAR,
+    updated_at   TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (study, trial)
+);
+COMMENT ON TABLE {s}.trials IS 'Trials of each study: the hyper-parameters sampled, their per-epoch sequence, status and metric per epoch.';
+COMMENT ON COLUMN {s}.trials.config IS 'The sampled hyper-parameters (JSON object).';
+COMMENT ON COLUMN {s}.trials.sequence IS 'The hyper-parameters of every epoch trained (JSON list of objects): the trial''s path in the stage tree.';
+COMMENT ON COLUMN {s}.trials.status IS 'pending, running, pruned, completed, failed, or stopped (resumable).';
+COMMENT ON COLUMN {s}.trials.metrics IS 'The study metric after each epoch.';
+COMMENT ON COLUMN {s}.trials.stage IS 'The stage holding the trial''s last epoch.';
+COMMENT ON COLUMN {s}.trials.checkpoint IS 'Digest of the trial''s checkpoint at its last epoch (NULL once collected).';
+
+CREATE TABLE {s}.stages (
+    tree         VARCHAR NOT NULL,
+    stage        BIGINT NOT NULL,
+    parent       BIGINT,
+    first_epoch  INTEGER NOT NULL,
+    end_epoch    INTEGER NOT NULL,
+    configuration VARCHAR NOT NULL,
+    metrics      VARCHAR,
+    status       VARCHAR NOT NULL,
+    checkpoint   VARCHAR,
+    checkpoint_bytes BIGINT,
+    study        VARCHAR NOT NULL,
+    worker       VARCHAR,
+    started_at   TIMESTAMPTZ,
+    finished_at  TIMESTAMPTZ,
+    seconds      DOUBLE,
+    error        VARCHAR,
+    PRIMARY KEY (tree, stage)
+);
+COMMENT ON TABLE {s}.stages IS 'Stages of the stage trees (Hippo): each trains epochs [first_epoch, end_epoch) once, from its parent''s checkpoint, and checkpoints its end.';
+COMMENT ON COLUMN {s}.stages.parent IS 'The stage whose end this one starts from (NULL: from scratch).';
+COMMENT ON COLUMN {s}.stages.configuration IS 'The hyper-parameters of each epoch of the stage (JSON list of objects).';
+COMMENT ON COLUMN {s}.stages.metrics IS 'Metrics after each epoch of the stage (JSON list of objects: train_loss, val_loss, val_accuracy).';
+COMMENT ON COLUMN {s}.stages.status IS 'running, done, failed or interrupted (its process died).';
+COMMENT ON COLUMN {s}.stages.checkpoint IS 'Digest of the checkpoint at end_epoch (model, optimizer, every RNG, the data order); NULL once collected.';
+COMMENT ON COLUMN {s}.stages.study IS 'The study that trained the stage.';
+COMMENT ON COLUMN {s}.stages.worker IS 'Where it ran: local:<pid> or ray:<node>.';
 """
 
 PIPELINE_DDL = """
@@ -364,6 +476,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
 """
     + PIPELINE_DDL
     + FAMILY_DDL
+    + STUDY_DDL
 )
 
 
@@ -445,3 +558,12 @@ def _migrate_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[3] = _migrate_3_to_4
+
+
+def _migrate_4_to_5(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 5 adds hyper-parameter studies: ``trainable_versions`` (and the ``trainables`` view),
+    ``studies``, ``trials`` and ``stages`` (the stage trees TUNE trains in)."""
+    con.execute(STUDY_DDL.format(s=SCHEMA))
+
+
+MIGRATIONS[4] = _migrate_4_to_5

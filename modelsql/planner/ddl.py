@@ -30,6 +30,10 @@ IMPORT_OPTIONS = ("features", "description")
 """Options of ``IMPORT MODEL ... WITH (...)``: ``features`` (the columns feeding a single
 input, in order) and ``description`` (free text kept in the catalog)."""
 
+IMPORT_SOURCES: dict = {}
+"""Handlers of ``CREATE MODEL ... FROM PYTHON`` (``"python"``) and ``FROM STUDY`` (``"study"``), registered by
+:mod:`modelsql.planner.trainables` (which builds on this module's :func:`import_model`)."""
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -72,6 +76,8 @@ def bind_import(stmt: ImportModel, params: list) -> CreateModel:
 
 @run_statement.register
 def _import(stmt: ImportModel, session, params: list) -> Result:
+    if stmt.args.get("python") or stmt.args.get("study") is not None:
+        return IMPORT_SOURCES["python" if stmt.args.get("python") else "study"](stmt, session, params)
     plan = bind_import(stmt, params)
     import_model(session, plan.name, plan.source, features=plan.features, replace=plan.replace,
                  if_not_exists=plan.if_not_exists, options=dict(plan.options))
@@ -199,6 +205,9 @@ def import_model(
             f"Use CREATE OR REPLACE MODEL to add a version, or IMPORT MODEL IF NOT EXISTS.",
             code="duplicate_model",
         )
+    if catalog.studies.trainable(key) is not None:
+        raise IntegrityError(f'Model "{key}" already exists as a trainable (CREATE MODEL ... FROM PYTHON); models '
+                             "and trainables share names: DROP MODEL it or choose another name.", code="duplicate_model")
     if features is not None:
         features = _feature_names(features, key)
     proto, kind, source, known = formats.to_onnx(

@@ -21,13 +21,14 @@ from sqlglot import exp
 
 from .. import sql as msql
 from ..errors import NotSupportedError, ProgrammingError
-from ..sql.nodes import STATEMENT_NODES
+from ..sql.nodes import STATEMENT_NODES, TuneModel
 from . import cost
 from .handlers import run_default, run_statement
 from .bind_routed import ROUTE_INPUT
 from .plan import PredictScan, QueryPlan
 from .query import run_query
 from .result import Result
+from .tune import explain_tune
 
 _PREFIX = re.compile(r"\s*(ANALYZE\b|\([^()]*\))", re.I)
 
@@ -54,6 +55,8 @@ def _explain(stmt: exp.Command, session, params: list) -> Result:
     inner = msql.parse(body)
     if len(inner) != 1:
         raise ProgrammingError("EXPLAIN takes exactly one statement.", code="parse_error")
+    if isinstance(inner[0], TuneModel):
+        return explain_tune(inner[0], session, params)
     if isinstance(inner[0], tuple(STATEMENT_NODES)):
         raise NotSupportedError(
             f"EXPLAIN of {type(inner[0]).__name__} is not supported: model statements have no plan to show; "

@@ -28,7 +28,7 @@ from ..errors import Error, OperationalError, ProgrammingError, excerpt, positio
 from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines,
                          ShowServers)
 from ..storage import BlobStore
-from . import ddl, explain, pipelines, query, serve  # noqa: F401  (each registers its statements' handlers)
+from . import ddl, explain, pipelines, query, serve, trainables, tune  # noqa: F401  (each registers its statements' handlers)
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
@@ -70,6 +70,8 @@ class Session:
         """The text numbered its parameters ``?`` (DuckDB then names a ``?`` column by its place)."""
         self.plans = PlanCache(duck)
         """Plans of the statement texts run before (see :mod:`modelsql.planner.plan_cache`)."""
+        self.progress = None
+        """Called with a dict after every stage and round of a TUNE (the shell's progress display), or None."""
         self.cache_key: Optional[tuple] = None
         """The plan-cache key of the statement being run, when it may be cached."""
         self._database_key = database_key(database, duck)

@@ -4,8 +4,9 @@ Grammar added to DuckDB's (keywords are case-insensitive; MODEL, MODELS,
 PREDICT, IMPORT, EXPORT and VERSION stay *contextual* words, so columns and
 tables may still be called ``model``, ``models`` or ``predict``)::
 
-    IMPORT MODEL [IF NOT EXISTS] name FROM 'file.onnx' [WITH (opt, ...)]
-    CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM 'file.onnx' [WITH (opt, ...)]
+    IMPORT MODEL [IF NOT EXISTS] name FROM source [WITH (opt, ...)]
+    CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM source [WITH (opt, ...)]
+        source := 'file.onnx' | ? | $n | PYTHON 'package.module:function' | STUDY name [TRIAL n]
     DROP MODEL [IF EXISTS] name [VERSION n]
     SHOW MODELS
     DESCRIBE MODEL name [VERSION n]
@@ -15,8 +16,10 @@ tables may still be called ``model``, ``models`` or ``predict``)::
     ... FROM PREDICT(PIPELINE name [VERSION n], TABLE t | (query) [, opt ...]) ...
 
 plus the pipeline statements of :mod:`modelsql.sql.pipeline_grammar` (CREATE /
-DROP / SHOW / DESCRIBE / EXPORT PIPELINE) and the serving statements of
-:mod:`modelsql.sql.serve_grammar` (SERVE, STOP SERVER, SHOW SERVERS), mixed in.
+DROP / SHOW / DESCRIBE / EXPORT PIPELINE), the serving statements of
+:mod:`modelsql.sql.serve_grammar` (SERVE, STOP SERVER, SHOW SERVERS) and the
+tuning statements of :mod:`modelsql.sql.tune_grammar` (TUNE MODEL, SHOW STUDIES,
+DESCRIBE STUDY, DROP STUDY), mixed in.
 
     opt   := key (= | := | =>) value
     value := literal | -number | TRUE | FALSE | NULL | name | ? | $n | ( value [, value ...] )
@@ -68,6 +71,7 @@ from sqlglot.tokens import Token, TokenType
 
 from modelsql.sql.pipeline_grammar import PipelineGenerating, PipelineParsing
 from modelsql.sql.serve_grammar import ServeGenerating, ServeParsing
+from modelsql.sql.tune_grammar import TuneGenerating, TuneParsing
 from modelsql.sql.nodes import (
     MODEL_NODES,
     STATEMENT_NODES,
@@ -88,6 +92,9 @@ TEXT_TOKENS: frozenset = DuckDBParser.TEXT_MATCH_EXCLUDED_TOKENS
 #: Token types the parser accepts as a bare name (model names, option keys / values).
 _NAME_TOKENS = frozenset(DuckDBParser.ID_VAR_TOKENS) | {TokenType.VAR}
 _PLAIN_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: ``'package.module:function'`` after ``FROM PYTHON`` (the part after ``:`` may be dotted, ``Class.method``).
+_PYTHON_REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 #: Separators accepted between an option's name and its value.
 OPTION_SEPARATORS = (TokenType.EQ, TokenType.COLON_EQ, TokenType.FARROW)
@@ -183,7 +190,7 @@ class ModelSQLTokenizer(DuckDB.Tokenizer):
     KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k not in DEMOTED_COMMANDS}
 
 
-class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
+class ModelSQLParser(TuneParsing, PipelineParsing, ServeParsing, DuckDBParser):
     """DuckDB's parser plus the entries for :mod:`modelsql.sql.nodes`.
 
     Errors are reported through sqlglot's ``raise_error`` (a ``ParseError``
@@ -240,6 +247,28 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
         if placeholder is None:
             self.raise_error(f"Expected a quoted file path after {what}")
         return placeholder
+
+    def _parse_relation_input(self, where: str) -> exp.Expr | None:
+        """``TABLE t`` -> ``exp.Table``, ``(query)`` -> ``exp.Subquery`` (the input of PREDICT,
+        TUNE MODEL's ON / VALIDATE ON); ``None``, nothing consumed, when neither starts here.
+        ``where`` ends the error for a parenthesised non-query (``"as the input of PREDICT"``)."""
+        if self._match(TokenType.TABLE):
+            if self._curr is None or self._curr.token_type not in (self.ID_VAR_TOKENS | {TokenType.IDENTIFIER}):
+                self.raise_error("Expected a table name after TABLE")
+            return self._parse_table_parts(schema=True)
+        if self._curr is not None and self._curr.token_type == TokenType.L_PAREN:
+            paren = self._curr
+            source = self._parse_select(
+                table=True, parse_subquery_alias=False, parse_set_operation=False
+            )
+            if isinstance(source, exp.Values) and not source.alias:
+                source = self.expression(exp.Subquery(this=source))  # (VALUES ...)
+            if not isinstance(source, exp.Subquery) or not isinstance(
+                source.unnest(), (exp.Query, exp.Values)
+            ):
+                self.raise_error(f"Expected a query in parentheses {where}", paren)
+            return source
+        return None
 
     def _parse_option_scalar(self) -> exp.Expr | None:
         if self._match_set(self.STRING_PARSERS):
@@ -356,8 +385,41 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
         exists = self._parse_exists(not_=True)
         ref = self._parse_model_ref(allow_version=False)
         if not self._match(TokenType.FROM):
-            self.raise_error("Expected FROM '<file>' after the model name")
-        source = self._parse_path_literal("FROM")
+            self.raise_error(
+                "Expected FROM '<file>', FROM PYTHON 'package.module:function' or FROM STUDY <name> "
+                "after the model name"
+            )
+        # An unquoted word right after FROM is PYTHON or STUDY (a file path is quoted or a placeholder).
+        source = study = trial = None
+        python = False
+        if self._match_word("PYTHON"):
+            python = True
+            if not self._match(TokenType.STRING):
+                self.raise_error("Expected a quoted 'package.module:function' after FROM PYTHON")
+            if not _PYTHON_REFERENCE.match(self._prev.text):
+                self.raise_error(
+                    "Expected 'package.module:function' after FROM PYTHON: dotted module names, "
+                    "a colon, then the function's name",
+                    self._prev,
+                )
+            source = self.expression(exp.Literal.string(self._prev.text), self._prev)
+        elif self._match_word("STUDY"):
+            token = self._curr
+            study = self._parse_id_var(any_token=False)
+            if not isinstance(study, exp.Identifier):
+                self.raise_error("Expected a study name after FROM STUDY", token)
+            if self._match_word("TRIAL"):
+                if not (self._match(TokenType.NUMBER) and self._prev.text.isdigit()):
+                    self.raise_error("Expected an integer trial number after TRIAL")
+                trial = exp.Literal.number(self._prev.text)
+        elif self._match(TokenType.STRING):
+            source = self.expression(exp.Literal.string(self._prev.text), self._prev)
+        else:
+            source = self._parse_placeholder()
+            if source is None:
+                self.raise_error(
+                    "Expected a quoted file path, PYTHON 'package.module:function' or STUDY <name> after FROM"
+                )
         options = self._parse_with_options()
         return self.expression(
             ImportModel(
@@ -366,6 +428,9 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
                 exists=bool(exists),
                 replace="REPLACE" in words,
                 options=options,
+                python=python,
+                study=study,
+                trial=trial,
             )
         )
 
@@ -418,23 +483,8 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
         if not self._match(TokenType.COMMA):
             self.raise_error(f"Expected the input after the model in PREDICT; the form is {PREDICT_FORM}")
 
-        source: exp.Expr | None = None
-        if self._match(TokenType.TABLE):
-            if self._curr.token_type not in (self.ID_VAR_TOKENS | {TokenType.IDENTIFIER}):
-                self.raise_error("Expected a table name after TABLE")
-            source = self._parse_table_parts(schema=True)
-        elif self._curr.token_type == TokenType.L_PAREN:
-            paren = self._curr
-            source = self._parse_select(
-                table=True, parse_subquery_alias=False, parse_set_operation=False
-            )
-            if isinstance(source, exp.Values) and not source.alias:
-                source = self.expression(exp.Subquery(this=source))  # (VALUES ...)
-            if not isinstance(source, exp.Subquery) or not isinstance(
-                source.unnest(), (exp.Query, exp.Values)
-            ):
-                self.raise_error("Expected a query in parentheses as the input of PREDICT", paren)
-        else:
+        source = self._parse_relation_input("as the input of PREDICT")
+        if source is None:
             self.raise_error(
                 f"Expected TABLE <name> or (SELECT ...) as the input of PREDICT; the form is {PREDICT_FORM}"
             )
@@ -488,7 +538,7 @@ class ModelSQLParser(PipelineParsing, ServeParsing, DuckDBParser):
         return self.expression(exp.Anonymous(this=name, expressions=args))
 
 
-class ModelSQLGenerator(PipelineGenerating, ServeGenerating, DuckDBGenerator):
+class ModelSQLGenerator(TuneGenerating, PipelineGenerating, ServeGenerating, DuckDBGenerator):
     """DuckDB's generator plus one ``<key>_sql`` method per node of ours."""
 
     # Every node of ours -> its `<key>_sql` method, found by name (a node without
@@ -545,10 +595,15 @@ class ModelSQLGenerator(PipelineGenerating, ServeGenerating, DuckDBGenerator):
         exists = " IF NOT EXISTS" if expression.args.get("exists") else ""
         options = self._options_sql(expression)
         options = f" WITH ({options})" if options else ""
-        return (
-            f"{head}{exists} {self.sql(expression, 'this')} "
-            f"FROM {self.sql(expression, 'source')}{options}"
-        )
+        study = expression.args.get("study")
+        if study is not None:
+            trial = expression.args.get("trial")
+            source = f"STUDY {self._name_sql(study)}" + (f" TRIAL {self.sql(trial)}" if trial is not None else "")
+        elif expression.args.get("python"):
+            source = f"PYTHON {self.sql(expression, 'source')}"
+        else:
+            source = self.sql(expression, "source")
+        return f"{head}{exists} {self.sql(expression, 'this')} FROM {source}{options}"
 
     def dropmodel_sql(self, expression: DropModel) -> str:
         exists = " IF EXISTS" if expression.args.get("exists") else ""
@@ -566,9 +621,12 @@ class ModelSQLGenerator(PipelineGenerating, ServeGenerating, DuckDBGenerator):
     def vacuummodels_sql(self, expression: VacuumModels) -> str:
         return "VACUUM MODELS"
 
+    def _relation_input_sql(self, source: exp.Expr) -> str:
+        """``TABLE t`` for an ``exp.Table``, ``(query)`` for an ``exp.Subquery`` (see ``_parse_relation_input``)."""
+        return f"TABLE {self.sql(source)}" if isinstance(source, exp.Table) else self.sql(source)
+
     def predicttable_sql(self, expression: PredictTable) -> str:
-        source = expression.expression
-        source_sql = f"TABLE {self.sql(source)}" if isinstance(source, exp.Table) else self.sql(source)
+        source_sql = self._relation_input_sql(expression.expression)
         options = self._options_sql(expression)
         options = f", {options}" if options else ""
         if isinstance(expression.this, ModelSet):

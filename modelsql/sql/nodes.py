@@ -14,8 +14,9 @@ is how round-trips are checked.
 Argument shapes (``None`` / ``False`` mean "not written")::
 
     ModelRef(this=exp.Identifier, version=exp.Literal (integer) | None)
-    ImportModel(this=ModelRef, source=exp.Literal (string) | exp.Placeholder,
-                exists=bool, replace=bool, options=list[exp.EQ] | None)
+    ImportModel(this=ModelRef, source=exp.Literal (string) | exp.Placeholder | None,
+                exists=bool, replace=bool, options=list[exp.EQ] | None,
+                python=bool, study=exp.Identifier | None, trial=exp.Literal (integer) | None)
     DropModel(this=ModelRef, exists=bool)
     ShowModels()
     DescribeModel(this=ModelRef)
@@ -23,6 +24,13 @@ Argument shapes (``None`` / ``False`` mean "not written")::
     VacuumModels()
     PredictTable(this=ModelRef, expression=exp.Table | exp.Subquery,
                  options=list[exp.EQ] | None)
+    TuneModel(this=ModelRef, train=exp.Table | exp.Subquery,
+              validate=exp.Table | exp.Subquery | None, target=exp.Identifier,
+              search=list[exp.EQ], algorithm=exp.Identifier,
+              options=list[exp.EQ] | None, resume=bool)
+    ShowStudies()
+    DescribeStudy(this=exp.Identifier)
+    DropStudy(this=exp.Identifier, exists=bool)
 
 Options (``WITH (...)`` of IMPORT / CREATE MODEL, named arguments of PREDICT)
 are ``exp.EQ(this=exp.Identifier(key), expression=value)``, in written order,
@@ -146,23 +154,50 @@ class ModelRef(exp.Expression):
 
 @statement
 class ImportModel(exp.Expression):
-    """``IMPORT MODEL [IF NOT EXISTS] name FROM 'file.onnx' [WITH (k = v, ...)]``
-    and ``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM ... [WITH (...)]``.
+    """``IMPORT MODEL [IF NOT EXISTS] name FROM source [WITH (k = v, ...)]``
+    and ``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM source [WITH (...)]``,
+    where ``source`` is one of::
+
+        'file.onnx' | ? | $n                   an ONNX file
+        PYTHON 'package.module:function'       a Python function that builds the model
+        STUDY s [TRIAL n]                      a tuning study's best trial, or trial n
 
     ``CREATE MODEL`` without ``OR REPLACE`` is the same statement as
     ``IMPORT MODEL`` and generates as ``IMPORT MODEL``; ``CREATE OR REPLACE``
-    (a new version of an existing model) generates as written.
+    (a new version of an existing model) generates as written. ``PYTHON`` and
+    ``STUDY`` are words only right after ``FROM`` (a file path is always quoted
+    or a placeholder).
+
+    Exactly one of ``source`` and ``study`` is set (the parser enforces it).
 
     Args:
         this: ``ModelRef`` (a ``VERSION`` is rejected by the parser).
-        source: ``exp.Literal`` string (the file path) or ``exp.Placeholder``.
+        source: ``exp.Literal`` string: the file path, or with ``python`` the
+            ``'package.module:function'`` reference (the parser checks that it
+            is dotted names, one ``:``, then a name or dotted names; a
+            placeholder is not accepted after PYTHON); ``exp.Placeholder``
+            (a file path only); ``None`` for ``FROM STUDY``.
         exists: ``True`` when ``IF NOT EXISTS`` was written.
         replace: ``True`` for ``CREATE OR REPLACE MODEL``.
         options: list of ``exp.EQ`` (see module docstring), or ``None``.
+        python: ``True`` for ``FROM PYTHON '...'`` (``source`` is then the reference);
+            ``False`` / absent otherwise.
+        study: ``exp.Identifier``, the study's name, for ``FROM STUDY s``; else ``None``.
+        trial: ``exp.Literal`` integer (digits as written) for ``FROM STUDY s TRIAL n``;
+            ``None`` when no ``TRIAL`` was written (the study's best trial) or not ``FROM STUDY``.
     """
 
     WORDS = (("IMPORT", "MODEL"), ("CREATE", "MODEL"), ("CREATE", "OR", "REPLACE", "MODEL"))
-    arg_types = {"this": True, "source": True, "exists": False, "replace": False, "options": False}
+    arg_types = {
+        "this": True,
+        "source": False,
+        "exists": False,
+        "replace": False,
+        "options": False,
+        "python": False,
+        "study": False,
+        "trial": False,
+    }
 
     @property
     def option_values(self) -> dict[str, exp.Expression]:
@@ -412,6 +447,124 @@ class PredictTable(exp.Expression):
         return _option_dict(self.args.get("options"))
 
 
+@statement
+class TuneModel(exp.Expression):
+    """``TUNE MODEL name [VERSION n] ON TABLE t | ON (query) [VALIDATE ON TABLE v | VALIDATE ON (query)]
+    TARGET col SEARCH (hp = space [, ...]) USING algorithm [WITH (opt = v, ...)] [RESUME]``.
+
+    Hyperparameter search (Ray Tune / Optuna vocabulary), e.g.::
+
+        TUNE MODEL cnn ON TABLE train VALIDATE ON TABLE val TARGET label
+        SEARCH (lr = STEP_DECAY(initial => CHOICE(0.1, 0.05), milestones => (10, 20), gamma => 0.1),
+                batch_size = CHOICE(32, 64))
+        USING ASHA WITH (max_epochs = 27, trials = 64, seed = 0)
+
+    Args:
+        this: ``ModelRef``, the model to tune (``version`` pinned or ``None``).
+        train: the training rows, as PREDICT's input: ``exp.Table`` for
+            ``ON TABLE t`` / ``ON TABLE s.t`` (no alias), or ``exp.Subquery`` for
+            ``ON (SELECT ...)`` (any query DuckDB allows in parentheses).
+        validate: ``exp.Table`` / ``exp.Subquery`` likewise for ``VALIDATE ON ...``,
+            or ``None`` when not written.
+        target: ``exp.Identifier``, the label column (quoted when written ``"Col"``).
+        search: non-empty ``list[exp.EQ]``, in written order, each
+            ``exp.EQ(this=exp.Identifier (the hyperparameter name, as written),
+            expression=<space>)``; written ``hp = space`` (``hp := space`` and
+            ``hp => space`` are accepted and generate as ``=``). The parser does not
+            check names for duplicates nor spaces for meaning (the planner does).
+        algorithm: ``exp.Identifier``, the word after ``USING`` as written
+            (GRID, RANDOM, TPE, ASHA, HYPERBAND, PBT, ...; compare case-insensitively).
+        options: list of ``exp.EQ`` (see module docstring: ``max_epochs``,
+            ``trials``, ``seed`` ...), or ``None``.
+        resume: ``True`` when ``RESUME`` was written.
+
+    A ``<space>`` is an ordinary sqlglot expression parsed by sqlglot's expression
+    parser, with two differences: every function call in it is ``exp.Anonymous``
+    whatever its name (``UNIFORM`` / ``RANDOM`` / ``LOG`` are not made sqlglot's typed
+    functions), and every named argument of a call is ``exp.Kwarg``. Shapes a handler meets:
+
+    * a call ``NAME(arg, ...)``: ``exp.Anonymous(this=str (the name as written; compare
+      case-insensitively, ``node.name.upper()``), expressions=[arg, ...])``;
+      e.g. ``CHOICE(0.1, 0.05)``, ``LOGUNIFORM(1e-4, 1e-1)``, ``UNIFORM(0, 1)``,
+      ``INTEGER(16, 128)``, ``STEP_DECAY(...)``, ``PIECEWISE(...)``;
+    * a named argument ``name => value`` (also written ``name := value`` or
+      ``name = value``): ``exp.Kwarg(this=exp.Var(this=str name), expression=value)``
+      among the call's ``expressions`` (positional ones keep their place); it
+      generates as ``name => value``;
+    * a number: ``exp.Literal`` (``is_string`` false; text as written, e.g. ``'1e-4'``);
+      a negative number: ``exp.Neg(this=exp.Literal)``; a string: ``exp.Literal``
+      (``is_string`` true); ``TRUE`` / ``FALSE``: ``exp.Boolean``; ``NULL``: ``exp.Null``;
+    * a tuple ``(10, 20)``: ``exp.Tuple(expressions=[...])``; but a single
+      parenthesised value ``(10)`` is ``exp.Paren(this=...)`` (sqlglot's reading);
+    * a bare name ``relu``: ``exp.Column(this=exp.Identifier)``; ``?`` / ``$1``:
+      ``exp.Placeholder``; anything else (arithmetic ``0.1 * 2`` ...) as sqlglot parses it.
+
+    E.g. ``milestones => CHOICE((10, 20), (15, 25))`` is
+    ``Kwarg(this=Var(this='milestones'), expression=Anonymous(this='CHOICE',
+    expressions=[Tuple(...), Tuple(...)]))``.
+    """
+
+    WORDS = (("TUNE", "MODEL"),)
+    arg_types = {
+        "this": True,
+        "train": True,
+        "validate": False,
+        "target": True,
+        "search": True,
+        "algorithm": True,
+        "options": False,
+        "resume": False,
+    }
+
+    @property
+    def option_values(self) -> dict[str, exp.Expression]:
+        """Options keyed by lower-cased name (later duplicates win)."""
+        return _option_dict(self.args.get("options"))
+
+    @property
+    def search_space(self) -> dict[str, exp.Expression]:
+        """SEARCH items keyed by hyperparameter name as written (later duplicates win)."""
+        return {item.this.name: item.expression for item in self.args.get("search") or []}
+
+
+@statement
+class ShowStudies(exp.Expression):
+    """``SHOW STUDIES``: no arguments (one row per tuning study)."""
+
+    WORDS = (("SHOW", "STUDIES"),)
+    arg_types: t.ClassVar[dict[str, bool]] = {}
+
+
+@statement
+class DescribeStudy(exp.Expression):
+    """``DESCRIBE STUDY name``: a study's trials.
+
+    Only when a name that is not the first part of a dotted name follows STUDY
+    (``ONLY_IF``, as for :class:`DescribeModel`): ``DESCRIBE study`` (a table
+    called ``study``) and ``DESCRIBE study.t`` stay sqlglot's ``exp.Describe``.
+
+    Args:
+        this: ``exp.Identifier``, the study's name (quoted when written ``"Name"``).
+    """
+
+    WORDS = (("DESCRIBE", "STUDY"),)
+    ONLY_IF = staticmethod(undotted_name_at)
+    arg_types = {"this": True}
+
+
+@statement
+class DropStudy(exp.Expression):
+    """``DROP STUDY [IF EXISTS] name``.
+
+    Args:
+        this: ``exp.Identifier``, the study's name.
+        exists: ``True`` when ``IF EXISTS`` was written.
+    """
+
+    WORDS = (("DROP", "STUDY"),)
+    arg_types = {"this": True, "exists": False}
+
+
 #: Every node of ours (the registered statements and the parts of statements);
 #: a tree containing none of these is plain DuckDB SQL.
 MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, ServeItem, *STATEMENT_NODES,
@@ -437,6 +590,10 @@ __all__ = [
     "ShowServers",
     "ModelSet",
     "PredictTable",
+    "TuneModel",
+    "ShowStudies",
+    "DescribeStudy",
+    "DropStudy",
     "MODEL_NODES",
     "STATEMENT_NODES",
     "NAME_TOKENS",

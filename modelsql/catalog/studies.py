@@ -1,0 +1,267 @@
+"""Trainable models, hyper-parameter studies, their trials and the stage trees they train in
+(``modelsql.trainable_versions``, ``studies``, ``trials``, ``stages``; see :mod:`modelsql.catalog.schema`).
+
+A stage (Hippo: Shin et al., VLDB 2022) trains epochs ``[first_epoch, end_epoch)`` of one model once,
+from its parent stage's checkpoint, and checkpoints its end. Stages belong to a *tree* (the key of
+what training depends on besides the hyper-parameters: the trainable version, the data, the seed), not
+to a study, so a second study over the same tree reuses them. :class:`Studies` is reached as
+``Catalog.studies``; it runs its SQL through :meth:`Catalog.query` and never begins or commits.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, fields
+from typing import Any, Optional, Sequence
+
+from modelsql import errors
+
+__all__ = ["Studies", "Trainable", "StudyRow", "TrialRow", "StageRow"]
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class Trainable:
+    """One version of a trainable model (``CREATE MODEL m FROM PYTHON 'pkg.mod:factory'``).
+
+    Attributes:
+        name, version: as for models (lower-case name, versions from 1).
+        factory: ``package.module:function``, called as ``f(in_features=F, n_outputs=K, **params)``.
+        code_digest: SHA-256 of the factory module's source file at registration.
+        options: the ``WITH (...)`` options, as (key, value) text pairs.
+    """
+
+    name: str
+    version: int
+    factory: str
+    code_digest: str
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """One row of ``modelsql.studies`` (see the table's column comments)."""
+
+    name: str
+    model: str
+    model_version: int
+    algorithm: str
+    metric: str
+    mode: str
+    max_epochs: int
+    seed: int
+    space: str
+    options: str
+    train_sql: str
+    validate_sql: Optional[str]
+    target: str
+    tree: str
+    definition: str
+    status: str
+    error: Optional[str] = None
+    best_trial: Optional[int] = None
+    best_metric: Optional[float] = None
+    trials_done: int = 0
+    epochs_trained: int = 0
+    epochs_requested: int = 0
+    checkpoint_bytes: int = 0
+    owner_pid: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One row of ``modelsql.trials``: ``config`` and ``sequence`` are JSON text, ``metrics`` one per epoch."""
+
+    study: str
+    trial: int
+    config: str
+    sequence: str
+    status: str
+    epochs: int
+    metrics: tuple[float, ...]
+    metric: Optional[float]
+    best_metric: Optional[float]
+    stage: Optional[int]
+    checkpoint: Optional[str]
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One row of ``modelsql.stages``: ``configuration`` and ``metrics`` are JSON lists, one entry per epoch."""
+
+    tree: str
+    stage: int
+    parent: Optional[int]
+    first_epoch: int
+    end_epoch: int
+    configuration: str
+    metrics: Optional[str]
+    status: str
+    checkpoint: Optional[str]
+    checkpoint_bytes: Optional[int]
+    study: str
+    worker: Optional[str] = None
+    seconds: Optional[float] = None
+    error: Optional[str] = None
+
+
+_STUDY_COLUMNS = [f.name for f in fields(StudyRow)]
+_TRIAL_COLUMNS = [f.name for f in fields(TrialRow)]
+_STAGE_COLUMNS = [f.name for f in fields(StageRow)]
+
+
+class Studies:
+    """The trainables, studies, trials and stages of one :class:`~modelsql.catalog.Catalog`."""
+
+    def __init__(self, catalog) -> None:
+        self._catalog = catalog
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._catalog.query(sql, params)
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._catalog.check_writable()
+        self._rows(sql, params)
+
+    # ------------------------------------------------------------- trainables
+
+    def trainable(self, name: str, version: Optional[int] = None) -> Optional[Trainable]:
+        """The trainable ``name`` (its latest version, or ``version``), or None when there is none."""
+        if not self._catalog.present:
+            return None
+        sql = ("SELECT name, version, factory, code_digest, map_entries(options) FROM {s}.trainable_versions "
+               "WHERE name = ?" + (" AND version = ?" if version is not None else "")
+               + " ORDER BY version DESC LIMIT 1")
+        rows = self._rows(sql, [name.lower()] + ([version] if version is not None else []))
+        if not rows:
+            return None
+        n, v, factory, digest, options = rows[0]
+        return Trainable(n, v, factory, digest, tuple((e["key"], e["value"]) for e in options))
+
+    def add_trainable(self, trainable: Trainable) -> None:
+        """Record one trainable version (the caller picked the next version number)."""
+        self._write("INSERT INTO {s}.trainable_versions VALUES (?, ?, ?, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?)",
+                    [trainable.name, trainable.version, trainable.factory, trainable.code_digest,
+                     [k for k, _ in trainable.options], [v for _, v in trainable.options], _now()])
+
+    def drop_trainable(self, name: str) -> int:
+        """Delete every version of trainable ``name``; returns how many there were."""
+        n = self._rows("SELECT count(*) FROM {s}.trainable_versions WHERE name = ?", [name.lower()])[0][0]
+        self._write("DELETE FROM {s}.trainable_versions WHERE name = ?", [name.lower()])
+        return n
+
+    # ---------------------------------------------------------------- studies
+
+    def study(self, name: str) -> Optional[StudyRow]:
+        """The study ``name``, or None."""
+        if not self._catalog.present:
+            return None
+        rows = self._rows(f"SELECT {', '.join(_STUDY_COLUMNS)} FROM {{s}}.studies WHERE name = ?", [name.lower()])
+        return StudyRow(*rows[0]) if rows else None
+
+    def study_names(self) -> list[str]:
+        """Every study's name, sorted."""
+        if not self._catalog.present:
+            return []
+        return [r[0] for r in self._rows("SELECT name FROM {s}.studies ORDER BY name")]
+
+    def put_study(self, row: StudyRow) -> None:
+        """Insert or replace the row of study ``row.name``."""
+        now = _now()
+        created = self._rows("SELECT created_at FROM {s}.studies WHERE name = ?", [row.name])
+        self._write("DELETE FROM {s}.studies WHERE name = ?", [row.name])
+        values = [getattr(row, c) for c in _STUDY_COLUMNS]
+        self._write(f"INSERT INTO {{s}}.studies ({', '.join(_STUDY_COLUMNS)}, created_at, updated_at) "
+                    f"VALUES ({', '.join('?' * (len(values) + 2))})", values + [created[0][0] if created else now, now])
+
+    def drop_study(self, name: str) -> bool:
+        """Delete study ``name`` and its trials (its stages stay in their tree); False when there was none."""
+        if self.study(name) is None:
+            return False
+        self._write("DELETE FROM {s}.trials WHERE study = ?", [name.lower()])
+        self._write("DELETE FROM {s}.studies WHERE name = ?", [name.lower()])
+        return True
+
+    def mark_interrupted(self, live: Sequence[str]) -> int:
+        """Studies, trials and stages left ``running`` by a process that died (none but those in ``live``,
+        the studies this process is running, can be running: DuckDB lets one process write the file)
+        become ``interrupted`` / ``stopped``: resumable, never running forever. Returns the studies marked."""
+        if not self._catalog.present or self._catalog.read_only:
+            return 0
+        live = [n.lower() for n in live] or [""]
+        dead = [r[0] for r in self._rows("SELECT name FROM {s}.studies WHERE status = 'running' "
+                                         "AND NOT list_contains(?::VARCHAR[], name)", [live])]
+        if not dead:
+            return 0
+        self._write("UPDATE {s}.studies SET status = 'interrupted', owner_pid = NULL, updated_at = ? "
+                    "WHERE list_contains(?::VARCHAR[], name)", [_now(), dead])
+        self._write("UPDATE {s}.trials SET status = 'stopped', updated_at = ? WHERE status IN ('running', 'pending') "
+                    "AND list_contains(?::VARCHAR[], study)", [_now(), dead])
+        self._write("UPDATE {s}.stages SET status = 'interrupted', finished_at = ? WHERE status = 'running' "
+                    "AND list_contains(?::VARCHAR[], study)", [_now(), dead])
+        return len(dead)
+
+    # ----------------------------------------------------------------- trials
+
+    def trials(self, study: str) -> list[TrialRow]:
+        """The trials of ``study``, by trial number."""
+        rows = self._rows(f"SELECT {', '.join(_TRIAL_COLUMNS)} FROM {{s}}.trials WHERE study = ? ORDER BY trial",
+                          [study.lower()])
+        return [TrialRow(*r[:6], tuple(r[6]), *r[7:]) for r in rows]
+
+    def put_trial(self, row: TrialRow) -> None:
+        """Insert or replace one trial."""
+        self._write("DELETE FROM {s}.trials WHERE study = ? AND trial = ?", [row.study, row.trial])
+        values = [getattr(row, c) for c in _TRIAL_COLUMNS]
+        values[_TRIAL_COLUMNS.index("metrics")] = list(row.metrics)
+        self._write(f"INSERT INTO {{s}}.trials ({', '.join(_TRIAL_COLUMNS)}, updated_at) "
+                    f"VALUES ({', '.join('?' * (len(values) + 1))})", values + [_now()])
+
+    # ----------------------------------------------------------------- stages
+
+    def stages(self, tree: str, status: str = "done") -> list[StageRow]:
+        """The stages of ``tree`` with ``status``, parents before children (by stage number)."""
+        if not self._catalog.present:
+            return []
+        rows = self._rows(f"SELECT {', '.join(_STAGE_COLUMNS)} FROM {{s}}.stages WHERE tree = ? AND status = ? "
+                          "ORDER BY stage", [tree, status])
+        return [StageRow(*r) for r in rows]
+
+    def next_stage(self, tree: str) -> int:
+        """A stage number not yet used in ``tree``."""
+        return self._rows("SELECT coalesce(max(stage), -1) + 1 FROM {s}.stages WHERE tree = ?", [tree])[0][0]
+
+    def put_stage(self, row: StageRow) -> None:
+        """Insert or replace one stage; ``started_at`` is kept from an earlier row of it, ``finished_at`` set
+        when the status is final."""
+        started = self._rows("SELECT started_at FROM {s}.stages WHERE tree = ? AND stage = ?", [row.tree, row.stage])
+        self._write("DELETE FROM {s}.stages WHERE tree = ? AND stage = ?", [row.tree, row.stage])
+        now = _now()
+        values = [getattr(row, c) for c in _STAGE_COLUMNS]
+        final = now if row.status != "running" else None
+        self._write(f"INSERT INTO {{s}}.stages ({', '.join(_STAGE_COLUMNS)}, started_at, finished_at) "
+                    f"VALUES ({', '.join('?' * (len(values) + 2))})",
+                    values + [started[0][0] if started else now, final])
+
+    def forget_checkpoints(self, tree: str, stages: Sequence[int]) -> None:
+        """Set the checkpoint of ``stages`` to NULL (their blobs are collected by the caller / VACUUM)."""
+        if stages:
+            self._write("UPDATE {s}.stages SET checkpoint = NULL, checkpoint_bytes = NULL "
+                        "WHERE tree = ? AND list_contains(?::BIGINT[], stage)", [tree, list(stages)])
+
+    def checkpoint_digests(self) -> set[str]:
+        """Digests of every checkpoint a stage or a trial references."""
+        if not self._catalog.present:
+            return set()
+        return {r[0] for r in self._rows("SELECT checkpoint FROM {s}.stages WHERE checkpoint IS NOT NULL UNION "
+                                         "SELECT checkpoint FROM {s}.trials WHERE checkpoint IS NOT NULL")}
+
+    def not_found(self, name: str) -> errors.ProgrammingError:
+        """The error for a study that does not exist, listing the ones that do."""
+        names = self.study_names()
+        known = ("Studies: " + ", ".join(names) + ".") if names else "There are no studies."
+        return errors.ProgrammingError(f'Study "{name}" does not exist. {known}', code="study_not_found")

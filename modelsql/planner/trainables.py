@@ -1,0 +1,145 @@
+"""``CREATE MODEL m FROM PYTHON 'package.module:factory' [WITH (...)]`` (a trainable model for TUNE) and
+``CREATE MODEL m FROM STUDY s [TRIAL n]`` (a study's trial registered as an ONNX model version).
+
+A trainable is a factory ``f(in_features=F, n_outputs=K, **params) -> torch.nn.Module``; its
+``WITH`` options are default factory arguments, which TUNE's SEARCH may override. The catalog keeps
+the factory module's source digest, so a changed factory is a new version (TUNE registers it by itself
+when the source changed since the latest version). Models and trainables share one namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from ..catalog.studies import Trainable
+from ..errors import IntegrityError, ProgrammingError
+from ..sql.nodes import ImportModel
+from ..tuning.training import factory_digest, for_inference, load_trained, resolve_factory
+from . import ddl
+from .options import no_repeats, value
+from .result import Result
+from .tune_spec import constant
+
+__all__ = ["create_trainable", "trainable_for_tune", "create_from_study"]
+
+
+def create_trainable(stmt: ImportModel, session, params: list) -> Result:
+    """``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] m FROM PYTHON 'pkg.mod:factory' [WITH (...)]``.
+
+    Raises:
+        ProgrammingError: ``factory_not_found`` (the reference does not import).
+        IntegrityError: ``duplicate_model`` (an ONNX model, or a trainable without OR REPLACE / IF NOT
+            EXISTS, has the name).
+    """
+    session.check_writable()
+    name = stmt.this.model_name.lower()
+    ref = str(value(stmt.args["source"], params))
+    no_repeats(stmt.args.get("options"), f"CREATE MODEL {name}")
+    options = tuple(sorted((k, json.dumps(constant(v, k))) for k, v in stmt.option_values.items()))
+    resolve_factory(ref)
+    existing = session.catalog.studies.trainable(name)
+    if session.catalog.exists(name):
+        raise IntegrityError(f'Model "{name}" already exists as an ONNX model; trainables and models share '
+                             "names: DROP MODEL it or choose another name.", code="duplicate_model")
+    if existing is not None and not stmt.args.get("replace"):
+        if stmt.args.get("exists"):
+            return Result(session.duck, rowcount=0)
+        raise IntegrityError(f'Model "{name}" already exists (a trainable, {existing.factory}); use CREATE OR '
+                             "REPLACE MODEL for a new version.", code="duplicate_model")
+    version = existing.version + 1 if existing is not None else 1
+    session.commit()
+    with session.catalog.transaction(join=False):
+        session.catalog.studies.add_trainable(Trainable(name, version, ref, factory_digest(ref), options))
+    session.changed()
+    return Result(session.duck, rowcount=1)
+
+
+def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> Trainable:
+    """The trainable TUNE trains: version ``version``, or the latest one, registered anew (next version)
+    when its factory's source changed since. Raises ProgrammingError ``model_not_found`` (naming an ONNX
+    model of that name as not trainable)."""
+    found = session.catalog.studies.trainable(name, version)
+    if found is None:
+        if session.catalog.exists(name):
+            raise session.pointed(ProgrammingError(
+                f'Model "{name}" is an ONNX model, not a trainable: TUNE trains a factory registered with '
+                f"CREATE MODEL {name}_trainable FROM PYTHON 'package.module:function'.", code="model_not_trainable"),
+                ref)
+        raise session.pointed(ProgrammingError(
+            f'Trainable model "{name}"' + (f" version {version}" if version else "") + " does not exist; register "
+            f"one with CREATE MODEL {name} FROM PYTHON 'modelsql.zoo:mlp' (or your own factory).",
+            code="model_not_found"), ref)
+    if version is not None:
+        return found
+    digest = factory_digest(found.factory)
+    if digest == found.code_digest:
+        return found
+    fresh = Trainable(found.name, found.version + 1, found.factory, digest, found.options)
+    with session.catalog.transaction(join=False):
+        session.catalog.studies.add_trainable(fresh)
+    return fresh
+
+
+def create_from_study(stmt: ImportModel, session, params: list) -> Result:
+    """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]``: the trial's final weights (the study's best
+    trial by default), exported to ONNX through :mod:`modelsql.formats.torch` and imported as a model
+    version whose features are the study's feature columns.
+
+    Raises:
+        ProgrammingError: ``study_not_found``, ``trial_not_found``, ``checkpoint_collected`` (a pruned or
+            failed trial's checkpoint is not kept).
+    """
+    studies = session.catalog.studies
+    study_name = stmt.args["study"].name.lower()
+    study = studies.study(study_name)
+    if study is None:
+        raise studies.not_found(study_name)
+    trial_arg = stmt.args.get("trial")
+    number = int(trial_arg.this) if trial_arg is not None else study.best_trial
+    trials = {t.trial: t for t in studies.trials(study_name)}
+    if number is None or number not in trials:
+        raise ProgrammingError(f'Study "{study_name}" has no trial {number}' if number is not None else
+                               f'Study "{study_name}" has no finished trial yet.', code="trial_not_found")
+    trial = trials[number]
+    if trial.checkpoint is None:
+        raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
+                               "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")
+    module, features = _trained_module(session, study, trial)
+    import numpy as np
+
+    model = ddl.import_model(session, stmt.this.model_name, module, example_input=np.zeros((1, len(features)),
+                             np.float32), features=features, replace=bool(stmt.args.get("replace")),
+                             if_not_exists=bool(stmt.args.get("exists")),
+                             options={"study": study_name, "trial": str(number)},
+                             output_names=_output_names(study))
+    del model
+    return Result(session.duck, rowcount=1)
+
+
+def _trained_module(session, study, trial):
+    options = json.loads(study.options)
+    trainable = session.catalog.studies.trainable(study.model, study.model_version)
+    sequence = json.loads(trial.sequence)
+    from .tune_spec import TRAINING_NAMES
+
+    params = {k: _tuple(json.loads(v)) for k, v in trainable.options}
+    params.update({k: _tuple(v) for k, v in (sequence[-1] if sequence else {}).items() if k not in TRAINING_NAMES})
+    labels = options.get("labels")
+    features = tuple(options["features"])
+    n_outputs = len(labels) if labels is not None else 1
+    model = load_trained(trainable.factory, params, session.store.get(trial.checkpoint), (len(features), n_outputs))
+    task = "classification" if labels is not None else "regression"
+    return for_inference(model, task, labels), features
+
+
+def _tuple(v):
+    return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
+
+
+def _output_names(study) -> list[str]:
+    return ["label", "probabilities"] if json.loads(study.options).get("labels") is not None else ["prediction"]
+
+
+ddl.IMPORT_SOURCES["python"] = create_trainable
+ddl.IMPORT_SOURCES["study"] = create_from_study

@@ -1,0 +1,171 @@
+"""A study's training data, read from DuckDB: ``ON TABLE t | (query)``, ``VALIDATE ON ...``, ``TARGET c``.
+
+Features are the numeric columns other than the target (or the ``features`` option's, in order), or
+one array column (``FLOAT[]`` / ``FLOAT[64]``) whose every row has the same length; all become one
+float32 matrix (N, F). A target of integers, booleans or strings is a class label (classification:
+the labels are the sorted distinct training values, fed to training as indices); a floating-point
+target is regression. Without ``VALIDATE ON``, ``validation_fraction`` of the rows (default 0.2),
+drawn with the study seed, are held out. The rows are read in the order DuckDB returns them (a
+table's insertion order), and the arrays' digest is part of the stage-tree key: other data, or the
+same rows in another order, train in another tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import DataError, ProgrammingError
+from ..tuning.training import TrainData
+
+__all__ = ["StudyData", "load_study_data"]
+
+
+@dataclass(frozen=True)
+class StudyData:
+    """The arrays and what they came from: ``features`` (column names, or the array column's name),
+    ``labels`` (classification) and ``digest`` (SHA-256 of every array, in the tree key)."""
+
+    data: TrainData
+    features: tuple[str, ...]
+    labels: Optional[tuple]
+    digest: str
+
+
+def _read(session, sql: str, params: Sequence, what: str) -> pa.Table:
+    try:
+        return session.duck.sql(sql, params=list(params) or None).to_arrow_table()
+    except Exception as exc:  # noqa: BLE001 - the DuckDB error, named for the clause it came from
+        from ..duckdb_errors import translate
+
+        err = translate(exc)
+        raise type(err)(f"TUNE {what}: {err}", code=err.code) from None
+
+
+def load_study_data(session, train_sql: str, validate_sql: Optional[str], target: str,
+                    features: Optional[Sequence[str]], validation_fraction: float, seed: int,
+                    params: Sequence = ()) -> StudyData:
+    """Read and check the data of a study.
+
+    Raises:
+        ProgrammingError: ``column_not_found`` (the target or a feature), ``invalid_feature`` (a column
+            that is not numeric or an equal-length array).
+        DataError: ``null_value`` (a NULL feature or target, naming the column and row),
+            ``unknown_label`` (a validation label not among the training labels), ``too_few_rows``.
+    """
+    train = _read(session, train_sql, params, "ON")
+    cols = _columns(train, target, features)
+    x, y = _matrix(train, cols, "training"), _target(train, target, "training")
+    if validate_sql is not None:
+        val = _read(session, validate_sql, params, "VALIDATE ON")
+        _columns(val, target, cols)
+        x_val, y_val = _matrix(val, cols, "validation"), _target(val, target, "validation")
+    else:
+        x, y, x_val, y_val = _split(x, y, validation_fraction, seed)
+    labels = None
+    if y.dtype.kind in "iubUO":
+        labels = tuple(sorted(set(y.tolist())))
+        unknown = sorted(set(y_val.tolist()) - set(labels), key=str)
+        if unknown:
+            raise DataError(f"TUNE: validation label {unknown[0]!r} of {target} is not among the training labels",
+                            code="unknown_label")
+        index = {v: i for i, v in enumerate(labels)}
+        y = np.array([index[v] for v in y.tolist()], np.int64)
+        y_val = np.array([index[v] for v in y_val.tolist()], np.int64)
+        task, n_outputs = "classification", len(labels)
+    else:
+        y, y_val = y.astype(np.float32), y_val.astype(np.float32)
+        task, n_outputs = "regression", 1
+    data = TrainData(x, y, x_val, y_val, task, n_outputs)
+    return StudyData(data, tuple(cols), labels, _digest(data, labels))
+
+
+def _columns(table: pa.Table, target: str, features: Optional[Sequence[str]]) -> list[str]:
+    names = {n.lower(): n for n in table.column_names}
+    if target.lower() not in names:
+        raise ProgrammingError(f'TUNE: TARGET column "{target}" not found; columns are: '
+                               f"{', '.join(table.column_names)}", code="column_not_found")
+    if features is None:
+        return [n for n in table.column_names if n.lower() != target.lower()]
+    missing = [f for f in features if f.lower() not in names]
+    if missing:
+        raise ProgrammingError(f'TUNE: feature column "{missing[0]}" not found; columns are: '
+                               f"{', '.join(table.column_names)}", code="column_not_found")
+    return [names[f.lower()] for f in features]
+
+
+def _is_array(table: pa.Table, cols: list[str]) -> bool:
+    return len(cols) == 1 and (pa.types.is_list(table.schema.field(cols[0]).type)
+                               or pa.types.is_fixed_size_list(table.schema.field(cols[0]).type))
+
+
+def _matrix(table: pa.Table, cols: list[str], what: str) -> np.ndarray:
+    if not cols:
+        raise ProgrammingError("TUNE: no feature columns (the input has only the target)", code="invalid_feature")
+    if _is_array(table, cols):
+        return _array_column(table.column(cols[0]).combine_chunks(), cols[0], what)
+    out = np.empty((table.num_rows, len(cols)), np.float32)
+    for j, name in enumerate(cols):
+        column = table.column(name)
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+                or pa.types.is_boolean(column.type) or pa.types.is_decimal(column.type)):
+            raise ProgrammingError(f'TUNE: feature column "{name}" is {column.type}, not a number; name the '
+                                   "numeric columns with WITH (features = (...))", code="invalid_feature")
+        _no_nulls(column, name, what)
+        out[:, j] = column.to_numpy(zero_copy_only=False).astype(np.float32)
+    return out
+
+
+def _array_column(column, name: str, what: str) -> np.ndarray:
+    _no_nulls(column, name, what)
+    lengths = column.value_lengths().to_numpy(zero_copy_only=False) if hasattr(column, "value_lengths") else None
+    if lengths is not None and len(lengths) and (lengths != lengths[0]).any():
+        row = int(np.argmax(lengths != lengths[0]))
+        raise DataError(f'TUNE: {what} row {row} of array column "{name}" has {lengths[row]} values, row 0 has '
+                        f"{lengths[0]}", code="invalid_feature")
+    values = column.flatten()
+    if values.null_count:
+        raise DataError(f'TUNE: {what} array column "{name}" holds a NULL element', code="null_value")
+    width = int(lengths[0]) if lengths is not None and len(lengths) else column.type.list_size
+    return values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(column), width)
+
+
+def _no_nulls(column, name: str, what: str) -> None:
+    if column.null_count:
+        row = int(np.argmax(np.asarray(column.is_null().to_numpy(zero_copy_only=False))))
+        raise DataError(f'TUNE: {what} row {row} has a NULL in column "{name}"', code="null_value")
+
+
+def _target(table: pa.Table, target: str, what: str) -> np.ndarray:
+    name = next(n for n in table.column_names if n.lower() == target.lower())
+    column = table.column(name)
+    _no_nulls(column, name, what)
+    values = column.to_numpy(zero_copy_only=False)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return values.astype(object)
+    return values
+
+
+def _split(x, y, fraction: float, seed: int):
+    if not 0 < fraction < 1:
+        raise ProgrammingError(f"TUNE: validation_fraction must be in (0, 1), got {fraction}", code="invalid_option")
+    n = len(x)
+    n_val = int(round(n * fraction))
+    if n_val < 1 or n - n_val < 1:
+        raise DataError(f"TUNE: {n} rows cannot be split into training and validation rows", code="too_few_rows")
+    order = np.random.RandomState(seed).permutation(n)
+    val, train = order[:n_val], order[n_val:]
+    return x[train], y[train], x[val], y[val]
+
+
+def _digest(data: TrainData, labels) -> str:
+    h = hashlib.sha256()
+    for array in (data.x, data.y, data.x_val, data.y_val):
+        h.update(str((array.dtype.str, array.shape)).encode())
+        h.update(np.ascontiguousarray(array).tobytes())
+    h.update(repr((data.task, data.n_outputs, labels)).encode())
+    return h.hexdigest()

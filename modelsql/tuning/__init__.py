@@ -1,0 +1,1 @@
+"""Hyper-parameter studies (TUNE): search spaces, algorithms, stage trees, training and executors."""

@@ -1,0 +1,211 @@
+"""Where stages train: worker processes on this machine (the default) or Ray tasks (``executor = 'ray'``,
+:mod:`modelsql.tuning.ray_executor`).
+
+A task is a pure function (:func:`run_task`): the factory, the study seed and thread count, the
+stages' epochs and the parent checkpoint in; each stage's checkpoint and metrics out. The process
+that owns the DuckDB connection submits tasks and writes every result (DuckDB has one writer per
+file); workers never touch the catalog or the store.
+
+Workers are processes, not threads: torch's RNGs and thread count are per process, and a stage is
+bit-exact only when its process has exactly the state the stage restores (the recipe in
+``../shared/research/tuning-measurements.md``, section 1). Each is a fresh interpreter
+(:mod:`modelsql.tuning.worker`; not a fork of a process holding DuckDB and ONNX Runtime threads,
+nor a ``multiprocessing`` spawn, which re-imports the user's ``__main__``), kept for the next study.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import contextlib
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..errors import OperationalError
+from .stage_tree import EpochHP
+from .messages import read_message, write_message
+
+__all__ = ["TaskSpec", "TaskOutcome", "run_task", "LocalExecutor", "local_executor"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What one task trains.
+
+    Attributes:
+        factory: ``package.module:function`` of the trainable.
+        factory_params: sorted constant keyword arguments of the factory.
+        seed: the study seed (every stage of a tree uses it: per-trial seeds would share nothing).
+        threads: torch intra-op threads of the worker (part of the result: 1 and 2 threads differ).
+        stages: ``(first_epoch, training hyper-parameters of each epoch)`` per stage, in order; each
+            stage starts from the previous one's end, the first from the task's parent checkpoint.
+    """
+
+    factory: str
+    factory_params: tuple[tuple[str, Any], ...]
+    seed: int
+    threads: int
+    stages: tuple[tuple[int, tuple[EpochHP, ...]], ...]
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What a task gave back: one :class:`~modelsql.tuning.training.StageResult` per stage trained, and the
+    error that stopped it (``(class name, code, message)``), or None when every stage trained."""
+
+    results: tuple
+    error: Optional[tuple[str, str, str]] = None
+    worker: str = ""
+
+
+def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
+    """Train ``spec``'s stages one after the other from ``parent`` (None: from scratch).
+
+    A stage that raises ends the task: the stages before it are returned with the error, as plain
+    values (exceptions with extra state do not always pickle back across processes).
+    """
+    from .training import StageSpec, train_stage
+
+    results = []
+    state = parent
+    for first, epochs in spec.stages:
+        stage = StageSpec(spec.factory, spec.factory_params, epochs, first, spec.seed, spec.threads)
+        try:
+            result = train_stage(stage, data, state)
+        except BaseException as exc:  # noqa: BLE001 - reported to the study, which marks the trials failed
+            code = getattr(exc, "code", type(exc).__name__)
+            message = str(exc) if getattr(exc, "code", None) else "".join(
+                traceback.format_exception_only(type(exc), exc)).strip()
+            return TaskOutcome(tuple(results), (type(exc).__name__, code, message), _worker_name())
+        results.append(result)
+        state = result.checkpoint
+    return TaskOutcome(tuple(results), None, _worker_name())
+
+
+def _worker_name() -> str:
+    return f"local:{os.getpid()}"
+
+
+class _Worker:
+    """One worker process (``python -m modelsql.tuning.worker``) and the data key it holds."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "modelsql.tuning.worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=_worker_env())
+        self.data_key: Optional[str] = None
+
+    def call(self, key: str, data, spec: TaskSpec, parent: Optional[bytes]) -> TaskOutcome:
+        if self.data_key != key:
+            write_message(self.proc.stdin, ("data", key, data))
+            self.data_key = key
+        write_message(self.proc.stdin, ("task", key, spec, parent))
+        outcome = read_message(self.proc.stdout)
+        if outcome is None:
+            raise OperationalError(f"the training worker process {self.proc.pid} died "
+                                   f"(exit status {self.proc.wait()})", code="worker_died")
+        return outcome
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+def _worker_env() -> dict:
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root, *(p or os.getcwd() for p in sys.path), env.get("PYTHONPATH", "")]).strip(os.pathsep)
+    return env
+
+
+class LocalExecutor:
+    """``workers`` worker processes on this machine that run :func:`run_task`, one task each at a time.
+
+    Args:
+        workers: how many stages train at once.
+    """
+
+    name = "local"
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._queue: queue.Queue = queue.Queue()
+        self._threads = [threading.Thread(target=self._serve, daemon=True, name=f"modelsql-worker-{i}")
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self) -> None:
+        worker: Optional[_Worker] = None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            future, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                worker = worker if worker is not None and worker.proc.poll() is None else _Worker()
+                future.set_result(worker.call(*args))
+            except BaseException as exc:  # noqa: BLE001 - the future carries it to the study
+                if worker is not None:
+                    worker.close()
+                worker = None
+                future.set_exception(exc)
+        if worker is not None:
+            worker.close()
+
+    def submit(self, spec: TaskSpec, data, parent: Optional[bytes]) -> cf.Future:
+        """Queue one task; the future gives its :class:`TaskOutcome`. ``data`` is what :meth:`put_data` gave."""
+        future: cf.Future = cf.Future()
+        key, arrays = data
+        self._queue.put((future, (key, arrays, spec, parent)))
+        return future
+
+    def put_data(self, data):
+        """The handle tasks receive for the training data: (a key, the arrays), sent once to each worker."""
+        return (f"{id(data)}:{os.getpid()}:{time.monotonic_ns()}", data)
+
+    def close(self) -> None:
+        """Stop the worker processes (a task still running finishes first)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+_POOLS: dict[int, LocalExecutor] = {}
+_LOCK = threading.Lock()
+
+
+def local_executor(workers: int) -> LocalExecutor:
+    """The process's pool of ``workers`` processes, started on first use and kept for the next study
+    (spawning a worker imports torch: seconds)."""
+    with _LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = LocalExecutor(workers)
+        return pool
+
+
+def discard(executor) -> None:
+    """Forget a pool after a failure that may have left it unusable (it is closed)."""
+    with _LOCK:
+        for key, pool in list(_POOLS.items()):
+            if pool is executor:
+                del _POOLS[key]
+    executor.close()
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_POOLS.values()):
+        pool.close()

@@ -1,0 +1,551 @@
+"""One stage of a TUNE study: train epochs [a, b) of one model from its parent's checkpoint.
+
+A study is run as a stage tree (Hippo: Shin et al., "Hippo: Taming Hyper-parameter
+Optimization of Deep Learning with Stage Trees", VLDB 2022): trials whose per-epoch
+hyper-parameters agree on a prefix share the stages that train it, and a branch continues
+from the checkpoint where they part. That is only sound when a trial reached through shared
+stages is *bit for bit* the trial trained from scratch in one go, so a stage restores every
+piece of state that the next epoch reads (measured in shared/research/tuning-measurements.md,
+section 1; leaving out any one of them breaks exactness at the first resumed epoch):
+
+* the model and optimizer state (momentum buffers, Adam moments);
+* torch's global RNG (dropout), the data-order ``torch.Generator``, numpy's and Python's
+  global RNGs (factories or augmentation may use them);
+* the intra-op thread count, which changes the floats and is checked on restore.
+
+Scheduled hyper-parameters are a pure function of (configuration sequence, epoch): each epoch
+entry of a ``StageSpec`` sets lr, momentum and weight decay in every param group at the start
+of that epoch, overwriting whatever the restored optimizer state carried. No torch LR
+scheduler is used: its state would carry the parent trial's schedule into the branch.
+
+torch is imported lazily, so the specs, ``resolve_factory`` and ``factory_digest`` work
+without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import inspect
+import io
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from modelsql.errors import DataError, OperationalError, ProgrammingError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = [
+    "TrainData", "StageSpec", "StageResult", "TrainingDiverged", "HYPERPARAMETERS",
+    "train_stage", "load_trained", "resolve_factory", "factory_digest",
+]
+
+#: Training hyper-parameters an epoch entry may set, with their defaults.
+HYPERPARAMETERS: Mapping[str, Any] = {
+    "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 32, "optimizer": "sgd",
+}
+_OPTIMIZERS = ("sgd", "adam", "adamw")
+_EVAL_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """The training and validation sets of a study.
+
+    Attributes:
+        x: float32 (N, F) training features.
+        y: (N,) targets: int64 class indices in [0, n_outputs) for classification,
+            float32 values for regression.
+        x_val: float32 (M, F) validation features, M >= 1.
+        y_val: (M,) validation targets, typed like ``y``.
+        task: ``"classification"`` or ``"regression"``.
+        n_outputs: number of classes for classification, 1 for regression.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    task: str
+    n_outputs: int
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What one stage trains.
+
+    Attributes:
+        factory: ``"package.module:function"``, called as
+            ``factory(in_features=F, n_outputs=K, **factory_params)``.
+        factory_params: sorted ``(name, value)`` constant factory kwargs (JSON scalars).
+        epochs: one entry per epoch this stage trains, each a sorted tuple of
+            ``(name, value)`` training hyper-parameters (names in ``HYPERPARAMETERS``;
+            missing names take the defaults).
+        first_epoch: 0-based index of the epoch ``epochs[0]`` trains; the parent's
+            checkpoint must end there (0 without a parent).
+        seed: the study-level seed, 0 <= seed < 2**32 (the same for every stage of a study,
+            or trials share no prefix).
+        threads: torch intra-op threads, set at the start of the stage and recorded in the
+            checkpoint.
+    """
+
+    factory: str
+    factory_params: tuple[tuple[str, Any], ...]
+    epochs: tuple[tuple[tuple[str, Any], ...], ...]
+    first_epoch: int
+    seed: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a stage produced.
+
+    Attributes:
+        checkpoint: ``torch.save`` bytes of the state after the stage's last epoch: a dict
+            with ``model``, ``optimizer`` (state dicts), ``torch_rng``, ``generator``
+            (uint8 tensors), ``numpy_rng``, ``python_rng`` (plain values), ``epoch``
+            (= first_epoch + len(epochs)), ``threads`` and ``optimizer_name``.
+        metrics: one dict per trained epoch: ``train_loss`` (mean of the batch losses),
+            ``val_loss`` (mean over the validation rows) and, for classification,
+            ``val_accuracy``.
+        seconds: wall time of the stage, not counting imports.
+    """
+
+    checkpoint: bytes
+    metrics: tuple[dict[str, float], ...]
+    seconds: float
+
+
+class TrainingDiverged(DataError):
+    """A training or validation loss became NaN or infinite; the message names the epoch
+    (0-based, counted over the whole trial) and, for a training loss, the batch."""
+
+    code = "training_diverged"
+
+    def __init__(self, epoch: int, batch: Optional[int], value: float) -> None:
+        where = f"batch {batch}" if batch is not None else "validation"
+        super().__init__(f"training diverged at epoch {epoch} ({where}): the loss is {value}")
+        self.epoch = epoch
+        self.batch = batch
+
+
+# ------------------------------------------------------------------ factories
+
+
+def resolve_factory(ref: str) -> Callable[..., Any]:
+    """Import the callable named by ``"package.module:function"`` (the function part may be
+    dotted, e.g. ``"pkg.mod:Class.build"``).
+
+    Raises:
+        ProgrammingError(code="factory_not_found"): ``ref`` is not ``module:function``, the
+            module cannot be imported, or the attribute is missing or not callable.
+    """
+    module_name, attr = _split_ref(ref)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _not_found(ref, f"module {module_name!r} cannot be imported ({exc})") from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise _not_found(ref, f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise _not_found(ref, f"{attr!r} in module {module_name!r} is not callable")
+    return obj
+
+
+def factory_digest(ref: str) -> str:
+    """SHA-256 (hex) of the bytes of the source file that defines the factory ``ref`` (the
+    file on disk now, so an edited factory gets a new digest even before it is re-imported).
+
+    Raises:
+        ProgrammingError(code="factory_not_found"): as ``resolve_factory``.
+    """
+    fn = resolve_factory(ref)
+    path = _source_file(fn, _split_ref(ref)[0])
+    if path is None:
+        return hashlib.sha256(f"no source file: {ref}".encode()).hexdigest()
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _split_ref(ref: Any) -> tuple[str, str]:
+    parts = ref.split(":") if isinstance(ref, str) else []
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        raise _not_found(ref, 'a factory is named "package.module:function"')
+    return parts[0].strip(), parts[1].strip()
+
+
+def _not_found(ref: Any, why: str) -> ProgrammingError:
+    return ProgrammingError(f"factory {ref!r} not found: {why}", code="factory_not_found")
+
+
+def _source_file(fn: Any, module_name: str) -> Optional[str]:
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        path = None
+    return path or getattr(sys.modules.get(module_name), "__file__", None)
+
+
+def _build_model(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str, Any]]],
+                 in_features: int, n_outputs: int) -> "torch.nn.Module":
+    import torch
+
+    fn = resolve_factory(ref)
+    try:
+        model = fn(in_features=in_features, n_outputs=n_outputs, **dict(params))
+    except (TypeError, ValueError) as exc:
+        raise ProgrammingError(f"factory {ref!r} refused its parameters: {exc}",
+                               code="invalid_factory_params") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise ProgrammingError(f"factory {ref!r} returned {type(model).__name__}, not a torch.nn.Module",
+                               code="invalid_factory")
+    return model
+
+
+# ------------------------------------------------------------------ hyper-parameters
+
+
+def _epoch_hparams(entry: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """The full hyper-parameters of one epoch entry (defaults filled in, values checked)."""
+    hp = dict(HYPERPARAMETERS)
+    for name, value in entry:
+        if name not in HYPERPARAMETERS:
+            raise ProgrammingError(
+                f"unknown training hyper-parameter {name!r} (known: {', '.join(HYPERPARAMETERS)})",
+                code="unknown_hyperparameter")
+        hp[name] = value
+    for name in ("lr", "momentum", "weight_decay"):
+        v = hp[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise _invalid(name, v, "a finite number >= 0")
+    b = hp["batch_size"]
+    if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+        raise _invalid("batch_size", b, "a positive integer")
+    if hp["optimizer"] not in _OPTIMIZERS:
+        raise _invalid("optimizer", hp["optimizer"], " or ".join(repr(o) for o in _OPTIMIZERS))
+    return hp
+
+
+def _invalid(name: str, value: Any, want: str) -> ProgrammingError:
+    return ProgrammingError(f"hyper-parameter {name} must be {want}, got {value!r}",
+                            code="invalid_hyperparameter")
+
+
+def _stage_hparams(spec: StageSpec) -> list[dict[str, Any]]:
+    if not spec.epochs:
+        raise ProgrammingError("a stage trains at least one epoch", code="invalid_stage")
+    if isinstance(spec.threads, bool) or not isinstance(spec.threads, int) or spec.threads < 1:
+        raise ProgrammingError(f"threads must be a positive integer, got {spec.threads!r}", code="invalid_stage")
+    if not isinstance(spec.seed, int) or not 0 <= spec.seed < 2**32:
+        raise ProgrammingError(f"the seed must be an integer in [0, 2**32), got {spec.seed!r}", code="invalid_stage")
+    hps = [_epoch_hparams(e) for e in spec.epochs]
+    names = {hp["optimizer"] for hp in hps}
+    if len(names) > 1:
+        raise _not_schedulable(sorted(names))
+    return hps
+
+
+def _not_schedulable(names: Sequence[str]) -> ProgrammingError:
+    return ProgrammingError(
+        f"the optimizer cannot change during a trial (got {' and '.join(map(repr, names))})",
+        code="hyperparameter_not_schedulable")
+
+
+def _make_optimizer(model: "torch.nn.Module", hp: Mapping[str, Any]) -> "torch.optim.Optimizer":
+    import torch
+
+    params = model.parameters()
+    if hp["optimizer"] == "sgd":
+        return torch.optim.SGD(params, lr=hp["lr"], momentum=hp["momentum"], weight_decay=hp["weight_decay"])
+    cls = torch.optim.Adam if hp["optimizer"] == "adam" else torch.optim.AdamW
+    return cls(params, lr=hp["lr"], weight_decay=hp["weight_decay"])
+
+
+def _apply_hparams(optimizer: "torch.optim.Optimizer", hp: Mapping[str, Any]) -> None:
+    """Set this epoch's lr / weight decay (and momentum for SGD) in every param group."""
+    for group in optimizer.param_groups:
+        group["lr"] = float(hp["lr"])
+        group["weight_decay"] = float(hp["weight_decay"])
+        if "momentum" in group:
+            group["momentum"] = float(hp["momentum"])
+
+
+# ------------------------------------------------------------------ RNG state
+
+
+@contextlib.contextmanager
+def _caller_state_kept() -> Iterator[None]:
+    """Give the caller back its global RNG states and thread count after a stage."""
+    import torch
+
+    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.get_num_threads())
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+        torch.set_num_threads(saved[3])
+
+
+def _numpy_state() -> list[Any]:
+    import torch
+
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return [str(kind), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)]
+
+
+def _set_numpy_state(state: Sequence[Any]) -> None:
+    kind, keys, pos, has_gauss, cached = state
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(cached)))
+
+
+def _python_state() -> list[Any]:
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+def _set_python_state(state: Sequence[Any]) -> None:
+    version, internal, gauss = state
+    random.setstate((version, tuple(internal), gauss))
+
+
+# ------------------------------------------------------------------ the stage
+
+
+def train_stage(spec: StageSpec, data: TrainData, parent: Optional[bytes]) -> StageResult:
+    """Train ``spec.epochs`` from ``parent``'s checkpoint (or from scratch), bit-exactly.
+
+    The result equals, bit for bit, training the trial's whole epoch sequence in one stage
+    from scratch, on the same torch build, CPU type and thread count (Hippo's stage trees
+    rely on it: see the module docstring). The caller's global RNG states and thread count
+    are restored afterwards.
+
+    Args:
+        spec: what to train (factory, per-epoch hyper-parameters, first epoch, seed, threads).
+        data: float32 (N, F) / (M, F) features with their targets (see ``TrainData``).
+        parent: the checkpoint bytes of the parent stage, ending at ``spec.first_epoch``;
+            ``None`` to start from scratch at epoch 0.
+    Raises:
+        ProgrammingError: code ``unknown_hyperparameter`` (a name outside ``HYPERPARAMETERS``),
+            ``invalid_hyperparameter``, ``hyperparameter_not_schedulable`` (the optimizer
+            differs between epochs or from the parent's), ``checkpoint_mismatch`` (the parent
+            ends at another epoch), ``factory_not_found``, ``invalid_factory_params``,
+            ``invalid_factory``, ``invalid_stage``.
+        OperationalError(code="threads_mismatch"): the parent was trained with another
+            thread count (the floats would differ).
+        DataError: ``invalid_training_data`` (shapes, dtypes, labels), or
+            ``TrainingDiverged`` (a NaN/inf loss; names the epoch and batch).
+    """
+    importlib.import_module("torch._dynamo")  # torch.optim imports it on first use: keep it out of ``seconds``
+
+    hps = _stage_hparams(spec)
+    tensors = _tensors(data)
+    with _caller_state_kept():
+        start = time.perf_counter()
+        model, optimizer, gen = _setup(spec, data, hps[0])
+        if parent is not None:
+            _restore(parent, spec, hps[0]["optimizer"], model, optimizer, gen)
+        elif spec.first_epoch != 0:
+            raise ProgrammingError(f"a stage without a parent starts at epoch 0, not {spec.first_epoch}",
+                                   code="checkpoint_mismatch")
+        metrics = tuple(
+            _train_epoch(spec.first_epoch + i, hp, model, optimizer, gen, tensors, data.task)
+            for i, hp in enumerate(hps))
+        checkpoint = _checkpoint(spec, hps[0]["optimizer"], model, optimizer, gen)
+        seconds = time.perf_counter() - start
+    return StageResult(checkpoint=checkpoint, metrics=metrics, seconds=seconds)
+
+
+def _setup(spec: StageSpec, data: TrainData, hp: Mapping[str, Any]):
+    """Threads, seeds, model, optimizer and data-order generator, in the measured order."""
+    import torch
+
+    torch.set_num_threads(spec.threads)
+    random.seed(spec.seed)
+    np.random.seed(spec.seed)
+    torch.manual_seed(spec.seed)
+    model = _build_model(spec.factory, spec.factory_params, data.x.shape[1], data.n_outputs)
+    optimizer = _make_optimizer(model, hp)
+    gen = torch.Generator()
+    gen.manual_seed(spec.seed)
+    return model, optimizer, gen
+
+
+def _restore(parent: bytes, spec: StageSpec, optimizer_name: str, model, optimizer, gen) -> None:
+    import torch
+
+    state = torch.load(io.BytesIO(parent), weights_only=True)
+    if state["epoch"] != spec.first_epoch:
+        raise ProgrammingError(f"the parent checkpoint ends at epoch {state['epoch']}, "
+                               f"but the stage starts at epoch {spec.first_epoch}", code="checkpoint_mismatch")
+    if state["threads"] != spec.threads:
+        raise OperationalError(f"the parent checkpoint was trained with {state['threads']} threads, "
+                               f"this stage with {spec.threads}: results would differ", code="threads_mismatch")
+    if state["optimizer_name"] != optimizer_name:
+        raise _not_schedulable([state["optimizer_name"], optimizer_name])
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    gen.set_state(state["generator"])
+    _set_numpy_state(state["numpy_rng"])
+    _set_python_state(state["python_rng"])
+
+
+def _checkpoint(spec: StageSpec, optimizer_name: str, model, optimizer, gen) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "generator": gen.get_state(),
+        "numpy_rng": _numpy_state(),
+        "python_rng": _python_state(),
+        "epoch": spec.first_epoch + len(spec.epochs),
+        "threads": spec.threads,
+        "optimizer_name": optimizer_name,
+    }, buf)
+    return buf.getvalue()
+
+
+def _tensors(data: TrainData) -> tuple["torch.Tensor", ...]:
+    """(x, y, x_val, y_val) as torch tensors, built once; targets shaped for the loss."""
+    import torch
+
+    if data.task not in ("classification", "regression"):
+        raise _bad_data(f'task must be "classification" or "regression", got {data.task!r}')
+    x, x_val = (np.asarray(a) for a in (data.x, data.x_val))
+    if x.ndim != 2 or x_val.ndim != 2 or x.shape[1] != x_val.shape[1] or len(x) == 0 or len(x_val) == 0:
+        raise _bad_data(f"features must be non-empty (N, F) and (M, F) arrays, got {x.shape} and {x_val.shape}")
+    if len(data.y) != len(x) or len(data.y_val) != len(x_val):
+        raise _bad_data(f"{len(x)}/{len(x_val)} feature rows but {len(data.y)}/{len(data.y_val)} targets")
+    ys = [np.asarray(data.y), np.asarray(data.y_val)]
+    if data.task == "classification":
+        if any(y.size and (y.min() < 0 or y.max() >= data.n_outputs) for y in ys):
+            raise _bad_data(f"class indices must lie in [0, {data.n_outputs})")
+        ty = [torch.as_tensor(y.astype(np.int64)) for y in ys]
+    else:
+        ty = [torch.as_tensor(y.astype(np.float32).reshape(-1, 1)) for y in ys]
+    tx = [torch.as_tensor(np.ascontiguousarray(a, dtype=np.float32)) for a in (x, x_val)]
+    return tx[0], ty[0], tx[1], ty[1]
+
+
+def _bad_data(why: str) -> DataError:
+    return DataError(f"invalid training data: {why}", code="invalid_training_data")
+
+
+def _loss(out: "torch.Tensor", y: "torch.Tensor", task: str, reduction: str = "mean") -> "torch.Tensor":
+    import torch.nn.functional as F
+
+    if task == "classification":
+        return F.cross_entropy(out, y, reduction=reduction)
+    return F.mse_loss(out, y, reduction=reduction)
+
+
+def _train_epoch(epoch: int, hp: Mapping[str, Any], model, optimizer, gen, tensors, task: str) -> dict[str, float]:
+    import torch
+
+    x, y, x_val, y_val = tensors
+    _apply_hparams(optimizer, hp)
+    model.train()
+    perm = torch.randperm(len(x), generator=gen)
+    size = int(hp["batch_size"])
+    losses = []
+    for batch, i in enumerate(range(0, len(x), size)):
+        idx = perm[i:i + size]
+        optimizer.zero_grad()
+        loss = _loss(model(x[idx]), y[idx], task)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise TrainingDiverged(epoch, batch, value)
+        loss.backward()
+        optimizer.step()
+        losses.append(value)
+    return {"train_loss": sum(losses) / len(losses), **_evaluate(epoch, model, x_val, y_val, task)}
+
+
+def _evaluate(epoch: int, model, x_val, y_val, task: str) -> dict[str, float]:
+    import torch
+
+    model.eval()
+    total, correct = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(x_val), _EVAL_ROWS):
+            out = model(x_val[i:i + _EVAL_ROWS])
+            total += _loss(out, y_val[i:i + _EVAL_ROWS], task, "sum").item()
+            if task == "classification":
+                correct += int((out.argmax(dim=1) == y_val[i:i + _EVAL_ROWS]).sum())
+    val_loss = total / len(x_val)
+    if not math.isfinite(val_loss):
+        raise TrainingDiverged(epoch, None, val_loss)
+    if task == "classification":
+        return {"val_loss": val_loss, "val_accuracy": correct / len(x_val)}
+    return {"val_loss": val_loss}
+
+
+# ------------------------------------------------------------------ loading
+
+
+def load_trained(spec_factory: str, factory_params: Union[Mapping[str, Any], Sequence[tuple[str, Any]]],
+                 checkpoint: bytes, data_shape: tuple[int, int]) -> "torch.nn.Module":
+    """The model ``spec_factory(in_features, n_outputs, **factory_params)`` with the weights of
+    ``checkpoint`` (a ``StageResult.checkpoint``), in eval mode, e.g. to export the best
+    trial to ONNX. ``data_shape`` is ``(in_features, n_outputs)``. The caller's global RNG
+    state is left as it was (building the model draws initial weights from it).
+
+    Raises:
+        ProgrammingError: ``factory_not_found``, ``invalid_factory_params``, ``invalid_factory``.
+    """
+    import torch
+
+    in_features, n_outputs = data_shape
+    with torch.random.fork_rng(devices=[]):
+        model = _build_model(spec_factory, factory_params, int(in_features), int(n_outputs))
+    state = torch.load(io.BytesIO(checkpoint), weights_only=True)
+    model.load_state_dict(state["model"])
+    return model.eval()
+
+
+def for_inference(model: "torch.nn.Module", task: str, labels: Optional[Sequence[Any]] = None) -> "torch.nn.Module":
+    """``model`` wrapped for PREDICT: classification gives ``label`` (int64 (N,): the class label when
+    ``labels`` are integers, else the class index) and ``probabilities`` (float32 (N, K), softmax);
+    regression gives ``prediction`` (float32 (N,)). Exported to ONNX by :mod:`modelsql.formats.torch`."""
+    import torch
+
+    class _Classifier(torch.nn.Module):
+        def __init__(self, inner, values):
+            super().__init__()
+            self.inner = inner
+            self.register_buffer("values", torch.tensor(values, dtype=torch.int64))
+
+        def forward(self, x):
+            logits = self.inner(x)
+            return self.values[torch.argmax(logits, dim=1)], torch.softmax(logits, dim=1)
+
+    class _Regressor(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)[:, 0]
+
+    if task == "regression":
+        return _Regressor(model).eval()
+    numeric = labels is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in labels)
+    k = len(labels) if labels is not None else None
+    values = list(labels) if numeric else list(range(k if k is not None else 0))
+    return _Classifier(model, values).eval()

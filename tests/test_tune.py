@@ -1,0 +1,217 @@
+"""TUNE end to end: real training of small models on scikit-learn's digits in real DuckDB files, through
+the SQL surface: stage trees against trial-based execution (bit-identical metrics), resuming, a second
+study reusing the first one's stages, the catalog tables, SHOW / DESCRIBE / DROP STUDY, EXPLAIN TUNE,
+CREATE MODEL FROM STUDY and PREDICT, and the errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import modelsql
+from modelsql.errors import DatabaseError, IntegrityError, NotSupportedError, ProgrammingError
+
+from tune_fixtures import GRID_SQL, make_db, trial_metrics
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = make_db(str(tmp_path / "tune.duckdb"))
+    yield c
+    c.close()
+
+
+def _tune(con, sql):
+    cur = con.cursor()
+    cur.execute(sql)
+    names = [d[0] for d in cur.description]
+    return dict(zip(names, cur.fetchone()))
+
+
+def test_grid_over_step_schedules_shares_prefixes_and_matches_trial_based_bit_for_bit(con):
+    staged = _tune(con, GRID_SQL.format(extra=", study_name = 'staged', workers = 2"))
+    trials = _tune(con, GRID_SQL.format(extra=", study_name = 'trials', execution = 'trials', workers = 2"))
+    assert staged["status"] == trials["status"] == "finished"
+    assert staged["trials"] == trials["trials"] == 4
+    # 4 trials x 4 epochs asked; the tree trains the two lr prefixes to the first milestone once
+    assert staged["epochs_requested"] == trials["epochs_requested"] == 16
+    assert trials["epochs_trained"] == 16
+    # per initial lr: epochs 0-1 once (both milestones agree), then epochs 2-3 for each milestone
+    assert staged["epochs_trained"] == 2 * (2 + 2 * 2)
+    a, b = trial_metrics(con, "staged"), trial_metrics(con, "trials")
+    assert a == b and all(status == "completed" and len(ms) == 4 for status, ms in a.values())
+    assert staged["best_trial"] == trials["best_trial"] and staged["best_metric"] == trials["best_metric"]
+
+
+def test_rerun_resumes_without_training_and_second_study_reuses_the_tree(con):
+    first = _tune(con, GRID_SQL.format(extra=""))
+    again = _tune(con, GRID_SQL.format(extra=""))  # same definition: resumes a finished study
+    assert again["epochs_trained"] == first["epochs_trained"]
+    assert trial_metrics(con, "mlp_study") == trial_metrics(con, "mlp_study")
+    other = _tune(con, GRID_SQL.format(extra=", study_name = 'again'"))  # another study, same tree
+    assert other["epochs_trained"] == 0 and other["best_metric"] == first["best_metric"]
+    assert trial_metrics(con, "again") == trial_metrics(con, "mlp_study")
+
+
+def test_catalog_tables_show_describe_and_sql_over_trials(con):
+    _tune(con, GRID_SQL.format(extra=""))
+    cur = con.cursor()
+    cur.execute("SHOW STUDIES")
+    rows = cur.fetchall()
+    cols = [d[0] for d in cur.description]
+    assert len(rows) == 1 and dict(zip(cols, rows[0]))["status"] == "finished"
+    cur.execute("DESCRIBE STUDY mlp_study")
+    assert [r[0] for r in cur.fetchall()] == [0, 1, 2, 3]
+    best = cur.execute("SELECT trial FROM modelsql.trials WHERE study = 'mlp_study' ORDER BY metric LIMIT 1").fetchone()
+    assert best[0] == cur.execute("SELECT best_trial FROM modelsql.studies").fetchone()[0]
+    stages = cur.execute("SELECT parent, first_epoch, end_epoch, status FROM modelsql.stages ORDER BY stage").fetchall()
+    assert all(s == "done" for *_, s in stages)
+    assert sum(e - f for _, f, e, _ in stages) == cur.execute("SELECT epochs_trained FROM modelsql.studies").fetchone()[0]
+    roots = [s for s in stages if s[0] is None]
+    assert len(roots) == 2 and all(f == 0 for _, f, _, _ in roots)
+    # checkpoints: only the trials' last epochs keep one, and each blob is in the store
+    kept = cur.execute("SELECT checkpoint FROM modelsql.trials").fetchall()
+    assert all(k is not None for (k,) in kept)
+    assert cur.execute("SELECT count(*) FROM modelsql.stages WHERE checkpoint IS NOT NULL").fetchone()[0] == 4
+    cur.execute("DROP STUDY mlp_study")
+    assert cur.execute("SELECT count(*) FROM modelsql.trials").fetchone() == (0,)
+    with pytest.raises(ProgrammingError) as ei:
+        cur.execute("DESCRIBE STUDY mlp_study")
+    assert ei.value.code == "study_not_found"
+    cur.execute("DROP STUDY IF EXISTS mlp_study")
+
+
+def test_best_trial_becomes_a_model_for_predict(con):
+    _tune(con, GRID_SQL.format(extra=""))
+    cur = con.cursor()
+    cur.execute("CREATE MODEL best FROM STUDY mlp_study")
+    assert cur.execute("SELECT kind FROM modelsql.models WHERE name = 'best'").fetchone() == ("torch",)
+    rows = cur.execute("SELECT * FROM PREDICT(MODEL best, TABLE val)").fetchall()
+    names = [d[0] for d in cur.description]
+    assert "probabilities" in names and len(rows) == 120
+    labels = cur.execute("SELECT label FROM val").fetchall()
+    predicted = [r[names.index("label")] for r in rows]
+    accuracy = np.mean([p == t for p, (t,) in zip(predicted, labels)])
+    best = cur.execute("SELECT metrics FROM modelsql.trials t JOIN modelsql.studies s ON t.trial = s.best_trial "
+                       "AND t.study = s.name").fetchone()
+    assert accuracy > 0.5, (accuracy, best)
+    cur.execute("CREATE MODEL second FROM STUDY mlp_study TRIAL 2")
+    with pytest.raises(ProgrammingError) as ei:
+        cur.execute("CREATE MODEL third FROM STUDY mlp_study TRIAL 9")
+    assert ei.value.code == "trial_not_found"
+
+
+def test_explain_tune_shows_the_planned_tree_and_estimate(con):
+    cur = con.cursor()
+    cur.execute("EXPLAIN " + GRID_SQL.format(extra=""))
+    text = cur.fetchall()[0][1]
+    assert "first round: 4 trial(s), 16 epoch(s) trial-based" in text
+    assert "stage tree: 12 epoch(s) in 10 stage(s)" in text and "1.33x fewer epochs" in text
+    assert text.count("Stage task=") == 10 and "from scratch" in text and "lr=0.02 " not in text
+    assert cur.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (0,)  # nothing ran
+
+
+def test_another_connection_reads_progress_while_the_study_runs(tmp_path):
+    path = str(tmp_path / "live.duckdb")
+    con = make_db(path)
+    seen: list[tuple] = []
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            con.execute(GRID_SQL.format(extra=", workers = 1"))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run)
+    reader = modelsql.connect(path)
+    thread.start()
+    while not done.is_set():
+        try:
+            seen.append(reader.execute("SELECT count(*) FILTER (status = 'done'), count(*) FROM modelsql.stages")
+                        .fetchone())
+            reader.commit()
+        except DatabaseError:
+            pass
+        time.sleep(0.05)
+    thread.join()
+    assert not errors, errors
+    final = reader.execute("SELECT count(*) FROM modelsql.stages").fetchone()[0]
+    assert any(0 < d < final for d, _ in seen), seen  # it saw the study part-way
+    assert reader.execute("SELECT status FROM modelsql.studies").fetchone() == ("finished",)
+    reader.close()
+    con.close()
+
+
+def test_trials_that_fail_are_marked_and_the_study_goes_on(con):
+    # lr = 1e6 diverges (a NaN loss): those trials fail with the error, the others complete
+    out = _tune(con, """TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label
+        SEARCH (lr = CHOICE(0.1, 1000000.0), batch_size = 64) USING GRID WITH (max_epochs = 2)""")
+    assert out["status"] == "finished"
+    rows = con.execute("SELECT trial, status, error FROM modelsql.trials ORDER BY trial").fetchall()
+    assert rows[0][1] == "completed" and rows[1][1] == "failed"
+    assert "training_diverged" in rows[1][2] and "epoch" in rows[1][2]
+    assert con.execute("SELECT count(*) FROM modelsql.stages WHERE status = 'failed'").fetchone() == (1,)
+    assert con.execute("SELECT count(*) FROM modelsql.stages WHERE status = 'running'").fetchone() == (0,)
+
+
+def test_a_time_budget_stops_resumably_and_a_rerun_finishes(con):
+    out = _tune(con, GRID_SQL.format(extra=", time_budget_s = 0.001"))  # one task runs, then it stops
+    assert out["status"] == "stopped" and 0 < out["epochs_trained"] < 12
+    statuses = {s for (s,) in con.execute("SELECT status FROM modelsql.trials").fetchall()}
+    assert statuses == {"stopped"}
+    resumed = _tune(con, GRID_SQL.format(extra=""))
+    assert resumed["status"] == "finished" and resumed["epochs_trained"] == 12  # nothing trained twice
+    assert {s for (s,) in con.execute("SELECT status FROM modelsql.trials").fetchall()} == {"completed"}
+
+
+@pytest.mark.parametrize("sql,cls,code", [
+    ("TUNE MODEL nope ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID", ProgrammingError, "model_not_found"),
+    ("TUNE MODEL mlp ON TABLE train TARGET nope SEARCH (lr = 0.1) USING GRID", ProgrammingError, "column_not_found"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = UNIFORM(0.1)) USING GRID", ProgrammingError,
+     "invalid_search_space"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = UNIFORM(0.01, 0.1)) USING GRID", ProgrammingError,
+     "grid_needs_choices"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (bogus = 1)", ProgrammingError,
+     "unknown_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING NOPE", ProgrammingError, "unknown_algorithm"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (hidden = STEP_DECAY(initial => 8, milestones => (2,))) "
+     "USING GRID WITH (max_epochs = 4)", ProgrammingError, "hyperparameter_not_schedulable"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (max_epochs = 0)",
+     ProgrammingError, "invalid_option"),
+    ("TUNE MODEL mlp ON (SELECT * FROM PREDICT(MODEL m, TABLE train)) TARGET label SEARCH (lr = 0.1) USING GRID",
+     NotSupportedError, "tune_input_predict"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID RESUME", ProgrammingError,
+     "study_not_found"),
+])
+def test_bad_statements_say_what_is_wrong_and_change_nothing(con, sql, cls, code):
+    with pytest.raises(cls) as ei:
+        con.execute(sql)
+    assert ei.value.code == code, str(ei.value)
+    assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM modelsql.stages").fetchone() == (0,)
+
+
+def test_trainables_share_names_with_models_and_a_changed_factory_is_a_new_version(con, tmp_path, monkeypatch):
+    cur = con.cursor()
+    with pytest.raises(IntegrityError):
+        cur.execute("CREATE MODEL mlp FROM PYTHON 'modelsql.zoo:cnn'")
+    cur.execute("CREATE MODEL IF NOT EXISTS mlp FROM PYTHON 'modelsql.zoo:cnn'")
+    with pytest.raises(ProgrammingError) as ei:
+        cur.execute("CREATE MODEL bad FROM PYTHON 'modelsql.zoo:missing'")
+    assert ei.value.code == "factory_not_found"
+    module = tmp_path / "my_factories.py"
+    module.write_text("from modelsql.zoo import mlp\n\ndef net(**kw):\n    return mlp(**kw)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cur.execute("CREATE MODEL mine FROM PYTHON 'my_factories:net'")
+    module.write_text("from modelsql.zoo import mlp\n\ndef net(**kw):  # changed\n    return mlp(**kw)\n")
+    _tune(con, "TUNE MODEL mine ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = 0.1, hidden = 8) "
+               "USING GRID WITH (max_epochs = 1)")
+    assert cur.execute("SELECT version FROM modelsql.trainables WHERE name = 'mine'").fetchone() == (2,)
+    assert cur.execute("SELECT model_version FROM modelsql.studies").fetchone() == (2,)

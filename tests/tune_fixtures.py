@@ -1,0 +1,47 @@
+"""Shared set-up of the TUNE tests: a real DuckDB file holding scikit-learn's digits (8x8 images,
+64 pixel columns p0..p63 scaled to [0, 1] and a ``label``), split into ``train`` and ``val`` tables,
+and a trainable ``mlp`` (``modelsql.zoo:mlp``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+import modelsql
+
+TRAIN_ROWS = 360
+VAL_ROWS = 120
+
+GRID_SQL = """TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label
+SEARCH (lr = STEP_DECAY(initial => CHOICE(0.2, 0.1), milestones => CHOICE((2,), (3,)), gamma => 0.1),
+        batch_size = 64)
+USING GRID WITH (max_epochs = 4, seed = 0{extra})"""
+
+
+def digits_table() -> pa.Table:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    cols = {f"p{i}": (d.data[:, i] / 16).astype(np.float32) for i in range(64)}
+    cols["label"] = d.target.astype(np.int64)
+    return pa.table(cols)
+
+
+def make_db(path: str) -> modelsql.Connection:
+    """A connection to a new database ``path`` with tables digits / train / val and the trainable ``mlp``."""
+    con = modelsql.connect(path)
+    con.register("digits_arrow", digits_table())
+    cur = con.cursor()
+    cur.execute("CREATE TABLE digits AS SELECT * FROM digits_arrow")
+    cur.execute(f"CREATE TABLE train AS SELECT * FROM digits LIMIT {TRAIN_ROWS}")
+    cur.execute(f"CREATE TABLE val AS SELECT * FROM digits LIMIT {VAL_ROWS} OFFSET {TRAIN_ROWS}")
+    con.commit()
+    cur.execute("CREATE MODEL mlp FROM PYTHON 'modelsql.zoo:mlp' WITH (hidden = 16)")
+    return con
+
+
+def trial_metrics(con, study: str) -> dict[int, tuple]:
+    """``{trial: (status, metrics per epoch as float.hex)}`` of a study."""
+    rows = con.execute("SELECT trial, status, metrics FROM modelsql.trials WHERE study = ? ORDER BY trial",
+                       [study]).fetchall()
+    return {t: (s, tuple(float(m).hex() for m in ms)) for t, s, ms in rows}
