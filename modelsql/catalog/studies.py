@@ -205,6 +205,11 @@ class Studies:
                     "AND list_contains(?::VARCHAR[], study)", [_now(), dead])
         return len(dead)
 
+    def interrupt_stages(self, study: str) -> None:
+        """Mark the stages ``study`` left ``running`` (their results will never be recorded) ``interrupted``."""
+        self._write("UPDATE {s}.stages SET status = 'interrupted', finished_at = ? WHERE study = ? "
+                    "AND status = 'running'", [_now(), study.lower()])
+
     # ----------------------------------------------------------------- trials
 
     def trials(self, study: str) -> list[TrialRow]:

@@ -88,7 +88,7 @@ class StudyRun:
         self.recomputed = 0
         self.running: dict[cf.Future, tuple] = {}
         self.submitted = 0
-        self.data = executor.put_data(spec.data)
+        self.data = executor.put_data(spec.data, spec.trainable.code_digest)
         self.deadline = time.monotonic() + spec.time_budget_s if spec.time_budget_s else None
 
     # ----------------------------------------------------------------- trees
@@ -366,6 +366,7 @@ class StudyRun:
 
     def _study_row(self, status: str, error: Optional[str], stopped: bool) -> StudyRow:
         if stopped:
+            self.catalog.studies.interrupt_stages(self.spec.name)
             for number, trial in self.trials.items():
                 if trial.status in ("running", "pending"):
                     trial.status = "stopped"

@@ -96,9 +96,10 @@ def _worker_name() -> str:
 class _Worker:
     """One worker process (``python -m modelsql.tuning.worker``) and the data key it holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: tuple) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "modelsql.tuning.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=_worker_env())
+                                     stdout=subprocess.PIPE, env=_worker_env(env[1]))
+        self.env = env
         self.data_key: Optional[str] = None
 
     def call(self, key: str, data, spec: TaskSpec, parent: Optional[bytes]) -> TaskOutcome:
@@ -121,10 +122,11 @@ class _Worker:
             self.proc.kill()
 
 
-def _worker_env() -> dict:
+def _worker_env(path: tuple[str, ...]) -> dict:
+    """The worker's environment: this process's, with its ``sys.path`` (so the factory imports the same)."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([root, *(p or os.getcwd() for p in sys.path), env.get("PYTHONPATH", "")]).strip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([root, *path, env.get("PYTHONPATH", "")]).strip(os.pathsep)
     return env
 
 
@@ -151,11 +153,14 @@ class LocalExecutor:
             item = self._queue.get()
             if item is None:
                 break
-            future, args = item
+            future, env, args = item
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                worker = worker if worker is not None and worker.proc.poll() is None else _Worker()
+                if worker is not None and (worker.env != env or worker.proc.poll() is not None):
+                    worker.close()  # another factory version or import path: a fresh interpreter imports it anew
+                    worker = None
+                worker = worker or _Worker(env)
                 future.set_result(worker.call(*args))
             except BaseException as exc:  # noqa: BLE001 - the future carries it to the study
                 if worker is not None:
@@ -168,13 +173,16 @@ class LocalExecutor:
     def submit(self, spec: TaskSpec, data, parent: Optional[bytes]) -> cf.Future:
         """Queue one task; the future gives its :class:`TaskOutcome`. ``data`` is what :meth:`put_data` gave."""
         future: cf.Future = cf.Future()
-        key, arrays = data
-        self._queue.put((future, (key, arrays, spec, parent)))
+        key, arrays, env = data
+        self._queue.put((future, env, (key, arrays, spec, parent)))
         return future
 
-    def put_data(self, data):
-        """The handle tasks receive for the training data: (a key, the arrays), sent once to each worker."""
-        return (f"{id(data)}:{os.getpid()}:{time.monotonic_ns()}", data)
+    def put_data(self, data, code_digest: str = ""):
+        """The handle tasks receive for the training data: (a key, the arrays, the worker environment). The
+        arrays are sent once to each worker; a worker started for another ``code_digest`` (the trainable's
+        source) or another ``sys.path`` is replaced, so a changed factory is never run from a stale import."""
+        env = (code_digest, tuple(p or os.getcwd() for p in sys.path))
+        return (f"{id(data)}:{os.getpid()}:{time.monotonic_ns()}", data, env)
 
     def close(self) -> None:
         """Stop the worker processes (a task still running finishes first)."""

@@ -1,0 +1,151 @@
+"""TUNE under faults, with real processes and real training: the study's process killed with SIGKILL
+part-way (then resumed by re-running the statement, training no finished stage again and ending with
+exactly the metrics of an uninterrupted run), a checkpoint write failing for lack of disk space, a
+factory raising for some hyper-parameters, and checkpoints no trial can need being collected."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import modelsql
+from modelsql.errors import OperationalError
+from modelsql.storage.blobstore import BlobStore
+
+from tune_fixtures import make_db, trial_metrics
+
+TESTS = Path(__file__).resolve().parent
+
+LONG_SQL = """TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label
+SEARCH (lr = STEP_DECAY(initial => CHOICE(0.3, 0.2, 0.1), milestones => CHOICE((3,), (6,)), gamma => 0.1),
+        batch_size = 64)
+USING GRID WITH (max_epochs = 8, seed = 0, workers = 1)"""
+
+CHILD = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import modelsql
+from test_tune_faults import LONG_SQL
+con = modelsql.connect({db!r})
+def progress(p):
+    print("stage", p["epochs_trained"], flush=True)
+    time.sleep(0.4)  # slow the study's process down, so the kill lands part-way
+con.tune_progress = progress
+con.execute(LONG_SQL)
+print("finished", flush=True)
+"""
+
+
+def _epochs_in_done_stages(con) -> int:
+    return con.execute("SELECT coalesce(sum(end_epoch - first_epoch), 0) FROM modelsql.stages "
+                       "WHERE status = 'done'").fetchone()[0]
+
+
+def test_sigkill_part_way_then_rerun_resumes_exactly(tmp_path):
+    reference = make_db(str(tmp_path / "reference.duckdb"))
+    reference.execute(LONG_SQL)
+    expected = trial_metrics(reference, "mlp_study")
+    total = _epochs_in_done_stages(reference)
+    reference.close()
+
+    db = str(tmp_path / "killed.duckdb")
+    make_db(db).close()
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=str(TESTS), db=db)],
+                             stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in child.stdout:
+        lines.append(line)
+        if line.startswith("stage") and len(lines) >= 2:
+            os.kill(child.pid, signal.SIGKILL)
+            break
+    child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL and not any(x.startswith("finished") for x in lines)
+
+    con = modelsql.connect(db)
+    before = _epochs_in_done_stages(con)
+    assert 0 < before < total
+    assert con.execute("SELECT status FROM modelsql.studies").fetchone() == ("running",)  # as the dead process left it
+    con.execute("SHOW STUDIES").fetchall()
+    out = con.execute(LONG_SQL).fetchone()  # the same statement again resumes the study
+    assert out[1] == "finished"
+    assert _epochs_in_done_stages(con) == total  # no finished stage trained twice
+    assert trial_metrics(con, "mlp_study") == expected  # bit for bit the uninterrupted run
+    assert con.execute("SELECT count(*) FROM modelsql.stages WHERE status = 'running'").fetchone() == (0,)
+    con.close()
+
+
+def test_disk_full_while_writing_a_checkpoint_stops_resumably(tmp_path, monkeypatch):
+    reference = make_db(str(tmp_path / "reference.duckdb"))
+    reference.execute(LONG_SQL)
+    expected, total = trial_metrics(reference, "mlp_study"), _epochs_in_done_stages(reference)
+    reference.close()
+
+    con = make_db(str(tmp_path / "full.duckdb"))
+    put = BlobStore.put
+    calls = {"n": 0}
+
+    def put_then_full(self, data):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return put(self, data)
+
+    monkeypatch.setattr(BlobStore, "put", put_then_full)
+    with pytest.raises(OperationalError) as ei:
+        con.execute(LONG_SQL)
+    assert ei.value.code == "disk_full" and "TUNE statement again" in str(ei.value)
+    assert con.execute("SELECT status FROM modelsql.studies").fetchone() == ("interrupted",)
+    assert con.execute("SELECT count(*) FROM modelsql.stages WHERE status = 'running'").fetchone() == (0,)
+    statuses = {s for (s,) in con.execute("SELECT status FROM modelsql.trials").fetchall()}
+    assert "stopped" in statuses and "failed" not in statuses  # resumable, not terminated
+    done = _epochs_in_done_stages(con)
+    assert 0 < done < total
+    monkeypatch.setattr(BlobStore, "put", put)  # space is free again
+    assert con.execute(LONG_SQL).fetchone()[1] == "finished"
+    assert _epochs_in_done_stages(con) == total
+    assert trial_metrics(con, "mlp_study") == expected
+    con.close()
+
+
+def test_a_factory_raising_for_some_hyperparameters_fails_those_trials_only(tmp_path, monkeypatch):
+    (tmp_path / "picky.py").write_text(
+        "from modelsql.zoo import mlp\n\n"
+        "def net(hidden=16, **kw):\n"
+        "    if hidden == 13:\n"
+        "        raise ValueError('13 hidden units are unlucky')\n"
+        "    return mlp(hidden=hidden, **kw)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    con = make_db(str(tmp_path / "picky.duckdb"))
+    con.execute("CREATE MODEL picky FROM PYTHON 'picky:net'")
+    out = con.execute("TUNE MODEL picky ON TABLE train VALIDATE ON TABLE val TARGET label "
+                      "SEARCH (lr = 0.1, hidden = CHOICE(8, 13, 16)) USING GRID WITH (max_epochs = 2)").fetchone()
+    assert out[1] == "finished"
+    rows = con.execute("SELECT config, status, error FROM modelsql.trials ORDER BY trial").fetchall()
+    assert [r[1] for r in rows] == ["completed", "failed", "completed"]
+    assert "unlucky" in rows[1][2]
+    con.close()
+
+
+def test_checkpoints_of_pruned_trials_are_collected(tmp_path):
+    con = make_db(str(tmp_path / "asha.duckdb"))
+    out = con.execute("""TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label
+        SEARCH (lr = CHOICE(0.3, 0.1, 0.03, 0.01), batch_size = 64)
+        USING ASHA WITH (max_epochs = 9, trials = 6, max_concurrent_trials = 6, grace_period = 1,
+                         reduction_factor = 3, seed = 1)""").fetchone()
+    assert out[1] == "finished"
+    rows = con.execute("SELECT status, checkpoint FROM modelsql.trials").fetchall()
+    assert {s for s, _ in rows} == {"pruned", "completed"}
+    assert all((c is None) == (s == "pruned") for s, c in rows)
+    store = BlobStore.for_database(str(tmp_path / "asha.duckdb"))
+    kept = {c for (c,) in con.execute("SELECT checkpoint FROM modelsql.stages WHERE checkpoint IS NOT NULL").fetchall()}
+    assert kept == {c for s, c in rows if c is not None} and all(store.has(c) for c in kept)
+    # blobs of collected checkpoints are gone: the store holds the kept ones and nothing else of the study
+    assert set(store.digests()) >= kept
+    assert len([d for d in store.digests()]) == len(kept)
+    con.close()
