@@ -212,12 +212,35 @@ class Runner:
         self.console = console
         self.err = err
         self.fmt = fmt
+        self._progress = None
+        con.tune_progress = self._tune_progress
+
+    def _tune_progress(self, p: dict) -> None:
+        """TUNE's progress, drawn on stderr: trials done, the best metric, and the epochs the stage tree
+        trained against those trial-based execution would have."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self._progress is None:
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                                      console=self.err, transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task(f"study {p['study']}", total=None, detail="")
+        best = "-" if p["best_metric"] is None else f"{p['best_metric']:.4g} (trial {p['best_trial']})"
+        saved = (f"{p['epochs_requested'] / p['epochs_trained']:.2f}x" if p["epochs_trained"] else "-")
+        detail = f"best {best} · {p['epochs_trained']} epochs trained, {p['epochs_requested']} trial-based ({saved})"
+        self._progress.update(self._task, completed=p["trials_done"], total=max(p["trials"], 1), detail=detail)
 
     def execute_one(self, sql: str, *, show_rowcount: bool = False) -> None:
         """Execute one statement text and print its rows; raises modelsql errors."""
         cur = self.con.cursor()
         try:
-            cur.execute(sql)
+            try:
+                cur.execute(sql)
+            finally:
+                if self._progress is not None:
+                    self._progress.stop()
+                    self._progress = None
             if cur.description is not None:
                 print_result(self.console, cur, fmt=self.fmt)
             elif show_rowcount and cur.rowcount >= 0:
