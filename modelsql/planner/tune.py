@@ -24,7 +24,7 @@ from .handlers import run_statement
 from .options import no_repeats, value
 from .plan import RoundPlan
 from .result import Result
-from .rules.tune_stage_tree import tune_stage_tree
+from .rules import TUNE_RULES, apply_rules
 from .trainables import trainable_for_tune
 from .tune_data import load_study_data
 from .tune_run import StudyRun, load_tree
@@ -206,7 +206,7 @@ def explain_tune(stmt: TuneModel, session, params: list) -> Result:
     requests = algorithm.ask()
     tree = load_tree(session.catalog, spec.tree)
     targets = tuple(tree.insert(r.sequence) for r in requests)
-    plan = tune_stage_tree(RoundPlan(tree, targets, spec.change_points))
+    plan = apply_rules(RoundPlan(tree, targets, spec.change_points), TUNE_RULES)
     lines = _render_round(spec, requests, plan)
     return Result(session.duck, description=_describe(("explain_key", "VARCHAR"), ("explain_value", "VARCHAR")),
                   rows=[("modelsql_tune", "\n".join(lines))])

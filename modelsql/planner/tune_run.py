@@ -29,7 +29,7 @@ from ..tuning.algorithms import Request, make_algorithm
 from ..tuning.executor import TaskOutcome, TaskSpec
 from ..tuning.stage_tree import EpochHP, Node, StageTree
 from .plan import RoundPlan, StageTask
-from .rules.tune_stage_tree import tune_stage_tree
+from .rules import TUNE_RULES, apply_rules
 from .tune_spec import TRAINING_NAMES, StudySpec
 
 __all__ = ["StudyRun", "hp_json", "hp_from_json", "load_tree"]
@@ -186,7 +186,7 @@ class StudyRun:
         plans: dict[str, RoundPlan] = {}
         with self._txn():
             self._plan_round(requests, plans)
-        self._execute([(key, tune_stage_tree(plan)) for key, plan in plans.items()])
+        self._execute([(key, apply_rules(plan, TUNE_RULES)) for key, plan in plans.items()])
 
     def _plan_round(self, requests: list[Request], plans: dict[str, RoundPlan]) -> None:
         for request in requests:

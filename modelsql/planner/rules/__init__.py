@@ -13,8 +13,13 @@ from .pipeline_share_steps import pipeline_share_steps
 from .predict_merge_family import predict_merge_family
 from .predict_prune_outputs import predict_prune_outputs
 from .predict_share_input import predict_share_input
+from .tune_stage_tree import tune_stage_tree
 
 RULES = (predict_prune_outputs, predict_share_input, pipeline_share_steps, predict_merge_family)
+
+TUNE_RULES = (tune_stage_tree,)
+"""Rules over one round of a study (:class:`~modelsql.planner.plan.RoundPlan` -> ``RoundPlan``), applied by
+:class:`~modelsql.planner.tune_run.StudyRun`."""
 
 
 def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
@@ -24,5 +29,5 @@ def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
     return plan
 
 
-__all__ = ["RULES", "apply_rules", "predict_prune_outputs", "predict_share_input", "pipeline_share_steps",
+__all__ = ["RULES", "TUNE_RULES", "apply_rules", "tune_stage_tree", "predict_prune_outputs", "predict_share_input", "pipeline_share_steps",
            "predict_merge_family"]
