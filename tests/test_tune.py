@@ -257,3 +257,39 @@ def test_the_shell_draws_tune_progress(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "study mlp_study" in out.stderr and "trial-based" in out.stderr and "4/4" in out.stderr
     assert "finished" in out.stdout
+
+
+def test_array_features_string_labels_and_a_query_input(con):
+    cur = con.cursor()
+    cur.execute("CREATE TABLE arr AS SELECT [p0, p1, p2, p3, p4, p5, p6, p7]::FLOAT[8] AS x, "
+                "CASE WHEN label < 5 THEN 'low' ELSE 'high' END AS kind FROM train")
+    out = _tune(con, "TUNE MODEL mlp ON (SELECT x, kind FROM arr) TARGET kind SEARCH (lr = 0.1) "
+                     "USING GRID WITH (max_epochs = 2, metric = 'val_accuracy')")
+    assert out["status"] == "finished" and 0 <= out["best_metric"] <= 1
+    options = cur.execute("SELECT options, mode FROM modelsql.studies").fetchone()
+    assert '"labels": ["high", "low"]' in options[0] and options[1] == "max"
+    cur.execute("CREATE MODEL kinds FROM STUDY mlp_study")
+    assert cur.execute("SELECT count(*) FROM PREDICT(MODEL kinds, (SELECT x FROM arr))").fetchone() == (360,)
+
+
+def test_a_float_target_is_regression(con):
+    out = _tune(con, "TUNE MODEL mlp ON (SELECT p0, p1, p2, p3, p10 * 1.0 AS y FROM train) TARGET y "
+                     "SEARCH (lr = CHOICE(0.01, 0.001), optimizer = adam) USING GRID WITH (max_epochs = 2)")
+    assert out["status"] == "finished" and out["trials"] == 2
+    con.cursor().execute("CREATE MODEL reg FROM STUDY mlp_study")
+    names = [d[0] for d in con.execute("SELECT * FROM PREDICT(MODEL reg, (SELECT p0, p1, p2, p3 FROM val))").description]
+    assert "prediction" in names
+
+
+def test_bad_data_is_named(con):
+    cur = con.cursor()
+    cur.execute("CREATE TABLE holes AS SELECT p0, CASE WHEN p5 > 0.5 THEN NULL ELSE p5 END AS p5, label FROM train")
+    with pytest.raises(modelsql.DataError) as ei:
+        cur.execute("TUNE MODEL mlp ON TABLE holes TARGET label SEARCH (lr = 0.1) USING GRID")
+    assert ei.value.code == "null_value" and '"p5"' in str(ei.value) and "row" in str(ei.value)
+    cur.execute("CREATE TABLE texty AS SELECT p0, 'a' AS note, label FROM train")
+    with pytest.raises(ProgrammingError) as ei:
+        cur.execute("TUNE MODEL mlp ON TABLE texty TARGET label SEARCH (lr = 0.1) USING GRID")
+    assert ei.value.code == "invalid_feature" and "note" in str(ei.value)
+    cur.execute("TUNE MODEL mlp ON TABLE texty TARGET label SEARCH (lr = 0.1) USING GRID "
+                "WITH (features = (p0), max_epochs = 1)")

@@ -149,3 +149,42 @@ def test_checkpoints_of_pruned_trials_are_collected(tmp_path):
     assert set(store.digests()) >= kept
     assert len([d for d in store.digests()]) == len(kept)
     con.close()
+
+
+CHILD_INTERRUPTED = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import modelsql
+from test_tune_faults import LONG_SQL
+con = modelsql.connect({db!r})
+def progress(p):
+    print("stage", p["epochs_trained"], flush=True)
+    time.sleep(0.4)
+con.tune_progress = progress
+try:
+    con.execute(LONG_SQL)
+except modelsql.OperationalError as exc:
+    print("stopped", exc.code, flush=True)
+"""
+
+
+def test_ctrl_c_stops_the_study_resumably(tmp_path):
+    db = str(tmp_path / "interrupted.duckdb")
+    make_db(db).close()
+    child = subprocess.Popen([sys.executable, "-c", CHILD_INTERRUPTED.format(tests=str(TESTS), db=db)],
+                             stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in child.stdout:
+        lines.append(line)
+        if line.startswith("stage") and len(lines) == 2:
+            os.kill(child.pid, signal.SIGINT)
+    child.wait(timeout=60)
+    assert lines[-1].strip() == "stopped study_stopped", lines
+    con = modelsql.connect(db)
+    assert con.execute("SELECT status FROM modelsql.studies").fetchone() == ("stopped",)
+    assert con.execute("SELECT count(*) FROM modelsql.stages WHERE status = 'running'").fetchone() == (0,)
+    assert {s for (s,) in con.execute("SELECT status FROM modelsql.trials").fetchall()} <= {"stopped", "completed"}
+    before = _epochs_in_done_stages(con)
+    assert con.execute(LONG_SQL).fetchone()[1] == "finished"
+    assert _epochs_in_done_stages(con) > before
+    con.close()

@@ -84,7 +84,8 @@ def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> 
 def create_from_study(stmt: ImportModel, session, params: list) -> Result:
     """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]``: the trial's final weights (the study's best
     trial by default), exported to ONNX through :mod:`modelsql.formats.torch` and imported as a model
-    version whose features are the study's feature columns.
+    version whose features are the study's feature columns (or, for a study over one array column, whose
+    input is named after that column, so PREDICT binds it by name).
 
     Raises:
         ProgrammingError: ``study_not_found``, ``trial_not_found``, ``checkpoint_collected`` (a pruned or
@@ -105,11 +106,12 @@ def create_from_study(stmt: ImportModel, session, params: list) -> Result:
     if trial.checkpoint is None:
         raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
                                "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")
-    module, features = _trained_module(session, study, trial)
+    module, features, in_features = _trained_module(session, study, trial)
     import numpy as np
 
-    model = ddl.import_model(session, stmt.this.model_name, module, example_input=np.zeros((1, len(features)),
-                             np.float32), features=features, replace=bool(stmt.args.get("replace")),
+    model = ddl.import_model(session, stmt.this.model_name, module, example_input=np.zeros((1, in_features),
+                             np.float32), features=features if len(features) == in_features else None,
+                             input_names=[features[0]] if len(features) != in_features else None, replace=bool(stmt.args.get("replace")),
                              if_not_exists=bool(stmt.args.get("exists")),
                              options={"study": study_name, "trial": str(number)},
                              output_names=_output_names(study))
@@ -128,9 +130,10 @@ def _trained_module(session, study, trial):
     labels = options.get("labels")
     features = tuple(options["features"])
     n_outputs = len(labels) if labels is not None else 1
-    model = load_trained(trainable.factory, params, session.store.get(trial.checkpoint), (len(features), n_outputs))
+    in_features = options.get("in_features", len(features))
+    model = load_trained(trainable.factory, params, session.store.get(trial.checkpoint), (in_features, n_outputs))
     task = "classification" if labels is not None else "regression"
-    return for_inference(model, task, labels), features
+    return for_inference(model, task, labels), features, in_features
 
 
 def _tuple(v):

@@ -100,6 +100,7 @@ class StudySpec:
         """The study's catalog row (status ``running``, no progress)."""
         options = dict(self.algorithm_options, workers=self.workers, threads=self.threads, executor=self.executor,
                        execution="stages" if self.sharing else "trials", features=list(self.features),
+                       in_features=int(self.data.x.shape[1]),
                        labels=list(self.labels) if self.labels is not None else None)
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),
