@@ -297,6 +297,22 @@ class _Shower:
         return rows
 
 
+TRAINABLE_SQL = "CREATE MODEL IF NOT EXISTS digits_cnn FROM PYTHON 'modelsql.zoo:cnn' WITH (channels = 8);"
+
+TUNE_SQL = """\
+TUNE MODEL digits_cnn
+  ON (SELECT COLUMNS('p\\d+') / 16, target FROM digits_train)
+  VALIDATE ON (SELECT COLUMNS('p\\d+') / 16, target FROM digits_test)
+  TARGET target
+  SEARCH (lr = STEP_DECAY(initial => CHOICE(0.1, 0.05), milestones => CHOICE((2,), (3,)), gamma => 0.1),
+          batch_size = 32)
+  USING GRID WITH (max_epochs = 4, seed = 0, workers = 2);"""
+
+TRIALS_SQL = """\
+SELECT trial, status, epochs, round(metric, 4) AS val_loss, config
+FROM modelsql.trials WHERE study = 'digits_cnn_study' ORDER BY metric;"""
+
+
 def _accuracy_sql(model: str, table: str) -> str:
     return (
         "SELECT target, count(*) AS n, round(avg((label = target)::INT), 4) AS accuracy\n"
@@ -402,6 +418,10 @@ def run(database: str, console: Optional[Console] = None) -> None:
         show("The catalog", "SHOW MODELS;")
         show("Storage: identical tensors are stored once", "SELECT * FROM modelsql.storage;")
         show("One model in detail", "DESCRIBE MODEL digits_mlp;")
+        show("A trainable model: a factory that builds a torch module from hyper-parameters", TRAINABLE_SQL)
+        show("Tuning it: four step-decay schedules trained as one stage tree (shared prefixes once; "
+             "run again, it resumes and trains nothing)", TUNE_SQL)
+        show("Its trials (SQL over the catalog)", TRIALS_SQL)
     finally:
         con.close()
 

@@ -369,6 +369,7 @@ def test_quickstart_end_to_end(tmp_path):
     assert "FROM PREDICT(MODEL digits_mlp, TABLE digits_test)" in out
     assert out.index("GROUP BY target") < out.index("│       9 │")
     assert "SHOW MODELS" in out and "storage" in out and "DESCRIBE MODEL digits_mlp" in out
+    assert "TUNE MODEL digits_cnn" in out and "digits_cnn_study │ finished" in out
     acc = _accuracies(out)
     assert set(acc) == {"digits_mlp", "breast_cancer_logreg", "iris_forest"}, acc
     assert all(a > 0.8 for a in acc.values()), acc
@@ -393,6 +394,9 @@ def test_quickstart_end_to_end(tmp_path):
     r2 = run_cli(tmp_path, "quickstart", timeout=300)
     assert r2.returncode == 0, r2.stderr[-3000:]
     assert _accuracies(r2.stdout) == acc  # deterministic
+    assert "digits_cnn_study │ finished │       4 │" in r2.stdout  # the study resumed: nothing to train
+    with modelsql.connect(str(tmp_path / "modelsql.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT epochs_trained FROM modelsql.studies").fetchone() == (12,)
     said = " ".join(r2.stdout.split())
     assert "Replacing the models of an earlier run: breast_cancer_logreg, digits_mlp, iris_forest" in said
     assert _catalog_state(tmp_path) == first
