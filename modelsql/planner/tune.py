@@ -145,7 +145,7 @@ def _executor(spec: StudySpec):
     if spec.executor == "ray":
         from ..tuning.ray_executor import ray_executor
 
-        return ray_executor(spec.workers, spec.address)
+        return ray_executor(spec.workers, spec.address, threads=spec.threads)
     from ..tuning.executor import local_executor
 
     return local_executor(spec.workers)

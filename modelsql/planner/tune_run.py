@@ -88,6 +88,10 @@ class StudyRun:
         self.recomputed = 0
         self.running: dict[cf.Future, tuple] = {}
         self.submitted = 0
+        self.node_errors: dict[int, str] = {}
+        """``{id(node): error}`` of the epochs whose stage failed this run."""
+        self.counted = 0
+        """Epochs of ``trained`` already added to the study row's ``epochs_trained``."""
         self.data = executor.put_data(spec.data, spec.trainable.code_digest)
         self.deadline = time.monotonic() + spec.time_budget_s if spec.time_budget_s else None
 
@@ -293,13 +297,7 @@ class StudyRun:
         for stage in stages:
             for node in stage.nodes:
                 if not node.trained:
-                    self._errors[id(node)] = error
-
-    @property
-    def _errors(self) -> dict[int, str]:
-        if not hasattr(self, "_node_errors"):
-            self._node_errors: dict[int, str] = {}
-        return self._node_errors
+                    self.node_errors[id(node)] = error
 
     # ---------------------------------------------------------------- telling
 
@@ -315,7 +313,7 @@ class StudyRun:
             path = node.path()
             missing = next((n for n in path if not n.trained), None)
             if missing is not None:
-                trial.error = self._errors.get(id(missing), "its stage did not finish")
+                trial.error = self.node_errors.get(id(missing), "its stage did not finish")
                 algorithm.tell_failed(request.trial, trial.error)
             else:
                 algorithm.tell(request.trial, [_metric(n.metrics, self.spec.metric) for n in path])
@@ -376,11 +374,11 @@ class StudyRun:
         done = sum(1 for t in self.trials.values() if t.status in ("completed", "pruned", "failed"))
         row = replace(self.spec.study_row(), status=status, error=error, best_trial=best_trial,
                       best_metric=best_metric, trials_done=done,
-                      epochs_trained=(old.epochs_trained if old else 0) + self.trained - getattr(self, "_counted", 0),
+                      epochs_trained=(old.epochs_trained if old else 0) + self.trained - self.counted,
                       epochs_requested=max(self.requested, old.epochs_requested if old else 0),
                       checkpoint_bytes=self._checkpoint_bytes(),
                       owner_pid=os.getpid() if status == "running" else None)
-        self._counted = self.trained
+        self.counted = self.trained
         self.catalog.studies.put_study(row)
         return row
 

@@ -98,7 +98,7 @@ class _Worker:
 
     def __init__(self, env: tuple) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "modelsql.tuning.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=_worker_env(env[1]))
+                                     stdout=subprocess.PIPE, env=worker_env(env[1]))
         self.env = env
         self.data_key: Optional[str] = None
 
@@ -122,7 +122,7 @@ class _Worker:
             self.proc.kill()
 
 
-def _worker_env(path: tuple[str, ...]) -> dict:
+def worker_env(path: tuple[str, ...]) -> dict:
     """The worker's environment: this process's, with its ``sys.path`` (so the factory imports the same)."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

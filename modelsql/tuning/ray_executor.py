@@ -11,6 +11,10 @@ the only writer of the catalog and the blob store: tasks never touch either.
 Bit-exactness is the local executor's: the same ``run_task``, the same thread count per stage
 (``train_stage`` sets torch's threads from the spec, whatever ``OMP_NUM_THREADS`` Ray gives its
 workers), and a reused Ray worker carries no state into a stage, which restores or seeds all of it.
+As a local worker is replaced when the trainable's source or ``sys.path`` changes, a study's tasks
+carry a runtime environment naming both (an environment variable with the trainable's code digest;
+on a local Ray, ``PYTHONPATH`` as this process's ``sys.path``): Ray keeps a pool of workers per
+runtime environment, so a changed factory never runs from a worker's stale import.
 
 Ray is optional (``pip install 'modelsql[ray]'``) and imported on first use. Without ``address``
 the process starts one local Ray (``ray.init``, about 5 to 12 s, measured in
@@ -25,17 +29,18 @@ import concurrent.futures as cf
 import dataclasses
 import logging
 import os
+import sys
 import threading
 import warnings
 from typing import Any, Optional
 
 from ..errors import NotSupportedError
-from .executor import TaskOutcome, TaskSpec, _worker_env, run_task
+from .executor import TaskOutcome, TaskSpec, run_task, worker_env
 
 __all__ = ["RayExecutor", "ray_executor"]
 
 _LOCK = threading.Lock()
-_LOCAL_CPUS: Optional[int] = None  # CPUs of the local Ray this process started, None if it started none
+_STARTED: Optional[tuple[str, int]] = None  # (GCS address, CPUs) of the last local Ray this process started
 _REMOTE: Any = None                # the remote function, made once per process
 
 
@@ -46,6 +51,13 @@ def _import_ray():
         raise NotSupportedError("executor = 'ray' needs Ray, which is not installed: pip install 'modelsql[ray]'",
                                 code="ray_not_installed") from exc
     return ray
+
+
+def _local_cpus(ray) -> Optional[int]:
+    """The CPUs of the Ray this process is connected to when this module started it, else None."""
+    if _STARTED is None or not ray.is_initialized() or ray.get_runtime_context().gcs_address != _STARTED[0]:
+        return None
+    return _STARTED[1]
 
 
 def _ray_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
@@ -61,7 +73,7 @@ def _ray_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
 
 def _start(ray, workers: int, threads: Optional[int], address: Optional[str]) -> None:
     """Start (no address) or join (an address) Ray, once per process; keep a running one."""
-    global _LOCAL_CPUS, _REMOTE
+    global _STARTED, _REMOTE
     with _LOCK:
         if not ray.is_initialized():
             quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
@@ -70,13 +82,10 @@ def _start(ray, workers: int, threads: Optional[int], address: Optional[str]) ->
                 # warns about it; a value the user set wins
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
                 cpus = workers * threads if threads else (os.cpu_count() or workers)
-                # workers see the driver's import path, as LocalExecutor's do (the package may not be installed)
-                ray.init(num_cpus=cpus, runtime_env={"env_vars": {"PYTHONPATH": _worker_env()["PYTHONPATH"]}},
-                         **quiet)
-                _LOCAL_CPUS = cpus
+                ray.init(num_cpus=cpus, **quiet)
+                _STARTED = (ray.get_runtime_context().gcs_address, cpus)
             else:
                 ray.init(address=address, **quiet)
-                _LOCAL_CPUS = None
         if _REMOTE is None:
             # a worker that dies (OOM, a crash in native code) is retried once: a stage is a pure function
             _REMOTE = ray.remote(max_retries=1)(_ray_task)
@@ -88,8 +97,8 @@ class RayExecutor:
 
     Args:
         workers: how many stages train at once.
-        threads: the study's torch threads per stage, for the size of a local Ray (None: all CPUs).
         address: a Ray cluster to connect to; None starts a local Ray.
+        threads: the study's torch threads per stage, for the size of a local Ray (None: all CPUs).
     """
 
     name = "ray"
@@ -100,16 +109,22 @@ class RayExecutor:
         self.address = address
         _start(self._ray, workers, threads, address)
 
-    def put_data(self, data):
-        """The training data in Ray's object store (once per study); its ObjectRef is the handle tasks get."""
-        return self._ray.put(data)
+    def put_data(self, data, code_digest: str = "") -> tuple:
+        """The handle tasks get: the training data's ObjectRef (put in Ray's object store once per study) and the
+        tasks' runtime environment, for ``code_digest`` (the trainable's source) and this process's ``sys.path``."""
+        env_vars = {"MODELSQL_TRAINABLE_DIGEST": code_digest or "-"}
+        if _local_cpus(self._ray) is not None:  # a Ray this process started: its workers import as this one
+            env_vars["PYTHONPATH"] = worker_env(tuple(p or os.getcwd() for p in sys.path))["PYTHONPATH"]
+        return self._ray.put(data), {"env_vars": env_vars}
 
-    def submit(self, spec: TaskSpec, data_handle, parent: Optional[bytes]) -> cf.Future:
+    def submit(self, spec: TaskSpec, data_handle: tuple, parent: Optional[bytes]) -> cf.Future:
         """Start one task; the future gives its :class:`~modelsql.tuning.executor.TaskOutcome`, or raises
         Ray's error when the worker died. ``data_handle`` is what :meth:`put_data` gave."""
-        cpus = spec.threads if _LOCAL_CPUS is None else min(spec.threads, _LOCAL_CPUS)  # never unschedulable
-        ref = _REMOTE.options(num_cpus=cpus).remote(spec, data_handle, parent)
-        return _RayFuture(self._ray, ref)
+        ref, runtime_env = data_handle
+        local = _local_cpus(self._ray)
+        cpus = spec.threads if local is None else min(spec.threads, local)  # never unschedulable here
+        task = _REMOTE.options(num_cpus=cpus, runtime_env=runtime_env).remote(spec, ref, parent)
+        return _RayFuture(self._ray, task)
 
     def close(self) -> None:
         """Nothing to stop: Ray stays up for the next study (``ray.shutdown()`` ends it; Ray also does at exit)."""
