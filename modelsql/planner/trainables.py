@@ -19,7 +19,7 @@ from ..tuning.training import factory_digest, for_inference, load_trained, resol
 from . import ddl
 from .options import no_repeats, value
 from .result import Result
-from .tune_spec import constant
+from .tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 
 __all__ = ["create_trainable", "trainable_for_tune", "create_from_study"]
 
@@ -123,10 +123,8 @@ def _trained_module(session, study, trial):
     options = json.loads(study.options)
     trainable = session.catalog.studies.trainable(study.model, study.model_version)
     sequence = json.loads(trial.sequence)
-    from .tune_spec import TRAINING_NAMES
-
-    params = {k: _tuple(json.loads(v)) for k, v in trainable.options}
-    params.update({k: _tuple(v) for k, v in (sequence[-1] if sequence else {}).items() if k not in TRAINING_NAMES})
+    params = trainable_defaults(trainable)
+    params.update({k: frozen(v) for k, v in (sequence[-1] if sequence else {}).items() if k not in TRAINING_NAMES})
     labels = options.get("labels")
     features = tuple(options["features"])
     n_outputs = len(labels) if labels is not None else 1
@@ -134,10 +132,6 @@ def _trained_module(session, study, trial):
     model = load_trained(trainable.factory, params, session.store.get(trial.checkpoint), (in_features, n_outputs))
     task = "classification" if labels is not None else "regression"
     return for_inference(model, task, labels), features, in_features
-
-
-def _tuple(v):
-    return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
 
 
 def _output_names(study) -> list[str]:

@@ -10,7 +10,6 @@ it runs (DuckDB lets one process write a database file). Re-running a study with
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -28,7 +27,8 @@ from .rules import TUNE_RULES, apply_rules
 from .trainables import trainable_for_tune
 from .tune_data import load_study_data
 from .tune_run import StudyRun, load_tree
-from .tune_spec import COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, digest_of
+from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, digest_of,
+                        trainable_defaults)
 
 __all__ = ["bind_tune", "explain_tune", "RUNNING"]
 
@@ -110,15 +110,11 @@ def bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
         workers=_int_option(common, "workers", 1), executor=executor, address=common.get("address"),
         sharing=execution == "stages", train_sql=train_sql, validate_sql=validate_sql,
         target=stmt.args["target"].name, features=data.features, data=data.data, labels=data.labels,
-        base_params=tuple(sorted((k, _tuple(json.loads(v))) for k, v in trainable.options)),
+        base_params=tuple(sorted(trainable_defaults(trainable).items())),
         time_budget_s=float(budget) if budget is not None else None, statement=session.text, tree=tree,
         definition=definition, change_points=frozenset(space.change_points(max_epochs)))
     _check_algorithm(spec)
     return spec
-
-
-def _tuple(v):
-    return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
 
 
 def _check_schedulable(space: Space, max_epochs: int) -> None:

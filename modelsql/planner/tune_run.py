@@ -21,7 +21,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from ..catalog.studies import StageRow, StudyRow, TrialRow
 from ..errors import OperationalError
@@ -30,7 +30,7 @@ from ..tuning.executor import TaskOutcome, TaskSpec
 from ..tuning.stage_tree import EpochHP, Node, StageTree
 from .plan import RoundPlan, StageTask
 from .rules import TUNE_RULES, apply_rules
-from .tune_spec import TRAINING_NAMES, StudySpec
+from .tune_spec import TRAINING_NAMES, StudySpec, frozen
 
 __all__ = ["StudyRun", "hp_json", "hp_from_json", "load_tree"]
 
@@ -40,13 +40,9 @@ def hp_json(sequence) -> str:
     return json.dumps([dict(hp) for hp in sequence])
 
 
-def _frozen(value: Any) -> Any:
-    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
-
-
 def hp_from_json(text: str) -> tuple[EpochHP, ...]:
     """The per-epoch hyper-parameters of :func:`hp_json` text."""
-    return tuple(tuple(sorted((k, _frozen(v)) for k, v in hp.items())) for hp in json.loads(text))
+    return tuple(tuple(sorted((k, frozen(v)) for k, v in hp.items())) for hp in json.loads(text))
 
 
 def load_tree(catalog, key: str) -> StageTree:

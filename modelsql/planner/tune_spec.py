@@ -28,7 +28,8 @@ from ..errors import ProgrammingError
 from ..tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
 from ..tuning.stage_tree import EpochHP
 
-__all__ = ["TRAINING_NAMES", "COMMON_OPTIONS", "StudySpec", "bind_space", "option_value", "TRAINER_VERSION"]
+__all__ = ["TRAINING_NAMES", "COMMON_OPTIONS", "StudySpec", "bind_space", "option_value", "TRAINER_VERSION",
+           "frozen", "trainable_defaults", "digest_of", "constant"]
 
 TRAINING_NAMES = frozenset({"lr", "momentum", "weight_decay", "batch_size", "optimizer"})
 """Hyper-parameters that configure training rather than the factory (see :mod:`modelsql.tuning.training`)."""
@@ -105,6 +106,16 @@ class StudySpec:
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),
                         self.train_sql, self.validate_sql, self.target, self.tree, self.definition, "running")
+
+
+def frozen(value: Any) -> Any:
+    """A JSON value with its lists made tuples (hashable, as hyper-parameter values are)."""
+    return tuple(frozen(v) for v in value) if isinstance(value, list) else value
+
+
+def trainable_defaults(trainable: Trainable) -> dict[str, Any]:
+    """The trainable's ``WITH`` options: default factory arguments (stored as JSON text)."""
+    return {k: frozen(json.loads(v)) for k, v in trainable.options}
 
 
 def digest_of(*parts: Any) -> str:
