@@ -252,6 +252,14 @@ class Studies:
                     f"VALUES ({', '.join('?' * (len(values) + 2))})",
                     values + [started[0][0] if started else now, final])
 
+    def epoch_seconds(self, tree: str) -> Optional[float]:
+        """Measured seconds per epoch of training in ``tree`` (its done stages), or None before any."""
+        if not self._catalog.present:
+            return None
+        row = self._rows("SELECT sum(seconds), sum(end_epoch - first_epoch) FROM {s}.stages WHERE tree = ? "
+                         "AND status = 'done' AND seconds > 0", [tree])[0]
+        return row[0] / row[1] if row[0] and row[1] else None
+
     def forget_checkpoints(self, tree: str, stages: Sequence[int]) -> None:
         """Set the checkpoint of ``stages`` to NULL (their blobs are collected by the caller / VACUUM)."""
         if stages:

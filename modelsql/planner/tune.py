@@ -203,24 +203,27 @@ def explain_tune(stmt: TuneModel, session, params: list) -> Result:
     tree = load_tree(session.catalog, spec.tree)
     targets = tuple(tree.insert(r.sequence) for r in requests)
     plan = apply_rules(RoundPlan(tree, targets, spec.change_points), TUNE_RULES)
-    lines = _render_round(spec, requests, plan)
+    lines = _render_round(spec, requests, plan, session.catalog.studies.epoch_seconds(spec.tree))
     return Result(session.duck, description=_describe(("explain_key", "VARCHAR"), ("explain_value", "VARCHAR")),
                   rows=[("modelsql_tune", "\n".join(lines))])
 
 
-def _render_round(spec: StudySpec, requests, plan) -> list[str]:
+def _render_round(spec: StudySpec, requests, plan, epoch_seconds) -> list[str]:
     trial_epochs = sum(len(r.sequence) for r in requests)
     stage_epochs = sum(len(s.nodes) for t in plan.tasks for s in t.stages)
     critical = max((t.critical for t in plan.tasks), default=0)
+    stage_time = max(critical, math.ceil(stage_epochs / spec.workers)) if plan.tasks else 0
+    trial_time = math.ceil(trial_epochs / spec.workers) if requests else 0
+    rate = (f"at {epoch_seconds:.3g} s per epoch (measured in this tree): {stage_time * epoch_seconds:.3g} s vs "
+            f"{trial_time * epoch_seconds:.3g} s" if epoch_seconds else "no epoch of this tree timed yet")
     lines = [f"Tune study={spec.name} model={spec.trainable.name} v{spec.trainable.version} "
              f"algorithm={spec.algorithm} max_epochs={spec.max_epochs} metric={spec.metric} ({spec.mode}) "
              f"workers={spec.workers}",
              f"  first round: {len(requests)} trial(s), {trial_epochs} epoch(s) trial-based; stage tree: "
              f"{stage_epochs} epoch(s) in {sum(len(t.stages) for t in plan.tasks)} stage(s), "
              f"{plan.reused_epochs} already trained",
-             f"  estimated: {_ratio(trial_epochs, stage_epochs)} fewer epochs; critical path {critical} epoch(s) "
-             f"over {spec.workers} worker(s) vs {math.ceil(trial_epochs / spec.workers) if requests else 0} "
-             "trial-based",
+             f"  estimated: {_ratio(trial_epochs, stage_epochs)} fewer epochs; about {stage_time} epoch(s) of wall "
+             f"time over {spec.workers} worker(s) (critical path {critical}) vs {trial_time} trial-based; {rate}",
              "  (later rounds depend on the metrics: the algorithm decides after each round)"]
     for task in plan.tasks:
         for stage in task.stages:
