@@ -236,6 +236,11 @@ def test_every_algorithm_gives_identical_trials_in_stage_tree_and_trial_based_ex
                                                                       "execution = 'trials'"))
     assert staged["status"] == trials["status"] == "finished"
     assert trial_metrics(con, "a") == trial_metrics(con, "b")
+    # every trial ends decided (Hyperband and PBT decide a whole round at its last tell)
+    statuses = con.execute("SELECT DISTINCT status FROM modelsql.trials").fetchall()
+    assert {s for (s,) in statuses} <= {"completed", "pruned"}, statuses
+    assert con.execute("SELECT trials_done, (SELECT count(*) FROM modelsql.trials WHERE study = 'a') "
+                       "FROM modelsql.studies WHERE name = 'a'").fetchone() in [(n, n) for n in range(1, 100)]
     assert staged["epochs_requested"] == trials["epochs_requested"] == trials["epochs_trained"]
     assert staged["epochs_trained"] <= trials["epochs_trained"]
     if algorithm != "pbt":  # PBT over a space this small still repeats; the others must share something

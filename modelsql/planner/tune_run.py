@@ -313,9 +313,14 @@ class StudyRun:
                 algorithm.tell_failed(request.trial, trial.error)
             else:
                 algorithm.tell(request.trial, [_metric(n.metrics, self.spec.metric) for n in path])
-            status = algorithm.status(request.trial)
-            trial.status = "completed" if status == "stopped" else status  # PBT's member at max_t
-            self._put_trial(request.trial)
+        # an algorithm may decide on the whole round at its last tell (Hyperband's rung, PBT's interval):
+        # every trial's status is read once all are told
+        for number, trial in self.trials.items():
+            status = algorithm.status(number)
+            status = "completed" if status == "stopped" else status  # PBT's member at max_t
+            if status != trial.status or number in {r.trial for r in requests}:
+                trial.status = status
+                self._put_trial(number)
 
     # ---------------------------------------------------------------- catalog
 
