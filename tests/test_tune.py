@@ -189,10 +189,38 @@ def test_a_time_budget_stops_resumably_and_a_rerun_finishes(con):
      NotSupportedError, "tune_input_predict"),
     ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID RESUME", ProgrammingError,
      "study_not_found"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1, hiddn = 4) USING GRID", ProgrammingError,
+     "invalid_factory_params"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = CHOICE(0.1, -0.1)) USING GRID", ProgrammingError,
+     "invalid_hyperparameter"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (batch_size = CHOICE(32, 0)) USING GRID", ProgrammingError,
+     "invalid_hyperparameter"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (optimizer = adagrad) USING GRID", ProgrammingError,
+     "invalid_hyperparameter"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (momentum = 5) USING GRID", ProgrammingError,
+     "invalid_hyperparameter"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = STEP_DECAY(initial => 0.1, warmup => 30)) USING GRID",
+     ProgrammingError, "invalid_search_space"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING ASHA WITH (max_epochs = 3, max_t = 10)",
+     ProgrammingError, "invalid_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (features = (p0, label))",
+     ProgrammingError, "invalid_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (validation_fraction = 'x')",
+     ProgrammingError, "invalid_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (time_budget_s = -1)",
+     ProgrammingError, "invalid_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (max_epochs = 99999999999)",
+     ProgrammingError, "invalid_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (study_name = '')",
+     ProgrammingError, "invalid_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (max_epoch = 2)",
+     ProgrammingError, "unknown_option"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = ?) USING GRID", NotSupportedError,
+     "parameter_not_supported"),
 ])
 def test_bad_statements_say_what_is_wrong_and_change_nothing(con, sql, cls, code):
     with pytest.raises(cls) as ei:
-        con.execute(sql)
+        con.execute(sql, [0.1] if "?" in sql else None)
     assert ei.value.code == code, str(ei.value)
     assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM modelsql.stages").fetchone() == (0,)

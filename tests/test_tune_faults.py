@@ -113,13 +113,22 @@ def test_disk_full_while_writing_a_checkpoint_stops_resumably(tmp_path, monkeypa
     con.close()
 
 
-def test_a_factory_raising_for_some_hyperparameters_fails_those_trials_only(tmp_path, monkeypatch):
+def test_a_model_raising_in_training_fails_those_trials_only(tmp_path, monkeypatch):
+    # the factory builds its model (TUNE checks that before training), but the model's forward raises on a real
+    # mini-batch for one of the searched widths: those trials fail with the error, the others complete
     (tmp_path / "picky.py").write_text(
+        "import torch\n"
         "from modelsql.zoo import mlp\n\n"
+        "class Picky(torch.nn.Module):\n"
+        "    def __init__(self, inner, hidden):\n"
+        "        super().__init__()\n"
+        "        self.inner, self.hidden = inner, hidden\n"
+        "    def forward(self, x):\n"
+        "        if self.hidden == 13 and x.shape[0] > 2:\n"
+        "            raise ValueError('13 hidden units are unlucky')\n"
+        "        return self.inner(x)\n\n"
         "def net(hidden=16, **kw):\n"
-        "    if hidden == 13:\n"
-        "        raise ValueError('13 hidden units are unlucky')\n"
-        "    return mlp(hidden=hidden, **kw)\n")
+        "    return Picky(mlp(hidden=hidden, **kw), hidden)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     con = make_db(str(tmp_path / "picky.duckdb"))
     con.execute("CREATE MODEL picky FROM PYTHON 'picky:net'")
@@ -129,6 +138,12 @@ def test_a_factory_raising_for_some_hyperparameters_fails_those_trials_only(tmp_
     rows = con.execute("SELECT config, status, error FROM modelsql.trials ORDER BY trial").fetchall()
     assert [r[1] for r in rows] == ["completed", "failed", "completed"]
     assert "unlucky" in rows[1][2]
+    # when every trial fails, the statement fails (with the first failure's class and code) and says so
+    with pytest.raises(modelsql.DataError) as ei:
+        con.execute("TUNE MODEL picky ON TABLE train VALIDATE ON TABLE val TARGET label "
+                    "SEARCH (lr = CHOICE(1e6, 1e7)) USING GRID WITH (max_epochs = 2, study_name = 'doomed')")
+    assert ei.value.code == "training_diverged" and "every trial failed" in str(ei.value)
+    assert con.execute("SELECT status FROM modelsql.studies WHERE name = 'doomed'").fetchone() == ("failed",)
     con.close()
 
 

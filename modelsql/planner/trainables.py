@@ -21,7 +21,7 @@ from .options import no_repeats, value
 from .result import Result
 from .tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 
-__all__ = ["create_trainable", "trainable_for_tune", "create_from_study"]
+__all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study"]
 
 
 def create_trainable(stmt: ImportModel, session, params: list) -> Result:
@@ -56,9 +56,10 @@ def create_trainable(stmt: ImportModel, session, params: list) -> Result:
 
 
 def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> Trainable:
-    """The trainable TUNE trains: version ``version``, or the latest one, registered anew (next version)
-    when its factory's source changed since. Raises ProgrammingError ``model_not_found`` (naming an ONNX
-    model of that name as not trainable)."""
+    """The trainable TUNE trains: version ``version``, or the latest one, or (when its factory's source
+    changed since) the next version, not yet in the catalog: :func:`register` records it when the study
+    starts. Raises ProgrammingError ``model_not_found`` (naming an ONNX model of that name as not
+    trainable)."""
     found = session.catalog.studies.trainable(name, version)
     if found is None:
         if session.catalog.exists(name):
@@ -75,10 +76,14 @@ def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> 
     digest = factory_digest(found.factory)
     if digest == found.code_digest:
         return found
-    fresh = Trainable(found.name, found.version + 1, found.factory, digest, found.options)
-    with session.catalog.transaction(join=False):
-        session.catalog.studies.add_trainable(fresh)
-    return fresh
+    return Trainable(found.name, found.version + 1, found.factory, digest, found.options)
+
+
+def register(session, trainable: Trainable) -> None:
+    """Record ``trainable`` when the catalog does not have that version yet (a changed factory source)."""
+    if session.catalog.studies.trainable(trainable.name, trainable.version) is None:
+        with session.catalog.transaction(join=False):
+            session.catalog.studies.add_trainable(trainable)
 
 
 def create_from_study(stmt: ImportModel, session, params: list) -> Result:
@@ -122,6 +127,14 @@ def create_from_study(stmt: ImportModel, session, params: list) -> Result:
 def _trained_module(session, study, trial):
     options = json.loads(study.options)
     trainable = session.catalog.studies.trainable(study.model, study.model_version)
+    if trainable is None:
+        raise ProgrammingError(f'Study "{study.name}" trained {study.model} version {study.model_version}, which '
+                               "is no longer in the catalog.", code="model_not_found")
+    if factory_digest(trainable.factory) != trainable.code_digest:
+        raise ProgrammingError(
+            f'The source of {trainable.factory} changed since study "{study.name}" trained it ({study.model} '
+            f"version {study.model_version}): its checkpoints may not fit the network the factory builds now. "
+            "Restore that source, or tune again.", code="factory_changed")
     sequence = json.loads(trial.sequence)
     params = trainable_defaults(trainable)
     params.update({k: frozen(v) for k, v in (sequence[-1] if sequence else {}).items() if k not in TRAINING_NAMES})
@@ -129,7 +142,12 @@ def _trained_module(session, study, trial):
     features = tuple(options["features"])
     n_outputs = len(labels) if labels is not None else 1
     in_features = options.get("in_features", len(features))
-    model = load_trained(trainable.factory, params, session.store.get(trial.checkpoint), (in_features, n_outputs))
+    try:
+        model = load_trained(trainable.factory, params, session.store.get(trial.checkpoint), (in_features, n_outputs))
+    except RuntimeError as exc:  # torch's load_state_dict: the network differs from the one trained
+        raise ProgrammingError(f'The network {trainable.factory} builds does not fit the checkpoint of trial '
+                               f'{trial.trial} of study "{study.name}": {str(exc).splitlines()[0]}',
+                               code="factory_changed") from None
     task = "classification" if labels is not None else "regression"
     return for_inference(model, task, labels), features, in_features
 

@@ -11,11 +11,13 @@ it runs (DuckDB lets one process write a database file). Re-running a study with
 from __future__ import annotations
 
 import math
+import re
+import threading
 from typing import Any
 
 from sqlglot import exp
 
-from ..errors import NotSupportedError, ProgrammingError
+from ..errors import NotSupportedError, ProgrammingError, did_you_mean
 from ..sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
 from ..tuning.algorithms import make_algorithm
 from ..tuning.space import Space
@@ -24,7 +26,8 @@ from .options import no_repeats, value
 from .plan import RoundPlan
 from .result import Result
 from .rules import TUNE_RULES, apply_rules
-from .trainables import trainable_for_tune
+from .trainables import register, trainable_for_tune
+from .tune_checks import check_features, check_space_values, check_threads, number_option, probe_factory
 from .tune_data import load_study_data
 from .tune_run import StudyRun, load_tree
 from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, digest_of,
@@ -32,10 +35,17 @@ from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySp
 
 __all__ = ["bind_tune", "explain_tune", "RUNNING"]
 
+_STARTING = threading.Lock()
+"""Held while a TUNE checks and claims its study name (two connections of one process may start at once)."""
+
 RUNNING: set[str] = set()
 """Names of the studies this process is running now (others found ``running`` in the catalog are dead)."""
 
 _METRICS = {"val_loss": "min", "val_accuracy": "max", "train_loss": "min"}
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+MAX_EPOCHS = 100_000
+"""The most epochs a study may ask for."""
 
 
 def _relation_sql(node: exp.Expression, what: str) -> str:
@@ -47,72 +57,105 @@ def _relation_sql(node: exp.Expression, what: str) -> str:
 
 def _options(stmt: TuneModel, params: list) -> dict[str, Any]:
     no_repeats(stmt.args.get("options"), f"TUNE MODEL {stmt.this.model_name}")
+    placeholders = [k for k, v in stmt.option_values.items() if v.find(exp.Placeholder) is not None]
+    placeholders += [i.this.name for i in stmt.args["search"] if i.expression.find(exp.Placeholder) is not None]
+    if placeholders:
+        raise NotSupportedError(f"TUNE: a parameter (?) in {placeholders[0]!r}: parameters are supported only "
+                                "inside ON (query) and VALIDATE ON (query); write the value itself",
+                                code="parameter_not_supported")
     return {k.lower(): value(v, params) for k, v in stmt.option_values.items()}
 
 
-def _int_option(options: dict, key: str, default: int, low: int = 1) -> int:
+def _int_option(options: dict, key: str, default: int, low: int = 1, high: int = 2**31 - 1) -> int:
     raw = options.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < low:
-        raise ProgrammingError(f"TUNE option {key} must be an integer >= {low}, got {raw!r}", code="invalid_option")
+    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
+        raise ProgrammingError(f"TUNE option {key} must be an integer in [{low}, {high}], got {raw!r}",
+                               code="invalid_option")
     return raw
 
 
+def _choice_option(options: dict, key: str, default: str, allowed: tuple[str, ...], what: str) -> str:
+    raw = options.get(key, default)
+    if not isinstance(raw, str) or raw.lower() not in allowed:
+        raise ProgrammingError(f"TUNE option {key} must be {what}, got {raw!r}", code="invalid_option")
+    return raw.lower()
+
+
+def _max_epochs(common: dict, options: dict) -> int:
+    if "max_t" in options and "max_epochs" in common and options["max_t"] != common["max_epochs"]:
+        raise ProgrammingError(f"TUNE options max_t = {options['max_t']!r} and max_epochs = {common['max_epochs']!r} "
+                               "contradict each other (max_t is ASHA's and Hyperband's name for max_epochs); give one",
+                               code="invalid_option")
+    return _int_option(common, "max_epochs", options.get("max_t", 10), 1, MAX_EPOCHS)
+
+
+def _study_name(common: dict, trainable) -> str:
+    name = common.get("study_name", f"{trainable.name}_study")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ProgrammingError(f"TUNE option study_name must be a name (letters, digits and underscores, starting "
+                               f"with a letter), got {name!r}", code="invalid_option")
+    return name.lower()
+
+
+def _metric(common: dict, task: str) -> tuple[str, str]:
+    metric = _choice_option(common, "metric", "val_loss", tuple(_METRICS), " or ".join(map(repr, _METRICS)))
+    if metric == "val_accuracy" and task == "regression":
+        raise ProgrammingError("TUNE option metric = 'val_accuracy' needs a class label TARGET; this TARGET is a "
+                               "number (regression): use 'val_loss'", code="invalid_option")
+    return metric, _choice_option(common, "mode", _METRICS[metric], ("min", "max"), "'min' or 'max'")
+
+
 def bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
-    """The :class:`StudySpec` of a TUNE statement (reads the data).
+    """The :class:`StudySpec` of a TUNE statement (reads the data; trains nothing, registers nothing).
 
     Raises:
         ProgrammingError: ``model_not_found`` / ``model_not_trainable``, ``invalid_search_space``,
-            ``unknown_option`` / ``invalid_option``, ``column_not_found``, ``hyperparameter_not_schedulable``.
+            ``unknown_option`` / ``invalid_option``, ``column_not_found``, ``hyperparameter_not_schedulable``,
+            ``invalid_hyperparameter``, ``invalid_factory`` / ``invalid_factory_params``.
+        NotSupportedError: ``parameter_not_supported`` (a ``?`` outside ON / VALIDATE ON).
         DataError: bad data (see :func:`~modelsql.planner.tune_data.load_study_data`).
     """
     ref = stmt.this
     trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
     options = _options(stmt, params)
     common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
-    max_epochs = _int_option(common, "max_epochs", options.get("max_t", 10))
+    max_epochs = _max_epochs(common, options)
     space = bind_space(stmt.args["search"])
     space.validate(max_epochs)
     _check_schedulable(space, max_epochs)
-    metric = str(common.get("metric", "val_loss")).lower()
-    if metric not in _METRICS:
-        raise ProgrammingError(f"TUNE option metric must be one of {', '.join(_METRICS)}, got {metric!r}",
-                               code="invalid_option")
-    mode = str(common.get("mode", _METRICS[metric])).lower()
-    if mode not in ("min", "max"):
-        raise ProgrammingError(f"TUNE option mode must be 'min' or 'max', got {mode!r}", code="invalid_option")
-    seed = _int_option(common, "seed", 0, 0)
+    check_space_values(space, max_epochs)
+    seed = _int_option(common, "seed", 0, 0, 2**32 - 1)
     features = common.get("features")
     features = (features,) if isinstance(features, str) else features
+    target = stmt.args["target"].name
+    check_features(features, target)
     validate = stmt.args.get("validate")
     train_sql = _relation_sql(stmt.args["train"], "ON")
     validate_sql = _relation_sql(validate, "VALIDATE ON") if validate is not None else None
-    data = load_study_data(session, train_sql, validate_sql, stmt.args["target"].name, features,
-                           float(common.get("validation_fraction", 0.2)), seed, params)
-    threads = _int_option(common, "threads", 1)
-    execution = str(common.get("execution", "stages")).lower()
-    if execution not in ("stages", "trials"):
-        raise ProgrammingError("TUNE option execution must be 'stages' (the stage tree) or 'trials' (every trial "
-                               f"from scratch, the baseline), got {execution!r}", code="invalid_option")
-    executor = str(common.get("executor", "local")).lower()
-    if executor not in ("local", "ray"):
-        raise ProgrammingError(f"TUNE option executor must be 'local' or 'ray', got {executor!r}",
-                               code="invalid_option")
+    fraction = number_option(common, "validation_fraction", 0.2, low=0.0, high=1.0)
+    data = load_study_data(session, train_sql, validate_sql, target, features, fraction, seed, params)
+    metric, mode = _metric(common, data.data.task)
+    workers = _int_option(common, "workers", 1, 1, 1024)
+    threads = _int_option(common, "threads", 1, 1, 1024)
+    execution = _choice_option(common, "execution", "stages", ("stages", "trials"),
+                               "'stages' (the stage tree) or 'trials' (every trial on its own, the baseline)")
+    executor = _choice_option(common, "executor", "local", ("local", "ray"), "'local' or 'ray'")
+    check_threads(threads, workers, executor)
+    budget = number_option(common, "time_budget_s", None, low=0.0)
+    defaults = trainable_defaults(trainable)
+    probe_factory(space, trainable.factory, defaults, data.data.x.shape[1], data.data.n_outputs)
     algorithm = stmt.args["algorithm"].name.lower()
-    name = str(common.get("study_name", f"{trainable.name}_study")).lower()
     tree = digest_of("tree", TRAINER_VERSION, trainable.name, trainable.version, trainable.code_digest,
                      trainable.factory, list(trainable.options), data.digest, seed, threads)
-    definition = digest_of(tree, space.to_json(), algorithm, sorted(options.items()), max_epochs, metric, mode,
-                           execution)
-    budget = common.get("time_budget_s")
     spec = StudySpec(
-        name=name, trainable=trainable, algorithm=algorithm, algorithm_options=options, space=space,
-        max_epochs=max_epochs, seed=seed, metric=metric, mode=mode, threads=threads,
-        workers=_int_option(common, "workers", 1), executor=executor, address=common.get("address"),
-        sharing=execution == "stages", train_sql=train_sql, validate_sql=validate_sql,
-        target=stmt.args["target"].name, features=data.features, data=data.data, labels=data.labels,
-        base_params=tuple(sorted(trainable_defaults(trainable).items())),
-        time_budget_s=float(budget) if budget is not None else None, statement=session.text, tree=tree,
-        definition=definition, change_points=frozenset(space.change_points(max_epochs)))
+        name=_study_name(common, trainable), trainable=trainable, algorithm=algorithm, algorithm_options=options,
+        space=space, max_epochs=max_epochs, seed=seed, metric=metric, mode=mode, threads=threads, workers=workers,
+        executor=executor, address=common.get("address"), sharing=execution == "stages", train_sql=train_sql,
+        validate_sql=validate_sql, target=target, features=data.features, data=data.data, labels=data.labels,
+        base_params=tuple(sorted(defaults.items())), time_budget_s=budget, statement=session.text, tree=tree,
+        definition=digest_of(tree, space.to_json(), algorithm, sorted(options.items()), max_epochs, metric, mode,
+                             execution),
+        change_points=frozenset(space.change_points(max_epochs)))
     _check_algorithm(spec)
     return spec
 
@@ -130,8 +173,16 @@ def _check_schedulable(space: Space, max_epochs: int) -> None:
 
 
 def _check_algorithm(spec: StudySpec) -> None:
-    make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode, seed=spec.seed,
-                   study_name=spec.name, options=spec.algorithm_options)
+    try:
+        make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode, seed=spec.seed,
+                       study_name=spec.name, options=spec.algorithm_options)
+    except ProgrammingError as err:
+        if err.code != "unknown_option":
+            raise
+        unknown = next((k for k in spec.algorithm_options if f"'{k}'" in str(err)), "")
+        hint = did_you_mean(unknown, COMMON_OPTIONS) if unknown else ""
+        raise ProgrammingError(f"{err}{hint} Options of every algorithm: {', '.join(COMMON_OPTIONS)}.",
+                               code="unknown_option") from None
 
 
 # ---------------------------------------------------------------- executing
@@ -159,10 +210,13 @@ def _check_existing(session, spec: StudySpec, resume: bool) -> None:
             raise studies.not_found(spec.name)
         return
     if old.definition != spec.definition:
+        what = ("the factory's source changed (trainable version " f"{old.model_version} -> {spec.trainable.version})"
+                if (old.model, old.model_version) != (spec.trainable.name, spec.trainable.version)
+                else "the data changed" if old.tree != spec.tree
+                else "SEARCH, USING or the options differ")
         raise ProgrammingError(
-            f'Study "{spec.name}" exists with another definition (model, data, SEARCH, USING or options differ): '
-            f"DROP STUDY {spec.name} first, or name this one with WITH (study_name = '...').",
-            code="study_definition_changed")
+            f'Study "{spec.name}" exists with another definition ({what}): DROP STUDY {spec.name} first, or name '
+            "this one with WITH (study_name = '...').", code="study_definition_changed")
 
 
 @run_statement.register
@@ -170,9 +224,11 @@ def _tune(stmt: TuneModel, session, params: list) -> Result:
     session.check_writable()
     session.commit()
     spec = bind_tune(stmt, session, params)
-    _check_existing(session, spec, bool(stmt.args.get("resume")))
-    RUNNING.add(spec.name)
+    with _STARTING:
+        _check_existing(session, spec, bool(stmt.args.get("resume")))
+        RUNNING.add(spec.name)
     try:
+        register(session, spec.trainable)
         row = StudyRun(session, spec, _executor(spec), getattr(session, "progress", None)).run()
     finally:
         RUNNING.discard(spec.name)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from ..catalog.studies import StageRow, StudyRow, TrialRow
+from .. import errors as errors_module
 from ..errors import OperationalError
 from ..tuning.algorithms import Request, make_algorithm
 from ..tuning.executor import TaskOutcome, TaskSpec
@@ -85,6 +86,8 @@ class StudyRun:
         self.running: dict[cf.Future, tuple] = {}
         self.submitted = 0
         self.node_errors: dict[int, str] = {}
+        self.failures: dict[str, tuple[str, str, str]] = {}
+        """``{error text: (class name, code, message)}`` of the stages that failed this run."""
         """``{id(node): error}`` of the epochs whose stage failed this run."""
         self.counted = 0
         """Epochs of ``trained`` already added to the study row's ``epochs_trained``."""
@@ -169,6 +172,10 @@ class StudyRun:
             self._write_study("interrupted", error=str(exc), stopped=True)
             raise
         status = "finished" if algorithm.finished else "stopped"
+        if status == "finished" and self.trials and all(t.status == "failed" for t in self.trials.values()):
+            error = self.trials[min(self.trials)].error
+            self._write_study("failed", error=error)
+            raise _every_trial_failed(spec.name, self.failures.get(error), error)
         if status == "finished":
             self._collect_checkpoints()
         return self._write_study(status, stopped=status == "stopped")
@@ -287,6 +294,7 @@ class StudyRun:
             self._put_stage(self._stage_row(key, numbers[len(outcome.results)], parent, bad.nodes, "failed",
                                             worker=outcome.worker, error=error))
             self._fail_nodes(rest, error)
+            self.failures[error] = outcome.error
         return error
 
     def _fail_nodes(self, stages, error: str) -> None:
@@ -415,6 +423,17 @@ class StudyRun:
                        "trials_done": sum(1 for t in self.trials.values() if t.status in ("completed", "pruned", "failed")),
                        "best_trial": best_trial, "best_metric": best_metric, "epochs_trained": self.trained,
                        "epochs_requested": self.requested})
+
+
+def _every_trial_failed(study: str, failure: Optional[tuple[str, str, str]], text: Optional[str]):
+    """The error of a study whose every trial failed: of the first failure's PEP 249 class (a DataError for
+    a diverging loss, a ProgrammingError for a factory refusing its arguments ...), with its code."""
+    cls_name, code, message = failure or ("OperationalError", "trial_failed", text or "unknown")
+    cls = getattr(errors_module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, errors_module.Error)):
+        cls = errors_module.OperationalError
+    return cls(f'Study "{study}": every trial failed; the first: {message}. DESCRIBE STUDY {study} lists them.',
+               code=code)
 
 
 def _training(hp: EpochHP) -> EpochHP:

@@ -131,7 +131,7 @@ def bind_space(items: list[exp.EQ]) -> Space:
     hyper-parameter for an argument of the wrong kind or an unknown function."""
     params = []
     for item in items:
-        name = item.this.name
+        name = item.this.name.lower()  # names are case-insensitive, as SQL's are
         params.append((name, _bind_value(item.expression, name, top=True)))
     return Space(tuple(params))
 

@@ -83,10 +83,18 @@ def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
             code = getattr(exc, "code", type(exc).__name__)
             message = str(exc) if getattr(exc, "code", None) else "".join(
                 traceback.format_exception_only(type(exc), exc)).strip()
-            return TaskOutcome(tuple(results), (type(exc).__name__, code, message), _worker_name())
+            return TaskOutcome(tuple(results), (_pep249_class(exc), code, message), _worker_name())
         results.append(result)
         state = result.checkpoint
     return TaskOutcome(tuple(results), None, _worker_name())
+
+
+def _pep249_class(exc: BaseException) -> str:
+    """The name of the PEP 249 class (in :mod:`modelsql.errors`) ``exc`` is, or its own class name."""
+    for cls in type(exc).__mro__:
+        if cls.__module__ == "modelsql.errors":
+            return cls.__name__
+    return type(exc).__name__
 
 
 def _worker_name() -> str:

@@ -189,6 +189,9 @@ def _check_kind(leaf: str, v: Any, kind: str, max_epochs: int) -> None:
             raise _invalid(leaf, f"warmup must be an integer number of epochs, got {_describe_value(v)}")
         if min(_reachable(v)) < 0:
             raise _invalid(leaf, f"warmup must not be negative, got {_describe_value(v)}")
+        if max(_reachable(v)) > max_epochs:
+            raise _invalid(leaf, f"warmup must not be longer than the study's {max_epochs} epochs, "
+                                 f"got {_describe_value(v)}")
 
 
 def _values_are(v: Any, test: Any) -> bool:
@@ -311,6 +314,18 @@ class Space:
     """The hyper-parameters of a study, in written order: ``((name, value or schedule), ...)``."""
 
     params: tuple
+
+    def candidates(self) -> list[dict[str, Any]]:
+        """Configurations that between them give every leaf each value it can take (each CHOICE value, an
+        INTEGER's and a range's ends), one leaf varied at a time from the first values: what a check of
+        the values a study may train with has to look at, without the whole grid."""
+        dims = self.dimensions()
+        ends = {leaf: list(d.values) if isinstance(d, Choice) else [d.low, d.high] for leaf, d in dims.items()}
+        base = {leaf: values[0] for leaf, values in ends.items()}
+        out = [base]
+        for leaf, values in ends.items():
+            out += [dict(base, **{leaf: v}) for v in values[1:]]
+        return [self.resolve(c) for c in out]
 
     def leaves(self) -> dict[str, Value]:
         """Every leaf (flattened name -> constant or :data:`Dimension`), in written order."""

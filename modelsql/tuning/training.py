@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = [
-    "TrainData", "StageSpec", "StageResult", "TrainingDiverged", "HYPERPARAMETERS",
+    "TrainData", "StageSpec", "StageResult", "TrainingDiverged", "HYPERPARAMETERS", "check_epoch", "check_factory",
     "train_stage", "load_trained", "resolve_factory", "factory_digest",
 ]
 
@@ -229,12 +229,51 @@ def _epoch_hparams(entry: Sequence[tuple[str, Any]]) -> dict[str, Any]:
         v = hp[name]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise _invalid(name, v, "a finite number >= 0")
+    if hp["lr"] == 0:
+        raise _invalid("lr", hp["lr"], "a number > 0")
+    if hp["momentum"] > 1:
+        raise _invalid("momentum", hp["momentum"], "a number in [0, 1]")
     b = hp["batch_size"]
     if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
         raise _invalid("batch_size", b, "a positive integer")
     if hp["optimizer"] not in _OPTIMIZERS:
         raise _invalid("optimizer", hp["optimizer"], " or ".join(repr(o) for o in _OPTIMIZERS))
     return hp
+
+
+def check_epoch(entry: Sequence[tuple[str, Any]]) -> None:
+    """Check one epoch's training hyper-parameters (as :func:`train_stage` would, before training).
+
+    Raises:
+        ProgrammingError: ``unknown_hyperparameter``, ``invalid_hyperparameter``.
+    """
+    _epoch_hparams(entry)
+
+
+def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str, Any]]], in_features: int,
+                  n_outputs: int) -> None:
+    """Build the factory's model with ``params`` and run it on a zero batch of 2 rows (float32 (2, F)):
+    its output must be (2, n_outputs). The caller's RNG state is kept.
+
+    Raises:
+        ProgrammingError: ``factory_not_found``, ``invalid_factory_params`` (it refused the arguments),
+            ``invalid_factory`` (not a module, or it failed or gave another output shape).
+    """
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        model = _build_model(ref, params, int(in_features), int(n_outputs))
+        try:
+            with torch.no_grad():
+                out = model.eval()(torch.zeros(2, int(in_features)))
+        except Exception as exc:  # noqa: BLE001 - the user's module; its error, named
+            raise ProgrammingError(f"factory {ref!r} built a model that fails on a (2, {in_features}) float32 "
+                                   f"batch: {type(exc).__name__}: {exc}", code="invalid_factory") from None
+    shape = tuple(getattr(out, "shape", ()))
+    if shape != (2, n_outputs):
+        raise ProgrammingError(f"factory {ref!r} built a model whose output for a (2, {in_features}) batch has shape "
+                               f"{shape}; it must be (2, {n_outputs}) ({n_outputs} "
+                               f"{'classes' if n_outputs > 1 else 'value'} per row)", code="invalid_factory")
 
 
 def _invalid(name: str, value: Any, want: str) -> ProgrammingError:

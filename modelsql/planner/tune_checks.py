@@ -1,0 +1,112 @@
+"""Checks a TUNE statement gets before anything trains, so that a mistake is the statement's error
+(naming the hyper-parameter, option or column) rather than every trial failing one by one.
+
+* every value the space can give a training hyper-parameter, at every epoch (``lr > 0``, ``momentum`` in
+  [0, 1], ``batch_size`` a positive integer, ``optimizer`` one of sgd / adam / adamw ...);
+* the factory, built once for each combination of its arguments the space's candidates give (at most
+  :data:`MAX_PROBES`), and run on a zero batch: it must accept its arguments and map (2, F) to (2, K);
+* the options against each other and the data (``max_t`` against ``max_epochs``, ``val_accuracy`` of a
+  regression, ``features`` naming the target or a column twice, ``threads`` past this machine's cores).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+from ..errors import ProgrammingError
+from ..tuning.space import Space
+from ..tuning.training import check_epoch, check_factory
+from .tune_spec import TRAINING_NAMES
+
+__all__ = ["check_space_values", "probe_factory", "check_features", "check_threads", "MAX_PROBES"]
+
+MAX_PROBES = 16
+"""Most factory argument combinations built to check a study (each builds one model)."""
+
+
+def check_space_values(space: Space, max_epochs: int) -> None:
+    """Every training value the space reaches is one training accepts.
+
+    Raises:
+        ProgrammingError: ``invalid_hyperparameter`` naming the hyper-parameter, its value and the epoch.
+    """
+    for config in space.candidates():
+        for epoch, hp in enumerate(space.sequence(config, max_epochs)):
+            try:
+                check_epoch(tuple((k, v) for k, v in hp if k in TRAINING_NAMES))
+            except ProgrammingError as err:
+                raise ProgrammingError(f"SEARCH: {err} (at epoch {epoch})", code=err.code) from None
+
+
+def probe_factory(space: Space, factory: str, defaults: dict, in_features: int, n_outputs: int) -> None:
+    """Build the factory for the candidates' factory arguments and check its output shape (see the module).
+
+    Raises:
+        ProgrammingError: ``factory_not_found``, ``invalid_factory_params``, ``invalid_factory``, saying which
+            arguments were given.
+    """
+    seen: set = set()
+    for config in space.candidates():
+        first = space.sequence(config, 1)[0]
+        params = dict(defaults, **{k: v for k, v in first if k not in TRAINING_NAMES})
+        key = tuple(sorted(params.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        if len(seen) > MAX_PROBES:
+            return
+        try:
+            check_factory(factory, key, in_features, n_outputs)
+        except ProgrammingError as err:
+            given = ", ".join(f"{k} = {v!r}" for k, v in key) or "no arguments"
+            raise ProgrammingError(f"TUNE: {err} (factory arguments: {given}; in_features = {in_features}, "
+                                   f"n_outputs = {n_outputs})", code=err.code) from None
+
+
+def check_features(features: Optional[Sequence[str]], target: str) -> None:
+    """``features`` must not name the target or a column twice.
+
+    Raises:
+        ProgrammingError: ``invalid_option``.
+    """
+    if features is None:
+        return
+    lowered = [str(f).lower() for f in features]
+    if target.lower() in lowered:
+        raise ProgrammingError(f"TUNE option features names the TARGET column {target!r}: a model must not be fed "
+                               "what it predicts", code="invalid_option")
+    twice = sorted({f for f in lowered if lowered.count(f) > 1})
+    if twice:
+        raise ProgrammingError(f"TUNE option features names {twice[0]!r} twice", code="invalid_option")
+
+
+def check_threads(threads: int, workers: int, executor: str) -> None:
+    """Local workers may not ask for more threads each than this machine has cores.
+
+    Raises:
+        ProgrammingError: ``invalid_option``.
+    """
+    cores = os.cpu_count() or 1
+    if executor == "local" and threads > cores:
+        raise ProgrammingError(f"TUNE option threads = {threads} is more than this machine's {cores} cores "
+                               f"(each of the {workers} worker(s) trains with that many threads)",
+                               code="invalid_option")
+
+
+def number_option(options: dict, key: str, default: Any, *, low: float, high: Optional[float] = None,
+                  open_low: bool = True) -> Any:
+    """A numeric option in (low, high) (or [low, ...) with ``open_low`` false).
+
+    Raises:
+        ProgrammingError: ``invalid_option`` naming it and what it must be.
+    """
+    raw = options.get(key, default)
+    if raw is None:
+        return None
+    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == raw
+    ok = ok and (raw > low if open_low else raw >= low) and (high is None or raw < high)
+    if not ok:
+        bounds = f"{'>' if open_low else '>='} {low}" + (f" and < {high}" if high is not None else "")
+        raise ProgrammingError(f"TUNE option {key} must be a number {bounds}, got {raw!r}", code="invalid_option")
+    return raw
