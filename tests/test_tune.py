@@ -78,6 +78,13 @@ def test_catalog_tables_show_describe_and_sql_over_trials(con):
     assert cur.execute("SELECT count(*) FROM modelsql.stages WHERE checkpoint IS NOT NULL").fetchone()[0] == 4
     cur.execute("DROP STUDY mlp_study")
     assert cur.execute("SELECT count(*) FROM modelsql.trials").fetchone() == (0,)
+    # the last study of its tree: the stages and their checkpoint blobs go too
+    assert cur.execute("SELECT count(*) FROM modelsql.stages").fetchone() == (0,)
+    from modelsql.storage.blobstore import BlobStore
+
+    store = BlobStore.for_database(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = "
+                                               "current_database()").fetchone()[0])
+    assert not any(store.has(k) for (k,) in kept)
     with pytest.raises(ProgrammingError) as ei:
         cur.execute("DESCRIBE STUDY mlp_study")
     assert ei.value.code == "study_not_found"
@@ -228,6 +235,9 @@ def test_bad_statements_say_what_is_wrong_and_change_nothing(con, sql, cls, code
 
 def test_trainables_share_names_with_models_and_a_changed_factory_is_a_new_version(con, tmp_path, monkeypatch):
     cur = con.cursor()
+    with pytest.raises(ProgrammingError) as ei:
+        cur.execute("SELECT * FROM PREDICT(MODEL mlp, TABLE val)")
+    assert ei.value.code == "model_not_found" and "is a trainable" in str(ei.value)
     with pytest.raises(IntegrityError):
         cur.execute("CREATE MODEL mlp FROM PYTHON 'modelsql.zoo:cnn'")
     cur.execute("CREATE MODEL IF NOT EXISTS mlp FROM PYTHON 'modelsql.zoo:cnn'")
@@ -243,6 +253,8 @@ def test_trainables_share_names_with_models_and_a_changed_factory_is_a_new_versi
                "USING GRID WITH (max_epochs = 1)")
     assert cur.execute("SELECT version FROM modelsql.trainables WHERE name = 'mine'").fetchone() == (2,)
     assert cur.execute("SELECT model_version FROM modelsql.studies").fetchone() == (2,)
+    cur.execute("DROP MODEL mine")
+    assert cur.execute("SELECT count(*) FROM modelsql.trainable_versions WHERE name = 'mine'").fetchone() == (0,)
 
 
 ALGORITHM_SQL = {
@@ -296,13 +308,18 @@ def test_array_features_string_labels_and_a_query_input(con):
     cur = con.cursor()
     cur.execute("CREATE TABLE arr AS SELECT [p0, p1, p2, p3, p4, p5, p6, p7]::FLOAT[8] AS x, "
                 "CASE WHEN label < 5 THEN 'low' ELSE 'high' END AS kind FROM train")
-    out = _tune(con, "TUNE MODEL mlp ON (SELECT x, kind FROM arr) TARGET kind SEARCH (lr = 0.1) "
-                     "USING GRID WITH (max_epochs = 2, metric = 'val_accuracy')")
+    out = _tune(con, "TUNE MODEL mlp ON (SELECT x, kind FROM arr) TARGET kind SEARCH (lr = 0.5, batch_size = 16) "
+                     "USING GRID WITH (max_epochs = 6, metric = 'val_accuracy')")
     assert out["status"] == "finished" and 0 <= out["best_metric"] <= 1
     options = cur.execute("SELECT options, mode FROM modelsql.studies").fetchone()
     assert '"labels": ["high", "low"]' in options[0] and options[1] == "max"
     cur.execute("CREATE MODEL kinds FROM STUDY mlp_study")
     assert cur.execute("SELECT count(*) FROM PREDICT(MODEL kinds, (SELECT x FROM arr))").fetchone() == (360,)
+    # the model predicts the labels themselves (text), so they compare with the target
+    right, n = cur.execute("SELECT sum((kind = label)::INT), count(*) FROM PREDICT(MODEL kinds, TABLE arr)").fetchone()
+    assert n == 360 and right > 0.55 * n, right  # an inverted label map would give under half
+    assert {r[0] for r in cur.execute("SELECT DISTINCT label FROM PREDICT(MODEL kinds, TABLE arr)").fetchall()} \
+        <= {"low", "high"}
 
 
 def test_a_float_target_is_regression(con):

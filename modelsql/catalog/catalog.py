@@ -375,6 +375,11 @@ class Catalog:
         ]
 
     def _not_found(self, name: str) -> errors.ProgrammingError:
+        if self._present and self.studies.trainable(name) is not None:
+            return errors.ProgrammingError(
+                f'Model "{name}" is a trainable (CREATE MODEL ... FROM PYTHON), not an ONNX model: TUNE it, then '
+                f"CREATE MODEL {name}_best FROM STUDY <study> to predict with a trained version.",
+                code="model_not_found")
         return errors.ProgrammingError(
             f'Model "{name}" does not exist.' + errors.did_you_mean(name, self.model_names()),
             code="model_not_found",

@@ -178,13 +178,27 @@ class Studies:
         self._write(f"INSERT INTO {{s}}.studies ({', '.join(_STUDY_COLUMNS)}, created_at, updated_at) "
                     f"VALUES ({', '.join('?' * (len(values) + 2))})", values + [created[0][0] if created else now, now])
 
-    def drop_study(self, name: str) -> bool:
-        """Delete study ``name`` and its trials (its stages stay in their tree); False when there was none."""
-        if self.study(name) is None:
-            return False
-        self._write("DELETE FROM {s}.trials WHERE study = ?", [name.lower()])
-        self._write("DELETE FROM {s}.studies WHERE name = ?", [name.lower()])
-        return True
+    def drop_study(self, name: str) -> Optional[set[str]]:
+        """Delete study ``name`` and its trials; its stages stay in their tree while another study trains in it,
+        else they go too (and the trees of its trial-based trials, which are its own). Returns the digests of
+        the checkpoints the deleted rows named (the caller deletes the blobs nothing references any more), or
+        None when there was no such study."""
+        study = self.study(name)
+        if study is None:
+            return None
+        name = name.lower()
+        digests = {r[0] for r in self._rows("SELECT checkpoint FROM {s}.trials WHERE study = ? AND checkpoint IS NOT "
+                                            "NULL", [name])}
+        self._write("DELETE FROM {s}.trials WHERE study = ?", [name])
+        self._write("DELETE FROM {s}.studies WHERE name = ?", [name])
+        shared = self._rows("SELECT count(*) FROM {s}.studies WHERE tree = ?", [study.tree])[0][0]
+        own = "tree LIKE ? ESCAPE '\\'" if shared else "(tree = ? OR tree LIKE ? ESCAPE '\\')"
+        prefix = (study.tree + "/" + name + "/").replace("_", "\\_").replace("%", "\\%") + "%"
+        params = [prefix] if shared else [study.tree, prefix]
+        digests |= {r[0] for r in self._rows(f"SELECT checkpoint FROM {{s}}.stages WHERE {own} AND checkpoint IS NOT "
+                                             "NULL", params)}
+        self._write(f"DELETE FROM {{s}}.stages WHERE {own}", params)
+        return digests
 
     def mark_interrupted(self, live: Sequence[str]) -> int:
         """Studies, trials and stages left ``running`` by a process that died (none but those in ``live``,

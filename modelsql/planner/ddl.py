@@ -30,9 +30,10 @@ IMPORT_OPTIONS = ("features", "description")
 """Options of ``IMPORT MODEL ... WITH (...)``: ``features`` (the columns feeding a single
 input, in order) and ``description`` (free text kept in the catalog)."""
 
-IMPORT_SOURCES: dict = {}
-"""Handlers of ``CREATE MODEL ... FROM PYTHON`` (``"python"``) and ``FROM STUDY`` (``"study"``), registered by
-:mod:`modelsql.planner.trainables` (which builds on this module's :func:`import_model`)."""
+TRAINABLE_HANDLERS: dict = {}
+"""Handlers of ``CREATE MODEL ... FROM PYTHON`` (``"python"``), ``FROM STUDY`` (``"study"``) and ``DROP MODEL`` of
+a trainable (``"drop"``), registered by :mod:`modelsql.planner.trainables` (which builds on this module's
+:func:`import_model`)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -77,7 +78,7 @@ def bind_import(stmt: ImportModel, params: list) -> CreateModel:
 @run_statement.register
 def _import(stmt: ImportModel, session, params: list) -> Result:
     if stmt.args.get("python") or stmt.args.get("study") is not None:
-        return IMPORT_SOURCES["python" if stmt.args.get("python") else "study"](stmt, session, params)
+        return TRAINABLE_HANDLERS["python" if stmt.args.get("python") else "study"](stmt, session, params)
     plan = bind_import(stmt, params)
     import_model(session, plan.name, plan.source, features=plan.features, replace=plan.replace,
                  if_not_exists=plan.if_not_exists, options=dict(plan.options))
@@ -89,6 +90,8 @@ def _drop(stmt: DropModel, session, params: list) -> Result:
     session.check_writable()
     ref = stmt.this
     plan = DropModelPlan(ref.model_name.lower(), ref.version_number, bool(stmt.args.get("exists")))
+    if not session.catalog.exists(plan.name) and session.catalog.studies.trainable(plan.name) is not None:
+        return TRAINABLE_HANDLERS["drop"](plan, session)
     if not session.catalog.exists(plan.name):
         if plan.if_exists:
             return Result(session.duck, rowcount=0)

@@ -14,6 +14,8 @@ from typing import Optional
 
 from ..catalog.studies import Trainable
 from ..errors import IntegrityError, ProgrammingError
+from ..formats import from_torch
+from ..formats.label_values import with_label_values
 from ..sql.nodes import ImportModel
 from ..tuning.training import factory_digest, for_inference, load_trained, resolve_factory
 from . import ddl
@@ -21,7 +23,7 @@ from .options import no_repeats, value
 from .result import Result
 from .tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 
-__all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study"]
+__all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study", "drop_trainable"]
 
 
 def create_trainable(stmt: ImportModel, session, params: list) -> Result:
@@ -111,17 +113,28 @@ def create_from_study(stmt: ImportModel, session, params: list) -> Result:
     if trial.checkpoint is None:
         raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
                                "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")
-    module, features, in_features = _trained_module(session, study, trial)
+    _import_trained(session, stmt, study, trial)
+    return Result(session.duck, rowcount=1)
+
+
+def _import_trained(session, stmt: ImportModel, study, trial) -> None:
+    """Export the trial's network to ONNX and import it as model ``stmt.this``'s next version."""
     import numpy as np
 
-    model = ddl.import_model(session, stmt.this.model_name, module, example_input=np.zeros((1, in_features),
-                             np.float32), features=features if len(features) == in_features else None,
-                             input_names=[features[0]] if len(features) != in_features else None, replace=bool(stmt.args.get("replace")),
-                             if_not_exists=bool(stmt.args.get("exists")),
-                             options={"study": study_name, "trial": str(number)},
-                             output_names=_output_names(study))
-    del model
-    return Result(session.duck, rowcount=1)
+    module, features, in_features = _trained_module(session, study, trial)
+    example = np.zeros((1, in_features), np.float32)
+    input_names = [features[0]] if len(features) != in_features else None  # an array column: bound by name
+    outputs = _output_names(study)
+    labels = json.loads(study.options).get("labels")
+    if labels is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+        # text or boolean labels: the exported index output is mapped to the labels themselves
+        proto = from_torch(module, example, input_names=input_names, output_names=outputs)
+        module, example, input_names, outputs = with_label_values(proto, "label", labels), None, None, None
+    ddl.import_model(session, stmt.this.model_name, module, example_input=example,
+                     features=features if len(features) == in_features else None, input_names=input_names,
+                     output_names=outputs, replace=bool(stmt.args.get("replace")),
+                     if_not_exists=bool(stmt.args.get("exists")),
+                     options={"study": study.name, "trial": str(trial.trial)})
 
 
 def _trained_module(session, study, trial):
@@ -156,5 +169,25 @@ def _output_names(study) -> list[str]:
     return ["label", "probabilities"] if json.loads(study.options).get("labels") is not None else ["prediction"]
 
 
-ddl.IMPORT_SOURCES["python"] = create_trainable
-ddl.IMPORT_SOURCES["study"] = create_from_study
+def drop_trainable(plan, session) -> Result:
+    """``DROP MODEL [IF EXISTS] m [VERSION n]`` of a trainable: its versions (or version ``n``) leave the catalog;
+    the studies that tuned it stay (their trained models are ONNX models of their own).
+
+    Raises:
+        NotSupportedError: ``not_supported`` for one VERSION of a trainable.
+    """
+    from ..errors import NotSupportedError
+
+    if plan.version is not None:
+        raise NotSupportedError(f'DROP MODEL {plan.name} VERSION {plan.version}: a trainable is dropped with all its '
+                                "versions (DROP MODEL without VERSION)", code="not_supported")
+    session.commit()
+    with session.catalog.transaction(join=False):
+        removed = session.catalog.studies.drop_trainable(plan.name)
+    session.changed()
+    return Result(session.duck, rowcount=removed)
+
+
+ddl.TRAINABLE_HANDLERS["drop"] = drop_trainable
+ddl.TRAINABLE_HANDLERS["python"] = create_trainable
+ddl.TRAINABLE_HANDLERS["study"] = create_from_study

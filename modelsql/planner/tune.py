@@ -333,6 +333,8 @@ def _drop_study(stmt: DropStudy, session, params: list) -> Result:
         raise session.catalog.studies.not_found(name)
     session.commit()
     with session.catalog.transaction(join=False):
-        session.catalog.studies.drop_study(name)
+        digests = session.catalog.studies.drop_study(name)
+    for digest in digests - session.catalog.referenced_digests():
+        session.store.delete(digest)  # after the commit: the catalog never names a missing blob
     session.changed()
     return Result(session.duck, rowcount=1)
