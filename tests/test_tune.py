@@ -119,6 +119,12 @@ def test_explain_tune_shows_the_planned_tree_and_estimate(con):
     assert "stage tree: 12 epoch(s) in 10 stage(s)" in text and "1.33x fewer epochs" in text
     assert text.count("Stage task=") == 10 and "from scratch" in text and "lr=0.02 " not in text
     assert cur.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (0,)  # nothing ran
+    with pytest.raises(NotSupportedError):
+        cur.execute("EXPLAIN ANALYZE " + GRID_SQL.format(extra=""))
+    _tune(con, GRID_SQL.format(extra=""))
+    cur.execute("EXPLAIN " + GRID_SQL.format(extra=""))
+    text = cur.fetchall()[0][1]
+    assert "resumes it" in text and "16 already trained" in text and "nothing to train" in text
 
 
 def test_another_connection_reads_progress_while_the_study_runs(tmp_path):
@@ -343,3 +349,21 @@ def test_bad_data_is_named(con):
     assert ei.value.code == "invalid_feature" and "note" in str(ei.value)
     cur.execute("TUNE MODEL mlp ON TABLE texty TARGET label SEARCH (lr = 0.1) USING GRID "
                 "WITH (features = (p0), max_epochs = 1)")
+    cases = [
+        ("SELECT p0, [p1, p2] AS label FROM train", ProgrammingError, "invalid_target"),
+        ("SELECT p0, DATE '2020-01-01' + label::INT AS label FROM train", ProgrammingError, "invalid_target"),
+        ("SELECT p0, 1 AS label FROM train", modelsql.DataError, "one_class"),
+        ("SELECT CASE WHEN p5 > 0.5 THEN 'NaN'::FLOAT ELSE p5 END AS p5, label FROM train", modelsql.DataError,
+         "invalid_value"),
+        ("SELECT p0, label FROM train LIMIT 1", modelsql.DataError, "too_few_rows"),
+    ]
+    for query, cls, code in cases:
+        with pytest.raises(cls) as ei:
+            cur.execute(f"TUNE MODEL mlp ON ({query}) TARGET label SEARCH (lr = 0.1) USING GRID "
+                        "WITH (study_name = 'bad')")
+        assert ei.value.code == code, (query, str(ei.value))
+    with pytest.raises(modelsql.DataError) as ei:
+        cur.execute("TUNE MODEL mlp ON TABLE train VALIDATE ON (SELECT * FROM val LIMIT 0) TARGET label "
+                    "SEARCH (lr = 0.1) USING GRID WITH (study_name = 'bad')")
+    assert ei.value.code == "too_few_rows"
+    assert cur.execute("SELECT count(*) FROM modelsql.studies WHERE name = 'bad'").fetchone() == (0,)

@@ -56,6 +56,10 @@ def _explain(stmt: exp.Command, session, params: list) -> Result:
     if len(inner) != 1:
         raise ProgrammingError("EXPLAIN takes exactly one statement.", code="parse_error")
     if isinstance(inner[0], TuneModel):
+        if "ANALYZE" in prefix.upper():
+            raise NotSupportedError("EXPLAIN ANALYZE TUNE is not supported: it would run the study; run TUNE (its "
+                                    "result and modelsql.stages give what was trained) or EXPLAIN TUNE for the plan.",
+                                    code="explain_not_supported")
         return explain_tune(inner[0], session, params)
     if isinstance(inner[0], tuple(STATEMENT_NODES)):
         raise NotSupportedError(

@@ -260,6 +260,12 @@ def explain_tune(stmt: TuneModel, session, params: list) -> Result:
     targets = tuple(tree.insert(r.sequence) for r in requests)
     plan = apply_rules(RoundPlan(tree, targets, spec.change_points), TUNE_RULES)
     lines = _render_round(spec, requests, plan, session.catalog.studies.epoch_seconds(spec.tree))
+    old = session.catalog.studies.study(spec.name)
+    if old is not None and old.definition != spec.definition:
+        lines.insert(1, f'  note: study "{spec.name}" exists with another definition: running this statement fails '
+                        "(study_definition_changed) unless it is dropped or given another study_name")
+    elif old is not None:
+        lines.insert(1, f'  note: study "{spec.name}" exists ({old.status}): running this statement resumes it')
     return Result(session.duck, description=_describe(("explain_key", "VARCHAR"), ("explain_value", "VARCHAR")),
                   rows=[("modelsql_tune", "\n".join(lines))])
 
@@ -293,7 +299,7 @@ def _render_round(spec: StudySpec, requests, plan, epoch_seconds) -> list[str]:
 
 
 def _ratio(a: int, b: int) -> str:
-    return f"{a / b:.2f}x" if b else "all (nothing to train)"
+    return f"{a / b:.2f}x" if b else "nothing to train, all"
 
 
 # ------------------------------------------------------------ SHOW / DESCRIBE

@@ -58,11 +58,15 @@ def load_study_data(session, train_sql: str, validate_sql: Optional[str], target
             ``unknown_label`` (a validation label not among the training labels), ``too_few_rows``.
     """
     train = _read(session, train_sql, params, "ON")
+    if train.num_rows < 2:
+        raise DataError(f"TUNE: ON gives {train.num_rows} row(s): too few to train on", code="too_few_rows")
     cols = _columns(train, target, features)
     x, y = _matrix(train, cols, "training"), _target(train, target, "training")
     if validate_sql is not None:
         val = _read(session, validate_sql, params, "VALIDATE ON")
         _columns(val, target, cols)
+        if val.num_rows == 0:
+            raise DataError("TUNE: VALIDATE ON gives no rows", code="too_few_rows")
         x_val, y_val = _matrix(val, cols, "validation"), _target(val, target, "validation")
     else:
         x, y, x_val, y_val = _split(x, y, validation_fraction, seed)
@@ -73,6 +77,9 @@ def load_study_data(session, train_sql: str, validate_sql: Optional[str], target
         if unknown:
             raise DataError(f"TUNE: validation label {unknown[0]!r} of {target} is not among the training labels",
                             code="unknown_label")
+        if len(labels) < 2:
+            raise DataError(f"TUNE: TARGET {target} has one class ({labels[0]!r}) in the training rows: there is "
+                            "nothing to learn", code="one_class")
         index = {v: i for i, v in enumerate(labels)}
         y = np.array([index[v] for v in y.tolist()], np.int64)
         y_val = np.array([index[v] for v in y_val.tolist()], np.int64)
@@ -117,7 +124,16 @@ def _matrix(table: pa.Table, cols: list[str], what: str) -> np.ndarray:
                                    "numeric columns with WITH (features = (...))", code="invalid_feature")
         _no_nulls(column, name, what)
         out[:, j] = column.to_numpy(zero_copy_only=False).astype(np.float32)
+        _finite(out[:, j], name, what)
     return out
+
+
+def _finite(values: np.ndarray, name: str, what: str) -> None:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row = int(np.argmax(bad.reshape(len(values), -1).any(axis=1)))
+        raise DataError(f'TUNE: {what} row {row} of column "{name}" holds NaN or infinity (or a value past float32)',
+                        code="invalid_value")
 
 
 def _array_column(column, name: str, what: str) -> np.ndarray:
@@ -131,7 +147,9 @@ def _array_column(column, name: str, what: str) -> np.ndarray:
     if values.null_count:
         raise DataError(f'TUNE: {what} array column "{name}" holds a NULL element', code="null_value")
     width = int(lengths[0]) if lengths is not None and len(lengths) else column.type.list_size
-    return values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(column), width)
+    out = values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(column), width)
+    _finite(out, name, what)
+    return out
 
 
 def _no_nulls(column, name: str, what: str) -> None:
@@ -143,10 +161,20 @@ def _no_nulls(column, name: str, what: str) -> None:
 def _target(table: pa.Table, target: str, what: str) -> np.ndarray:
     name = next(n for n in table.column_names if n.lower() == target.lower())
     column = table.column(name)
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
+        raise ProgrammingError(f'TUNE: TARGET column "{name}" is {kind}: a target is a class label (integer, boolean '
+                               "or text) or a number to regress (floating point or decimal)", code="invalid_target")
     _no_nulls(column, name, what)
     values = column.to_numpy(zero_copy_only=False)
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return values.astype(object)
+    if pa.types.is_decimal(kind):
+        values = values.astype(np.float64)
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        row = int(np.argmax(~np.isfinite(values)))
+        raise DataError(f'TUNE: {what} row {row} has {values[row]} in TARGET column "{name}"', code="invalid_value")
     return values
 
 

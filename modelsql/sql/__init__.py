@@ -180,6 +180,10 @@ def _words(tokens: list[Token]) -> list[str | None]:
     return [None if tok.token_type in TEXT_TOKENS else tok.text.upper() for tok in tokens]
 
 
+_EXPLAIN_ANALYZE = re.compile(r"^\s*ANALYZE\b", re.I)
+"""``EXPLAIN ANALYZE <statement>``: the word before the statement in an EXPLAIN body."""
+
+
 def _mentions(sql: str, tokens: list[Token]) -> bool:
     words = _words(tokens)
     for i, tok in enumerate(tokens):
@@ -187,7 +191,7 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
         if word is None:
             offset = _command_payload_offset(sql, tokens, i)
             if offset is not None:
-                inner = sql[offset : offset + len(tok.text)]
+                inner = _EXPLAIN_ANALYZE.sub("", sql[offset : offset + len(tok.text)], count=1)
                 try:
                     if _mentions(inner, ModelSQLTokenizer(dialect=_DIALECT).tokenize(inner)):
                         return True
