@@ -367,3 +367,22 @@ def test_bad_data_is_named(con):
                     "SEARCH (lr = 0.1) USING GRID WITH (study_name = 'bad')")
     assert ei.value.code == "too_few_rows"
     assert cur.execute("SELECT count(*) FROM modelsql.studies WHERE name = 'bad'").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("sql,word", [
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1, batch_size = CHOICE(2, 0)) USING GRID",
+     "batch_size"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = 0.1) USING GRID WITH (seed = 1, max_epochs = 0)",
+     "max_epochs"),
+    ("TUNE MODEL mlp ON TABLE train TARGET nope SEARCH (lr = 0.1) USING GRID", "nope"),
+    ("TUNE MODEL mlp ON TABLE train TARGET label\nSEARCH (lr = STEP_DECAY(initial => 0.1, milestones => (40,)))\n"
+     "USING GRID", "lr"),
+])
+def test_errors_point_at_the_option_hyperparameter_or_target(con, sql, word):
+    with pytest.raises(modelsql.Error) as ei:
+        con.execute(sql)
+    lines = sql.splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if f" {word} " in f" {text} " or f"({word} " in text)
+    assert ei.value.line == line
+    assert lines[line - 1][ei.value.column - 1:].startswith(word), (ei.value.line, ei.value.column)
+    assert "LINE" in str(ei.value)

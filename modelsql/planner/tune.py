@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from ..errors import NotSupportedError, ProgrammingError, did_you_mean
+from ..errors import Error, NotSupportedError, ProgrammingError, did_you_mean
 from ..sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
 from ..tuning.algorithms import make_algorithm
 from ..tuning.space import Space
@@ -27,7 +27,8 @@ from .plan import RoundPlan
 from .result import Result
 from .rules import TUNE_RULES, apply_rules
 from .trainables import register, trainable_for_tune
-from .tune_checks import check_features, check_space_values, check_threads, number_option, probe_factory
+from .tune_checks import (check_features, check_space_values, check_threads, number_option, option_error,
+                          probe_factory)
 from .tune_data import load_study_data
 from .tune_run import StudyRun, load_tree
 from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, digest_of,
@@ -69,44 +70,64 @@ def _options(stmt: TuneModel, params: list) -> dict[str, Any]:
 def _int_option(options: dict, key: str, default: int, low: int = 1, high: int = 2**31 - 1) -> int:
     raw = options.get(key, default)
     if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
-        raise ProgrammingError(f"TUNE option {key} must be an integer in [{low}, {high}], got {raw!r}",
-                               code="invalid_option")
+        raise option_error(key, f"TUNE option {key} must be an integer in [{low}, {high}], got {raw!r}")
     return raw
 
 
 def _choice_option(options: dict, key: str, default: str, allowed: tuple[str, ...], what: str) -> str:
     raw = options.get(key, default)
     if not isinstance(raw, str) or raw.lower() not in allowed:
-        raise ProgrammingError(f"TUNE option {key} must be {what}, got {raw!r}", code="invalid_option")
+        raise option_error(key, f"TUNE option {key} must be {what}, got {raw!r}")
     return raw.lower()
 
 
 def _max_epochs(common: dict, options: dict) -> int:
     if "max_t" in options and "max_epochs" in common and options["max_t"] != common["max_epochs"]:
-        raise ProgrammingError(f"TUNE options max_t = {options['max_t']!r} and max_epochs = {common['max_epochs']!r} "
-                               "contradict each other (max_t is ASHA's and Hyperband's name for max_epochs); give one",
-                               code="invalid_option")
+        raise option_error("max_t", f"TUNE options max_t = {options['max_t']!r} and max_epochs = {common['max_epochs']!r} "
+                           "contradict each other (max_t is ASHA's and Hyperband's name for max_epochs); give one")
     return _int_option(common, "max_epochs", options.get("max_t", 10), 1, MAX_EPOCHS)
 
 
 def _study_name(common: dict, trainable) -> str:
     name = common.get("study_name", f"{trainable.name}_study")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ProgrammingError(f"TUNE option study_name must be a name (letters, digits and underscores, starting "
-                               f"with a letter), got {name!r}", code="invalid_option")
+        raise option_error("study_name", "TUNE option study_name must be a name (letters, digits and underscores, "
+                                         f"starting with a letter), got {name!r}")
     return name.lower()
 
 
 def _metric(common: dict, task: str) -> tuple[str, str]:
     metric = _choice_option(common, "metric", "val_loss", tuple(_METRICS), " or ".join(map(repr, _METRICS)))
     if metric == "val_accuracy" and task == "regression":
-        raise ProgrammingError("TUNE option metric = 'val_accuracy' needs a class label TARGET; this TARGET is a "
-                               "number (regression): use 'val_loss'", code="invalid_option")
+        raise option_error("metric", "TUNE option metric = 'val_accuracy' needs a class label TARGET; this TARGET is "
+                                     "a number (regression): use 'val_loss'")
     return metric, _choice_option(common, "mode", _METRICS[metric], ("min", "max"), "'min' or 'max'")
 
 
 def bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
-    """The :class:`StudySpec` of a TUNE statement (reads the data; trains nothing, registers nothing).
+    """The :class:`StudySpec` of a TUNE statement (reads the data; trains nothing, registers nothing); an error
+    about an option, a hyper-parameter or the TARGET points at it in the SQL (a ``LINE n:`` excerpt)."""
+    try:
+        return _bind_tune(stmt, session, params)
+    except Error as err:
+        raise session.pointed(err, _node_of(stmt, err)) from None
+
+
+def _node_of(stmt: TuneModel, err: Error):
+    """The part of the statement ``err`` is about: a ``WITH`` option, a SEARCH item, or the TARGET."""
+    option = getattr(err, "option", None)
+    hp = getattr(err, "hyperparameter", None)
+    if option is not None:
+        return next((o for o in stmt.args.get("options") or [] if o.this.name.lower() == option.lower()), None)
+    if hp is not None:
+        return next((i for i in stmt.args["search"] if i.this.name.lower() == hp.split(".")[0].lower()), None)
+    if getattr(err, "target", False):
+        return exp.EQ(this=stmt.args["target"])
+    return None
+
+
+def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
+    """The work of :func:`bind_tune`.
 
     Raises:
         ProgrammingError: ``model_not_found`` / ``model_not_trainable``, ``invalid_search_space``,
@@ -181,8 +202,8 @@ def _check_algorithm(spec: StudySpec) -> None:
             raise
         unknown = next((k for k in spec.algorithm_options if f"'{k}'" in str(err)), "")
         hint = did_you_mean(unknown, COMMON_OPTIONS) if unknown else ""
-        raise ProgrammingError(f"{err}{hint} Options of every algorithm: {', '.join(COMMON_OPTIONS)}.",
-                               code="unknown_option") from None
+        raise option_error(unknown, f"{err}{hint} Options of every algorithm: {', '.join(COMMON_OPTIONS)}.",
+                           "unknown_option") from None
 
 
 # ---------------------------------------------------------------- executing

@@ -19,7 +19,8 @@ from ..tuning.space import Space
 from ..tuning.training import check_epoch, check_factory
 from .tune_spec import TRAINING_NAMES
 
-__all__ = ["check_space_values", "probe_factory", "check_features", "check_threads", "MAX_PROBES"]
+__all__ = ["check_space_values", "probe_factory", "check_features", "check_threads", "number_option", "option_error",
+           "MAX_PROBES"]
 
 MAX_PROBES = 16
 """Most factory argument combinations built to check a study (each builds one model)."""
@@ -36,7 +37,9 @@ def check_space_values(space: Space, max_epochs: int) -> None:
             try:
                 check_epoch(tuple((k, v) for k, v in hp if k in TRAINING_NAMES))
             except ProgrammingError as err:
-                raise ProgrammingError(f"SEARCH: {err} (at epoch {epoch})", code=err.code) from None
+                out = ProgrammingError(f"SEARCH: {err} (at epoch {epoch})", code=err.code)
+                out.hyperparameter = getattr(err, "hyperparameter", None)
+                raise out from None
 
 
 def probe_factory(space: Space, factory: str, defaults: dict, in_features: int, n_outputs: int) -> None:
@@ -74,11 +77,11 @@ def check_features(features: Optional[Sequence[str]], target: str) -> None:
         return
     lowered = [str(f).lower() for f in features]
     if target.lower() in lowered:
-        raise ProgrammingError(f"TUNE option features names the TARGET column {target!r}: a model must not be fed "
-                               "what it predicts", code="invalid_option")
+        raise option_error("features", f"TUNE option features names the TARGET column {target!r}: a model must not "
+                           "be fed what it predicts")
     twice = sorted({f for f in lowered if lowered.count(f) > 1})
     if twice:
-        raise ProgrammingError(f"TUNE option features names {twice[0]!r} twice", code="invalid_option")
+        raise option_error("features", f"TUNE option features names {twice[0]!r} twice")
 
 
 def check_threads(threads: int, workers: int, executor: str) -> None:
@@ -89,9 +92,16 @@ def check_threads(threads: int, workers: int, executor: str) -> None:
     """
     cores = os.cpu_count() or 1
     if executor == "local" and threads > cores:
-        raise ProgrammingError(f"TUNE option threads = {threads} is more than this machine's {cores} cores "
-                               f"(each of the {workers} worker(s) trains with that many threads)",
-                               code="invalid_option")
+        raise option_error("threads", f"TUNE option threads = {threads} is more than this machine's {cores} cores "
+                                      f"(each of the {workers} worker(s) trains with that many threads)")
+
+
+def option_error(key: str, message: str, code: str = "invalid_option") -> ProgrammingError:
+    """A ProgrammingError about ``WITH`` option ``key`` (its ``option`` attribute names it, so the statement's
+    error can point at it in the SQL)."""
+    err = ProgrammingError(message, code=code)
+    err.option = key
+    return err
 
 
 def number_option(options: dict, key: str, default: Any, *, low: float, high: Optional[float] = None,
@@ -108,5 +118,5 @@ def number_option(options: dict, key: str, default: Any, *, low: float, high: Op
     ok = ok and (raw > low if open_low else raw >= low) and (high is None or raw < high)
     if not ok:
         bounds = f"{'>' if open_low else '>='} {low}" + (f" and < {high}" if high is not None else "")
-        raise ProgrammingError(f"TUNE option {key} must be a number {bounds}, got {raw!r}", code="invalid_option")
+        raise option_error(key, f"TUNE option {key} must be a number {bounds}, got {raw!r}")
     return raw

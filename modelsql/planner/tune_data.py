@@ -78,8 +78,8 @@ def load_study_data(session, train_sql: str, validate_sql: Optional[str], target
             raise DataError(f"TUNE: validation label {unknown[0]!r} of {target} is not among the training labels",
                             code="unknown_label")
         if len(labels) < 2:
-            raise DataError(f"TUNE: TARGET {target} has one class ({labels[0]!r}) in the training rows: there is "
-                            "nothing to learn", code="one_class")
+            raise _about_target(DataError(f"TUNE: TARGET {target} has one class ({labels[0]!r}) in the training "
+                                          "rows: there is nothing to learn", code="one_class"))
         index = {v: i for i, v in enumerate(labels)}
         y = np.array([index[v] for v in y.tolist()], np.int64)
         y_val = np.array([index[v] for v in y_val.tolist()], np.int64)
@@ -91,11 +91,17 @@ def load_study_data(session, train_sql: str, validate_sql: Optional[str], target
     return StudyData(data, tuple(cols), labels, _digest(data, labels))
 
 
+def _about_target(err):
+    """``err``, marked as being about the TARGET column (``err.target``), so the statement's error points at it."""
+    err.target = True
+    return err
+
+
 def _columns(table: pa.Table, target: str, features: Optional[Sequence[str]]) -> list[str]:
     names = {n.lower(): n for n in table.column_names}
     if target.lower() not in names:
-        raise ProgrammingError(f'TUNE: TARGET column "{target}" not found; columns are: '
-                               f"{', '.join(table.column_names)}", code="column_not_found")
+        raise _about_target(ProgrammingError(f'TUNE: TARGET column "{target}" not found; columns are: '
+                                             f"{', '.join(table.column_names)}", code="column_not_found"))
     if features is None:
         return [n for n in table.column_names if n.lower() != target.lower()]
     missing = [f for f in features if f.lower() not in names]
@@ -164,8 +170,9 @@ def _target(table: pa.Table, target: str, what: str) -> np.ndarray:
     kind = column.type
     if not (pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_string(kind)
             or pa.types.is_large_string(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
-        raise ProgrammingError(f'TUNE: TARGET column "{name}" is {kind}: a target is a class label (integer, boolean '
-                               "or text) or a number to regress (floating point or decimal)", code="invalid_target")
+        raise _about_target(ProgrammingError(
+            f'TUNE: TARGET column "{name}" is {kind}: a target is a class label (integer, boolean or text) or a '
+            "number to regress (floating point or decimal)", code="invalid_target"))
     _no_nulls(column, name, what)
     values = column.to_numpy(zero_copy_only=False)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):

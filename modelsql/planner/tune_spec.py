@@ -137,7 +137,9 @@ def bind_space(items: list[exp.EQ]) -> Space:
 
 
 def _bad(name: str, why: str) -> ProgrammingError:
-    return ProgrammingError(f'SEARCH: hyper-parameter "{name}": {why}', code="invalid_search_space")
+    err = ProgrammingError(f'SEARCH: hyper-parameter "{name}": {why}', code="invalid_search_space")
+    err.hyperparameter = name
+    return err
 
 
 def _bind_value(node: exp.Expression, name: str, *, top: bool = False) -> Any:

@@ -101,8 +101,9 @@ def is_dimension(value: Any) -> bool:
 
 
 def _invalid(leaf: str, why: str) -> errors.ProgrammingError:
-    return errors.ProgrammingError(
-        f"Invalid search space: hyper-parameter {leaf!r}: {why}.", code="invalid_search_space")
+    err = errors.ProgrammingError(f"Invalid search space: hyper-parameter {leaf!r}: {why}.", code="invalid_search_space")
+    err.hyperparameter = leaf  # the caller can point at it in the statement
+    return err
 
 
 def _is_number(v: Any) -> bool:

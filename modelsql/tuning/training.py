@@ -277,8 +277,9 @@ def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str,
 
 
 def _invalid(name: str, value: Any, want: str) -> ProgrammingError:
-    return ProgrammingError(f"hyper-parameter {name} must be {want}, got {value!r}",
-                            code="invalid_hyperparameter")
+    err = ProgrammingError(f"hyper-parameter {name} must be {want}, got {value!r}", code="invalid_hyperparameter")
+    err.hyperparameter = name
+    return err
 
 
 def _stage_hparams(spec: StageSpec) -> list[dict[str, Any]]:
