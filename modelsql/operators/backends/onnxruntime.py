@@ -32,7 +32,7 @@ import onnxruntime as ort
 from ...errors import DataError, InternalError
 from . import SESSIONS
 
-__all__ = ["OrtModel", "get_model", "clear_cache", "default_threads", "register_shared_allocator"]
+__all__ = ["OrtModel", "get_model", "clear_cache", "default_threads", "register_shared_allocator", "numpy_dtype"]
 
 _ORT_TO_NUMPY = {
     "tensor(float)": np.float32,
@@ -49,6 +49,11 @@ _ORT_TO_NUMPY = {
     "tensor(bool)": np.bool_,
     "tensor(string)": np.object_,
 }
+
+
+def numpy_dtype(ort_type: str):
+    """The NumPy dtype of an ONNX Runtime type string (``"tensor(float)"`` -> ``np.float32``), or None."""
+    return _ORT_TO_NUMPY.get(ort_type)
 
 
 def providers() -> list[str]:
