@@ -71,7 +71,7 @@ def cat(con):
 
 def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert cat.present
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("5",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
     tables = dict(
         con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'modelsql'").fetchall()
     )
@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 5
+    assert Catalog.SCHEMA_VERSION == 6
 
 
 def test_reopen_keeps_models(db):
@@ -434,39 +434,46 @@ def _set_version(db, value):
 
 
 def test_newer_schema_version_is_refused(db):
-    _set_version(db, "6")
+    _set_version(db, "7")
     con = duckdb.connect(db)
     with pytest.raises(errors.OperationalError) as ei:
         Catalog(con)
     assert ei.value.code == "catalog_version_unsupported"
     msg = str(ei.value)
-    assert "6" in msg and "5" in msg and "Upgrade modelsql" in msg
+    assert "7" in msg and "6" in msg and "Upgrade modelsql" in msg
     con.close()
 
 
 def test_migration_runs_for_older_version(db, monkeypatch):
-    _set_version(db, "4")
+    _set_version(db, "5")
     calls = []
 
-    def migrate_4_to_5(con):
+    def migrate_5_to_6(con):
         calls.append(con)
         con.execute("INSERT INTO modelsql.meta VALUES ('migrated', 'yes')")
 
-    monkeypatch.setitem(schema.MIGRATIONS, 4, migrate_4_to_5)
+    monkeypatch.setitem(schema.MIGRATIONS, 5, migrate_5_to_6)
     con = duckdb.connect(db)
     cat = Catalog(con)
     assert calls == [con]
     assert cat.present
     assert dict(con.execute("SELECT * FROM modelsql.meta").fetchall()) == {
-        "schema_version": "5", "migrated": "yes"
+        "schema_version": "6", "migrated": "yes"
     }
     Catalog(con)  # already current: no second run
     assert len(calls) == 1
     con.close()
 
 
+def _to_schema_5(con) -> None:
+    """Take a current catalog back to schema 5: no traces."""
+    con.execute("DROP TABLE modelsql.traces")
+    con.execute("UPDATE modelsql.meta SET value = '5' WHERE key = 'schema_version'")
+
+
 def _to_schema_4(con) -> None:
     """Take a current catalog back to schema 4: no trainables, studies, trials or stages."""
+    _to_schema_5(con)
     con.execute("DROP VIEW modelsql.trainables")
     for table in ("trainable_versions", "studies", "trials", "stages"):
         con.execute(f"DROP TABLE modelsql.{table}")
@@ -512,7 +519,7 @@ def test_real_migration_from_schema_1(db):
     cat = Catalog(con)
     assert cat.get("old").batch_dependence == schema.NOT_ANALYSED
     assert con.execute("SELECT name, batch_dependent FROM modelsql.models").fetchall() == [("old", True)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("5",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
     con.close()
 
 
@@ -525,7 +532,7 @@ def test_real_migration_from_schema_2(db):
     cat = Catalog(con)
     assert cat.get("old").content_digest is None
     assert con.execute("SELECT count(*) FROM modelsql.pipelines").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("5",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
     con.close()
 
 
@@ -543,7 +550,7 @@ def test_real_migration_from_schema_3(db):
     assert con.execute("SELECT count(*) FROM modelsql.merged_graphs").fetchone() == (0,)
     add(cat, make_mv(name="new", fingerprint="f" * 64))
     assert con.execute("SELECT family, models FROM modelsql.families").fetchall() == [("new", 1)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("5",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
     con.close()
 
 
@@ -558,7 +565,18 @@ def test_real_migration_from_schema_4(db):
     assert cat.get("old").name == "old"
     for table in ("trainables", "studies", "trials", "stages"):
         assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("5",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
+    con.close()
+
+
+def test_real_migration_from_schema_5(db):
+    """A catalog of schema 5 opens as schema 6: the traces table appears, empty."""
+    con = duckdb.connect(db)
+    add(Catalog(con), make_mv(name="old"))
+    _to_schema_5(con)
+    Catalog(con)
+    assert con.execute("SELECT count(*) FROM modelsql.traces").fetchone() == (0,)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
     con.close()
 
 

@@ -35,7 +35,7 @@ from modelsql.sql import (
     to_duckdb_sql,
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
-from modelsql.sql.nodes import (CreatePipeline, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
+from modelsql.sql.nodes import (CreatePipeline, ProfileModel, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
                                 Serve, ShowPipelines, ShowServers, ShowStudies, StopServer, TuneModel, statement)
 
 
@@ -64,6 +64,8 @@ STATEMENT_FORMS = [
     ("CREATE OR REPLACE MODEL m FROM 'm.onnx'", ImportModel),
     ("CREATE OR REPLACE MODEL IF NOT EXISTS \"My Model\" FROM 'm.onnx' WITH (a = 1)", ImportModel),
     ("DROP MODEL m", DropModel),
+    ("PROFILE MODEL m", ProfileModel),
+    ("PROFILE MODEL m VERSION 2 WITH (batch_sizes = (1, 8), threads = (1, 2), repeat = 20)", ProfileModel),
     ("DROP MODEL IF EXISTS m", DropModel),
     ("DROP MODEL m VERSION 2", DropModel),
     ("drop model if exists m version 12", DropModel),

@@ -29,6 +29,7 @@ from modelsql.catalog import schema
 from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
 from modelsql.catalog.families import Families
 from modelsql.catalog.studies import Studies
+from modelsql.catalog.traces import Traces
 from modelsql.catalog.pipelines import Pipelines
 
 BLOB_KINDS = ("graph", "tensor")
@@ -167,6 +168,8 @@ class Catalog:
         """The catalog's pipelines (:class:`~modelsql.catalog.pipelines.Pipelines`)."""
         self.families = Families(self)
         """The catalog's model families and merged graphs (:class:`~modelsql.catalog.families.Families`)."""
+        self.traces = Traces(self)
+        """The catalog's latency traces (:class:`~modelsql.catalog.traces.Traces`)."""
         self.studies = Studies(self)
         """The catalog's trainables, studies, trials and stages (:class:`~modelsql.catalog.studies.Studies`)."""
 

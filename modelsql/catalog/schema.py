@@ -21,6 +21,8 @@ DuckDB file as their tables), so it can be inspected with plain SQL
 ``modelsql.trainable_versions`` / ``modelsql.studies`` / ``modelsql.trials`` / ``modelsql.stages``
     Trainable factories (``CREATE MODEL m FROM PYTHON``), hyper-parameter studies (``TUNE``),
     their trials, and the stages of the stage trees they train in (Hippo). Schema 5.
+``modelsql.traces``
+    Latency traces recorded by PROFILE: every timed run of a model in one configuration. Schema 6.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
 ``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
@@ -48,7 +50,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -63,7 +65,7 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 """
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
-          "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages")
+          "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces")
 VIEWS = ("models", "storage", "pipelines", "families", "trainables")
 
 
@@ -302,6 +304,27 @@ COMMENT ON COLUMN {s}.stages.study IS 'The study that trained the stage.';
 COMMENT ON COLUMN {s}.stages.worker IS 'Where it ran: local:<pid> or ray:<node>.';
 """
 
+TRACE_DDL = """
+CREATE TABLE {s}.traces (
+    trace       BIGINT PRIMARY KEY,
+    model       VARCHAR NOT NULL,
+    version     INTEGER NOT NULL,
+    backend     VARCHAR NOT NULL,
+    device      VARCHAR NOT NULL,
+    threads     INTEGER NOT NULL,
+    batch_size  INTEGER NOT NULL,
+    seconds     DOUBLE[] NOT NULL,
+    median_s    DOUBLE NOT NULL,
+    p90_s       DOUBLE NOT NULL,
+    p99_s       DOUBLE NOT NULL,
+    source      VARCHAR NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL
+);
+COMMENT ON TABLE {s}.traces IS 'Latency traces (PROFILE): every timed run of one model version in one configuration (backend, device, threads, batch size); what a learned cost model trains on.';
+COMMENT ON COLUMN {s}.traces.seconds IS 'Wall time of each timed run, in seconds, in the order run (configurations interleaved).';
+COMMENT ON COLUMN {s}.traces.source IS 'What recorded it: profile (PROFILE MODEL).';
+"""
+
 PIPELINE_DDL = """
 CREATE TABLE {s}.pipeline_versions (
     name       VARCHAR NOT NULL,
@@ -477,6 +500,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + PIPELINE_DDL
     + FAMILY_DDL
     + STUDY_DDL
+    + TRACE_DDL
 )
 
 
@@ -567,3 +591,11 @@ def _migrate_4_to_5(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[4] = _migrate_4_to_5
+
+
+def _migrate_5_to_6(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 6 adds ``traces``: the latency traces PROFILE records."""
+    con.execute(TRACE_DDL.format(s=SCHEMA))
+
+
+MIGRATIONS[5] = _migrate_5_to_6

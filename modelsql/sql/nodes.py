@@ -565,6 +565,25 @@ class DropStudy(exp.Expression):
     arg_types = {"this": True, "exists": False}
 
 
+@statement
+class ProfileModel(exp.Expression):
+    """``PROFILE MODEL name [VERSION n] [WITH (batch_sizes = (...), threads = (...), repeat = n, ...)]``:
+    time the model's configurations and record the latency traces (``modelsql.traces``).
+
+    Args:
+        this: ``ModelRef`` (``version`` pinned or ``None``).
+        options: list of ``exp.EQ`` (see module docstring), or ``None``.
+    """
+
+    WORDS = (("PROFILE", "MODEL"),)
+    arg_types = {"this": True, "options": False}
+
+    @property
+    def option_values(self) -> dict[str, exp.Expression]:
+        """Options keyed by lower-cased name (later duplicates win)."""
+        return _option_dict(self.args.get("options"))
+
+
 #: Every node of ours (the registered statements and the parts of statements);
 #: a tree containing none of these is plain DuckDB SQL.
 MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, ServeItem, *STATEMENT_NODES,

@@ -6,6 +6,7 @@
     SHOW STUDIES
     DESCRIBE STUDY name
     DROP STUDY [IF EXISTS] name
+    PROFILE MODEL name [VERSION n] [WITH (opt, ...)]
 
 (``CREATE MODEL m FROM STUDY s [TRIAL n]`` is parsed with IMPORT / CREATE MODEL
 itself.) A ``space`` is an ordinary expression (``CHOICE(0.1, 0.05)``,
@@ -23,7 +24,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from modelsql.sql.nodes import DescribeStudy, DropStudy, ShowStudies, TuneModel
+from modelsql.sql.nodes import DescribeStudy, DropStudy, ProfileModel, ShowStudies, TuneModel
 
 __all__ = ["TuneParsing", "TuneGenerating"]
 
@@ -176,6 +177,11 @@ class TuneParsing:
         return self.expression(DropStudy(this=self._parse_study_name(), exists=bool(exists)))
 
 
+    def _parse_profilemodel(self, words: tuple[str, ...]) -> ProfileModel:
+        ref = self._parse_model_ref()
+        return self.expression(ProfileModel(this=ref, options=self._parse_with_options()))
+
+
 class TuneGenerating:
     """Generator methods ``<key>_sql`` of the tuning statements."""
 
@@ -204,6 +210,10 @@ class TuneGenerating:
 
     def describestudy_sql(self, expression: DescribeStudy) -> str:
         return f"DESCRIBE STUDY {self._name_sql(expression.this)}"
+
+    def profilemodel_sql(self, expression: ProfileModel) -> str:
+        options = self._options_sql(expression)
+        return f"PROFILE MODEL {self.sql(expression, 'this')}" + (f" WITH ({options})" if options else "")
 
     def dropstudy_sql(self, expression: DropStudy) -> str:
         exists = " IF EXISTS" if expression.args.get("exists") else ""

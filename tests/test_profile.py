@@ -1,0 +1,43 @@
+"""PROFILE MODEL: a real model in a real DuckDB file timed on ONNX Runtime, one trace per configuration in
+``modelsql.traces`` with every run kept, and its errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelsql.errors import ProgrammingError
+
+from conftest import linear_model
+
+
+def test_profile_records_one_trace_per_configuration(con):
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    cur = con.cursor()
+    cur.execute("PROFILE MODEL lin WITH (batch_sizes = (1, 32), threads = (1, 2), repeat = 7)")
+    names = [d[0] for d in cur.description]
+    rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    assert [(r["threads"], r["batch_size"]) for r in rows] == [(1, 1), (1, 32), (2, 1), (2, 32)]
+    assert all(0 < r["median_ms"] <= r["p99_ms"] for r in rows)
+    traces = cur.execute("SELECT model, version, backend, device, threads, batch_size, len(seconds), median_s, "
+                         "seconds FROM modelsql.traces ORDER BY trace").fetchall()
+    assert [t[:7] for t in traces] == [("lin", 1, "onnxruntime", "cpu", th, b, 7) for th, b in
+                                       ((1, 1), (1, 32), (2, 1), (2, 32))]
+    assert all(t[7] == pytest.approx(float(np.median(t[8]))) for t in traces)
+    cur.execute("PROFILE MODEL lin VERSION 1")  # the defaults: batch 1, 8, 64, one thread
+    assert cur.execute("SELECT count(*) FROM modelsql.traces").fetchone() == (7,)
+
+
+@pytest.mark.parametrize("sql,code", [
+    ("PROFILE MODEL nope", "model_not_found"),
+    ("PROFILE MODEL lin WITH (batch_sizes = (0, 8))", "invalid_option"),
+    ("PROFILE MODEL lin WITH (repeat = 'many')", "invalid_option"),
+    ("PROFILE MODEL lin WITH (backends = ('tvm'))", "invalid_option"),
+    ("PROFILE MODEL lin WITH (repeats = 3)", "unknown_option"),
+])
+def test_bad_profile_statements_change_nothing(con, sql, code):
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    with pytest.raises(ProgrammingError) as ei:
+        con.execute(sql)
+    assert ei.value.code == code
+    assert con.execute("SELECT count(*) FROM modelsql.traces").fetchone() == (0,)
