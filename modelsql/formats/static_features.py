@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-__all__ = ["graph_flops", "StaticFeatures", "static_features"]
+__all__ = ["graph_flops", "StaticFeatures", "static_features", "NodeCost", "node_costs"]
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,28 @@ def graph_flops(model: onnx.ModelProto) -> float:
     return _count(model)[0]
 
 
-def _count(model: onnx.ModelProto) -> tuple[float, float, float]:
+@dataclass(frozen=True)
+class NodeCost:
+    """One node's static cost: ``flops`` (as :func:`graph_flops` counts them) and ``bytes_moved`` (the bytes of
+    its inputs and outputs whose shapes are known), at a given batch size."""
+
+    op_type: str
+    flops: float
+    bytes_moved: float
+    product: str = ""
+    """``"conv"`` (a Conv counted by its kernel), ``"gemm"`` (a 2-D matrix product), ``"matmul"`` (another
+    matrix product), or ``""`` (counted one operation per output element)."""
+
+
+def _inferred(model: onnx.ModelProto, batch_size: int) -> tuple[onnx.ModelProto, dict, dict]:
+    """``model`` with its first symbolic input dimension bound to ``batch_size`` (others to 1), shapes inferred;
+    and ``{value name: shape}`` and ``{value name: ONNX element type}`` where known."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for v in m.graph.input:
         dims = v.type.tensor_type.shape.dim
         if len(dims) and not dims[0].HasField("dim_value"):
-            dims[0].dim_value = 1
+            dims[0].dim_value = batch_size
         for d in list(dims)[1:]:
             if not d.HasField("dim_value"):
                 d.dim_value = 1
@@ -62,32 +77,55 @@ def _count(model: onnx.ModelProto) -> tuple[float, float, float]:
         m = onnx.shape_inference.infer_shapes(m, data_prop=True)
     except Exception:  # noqa: BLE001 - no shapes: count what is declared
         pass
-    shapes = {}
+    shapes, types = {}, {}
     for v in (*m.graph.input, *m.graph.output, *m.graph.value_info):
         dims = v.type.tensor_type.shape.dim
+        types[v.name] = v.type.tensor_type.elem_type
         if all(d.HasField("dim_value") for d in dims):
             shapes[v.name] = [d.dim_value for d in dims]
     for t in m.graph.initializer:
         shapes[t.name] = list(t.dims)
-    total = conv = gemm = 0.0
+        types[t.name] = t.data_type
+    return m, shapes, types
+
+
+def _nbytes(name: str, shapes: dict, types: dict) -> float:
+    if name not in shapes or not types.get(name):
+        return 0.0
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(types[name]).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return float(np.prod(shapes[name])) * itemsize if shapes[name] else float(itemsize)
+
+
+def node_costs(model: onnx.ModelProto, batch_size: int = 1) -> list[NodeCost]:
+    """The :class:`NodeCost` of every node of the main graph whose output shape is known, at ``batch_size`` rows."""
+    m, shapes, types = _inferred(model, batch_size)
+    out_costs = []
     for node in m.graph.node:
         out = shapes.get(node.output[0]) if node.output else None
         if out is None:
             continue
         size = float(np.prod(out)) if out else 1.0
-        if node.op_type in ("Conv", "ConvTranspose") and node.input[1] in shapes:
-            w = shapes[node.input[1]]
-            n = 2.0 * size * float(np.prod(w[1:]))
-            total, conv = total + n, conv + n
+        product = ""
+        if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1 and node.input[1] in shapes:
+            flops, product = 2.0 * size * float(np.prod(shapes[node.input[1]][1:])), "conv"
         elif node.op_type in ("Gemm", "MatMul") and node.input[0] in shapes:
             a = shapes[node.input[0]]
-            k = a[0] if node.op_type == "Gemm" and _attr(node, "transA") else a[-1]
-            total += 2.0 * size * k
-            if len(out) == 2:
-                gemm += 2.0 * size * k
+            flops = 2.0 * size * (a[0] if node.op_type == "Gemm" and _attr(node, "transA") else a[-1])
+            product = "gemm" if len(out) == 2 else "matmul"
         else:
-            total += size
-    return total, conv, gemm
+            flops = size
+        moved = sum(_nbytes(n, shapes, types) for n in (*node.input, *node.output) if n)
+        out_costs.append(NodeCost(node.op_type, flops, moved, product))
+    return out_costs
+
+
+def _count(model: onnx.ModelProto) -> tuple[float, float, float]:
+    costs = node_costs(model, 1)
+    return (sum((c.flops for c in costs), 0.0), sum((c.flops for c in costs if c.product == "conv"), 0.0),
+            sum((c.flops for c in costs if c.product == "gemm"), 0.0))
 
 
 def _attr(node, name: str) -> int:
