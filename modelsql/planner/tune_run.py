@@ -82,7 +82,6 @@ class StudyRun:
         self.trials: dict[int, _Trial] = {}
         self.trained = 0
         self.requested = 0
-        self.recomputed = 0
         self.running: dict[cf.Future, tuple] = {}
         self.submitted = 0
         self.node_errors: dict[int, str] = {}
@@ -283,7 +282,6 @@ class StudyRun:
                                             checkpoint=digest, checkpoint_bytes=len(result.checkpoint),
                                             worker=outcome.worker, seconds=result.seconds))
             self.trained += len(stage.nodes)
-            self.recomputed += stage.recomputed
             parent = number
         error = None
         if outcome.error is not None:

@@ -28,7 +28,7 @@ from ..errors import ProgrammingError
 from ..tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
 from ..tuning.stage_tree import EpochHP
 
-__all__ = ["TRAINING_NAMES", "COMMON_OPTIONS", "StudySpec", "bind_space", "option_value", "TRAINER_VERSION",
+__all__ = ["TRAINING_NAMES", "COMMON_OPTIONS", "StudySpec", "bind_space", "TRAINER_VERSION",
            "frozen", "trainable_defaults", "digest_of", "constant"]
 
 TRAINING_NAMES = frozenset({"lr", "momentum", "weight_decay", "batch_size", "optimizer"})
@@ -219,12 +219,3 @@ def _number(text: str) -> Any:
         return int(text)
     except ValueError:
         return float(text)
-
-
-def option_value(node: exp.Expression, option: str) -> Any:
-    """The Python value of a ``WITH`` option's expression (a constant; a bare word is a string)."""
-    try:
-        return constant(node, option)
-    except ProgrammingError:
-        raise ProgrammingError(f"TUNE option {option} must be a constant, got {node.sql()}",
-                               code="invalid_option") from None

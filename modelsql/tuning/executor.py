@@ -212,15 +212,6 @@ def local_executor(workers: int) -> LocalExecutor:
         return pool
 
 
-def discard(executor) -> None:
-    """Forget a pool after a failure that may have left it unusable (it is closed)."""
-    with _LOCK:
-        for key, pool in list(_POOLS.items()):
-            if pool is executor:
-                del _POOLS[key]
-    executor.close()
-
-
 @atexit.register
 def _close_pools() -> None:
     for pool in list(_POOLS.values()):
