@@ -71,7 +71,7 @@ def cat(con):
 
 def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert cat.present
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
     tables = dict(
         con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'modelsql'").fetchall()
     )
@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 6
+    assert Catalog.SCHEMA_VERSION == 7
 
 
 def test_reopen_keeps_models(db):
@@ -434,39 +434,49 @@ def _set_version(db, value):
 
 
 def test_newer_schema_version_is_refused(db):
-    _set_version(db, "7")
+    _set_version(db, "8")
     con = duckdb.connect(db)
     with pytest.raises(errors.OperationalError) as ei:
         Catalog(con)
     assert ei.value.code == "catalog_version_unsupported"
     msg = str(ei.value)
-    assert "7" in msg and "6" in msg and "Upgrade modelsql" in msg
+    assert "8" in msg and "7" in msg and "Upgrade modelsql" in msg
     con.close()
 
 
 def test_migration_runs_for_older_version(db, monkeypatch):
-    _set_version(db, "5")
+    _set_version(db, "6")
     calls = []
 
-    def migrate_5_to_6(con):
+    def migrate_6_to_7(con):
         calls.append(con)
         con.execute("INSERT INTO modelsql.meta VALUES ('migrated', 'yes')")
 
-    monkeypatch.setitem(schema.MIGRATIONS, 5, migrate_5_to_6)
+    monkeypatch.setitem(schema.MIGRATIONS, 6, migrate_6_to_7)
     con = duckdb.connect(db)
     cat = Catalog(con)
     assert calls == [con]
     assert cat.present
     assert dict(con.execute("SELECT * FROM modelsql.meta").fetchall()) == {
-        "schema_version": "6", "migrated": "yes"
+        "schema_version": "7", "migrated": "yes"
     }
     Catalog(con)  # already current: no second run
     assert len(calls) == 1
     con.close()
 
 
+def _to_schema_6(con) -> None:
+    """Take a current catalog back to schema 6: traces without features; no operator times, compiled
+    artifacts or cost-model fits."""
+    for table in ("trace_operators", "compiled", "cost_models"):
+        con.execute(f"DROP TABLE modelsql.{table}")
+    con.execute("ALTER TABLE modelsql.traces DROP COLUMN features")
+    con.execute("UPDATE modelsql.meta SET value = '6' WHERE key = 'schema_version'")
+
+
 def _to_schema_5(con) -> None:
     """Take a current catalog back to schema 5: no traces."""
+    _to_schema_6(con)
     con.execute("DROP TABLE modelsql.traces")
     con.execute("UPDATE modelsql.meta SET value = '5' WHERE key = 'schema_version'")
 
@@ -519,7 +529,7 @@ def test_real_migration_from_schema_1(db):
     cat = Catalog(con)
     assert cat.get("old").batch_dependence == schema.NOT_ANALYSED
     assert con.execute("SELECT name, batch_dependent FROM modelsql.models").fetchall() == [("old", True)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
     con.close()
 
 
@@ -532,7 +542,7 @@ def test_real_migration_from_schema_2(db):
     cat = Catalog(con)
     assert cat.get("old").content_digest is None
     assert con.execute("SELECT count(*) FROM modelsql.pipelines").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
     con.close()
 
 
@@ -550,7 +560,7 @@ def test_real_migration_from_schema_3(db):
     assert con.execute("SELECT count(*) FROM modelsql.merged_graphs").fetchone() == (0,)
     add(cat, make_mv(name="new", fingerprint="f" * 64))
     assert con.execute("SELECT family, models FROM modelsql.families").fetchall() == [("new", 1)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
     con.close()
 
 
@@ -565,18 +575,18 @@ def test_real_migration_from_schema_4(db):
     assert cat.get("old").name == "old"
     for table in ("trainables", "studies", "trials", "stages"):
         assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
     con.close()
 
 
 def test_real_migration_from_schema_5(db):
-    """A catalog of schema 5 opens as schema 6: the traces table appears, empty."""
+    """A catalog of schema 5 opens as schema 7: the traces table appears, empty."""
     con = duckdb.connect(db)
     add(Catalog(con), make_mv(name="old"))
     _to_schema_5(con)
     Catalog(con)
     assert con.execute("SELECT count(*) FROM modelsql.traces").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("6",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
     con.close()
 
 
@@ -817,4 +827,21 @@ def test_version_numbers_are_never_reused_while_the_model_exists(tmp_path):
     con.execute("DROP MODEL m")
     assert con.import_model("m", m).version == 1
     assert con.import_model("m", m, replace=True).version == 2
+    con.close()
+
+
+def test_real_migration_from_schema_6(db):
+    """A catalog of schema 6 opens as schema 7: its traces are kept (features NULL), and the operator,
+    compiled-artifact and cost-model tables appear, empty."""
+    con = duckdb.connect(db)
+    cat = Catalog(con)
+    add(cat, make_mv(name="old"))
+    from modelsql.catalog.traces import TraceRow
+    cat.traces.add([TraceRow("old", 1, "onnxruntime", "cpu", 1, 8, (0.001, 0.002), 0.0015, 0.002, 0.002)])
+    _to_schema_6(con)
+    Catalog(con)
+    assert con.execute("SELECT trace, batch_size, features FROM modelsql.traces").fetchall() == [(0, 8, None)]
+    for table in ("trace_operators", "compiled", "cost_models"):
+        assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
     con.close()

@@ -41,3 +41,25 @@ def test_bad_profile_statements_change_nothing(con, sql, code):
         con.execute(sql)
     assert ei.value.code == code
     assert con.execute("SELECT count(*) FROM modelsql.traces").fetchone() == (0,)
+
+
+def test_profile_records_features_and_operator_times(con):
+    """Each trace carries its cost-model features, and ONNX Runtime's profiler gives per-operator kernel
+    times (microseconds, shares summing to 1) unless operators = false."""
+    import json
+
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    con.execute("PROFILE MODEL lin WITH (batch_sizes = (4), repeat = 3)")
+    trace, features = con.execute("SELECT trace, features FROM modelsql.traces").fetchone()
+    features = json.loads(features)
+    assert features["batch_size"] == 4 and features["threads"] == 1 and features["backend"] == "onnxruntime"
+    assert features["params"] >= 24 and features["merge_factor"] == 1
+    ops = con.execute("SELECT op_type, nodes, runs, median_us, share FROM modelsql.trace_operators "
+                      "WHERE trace = ?", [trace]).fetchall()
+    assert ops and all(n >= 1 and runs == 5 and us >= 0 for _, n, runs, us, _ in ops)
+    assert sum(share for *_, share in ops) == pytest.approx(1.0)
+    con.execute("PROFILE MODEL lin WITH (batch_sizes = (4), repeat = 3, operators = false)")
+    assert con.execute("SELECT count(DISTINCT trace) FROM modelsql.trace_operators").fetchone() == (1,)
+    with pytest.raises(ProgrammingError) as ei:
+        con.execute("PROFILE MODEL lin WITH (operators = 'yes')")
+    assert ei.value.code == "invalid_option"

@@ -29,6 +29,7 @@ from modelsql.catalog import schema
 from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
 from modelsql.catalog.families import Families
 from modelsql.catalog.studies import Studies
+from modelsql.catalog.compiled import Compiled
 from modelsql.catalog.traces import Traces
 from modelsql.catalog.pipelines import Pipelines
 
@@ -170,6 +171,8 @@ class Catalog:
         """The catalog's model families and merged graphs (:class:`~modelsql.catalog.families.Families`)."""
         self.traces = Traces(self)
         """The catalog's latency traces (:class:`~modelsql.catalog.traces.Traces`)."""
+        self.compiled = Compiled(self)
+        """The catalog's compiled artifacts (:class:`~modelsql.catalog.compiled.Compiled`)."""
         self.studies = Studies(self)
         """The catalog's trainables, studies, trials and stages (:class:`~modelsql.catalog.studies.Studies`)."""
 
@@ -488,7 +491,8 @@ class Catalog:
         )
 
     def referenced_digests(self) -> set[str]:
-        """Digests of every blob a model version, a cached merged graph or a study's checkpoint references."""
+        """Digests of every blob a model version, a cached merged graph, a study's checkpoint or a compiled
+        artifact references."""
         if not self._present:
             return set()
         return {
@@ -496,7 +500,7 @@ class Catalog:
             for r in self._rows(
                 "SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors"
             )
-        } | self.families.merged_digests() | self.studies.checkpoint_digests()
+        } | self.families.merged_digests() | self.studies.checkpoint_digests() | self.compiled.digests()
 
     def blob_sizes(self) -> dict[str, int]:
         """``{digest: nbytes}`` for every blob registered in ``modelsql.blobs``."""
@@ -729,6 +733,7 @@ class Catalog:
             self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
             self._rows("INSERT INTO {s}.meta VALUES (?, ?)", [f"last_version:{key}", str(max(last, resolved))])
         self.families.forget_model(key)
+        self.compiled.forget_model(key, None if version is None else resolved)
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
         if not self.versions(key):

@@ -22,7 +22,17 @@ DuckDB file as their tables), so it can be inspected with plain SQL
     Trainable factories (``CREATE MODEL m FROM PYTHON``), hyper-parameter studies (``TUNE``),
     their trials, and the stages of the stage trees they train in (Hippo). Schema 5.
 ``modelsql.traces``
-    Latency traces recorded by PROFILE: every timed run of a model in one configuration. Schema 6.
+    Latency traces recorded by PROFILE: every timed run of a model in one configuration. Schema 6;
+    schema 7 adds each trace's cost-model ``features``.
+``modelsql.trace_operators``
+    Per trace, the time ONNX Runtime's profiler gave each operator type. Schema 7.
+``modelsql.compiled``
+    Compiled artifacts of other backends (TVM): per model version, target and batch bucket, the
+    artifact's blob, and the check against ONNX Runtime that decides whether it is trusted or
+    declined (with the reason). Schema 7.
+``modelsql.cost_models``
+    Each fit of the learned cost model (the catalog model ``modelsql_cost``): the traces it was
+    trained on and its measured accuracy. Schema 7.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
 ``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
@@ -50,7 +60,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -65,7 +75,8 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 """
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
-          "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces")
+          "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces",
+          "trace_operators", "compiled", "cost_models")
 VIEWS = ("models", "storage", "pipelines", "families", "trainables")
 
 
@@ -322,7 +333,69 @@ CREATE TABLE {s}.traces (
 );
 COMMENT ON TABLE {s}.traces IS 'Latency traces (PROFILE): every timed run of one model version in one configuration (backend, device, threads, batch size); what a learned cost model trains on.';
 COMMENT ON COLUMN {s}.traces.seconds IS 'Wall time of each timed run, in seconds, in the order run (configurations interleaved).';
-COMMENT ON COLUMN {s}.traces.source IS 'What recorded it: profile (PROFILE MODEL).';
+COMMENT ON COLUMN {s}.traces.source IS 'What recorded it: profile (PROFILE MODEL), explain_analyze or serve (sampled).';
+"""
+
+PERF_DDL = """
+ALTER TABLE {s}.traces ADD COLUMN features VARCHAR;
+COMMENT ON COLUMN {s}.traces.features IS 'The cost-model features of the configuration (JSON object: operator-class FLOPs, bytes and nodes, parameters, batch size, backend, threads, merge factor); NULL for traces of catalog schema 6.';
+CREATE TABLE {s}.trace_operators (
+    trace     BIGINT NOT NULL,
+    op_type   VARCHAR NOT NULL,
+    provider  VARCHAR NOT NULL,
+    nodes     INTEGER NOT NULL,
+    runs      INTEGER NOT NULL,
+    median_us DOUBLE NOT NULL,
+    share     DOUBLE NOT NULL,
+    PRIMARY KEY (trace, op_type, provider)
+);
+COMMENT ON TABLE {s}.trace_operators IS 'Per trace and operator type, the kernel time ONNX Runtime''s profiler reported (its optimised graph: fused nodes carry the fused type).';
+COMMENT ON COLUMN {s}.trace_operators.median_us IS 'Median over the profiled runs of the summed kernel time of the type''s nodes in one run, microseconds.';
+COMMENT ON COLUMN {s}.trace_operators.share IS 'median_us over the sum of every type''s median_us in the trace.';
+
+CREATE TABLE {s}.compiled (
+    model        VARCHAR NOT NULL,
+    version      INTEGER NOT NULL,
+    backend      VARCHAR NOT NULL,
+    target       VARCHAR NOT NULL,
+    batch_size   INTEGER NOT NULL,
+    tvm_version  VARCHAR NOT NULL,
+    ffi_version  VARCHAR NOT NULL,
+    status       VARCHAR NOT NULL CHECK (status IN ('checked', 'declined')),
+    reason       VARCHAR,
+    digest       VARCHAR,
+    nbytes       BIGINT,
+    max_abs_diff DOUBLE,
+    max_rel_diff DOUBLE,
+    tune_trials  INTEGER NOT NULL,
+    compile_s    DOUBLE NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (model, version, backend, target, batch_size, tvm_version, ffi_version)
+);
+COMMENT ON TABLE {s}.compiled IS 'Compiled artifacts (TVM): one per model version, target, batch bucket and compiler version; checked against ONNX Runtime before use, or declined with the reason.';
+COMMENT ON COLUMN {s}.compiled.target IS 'The compiler target as canonical JSON (kind, mcpu, num-cores).';
+COMMENT ON COLUMN {s}.compiled.batch_size IS 'Rows per run the artifact was compiled for; 0 for any batch (untuned, symbolic batch).';
+COMMENT ON COLUMN {s}.compiled.status IS 'checked: outputs agreed with ONNX Runtime within the tolerance, the artifact may run; declined: it may not (reason).';
+COMMENT ON COLUMN {s}.compiled.digest IS 'Blob of the compiled shared library (export_library); NULL when declined before compiling.';
+COMMENT ON COLUMN {s}.compiled.tune_trials IS 'MetaSchedule trials spent tuning it (0: untuned).';
+COMMENT ON COLUMN {s}.compiled.compile_s IS 'Seconds spent importing, tuning and compiling it.';
+
+CREATE TABLE {s}.cost_models (
+    version       INTEGER PRIMARY KEY,
+    traces        BIGINT NOT NULL,
+    last_trace    BIGINT NOT NULL,
+    spec          VARCHAR NOT NULL,
+    within_10pct  DOUBLE,
+    median_rel_error DOUBLE,
+    noise_ceiling DOUBLE,
+    created_at    TIMESTAMPTZ NOT NULL
+);
+COMMENT ON TABLE {s}.cost_models IS 'Each fit of the learned cost model, the catalog model modelsql_cost (Mantis-style): what it was trained on and how accurate it was.';
+COMMENT ON COLUMN {s}.cost_models.version IS 'The version of the catalog model modelsql_cost this fit is.';
+COMMENT ON COLUMN {s}.cost_models.last_trace IS 'The highest trace number it was trained on (a newer trace makes it stale).';
+COMMENT ON COLUMN {s}.cost_models.spec IS 'The fitted model as JSON (features, terms, coefficients).';
+COMMENT ON COLUMN {s}.cost_models.within_10pct IS 'Share of held-out traces predicted within 10% of their measured median.';
+COMMENT ON COLUMN {s}.cost_models.noise_ceiling IS 'Share of traces whose two halves of runs agree within 10% (what no model can beat).';
 """
 
 PIPELINE_DDL = """
@@ -501,6 +574,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + FAMILY_DDL
     + STUDY_DDL
     + TRACE_DDL
+    + PERF_DDL
 )
 
 
@@ -599,3 +673,12 @@ def _migrate_5_to_6(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[5] = _migrate_5_to_6
+
+
+def _migrate_6_to_7(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 7 adds each trace's ``features`` (NULL for older traces: computed when the cost model trains),
+    ``trace_operators``, ``compiled`` (TVM artifacts and their checks) and ``cost_models``."""
+    con.execute(PERF_DDL.format(s=SCHEMA))
+
+
+MIGRATIONS[6] = _migrate_6_to_7

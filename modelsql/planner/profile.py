@@ -1,22 +1,25 @@
-"""``PROFILE MODEL m [VERSION n] [WITH (batch_sizes = (...), threads = (...), repeat = n, warmup = n)]``.
+"""``PROFILE MODEL m [VERSION n] [WITH (batch_sizes = (...), threads = (...), repeat = n, warmup = n,
+operators = true|false)]``.
 
 Times the model version on ONNX Runtime (the CPU) in every (threads, batch size) configuration, on
 synthetic inputs of the model's own types and shapes, with the runs of the configurations interleaved
 (:func:`~modelsql.operators.backends.profiling.profile_latency`), records one latency trace per
-configuration in ``modelsql.traces`` (every run kept) and returns their summary. The traces are what
-the learned cost model (Mantis: Chun et al., 2010) will train on; other backends, pipelines and
-``ON TABLE`` inputs are to come.
+configuration in ``modelsql.traces`` (every run kept, with the configuration's cost-model features)
+and, unless ``operators = false``, the per-operator kernel times ONNX Runtime's profiler reports in
+``modelsql.trace_operators`` (:func:`~modelsql.operators.backends.profiling.operator_times`), and
+returns their summary. The traces are what the learned cost model (Mantis: Chun et al., 2010) trains on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..catalog.traces import TraceRow
+from ..catalog.traces import OperatorRow, TraceRow
 from ..errors import ProgrammingError
-from ..operators.backends.profiling import profile_latency
+from ..formats.cost_features import cost_features
+from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from ..sql.nodes import ProfileModel
-from .artifacts import load_model_bytes
+from .artifacts import load_model_proto
 from .handlers import run_statement
 from .options import no_repeats, value
 from .result import Result
@@ -24,7 +27,7 @@ from .result import Result
 __all__ = ["PROFILE_OPTIONS"]
 
 PROFILE_OPTIONS = {"batch_sizes": (1, 8, 64), "threads": (1,), "repeat": 20, "warmup": 2,
-                   "backends": ("onnxruntime",)}
+                   "backends": ("onnxruntime",), "operators": True}
 """PROFILE's options and their defaults."""
 
 
@@ -48,7 +51,24 @@ def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
     if tuple(str(b).lower() for b in backends) != ("onnxruntime",):
         raise ProgrammingError(f"PROFILE: backends {backends!r}: only 'onnxruntime' can be profiled so far",
                                code="invalid_option")
+    if not isinstance(options["operators"], bool):
+        raise ProgrammingError(f"PROFILE option operators must be true or false, got {options['operators']!r}",
+                               code="invalid_option")
     return options
+
+
+def trace_features(proto, trace: LatencyTrace, device: str = "cpu", merge_factor: int = 1) -> dict:
+    """The cost-model features of one configuration: the graph's at the batch size
+    (:func:`~modelsql.formats.cost_features.cost_features`) and the configuration's own."""
+    return dict(cost_features(proto, trace.batch_size), backend=trace.backend, device=device,
+                threads=trace.threads, merge_factor=merge_factor)
+
+
+def _operators(data: bytes, trace: LatencyTrace) -> tuple[OperatorRow, ...]:
+    times = operator_times(data, threads=trace.threads, batch_size=trace.batch_size)
+    total = sum(t.median_us for t in times) or 1.0
+    return tuple(OperatorRow(t.op_type, t.provider, t.nodes, t.runs, t.median_us, t.median_us / total)
+                 for t in times)
 
 
 @run_statement.register
@@ -57,10 +77,13 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
     mv = session.get_model(ref.model_name, ref.version_number, ref)
     options = _options(stmt, params)
     warmup = _ints(options, "warmup", low=0)[0]
-    traces = profile_latency(load_model_bytes(session.store, mv), batch_sizes=_ints(options, "batch_sizes"),
-                             threads=_ints(options, "threads"), repeat=_ints(options, "repeat")[0], warmup=warmup)
+    proto = load_model_proto(session.store, mv)
+    data = proto.SerializeToString()
+    traces = profile_latency(data, batch_sizes=_ints(options, "batch_sizes"), threads=_ints(options, "threads"),
+                             repeat=_ints(options, "repeat")[0], warmup=warmup)
     rows = [TraceRow(mv.name, mv.version, t.backend, "cpu", t.threads, t.batch_size, t.seconds, t.median,
-                     t.quantile(0.9), t.quantile(0.99)) for t in traces]
+                     t.quantile(0.9), t.quantile(0.99), features=trace_features(proto, t),
+                     operators=_operators(data, t) if options["operators"] else ()) for t in traces]
     session.check_writable()
     session.commit()
     with session.catalog.transaction(join=False):

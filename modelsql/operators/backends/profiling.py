@@ -11,7 +11,11 @@ of them alike. Sessions run with spin-waiting off, as PREDICT's do.
 
 from __future__ import annotations
 
+import collections
+import json
+import os
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
@@ -22,7 +26,7 @@ import onnxruntime as ort
 from ...errors import NotSupportedError, ProgrammingError
 from .onnxruntime import numpy_dtype
 
-__all__ = ["LatencyTrace", "synthetic_feeds", "profile_latency"]
+__all__ = ["LatencyTrace", "OperatorTime", "synthetic_feeds", "profile_latency", "operator_times"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,26 @@ class LatencyTrace:
     def rows_per_second(self) -> float:
         """Rows per second at the median run time."""
         return self.batch_size / self.median if self.median > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class OperatorTime:
+    """One operator type's kernel time in a profiled configuration.
+
+    Attributes:
+        op_type: the operator type in ONNX Runtime's optimised graph (a fused node carries the type it
+            became, e.g. ``FusedConv``; an inserted one such as ``ReorderOutput`` appears too).
+        provider: the execution provider that ran it.
+        nodes: distinct nodes of that type that ran.
+        runs: profiled runs.
+        median_us: median over the runs of the type's summed kernel time in one run, microseconds.
+    """
+
+    op_type: str
+    provider: str
+    nodes: int
+    runs: int
+    median_us: float
 
 
 def synthetic_feeds(session: ort.InferenceSession, batch_size: int, seed: int = 0,
@@ -133,3 +157,50 @@ def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequen
             session.run(None, feeds)
             times.append(time.perf_counter() - start)
     return [LatencyTrace("onnxruntime", t, b, tuple(times)) for t, b, _, _, times in configs]
+
+
+def operator_times(model: bytes, *, threads: int, batch_size: int, runs: int = 5, seed: int = 0,
+                   dims: Optional[Mapping[str, int]] = None) -> list[OperatorTime]:
+    """Per operator type, the kernel time ONNX Runtime's profiler reports for ``model`` at ``batch_size`` rows.
+
+    A separate session with profiling on (``SessionOptions.enable_profiling``; its Chrome-trace events of
+    category ``Node``, named ``<node>_kernel_time``, carry ``dur`` in microseconds and ``args.op_name``)
+    runs one untimed warm-up and ``runs`` profiled runs; profiling slows runs, so these are never the
+    latency trace's runs. Sorted by time, largest first.
+
+    Raises:
+        NotSupportedError: as :func:`synthetic_feeds`.
+    """
+    with tempfile.TemporaryDirectory(prefix="modelsql-profile-") as tmp:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tmp, "ort")
+        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        feeds = synthetic_feeds(session, batch_size, seed, dims)
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    return _per_operator(events, runs)
+
+
+def _per_operator(events: list, runs: int) -> list[OperatorTime]:
+    """Sum each run's kernel events by (type, provider), skipping the warm-up run (the first ``model_run``)."""
+    starts = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    timed = starts[-runs:] if runs else []
+    per_run: dict = collections.defaultdict(lambda: [0.0] * len(timed))
+    nodes: dict = collections.defaultdict(set)
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time") or not timed:
+            continue
+        run = sum(1 for t in timed if t <= e["ts"]) - 1
+        if run < 0:
+            continue  # the warm-up run
+        key = (e["args"].get("op_name", "?"), e["args"].get("provider", "?"))
+        per_run[key][run] += float(e["dur"])
+        nodes[key].add(e["name"])
+    out = [OperatorTime(k[0], k[1], len(nodes[k]), len(timed), statistics.median(v)) for k, v in per_run.items()]
+    return sorted(out, key=lambda o: -o.median_us)
