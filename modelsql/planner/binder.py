@@ -61,7 +61,7 @@ def bind_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
             raise session.pointed(correlated(err, p) or err, p.this) from None
         scans.append(scan)
         p.replace(ScanRef(this=exp.Literal.number(i)))
-    return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt))
+    return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt), costs=session.costs())
 
 
 def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[PredictScan],

@@ -1,15 +1,18 @@
 """The cost function: estimated rows and time of each PREDICT, and the choice of its operator.
 
-There are no profile traces yet (a learned cost model, after Mantis, comes with
-``PROFILE``), so estimates use the documented defaults below, measured with
-``benchmarks/predict_overhead.py`` (1,000,000 rows x 64 FLOAT columns, 2 cores,
-onnxruntime 1.32, DuckDB 2.0), and EXPLAIN says so.
+A PREDICT's time is its model's inference (the runs it makes, each on so many rows) plus its operator's
+own cost (per fed value and per call). Inference comes from the learned cost model when the catalog
+has one (:class:`~modelsql.planner.costs.Costs`: Mantis-style, trained on ``modelsql.traces`` by
+``PROFILE``); without one it is the documented default :data:`PS_PER_PARAM_ROW`. The operator's own
+costs are the defaults below, measured with ``benchmarks/predict_overhead.py`` (1,000,000 rows x 64
+FLOAT columns, 2 cores, onnxruntime 1.32, DuckDB 2.0). EXPLAIN says which source each estimate used.
 
 :func:`choose_execution` picks the physical operator for one scan: ``stream``
 (a vectorized function inside DuckDB's pipeline,
 :class:`~modelsql.operators.scan.StreamPredict`) or ``batch`` (the input read to
-large Arrow record batches first, :class:`~modelsql.operators.scan.BatchPredict`),
-with the reason each alternative was rejected.
+large Arrow record batches first, :class:`~modelsql.operators.scan.BatchPredict`), and, in batch mode
+with a learned cost model, the rows per model run (:data:`RUN_ROWS_CANDIDATES`), with the estimate of
+each alternative and the reason it was rejected.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Optional
 
 from ..errors import NotSupportedError
 from ..operators.predict import ONNX_TO_DUCKDB
+from .costs import NO_COSTS, Costs
 from .plan import PredictScan
 
 BATCH_MIN_ROWS = 65_536
@@ -60,6 +64,8 @@ BATCH_FIXED_MS = 1.0
 """Default fixed cost of batch execution: a second query for the input and an Arrow table registration."""
 DEFAULT_ROWS = 1000
 """Rows assumed when DuckDB gives no estimate."""
+RUN_ROWS_CANDIDATES = (1024, 4096, RUN_ROWS, BATCH_ROWS)
+"""Rows per model run a batch-mode PREDICT may be given when the learned cost model chooses."""
 
 
 @dataclass(frozen=True)
@@ -75,30 +81,73 @@ class Estimate:
     rows: int
     ms: float
     source: str = "defaults, no profile traces yet"
+    run_rows: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The operator chosen for one scan, and each alternative with the reason it was rejected."""
+    """The operator chosen for one scan, and each alternative with the reason it was rejected.
+
+    Attributes:
+        execution: ``"stream"`` or ``"batch"``.
+        reason: why.
+        rejected: ``(alternative, why rejected)`` pairs.
+        run_rows: rows per model run the learned cost model chose for a batch-mode scan (None: the default).
+    """
 
     execution: str
     reason: str
     rejected: tuple[tuple[str, str], ...] = ()
+    run_rows: Optional[int] = None
 
 
-def estimate(scan: PredictScan, execution: str) -> Estimate:
-    """The default estimate of ``scan`` run by ``execution`` (``"stream"`` or ``"batch"``)."""
-    rows = scan.estimated_rows if scan.estimated_rows is not None else DEFAULT_ROWS
+def _rows(scan: PredictScan) -> int:
+    return scan.estimated_rows if scan.estimated_rows is not None else DEFAULT_ROWS
+
+
+def _threads() -> int:
+    from .artifacts import default_threads  # the planner's own thread policy
+
+    return default_threads()
+
+
+def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_rows: Optional[int] = None) -> Estimate:
+    """The estimate of ``scan`` run by ``execution`` (``"stream"`` or ``"batch"``): inference from ``costs``
+    where it answers (``run_rows`` rows per run in batch mode: the default when None), else the defaults."""
+    rows = _rows(scan)
     fed = max(1, len(scan.binding.fed_columns))
     per_value = BATCH_NS_PER_VALUE if execution == "batch" else STREAM_NS_PER_VALUE
-    ns = rows * (scan.model.param_count * PS_PER_PARAM_ROW / 1000 + fed * per_value)
     calls = -(-rows // (BATCH_ROWS if execution == "batch" else CHUNK_ROWS))
     fixed = calls * CALL_MS + (BATCH_FIXED_MS if execution == "batch" else 0.0)
-    return Estimate(rows=rows, ms=ns / 1e6 + fixed)
+    overhead = rows * fed * per_value / 1e6 + fixed
+    per_run = scan.options.batch_size or (run_rows or default_run_rows(scan) if execution == "batch" else CHUNK_ROWS)
+    per_run = max(1, min(per_run, rows))
+    learned = costs.run_ms(scan.model, per_run, threads=_threads() if execution == "batch" else 1)
+    if learned is None:
+        return Estimate(rows=rows, ms=rows * scan.model.param_count * PS_PER_PARAM_ROW / 1e9 + overhead)
+    return Estimate(rows=rows, ms=-(-rows // per_run) * learned + overhead, source=costs.source, run_rows=per_run)
 
 
-def choose_execution(scan: PredictScan) -> Choice:
-    """``stream`` or ``batch`` for one scan (option ``execution``; ``auto`` decides by the rules below).
+def default_run_rows(scan: PredictScan) -> int:
+    """Rows per model run of a batch-mode scan when no cost model chooses."""
+    return RUN_ROWS if scan.model.param_count > BATCH_MAX_PARAMS else BATCH_ROWS
+
+
+def best_run_rows(scan: PredictScan, costs: Costs) -> tuple[Optional[int], tuple[tuple[str, str], ...]]:
+    """The rows per run (of :data:`RUN_ROWS_CANDIDATES`) the learned cost model expects fastest in batch mode,
+    and the others with their estimates; ``(None, ())`` without a cost model or with ``batch_size`` given."""
+    if not costs.learned or scan.options.batch_size:
+        return None, ()
+    rows = _rows(scan)
+    options = sorted({min(r, rows) for r in RUN_ROWS_CANDIDATES})
+    estimates = {r: estimate(scan, "batch", costs, r).ms for r in options}
+    best = min(options, key=lambda r: (estimates[r], -r))
+    return best, tuple((f"{r:,}-row runs", f"estimated {estimates[r]:.1f} ms") for r in options if r != best)
+
+
+def choose_execution(scan: PredictScan, costs: Costs = NO_COSTS) -> Choice:
+    """``stream`` or ``batch`` for one scan (option ``execution``; ``auto`` decides by the rules below), and in
+    batch mode the rows per run (:func:`best_run_rows`).
 
     Raises:
         NotSupportedError: ``execution = 'batch'`` asked for a column Arrow cannot carry
@@ -118,18 +167,22 @@ def choose_execution(scan: PredictScan) -> Choice:
                 "the column out of what the statement reads.",
                 code="batch_type_not_supported",
             )
-        return Choice("batch", "execution = 'batch' was asked for", (("stream", "not asked for"),))
+        run_rows, others = best_run_rows(scan, costs)
+        return Choice("batch", "execution = 'batch' was asked for", (("stream", "not asked for"), *others), run_rows)
     if mode == "stream":
         return Choice("stream", "execution = 'stream' was asked for", (("batch", "not asked for"),))
-    reason = _stream_reason(scan)
+    reason = _stream_reason(scan, costs)
     if reason:
         return Choice("stream", "auto", (("batch", reason),))
-    return Choice("batch", "auto", (("stream", f"estimated {estimate(scan, 'stream').ms:.1f} ms against "
-                                                f"{estimate(scan, 'batch').ms:.1f} ms in batch"),))
+    run_rows, others = best_run_rows(scan, costs)
+    return Choice("batch", "auto", (("stream", f"estimated {estimate(scan, 'stream', costs).ms:.1f} ms against "
+                                                f"{estimate(scan, 'batch', costs, run_rows).ms:.1f} ms in batch"),
+                                    *others), run_rows)
 
 
-def _stream_reason(scan: PredictScan) -> Optional[str]:
-    """Why ``auto`` must stream this scan, or None when batch is allowed and cheaper."""
+def _stream_reason(scan: PredictScan, costs: Costs = NO_COSTS) -> Optional[str]:
+    """Why ``auto`` must stream this scan, or None when batch is allowed and cheaper (by the learned cost
+    model where there is one; by the measured rules of thumb below where not)."""
     place = scan.placement
     if not place.top_level_from:
         return ("not the only item of the statement's top-level FROM (a JOIN, CTE, subquery or expression "
@@ -139,11 +192,16 @@ def _stream_reason(scan: PredictScan) -> Optional[str]:
                 "batch would read every row")
     if place.arrow_unsafe:
         return f'column "{place.arrow_unsafe[0].name}" ({place.arrow_unsafe[0].type}) does not survive Arrow'
-    if scan.model.param_count > BATCH_MAX_PARAMS:
+    rows = scan.estimated_rows
+    if costs.learned and rows is not None:
+        run_rows, _ = best_run_rows(scan, costs)
+        stream, batch = estimate(scan, "stream", costs).ms, estimate(scan, "batch", costs, run_rows).ms
+        if stream <= batch:
+            return f"estimated {batch:.1f} ms against {stream:.1f} ms streaming"
+    elif scan.model.param_count > BATCH_MAX_PARAMS:
         return (f"{scan.model.param_count:,} parameters > {BATCH_MAX_PARAMS:,}: inference dominates, "
                 "and streaming overlaps it with the scan")
-    rows = scan.estimated_rows
-    if rows is None or rows < BATCH_MIN_ROWS:
+    elif rows is None or rows < BATCH_MIN_ROWS:
         return f"estimated {rows if rows is not None else 'unknown'} rows < {BATCH_MIN_ROWS:,}"
     width = sum(type_bytes(c.type) for c in place.kept_columns) + sum(type_bytes(o.duckdb_type) for o in scan.outputs)
     if rows * width > BATCH_MEMORY:

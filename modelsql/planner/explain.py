@@ -133,7 +133,7 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     op = phys.operators.get(s.id) if phys is not None else None
     choice = phys.choices.get(s.id) if phys is not None else None
     name = op.name if op is not None else "PredictScan"
-    est = cost.estimate(s, choice.execution if choice else "stream")
+    est = cost.estimate(s, choice.execution if choice else "stream", plan.costs, choice.run_rows if choice else None)
     rows = f"{est.rows:,}" + ("" if s.estimated_rows is not None else " (no DuckDB estimate)")
     lines.append(f"{pad}{name} {s.label} [{s.options.backend}, cpu] "
                  f"est. rows={rows} time={duration(est.ms)} ({est.source})")

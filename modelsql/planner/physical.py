@@ -59,7 +59,7 @@ def choose(plan: QueryPlan) -> dict:
     grouped = {m for g in plan.groups for m in g.members}
     choices = {}
     for scan in plan.scans:
-        choice = cost.choose_execution(scan)
+        choice = cost.choose_execution(scan, plan.costs)
         if scan.id in grouped:
             choice = cost.Choice("stream", "shares its input with another PREDICT (predict_share_input)",
                                  (("batch", "the shared scan runs every model in DuckDB's pipeline"),))
@@ -92,7 +92,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         sub = None
         if choice.execution == "batch":
             begin_snapshot(session, held)
-            op = batch_operator(scan, session, input_sql, in_params, duck_threads)
+            op = batch_operator(scan, session, input_sql, in_params, duck_threads, run_rows=choice.run_rows)
             # read once: the statement's own top-level FROM, with nothing that could read it twice
             op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
             held.operators.append(op)
@@ -181,8 +181,10 @@ def routed_model(scan: PredictScan, session, intra: int):
     return model
 
 
-def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int) -> BatchPredict:
-    """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows."""
+def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int,
+                   run_rows: Optional[int] = None) -> BatchPredict:
+    """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows;
+    ``run_rows``: rows per model run the cost model chose (None: the default, :func:`cost.default_run_rows`)."""
     cores = artifacts.default_threads()
     if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
         stream = model = routed_model(scan, session, cores)
@@ -202,7 +204,7 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
     return BatchPredict(
         scan, model, session.duck, input_sql, params, column_major=column_major,
         original_inputs=tuple(stream.input_names), rows_per_batch=rows_per_batch,
-        run_rows=cost.RUN_ROWS if scan.model.param_count > cost.BATCH_MAX_PARAMS else rows_per_batch,
+        run_rows=run_rows or (cost.RUN_ROWS if scan.model.param_count > cost.BATCH_MAX_PARAMS else rows_per_batch),
         memory_limit=2 * cost.BATCH_MEMORY if o.execution == "auto" else None,
     )
 

@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from ..catalog.entries import ModelVersion
 from .bind import Binding, PredictOptions
+from .costs import NO_COSTS, Costs
 
 if TYPE_CHECKING:
     from ..tuning.stage_tree import Node, StageTree
@@ -216,6 +217,7 @@ class QueryPlan:
         family_shares: share groups of one model family run as one merged graph (rule
             ``predict_merge_family``).
         notes: one line per rule that looked at the plan and declined, saying why (EXPLAIN prints them).
+        costs: the learned cost model the cost function and the rules ask (:data:`NO_COSTS`: none yet).
     """
 
     tree: exp.Expression
@@ -226,6 +228,7 @@ class QueryPlan:
     step_shares: tuple[StepShare, ...] = ()
     family_shares: tuple[FamilyShare, ...] = ()
     notes: tuple[str, ...] = ()
+    costs: Costs = NO_COSTS
 
     def scan(self, scan_id: int) -> PredictScan:
         return next(s for s in self.scans if s.id == scan_id)

@@ -6,8 +6,9 @@ synthetic inputs of the model's own types and shapes, with the runs of the confi
 (:func:`~modelsql.operators.backends.profiling.profile_latency`), records one latency trace per
 configuration in ``modelsql.traces`` (every run kept, with the configuration's cost-model features)
 and, unless ``operators = false``, the per-operator kernel times ONNX Runtime's profiler reports in
-``modelsql.trace_operators`` (:func:`~modelsql.operators.backends.profiling.operator_times`), and
-returns their summary. The traces are what the learned cost model (Mantis: Chun et al., 2010) trains on.
+``modelsql.trace_operators`` (:func:`~modelsql.operators.backends.profiling.operator_times`), then,
+unless ``train_cost_model = false``, retrains the learned cost model on every trace
+(:func:`~modelsql.planner.cost_model.retrain`: Mantis, Chun et al., 2010), and returns the traces' summary.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 
 from ..catalog.traces import OperatorRow, TraceRow
 from ..errors import ProgrammingError
-from ..formats.cost_features import cost_features
 from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from ..sql.nodes import ProfileModel
 from .artifacts import load_model_proto
+from .cost_model import retrain, trace_features
 from .handlers import run_statement
 from .options import no_repeats, value
 from .result import Result
@@ -27,7 +28,8 @@ from .result import Result
 __all__ = ["PROFILE_OPTIONS"]
 
 PROFILE_OPTIONS = {"batch_sizes": (1, 8, 64), "threads": (1,), "repeat": 20, "warmup": 2,
-                   "backends": ("onnxruntime",), "operators": True}
+                   "backends": ("onnxruntime",), "operators": True,
+                   "train_cost_model": True}
 """PROFILE's options and their defaults."""
 
 
@@ -51,17 +53,11 @@ def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
     if tuple(str(b).lower() for b in backends) != ("onnxruntime",):
         raise ProgrammingError(f"PROFILE: backends {backends!r}: only 'onnxruntime' can be profiled so far",
                                code="invalid_option")
-    if not isinstance(options["operators"], bool):
-        raise ProgrammingError(f"PROFILE option operators must be true or false, got {options['operators']!r}",
-                               code="invalid_option")
+    for flag in ("operators", "train_cost_model"):
+        if not isinstance(options[flag], bool):
+            raise ProgrammingError(f"PROFILE option {flag} must be true or false, got {options[flag]!r}",
+                                   code="invalid_option")
     return options
-
-
-def trace_features(proto, trace: LatencyTrace, device: str = "cpu", merge_factor: int = 1) -> dict:
-    """The cost-model features of one configuration: the graph's at the batch size
-    (:func:`~modelsql.formats.cost_features.cost_features`) and the configuration's own."""
-    return dict(cost_features(proto, trace.batch_size), backend=trace.backend, device=device,
-                threads=trace.threads, merge_factor=merge_factor)
 
 
 def _operators(data: bytes, trace: LatencyTrace) -> tuple[OperatorRow, ...]:
@@ -82,13 +78,15 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
     traces = profile_latency(data, batch_sizes=_ints(options, "batch_sizes"), threads=_ints(options, "threads"),
                              repeat=_ints(options, "repeat")[0], warmup=warmup)
     rows = [TraceRow(mv.name, mv.version, t.backend, "cpu", t.threads, t.batch_size, t.seconds, t.median,
-                     t.quantile(0.9), t.quantile(0.99), features=trace_features(proto, t),
+                     t.quantile(0.9), t.quantile(0.99), features=trace_features(proto, t.batch_size, backend=t.backend, threads=t.threads),
                      operators=_operators(data, t) if options["operators"] else ()) for t in traces]
     session.check_writable()
     session.commit()
     with session.catalog.transaction(join=False):
         numbers = session.catalog.traces.add(rows)
     session.changed()
+    if options["train_cost_model"]:
+        retrain(session)
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in (
         ("trace", "BIGINT"), ("backend", "VARCHAR"), ("threads", "INTEGER"), ("batch_size", "INTEGER"),
         ("median_ms", "DOUBLE"), ("p90_ms", "DOUBLE"), ("p99_ms", "DOUBLE"), ("rows_per_second", "DOUBLE"))],

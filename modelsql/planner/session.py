@@ -84,6 +84,17 @@ class Session:
         """Something cached plans may depend on changed (a table, a setting, a model, a registered object)."""
         bump(self._database_key)
 
+    @property
+    def database_key(self) -> str:
+        """What names the session's database process-wide (see :func:`~modelsql.planner.plan_cache.database_key`)."""
+        return self._database_key
+
+    def costs(self):
+        """The learned cost model the planner asks (:func:`~modelsql.planner.cost_model.costs_for`)."""
+        from .cost_model import costs_for  # cost_model reaches ddl, which reaches the session's handlers
+
+        return costs_for(self)
+
     # ------------------------------------------------------------ transactions
 
     def begin_if_needed(self) -> None:

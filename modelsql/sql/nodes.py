@@ -584,6 +584,27 @@ class ProfileModel(exp.Expression):
         return _option_dict(self.args.get("options"))
 
 
+@statement
+class CompileModel(exp.Expression):
+    """``COMPILE MODEL name [VERSION n] FOR 'llvm' | 'cuda' [WITH (tune_trials = n, batch_size = b, ...)]``:
+    compile the version with another backend (TVM), check it against ONNX Runtime and cache the artifact
+    (``modelsql.compiled``); with ``tune_trials`` a MetaSchedule tuning job, resumable.
+
+    Args:
+        this: ``ModelRef`` (``version`` pinned or ``None``).
+        target: ``exp.Literal`` (string) or ``exp.Placeholder``: the target kind.
+        options: list of ``exp.EQ``, or ``None``.
+    """
+
+    WORDS = (("COMPILE", "MODEL"),)
+    arg_types = {"this": True, "target": True, "options": False}
+
+    @property
+    def option_values(self) -> dict[str, exp.Expression]:
+        """Options keyed by lower-cased name (later duplicates win)."""
+        return _option_dict(self.args.get("options"))
+
+
 #: Every node of ours (the registered statements and the parts of statements);
 #: a tree containing none of these is plain DuckDB SQL.
 MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, ServeItem, *STATEMENT_NODES,
@@ -591,6 +612,7 @@ MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, Serv
 
 __all__ = [
     "ModelRef",
+    "CompileModel",
     "ImportModel",
     "DropModel",
     "ShowModels",

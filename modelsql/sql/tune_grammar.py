@@ -7,6 +7,7 @@
     DESCRIBE STUDY name
     DROP STUDY [IF EXISTS] name
     PROFILE MODEL name [VERSION n] [WITH (opt, ...)]
+    COMPILE MODEL name [VERSION n] FOR 'target' [WITH (opt, ...)]
 
 (``CREATE MODEL m FROM STUDY s [TRIAL n]`` is parsed with IMPORT / CREATE MODEL
 itself.) A ``space`` is an ordinary expression (``CHOICE(0.1, 0.05)``,
@@ -24,7 +25,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from modelsql.sql.nodes import DescribeStudy, DropStudy, ProfileModel, ShowStudies, TuneModel
+from modelsql.sql.nodes import CompileModel, DescribeStudy, DropStudy, ProfileModel, ShowStudies, TuneModel
 
 __all__ = ["TuneParsing", "TuneGenerating"]
 
@@ -181,6 +182,17 @@ class TuneParsing:
         ref = self._parse_model_ref()
         return self.expression(ProfileModel(this=ref, options=self._parse_with_options()))
 
+    def _parse_compilemodel(self, words: tuple[str, ...]) -> CompileModel:
+        ref = self._parse_model_ref()
+        if not self._match(TokenType.FOR):
+            self.raise_error("Expected FOR 'llvm' or FOR 'cuda' after the model (COMPILE MODEL m FOR 'llvm')")
+        target = self._parse_placeholder()
+        if target is None:
+            if not self._match(TokenType.STRING):
+                self.raise_error("Expected the target as a string after FOR ('llvm' or 'cuda')")
+            target = exp.Literal.string(self._prev.text)
+        return self.expression(CompileModel(this=ref, target=target, options=self._parse_with_options()))
+
 
 class TuneGenerating:
     """Generator methods ``<key>_sql`` of the tuning statements."""
@@ -214,6 +226,11 @@ class TuneGenerating:
     def profilemodel_sql(self, expression: ProfileModel) -> str:
         options = self._options_sql(expression)
         return f"PROFILE MODEL {self.sql(expression, 'this')}" + (f" WITH ({options})" if options else "")
+
+    def compilemodel_sql(self, expression: CompileModel) -> str:
+        options = self._options_sql(expression)
+        return (f"COMPILE MODEL {self.sql(expression, 'this')} FOR {self.sql(expression, 'target')}"
+                + (f" WITH ({options})" if options else ""))
 
     def dropstudy_sql(self, expression: DropStudy) -> str:
         exists = " IF EXISTS" if expression.args.get("exists") else ""

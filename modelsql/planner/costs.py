@@ -1,0 +1,100 @@
+"""What the cost function asks of the learned cost model: one model version's run time in one configuration.
+
+:class:`Costs` is the planner's view of the catalog's latest cost-model fit (the catalog model
+``modelsql_cost``, trained by :mod:`modelsql.planner.cost_model` from ``modelsql.traces``): given a
+model version, a batch size, a thread count, a backend and a merge factor, the predicted milliseconds
+of one run, from the version's static features at that batch
+(:func:`~modelsql.costmodel.features.model_features`) and the configuration. With no fit (no traces
+yet) :data:`NO_COSTS` answers None and the cost function uses its documented defaults
+(:mod:`modelsql.planner.cost`), and EXPLAIN says which it used.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import onnx
+
+from ..costmodel.features import model_features
+
+__all__ = ["Costs", "NO_COSTS", "static_at", "merged_static"]
+
+_STATIC: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
+_STATIC_LOCK = threading.Lock()
+_STATIC_SIZE = 512
+
+
+def static_at(store, mv, batch: int) -> Optional[dict]:
+    """The cost features of ``mv``'s graph at ``batch`` rows (cached by graph digest), or None for a version
+    that is not one ONNX graph (a pipeline, a set of models)."""
+    if getattr(mv, "kind", None) in ("pipeline", "models") or not getattr(mv, "graph_digest", None):
+        return None
+    key = (mv.graph_digest, int(batch))
+    with _STATIC_LOCK:
+        if key in _STATIC:
+            _STATIC.move_to_end(key)
+            return _STATIC[key]
+    graph = onnx.load_from_string(store.get(mv.graph_digest))  # only shapes and initializer dims are read
+    features = model_features(graph, int(batch))
+    with _STATIC_LOCK:
+        _STATIC[key] = features
+        while len(_STATIC) > _STATIC_SIZE:
+            _STATIC.popitem(last=False)
+    return features
+
+
+def merged_static(static: dict, n: int) -> dict:
+    """The features of a NetFuse merge of ``n`` copies of a graph with features ``static``: the work
+    (FLOPs, bytes, parameters) of ``n`` members in the node count of one (one merged operator per node)."""
+    out = dict(static)
+    for k, v in static.items():
+        if k.endswith("_flops") or k.endswith("_bytes") or k in ("params", "param_bytes"):
+            out[k] = v * n
+    return out
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The learned cost model as the planner reads it.
+
+    Attributes:
+        predict: trace feature rows (the JSON objects of ``modelsql.traces.features``) -> milliseconds per
+            run, or None when there is no fit.
+        store: the blob store the model versions' graphs are read from.
+        source: what the figures come from, for EXPLAIN (the fit's version and accuracy, or the defaults).
+        confidence: the fit's accuracy in words (``"62% of held-out traces within 10%"``), or "".
+    """
+
+    predict: Optional[Callable[[list], list]] = None
+    store: object = None
+    source: str = "defaults, no profile traces yet"
+    confidence: str = ""
+
+    @property
+    def learned(self) -> bool:
+        """Whether a fitted cost model answers."""
+        return self.predict is not None
+
+    def run_ms(self, mv, batch: int, *, threads: int, backend: str = "onnxruntime",
+               merge_factor: int = 1) -> Optional[float]:
+        """Predicted milliseconds of one run of ``mv`` on ``batch`` rows, or None (no fit, or a version the
+        model cannot describe)."""
+        if self.predict is None:
+            return None
+        static = static_at(self.store, mv, batch)
+        if static is None:
+            return None
+        if merge_factor > 1:
+            static = merged_static(static, merge_factor)
+        row = dict(static, batch_size=int(batch), backend=backend, device="cpu", threads=int(threads), merge_factor=int(merge_factor))
+        try:
+            return float(self.predict([row])[0])
+        except LookupError:  # the fit has no traces of that backend
+            return None
+
+
+NO_COSTS = Costs()
+"""No fitted cost model: every :meth:`Costs.run_ms` is None."""
