@@ -63,3 +63,33 @@ def test_profile_records_features_and_operator_times(con):
     with pytest.raises(ProgrammingError) as ei:
         con.execute("PROFILE MODEL lin WITH (operators = 'yes')")
     assert ei.value.code == "invalid_option"
+
+
+def test_profile_merge_factors_time_netfuse_merges(con):
+    """merge_factors = (1, 4) also times a 4-way NetFuse merge of the model (batch 1 lowered as a grouped Conv,
+    batch 16 as a batched MatMul); the merged traces carry merge factor 4 and four members' work."""
+    import json
+
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    rows = con.execute("PROFILE MODEL lin WITH (batch_sizes = (1, 16), merge_factors = (1, 4), repeat = 3, "
+                       "operators = false, train_cost_model = false)").fetchall()
+    assert [(r[3], r[4]) for r in rows] == [(1, 1), (16, 1), (1, 4), (16, 4)]
+    features = [json.loads(f) for (f,) in con.execute("SELECT features FROM modelsql.traces ORDER BY trace").fetchall()]
+    assert [f["merge_factor"] for f in features] == [1, 1, 4, 4]
+    assert features[2]["params"] == 4 * features[0]["params"]
+    assert con.execute("SELECT count(*) FROM modelsql.cost_models").fetchone() == (0,)
+
+
+def test_profile_trains_the_cost_model_once_there_are_enough_traces(con):
+    """Eight traces train the cost model: catalog model modelsql_cost, a fit row, and EXPLAIN of a PREDICT
+    names it as the source of its estimate."""
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    con.execute("PROFILE MODEL lin WITH (batch_sizes = (1, 64), threads = (1, 2), repeat = 5, operators = false)")
+    assert con.execute("SELECT count(*) FROM modelsql.cost_models").fetchone() == (0,)  # 4 traces: too few
+    con.execute("PROFILE MODEL lin WITH (batch_sizes = (8, 256), threads = (1, 2), repeat = 5, operators = false)")
+    version, traces, noise = con.execute("SELECT version, traces, noise_ceiling FROM modelsql.cost_models").fetchone()
+    assert (version, traces) == (1, 8) and 0 <= noise <= 1
+    assert con.execute("SELECT kind FROM modelsql.models WHERE name = 'modelsql_cost'").fetchone() == ("cost_model",)
+    con.execute("CREATE TABLE t AS SELECT " + ", ".join(f"{i}::FLOAT AS c{i}" for i in range(8)) + " FROM range(100)")
+    plan = dict(con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
+    assert "cost model modelsql_cost version 1 (8 traces" in plan

@@ -95,6 +95,12 @@ class Traces:
             "SELECT trace, model, version, backend, threads, batch_size, seconds, median_s, features "
             "FROM {s}.traces WHERE device = 'cpu' ORDER BY trace")
 
+    def merged_before(self, last_trace: int) -> bool:
+        """Whether a trace numbered at most ``last_trace`` timed a merged graph (merge factor above 1)."""
+        return bool(self._catalog.query(
+            "SELECT count(*) FROM {s}.traces WHERE trace <= ? AND "
+            "coalesce(TRY_CAST(json_extract(features, '$.merge_factor') AS INTEGER), 1) > 1", [last_trace])[0][0])
+
     def set_features(self, trace: int, features: dict) -> None:
         """Fill in a trace's features (traces of catalog schema 6 have none)."""
         self._catalog.query("UPDATE {s}.traces SET features = ? WHERE trace = ?",

@@ -29,7 +29,7 @@ from ..costmodel.evaluate import median_relative_error, within
 from ..costmodel.features import FEATURES, Config, model_features, row
 from ..costmodel.mantis import CostModel
 from ..errors import Error
-from .costs import NO_COSTS, Costs
+from .costs import NO_COSTS, Costs, merged_static
 
 __all__ = ["COST_MODEL", "MIN_TRACES", "retrain", "costs_for", "trace_features", "feature_row"]
 
@@ -47,8 +47,13 @@ _LOCK = threading.Lock()
 def trace_features(proto: onnx.ModelProto, batch_size: int, *, backend: str, threads: int, device: str = "cpu",
                    merge_factor: int = 1) -> dict:
     """A trace's ``features``: the graph's static features at ``batch_size``
-    (:func:`~modelsql.costmodel.features.model_features`) and the configuration."""
-    return dict(model_features(proto, batch_size), batch_size=batch_size, backend=backend, device=device,
+    (:func:`~modelsql.costmodel.features.model_features`; for a merge factor above 1, ``proto`` is one member
+    and its work is scaled as :func:`~modelsql.planner.costs.merged_static` does at planning time) and the
+    configuration."""
+    static = model_features(proto, batch_size)
+    if merge_factor > 1:
+        static = merged_static(static, merge_factor)
+    return dict(static, batch_size=batch_size, backend=backend, device=device,
                 threads=threads, merge_factor=merge_factor)
 
 
@@ -163,7 +168,7 @@ def costs_for(session) -> Costs:
         if key in _CACHE:
             return _CACHE[key]
     fit = session.catalog.traces.latest_fit()
-    costs = NO_COSTS if fit is None else _costs(fit, session.store)
+    costs = NO_COSTS if fit is None else _costs(fit, session.store, session.catalog.traces.merged_before(fit.last_trace))
     with _LOCK:
         if len(_CACHE) > 64:
             _CACHE.clear()
@@ -171,7 +176,7 @@ def costs_for(session) -> Costs:
     return costs
 
 
-def _costs(fit: CostModelFit, store) -> Costs:
+def _costs(fit: CostModelFit, store, merged: bool) -> Costs:
     model = CostModel.from_json(fit.spec)
     known = set(model.targets)
 
@@ -181,6 +186,6 @@ def _costs(fit: CostModelFit, store) -> Costs:
         return list(model.predict([feature_row(f) for f in features]))
 
     accuracy = describe_fit(fit)
-    return Costs(predict=predict, store=store, source=accuracy,
+    return Costs(predict=predict, store=store, source=accuracy, merge_traces=merged,
                  confidence=(f"{fit.within_10pct:.0%} of held-out traces within 10%"
                              if fit.within_10pct is not None else "not cross-validated (too few traces)"))

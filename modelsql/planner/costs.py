@@ -66,12 +66,15 @@ class Costs:
         store: the blob store the model versions' graphs are read from.
         source: what the figures come from, for EXPLAIN (the fit's version and accuracy, or the defaults).
         confidence: the fit's accuracy in words (``"62% of held-out traces within 10%"``), or "".
+        merge_traces: whether the fit saw runs of merged graphs (merge factor > 1): only then does it
+            decide merges.
     """
 
     predict: Optional[Callable[[list], list]] = None
     store: object = None
     source: str = "defaults, no profile traces yet"
     confidence: str = ""
+    merge_traces: bool = False
 
     @property
     def learned(self) -> bool:

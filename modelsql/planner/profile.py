@@ -1,5 +1,5 @@
-"""``PROFILE MODEL m [VERSION n] [WITH (batch_sizes = (...), threads = (...), repeat = n, warmup = n,
-operators = true|false)]``.
+"""``PROFILE MODEL m [VERSION n] [WITH (batch_sizes = (...), threads = (...), merge_factors = (...), repeat = n,
+warmup = n, operators = true|false, train_cost_model = true|false)]``.
 
 Times the model version on ONNX Runtime (the CPU) in every (threads, batch size) configuration, on
 synthetic inputs of the model's own types and shapes, with the runs of the configurations interleaved
@@ -8,19 +8,26 @@ configuration in ``modelsql.traces`` (every run kept, with the configuration's c
 and, unless ``operators = false``, the per-operator kernel times ONNX Runtime's profiler reports in
 ``modelsql.trace_operators`` (:func:`~modelsql.operators.backends.profiling.operator_times`), then,
 unless ``train_cost_model = false``, retrains the learned cost model on every trace
-(:func:`~modelsql.planner.cost_model.retrain`: Mantis, Chun et al., 2010), and returns the traces' summary.
+(:func:`~modelsql.planner.cost_model.retrain`: Mantis, Chun et al., 2010), and returns the traces' summary. A merge factor N above 1 times a NetFuse merge of N copies of the model on a
+shared input (as the planner would run N fine-tuned copies of it; Jeong et al., 2020), so the cost model
+learns when merging pays.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import onnx
+from onnx import numpy_helper
+
 from ..catalog.traces import OperatorRow, TraceRow
-from ..errors import ProgrammingError
+from ..errors import NotSupportedError, ProgrammingError
+from ..formats.netfuse import MergeDeclined, merge_models
 from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from ..sql.nodes import ProfileModel
 from .artifacts import load_model_proto
 from .cost_model import retrain, trace_features
+from .merge_cost import CONV_MAX_ROWS
 from .handlers import run_statement
 from .options import no_repeats, value
 from .result import Result
@@ -29,7 +36,7 @@ __all__ = ["PROFILE_OPTIONS"]
 
 PROFILE_OPTIONS = {"batch_sizes": (1, 8, 64), "threads": (1,), "repeat": 20, "warmup": 2,
                    "backends": ("onnxruntime",), "operators": True,
-                   "train_cost_model": True}
+                   "train_cost_model": True, "merge_factors": (1,)}
 """PROFILE's options and their defaults."""
 
 
@@ -67,19 +74,60 @@ def _operators(data: bytes, trace: LatencyTrace) -> tuple[OperatorRow, ...]:
                  for t in times)
 
 
+def _lowerings(n: int, batch_sizes: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """``(dense lowering, batch sizes)`` groups for merge factor ``n``: as the planner lowers a merge
+    (grouped 1x1 Conv up to :data:`~modelsql.planner.merge_cost.CONV_MAX_ROWS` rows per member)."""
+    if n == 1:
+        return [("", batch_sizes)]
+    small = tuple(b for b in batch_sizes if b <= CONV_MAX_ROWS)
+    large = tuple(b for b in batch_sizes if b > CONV_MAX_ROWS)
+    return [(d, g) for d, g in (("conv", small), ("matmul", large)) if g]
+
+
+def _merged(proto, n: int, dense: str, label: str) -> bytes:
+    """A NetFuse merge of ``n`` copies of ``proto`` on a shared input, each copy's float weights scaled
+    differently (equal weights would be stored once, which is not what a family of fine-tuned models is).
+
+    Raises:
+        NotSupportedError: ``merge_declined``, naming the node the merge has no counterpart for.
+    """
+    copies = []
+    for i in range(n):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        for t in copy.graph.initializer:
+            if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * (1.0 + 1e-3 * i), t.name))
+        copies.append(copy)
+    try:
+        return merge_models(copies, shared_input=True, dense=dense).SerializeToString()
+    except MergeDeclined as exc:
+        raise NotSupportedError(f"PROFILE {label} WITH (merge_factors = ...): the model cannot be merged: {exc}",
+                                code="merge_declined") from None
+
+
+def _trace_row(mv, proto, data: bytes, t: LatencyTrace, n: int, operators: bool) -> TraceRow:
+    return TraceRow(mv.name, mv.version, t.backend, "cpu", t.threads, t.batch_size, t.seconds, t.median,
+                    t.quantile(0.9), t.quantile(0.99),
+                    features=trace_features(proto, t.batch_size, backend=t.backend, threads=t.threads, merge_factor=n),
+                    operators=_operators(data, t) if operators else ())
+
+
 @run_statement.register
 def _profile(stmt: ProfileModel, session, params: list) -> Result:
     ref = stmt.this
     mv = session.get_model(ref.model_name, ref.version_number, ref)
     options = _options(stmt, params)
-    warmup = _ints(options, "warmup", low=0)[0]
+    warmup, repeat = _ints(options, "warmup", low=0)[0], _ints(options, "repeat")[0]
     proto = load_model_proto(session.store, mv)
-    data = proto.SerializeToString()
-    traces = profile_latency(data, batch_sizes=_ints(options, "batch_sizes"), threads=_ints(options, "threads"),
-                             repeat=_ints(options, "repeat")[0], warmup=warmup)
-    rows = [TraceRow(mv.name, mv.version, t.backend, "cpu", t.threads, t.batch_size, t.seconds, t.median,
-                     t.quantile(0.9), t.quantile(0.99), features=trace_features(proto, t.batch_size, backend=t.backend, threads=t.threads),
-                     operators=_operators(data, t) if options["operators"] else ()) for t in traces]
+    rows, factors = [], []
+    for n in _ints(options, "merge_factors"):
+        for dense, batches in _lowerings(n, _ints(options, "batch_sizes")):
+            data = proto.SerializeToString() if n == 1 else _merged(proto, n, dense, mv.label)
+            traces = profile_latency(data, batch_sizes=batches, threads=_ints(options, "threads"), repeat=repeat,
+                                     warmup=warmup)
+            rows += [_trace_row(mv, proto, data, t, n, options["operators"]) for t in traces]
+            factors += [n] * len(traces)
     session.check_writable()
     session.commit()
     with session.catalog.transaction(join=False):
@@ -89,6 +137,7 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
         retrain(session)
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in (
         ("trace", "BIGINT"), ("backend", "VARCHAR"), ("threads", "INTEGER"), ("batch_size", "INTEGER"),
-        ("median_ms", "DOUBLE"), ("p90_ms", "DOUBLE"), ("p99_ms", "DOUBLE"), ("rows_per_second", "DOUBLE"))],
-        rows=[(n, t.backend, t.threads, t.batch_size, t.median * 1e3, t.quantile(0.9) * 1e3, t.quantile(0.99) * 1e3,
-               t.rows_per_second) for n, t in zip(numbers, traces)])
+        ("merge_factor", "INTEGER"), ("median_ms", "DOUBLE"), ("p90_ms", "DOUBLE"), ("p99_ms", "DOUBLE"),
+        ("rows_per_second", "DOUBLE"))],
+        rows=[(n, r.backend, r.threads, r.batch_size, f, r.median_s * 1e3, r.p90_s * 1e3, r.p99_s * 1e3,
+               r.batch_size / r.median_s if r.median_s > 0 else None) for n, r, f in zip(numbers, rows, factors)])

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import cost, merge_cost
+from ..costs import NO_COSTS
 from ..plan import FamilyShare, QueryPlan, RoutePlan
 
 __all__ = ["predict_merge_family"]
@@ -35,7 +36,7 @@ __all__ = ["predict_merge_family"]
 
 def predict_merge_family(plan: QueryPlan) -> QueryPlan:
     """``plan`` with a :class:`RoutePlan` on each routed scan (module docstring)."""
-    scans = tuple(replace(s, route=route_plan(s)) if s.model.kind == "models" else s for s in plan.scans)
+    scans = tuple(replace(s, route=route_plan(s, plan.costs)) if s.model.kind == "models" else s for s in plan.scans)
     if not all(a is b for a, b in zip(scans, plan.scans)):
         plan = replace(plan, scans=scans)
     shares = tuple(f for f in (family_share(plan, g) for g in plan.groups) if f is not None)
@@ -57,11 +58,12 @@ def family_share(plan: QueryPlan, group) -> "FamilyShare | None":
         return None
     first, n = same[0], len(same)
     merge, dense, reason = _decide(first, first.model, n, float(_rows_per_call(first)),
-                                   f"NetFuse merge of {n} models of one architecture on a shared input: ", "")
+                                   f"NetFuse merge of {n} models of one architecture on a shared input: ", "",
+                                   plan.costs)
     return FamilyShare(group.id, tuple(s.id for s in same), merge, dense, reason)
 
 
-def route_plan(scan) -> RoutePlan:
+def route_plan(scan, costs=NO_COSTS) -> RoutePlan:
     """The decision for one routed scan."""
     models = scan.model
     n = len(models.members)
@@ -74,7 +76,8 @@ def route_plan(scan) -> RoutePlan:
                else f'has another architecture than model "{models.first.name}"')
         return RoutePlan(False, reason=f'not merged: model "{odd.name}" {why}')
     merge, dense, reason = _decide(scan, models.first, n, max(1.0, _rows_per_call(scan) / n),
-                                   f"NetFuse merge of {n} models of one architecture: ", "; re-checked per batch")
+                                   f"NetFuse merge of {n} models of one architecture: ", "; re-checked per batch",
+                                   costs)
     return RoutePlan(merge, "stacked", dense, reason)
 
 
@@ -84,11 +87,36 @@ def _rows_per_call(scan) -> int:
     return min(rows, cost.CHUNK_ROWS)
 
 
-def _decide(scan, member, n: int, per_member: float, head: str, tail: str) -> tuple[bool, str, str]:
+def _decide(scan, member, n: int, per_member: float, head: str, tail: str,
+            costs=NO_COSTS) -> tuple[bool, str, str]:
     """(merge, dense lowering, reason) for ``n`` members like ``member`` given ``per_member`` rows each: the
-    measured rule, unless the scan's ``merge = 'always' | 'never'`` decides."""
-    est = merge_cost.estimate(merge_cost.member_cost(member), n, [per_member] * n)
+    learned cost model where it has seen merged runs, else the measured rule, unless the scan's
+    ``merge = 'always' | 'never'`` decides."""
+    est = (learned_merge(costs, member, n, per_member)
+           or merge_cost.estimate(merge_cost.member_cost(member), n, [per_member] * n))
     forced = {"always": True, "never": False}.get(scan.options.merge)
     if forced is None:
         return est.merge, est.dense, head + est.reason + tail
     return forced, est.dense, head + f"merge = '{scan.options.merge}' given (the measured rule alone: {est.reason})"
+
+
+def learned_merge(costs, member, n: int, per_member: float) -> "merge_cost.MergeEstimate | None":
+    """The merge decision by the learned cost model (``n`` separate one-thread runs of ``per_member`` rows
+    against one run of the ``n``-way merge), or None when it has no traces of merged runs or cannot describe
+    the model."""
+    if not costs.merge_traces:
+        return None
+    rows = max(1, int(round(per_member)))
+    one = costs.run_ms(member, rows, threads=1)
+    merged = costs.run_ms(member, rows, threads=1, merge_factor=n)
+    if one is None or merged is None:
+        return None
+    separate = n * one
+    gain = separate / merged if merged > 0 else float("inf")
+    verdict = gain >= merge_cost.MIN_GAIN
+    dense = "conv" if rows <= merge_cost.CONV_MAX_ROWS else "matmul"
+    reason = (f"estimated {separate:.3f} ms for {n} separate runs against {merged:.3f} ms merged ({n} instances x "
+              f"{rows} rows, {costs.source}): " + (f"merge ({gain:.2f}x)" if verdict else
+                                                  f"run separately (merging would give {gain:.2f}x, under "
+                                                  f"{merge_cost.MIN_GAIN}x)"))
+    return merge_cost.MergeEstimate(verdict, dense, separate, merged, reason)
