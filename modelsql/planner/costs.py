@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import onnx
 
 from ..costmodel.features import model_features
+from . import merge_cost
 
 __all__ = ["Costs", "NO_COSTS", "static_at", "merged_static"]
 
@@ -97,6 +98,30 @@ class Costs:
             return float(self.predict([row])[0])
         except LookupError:  # the fit has no traces of that backend
             return None
+
+
+    def merge_estimate(self, member, n: int, rows: list) -> Optional["merge_cost.MergeEstimate"]:
+        """Whether an ``n``-way NetFuse merge pays for a run giving member ``i`` ``rows[i]`` rows, by the learned
+        cost model (the present members' separate one-thread runs against one run of the merge, every
+        member padded to the most rows), or None when it has seen no merged runs or cannot describe the model."""
+        present = [max(1, int(round(r))) for r in rows if r > 0]
+        if not self.merge_traces or n < 2 or not present:
+            return None
+        widest = max(present)
+        ones = [self.run_ms(member, r, threads=1) for r in sorted(set(present))]
+        merged = self.run_ms(member, widest, threads=1, merge_factor=n)
+        if merged is None or any(o is None for o in ones):
+            return None
+        by_rows = dict(zip(sorted(set(present)), ones))
+        separate = sum(by_rows[r] for r in present)
+        gain = separate / merged if merged > 0 else float("inf")
+        verdict = gain >= merge_cost.MIN_GAIN
+        dense = "conv" if widest <= merge_cost.CONV_MAX_ROWS else "matmul"
+        reason = (f"estimated {separate:.3f} ms for {len(present)} separate runs against {merged:.3f} ms merged "
+                  f"({n} instances x {widest} rows, {self.source}): "
+                  + (f"merge ({gain:.2f}x)" if verdict else
+                     f"run separately (merging would give {gain:.2f}x, under {merge_cost.MIN_GAIN}x)"))
+        return merge_cost.MergeEstimate(verdict, dense, separate, merged, reason)
 
 
 NO_COSTS = Costs()

@@ -139,8 +139,9 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
                  f"est. rows={rows} time={duration(est.ms)} ({est.source})")
     if choice is not None:
         rejected = "; ".join(f"{alt} ({why})" for alt, why in choice.rejected)
+        run_rows = f"; rows per run: {choice.run_rows:,}" if choice.run_rows else ""
         lines.append(f"{pad}  execution: {op.explain()['execution'] if op else choice.execution} ({choice.reason})"
-                     + (f"; rejected: {rejected}" if rejected else ""))
+                     + run_rows + (f"; rejected: {rejected}" if rejected else ""))
     outs = ", ".join(o.column for o in s.outputs)
     lines.append(f"{pad}  outputs: {outs}" + (f"; shared input #{s.shared}" if s.shared is not None else ""))
     if analyze and op is not None:

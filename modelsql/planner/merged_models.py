@@ -164,11 +164,13 @@ def runner_of(store, data: bytes, record: MergedGraph, members: Sequence[ModelVe
 
 
 def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,
-                   merge: Optional[tuple[str, str]] = None, always: bool = False) -> tuple[RoutedModel, Optional[str]]:
+                   merge: Optional[tuple[str, str]] = None, always: bool = False,
+                   costs=None) -> tuple[RoutedModel, Optional[str]]:
     """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT.
 
     ``merge``: ``(layout, dense)`` when the plan merges the family; each batch then runs merged when
-    :func:`merge_cost.estimate` expects a gain for its routing, or every batch with ``always``.
+    the learned cost model (``costs``, where it has seen merged runs) or else :func:`merge_cost.estimate`
+    expects a gain for its routing, or every batch with ``always``.
     Returns the model and, when the merge was planned but declined, why (the members then run separately).
     """
     members = [artifacts.model_session(session.store, m, intra=intra) for m in models.members]
@@ -181,7 +183,10 @@ def routed_session(session, models: RoutedModels, route_input: str, *, intra: in
     cost = merge_cost.member_cost(models.first)
 
     def choose(rows: list[int]) -> bool:
-        return always or merge_cost.estimate(cost, len(rows), [float(r) for r in rows]).merge
+        if always:
+            return True
+        learned = costs.merge_estimate(models.first, len(rows), [float(r) for r in rows]) if costs else None
+        return (learned or merge_cost.estimate(cost, len(rows), [float(r) for r in rows])).merge
 
     routed = RoutedModel(models.names, members, route_input, models.label, merged=runner, choose=choose)
     return routed, declined

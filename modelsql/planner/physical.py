@@ -176,6 +176,7 @@ def routed_model(scan: PredictScan, session, intra: int):
     route = scan.route
     merge = (route.layout, route.dense) if route is not None and route.merge else None
     model, declined = merged_models.routed_session(session, scan.model, ROUTE_INPUT, intra=intra, merge=merge,
+                                                   costs=session.costs(),
                                                    always=scan.options.merge == "always")
     model.declined = declined
     return model

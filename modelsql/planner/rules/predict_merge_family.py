@@ -92,31 +92,10 @@ def _decide(scan, member, n: int, per_member: float, head: str, tail: str,
     """(merge, dense lowering, reason) for ``n`` members like ``member`` given ``per_member`` rows each: the
     learned cost model where it has seen merged runs, else the measured rule, unless the scan's
     ``merge = 'always' | 'never'`` decides."""
-    est = (learned_merge(costs, member, n, per_member)
+    est = (costs.merge_estimate(member, n, [per_member] * n)
            or merge_cost.estimate(merge_cost.member_cost(member), n, [per_member] * n))
     forced = {"always": True, "never": False}.get(scan.options.merge)
     if forced is None:
         return est.merge, est.dense, head + est.reason + tail
     return forced, est.dense, head + f"merge = '{scan.options.merge}' given (the measured rule alone: {est.reason})"
 
-
-def learned_merge(costs, member, n: int, per_member: float) -> "merge_cost.MergeEstimate | None":
-    """The merge decision by the learned cost model (``n`` separate one-thread runs of ``per_member`` rows
-    against one run of the ``n``-way merge), or None when it has no traces of merged runs or cannot describe
-    the model."""
-    if not costs.merge_traces:
-        return None
-    rows = max(1, int(round(per_member)))
-    one = costs.run_ms(member, rows, threads=1)
-    merged = costs.run_ms(member, rows, threads=1, merge_factor=n)
-    if one is None or merged is None:
-        return None
-    separate = n * one
-    gain = separate / merged if merged > 0 else float("inf")
-    verdict = gain >= merge_cost.MIN_GAIN
-    dense = "conv" if rows <= merge_cost.CONV_MAX_ROWS else "matmul"
-    reason = (f"estimated {separate:.3f} ms for {n} separate runs against {merged:.3f} ms merged ({n} instances x "
-              f"{rows} rows, {costs.source}): " + (f"merge ({gain:.2f}x)" if verdict else
-                                                  f"run separately (merging would give {gain:.2f}x, under "
-                                                  f"{merge_cost.MIN_GAIN}x)"))
-    return merge_cost.MergeEstimate(verdict, dense, separate, merged, reason)
