@@ -8,7 +8,7 @@ the planner chooses is never slower in total than under the best fixed policy.
 Workload (models built in code, random init: ``modelsql.datasets.architectures.mlp``):
 
 * ``tiny`` (MLP 32-64-64-4), ``medium`` (784-256-256-10) and ``wide`` (256-1024-1024-10), each over
-  a table of ``--rows`` rows (a ``FLOAT[F]`` column; ``medium`` and ``wide`` get a quarter of them);
+  a table of ``--rows`` rows (a ``FLOAT[F]`` column; ``medium`` and ``wide`` get a quarter of them; the column is named ``input``, as the model's input);
 * a family of ``--family`` tiny MLPs and one of medium MLPs, each member seeded differently, behind
   ``PREDICT(MODELS FAMILY ... ROUTE BY model_name, TABLE req)`` over a request table whose rows are
   spread evenly over the members (``--rows`` / 10 rows), and the same over 8 rows (a small request).
@@ -73,7 +73,7 @@ def build(con, rows: int, family: int) -> list[dict]:
         n = rows if name == "tiny" else rows // 4
         _table(con, f"t_{name}", rng.standard_normal((n, arch[0]), dtype=np.float32))
         queries.append({"name": f"{name}_{n}", "kind": "single",
-                        "sql": f"SELECT count(*), sum(y[1]) FROM PREDICT(MODEL {name}, TABLE t_{name}{{opts}})"})
+                        "sql": f"SELECT count(*), sum(output[1]) FROM PREDICT(MODEL {name}, TABLE t_{name}{{opts}})"})
     for fam, arch in (("tf", sizes["tiny"]), ("mf", sizes["medium"])):
         import torch
 
@@ -84,7 +84,7 @@ def build(con, rows: int, family: int) -> list[dict]:
             table = f"req_{fam}_{n}"
             _table(con, table, x, routes=[f"{fam}{i % family}" for i in range(n)])
             queries.append({"name": f"{fam}_family{family}_{n}", "kind": "routed",
-                            "sql": f"SELECT count(*) FROM PREDICT(MODELS FAMILY {fam}0 ROUTE BY model_name, "
+                            "sql": f"SELECT count(*), sum(output[1]) FROM PREDICT(MODELS FAMILY {fam}0 ROUTE BY model_name, "
                                    f"TABLE {table}{{opts}})"})
     return queries
 
@@ -92,7 +92,7 @@ def build(con, rows: int, family: int) -> list[dict]:
 def _table(con, name: str, x: np.ndarray, routes=None) -> None:
     import pyarrow as pa
 
-    cols = {"x": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])}
+    cols = {"input": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])}
     if routes is not None:
         cols["model_name"] = pa.array(routes)
     con.register("__bench_src", pa.table(cols))

@@ -13,7 +13,7 @@ import hashlib
 
 from .. import formats
 from ..catalog.entries import ModelVersion
-from ..errors import DataError
+from ..errors import DataError, NotSupportedError
 from ..formats.onnx_io import column_major_inputs
 from ..operators.backends import SessionKey
 from ..operators.backends import onnxruntime as ort_backend
@@ -80,6 +80,9 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
     """
     if mv.kind == "pipeline":
         return pipeline_session(store, mv, intra=intra, backend=backend, device=device)
+    if backend != "onnxruntime":
+        raise NotSupportedError(f"model_session serves ONNX Runtime; {backend} sessions come from "
+                                "modelsql.planner.compiled.tvm_session", code="backend_not_supported")
     rewrite = "column_major:" + ",".join(column_major) if column_major else ""
     key = SessionKey(artifact_digest(mv, rewrite), backend, device, ())
     label = f'model "{mv.name}" version {mv.version}'

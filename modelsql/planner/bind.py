@@ -55,7 +55,7 @@ EXECUTION_MODES = ("auto", "stream", "batch")
 MERGE_MODES = ("auto", "always", "never")
 """``merge``: whether models of one family run as one NetFuse-merged graph (routed PREDICTs, and
 PREDICTs of one statement over one input): where the measured rule expects a gain, always, or never."""
-BACKENDS = ("onnxruntime",)
+BACKENDS = ("onnxruntime", "tvm")
 MAX_BATCH_SIZE = 2**31 - 1
 """Largest ``batch_size`` (rows per model run) a PREDICT accepts."""
 MAX_ARRAY = 100_000

@@ -25,6 +25,7 @@ from ..duckdb_errors import translate
 from ..errors import Error, NotSupportedError
 from ..catalog.entries import RoutedModels
 from ..sql.nodes import ModelSet, PredictTable
+from . import compiled
 from .bind import Column, bind_predict, parse_options, quote
 from .bind_routed import bind_routed
 from .column_names import name_columns
@@ -74,6 +75,8 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
         mv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
     no_repeats(p.args.get("options"), f"PREDICT({mv.ref_sql})")
     options = parse_options({k: value(v, params) for k, v in p.option_values.items()}, mv.ref_sql)
+    if options.backend == "tvm":
+        compiled.require_artifact(session, mv, options.batch_size)  # refused now, before anything runs
     relation, key_columns = input_relation(p, bound, session)
     in_params = [params[i - 1] for i in relation.params]
     columns = describe(session, relation.sql, in_params, mv.ref_sql)

@@ -20,7 +20,7 @@ from sqlglot import exp
 from .. import sql as msql
 from ..operators.backends.pipeline import StepMemo
 from ..operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
-from . import artifacts, cost, merged_models
+from . import artifacts, compiled, cost, merged_models
 from .bind_routed import ROUTE_INPUT
 from .plan import PredictScan, QueryPlan, ScanRef
 from .result import Result
@@ -166,8 +166,16 @@ def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, mo
     elif scan.model.kind == "models":
         model = routed_model(scan, session, intra)
     else:
-        model = artifacts.model_session(session.store, scan.model, intra=intra)
+        model = scan_session(scan, session, intra)
     return StreamPredict(scan, model, session.duck)
+
+
+def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str, ...] = ()):
+    """The loaded model a scan runs: its checked TVM artifact with ``backend = 'tvm'``
+    (:func:`~modelsql.planner.compiled.tvm_session`), else the ONNX Runtime session."""
+    if scan.options.backend == "tvm":
+        return compiled.tvm_session(session, scan.model, intra=intra, batch_size=scan.options.batch_size)
+    return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major)
 
 
 def routed_model(scan: PredictScan, session, intra: int):
@@ -190,7 +198,7 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
     if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
         stream = model = routed_model(scan, session, cores)
     else:
-        stream = artifacts.model_session(session.store, scan.model, intra=shared_threads(cores, duck_threads))
+        stream = scan_session(scan, session, shared_threads(cores, duck_threads))
     b, o = scan.binding, scan.options
     transposable = (not o.batch_size and stream.fixed_batch is None and o.backend == "onnxruntime"
                     and scan.model.kind not in ("pipeline", "models"))
@@ -199,7 +207,7 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
         if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2
     )
     if scan.model.kind != "models":
-        model = artifacts.model_session(session.store, scan.model, intra=cores, column_major=column_major)
+        model = scan_session(scan, session, cores, column_major)
     feature_bytes = sum(cost.arg_bytes(a, t) for a, t in zip(b.args, b.arg_types)) or 1
     rows_per_batch = max(64, min(cost.BATCH_ROWS, (32 << 20) // feature_bytes))
     return BatchPredict(

@@ -1,0 +1,146 @@
+"""Checking a TVM-compiled model against ONNX Runtime before trusting it.
+
+TVM's ONNX frontend imports some operators into code that runs and gives wrong answers, with no
+error or warning. Measured with apache-tvm 0.27 on the onnx package's own node test cases
+(``onnx.backend.test.case.node``): ``test_spacetodepth_crd_mode_example`` (values wrong),
+``test_expand_dim_changed`` (shape [2, 1, 6] instead of [2, 3, 6]),
+``test_convtranspose_output_shape`` ([1, 2, 9, 7] instead of [1, 2, 10, 8]) and every
+``test_layer_normalization_*`` case with the optional Mean / InvStdDev outputs (scalars instead of
+the reduced shape). So :func:`check_against_onnxruntime` runs both on the same sample inputs.
+
+Tolerances (ONNX Runtime is the reference ``b``, TVM the candidate ``a``):
+
+* float outputs: ``|a - b| <= ATOL + RTOL * |b|`` element-wise with ``ATOL = 1e-4`` and
+  ``RTOL = 1e-3`` (float32 kernels that sum in another order differ by ~1e-7 relative; the onnx node
+  tests use rtol 1e-3), NaN where the other is NaN, infinities equal;
+* integer and bool outputs: exactly equal;
+* every output: the same shape and dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from ...errors import DataError, NotSupportedError
+from .onnxruntime import OrtModel
+from .profiling import synthetic_feeds
+
+__all__ = ["ATOL", "RTOL", "CheckResult", "check_against_onnxruntime"]
+
+ATOL = 1e-4
+"""Absolute tolerance on float outputs."""
+
+RTOL = 1e-3
+"""Relative tolerance on float outputs (times the ONNX Runtime value's magnitude)."""
+
+_VARIANTS = (("random", 1.0), ("scaled x100", 100.0), ("negated", -1.0))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What :func:`check_against_onnxruntime` found.
+
+    Attributes:
+        ok: every output of every run within tolerance (see the module docstring).
+        max_abs: the largest ``|tvm - ort|`` over the compared float and integer elements.
+        max_rel: the largest ``|tvm - ort| / max(|ort|, ATOL)``.
+        reason: None when ok; else the first failure: the output, the batch, the inputs and the
+            worst difference (or the shape, dtype or run failure).
+        batches: the batch sizes run.
+    """
+
+    ok: bool
+    max_abs: float
+    max_rel: float
+    reason: Optional[str]
+    batches: tuple
+
+
+def check_against_onnxruntime(model_bytes: bytes, tvm_model, *, batch_sizes: Sequence[int] = (1, 7, 32),
+                              seed: int = 0, dims: Optional[Mapping[str, int]] = None) -> CheckResult:
+    """Run ``tvm_model`` and ONNX Runtime on the same inputs and compare every output.
+
+    Args:
+        model_bytes: the ONNX model ``tvm_model`` was compiled from.
+        tvm_model: a :class:`~.tvm.TvmModel` (any BackendModel with ``output_names``).
+        batch_sizes: rows per run; a model with a fixed batch (the ONNX model's or the compiled one's)
+            is checked at that batch only.
+        seed: seed of the inputs: per batch, standard normal floats of each input's own dtype and shape
+            and zeros for integers and booleans (:func:`.profiling.synthetic_feeds`), then the same
+            floats times 100 and negated.
+        dims: sizes of symbolic non-batch dimensions (name -> size), if the model has any.
+
+    Returns:
+        A :class:`CheckResult`; it stops at the first failure.
+
+    Raises:
+        DataError: ONNX Runtime cannot load the model (``"invalid_onnx"``).
+        NotSupportedError: inputs cannot be synthesized (``"symbolic_dimension"``, ``"unsupported_type"``).
+    """
+    session = OrtModel(model_bytes, "the reference model", intra_op_threads=1).session
+    batches = _batches(session, tvm_model, batch_sizes)
+    worst = [0.0, 0.0]
+    for b in batches:
+        base = synthetic_feeds(session, b, seed=seed, dims=dims)
+        for variant, factor in _VARIANTS:
+            feeds = {k: (v * v.dtype.type(factor) if v.dtype.kind == "f" else v) for k, v in base.items()}
+            reason = _compare_run(session, tvm_model, feeds, f"batch {b} ({variant} inputs)", worst)
+            if reason is not None:
+                return CheckResult(False, worst[0], worst[1], reason, tuple(batches))
+    return CheckResult(True, worst[0], worst[1], None, tuple(batches))
+
+
+def _batches(session, tvm_model, batch_sizes: Sequence[int]) -> list[int]:
+    fixed = {s.shape[0] for s in session.get_inputs() if s.shape and isinstance(s.shape[0], int) and s.shape[0] > 0}
+    if getattr(tvm_model, "fixed_batch", None):
+        fixed.add(tvm_model.fixed_batch)
+    if len(fixed) > 1:
+        raise NotSupportedError(f"inputs have different fixed batches {sorted(fixed)}", code="fixed_batch")
+    return sorted(fixed) if fixed else list(batch_sizes)
+
+
+def _compare_run(session, tvm_model, feeds: dict, where: str, worst: list) -> Optional[str]:
+    """None when every output agrees, else the reason; ``worst`` is updated with [max_abs, max_rel]."""
+    names = [o.name for o in session.get_outputs()]
+    try:
+        expected = session.run(names, feeds)
+    except Exception as exc:  # onnxruntime's own exception classes
+        return f"ONNX Runtime failed at {where}, so TVM cannot be checked: {str(exc).strip().splitlines()[0][:300]}"
+    try:
+        got = tvm_model.run(feeds, names)
+    except DataError as exc:
+        return f"TVM failed at {where}: {exc.message}"
+    for name, a, b in zip(names, got, expected):
+        reason = _compare(np.asarray(a), np.asarray(b), worst)
+        if reason is not None:
+            return f'output "{name}" at {where}: {reason}'
+    return None
+
+
+def _compare(a: np.ndarray, b: np.ndarray, worst: list) -> Optional[str]:
+    """None when ``a`` (TVM) matches ``b`` (ONNX Runtime) within tolerance, else what differs."""
+    if a.shape != b.shape:
+        return f"TVM shape {list(a.shape)}, ONNX Runtime shape {list(b.shape)}"
+    if a.dtype != b.dtype:
+        return f"TVM dtype {a.dtype}, ONNX Runtime dtype {b.dtype}"
+    if a.size == 0:
+        return None
+    if b.dtype.kind == "f":
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))  # equal infinities and NaN pairs
+        diff = np.where(same, 0.0, np.abs(a64 - b64))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        bad = diff > ATOL + RTOL * np.abs(np.nan_to_num(b64))
+    else:
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        bad = a != b
+    rel = diff / np.maximum(np.abs(np.nan_to_num(b.astype(np.float64))), ATOL)
+    worst[0], worst[1] = max(worst[0], float(diff.max())), max(worst[1], float(rel.max()))
+    if not bad.any():
+        return None
+    i = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), diff.shape)
+    return (f"{int(bad.sum())} of {bad.size} elements differ; worst at index {list(map(int, i))}: TVM {a[i].item()!r}, "
+            f"ONNX Runtime {b[i].item()!r} (|difference| {diff[i]:.3g}, allowed {ATOL:g} + {RTOL:g} * |ONNX Runtime|)")

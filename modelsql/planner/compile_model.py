@@ -1,0 +1,78 @@
+"""``COMPILE MODEL m [VERSION n] FOR 'llvm' | 'cuda' [WITH (tune_trials = n, batch_size = b, threads = t)]``.
+
+Compiles the version with Apache TVM (:func:`~modelsql.planner.compiled.compile_version`), checks it
+against ONNX Runtime, and records the artifact in ``modelsql.compiled``, ``checked`` or ``declined``
+with the reason; returns that row. Without ``tune_trials`` the compile is untuned with a symbolic batch
+(seconds; untuned TVM code is 50-200x slower than ONNX Runtime on a CPU); with it, MetaSchedule tunes
+for ``batch_size`` rows (tuning needs fixed shapes: one artifact per batch bucket), a job of minutes
+that reports progress to the shell and resumes where it stopped when run again (its database lives
+beside the blob store).
+"""
+
+from __future__ import annotations
+
+from ..errors import ProgrammingError
+from ..sql.nodes import CompileModel
+from .compiled import compile_version, tvm_target
+from .handlers import run_statement
+from .options import no_repeats, value
+from .result import Result
+
+__all__ = ["COMPILE_OPTIONS"]
+
+COMPILE_OPTIONS = {"tune_trials": 0, "batch_size": None, "threads": None}
+"""COMPILE's options and their defaults (threads None: every core this process may use)."""
+
+_COLUMNS = (("model", "VARCHAR"), ("version", "INTEGER"), ("backend", "VARCHAR"), ("target", "VARCHAR"),
+            ("batch_size", "INTEGER"), ("status", "VARCHAR"), ("reason", "VARCHAR"), ("max_abs_diff", "DOUBLE"),
+            ("tune_trials", "INTEGER"), ("compile_s", "DOUBLE"))
+
+
+def _options(stmt: CompileModel, params: list) -> dict:
+    no_repeats(stmt.args.get("options"), f"COMPILE MODEL {stmt.this.model_name}")
+    given = {k.lower(): value(v, params) for k, v in stmt.option_values.items()}
+    unknown = [k for k in given if k not in COMPILE_OPTIONS]
+    if unknown:
+        raise ProgrammingError(f"COMPILE: unknown option {unknown[0]!r}; options are {', '.join(COMPILE_OPTIONS)}",
+                               code="unknown_option")
+    options = dict(COMPILE_OPTIONS, **given)
+    for key, low in (("tune_trials", 0), ("batch_size", 1), ("threads", 1)):
+        v = options[key]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+            raise ProgrammingError(f"COMPILE option {key} must be an integer >= {low}, got {v!r}",
+                                   code="invalid_option")
+    if options["tune_trials"] and options["batch_size"] is None:
+        raise ProgrammingError("COMPILE ... WITH (tune_trials = n) needs batch_size = b: MetaSchedule tunes fixed "
+                               "shapes, one artifact per batch size", code="invalid_option")
+    return options
+
+
+def _progress(session, label: str):
+    if session.progress is None:
+        return None
+
+    def report(done: int, total: int) -> None:
+        session.progress({"job": "compile", "model": label, "trials_done": done, "trials": total})
+
+    return report
+
+
+@run_statement.register
+def _compile(stmt: CompileModel, session, params: list) -> Result:
+    ref = stmt.this
+    mv = session.get_model(ref.model_name, ref.version_number, ref)
+    options = _options(stmt, params)
+    kind = value(stmt.args["target"], params)
+    if not isinstance(kind, str):
+        raise ProgrammingError(f"COMPILE ... FOR: the target must be a string, got {kind!r}", code="invalid_option")
+    target = tvm_target(kind, options["threads"])
+    session.check_writable()
+    session.commit()
+    row = compile_version(session, mv, target, batch_size=options["batch_size"], trials=options["tune_trials"],
+                          progress=_progress(session, mv.label))
+    with session.catalog.transaction(join=False):
+        session.catalog.compiled.put(row)
+    session.changed()
+    return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS],
+                  rows=[(row.model, row.version, row.backend, row.target, row.batch_size, row.status, row.reason,
+                         row.max_abs_diff, row.tune_trials, row.compile_s)])

@@ -1,0 +1,119 @@
+"""COMPILE MODEL and PREDICT(..., backend = 'tvm'): real TVM compiles of small models in a real DuckDB file,
+checked against ONNX Runtime, recorded in modelsql.compiled, declined with the reason when TVM cannot
+import a model, and every refusal made before anything runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelsql.errors import NotSupportedError, ProgrammingError
+
+from conftest import linear_model
+
+tvm_backend = pytest.importorskip("modelsql.operators.backends.tvm")
+if tvm_backend.unavailable_reason() is not None:
+    pytest.skip(f"TVM backend unavailable: {tvm_backend.unavailable_reason()}", allow_module_level=True)
+
+
+@pytest.fixture
+def lin(con):
+    rng = np.random.default_rng(0)
+    con.import_model("lin", linear_model(rng.standard_normal((8, 3)).astype(np.float32)))
+    con.execute("CREATE TABLE t AS SELECT " + ", ".join(f"(random() - 0.5)::FLOAT AS c{i}" for i in range(8))
+                + " FROM range(300)")
+    return con
+
+
+def _outputs(con, backend: str) -> np.ndarray:
+    rows = con.execute(f"SELECT y FROM PREDICT(MODEL lin, TABLE t, backend = '{backend}')").fetchall()
+    return np.array([r[0] for r in rows], dtype=np.float32)
+
+
+def test_compile_checks_records_and_predict_runs_it(lin):
+    with pytest.raises(NotSupportedError) as ei:
+        lin.execute("SELECT * FROM PREDICT(MODEL lin, TABLE t, backend = 'tvm')")
+    assert ei.value.code == "tvm_not_compiled" and "COMPILE MODEL lin VERSION 1 FOR 'llvm'" in str(ei.value)
+    assert lin.execute("SELECT count(*) FROM t").fetchone() == (300,)  # the refusal aborted nothing
+    row = lin.execute("COMPILE MODEL lin FOR 'llvm'").fetchone()
+    assert row[:3] == ("lin", 1, "tvm") and row[4:7] == (0, "checked", None)
+    assert '"mcpu"' in row[3] and row[7] <= 1e-4
+    tvm_out, ort_out = _outputs(lin, "tvm"), _outputs(lin, "onnxruntime")
+    np.testing.assert_allclose(tvm_out, ort_out, rtol=1e-5, atol=1e-5)
+    stored = lin.execute("SELECT status, digest, nbytes, tvm_version, ffi_version FROM modelsql.compiled").fetchall()
+    assert stored[0][0] == "checked" and stored[0][2] > 0 and stored[0][4] == tvm_backend.REQUIRED_FFI
+    plan = dict(lin.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t, backend = 'tvm')").fetchall())
+    assert "[tvm, cpu]" in plan["modelsql_plan"]
+
+
+def test_artifact_survives_reopen_and_goes_with_the_model(db, lin):
+    lin.execute("COMPILE MODEL lin FOR 'llvm' WITH (batch_size = 16)")
+    expected = _outputs(lin, "onnxruntime")
+    lin.close()
+    import modelsql
+    from modelsql.operators.backends import SESSIONS
+
+    SESSIONS.clear()
+    con = modelsql.connect(db)
+    rows = con.execute("SELECT y FROM PREDICT(MODEL lin, TABLE t, backend = 'tvm', batch_size = 16)").fetchall()
+    np.testing.assert_allclose(np.array([r[0] for r in rows], np.float32), expected, rtol=1e-5, atol=1e-5)
+    con.execute("DROP MODEL lin")
+    assert con.execute("SELECT count(*) FROM modelsql.compiled").fetchone() == (0,)
+    con.close()
+
+
+def test_a_model_tvm_cannot_import_is_declined_with_the_reason(con):
+    """Celu has no converter in TVM's ONNX frontend: COMPILE records the decline naming the node, and
+    backend = 'tvm' is refused with that reason while ONNX Runtime still serves the model."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Celu", ["x"], ["y"], name="celu1")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    con.import_model("celu", model)
+    row = con.execute("COMPILE MODEL celu FOR 'llvm'").fetchone()
+    assert row[5] == "declined" and "Celu" in row[6] and "celu1" in row[6]
+    assert con.execute("SELECT status, digest FROM modelsql.compiled").fetchone() == ("declined", None)
+    con.execute("CREATE TABLE pts AS SELECT -1.0::FLOAT AS a, 2.0::FLOAT AS b")
+    with pytest.raises(NotSupportedError) as ei:
+        con.execute("SELECT * FROM PREDICT(MODEL celu, TABLE pts, backend = 'tvm')")
+    assert ei.value.code == "tvm_declined" and "Celu" in str(ei.value)
+    assert con.execute("SELECT y[2] FROM PREDICT(MODEL celu, TABLE pts)").fetchone() == (2.0,)
+
+
+def test_a_model_tvm_compiles_wrongly_is_declined(con):
+    """TVM compiles SpaceToDepth in CRD mode without a word and computes it wrongly (the onnx package's own
+    node test case): the check against ONNX Runtime declines it, and nothing is stored."""
+    import importlib
+
+    importlib.import_module("onnx.backend.test.case.node.spacetodepth")
+    from onnx.backend.test.case import node as cases
+
+    case = next(c for c in cases._NodeTestCases if c.name == "test_spacetodepth_crd_mode_example")
+    con.import_model("s2d", case.model)
+    row = con.execute("COMPILE MODEL s2d FOR 'llvm'").fetchone()
+    assert row[5] == "declined" and "outputs differ from ONNX Runtime" in row[6] and "elements differ" in row[6]
+    assert con.execute("SELECT digest FROM modelsql.compiled").fetchone() == (None,)
+
+
+@pytest.mark.parametrize("sql,cls,code", [
+    ("COMPILE MODEL lin FOR 'gpu'", NotSupportedError, "invalid_target"),
+    ("COMPILE MODEL lin FOR 'cuda'", NotSupportedError, "device_not_available"),
+    ("COMPILE MODEL lin FOR 'llvm' WITH (tune_trials = 8)", ProgrammingError, "invalid_option"),
+    ("COMPILE MODEL lin FOR 'llvm' WITH (trials = 8)", ProgrammingError, "unknown_option"),
+    ("COMPILE MODEL lin FOR 'llvm' WITH (batch_size = 0)", ProgrammingError, "invalid_option"),
+    ("COMPILE MODEL nope FOR 'llvm'", ProgrammingError, "model_not_found"),
+    ("COMPILE MODEL lin FOR 42", ProgrammingError, "parse_error"),
+])
+def test_bad_compile_statements_change_nothing(lin, sql, cls, code):
+    import importlib.util
+
+    if code == "device_not_available" and tvm_backend.load_tvm().cuda(0).exist:
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(cls) as ei:
+        lin.execute(sql)
+    assert ei.value.code == code
+    assert lin.execute("SELECT count(*) FROM modelsql.compiled").fetchone() == (0,)
+    assert importlib.util.find_spec("tvm") is not None
