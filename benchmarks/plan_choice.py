@@ -115,8 +115,7 @@ def chosen_candidate(con, query: dict) -> str:
     """Which candidate the planner's plan of ``query`` is, read from EXPLAIN."""
     plan = dict(con.execute("EXPLAIN " + query["sql"].format(opts="")).fetchall())["modelsql_plan"]
     if query["kind"] == "routed":
-        return "merge" if ": merge (" in plan or "merged" in plan.split("not merged")[0] and ": merge" in plan \
-            else "separate"
+        return "merge" if "merge: yes" in plan else "separate"
     if "BatchPredict" not in plan:
         return "stream"
     for rows in (1024, 32768):

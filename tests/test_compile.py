@@ -117,3 +117,21 @@ def test_bad_compile_statements_change_nothing(lin, sql, cls, code):
     assert ei.value.code == code
     assert lin.execute("SELECT count(*) FROM modelsql.compiled").fetchone() == (0,)
     assert importlib.util.find_spec("tvm") is not None
+
+
+def test_profile_times_the_checked_tvm_artifact_beside_onnxruntime(lin):
+    """PROFILE ... backends = ('onnxruntime', 'tvm') times both builds on the same inputs; the TVM traces say
+    so in their features, and only ONNX Runtime's carry per-operator times. Without an artifact it is refused."""
+    with pytest.raises(NotSupportedError) as ei:
+        lin.execute("PROFILE MODEL lin WITH (backends = ('tvm'))")
+    assert ei.value.code == "tvm_not_compiled"
+    lin.execute("COMPILE MODEL lin FOR 'llvm'")
+    rows = lin.execute("PROFILE MODEL lin WITH (backends = ('onnxruntime', 'tvm'), batch_sizes = (1, 32), "
+                       "repeat = 3, train_cost_model = false)").fetchall()
+    assert [(r[1], r[3]) for r in rows] == [("onnxruntime", 1), ("onnxruntime", 32), ("tvm", 1), ("tvm", 32)]
+    assert all(r[5] > 0 for r in rows)
+    backends = lin.execute("SELECT t.backend, json_extract_string(t.features, '$.backend'), count(o.trace) "
+                           "FROM modelsql.traces t LEFT JOIN modelsql.trace_operators o USING (trace) "
+                           "GROUP BY ALL ORDER BY 1").fetchall()
+    assert [b[:2] for b in backends] == [("onnxruntime", "onnxruntime"), ("tvm", "tvm")]
+    assert backends[0][2] > 0 and backends[1][2] == 0

@@ -32,7 +32,7 @@ def test_profile_records_one_trace_per_configuration(con):
     ("PROFILE MODEL nope", "model_not_found"),
     ("PROFILE MODEL lin WITH (batch_sizes = (0, 8))", "invalid_option"),
     ("PROFILE MODEL lin WITH (repeat = 'many')", "invalid_option"),
-    ("PROFILE MODEL lin WITH (backends = ('tvm'))", "invalid_option"),
+    ("PROFILE MODEL lin WITH (backends = ('tensorrt'))", "invalid_option"),
     ("PROFILE MODEL lin WITH (repeats = 3)", "unknown_option"),
 ])
 def test_bad_profile_statements_change_nothing(con, sql, code):

@@ -26,6 +26,7 @@ from ..formats.netfuse import MergeDeclined, merge_models
 from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from ..sql.nodes import ProfileModel
 from .artifacts import load_model_proto
+from .compiled import tvm_session
 from .cost_model import retrain, trace_features
 from .merge_cost import CONV_MAX_ROWS
 from .handlers import run_statement
@@ -57,9 +58,11 @@ def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
                                code="unknown_option")
     options = dict(PROFILE_OPTIONS, **given)
     backends = options["backends"] if isinstance(options["backends"], (tuple, list)) else (options["backends"],)
-    if tuple(str(b).lower() for b in backends) != ("onnxruntime",):
-        raise ProgrammingError(f"PROFILE: backends {backends!r}: only 'onnxruntime' can be profiled so far",
-                               code="invalid_option")
+    backends = tuple(str(b).lower() for b in backends)
+    if not backends or any(b not in ("onnxruntime", "tvm") for b in backends):
+        raise ProgrammingError(f"PROFILE: backends {options['backends']!r}: the backends are 'onnxruntime' and "
+                               "'tvm' (a checked artifact: COMPILE MODEL first)", code="invalid_option")
+    options["backends"] = backends
     for flag in ("operators", "train_cost_model"):
         if not isinstance(options[flag], bool):
             raise ProgrammingError(f"PROFILE option {flag} must be true or false, got {options[flag]!r}",
@@ -107,6 +110,7 @@ def _merged(proto, n: int, dense: str, label: str) -> bytes:
 
 
 def _trace_row(mv, proto, data: bytes, t: LatencyTrace, n: int, operators: bool) -> TraceRow:
+    operators = operators and t.backend == "onnxruntime"  # the per-operator times are ONNX Runtime's profiler's
     return TraceRow(mv.name, mv.version, t.backend, "cpu", t.threads, t.batch_size, t.seconds, t.median,
                     t.quantile(0.9), t.quantile(0.99),
                     features=trace_features(proto, t.batch_size, backend=t.backend, threads=t.threads, merge_factor=n),
@@ -121,11 +125,13 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
     warmup, repeat = _ints(options, "warmup", low=0)[0], _ints(options, "repeat")[0]
     proto = load_model_proto(session.store, mv)
     rows, factors = [], []
+    threads, backends = _ints(options, "threads"), options["backends"]
+    tvm = [("tvm", t, tvm_session(session, mv, intra=t)) for t in threads] if "tvm" in backends else []
     for n in _ints(options, "merge_factors"):
         for dense, batches in _lowerings(n, _ints(options, "batch_sizes")):
             data = proto.SerializeToString() if n == 1 else _merged(proto, n, dense, mv.label)
-            traces = profile_latency(data, batch_sizes=batches, threads=_ints(options, "threads"), repeat=repeat,
-                                     warmup=warmup)
+            traces = profile_latency(data, batch_sizes=batches, threads=threads, repeat=repeat, warmup=warmup,
+                                     others=tvm if n == 1 else (), onnxruntime="onnxruntime" in backends)
             rows += [_trace_row(mv, proto, data, t, n, options["operators"]) for t in traces]
             factors += [n] * len(traces)
     session.check_writable()

@@ -132,8 +132,15 @@ def _session(model: bytes, threads: int) -> ort.InferenceSession:
 
 
 def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequence[int], repeat: int,
-                    warmup: int = 2, seed: int = 0, dims: Optional[Mapping[str, int]] = None) -> list[LatencyTrace]:
-    """One :class:`LatencyTrace` per (threads, batch size) of ``model`` (serialized ONNX), in that order.
+                    warmup: int = 2, seed: int = 0, dims: Optional[Mapping[str, int]] = None,
+                    others: Sequence[tuple[str, int, object]] = (), onnxruntime: bool = True) -> list[LatencyTrace]:
+    """One :class:`LatencyTrace` per (backend, threads, batch size) of ``model`` (serialized ONNX): ONNX Runtime
+    for every thread count, then each of ``others``, all on the same inputs and interleaved.
+
+    Args:
+        others: ``(backend, threads, loaded model)`` of other backends' builds of the same model (a
+            :class:`~modelsql.operators.backends.BackendModel`, e.g. a checked TVM artifact), timed alike.
+        onnxruntime: time ONNX Runtime too (its session always gives the inputs' types and shapes).
 
     Raises:
         ProgrammingError: ``invalid_option`` for an empty or non-positive batch size, thread count or repeat.
@@ -143,20 +150,31 @@ def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequen
         if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
             raise ProgrammingError(f"profile option {what} must be positive integers, got {values!r}",
                                    code="invalid_option")
+    runners = [("onnxruntime", t, _session(model, t)) for t in threads]
+    feeds = {b: synthetic_feeds(runners[0][2], b, seed, dims) for b in batch_sizes}
+    runners = (runners if onnxruntime else []) + [(backend, t, _Runner(m)) for backend, t, m in others]
     configs = []
-    for t in threads:
-        session = _session(model, t)
+    for backend, t, runner in runners:
         for b in batch_sizes:
-            feeds = synthetic_feeds(session, b, seed, dims)
             for _ in range(warmup):
-                session.run(None, feeds)
-            configs.append((t, b, session, feeds, []))
+                runner.run(None, feeds[b])
+            configs.append((backend, t, b, runner, feeds[b], []))
     for _ in range(repeat):  # interleaved: each round times every configuration once
-        for _, _, session, feeds, times in configs:
+        for _, _, _, runner, batch, times in configs:
             start = time.perf_counter()
-            session.run(None, feeds)
+            runner.run(None, batch)
             times.append(time.perf_counter() - start)
-    return [LatencyTrace("onnxruntime", t, b, tuple(times)) for t, b, _, _, times in configs]
+    return [LatencyTrace(backend, t, b, tuple(times)) for backend, t, b, _, _, times in configs]
+
+
+class _Runner:
+    """A BackendModel called as an ONNX Runtime session is (``run(None, feeds)``)."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def run(self, outputs, feeds):
+        return self.model.run(feeds)
 
 
 def operator_times(model: bytes, *, threads: int, batch_size: int, runs: int = 5, seed: int = 0,
