@@ -135,3 +135,48 @@ def test_profile_times_the_checked_tvm_artifact_beside_onnxruntime(lin):
                            "GROUP BY ALL ORDER BY 1").fetchall()
     assert [b[:2] for b in backends] == [("onnxruntime", "onnxruntime"), ("tvm", "tvm")]
     assert backends[0][2] > 0 and backends[1][2] == 0
+
+
+def test_explain_weighs_the_checked_artifact_against_onnxruntime(lin):
+    """With a checked artifact and traces of both backends, EXPLAIN of a PREDICT that names no backend says
+    which backend the cost model chose and estimates the one it rejected; naming a backend forces it."""
+    lin.execute("COMPILE MODEL lin FOR 'llvm'")
+    plan = dict(lin.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
+    assert "no traces of it to estimate it by" in plan  # no traces yet: ONNX Runtime, and why
+    lin.execute("PROFILE MODEL lin WITH (backends = ('onnxruntime', 'tvm'), batch_sizes = (1, 64, 512), "
+                "threads = (1, 2), repeat = 5, operators = false)")
+    plan = dict(lin.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
+    line = next(x for x in plan.splitlines() if x.strip().startswith("backend:"))
+    assert "rejected: " in line and "estimated" in line and "ms" in line
+    chosen = "tvm" if line.strip().startswith("backend: tvm") else "onnxruntime"
+    assert f"[{chosen}, cpu]" in plan
+    forced = dict(lin.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t, backend = 'onnxruntime')")
+                  .fetchall())["modelsql_plan"]
+    assert "[onnxruntime, cpu]" in forced and "backend = 'onnxruntime' was asked for" in forced
+
+
+def test_the_backend_rule_needs_a_clear_gain(lin):
+    """choose_backend runs TVM only when the estimate is 1.5x better (here from a cost model that predicts
+    fixed times per backend), and always says why."""
+    from dataclasses import replace
+
+    from modelsql.planner import cost
+    from modelsql.planner.costs import Costs
+
+    lin.execute("COMPILE MODEL lin FOR 'llvm'")
+    session = lin._session
+    from modelsql.planner.query import plan_query
+    from modelsql.sql import parse
+
+    scan = plan_query(parse("SELECT * FROM PREDICT(MODEL lin, TABLE t)")[0], session, []).scans[0]
+    assert scan.tvm is not None and scan.tvm.status == "checked"
+    fast = Costs(predict=lambda rows: [0.1 if r["backend"] == "tvm" else 1.0 for r in rows], store=session.store,
+                 source="test costs")
+    assert cost.choose_execution(scan, fast).backend == "tvm"
+    slow = Costs(predict=lambda rows: [0.9 if r["backend"] == "tvm" else 1.0 for r in rows], store=session.store,
+                 source="test costs")
+    choice = cost.choose_execution(scan, slow)
+    assert choice.backend == "onnxruntime" and "under 1.5x" in choice.backend_rejected[0][1]
+    given = cost.choose_execution(replace(scan, options=replace(scan.options, backend="onnxruntime",
+                                                                backend_given=True)), fast)
+    assert given.backend == "onnxruntime"

@@ -98,6 +98,9 @@ class PredictOptions:
     row gets the answer it gets alone; False lets such a model see whole batches."""
     merge: str = "auto"
     """One of :data:`MERGE_MODES`."""
+    backend_given: bool = False
+    """``backend`` was written; otherwise the cost function may run a checked artifact of another backend
+    (TVM) where the learned cost model expects it faster."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,8 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
         )
     return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size,
                           execution=execution, on_error=on_error, isolate_rows=isolate_rows,
-                          merge=_one_of(options, "merge", MERGE_MODES, model_name))
+                          merge=_one_of(options, "merge", MERGE_MODES, model_name),
+                          backend_given="backend" in options)
 
 
 def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str) -> str:

@@ -88,10 +88,11 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
         options = replace(options, batch_size=1)  # each row gets the answer it gets alone (formats.batch_axis)
     stmt = p.root()
     placement = placement_of(p, stmt, binding.columns, used)
+    tvm, declined = compiled.alternative(session, mv) if not options.backend_given else (None, None)
     return PredictScan(
         id=index, model=mv, input=relation, binding=binding, options=options,
         used=frozenset(used) if used is not None else None, placement=placement,
-        estimated_rows=estimate_rows(session, relation.sql, in_params),
+        estimated_rows=estimate_rows(session, relation.sql, in_params), tvm=tvm, tvm_declined=declined,
     )
 
 

@@ -159,6 +159,22 @@ def require_artifact(session, mv, batch_size: Optional[int] = None) -> CompiledA
     return chosen
 
 
+def alternative(session, mv) -> tuple[Optional[CompiledArtifact], Optional[str]]:
+    """``(checked artifact, None)`` or ``(None, why declined)`` of ``mv`` for this CPU, for the cost function to
+    weigh against ONNX Runtime; ``(None, None)`` when nothing was compiled (TVM is not even imported then)."""
+    if mv.kind in ("pipeline", "models") or not session.catalog.present:
+        return None, None
+    if not session.catalog.compiled.of_model(mv.name, mv.version):
+        return None, None
+    try:
+        rows = checked_artifacts(session.catalog, mv, tvm_target("llvm"))
+    except NotSupportedError:  # TVM no longer importable: ONNX Runtime alone
+        return None, None
+    chosen = _pick(rows, None)
+    declined = next((r.reason for r in rows if r.status == "declined"), None)
+    return chosen, (declined if chosen is None else None)
+
+
 def tvm_session(session, mv, *, intra: int, batch_size: Optional[int] = None):
     """The cached :class:`~modelsql.operators.backends.tvm.TvmModel` of :func:`require_artifact`.
 

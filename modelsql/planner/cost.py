@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..errors import NotSupportedError
@@ -66,6 +66,9 @@ DEFAULT_ROWS = 1000
 """Rows assumed when DuckDB gives no estimate."""
 RUN_ROWS_CANDIDATES = (1024, 4096, RUN_ROWS, BATCH_ROWS)
 """Rows per model run a batch-mode PREDICT may be given when the learned cost model chooses."""
+BACKEND_MIN_GAIN = 1.5
+"""The estimated speedup a checked TVM artifact needs over ONNX Runtime before the planner runs it (the
+feasibility study: a wrong TVM pick cost up to 100x, while the cost model's errors are tens of percent)."""
 
 
 @dataclass(frozen=True)
@@ -93,12 +96,18 @@ class Choice:
         reason: why.
         rejected: ``(alternative, why rejected)`` pairs.
         run_rows: rows per model run the learned cost model chose for a batch-mode scan (None: the default).
+        backend: ``"onnxruntime"`` or ``"tvm"`` (a checked artifact).
+        backend_reason, backend_rejected: why, and the other backend with why not ("" / () when the model
+            has no other backend to weigh).
     """
 
     execution: str
     reason: str
     rejected: tuple[tuple[str, str], ...] = ()
     run_rows: Optional[int] = None
+    backend: str = "onnxruntime"
+    backend_reason: str = ""
+    backend_rejected: tuple[tuple[str, str], ...] = ()
 
 
 def _rows(scan: PredictScan) -> int:
@@ -111,9 +120,11 @@ def _threads() -> int:
     return default_threads()
 
 
-def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_rows: Optional[int] = None) -> Estimate:
-    """The estimate of ``scan`` run by ``execution`` (``"stream"`` or ``"batch"``): inference from ``costs``
-    where it answers (``run_rows`` rows per run in batch mode: the default when None), else the defaults."""
+def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_rows: Optional[int] = None,
+             backend: str = "onnxruntime") -> Estimate:
+    """The estimate of ``scan`` run by ``execution`` (``"stream"`` or ``"batch"``) on ``backend``: inference from
+    ``costs`` where it answers (``run_rows`` rows per run in batch mode: the default when None; a TVM
+    artifact tuned for a fixed batch runs that many), else the defaults (which know ONNX Runtime only)."""
     rows = _rows(scan)
     fed = max(1, len(scan.binding.fed_columns))
     per_value = BATCH_NS_PER_VALUE if execution == "batch" else STREAM_NS_PER_VALUE
@@ -121,8 +132,10 @@ def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_row
     fixed = calls * CALL_MS + (BATCH_FIXED_MS if execution == "batch" else 0.0)
     overhead = rows * fed * per_value / 1e6 + fixed
     per_run = scan.options.batch_size or (run_rows or default_run_rows(scan) if execution == "batch" else CHUNK_ROWS)
+    if backend == "tvm" and scan.tvm is not None and scan.tvm.batch_size:
+        per_run = scan.tvm.batch_size
     per_run = max(1, min(per_run, rows))
-    learned = costs.run_ms(scan.model, per_run, threads=_threads() if execution == "batch" else 1)
+    learned = costs.run_ms(scan.model, per_run, threads=_threads() if execution == "batch" else 1, backend=backend)
     if learned is None:
         return Estimate(rows=rows, ms=rows * scan.model.param_count * PS_PER_PARAM_ROW / 1e9 + overhead)
     return Estimate(rows=rows, ms=-(-rows // per_run) * learned + overhead, source=costs.source, run_rows=per_run)
@@ -146,13 +159,39 @@ def best_run_rows(scan: PredictScan, costs: Costs) -> tuple[Optional[int], tuple
 
 
 def choose_execution(scan: PredictScan, costs: Costs = NO_COSTS) -> Choice:
-    """``stream`` or ``batch`` for one scan (option ``execution``; ``auto`` decides by the rules below), and in
-    batch mode the rows per run (:func:`best_run_rows`).
+    """``stream`` or ``batch`` for one scan (option ``execution``; ``auto`` decides by the rules below), in
+    batch mode the rows per run (:func:`best_run_rows`), and the backend (:func:`choose_backend`).
 
     Raises:
         NotSupportedError: ``execution = 'batch'`` asked for a column Arrow cannot carry
             (code ``"batch_type_not_supported"``).
     """
+    choice = _choose_execution(scan, costs)
+    backend, why, rejected = choose_backend(scan, costs, choice)
+    return replace(choice, backend=backend, backend_reason=why, backend_rejected=rejected)
+
+
+def choose_backend(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """``(backend, why, rejected alternatives)`` for a scan run as ``choice`` says: the one asked for; else a
+    checked TVM artifact (``scan.tvm``) when the learned cost model expects it :data:`BACKEND_MIN_GAIN`
+    times faster than ONNX Runtime; else ONNX Runtime."""
+    if scan.options.backend_given:
+        other = "onnxruntime" if scan.options.backend == "tvm" else "tvm"
+        return scan.options.backend, f"backend = '{scan.options.backend}' was asked for", ((other, "not asked for"),)
+    if scan.tvm is None:
+        return ("onnxruntime", "", (("tvm", f"declined: {scan.tvm_declined}"),) if scan.tvm_declined else ())
+    ort = estimate(scan, choice.execution, costs, choice.run_rows)
+    tvm = estimate(scan, choice.execution, costs, choice.run_rows, backend="tvm")
+    if not costs.learned or tvm.source != costs.source:
+        return "onnxruntime", "auto", (("tvm", "checked artifact, but no traces of it to estimate it by: PROFILE "
+                                               f"MODEL {scan.model.name} WITH (backends = ('onnxruntime', 'tvm'))"),)
+    gain = ort.ms / tvm.ms if tvm.ms > 0 else float("inf")
+    if gain >= BACKEND_MIN_GAIN:
+        return "tvm", f"auto: estimated {gain:.2f}x faster", (("onnxruntime", f"estimated {ort.ms:.1f} ms"),)
+    return "onnxruntime", "auto", (("tvm", f"estimated {tvm.ms:.1f} ms ({gain:.2f}x, under {BACKEND_MIN_GAIN}x)"),)
+
+
+def _choose_execution(scan: PredictScan, costs: Costs) -> Choice:
     mode = scan.options.execution
     place = scan.placement
     if scan.used is not None and not any(o.column.lower() in scan.used for o in scan.outputs):
@@ -218,7 +257,7 @@ def stream_threads(scan: PredictScan, duck_threads: int, cores: int) -> Optional
     on two cores, a 100,000-row input ran the heavy benchmark model 1.66x faster.
     """
     rows = scan.estimated_rows
-    if scan.options.batch_size or scan.options.backend != "onnxruntime" or rows is None:
+    if scan.options.batch_size or scan.options.backend != "onnxruntime" or scan.tvm is not None or rows is None:
         return None
     callers = max(1, min(duck_threads, -(-rows // ROW_GROUP_ROWS)))
     return max(1, cores // callers)

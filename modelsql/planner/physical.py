@@ -13,7 +13,7 @@ lowered pieces are spliced into that text, never parsed again).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 from sqlglot import exp
 
@@ -61,8 +61,9 @@ def choose(plan: QueryPlan) -> dict:
     for scan in plan.scans:
         choice = cost.choose_execution(scan, plan.costs)
         if scan.id in grouped:
-            choice = cost.Choice("stream", "shares its input with another PREDICT (predict_share_input)",
-                                 (("batch", "the shared scan runs every model in DuckDB's pipeline"),))
+            choice = replace(choice, execution="stream", run_rows=None,
+                             reason="shares its input with another PREDICT (predict_share_input)",
+                             rejected=(("batch", "the shared scan runs every model in DuckDB's pipeline"),))
         choices[scan.id] = choice
     return choices
 
@@ -92,7 +93,8 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         sub = None
         if choice.execution == "batch":
             begin_snapshot(session, held)
-            op = batch_operator(scan, session, input_sql, in_params, duck_threads, run_rows=choice.run_rows)
+            op = batch_operator(scan, session, input_sql, in_params, duck_threads, run_rows=choice.run_rows,
+                                backend=choice.backend)
             # read once: the statement's own top-level FROM, with nothing that could read it twice
             op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
             held.operators.append(op)
@@ -102,7 +104,8 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
                 lowered[scan.id] = (sub, set())
                 continue
             held.operators.remove(op)
-        op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id), model=family_models.get(scan.id))
+        op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id), model=family_models.get(scan.id),
+                             backend=choice.backend)
         op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
         name = op.register()
         if keep is None:
@@ -153,7 +156,8 @@ def family_members(plan: QueryPlan, session, duck_threads: int, phys: Physical) 
     return out
 
 
-def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, model=None) -> StreamPredict:
+def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, model=None,
+                    backend: str = "onnxruntime") -> StreamPredict:
     """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`);
     a pipeline of a :class:`~modelsql.planner.plan.StepShare` gets its group's step ``memo``; ``model``
     overrides the session (a member of a merged family)."""
@@ -166,14 +170,15 @@ def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, mo
     elif scan.model.kind == "models":
         model = routed_model(scan, session, intra)
     else:
-        model = scan_session(scan, session, intra)
+        model = scan_session(scan, session, intra, backend=backend)
     return StreamPredict(scan, model, session.duck)
 
 
-def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str, ...] = ()):
-    """The loaded model a scan runs: its checked TVM artifact with ``backend = 'tvm'``
-    (:func:`~modelsql.planner.compiled.tvm_session`), else the ONNX Runtime session."""
-    if scan.options.backend == "tvm":
+def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str, ...] = (),
+                 backend: str = "onnxruntime"):
+    """The loaded model a scan runs on ``backend``: its checked TVM artifact
+    (:func:`~modelsql.planner.compiled.tvm_session`), or the ONNX Runtime session."""
+    if backend == "tvm":
         return compiled.tvm_session(session, scan.model, intra=intra, batch_size=scan.options.batch_size)
     return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major)
 
@@ -191,23 +196,23 @@ def routed_model(scan: PredictScan, session, intra: int):
 
 
 def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int,
-                   run_rows: Optional[int] = None) -> BatchPredict:
+                   run_rows: Optional[int] = None, backend: str = "onnxruntime") -> BatchPredict:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows;
     ``run_rows``: rows per model run the cost model chose (None: the default, :func:`cost.default_run_rows`)."""
     cores = artifacts.default_threads()
     if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
         stream = model = routed_model(scan, session, cores)
     else:
-        stream = scan_session(scan, session, shared_threads(cores, duck_threads))
+        stream = scan_session(scan, session, shared_threads(cores, duck_threads), backend=backend)
     b, o = scan.binding, scan.options
-    transposable = (not o.batch_size and stream.fixed_batch is None and o.backend == "onnxruntime"
+    transposable = (not o.batch_size and stream.fixed_batch is None and backend == "onnxruntime"
                     and scan.model.kind not in ("pipeline", "models"))
     column_major = tuple(
         a.input_name for a in b.args
         if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2
     )
     if scan.model.kind != "models":
-        model = scan_session(scan, session, cores, column_major)
+        model = scan_session(scan, session, cores, column_major, backend=backend)
     feature_bytes = sum(cost.arg_bytes(a, t) for a, t in zip(b.args, b.arg_types)) or 1
     rows_per_batch = max(64, min(cost.BATCH_ROWS, (32 << 20) // feature_bytes))
     return BatchPredict(

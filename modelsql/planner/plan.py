@@ -128,6 +128,9 @@ class PredictScan:
         estimated_rows: DuckDB's estimate of the input's rows (None when it gives none).
         shared: the id of the :class:`ShareGroup` it belongs to (rule ``predict_share_input``), or None.
         route: for a routed PREDICT, how its members run (rule ``predict_merge_family``); None: separately.
+        tvm: the model's checked TVM artifact for this CPU (``modelsql.compiled``), when the PREDICT names no
+            backend and there is one: the cost function may choose it.
+        tvm_declined: why TVM declined the model, when it did and the PREDICT names no backend.
         label: ``model "m" version v``.
     """
 
@@ -141,6 +144,8 @@ class PredictScan:
     estimated_rows: Optional[int] = None
     shared: Optional[int] = None
     route: Optional[RoutePlan] = None
+    tvm: Optional[object] = None
+    tvm_declined: Optional[str] = None
 
     @property
     def label(self) -> str:
