@@ -93,3 +93,18 @@ def test_profile_trains_the_cost_model_once_there_are_enough_traces(con):
     con.execute("CREATE TABLE t AS SELECT " + ", ".join(f"{i}::FLOAT AS c{i}" for i in range(8)) + " FROM range(100)")
     plan = dict(con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
     assert "cost model modelsql_cost version 1 (8 traces" in plan
+
+
+def test_explain_analyze_records_the_runs_it_made_as_traces(con):
+    """EXPLAIN ANALYZE keeps what really ran: one trace per rows-per-run seen at least three times, with its
+    features, source explain_analyze; a plain EXPLAIN records nothing."""
+    import json
+
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    con.execute("CREATE TABLE t AS SELECT " + ", ".join(f"{i}::FLOAT AS c{i}" for i in range(8)) + " FROM range(5000)")
+    con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t, batch_size = 100)").fetchall()
+    assert con.execute("SELECT count(*) FROM modelsql.traces").fetchone() == (0,)
+    con.execute("EXPLAIN ANALYZE SELECT * FROM PREDICT(MODEL lin, TABLE t, batch_size = 100)").fetchall()
+    rows = con.execute("SELECT source, batch_size, len(seconds), backend, features FROM modelsql.traces").fetchall()
+    assert [(r[0], r[1], r[3]) for r in rows] == [("explain_analyze", 100, "onnxruntime")]
+    assert rows[0][2] == 20 + 20 + 9 and json.loads(rows[0][4])["batch_size"] == 100  # chunks of 2,048, 2,048 and 904 rows

@@ -184,6 +184,10 @@ class OutputCol:
         return base
 
 
+RUN_SAMPLES = 256
+"""Model runs per PREDICT function whose wall time is kept (:attr:`PredictFunction.runs`)."""
+
+
 class PredictFunction:
     """The callable DuckDB runs per chunk for one bound PREDICT.
 
@@ -238,6 +242,9 @@ class PredictFunction:
         self.rows = 0
         self.seconds = 0.0
         """Time spent inside the function (EXPLAIN ANALYZE prints it)."""
+        self.runs: list[tuple[int, float]] = []
+        """``(rows, seconds)`` of the model's first :data:`RUN_SAMPLES` runs (EXPLAIN ANALYZE records them as
+        latency traces for the cost model)."""
 
     def __call__(self, *arrays) -> pa.StructArray:
         start = time.perf_counter()
@@ -250,12 +257,20 @@ class PredictFunction:
         finally:
             self.seconds += time.perf_counter() - start
 
+    def _timed(self, feeds: dict[str, np.ndarray], n: int) -> list[np.ndarray]:
+        if len(self.runs) >= RUN_SAMPLES:
+            return self.model.run(feeds, self.output_names)
+        start = time.perf_counter()
+        out = self.model.run(feeds, self.output_names)
+        self.runs.append((n, time.perf_counter() - start))
+        return out
+
     def _run_all(self, feeds: dict[str, np.ndarray], n: int) -> list[np.ndarray]:
         b = self.batch_size
         if not b or n <= b:
-            return self.model.run(feeds, self.output_names)
+            return self._timed(feeds, n)
         parts = [
-            self.model.run({k: v[i : i + b] for k, v in feeds.items()}, self.output_names) for i in range(0, n, b)
+            self._timed({k: v[i : i + b] for k, v in feeds.items()}, min(b, n - i)) for i in range(0, n, b)
         ]
         for start, part in zip(range(0, n, b), parts):
             for res, o in zip(part, self.outputs):

@@ -27,6 +27,7 @@ from .handlers import run_default, run_statement
 from .bind_routed import ROUTE_INPUT
 from .plan import PredictScan, QueryPlan
 from .query import run_query
+from .profile import record_query_traces
 from .result import Result
 from .tune import explain_tune
 
@@ -77,6 +78,8 @@ def _explain(stmt: exp.Command, session, params: list) -> Result:
     ours = [("modelsql_predict", describe_scan(s, phys.operators[s.id].execution)) for s in plan.scans]
     ours.append(("modelsql_plan", render_plan(plan, phys, analyze=analyze)))
     out.release()
+    if analyze:
+        record_query_traces(session, plan, phys)  # the cost model's training data: what really ran
     return Result(
         session.duck,
         description=[("explain_key", "VARCHAR", None, None, None, None, True),

@@ -147,3 +147,41 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
         ("rows_per_second", "DOUBLE"))],
         rows=[(n, r.backend, r.threads, r.batch_size, f, r.median_s * 1e3, r.p90_s * 1e3, r.p99_s * 1e3,
                r.batch_size / r.median_s if r.median_s > 0 else None) for n, r, f in zip(numbers, rows, factors)])
+
+
+def record_query_traces(session, plan, phys, source: str = "explain_analyze") -> list[int]:
+    """Record, as latency traces of ``source``, the model runs a query's PREDICTs made (each function keeps its
+    first :data:`~modelsql.operators.predict.RUN_SAMPLES` runs): one trace per (scan, rows per run) seen at
+    least 3 times, for single models only (a pipeline's or a merged family's runs are not one graph's). Joins
+    the session's transaction; nothing is recorded on a read-only catalog. Returns the trace numbers."""
+    if session.read_only or session.catalog.read_only or not session.catalog.present:
+        return []
+    rows = []
+    for scan in plan.scans:
+        op, choice = phys.operators.get(scan.id), phys.choices.get(scan.id)
+        function = getattr(op, "function", None)
+        threads = getattr(getattr(function, "model", None), "intra_op_threads", None)
+        if function is None or threads is None or scan.model.kind in ("pipeline", "models") or not function.runs:
+            continue
+        rows += _run_traces(session, scan.model, function.runs, choice.backend if choice else "onnxruntime",
+                            int(threads), source)
+    if not rows:
+        return []
+    with session.catalog.transaction():
+        return session.catalog.traces.add(rows)
+
+
+def _run_traces(session, mv, runs: list, backend: str, threads: int, source: str) -> list[TraceRow]:
+    by_rows: dict[int, list[float]] = {}
+    for n, seconds in runs:
+        by_rows.setdefault(n, []).append(seconds)
+    graph = onnx.load_from_string(session.store.get(mv.graph_digest))  # shapes are all the features read
+    out = []
+    for n, times in sorted(by_rows.items(), key=lambda kv: -len(kv[1]))[:4]:
+        if len(times) < 3:
+            continue
+        t = LatencyTrace(backend, threads, n, tuple(times))
+        out.append(TraceRow(mv.name, mv.version, backend, "cpu", threads, n, t.seconds, t.median, t.quantile(0.9),
+                            t.quantile(0.99), source=source,
+                            features=trace_features(graph, n, backend=backend, threads=threads)))
+    return out
