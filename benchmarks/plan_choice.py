@@ -19,7 +19,9 @@ for the family architectures, merge factors 1 and ``--family``; the last PROFILE
 Plans: per query, the candidates its options can force:
 
 * single-model queries: ``execution = 'stream'``, ``execution = 'batch'`` and ``execution = 'batch',
-  batch_size = b`` for b in 1,024 and 32,768 (rows per model run);
+  batch_size = b`` for b in 1,024, 4,096, 8,192 and 32,768 (rows per model run; the planner also picks
+  one or every core for them, which no option forces: its plan is matched to the candidate of its rows
+  per run);
 * routed queries: ``merge = 'always'`` and ``merge = 'never'``.
 
 The planner's plan is the query with no options (``auto``); which candidate it equals is read from
@@ -46,8 +48,7 @@ import numpy as np
 SINGLE_CANDIDATES = {
     "stream": "execution = 'stream'",
     "batch": "execution = 'batch'",
-    "batch_1024": "execution = 'batch', batch_size = 1024",
-    "batch_32768": "execution = 'batch', batch_size = 32768",
+    **{f"batch_{b}": f"execution = 'batch', batch_size = {b}" for b in (1024, 4096, 8192, 32768)},
 }
 ROUTED_CANDIDATES = {"merge": "merge = 'always'", "separate": "merge = 'never'"}
 POLICIES = {
@@ -118,8 +119,8 @@ def chosen_candidate(con, query: dict) -> str:
         return "merge" if "merge: yes" in plan else "separate"
     if "BatchPredict" not in plan:
         return "stream"
-    for rows in (1024, 32768):
-        if f"rows per run: {rows:,}" in plan:
+    for rows in (1024, 4096, 8192, 32768):
+        if f"rows per run: {rows:,} " in plan:
             return f"batch_{rows}"
     return "batch"
 

@@ -96,6 +96,7 @@ class Choice:
         reason: why.
         rejected: ``(alternative, why rejected)`` pairs.
         run_rows: rows per model run the learned cost model chose for a batch-mode scan (None: the default).
+        threads: intra-op threads it chose for those runs (None: every core).
         backend: ``"onnxruntime"`` or ``"tvm"`` (a checked artifact).
         backend_reason, backend_rejected: why, and the other backend with why not ("" / () when the model
             has no other backend to weigh).
@@ -105,6 +106,7 @@ class Choice:
     reason: str
     rejected: tuple[tuple[str, str], ...] = ()
     run_rows: Optional[int] = None
+    threads: Optional[int] = None
     backend: str = "onnxruntime"
     backend_reason: str = ""
     backend_rejected: tuple[tuple[str, str], ...] = ()
@@ -121,7 +123,7 @@ def _threads() -> int:
 
 
 def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_rows: Optional[int] = None,
-             backend: str = "onnxruntime") -> Estimate:
+             backend: str = "onnxruntime", threads: Optional[int] = None) -> Estimate:
     """The estimate of ``scan`` run by ``execution`` (``"stream"`` or ``"batch"``) on ``backend``: inference from
     ``costs`` where it answers (``run_rows`` rows per run in batch mode: the default when None; a TVM
     artifact tuned for a fixed batch runs that many), else the defaults (which know ONNX Runtime only)."""
@@ -135,7 +137,8 @@ def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_row
     if backend == "tvm" and scan.tvm is not None and scan.tvm.batch_size:
         per_run = scan.tvm.batch_size
     per_run = max(1, min(per_run, rows))
-    learned = costs.run_ms(scan.model, per_run, threads=_threads() if execution == "batch" else 1, backend=backend)
+    threads = threads or (_threads() if execution == "batch" else 1)
+    learned = costs.run_ms(scan.model, per_run, threads=threads, backend=backend)
     if learned is None:
         return Estimate(rows=rows, ms=rows * scan.model.param_count * PS_PER_PARAM_ROW / 1e9 + overhead)
     return Estimate(rows=rows, ms=-(-rows // per_run) * learned + overhead, source=costs.source, run_rows=per_run)
@@ -146,16 +149,19 @@ def default_run_rows(scan: PredictScan) -> int:
     return RUN_ROWS if scan.model.param_count > BATCH_MAX_PARAMS else BATCH_ROWS
 
 
-def best_run_rows(scan: PredictScan, costs: Costs) -> tuple[Optional[int], tuple[tuple[str, str], ...]]:
-    """The rows per run (of :data:`RUN_ROWS_CANDIDATES`) the learned cost model expects fastest in batch mode,
-    and the others with their estimates; ``(None, ())`` without a cost model or with ``batch_size`` given."""
+def best_run_rows(scan: PredictScan, costs: Costs) -> tuple[Optional[int], Optional[int], tuple[tuple[str, str], ...]]:
+    """The rows per run (of :data:`RUN_ROWS_CANDIDATES`) and intra-op threads (one, or every core) the learned
+    cost model expects fastest in batch mode, and the other pairs with their estimates; ``(None, None, ())``
+    without a cost model or with ``batch_size`` given."""
     if not costs.learned or scan.options.batch_size:
-        return None, ()
+        return None, None, ()
     rows = _rows(scan)
-    options = sorted({min(r, rows) for r in RUN_ROWS_CANDIDATES})
-    estimates = {r: estimate(scan, "batch", costs, r).ms for r in options}
-    best = min(options, key=lambda r: (estimates[r], -r))
-    return best, tuple((f"{r:,}-row runs", f"estimated {estimates[r]:.1f} ms") for r in options if r != best)
+    options = [(r, t) for r in sorted({min(r, rows) for r in RUN_ROWS_CANDIDATES}) for t in sorted({1, _threads()})]
+    estimates = {o: estimate(scan, "batch", costs, o[0], threads=o[1]).ms for o in options}
+    best = min(options, key=lambda o: (estimates[o], -o[0], -o[1]))
+    others = tuple((f"{r:,}-row runs on {t} thread{'s' if t > 1 else ''}", f"estimated {estimates[(r, t)]:.1f} ms")
+                   for r, t in options if (r, t) != best)
+    return best[0], best[1], others
 
 
 def choose_execution(scan: PredictScan, costs: Costs = NO_COSTS) -> Choice:
@@ -180,8 +186,8 @@ def choose_backend(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str
         return scan.options.backend, f"backend = '{scan.options.backend}' was asked for", ((other, "not asked for"),)
     if scan.tvm is None:
         return ("onnxruntime", "", (("tvm", f"declined: {scan.tvm_declined}"),) if scan.tvm_declined else ())
-    ort = estimate(scan, choice.execution, costs, choice.run_rows)
-    tvm = estimate(scan, choice.execution, costs, choice.run_rows, backend="tvm")
+    ort = estimate(scan, choice.execution, costs, choice.run_rows, threads=choice.threads)
+    tvm = estimate(scan, choice.execution, costs, choice.run_rows, backend="tvm", threads=choice.threads)
     if not costs.learned or tvm.source != costs.source:
         return "onnxruntime", "auto", (("tvm", "checked artifact, but no traces of it to estimate it by: PROFILE "
                                                f"MODEL {scan.model.name} WITH (backends = ('onnxruntime', 'tvm'))"),)
@@ -206,17 +212,18 @@ def _choose_execution(scan: PredictScan, costs: Costs) -> Choice:
                 "the column out of what the statement reads.",
                 code="batch_type_not_supported",
             )
-        run_rows, others = best_run_rows(scan, costs)
-        return Choice("batch", "execution = 'batch' was asked for", (("stream", "not asked for"), *others), run_rows)
+        run_rows, threads, others = best_run_rows(scan, costs)
+        return Choice("batch", "execution = 'batch' was asked for", (("stream", "not asked for"), *others), run_rows,
+                      threads)
     if mode == "stream":
         return Choice("stream", "execution = 'stream' was asked for", (("batch", "not asked for"),))
     reason = _stream_reason(scan, costs)
     if reason:
         return Choice("stream", "auto", (("batch", reason),))
-    run_rows, others = best_run_rows(scan, costs)
+    run_rows, threads, others = best_run_rows(scan, costs)
+    batch = estimate(scan, "batch", costs, run_rows, threads=threads).ms
     return Choice("batch", "auto", (("stream", f"estimated {estimate(scan, 'stream', costs).ms:.1f} ms against "
-                                                f"{estimate(scan, 'batch', costs, run_rows).ms:.1f} ms in batch"),
-                                    *others), run_rows)
+                                                f"{batch:.1f} ms in batch"), *others), run_rows, threads)
 
 
 def _stream_reason(scan: PredictScan, costs: Costs = NO_COSTS) -> Optional[str]:
@@ -233,8 +240,9 @@ def _stream_reason(scan: PredictScan, costs: Costs = NO_COSTS) -> Optional[str]:
         return f'column "{place.arrow_unsafe[0].name}" ({place.arrow_unsafe[0].type}) does not survive Arrow'
     rows = scan.estimated_rows
     if costs.learned and rows is not None:
-        run_rows, _ = best_run_rows(scan, costs)
-        stream, batch = estimate(scan, "stream", costs).ms, estimate(scan, "batch", costs, run_rows).ms
+        run_rows, threads, _ = best_run_rows(scan, costs)
+        stream = estimate(scan, "stream", costs).ms
+        batch = estimate(scan, "batch", costs, run_rows, threads=threads).ms
         if stream <= batch:
             return f"estimated {batch:.1f} ms against {stream:.1f} ms streaming"
     elif scan.model.param_count > BATCH_MAX_PARAMS:

@@ -137,7 +137,7 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     choice = phys.choices.get(s.id) if phys is not None else None
     name = op.name if op is not None else "PredictScan"
     est = cost.estimate(s, choice.execution if choice else "stream", plan.costs, choice.run_rows if choice else None,
-                        choice.backend if choice else "onnxruntime")
+                        choice.backend if choice else "onnxruntime", choice.threads if choice else None)
     rows = f"{est.rows:,}" + ("" if s.estimated_rows is not None else " (no DuckDB estimate)")
     backend = choice.backend if choice is not None else s.options.backend
     lines.append(f"{pad}{name} {s.label} [{backend}, cpu] "
@@ -148,7 +148,8 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
             others = "; ".join(f"{alt} ({why})" for alt, why in choice.backend_rejected)
             lines.append(f"{pad}  backend: {choice.backend}" + (f" ({choice.backend_reason})" if choice.backend_reason
                                                                 else "") + f"; rejected: {others}")
-        run_rows = f"; rows per run: {choice.run_rows:,}" if choice.run_rows else ""
+        run_rows = (f"; rows per run: {choice.run_rows:,} on {choice.threads} thread{'s' if choice.threads > 1 else ''}"
+                    if choice.run_rows else "")
         lines.append(f"{pad}  execution: {op.explain()['execution'] if op else choice.execution} ({choice.reason})"
                      + run_rows + (f"; rejected: {rejected}" if rejected else ""))
     outs = ", ".join(o.column for o in s.outputs)

@@ -94,7 +94,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         if choice.execution == "batch":
             begin_snapshot(session, held)
             op = batch_operator(scan, session, input_sql, in_params, duck_threads, run_rows=choice.run_rows,
-                                backend=choice.backend)
+                                backend=choice.backend, threads=choice.threads)
             # read once: the statement's own top-level FROM, with nothing that could read it twice
             op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
             held.operators.append(op)
@@ -196,10 +196,12 @@ def routed_model(scan: PredictScan, session, intra: int):
 
 
 def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int,
-                   run_rows: Optional[int] = None, backend: str = "onnxruntime") -> BatchPredict:
+                   run_rows: Optional[int] = None, backend: str = "onnxruntime",
+                   threads: Optional[int] = None) -> BatchPredict:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows;
-    ``run_rows``: rows per model run the cost model chose (None: the default, :func:`cost.default_run_rows`)."""
-    cores = artifacts.default_threads()
+    ``run_rows``: rows per model run the cost model chose (None: the default, :func:`cost.default_run_rows`);
+    ``threads``: the intra-op threads it chose for them (None: every core)."""
+    cores = threads or artifacts.default_threads()
     if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
         stream = model = routed_model(scan, session, cores)
     else:
