@@ -19,9 +19,11 @@ cannot take this one down). ``tensor_intrin`` is also imported by ``TuneContext`
 53-69 s, 35 s are CUDA intrinsics: :func:`_cpu_intrinsics_only` imports just this CPU's.
 
 Resume: MetaSchedule itself re-runs every trial when called again with the same database (measured:
-a second 16-trial call added 16 more records). :func:`tune` counts the valid records each task
-already has in ``work_dir`` and tunes only what is missing; the evolutionary search then starts from
-the database's best records (its ``init_measured_ratio``) and skips schedules already measured.
+a second 16-trial call added 16 more records). :func:`tune` gives each task (fused operator) an
+even share of the trials and counts what it already had: its valid records in the database, or the
+share an earlier call gave it (``work_dir/modelsql_trials.json``: a task whose search space ran out
+early, or whose candidates failed, is not searched again). Only the missing trials run; the
+evolutionary search then starts from the database's best records (its ``init_measured_ratio``).
 
 Cost: ~2 s per trial on 2 cores; untuned TVM is 50-200x slower than ONNX Runtime and minutes of
 tuning still left it 3-5x slower on CPU (same measurements, Q1), so tuning is an explicit offline step.
@@ -29,12 +31,16 @@ tuning still left it 3-5x slower on CPU (same measurements, Q1), so tuning is an
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
+import json
 import logging
 import math
 import os
 import platform
 import sys
+import threading
 import types
 import warnings
 from typing import Callable, Optional
@@ -43,6 +49,12 @@ from ...errors import NotSupportedError
 from . import tvm as tvm_backend
 
 __all__ = ["unavailable_reason", "tune", "records_in"]
+
+_XGB_WARMUP = 100
+"""Measurements MetaSchedule's XGBoost cost model needs before it ranks candidates (its default)."""
+
+_TUNING = threading.Lock()
+"""One tuning at a time per process: MetaSchedule re-configures process-wide loggers for each."""
 
 _RUNNER_TIMEOUT_S = 120.0
 """Seconds one candidate may take in the runner worker (its first task includes starting the worker)."""
@@ -68,13 +80,16 @@ def tune(model_bytes: bytes, *, target: dict, batch_size: int, trials: int, work
         target: a TVM target as a dict (:func:`.tvm.cpu_target`).
         batch_size: rows per run; the library has this fixed batch (load it with
             ``Signature.from_onnx(model_bytes, batch_size)``).
-        trials: measured schedules in all, split evenly over the tuning tasks (fused operators),
-            at least one each; records already in ``work_dir`` count.
+        trials: measured schedules in all, split evenly over the tuning tasks (fused operators):
+            ``ceil(trials / tasks)`` each; trials already in ``work_dir`` count. 0: no tuning, just
+            apply what ``work_dir`` holds.
         work_dir: folder of the JSON database (``database_workload.json``,
-            ``database_tuning_record.json``) and MetaSchedule's logs (``logs/``); created if missing.
+            ``database_tuning_record.json``), the trials given per task (``modelsql_trials.json``) and
+            MetaSchedule's logs (``logs/``); created if missing.
             Use one folder per (model, batch size, target): a second call resumes from it.
-        progress: called as ``progress(trials done, trials in all)`` after each measured batch of
-            candidates (done includes the trials reused from ``work_dir``).
+        progress: called as ``progress(trials done, trials in all)`` first and after each measured batch
+            of candidates; done includes the trials reused from ``work_dir``, and the unused share of
+            a task whose search space ran out. "In all" is the per-task share times the tasks.
         seed: seed of the search (None: random).
 
     Returns:
@@ -83,7 +98,14 @@ def tune(model_bytes: bytes, *, target: dict, batch_size: int, trials: int, work
 
     Raises:
         NotSupportedError: TVM or xgboost unusable (``"tvm_unavailable"``); TVM cannot import or
-            compile the model (``"tvm_import_failed"``); ``fixed_batch`` as in :func:`.tvm.bind_batch`.
+            compile the model (``"tvm_import_failed"``); MetaSchedule failed (``"tvm_tune_failed"``);
+            ``fixed_batch`` as in :func:`.tvm.bind_batch`.
+
+    Candidates are timed by MetaSchedule's ``LocalRunner`` (its default: the mean of one repeat of at
+    least 100 ms)
+    in a worker process whose TVM thread pool has ``TVM_NUM_THREADS`` threads (all cores unless set,
+    see :mod:`.tvm`); ``target["num-cores"]`` is what the schedules parallelize for. Calls in one
+    process run one at a time.
         DataError: not an ONNX model (``"invalid_onnx"``).
     """
     reason = unavailable_reason()
@@ -96,11 +118,11 @@ def tune(model_bytes: bytes, *, target: dict, batch_size: int, trials: int, work
     tvm_target = tvm.target.Target(target)
     os.makedirs(work_dir, exist_ok=True)
     _cpu_intrinsics_only()
-    _quiet_console()
     tasks = ms.relax_integration.extract_tasks(_fused(mod, tvm_target), tvm_target)
     database = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
-    if tasks:
-        _tune_missing(tasks, database, trials, work_dir, progress, seed)
+    if tasks and trials > 0:
+        with _TUNING, _quiet_logs():
+            _tune_missing(tasks, database, trials, work_dir, progress, seed)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -123,35 +145,113 @@ def records_in(work_dir: str) -> int:
 
 def _tune_missing(tasks: list, database, trials: int, work_dir: str,
                   progress: Optional[Callable[[int, int], None]], seed: Optional[int]) -> None:
-    """Run the trials each task still lacks (``ceil(trials / tasks)`` each, less its records)."""
-    import tvm.s_tir.meta_schedule as ms
+    """Give each task the trials it still lacks of ``ceil(trials / tasks)``, one task at a time.
 
+    A task's trials so far are the larger of its valid records in ``database`` and the budget an
+    earlier call already gave it (:class:`_Ledger`: a task whose search space ran out before its
+    budget, or whose candidates failed, is not searched again). Tasks are tuned one by one (one
+    ``tune_tasks`` call each, sharing the builder, runner worker and cost model), so each gets
+    exactly its share, which MetaSchedule's gradient scheduler over all of them does not guarantee.
+    """
+    import tvm.s_tir.meta_schedule as ms
+    import tvm_ffi
+
+    ledger = _Ledger(work_dir)
     per_task = max(1, math.ceil(trials / len(tasks)))
-    done = [min(per_task, _valid_records(database, t.dispatched[0])) for t in tasks]
-    missing = [(t, per_task - d) for t, d in zip(tasks, done) if d < per_task]
-    total = per_task * len(tasks)
-    if progress is not None:
-        progress(sum(done), total)
-    if not missing:
+    keys = [str(tvm_ffi.structural_hash(t.dispatched[0])) for t in tasks]  # the database's own key
+    done = [min(per_task, max(ledger.given(k), _valid_records(database, t.dispatched[0]))) for t, k in zip(tasks, keys)]
+    counter = _Progress(progress, sum(done), per_task * len(tasks))
+    counter.report()
+    todo = [i for i, d in enumerate(done) if d < per_task]
+    if not todo:
         return
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        [t for t, _ in missing], work_dir, seed=seed)
-    most = max(m for _, m in missing)
-    callbacks = list(ms.MeasureCallback.create("default"))
-    if progress is not None:
-        callbacks.append(_Progress(progress, sum(done), total))
-    ms.tune_tasks(
-        tasks=contexts, task_weights=weights, work_dir=work_dir,
-        max_trials_global=sum(m for _, m in missing), max_trials_per_task=most,
-        num_trials_per_iter=min(64, most), builder=_InProcessBuilder(),
-        runner=ms.runner.LocalRunner(timeout_sec=_RUNNER_TIMEOUT_S), database=database,
-        cost_model="xgb", measure_callbacks=callbacks)
+        [tasks[i] for i in todo], work_dir, seed=seed)
+    shared = dict(builder=_InProcessBuilder(), runner=ms.runner.LocalRunner(timeout_sec=_RUNNER_TIMEOUT_S),
+                  cost_model=_cost_model(sum(per_task - done[i] for i in todo), contexts[0].num_threads))
+    for i, context, weight in zip(todo, contexts, weights):
+        missing = per_task - done[i]
+        try:
+            ms.tune_tasks(tasks=[context], task_weights=[weight], work_dir=work_dir, max_trials_global=missing,
+                          max_trials_per_task=missing, num_trials_per_iter=min(64, missing), database=database,
+                          measure_callbacks=[*ms.MeasureCallback.create("default"), counter.callback()], **shared)
+        except Exception as exc:  # records measured so far stay in the database: a new call resumes
+            raise NotSupportedError(f"MetaSchedule failed tuning {context.task_name}: {tvm_backend.error_text(exc)}",
+                                    code="tvm_tune_failed") from exc
+        counter.finish_task(missing)  # also when its search space ran out first
+        ledger.give(keys[i], per_task)
+
+
+def _cost_model(trials: int, cores: int):
+    """MetaSchedule's XGBoost cost model, or its random one when XGBoost would never be consulted.
+
+    ``XGBModel.predict`` returns uniform random scores until it holds ``num_warmup_samples`` (100)
+    measurements, and it starts empty each call; with at most 100 trials to run it is trained after
+    every round (~6 s each on 2 cores) and never used, so the random model searches the same way.
+    """
+    import tvm.s_tir.meta_schedule as ms
+
+    if trials <= _XGB_WARMUP:
+        return ms.CostModel.create("random")
+    return ms.CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto", num_warmup_samples=_XGB_WARMUP)
 
 
 def _valid_records(database, task_mod) -> int:
     if not database.has_workload(task_mod):
         return 0
     return len(database.get_top_k(database.commit_workload(task_mod), 1 << 30))
+
+
+class _Ledger:
+    """``work_dir/modelsql_trials.json``: task -> trials given so far.
+
+    A task is keyed by the structural hash of its TIR function, the key MetaSchedule's JSON database
+    stores for a workload (stable across processes).
+    """
+
+    def __init__(self, work_dir: str) -> None:
+        self.path = os.path.join(work_dir, "modelsql_trials.json")
+        try:
+            with open(self.path) as f:
+                self.entries = dict(json.load(f))
+        except (OSError, ValueError):
+            self.entries = {}
+
+    def given(self, key: str) -> int:
+        return int(self.entries.get(key, 0))
+
+    def give(self, key: str, trials: int) -> None:
+        self.entries[key] = max(trials, self.given(key))
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.entries, f)
+        os.replace(tmp, self.path)
+
+
+class _Progress:
+    """Counts measured candidates over all tasks and reports ``(done, total)``."""
+
+    def __init__(self, report: Optional[Callable[[int, int], None]], done: int, total: int) -> None:
+        self.report_to, self.done, self.total, self.task_start = report, done, total, done
+
+    def report(self) -> None:
+        if self.report_to is not None:
+            self.report_to(min(self.done, self.total), self.total)
+
+    def measured(self, count: int) -> None:
+        self.done += count
+        self.report()
+
+    def finish_task(self, budget: int) -> None:
+        """End of a task given ``budget`` trials: what its search did not use counts as done."""
+        if self.done < self.task_start + budget:
+            self.done = self.task_start + budget
+            self.report()
+        self.task_start = self.done
+
+    def callback(self):
+        """A MetaSchedule measure callback calling :meth:`measured` after each measured batch."""
+        return _measure_callback_class()(self.measured)
 
 
 def _fused(mod, target):
@@ -200,36 +300,49 @@ def _cpu_intrinsics_only() -> None:
         importlib.import_module(f"{name}.{host}")
 
 
-def _quiet_console() -> None:
-    """Keep MetaSchedule's per-iteration tables off stdout (they still go to ``work_dir/logs``).
+@contextlib.contextmanager
+def _quiet_logs():
+    """Keep MetaSchedule's per-iteration tables off stdout while tuning (they still go to ``work_dir/logs``).
 
-    Its loggers' console handler takes the level of the ``tvm.s_tir.meta_schedule`` logger, DEBUG when
-    unset; set to WARNING here unless the application configured it.
+    Each ``tune_tasks`` call re-configures the ``tvm.s_tir.meta_schedule`` logger (``logging.config.
+    dictConfig``): its console handler takes that logger's level, DEBUG when unset. Unless the
+    application set a level, it is WARNING during tuning and unset again after. Handlers without a
+    name are removed first: TVM formats every handler name of that logger (``create_loggers``) and
+    raises on None (pytest's log capture adds such handlers), and its dictConfig replaces them anyway.
     """
     logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    if logger.level == logging.NOTSET:
+    for handler in [h for h in logger.handlers if h.get_name() is None]:
+        logger.removeHandler(handler)
+    unset = logger.level == logging.NOTSET
+    if unset:
         logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        if unset:
+            logger.setLevel(logging.NOTSET)
 
 
-def _progress_callback_class():
+@functools.lru_cache(maxsize=None)
+def _measure_callback_class():
     import tvm.s_tir.meta_schedule as ms
     from tvm.ir.utils import derived_object
 
     @derived_object
-    class Progress(ms.measure_callback.PyMeasureCallback):
-        """Calls ``progress(done, total)`` after each measured batch of candidates."""
+    class Measured(ms.measure_callback.PyMeasureCallback):
+        """Calls ``count(number of candidates)`` after each measured batch of candidates."""
 
-        def __init__(self, report: Callable[[int, int], None], done: int, total: int) -> None:
+        def __init__(self, count: Callable[[int], None]) -> None:
             super().__init__()
-            self.report, self.done, self.total = report, done, total
+            self.count = count
 
         def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-            self.done += len(measure_candidates)
-            self.report(min(self.done, self.total), self.total)
+            self.count(len(measure_candidates))
 
-    return Progress
+    return Measured
 
 
+@functools.lru_cache(maxsize=None)
 def _builder_class():
     import tvm
     import tvm.s_tir.meta_schedule as ms
@@ -263,8 +376,3 @@ def _builder_class():
 def _InProcessBuilder():
     """A new in-process MetaSchedule builder (the class is made on first use: it needs tvm)."""
     return _builder_class()()
-
-
-def _Progress(report: Callable[[int, int], None], done: int, total: int):
-    """A new progress measure callback."""
-    return _progress_callback_class()(report, done, total)

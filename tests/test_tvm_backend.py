@@ -1,0 +1,281 @@
+"""The TVM backend as a library (modelsql/operators/backends/tvm.py, tvm_check.py): compiling ONNX
+models with TVM Relax, running them as BackendModels, refusing what TVM cannot import, and catching
+what it imports wrongly by checking against ONNX Runtime.
+
+Real models only: small torch modules exported with the legacy exporter (dynamic batch), a
+scikit-learn LogisticRegression fitted on the iris data it ships, ONNX graphs built node by node,
+and the onnx package's own backend node test cases. Skipped as a whole when TVM is unusable.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from modelsql.errors import DataError, NotSupportedError
+from modelsql.operators.backends import tvm as tvm_backend
+from modelsql.operators.backends.onnxruntime import OrtModel
+from modelsql.operators.backends.tvm_check import check_against_onnxruntime
+
+_REASON = tvm_backend.unavailable_reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"the TVM backend is unavailable: {_REASON}")
+
+torch = pytest.importorskip("torch")
+
+
+def _export(module, example) -> bytes:
+    """``module`` as ONNX (legacy exporter, opset 17) with a dynamic batch ``N`` on input ``x`` and output ``y``."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), example, buf, dynamo=False, opset_version=17, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    return buf.getvalue()
+
+
+def _mlp() -> bytes:
+    torch.manual_seed(0)
+    return _export(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)),
+                   torch.randn(2, 16))
+
+
+def _cnn() -> bytes:
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))
+    with torch.no_grad():  # non-trivial batch-norm statistics
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 2.0)
+    return _export(net, torch.randn(2, 1, 8, 8))
+
+
+_MODELS = {"mlp": (_mlp, (16,)), "cnn": (_cnn, (1, 8, 8))}
+
+
+@pytest.fixture(scope="module")
+def target() -> dict:
+    return tvm_backend.cpu_target(2)
+
+
+@pytest.fixture(scope="module")
+def compiled(target) -> dict:
+    """name -> (onnx bytes, dynamic-batch library bytes)."""
+    out = {}
+    for name, (make, _) in _MODELS.items():
+        model = make()
+        out[name] = (model, tvm_backend.compile_onnx(model, target=target))
+    return out
+
+
+def _load(model: bytes, library, batch_size=None, **kw):
+    return tvm_backend.load_library(library, tvm_backend.Signature.from_onnx(model, batch_size), "model m version 1", **kw)
+
+
+def _rows(shape: tuple, n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, *shape)).astype(np.float32)
+
+
+def _ort(model: bytes, x: np.ndarray) -> np.ndarray:
+    return OrtModel(model, "reference").run({"x": x})[0]
+
+
+# ---------------------------------------------------------------- compiling and running
+
+
+@pytest.mark.parametrize("name", sorted(_MODELS))
+def test_dynamic_batch_matches_onnxruntime(compiled, name) -> None:
+    model, library = compiled[name]
+    tvm_model = _load(model, library)
+    assert tvm_model.fixed_batch is None and tvm_model.input_names == ["x"] and tvm_model.output_names == ["y"]
+    for n in (1, 5, 32):
+        x = _rows(_MODELS[name][1], n, seed=n)
+        (y,) = tvm_model.run({"x": x})
+        assert y.shape[0] == n and y.dtype == np.float32
+        np.testing.assert_allclose(y, _ort(model, x), atol=1e-4, rtol=1e-3)
+
+
+def test_reloaded_library_gives_identical_outputs(compiled, tmp_path) -> None:
+    model, library = compiled["cnn"]
+    x = _rows((1, 8, 8), 6)
+    first = _load(model, library).run({"x": x})[0]
+    path = tmp_path / "cnn.so"
+    path.write_bytes(library)
+    for source in (library, str(path)):
+        np.testing.assert_array_equal(_load(model, source).run({"x": x})[0], first)
+
+
+def test_static_batch_compile_has_a_fixed_batch(compiled, target) -> None:
+    model = compiled["mlp"][0]
+    tvm_model = _load(model, tvm_backend.compile_onnx(model, target=target, batch_size=8), batch_size=8)
+    assert tvm_model.fixed_batch == 8 and tvm_model.input_shapes["x"] == [8, 16]
+    x = _rows((16,), 20)  # two full slices of 8 and one padded slice of 4
+    np.testing.assert_allclose(tvm_model.run({"x": x})[0], _ort(model, x), atol=1e-4, rtol=1e-3)
+    assert tvm_model.run({"x": x[:0]})[0].shape == (0, 4)
+
+
+def test_a_fixed_batch_other_than_the_models_is_refused(target) -> None:
+    fixed = _static_mlp(batch=4)
+    with pytest.raises(NotSupportedError) as info:
+        tvm_backend.compile_onnx(fixed, target=target, batch_size=8)
+    assert info.value.code == "fixed_batch"
+
+
+def _static_mlp(batch: int) -> bytes:
+    model = onnx.load_model_from_string(_mlp())
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = batch
+    return model.SerializeToString()
+
+
+def test_run_sets_the_calling_threads_pool(compiled) -> None:
+    import tvm
+
+    model, library = compiled["mlp"]
+    tvm_model = _load(model, library, intra_op_threads=1)
+    seen = []
+
+    def work() -> None:
+        tvm_model.run({"x": _rows((16,), 3)})
+        seen.append(tvm.runtime.num_threads())
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert tvm_model.intra_op_threads == 1 and seen == [1]
+
+
+def test_target_signature_and_versions(compiled) -> None:
+    target = tvm_backend.cpu_target(3)
+    assert target["kind"] == "llvm" and target["num-cores"] == 3 and target["mcpu"] not in ("", "native", "generic")
+    assert tvm_backend.target_key(target) == tvm_backend.target_key(dict(reversed(list(target.items()))))
+    assert set(tvm_backend.versions()) == {"tvm", "tvm_ffi"}
+    signature = tvm_backend.Signature.from_onnx(compiled["cnn"][0])
+    assert signature.inputs[0] == tvm_backend.TensorSpec("x", "float32", ("N", 1, 8, 8))
+    assert tvm_backend.Signature.from_json(signature.to_json()) == signature
+
+
+# ---------------------------------------------------------------- refusing
+
+def test_bad_feeds_raise_data_error_naming_the_model(compiled) -> None:
+    model, library = compiled["mlp"]
+    tvm_model = _load(model, library)
+    x = _rows((16,), 4)
+    for feeds, outputs, words in [
+        ({"x": x.astype(np.float64)}, None, "float32"),
+        ({"x": x[:, :3]}, None, "shape"),
+        ({"x": x[0]}, None, "shape"),
+        ({"z": x}, None, "'x'"),
+        ({"x": x}, ["nope"], "nope"),
+    ]:
+        with pytest.raises(DataError) as info:
+            tvm_model.run(feeds, outputs)
+        assert info.value.code == "model_run_failed"
+        assert "model m version 1" in str(info.value) and words in str(info.value)
+
+
+def test_bytes_that_are_no_library_are_refused(compiled) -> None:
+    with pytest.raises(DataError) as info:
+        _load(compiled["mlp"][0], b"not a shared library")
+    assert info.value.code == "invalid_library"
+
+
+def test_onnx_ml_operators_are_refused_by_name(target) -> None:
+    pytest.importorskip("skl2onnx")
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+    from skl2onnx import to_onnx
+
+    x, y = load_iris(return_X_y=True)
+    x = x.astype(np.float32)
+    model = to_onnx(LogisticRegression(max_iter=500).fit(x, y), x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    with pytest.raises(NotSupportedError) as info:
+        tvm_backend.compile_onnx(model.SerializeToString(), target=target)
+    assert info.value.code == "tvm_import_failed"
+    assert "LinearClassifier" in str(info.value) and "ai.onnx.ml" in str(info.value)
+
+
+def _graph(nodes, inputs, outputs) -> bytes:
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_an_operator_without_a_converter_is_named(target) -> None:
+    model = _graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Celu", ["r"], ["y"], name="celu1")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    with pytest.raises(NotSupportedError) as info:
+        tvm_backend.compile_onnx(model, target=target)
+    assert info.value.code == "tvm_import_failed" and "Celu" in str(info.value) and "celu1" in str(info.value)
+
+
+def test_a_conversion_failure_names_the_operator(target) -> None:
+    model = _graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("TopK", ["r", "k"], ["v", "i"], axis=1)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                    helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+                   [helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
+                    helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    with pytest.raises(NotSupportedError) as info:
+        tvm_backend.compile_onnx(model, target=target)
+    assert info.value.code == "tvm_import_failed" and "operator TopK" in str(info.value)
+    assert "Traceback" not in str(info.value)
+
+
+# ---------------------------------------------------------------- checking against ONNX Runtime
+
+
+def test_check_passes_for_the_mlp(compiled) -> None:
+    model, library = compiled["mlp"]
+    result = check_against_onnxruntime(model, _load(model, library))
+    assert result.ok and result.reason is None and result.batches == (1, 7, 32)
+    assert result.max_abs < 1e-4
+
+
+def test_check_of_a_static_library_runs_its_batch_only(compiled, target) -> None:
+    model = compiled["mlp"][0]
+    tvm_model = _load(model, tvm_backend.compile_onnx(model, target=target, batch_size=8), batch_size=8)
+    result = check_against_onnxruntime(model, tvm_model)
+    assert result.ok and result.batches == (8,)
+
+
+def _node_case(name: str, module: str) -> bytes:
+    """The model of the onnx package's backend node test case ``name``.
+
+    Read from ``onnx/backend/test/data/node/<name>/model.onnx`` when the wheel ships it; onnx 1.23's
+    wheel ships only the generators, so otherwise the one generator module is imported: importing
+    ``onnx.backend.test.case.node.<module>`` runs its ``export*`` functions, which append their cases
+    to the package's case list (``collect_testcases`` would import all 200 modules: ~6 s).
+    """
+    import importlib
+    import os
+
+    import onnx.backend.test
+
+    path = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data", "node", name, "model.onnx")
+    if os.path.exists(path):
+        return onnx.load(path).SerializeToString()
+    importlib.import_module(f"onnx.backend.test.case.node.{module}")
+    from onnx.backend.test.case import node as cases
+
+    return next(c for c in cases._NodeTestCases if c.name == name).model.SerializeToString()
+
+
+@pytest.mark.parametrize("case", [
+    ("test_spacetodepth_crd_mode_example", "spacetodepth", "y", "elements differ"),  # values wrong
+    ("test_convtranspose_output_shape", "convtranspose", "Y", "shape"),  # output_shape ignored
+], ids=lambda c: c[0])
+def test_check_catches_what_tvm_compiles_wrongly(case, target) -> None:
+    name, module, output, words = case
+    model = _node_case(name, module)
+    tvm_model = _load(model, tvm_backend.compile_onnx(model, target=target))  # TVM compiles it without a word
+    result = check_against_onnxruntime(model, tvm_model)
+    assert not result.ok
+    assert f'output "{output}" at batch 1' in result.reason and words in result.reason
+    assert result.batches == (1,)  # the cases have a fixed batch of 1
