@@ -350,3 +350,20 @@ def test_share_structures_runs_heads_of_one_shape_on_one_session(tmp_path, fitte
     finally:
         stop_all()
         con.close()
+
+
+def test_stop_server_records_sampled_run_times_as_traces(served):
+    """The server samples one run in SAMPLE_EVERY of each single-model stage; STOP SERVER records them as
+    traces (source serve, with features) for the cost model."""
+    from modelsql.planner.served_traces import SAMPLE_EVERY
+
+    con, host = served
+    body = json.dumps({"inputs": [{"name": "idx", "shape": [3], "datatype": "INT64", "data": [0, 1, 2]}]}).encode()
+    for _ in range(SAMPLE_EVERY * 4):
+        status, out = _post(host, "/v2/models/lookup/infer", body)
+        assert status == 200, out
+    port = host.rsplit(":", 1)[1]
+    con.execute(f"STOP SERVER ON PORT {port}")
+    rows = con.execute("SELECT model, source, batch_size, len(seconds), features IS NOT NULL FROM modelsql.traces "
+                       "WHERE model = 'lookup'").fetchall()
+    assert rows == [("lookup", "serve", 3, 4, True)]

@@ -185,3 +185,22 @@ def _run_traces(session, mv, runs: list, backend: str, threads: int, source: str
                             t.quantile(0.99), source=source,
                             features=trace_features(graph, n, backend=backend, threads=threads)))
     return out
+
+
+def record_served_traces(session, sampler) -> list[int]:
+    """Record what a stopping server sampled (:class:`~modelsql.planner.served_traces.TraceSampler`) as traces
+    of source ``serve``, in the session's transaction; nothing on a read-only catalog."""
+    if session.read_only or session.catalog.read_only or not session.catalog.present:
+        return []
+    graphs: dict = {}
+
+    def features_of(mv, rows: int) -> dict:
+        if mv.graph_digest not in graphs:
+            graphs[mv.graph_digest] = onnx.load_from_string(session.store.get(mv.graph_digest))
+        return trace_features(graphs[mv.graph_digest], rows, backend="onnxruntime", threads=1)
+
+    rows = sampler.rows(features_of)
+    if not rows:
+        return []
+    with session.catalog.transaction():
+        return session.catalog.traces.add(rows)

@@ -38,6 +38,7 @@ from ..sql.nodes import Serve, ShowServers, StopServer
 from . import artifacts
 from .handlers import run_statement
 from .options import no_repeats, value
+from .profile import record_served_traces
 from .result import Result
 from .serving_repository import CatalogRepository
 
@@ -238,6 +239,8 @@ def _stop(stmt: StopServer, session, params: list) -> Result:
         SERVERS.pop(running.server.port, None)
     running.server.stop()
     running.repository.close()
+    if running.database == session.database:
+        record_served_traces(session, running.repository.sampler)  # sampled run times, for the cost model
     return Result(session.duck, rowcount=1)
 
 

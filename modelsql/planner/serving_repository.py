@@ -41,6 +41,7 @@ from ..serving.repository import TensorMetadata
 from ..serving.simple import text_feed
 from . import artifacts, merge_cost, merged_models
 from .resident_steps import ResidentSteps
+from .served_traces import TraceSampler
 from .stages import fuse_stages, stage_model
 from .rules.pipeline_share_steps import SharedSteps, share_steps
 
@@ -148,6 +149,8 @@ class CatalogRepository:
         """The loaded steps (:class:`~modelsql.planner.resident_steps.ResidentSteps`)."""
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="modelsql-serve")
         self.on_step: Optional[Callable[[str, int, float], None]] = None
+        self.sampler = TraceSampler()
+        """Sampled run times of single-model stages (:mod:`~modelsql.planner.served_traces`)."""
 
     # ------------------------------------------------------------ the resident set
 
@@ -211,6 +214,9 @@ class CatalogRepository:
             graph = StepGraph([GraphNode(st.name, proxies[st.key], st.feeds, tuple(e for _, _, e in st.outputs),
                                          st.members) for st in stages], member_outputs, on_step=self._observe)
             stage_of = {node.key: session_of[st.key] for st in stages for _, node in st.nodes}
+            for st in stages:
+                if not st.fused and st.nodes[0][1].model.kind not in ("pipeline", "models"):
+                    self.sampler.watch(st.name, st.nodes[0][1].model)
             family = old.family if old is not None and old.members == members else self._family(key, entries, members)
             groups[key] = _Group(key, members, shared, graph, executor, own, stage_of, family)
         for key, old in self._groups.items():
@@ -242,6 +248,7 @@ class CatalogRepository:
                     for k, g in self._groups.items() if g.family is not None}
 
     def _observe(self, step: str, rows: int, seconds: float) -> None:
+        self.sampler.observe(step, rows, seconds)
         if self.on_step is not None:
             self.on_step(step, rows, seconds)
 
