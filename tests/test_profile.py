@@ -108,3 +108,41 @@ def test_explain_analyze_records_the_runs_it_made_as_traces(con):
     rows = con.execute("SELECT source, batch_size, len(seconds), backend, features FROM modelsql.traces").fetchall()
     assert [(r[0], r[1], r[3]) for r in rows] == [("explain_analyze", 100, "onnxruntime")]
     assert rows[0][2] == 20 + 20 + 9 and json.loads(rows[0][4])["batch_size"] == 100  # chunks of 2,048, 2,048 and 904 rows
+
+
+def test_profile_on_a_table_times_the_real_predict_runs(con):
+    """PROFILE MODEL m ON TABLE t runs the PREDICT over t with each batch size as the planner plans it and
+    records its model runs; options that only synthetic inputs have are refused."""
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    con.execute("CREATE TABLE t AS SELECT " + ", ".join(f"{i}::FLOAT AS c{i}" for i in range(8)) + " FROM range(2000)")
+    rows = con.execute("PROFILE MODEL lin ON TABLE t WITH (batch_sizes = (100, 500), repeat = 10)").fetchall()
+    assert {(r[3], r[9]) for r in rows} >= {(100, "lin"), (500, "lin")}
+    sizes = con.execute("SELECT batch_size, len(seconds), source FROM modelsql.traces ORDER BY batch_size").fetchall()
+    assert all(n >= 10 and source == "profile" for b, n, source in sizes if b in (100, 500))
+    with pytest.raises(ProgrammingError) as ei:
+        con.execute("PROFILE MODEL lin ON TABLE t WITH (threads = (2))")
+    assert ei.value.code == "invalid_option"
+    with pytest.raises(ProgrammingError):
+        con.execute("PROFILE MODEL lin ON TABLE nope")
+
+
+def test_profile_pipeline_profiles_each_step(con):
+    """PROFILE PIPELINE p times each distinct step model on synthetic inputs (one trace per step and
+    configuration), and refuses ON (a pipeline's runs are not one graph's)."""
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from modelsql.errors import NotSupportedError
+
+    x, y = load_iris(return_X_y=True)
+    con.import_pipeline("p", make_pipeline(StandardScaler(), LogisticRegression(max_iter=300)).fit(x, y),
+                        example_input=x[:2])
+    rows = con.execute("PROFILE PIPELINE p WITH (batch_sizes = (1, 16), repeat = 3, operators = false)").fetchall()
+    steps = con.execute("SELECT count(*) FROM modelsql.pipeline_steps").fetchone()[0]
+    assert len(rows) == 2 * steps and len({r[9] for r in rows}) == steps
+    con.execute("CREATE TABLE flowers AS SELECT 5.1::DOUBLE a, 3.5::DOUBLE b, 1.4::DOUBLE c, 0.2::DOUBLE d")
+    with pytest.raises(NotSupportedError) as ei:
+        con.execute("PROFILE PIPELINE p ON TABLE flowers")
+    assert ei.value.code == "profile_not_supported"

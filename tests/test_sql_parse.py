@@ -35,7 +35,7 @@ from modelsql.sql import (
     to_duckdb_sql,
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
-from modelsql.sql.nodes import (CreatePipeline, ProfileModel, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
+from modelsql.sql.nodes import (CreatePipeline, CompileModel, ProfileModel, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
                                 Serve, ShowPipelines, ShowServers, ShowStudies, StopServer, TuneModel, statement)
 
 
@@ -66,6 +66,10 @@ STATEMENT_FORMS = [
     ("DROP MODEL m", DropModel),
     ("PROFILE MODEL m", ProfileModel),
     ("PROFILE MODEL m VERSION 2 WITH (batch_sizes = (1, 8), threads = (1, 2), repeat = 20)", ProfileModel),
+    ("PROFILE PIPELINE p ON TABLE t WITH (repeat = 3)", ProfileModel),
+    ("PROFILE MODEL m ON (SELECT * FROM t LIMIT 100)", ProfileModel),
+    ("COMPILE MODEL m FOR 'llvm'", CompileModel),
+    ("COMPILE MODEL m VERSION 2 FOR 'llvm' WITH (tune_trials = 64, batch_size = 8)", CompileModel),
     ("DROP MODEL IF EXISTS m", DropModel),
     ("DROP MODEL m VERSION 2", DropModel),
     ("drop model if exists m version 12", DropModel),

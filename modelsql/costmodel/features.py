@@ -4,7 +4,9 @@ Performance through Program Analysis and Modeling", 2010) and of nn-Meter (Zhang
 per-operator-class work as the unit of a DL latency predictor).
 
 :func:`model_features` gives the static part of a model at a batch size: the per-operator-class node
-counts, FLOPs and bytes of :func:`modelsql.formats.cost_features.cost_features`, plus the work of the
+counts, FLOPs and bytes of :func:`modelsql.formats.cost_features.cost_features` (less the nodes the backend
+folds at load), the kernels that run on every call per class (the per-call overhead of a runtime is per
+kernel), the graph's inputs and outputs, the bytes of one-row (GEMV) products, plus the work of the
 ``ai.onnx.ml`` operators that ONNX shape inference cannot see (tree ensembles, linear models: scikit-
 learn pipelines). :func:`row` adds the run's :class:`Config` and lays everything out in the fixed
 order :data:`FEATURES`, whose meaning and unit each name states (:data:`FEATURE_DOCS`). Every feature
@@ -22,7 +24,7 @@ import numpy as np
 import onnx
 
 from ..errors import DataError, ProgrammingError
-from ..formats.cost_features import cost_features
+from ..formats.cost_features import OP_CLASSES, cost_features
 
 __all__ = ["BACKENDS", "DEVICES", "TARGETS", "PRODUCT_CLASSES", "MEMORY_CLASSES", "FEATURES", "FEATURE_DOCS",
            "Config", "model_features", "row", "matrix", "target_column"]
@@ -38,6 +40,14 @@ PRODUCT_CLASSES = ("conv", "gemm", "matmul")
 """Operator classes with multiply-accumulate FLOPs (compute-bound at large sizes)."""
 MEMORY_CLASSES = ("elementwise", "normalization", "reduction", "data", "other")
 """Operator classes counted one operation per output element (memory-bound)."""
+
+KERNEL_CLASSES = ("conv", "dense", *MEMORY_CLASSES)
+"""Classes of the per-call node counts (``<class>_kernels``): convolutions, dense products (Gemm, MatMul and
+their variants) and the memory-bound classes."""
+_CONVS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
+_DENSE = frozenset({"Gemm", "MatMul", "MatMulInteger", "QLinearMatMul", "Einsum"})
+_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                     "Bernoulli"})
 
 _ML_SAME_SHAPE = frozenset({"Scaler", "Normalizer", "Binarizer", "Imputer"})
 _ML_LINEAR = frozenset({"LinearClassifier", "LinearRegressor", "SVMClassifier", "SVMRegressor"})
@@ -59,6 +69,11 @@ FEATURE_DOCS: dict[str, str] = {
     **{f"{c}_{w}": {"nodes": f"{c} nodes", "flops": f"{c} output elements per run",
                     "bytes": f"bytes read and written by {c} nodes per run"}[w]
        for c in MEMORY_CLASSES for w in ("nodes", "flops", "bytes")},
+    "io_tensors": "graph inputs and outputs (each is bound and converted on every call)",
+    "constant_nodes": "nodes computable from initializers alone (the backend folds them when it loads the model)",
+    **{f"{c}_kernels": f"{c} nodes that run on every call (not constant)" for c in KERNEL_CLASSES},
+    "gemv_bytes": "bytes of the 2-D products when the batch is one row (matrix-vector products: every weight "
+                  "read once, no reuse; 0 at other batch sizes)",
     "tree_visits": "tree-ensemble node comparisons per run: rows x sum over trees of the mean leaf depth",
     "tree_outputs": "tree-ensemble leaf weights accumulated per run: rows x sum over trees of weights per leaf",
     "ml_flops": "FLOPs of ai.onnx.ml linear models and scalers per run (2 per coefficient per row)",
@@ -116,15 +131,19 @@ def target_column(target: str) -> str:
 
 
 def model_features(model: onnx.ModelProto, batch_size: int) -> dict[str, float]:
-    """The static features of running ``model`` on ``batch_size`` rows: the keys of :data:`FEATURES` after
-    the configuration ones, as :func:`~modelsql.formats.cost_features.cost_features` counts them, plus the
-    work of ``ai.onnx.ml`` tree ensembles and linear models (``tree_visits``, ``tree_outputs``,
-    ``ml_flops``), which shape inference does not see.
+    """The static features of running ``model`` on ``batch_size`` rows: ``batch_size`` and the keys of
+    :data:`FEATURES` after the configuration ones. Per-class counts, FLOPs and bytes as
+    :func:`~modelsql.formats.cost_features.cost_features` counts them; the per-call kernel counts and graph
+    inputs and outputs; the GEMV bytes; and the work of ``ai.onnx.ml`` tree ensembles and linear models
+    (``tree_visits``, ``tree_outputs``, ``ml_flops``), which shape inference does not see. About 1-100 ms
+    (shape inference on a copy of the graph); cache it per (model, batch size).
 
     ``model`` may be full or stripped (only shapes, initializer dims and node attributes are read). The
     outputs of shape-preserving ``ai.onnx.ml`` operators (Scaler, Normalizer, Binarizer, Imputer) are given
     their input's shape first, so the tensor nodes after them (a scikit-learn MLP after its scaler) are
-    counted.
+    counted. Nodes computable from initializers alone (:func:`_constant_nodes`: the reshapes and concatenations
+    of a NetFuse merge's weights) are folded by the backend when it loads the model, so their FLOPs, bytes and
+    counts are left out of the per-class features (``nodes`` still counts every node).
 
     Raises:
         ProgrammingError: ``invalid_option`` for a batch size below 1.
@@ -132,8 +151,15 @@ def model_features(model: onnx.ModelProto, batch_size: int) -> dict[str, float]:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ProgrammingError(f"batch_size must be a positive integer, got {batch_size!r}", code="invalid_option")
     out = dict(cost_features(_ml_shapes(model, batch_size), batch_size))
+    folded = _constant_nodes(model.graph)
+    if folded:
+        for key, value in cost_features(_subgraph(model, folded), 1).items():
+            if key.endswith(("_nodes", "_flops", "_bytes")) and key != "param_bytes":
+                out[key] = max(0.0, out[key] - value)
     out.update(_ml_work(model, batch_size))
-    return {k: float(out.get(k, 0.0)) for k in _STATIC}
+    out.update(_kernels(model, folded))
+    out["gemv_bytes"] = out["gemm_bytes"] if batch_size == 1 else 0.0
+    return {"batch_size": float(batch_size), **{k: float(out.get(k, 0.0)) for k in _STATIC}}
 
 
 def _ml_shapes(model: onnx.ModelProto, batch_size: int) -> onnx.ModelProto:
@@ -156,6 +182,52 @@ def _ml_shapes(model: onnx.ModelProto, batch_size: int) -> onnx.ModelProto:
             if node.output[0] not in declared:
                 m.graph.value_info.append(onnx.helper.make_value_info(node.output[0], t))
     return m
+
+
+def _kernel_class(node: onnx.NodeProto) -> str:
+    if node.op_type in _CONVS:
+        return "conv"
+    if node.op_type in _DENSE:
+        return "dense"
+    if node.domain in ("", "ai.onnx"):
+        return next((c for c, ops in OP_CLASSES.items() if node.op_type in ops), "other")
+    return "other"
+
+
+def _constant_nodes(graph: onnx.GraphProto) -> list[int]:
+    """Indices of the nodes whose inputs are all initializers or outputs of such nodes (and Constant nodes):
+    what ONNX Runtime's constant folding computes once at load. Random operators are never constant."""
+    constant = {t.name for t in graph.initializer} | {""}
+    out = []
+    for i, node in enumerate(graph.node):
+        if node.op_type not in _RANDOM and (node.input or node.op_type == "Constant") and \
+                all(name in constant for name in node.input):
+            constant.update(node.output)
+            out.append(i)
+    return out
+
+
+def _subgraph(model: onnx.ModelProto, indices: list[int]) -> onnx.ModelProto:
+    """The nodes ``indices`` of ``model`` alone, with the initializers they read, their outputs as outputs."""
+    nodes = [model.graph.node[i] for i in indices]
+    used = {name for n in nodes for name in n.input}
+    graph = onnx.helper.make_graph(nodes, "constants", [],
+                                   [onnx.helper.make_empty_tensor_value_info(o) for n in nodes for o in n.output if o],
+                                   [t for t in model.graph.initializer if t.name in used])
+    return onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+
+
+def _kernels(model: onnx.ModelProto, folded: list[int]) -> dict[str, float]:
+    """``constant_nodes``, ``<class>_kernels`` and ``io_tensors`` of the main graph."""
+    graph, skip = model.graph, set(folded)
+    out = dict.fromkeys((f"{c}_kernels" for c in KERNEL_CLASSES), 0.0)
+    for i, node in enumerate(graph.node):
+        if i not in skip:
+            out[f"{_kernel_class(node)}_kernels"] += 1
+    initializers = {t.name for t in graph.initializer}
+    out["constant_nodes"] = float(len(folded))
+    out["io_tensors"] = float(sum(v.name not in initializers for v in graph.input) + len(graph.output))
+    return out
 
 
 def _attr(node: onnx.NodeProto, name: str):

@@ -37,9 +37,9 @@ __all__ = ["ZooModel", "FAMILIES", "build_zoo", "tiny_zoo"]
 FAMILIES = ("mlp", "cnn", "resnet", "transformer", "sklearn", "merged")
 """The ``family`` labels of :class:`ZooModel`."""
 
-LIGHT = (1, 4, 16, 64)
-MEDIUM = (1, 8, 32)
-HEAVY = (1, 4)
+LIGHT = (1, 2, 4, 8, 16, 32, 64, 128)
+MEDIUM = (1, 2, 4, 8, 16, 32)
+HEAVY = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def _entries() -> list[tuple[str, str, str, tuple[int, ...], int, Callable[[], b
     from sklearn.tree import DecisionTreeClassifier
 
     from modelsql import zoo
-    from modelsql.datasets.architectures import resnet18, resnext50_32x4d
+    from modelsql.datasets.architectures import resnet18, resnet50, resnext50_32x4d
 
     digits = np.random.default_rng(0).standard_normal((2, 64), dtype=np.float32)
     mlp_small = (64, 64, 64, 10)
@@ -174,6 +174,7 @@ def _entries() -> list[tuple[str, str, str, tuple[int, ...], int, Callable[[], b
         ("mlp_wide", "mlp", "MLP 784-2048-10", LIGHT, 1, lambda: _mlp((784, 2048, 10))),
         ("mlp_deep", "mlp", "MLP 32-64x10-4", LIGHT, 1, lambda: _mlp((32, *(64,) * 10, 4))),
         ("mlp_1024x3", "mlp", "MLP 512-1024x3-16", MEDIUM, 1, lambda: _mlp((512, 1024, 1024, 1024, 16))),
+        ("mlp_2048x2", "mlp", "MLP 1024-2048-2048-10", MEDIUM, 1, lambda: _mlp((1024, 2048, 2048, 10))),
         ("cnn_digits", "cnn", "modelsql.zoo.cnn(channels=16)", LIGHT, 1,
          lambda: _torch(zoo.cnn(64, 10, channels=16), digits, 0)),
         ("cnn_digits_wide", "cnn", "modelsql.zoo.cnn(channels=64, hidden=256)", MEDIUM, 1,
@@ -190,11 +191,14 @@ def _entries() -> list[tuple[str, str, str, tuple[int, ...], int, Callable[[], b
          lambda: _torch(resnet18(), _images(3, 64), 0)),
         ("resnet18_224px", "resnet", "ResNet-18 at 3x224x224", (1, 2), 1,
          lambda: _torch(resnet18(), _images(3, 224), 0)),
+        ("resnet50_w16", "resnet", "ResNet-50, width 16, 3x64x64", HEAVY, 1,
+         lambda: _torch(resnet50(width=16), _images(3, 64), 0)),
         ("resnext50_w16", "resnet", "ResNeXt-50 32x4d, width 16, 3x64x64", HEAVY, 1,
          lambda: _torch(resnext50_32x4d(width=16), _images(3, 64), 0)),
         ("bert_small", "transformer", "BERT dim 64, 2 layers, seq 16", LIGHT, 1, lambda: _bert()),
         ("bert_base4", "transformer", "BERT dim 128, 4 layers, ff 512, seq 32", MEDIUM, 1,
          lambda: _bert(dim=128, layers=4, heads=4, ff=512, seq=32)),
+        ("bert_seq64", "transformer", "BERT dim 64, 2 layers, seq 64", MEDIUM, 1, lambda: _bert(seq=64)),
         ("torch_encoder", "transformer", "nn.TransformerEncoder dim 64, 2 layers, seq 16", LIGHT, 1,
          lambda: _torch(_torch_encoder(64, 2, 4, 256), _sequences(64), 0)),
         ("sk_logreg", "sklearn", "StandardScaler + LogisticRegression (digits)", LIGHT, 1,
@@ -208,6 +212,10 @@ def _entries() -> list[tuple[str, str, str, tuple[int, ...], int, Callable[[], b
          lambda: _sklearn(lambda: DecisionTreeClassifier(max_depth=12, random_state=0), "digits")),
         ("sk_forest", "sklearn", "RandomForestClassifier(50 trees, depth 10) (digits)", LIGHT, 1,
          lambda: _sklearn(lambda: RandomForestClassifier(50, max_depth=10, random_state=0), "digits")),
+        ("sk_forest_big", "sklearn", "RandomForestClassifier(200 trees, depth 14) (digits)", LIGHT, 1,
+         lambda: _sklearn(lambda: RandomForestClassifier(200, max_depth=14, random_state=0), "digits")),
+        ("sk_gboost_digits", "sklearn", "GradientBoostingClassifier(30 x 10 trees, depth 3) (digits)", LIGHT, 1,
+         lambda: _sklearn(lambda: GradientBoostingClassifier(n_estimators=30, random_state=0), "digits")),
         ("sk_gboost", "sklearn", "GradientBoostingClassifier(100 trees, depth 3) (breast cancer)", LIGHT, 1,
          lambda: _sklearn(lambda: GradientBoostingClassifier(random_state=0), "breast_cancer")),
         ("sk_mlp", "sklearn", "StandardScaler + MLPClassifier(100) (digits)", LIGHT, 1,
@@ -215,6 +223,8 @@ def _entries() -> list[tuple[str, str, str, tuple[int, ...], int, Callable[[], b
                                                                                  random_state=0)), "digits")),
         ("merged_mlp_n2", "merged", "NetFuse merge of 2 MLPs 64-64-64-10", LIGHT, 2,
          lambda: _merged(lambda s: _mlp(mlp_small, s), 2)),
+        ("merged_mlp_n4", "merged", "NetFuse merge of 4 MLPs 128-256-256-10", LIGHT, 4,
+         lambda: _merged(lambda s: _mlp((128, 256, 256, 10), s), 4)),
         ("merged_mlp_n8", "merged", "NetFuse merge of 8 MLPs 64-64-64-10", LIGHT, 8,
          lambda: _merged(lambda s: _mlp(mlp_small, s), 8)),
         ("merged_cnn_n2", "merged", "NetFuse merge of 2 CNNs 3x32x32, 16-32-64", MEDIUM, 2,

@@ -84,10 +84,13 @@ class Costs:
 
     def run_ms(self, mv, batch: int, *, threads: int, backend: str = "onnxruntime",
                merge_factor: int = 1) -> Optional[float]:
-        """Predicted milliseconds of one run of ``mv`` on ``batch`` rows, or None (no fit, or a version the
-        model cannot describe)."""
+        """Predicted milliseconds of one run of ``mv`` on ``batch`` rows (a pipeline: the sum of its steps'), or
+        None (no fit, or a version the model cannot describe)."""
         if self.predict is None:
             return None
+        if getattr(mv, "kind", None) == "pipeline" and merge_factor == 1:  # its steps run one after another
+            steps = [self.run_ms(step.model, batch, threads=threads, backend=backend) for step in mv.steps]
+            return None if any(t is None for t in steps) else sum(steps)
         static = static_at(self.store, mv, batch)
         if static is None:
             return None

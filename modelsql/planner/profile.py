@@ -19,10 +19,14 @@ from typing import Any
 
 import onnx
 from onnx import numpy_helper
+from sqlglot import exp
+
+from .. import sql as msql
 
 from ..catalog.traces import OperatorRow, TraceRow
 from ..errors import NotSupportedError, ProgrammingError
 from ..formats.netfuse import MergeDeclined, merge_models
+from ..sql.dialect import ModelSQL
 from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from ..sql.nodes import ProfileModel
 from .artifacts import load_model_proto
@@ -31,6 +35,7 @@ from .cost_model import retrain, trace_features
 from .merge_cost import CONV_MAX_ROWS
 from .handlers import run_statement
 from .options import no_repeats, value
+from .query import run_query
 from .result import Result
 
 __all__ = ["PROFILE_OPTIONS"]
@@ -117,11 +122,8 @@ def _trace_row(mv, proto, data: bytes, t: LatencyTrace, n: int, operators: bool)
                     operators=_operators(data, t) if operators else ())
 
 
-@run_statement.register
-def _profile(stmt: ProfileModel, session, params: list) -> Result:
-    ref = stmt.this
-    mv = session.get_model(ref.model_name, ref.version_number, ref)
-    options = _options(stmt, params)
+def _synthetic(session, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
+    """Traces of ``mv`` on synthetic inputs, per (merge factor, backend, threads, batch size)."""
     warmup, repeat = _ints(options, "warmup", low=0)[0], _ints(options, "repeat")[0]
     proto = load_model_proto(session.store, mv)
     rows, factors = [], []
@@ -134,6 +136,79 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
                                      others=tvm if n == 1 else (), onnxruntime="onnxruntime" in backends)
             rows += [_trace_row(mv, proto, data, t, n, options["operators"]) for t in traces]
             factors += [n] * len(traces)
+    return rows, factors
+
+
+_ON_INPUT_ONLY = ("batch_sizes", "repeat", "backends", "train_cost_model")
+
+
+def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
+    """Traces of ``mv`` on the rows of ``ON ...``: per batch size and backend, the PREDICT run as the planner
+    plans it with that ``batch_size``, its model runs timed (one warm-up query, then queries until ``repeat``
+    runs of each size are kept or five queries ran)."""
+    given = [k.lower() for k in stmt.option_values if k.lower() not in _ON_INPUT_ONLY]
+    if given:
+        raise ProgrammingError(f"PROFILE ... ON: option {given[0]!r} applies only to synthetic inputs; with ON the "
+                               f"options are {', '.join(_ON_INPUT_ONLY)}", code="invalid_option")
+    source = stmt.args["source"]
+    source_sql = (f"TABLE {source.sql(dialect=ModelSQL)}" if isinstance(source, exp.Table)
+                  else source.sql(dialect=ModelSQL))
+    rows = []
+    for backend in options["backends"]:
+        for b in _ints(options, "batch_sizes"):
+            sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, batch_size = {b}, '
+                   f"backend = '{backend}')")
+            runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0])
+            rows += _run_traces(session, mv, runs, backend, threads, "profile")
+    return rows, [1] * len(rows)
+
+
+def _query_runs(session, sql: str, params: list, repeat: int) -> tuple[list, int]:
+    """The model runs (rows, seconds) of a one-PREDICT query run up to five times after a warm-up."""
+    runs, threads = [], 1
+    for attempt in range(6):
+        out, plan, phys = run_query(msql.parse(sql)[0], session, params)
+        try:
+            session.duck.fetchall()
+        finally:
+            out.release()
+        function = phys.operators[plan.scans[0].id].function
+        threads = int(getattr(function.model, "intra_op_threads", 1))
+        if attempt:
+            runs += function.runs
+        if attempt and max((sum(1 for n, _ in runs if n == m) for m, _ in runs), default=0) >= repeat:
+            break
+    return runs, threads
+
+
+def _steps(entry) -> list:
+    """The model versions a PROFILE profiles: the model, or each distinct step model of a pipeline."""
+    if entry.kind != "pipeline":
+        return [entry]
+    seen, out = set(), []
+    for step in entry.steps:
+        if (step.model.name, step.model.version) not in seen:
+            seen.add((step.model.name, step.model.version))
+            out.append(step.model)
+    return out
+
+
+@run_statement.register
+def _profile(stmt: ProfileModel, session, params: list) -> Result:
+    ref = stmt.this
+    options = _options(stmt, params)
+    entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
+    if stmt.args.get("source") is not None:
+        if entry.kind == "pipeline":
+            raise NotSupportedError("PROFILE PIPELINE ... ON: a pipeline's runs are not one graph's; profile it "
+                                    "without ON (each step on synthetic inputs), or PROFILE MODEL a step ON its "
+                                    "input", code="profile_not_supported")
+        rows, factors = _on_input(stmt, session, params, entry, options)
+    else:
+        rows, factors = [], []
+        for mv in _steps(entry):
+            r, f = _synthetic(session, mv, options)
+            rows, factors = rows + r, factors + f
     session.check_writable()
     session.commit()
     with session.catalog.transaction(join=False):
@@ -144,9 +219,10 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in (
         ("trace", "BIGINT"), ("backend", "VARCHAR"), ("threads", "INTEGER"), ("batch_size", "INTEGER"),
         ("merge_factor", "INTEGER"), ("median_ms", "DOUBLE"), ("p90_ms", "DOUBLE"), ("p99_ms", "DOUBLE"),
-        ("rows_per_second", "DOUBLE"))],
+        ("rows_per_second", "DOUBLE"), ("model", "VARCHAR"), ("version", "INTEGER"))],
         rows=[(n, r.backend, r.threads, r.batch_size, f, r.median_s * 1e3, r.p90_s * 1e3, r.p99_s * 1e3,
-               r.batch_size / r.median_s if r.median_s > 0 else None) for n, r, f in zip(numbers, rows, factors)])
+               r.batch_size / r.median_s if r.median_s > 0 else None, r.model, r.version)
+              for n, r, f in zip(numbers, rows, factors)])
 
 
 def record_query_traces(session, plan, phys, source: str = "explain_analyze") -> list[int]:

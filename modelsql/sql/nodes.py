@@ -567,16 +567,18 @@ class DropStudy(exp.Expression):
 
 @statement
 class ProfileModel(exp.Expression):
-    """``PROFILE MODEL name [VERSION n] [WITH (batch_sizes = (...), threads = (...), repeat = n, ...)]``:
-    time the model's configurations and record the latency traces (``modelsql.traces``).
+    """``PROFILE MODEL | PIPELINE name [VERSION n] [ON TABLE t | ON (query)] [WITH (batch_sizes = (...), ...)]``:
+    time the model's (or each pipeline step's) configurations and record the latency traces
+    (``modelsql.traces``); with ``ON``, on the rows of that input.
 
     Args:
-        this: ``ModelRef`` (``version`` pinned or ``None``).
+        this: ``ModelRef`` (``version`` pinned or ``None``; ``pipeline`` set for PROFILE PIPELINE).
+        source: ``exp.Table`` or ``exp.Subquery``, or ``None``.
         options: list of ``exp.EQ`` (see module docstring), or ``None``.
     """
 
-    WORDS = (("PROFILE", "MODEL"),)
-    arg_types = {"this": True, "options": False}
+    WORDS = (("PROFILE", "MODEL"), ("PROFILE", "PIPELINE"))
+    arg_types = {"this": True, "source": False, "options": False}
 
     @property
     def option_values(self) -> dict[str, exp.Expression]:

@@ -6,7 +6,7 @@
     SHOW STUDIES
     DESCRIBE STUDY name
     DROP STUDY [IF EXISTS] name
-    PROFILE MODEL name [VERSION n] [WITH (opt, ...)]
+    PROFILE MODEL | PIPELINE name [VERSION n] [ON TABLE t | ON (query)] [WITH (opt, ...)]
     COMPILE MODEL name [VERSION n] FOR 'target' [WITH (opt, ...)]
 
 (``CREATE MODEL m FROM STUDY s [TRIAL n]`` is parsed with IMPORT / CREATE MODEL
@@ -180,7 +180,14 @@ class TuneParsing:
 
     def _parse_profilemodel(self, words: tuple[str, ...]) -> ProfileModel:
         ref = self._parse_model_ref()
-        return self.expression(ProfileModel(this=ref, options=self._parse_with_options()))
+        if words[1] == "PIPELINE":
+            ref.set("pipeline", True)
+        source = None
+        if self._match(TokenType.ON):
+            source = self._parse_relation_input("after PROFILE ... ON")
+            if source is None:
+                self.raise_error("Expected TABLE t or (SELECT ...) after ON")
+        return self.expression(ProfileModel(this=ref, source=source, options=self._parse_with_options()))
 
     def _parse_compilemodel(self, words: tuple[str, ...]) -> CompileModel:
         ref = self._parse_model_ref()
@@ -225,7 +232,10 @@ class TuneGenerating:
 
     def profilemodel_sql(self, expression: ProfileModel) -> str:
         options = self._options_sql(expression)
-        return f"PROFILE MODEL {self.sql(expression, 'this')}" + (f" WITH ({options})" if options else "")
+        word = "PIPELINE" if expression.this.args.get("pipeline") else "MODEL"
+        source = expression.args.get("source")
+        on = f" ON {self._relation_input_sql(source)}" if source is not None else ""
+        return f"PROFILE {word} {self.sql(expression, 'this')}{on}" + (f" WITH ({options})" if options else "")
 
     def compilemodel_sql(self, expression: CompileModel) -> str:
         options = self._options_sql(expression)
