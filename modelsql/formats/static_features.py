@@ -81,7 +81,7 @@ def _inferred(model: onnx.ModelProto, batch_size: int) -> tuple[onnx.ModelProto,
     for v in (*m.graph.input, *m.graph.output, *m.graph.value_info):
         dims = v.type.tensor_type.shape.dim
         types[v.name] = v.type.tensor_type.elem_type
-        if all(d.HasField("dim_value") for d in dims):
+        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):  # no shape: unknown, not a scalar
             shapes[v.name] = [d.dim_value for d in dims]
     for t in m.graph.initializer:
         shapes[t.name] = list(t.dims)

@@ -48,11 +48,12 @@ def static_at(store, mv, batch: int) -> Optional[dict]:
 
 
 def merged_static(static: dict, n: int) -> dict:
-    """The features of a NetFuse merge of ``n`` copies of a graph with features ``static``: the work
-    (FLOPs, bytes, parameters) of ``n`` members in the node count of one (one merged operator per node)."""
+    """The features of a NetFuse merge of ``n`` copies of a graph with features ``static`` on a shared input:
+    the work (FLOPs, bytes, parameters) of ``n`` members in the node count of one (one merged operator per
+    node), the input read once."""
     out = dict(static)
     for k, v in static.items():
-        if k.endswith("_flops") or k.endswith("_bytes") or k in ("params", "param_bytes"):
+        if k != "input_bytes" and (k.endswith("_flops") or k.endswith("_bytes") or k in ("params", "param_bytes")):
             out[k] = v * n
     return out
 
