@@ -30,6 +30,12 @@ Two independent passes over the zoo (pass B visits the models in reverse order):
 * ``terms``: the sparse terms selected when training on every pass-A point; ``points``: every point's two
   medians and its unseen-model prediction.
 
+Then the planner half (``benchmarks/plan_choice.py``, skipped with ``--no-plans``): in a catalog of its own,
+PROFILE trains the catalog's cost model and the planner's plans of a set of PREDICT and routed multi-model
+queries are timed against every candidate plan and four fixed policies: ``fastest_plan_share`` (how often
+the planner's plan was the fastest candidate) and ``planner_vs_best_fixed`` (the best fixed policy's total
+time over the planner's: at least 1 when the planner is never slower in total), details under ``plans``.
+
 Writes ``benchmarks/results/cost_model.json``. Run: ``python benchmarks/cost_model.py`` (about 5 minutes on 2
 cores: about 1 to profile each pass, the rest fitting); ``--quick`` for a smoke run (8 tiny models, 5 runs per
 point, 3 splits, about a minute; it writes ``cost_model.quick.json``, leaving the real results alone). Needs
@@ -190,6 +196,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--train-share", type=float, default=0.10)
     ap.add_argument("--folds", type=int, default=5, help="leave-models-out folds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-plans", action="store_true", help="skip the planner half (benchmarks/plan_choice.py)")
+    ap.add_argument("--plan-rows", type=int, default=200_000, help="rows of the planner half's tiny-MLP table")
+    ap.add_argument("--plan-repeats", type=int, default=7, help="timed runs of each candidate plan")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"default {RESULTS.relative_to(HERE.parent)} (cost_model.quick.json with --quick)")
     args = ap.parse_args(argv)
@@ -202,8 +211,13 @@ def main(argv=None) -> dict:
         zoo = tiny_zoo() if args.quick else build_zoo()
     build_s = time.perf_counter() - start
     results = accuracy_results(zoo, args)
-    # The second half (cost-based plans against fixed policies: fastest_plan_share, planner_vs_best_fixed)
-    # comes with the planner integration: results.update(plan_choice_results(zoo, ...)).
+    if not args.no_plans:  # the second half: cost-based plans against fixed policies (benchmarks/plan_choice.py)
+        import plan_choice
+
+        plans = (plan_choice.run(20_000, 4, 3, 5) if args.quick
+                 else plan_choice.run(args.plan_rows, 8, args.plan_repeats, 10))
+        results.update({k: plans[k] for k in ("fastest_plan_share", "planner_vs_best_fixed")},
+                       plans={k: v for k, v in plans.items() if k not in ("fastest_plan_share", "planner_vs_best_fixed")})
     out = {**results,
            "host": {**machine, "loadavg_end": os.getloadavg()},
            "settings": {"quick": args.quick, "repeat": args.repeat, "warmup": 2, "splits": args.splits,
@@ -216,8 +230,9 @@ def main(argv=None) -> dict:
            "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
-    print(json.dumps({k: out[k] for k in ("within_10pct", "within_10pct_unseen_models", "within_10pct_unseen_families",
-                                          "noise_ceiling", "median_rel_error", "n_points", "n_models", "runtime_s")},
+    print(json.dumps({k: out.get(k) for k in ("within_10pct", "within_10pct_unseen_models", "within_10pct_unseen_families",
+                                              "noise_ceiling", "median_rel_error", "fastest_plan_share",
+                                              "planner_vs_best_fixed", "n_points", "n_models", "runtime_s")},
                      indent=2))
     return out
 
