@@ -34,6 +34,10 @@ def test_profile_records_one_trace_per_configuration(con):
     ("PROFILE MODEL lin WITH (repeat = 'many')", "invalid_option"),
     ("PROFILE MODEL lin WITH (backends = ('tensorrt'))", "invalid_option"),
     ("PROFILE MODEL lin WITH (repeats = 3)", "unknown_option"),
+    ("PROFILE MODEL lin WITH (batch_sizes = (4, 4))", "invalid_option"),
+    ("PROFILE MODEL lin WITH (repeat = 100000000)", "invalid_option"),
+    ("PROFILE MODEL lin WITH (batch_sizes = (100000000))", "invalid_option"),
+    ("PROFILE MODEL lin WITH (backends = ('onnxruntime', 'onnxruntime'))", "invalid_option"),
 ])
 def test_bad_profile_statements_change_nothing(con, sql, code):
     con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
@@ -146,3 +150,22 @@ def test_profile_pipeline_profiles_each_step(con):
     with pytest.raises(NotSupportedError) as ei:
         con.execute("PROFILE PIPELINE p ON TABLE flowers")
     assert ei.value.code == "profile_not_supported"
+
+
+def test_dropping_the_cost_model_lets_the_next_profile_fit_a_new_one(con):
+    """DROP MODEL modelsql_cost takes its fits with it: the next PROFILE fits version 1 again, and EXPLAIN names
+    that fit; with traces but no fit EXPLAIN says so."""
+    con.import_model("lin", linear_model(np.ones((8, 3), np.float32)))
+    con.execute("PROFILE MODEL lin WITH (batch_sizes = (1, 64), repeat = 4, operators = false)")
+    con.execute("CREATE TABLE t AS SELECT " + ", ".join(f"{i}::FLOAT AS c{i}" for i in range(8)) + " FROM range(10)")
+    plan = dict(con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
+    assert "defaults: 2 traces, no cost model fitted" in plan
+    settings = "batch_sizes = (1, 8, 64, 256), threads = (1, 2), repeat = 4, operators = false"
+    con.execute(f"PROFILE MODEL lin WITH ({settings})")
+    assert con.execute("SELECT version FROM modelsql.cost_models").fetchall() == [(1,)]
+    con.execute("DROP MODEL modelsql_cost")
+    assert con.execute("SELECT count(*) FROM modelsql.cost_models").fetchone() == (0,)
+    con.execute(f"PROFILE MODEL lin WITH ({settings})")
+    assert con.execute("SELECT version, traces FROM modelsql.cost_models").fetchall() == [(1, 18)]
+    plan = dict(con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
+    assert "cost model modelsql_cost version 1 (18 traces" in plan

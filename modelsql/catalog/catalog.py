@@ -734,6 +734,7 @@ class Catalog:
             self._rows("INSERT INTO {s}.meta VALUES (?, ?)", [f"last_version:{key}", str(max(last, resolved))])
         self.families.forget_model(key)
         self.compiled.forget_model(key, None if version is None else resolved)
+        self.traces.forget_fits(key, None if version is None else resolved)
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
         if not self.versions(key):

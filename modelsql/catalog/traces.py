@@ -84,6 +84,10 @@ class Traces:
                                     [first + i, op.op_type, op.provider, op.nodes, op.runs, op.median_us, op.share])
         return list(range(first, first + len(rows)))
 
+    def count(self) -> int:
+        """Traces recorded."""
+        return self._catalog.query("SELECT count(*) FROM {s}.traces")[0][0]
+
     def last_trace(self) -> int:
         """The highest trace number recorded, or -1."""
         return self._catalog.query("SELECT coalesce(max(trace), -1) FROM {s}.traces")[0][0]
@@ -106,9 +110,17 @@ class Traces:
         self._catalog.query("UPDATE {s}.traces SET features = ? WHERE trace = ?",
                             [json.dumps(features, sort_keys=True), trace])
 
+    def forget_fits(self, model: str, version: Optional[int] = None) -> None:
+        """Delete the fit rows of dropped versions of the cost model's catalog model (``modelsql_cost``)."""
+        if model != "modelsql_cost":
+            return
+        where, params = ("", []) if version is None else (" WHERE version = ?", [version])
+        self._catalog.query("DELETE FROM {s}.cost_models" + where, params)
+
     def add_fit(self, fit: CostModelFit) -> None:
-        """Record one fit of the cost model."""
+        """Record one fit of the cost model (replacing a stale row of that version, if any)."""
         self._catalog.check_writable()
+        self._catalog.query("DELETE FROM {s}.cost_models WHERE version = ?", [fit.version])
         self._catalog.query("INSERT INTO {s}.cost_models VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                             [fit.version, fit.traces, fit.last_trace, fit.spec, fit.within_10pct,
                              fit.median_rel_error, fit.noise_ceiling, _dt.datetime.now(_dt.timezone.utc)])

@@ -140,7 +140,8 @@ def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_row
     threads = threads or (_threads() if execution == "batch" else 1)
     learned = costs.run_ms(scan.model, per_run, threads=threads, backend=backend)
     if learned is None:
-        return Estimate(rows=rows, ms=rows * scan.model.param_count * PS_PER_PARAM_ROW / 1e9 + overhead)
+        source = costs.source if not costs.learned else "defaults: the cost model cannot describe this model here"
+        return Estimate(rows=rows, ms=rows * scan.model.param_count * PS_PER_PARAM_ROW / 1e9 + overhead, source=source)
     return Estimate(rows=rows, ms=-(-rows // per_run) * learned + overhead, source=costs.source, run_rows=per_run)
 
 
@@ -191,7 +192,9 @@ def choose_backend(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str
     if not costs.learned or tvm.source != costs.source:
         return "onnxruntime", "auto", (("tvm", "checked artifact, but no traces of it to estimate it by: PROFILE "
                                                f"MODEL {scan.model.name} WITH (backends = ('onnxruntime', 'tvm'))"),)
-    gain = ort.ms / tvm.ms if tvm.ms > 0 else float("inf")
+    if ort.ms <= 0 or tvm.ms <= 0:
+        return "onnxruntime", "auto", (("tvm", f"estimated {tvm.ms:.1f} ms against {ort.ms:.1f} ms: nothing to gain"),)
+    gain = ort.ms / tvm.ms
     if gain >= BACKEND_MIN_GAIN:
         return "tvm", f"auto: estimated {gain:.2f}x faster", (("onnxruntime", f"estimated {ort.ms:.1f} ms"),)
     return "onnxruntime", "auto", (("tvm", f"estimated {tvm.ms:.1f} ms ({gain:.2f}x, under {BACKEND_MIN_GAIN}x)"),)

@@ -168,7 +168,13 @@ def costs_for(session) -> Costs:
         if key in _CACHE:
             return _CACHE[key]
     fit = session.catalog.traces.latest_fit()
-    costs = NO_COSTS if fit is None else _costs(fit, session.store, session.catalog.traces.merged_before(fit.last_trace))
+    if fit is not None:
+        costs = _costs(fit, session.store, session.catalog.traces.merged_before(fit.last_trace))
+    else:
+        n = session.catalog.traces.count()
+        costs = NO_COSTS if not n else Costs(
+            source=f"defaults: {n} trace{'s' if n != 1 else ''}, no cost model fitted (PROFILE fits one from "
+                   f"{MIN_TRACES})")
     with _LOCK:
         if len(_CACHE) > 64:
             _CACHE.clear()

@@ -46,11 +46,19 @@ PROFILE_OPTIONS = {"batch_sizes": (1, 8, 64), "threads": (1,), "repeat": 20, "wa
 """PROFILE's options and their defaults."""
 
 
+_HIGHEST = {"batch_sizes": 1 << 20, "threads": 256, "merge_factors": 64, "repeat": 10_000, "warmup": 100}
+"""The largest value of each integer option (a larger one is a typo that would run for hours)."""
+
+
 def _ints(options: dict, key: str, low: int = 1) -> tuple[int, ...]:
     raw = options[key]
     values = raw if isinstance(raw, (tuple, list)) else (raw,)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in values):
-        raise ProgrammingError(f"PROFILE option {key} must be integers >= {low}, got {raw!r}", code="invalid_option")
+    high = _HIGHEST[key]
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high for v in values):
+        raise ProgrammingError(f"PROFILE option {key} must be integers from {low} to {high:,}, got {raw!r}",
+                               code="invalid_option")
+    if len(set(values)) < len(values):
+        raise ProgrammingError(f"PROFILE option {key} names a value twice: {raw!r}", code="invalid_option")
     return tuple(values)
 
 
@@ -64,9 +72,10 @@ def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
     options = dict(PROFILE_OPTIONS, **given)
     backends = options["backends"] if isinstance(options["backends"], (tuple, list)) else (options["backends"],)
     backends = tuple(str(b).lower() for b in backends)
-    if not backends or any(b not in ("onnxruntime", "tvm") for b in backends):
+    if not backends or any(b not in ("onnxruntime", "tvm") for b in backends) or len(set(backends)) < len(backends):
         raise ProgrammingError(f"PROFILE: backends {options['backends']!r}: the backends are 'onnxruntime' and "
-                               "'tvm' (a checked artifact: COMPILE MODEL first)", code="invalid_option")
+                               "'tvm' (a checked artifact: COMPILE MODEL first), each at most once",
+                               code="invalid_option")
     options["backends"] = backends
     for flag in ("operators", "train_cost_model"):
         if not isinstance(options[flag], bool):
