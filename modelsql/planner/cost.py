@@ -137,12 +137,15 @@ def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_row
     if backend == "tvm" and scan.tvm is not None and scan.tvm.batch_size:
         per_run = scan.tvm.batch_size
     per_run = max(1, min(per_run, rows))
-    threads = threads or (_threads() if execution == "batch" else 1)
+    callers = 1 if execution == "batch" else max(1, min(_threads(), -(-rows // ROW_GROUP_ROWS)))
+    threads = threads or (_threads() if execution == "batch" else max(1, _threads() // callers))
     learned = costs.run_ms(scan.model, per_run, threads=threads, backend=backend)
     if learned is None:
         source = costs.source if not costs.learned else "defaults: the cost model cannot describe this model here"
         return Estimate(rows=rows, ms=rows * scan.model.param_count * PS_PER_PARAM_ROW / 1e9 + overhead, source=source)
-    return Estimate(rows=rows, ms=-(-rows // per_run) * learned + overhead, source=costs.source, run_rows=per_run)
+    # streaming: DuckDB's threads call the model at once, one per row group (cost.stream_threads)
+    return Estimate(rows=rows, ms=-(-rows // per_run) * learned / callers + overhead, source=costs.source,
+                    run_rows=per_run)
 
 
 def default_run_rows(scan: PredictScan) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import onnx
@@ -77,6 +77,8 @@ class Costs:
     source: str = "defaults, no profile traces yet"
     confidence: str = ""
     merge_traces: bool = False
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+    """Predictions already made, by configuration (a routed PREDICT asks again for every batch)."""
 
     @property
     def learned(self) -> bool:
@@ -89,6 +91,18 @@ class Costs:
         None (no fit, or a version the model cannot describe)."""
         if self.predict is None:
             return None
+        ident = (("pipeline", mv.name, mv.version) if getattr(mv, "kind", None) == "pipeline"
+                 else getattr(mv, "graph_digest", None))
+        if ident is None:
+            return None
+        key = (ident, int(batch), int(threads), backend, int(merge_factor))
+        if key not in self.memo:
+            if len(self.memo) > 4096:
+                self.memo.clear()
+            self.memo[key] = self._run_ms(mv, batch, threads=threads, backend=backend, merge_factor=merge_factor)
+        return self.memo[key]
+
+    def _run_ms(self, mv, batch: int, *, threads: int, backend: str, merge_factor: int) -> Optional[float]:
         if getattr(mv, "kind", None) == "pipeline" and merge_factor == 1:  # its steps run one after another
             steps = [self.run_ms(step.model, batch, threads=threads, backend=backend) for step in mv.steps]
             return None if any(t is None for t in steps) else sum(steps)
