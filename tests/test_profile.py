@@ -169,3 +169,9 @@ def test_dropping_the_cost_model_lets_the_next_profile_fit_a_new_one(con):
     assert con.execute("SELECT version, traces FROM modelsql.cost_models").fetchall() == [(1, 18)]
     plan = dict(con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
     assert "cost model modelsql_cost version 1 (18 traces" in plan
+
+
+def test_a_fixed_batch_model_is_profiled_at_its_batch_by_default(con):
+    con.import_model("fixed4", linear_model(np.ones((8, 3), np.float32), batch=4))
+    rows = con.execute("PROFILE MODEL fixed4 WITH (repeat = 3, operators = false)").fetchall()
+    assert [r[3] for r in rows] == [4]

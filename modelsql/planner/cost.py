@@ -24,7 +24,7 @@ from typing import Optional
 
 from ..errors import NotSupportedError
 from ..operators.predict import ONNX_TO_DUCKDB
-from .costs import NO_COSTS, Costs
+from .costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
 from .plan import PredictScan
 
 BATCH_MIN_ROWS = 65_536
@@ -249,8 +249,9 @@ def _stream_reason(scan: PredictScan, costs: Costs = NO_COSTS) -> Optional[str]:
         run_rows, threads, _ = best_run_rows(scan, costs)
         stream = estimate(scan, "stream", costs).ms
         batch = estimate(scan, "batch", costs, run_rows, threads=threads).ms
-        if stream <= batch:
-            return f"estimated {batch:.1f} ms against {stream:.1f} ms streaming"
+        if stream < LEARNED_MIN_GAIN * batch:
+            return (f"estimated {batch:.1f} ms against {stream:.1f} ms streaming (batch must be estimated "
+                    f"{LEARNED_MIN_GAIN}x faster)")
     elif scan.model.param_count > BATCH_MAX_PARAMS:
         return (f"{scan.model.param_count:,} parameters > {BATCH_MAX_PARAMS:,}: inference dominates, "
                 "and streaming overlaps it with the scan")

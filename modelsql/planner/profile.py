@@ -70,6 +70,7 @@ def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
         raise ProgrammingError(f"PROFILE: unknown option {unknown[0]!r}; options are {', '.join(PROFILE_OPTIONS)}",
                                code="unknown_option")
     options = dict(PROFILE_OPTIONS, **given)
+    options["given"] = frozenset(given)
     backends = options["backends"] if isinstance(options["backends"], (tuple, list)) else (options["backends"],)
     backends = tuple(str(b).lower() for b in backends)
     if not backends or any(b not in ("onnxruntime", "tvm") for b in backends) or len(set(backends)) < len(backends):
@@ -131,10 +132,21 @@ def _trace_row(mv, proto, data: bytes, t: LatencyTrace, n: int, operators: bool)
                     operators=_operators(data, t) if operators else ())
 
 
+def fixed_batch(proto) -> "int | None":
+    """The fixed leading dimension of the model's inputs, when they all have the same one."""
+    initializers = {t.name for t in proto.graph.initializer}
+    firsts = {tuple(i.type.tensor_type.shape.dim)[0].dim_value if i.type.tensor_type.shape.dim else 0
+              for i in proto.graph.input if i.name not in initializers}
+    return firsts.pop() if len(firsts) == 1 and 0 not in firsts else None
+
+
 def _synthetic(session, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
     """Traces of ``mv`` on synthetic inputs, per (merge factor, backend, threads, batch size)."""
     warmup, repeat = _ints(options, "warmup", low=0)[0], _ints(options, "repeat")[0]
     proto = load_model_proto(session.store, mv)
+    fixed = fixed_batch(proto)
+    if fixed is not None and "batch_sizes" not in options["given"]:
+        options = dict(options, batch_sizes=(fixed,))  # the default sizes would all be refused
     rows, factors = [], []
     threads, backends = _ints(options, "threads"), options["backends"]
     tvm = [("tvm", t, tvm_session(session, mv, intra=t)) for t in threads] if "tvm" in backends else []
