@@ -9,9 +9,7 @@ and the onnx package's own backend node test cases. Skipped as a whole when TVM 
 
 from __future__ import annotations
 
-import io
 import threading
-import warnings
 
 import numpy as np
 import onnx
@@ -29,20 +27,7 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"the TVM backend is
 torch = pytest.importorskip("torch")
 
 
-def _export(module, example) -> bytes:
-    """``module`` as ONNX (legacy exporter, opset 17) with a dynamic batch ``N`` on input ``x`` and output ``y``."""
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), example, buf, dynamo=False, opset_version=17, input_names=["x"],
-                          output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
-    return buf.getvalue()
-
-
-def _mlp() -> bytes:
-    torch.manual_seed(0)
-    return _export(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)),
-                   torch.randn(2, 16))
+from tvm_fixtures import export as _export, mlp as _mlp  # noqa: E402
 
 
 def _cnn() -> bytes:

@@ -10,9 +10,7 @@ in pyproject.toml) and are skipped unless selected::
 
 from __future__ import annotations
 
-import io
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -28,19 +26,7 @@ torch = pytest.importorskip("torch")
 from modelsql.operators.backends.tvm_check import check_against_onnxruntime  # noqa: E402
 
 
-def _export(module, example) -> bytes:
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), example, buf, dynamo=False, opset_version=17, input_names=["x"],
-                          output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
-    return buf.getvalue()
-
-
-def _mlp() -> bytes:
-    torch.manual_seed(0)
-    return _export(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)),
-                   torch.randn(2, 16))
+from tvm_fixtures import export as _export, mlp as _mlp  # noqa: E402
 
 
 @pytest.fixture
