@@ -264,3 +264,14 @@ def test_check_catches_what_tvm_compiles_wrongly(case, target) -> None:
     assert not result.ok
     assert f'output "{output}" at batch 1' in result.reason and words in result.reason
     assert result.batches == (1,)  # the cases have a fixed batch of 1
+
+
+def test_integer_inputs_are_checked_with_nonzero_values(target) -> None:
+    """Zeros alone would make ONNX Runtime refuse an integer division; the small-integer variant checks it."""
+    model = _graph([helper.make_node("Div", ["a", "b"], ["y"])],
+                   [helper.make_tensor_value_info("a", TensorProto.INT32, ["N", 3]),
+                    helper.make_tensor_value_info("b", TensorProto.INT32, ["N", 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT32, ["N", 3])])
+    tvm_model = _load(model, tvm_backend.compile_onnx(model, target=target))
+    result = check_against_onnxruntime(model, tvm_model)
+    assert result.ok, result.reason

@@ -37,6 +37,7 @@ RTOL = 1e-3
 """Relative tolerance on float outputs (times the ONNX Runtime value's magnitude)."""
 
 _VARIANTS = (("random", 1.0), ("scaled x100", 100.0), ("negated", -1.0))
+_ORT_REFUSED = "ONNX Runtime failed"
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,10 @@ def check_against_onnxruntime(model_bytes: bytes, tvm_model, *, batch_sizes: Seq
             is checked at that batch only.
         seed: seed of the inputs: per batch, standard normal floats of each input's own dtype and shape
             and zeros for integers and booleans (:func:`.profiling.synthetic_feeds`), then the same
-            floats times 100 and negated.
+            floats times 100 and negated, and, for a model with integer or boolean inputs, the floats
+            with small random integers (1 to 3) and random booleans. A variant ONNX Runtime itself
+            refuses (a division by a zero integer, an index out of range) is skipped; if it refuses
+            every variant of a batch, the check fails naming the first refusal.
         dims: sizes of symbolic non-batch dimensions (name -> size), if the model has any.
 
     Returns:
@@ -84,13 +88,29 @@ def check_against_onnxruntime(model_bytes: bytes, tvm_model, *, batch_sizes: Seq
     batches = _batches(session, tvm_model, batch_sizes)
     worst = [0.0, 0.0]
     for b in batches:
-        base = synthetic_feeds(session, b, seed=seed, dims=dims)
-        for variant, factor in _VARIANTS:
-            feeds = {k: (v * v.dtype.type(factor) if v.dtype.kind == "f" else v) for k, v in base.items()}
+        refused = []
+        variants = _variants(synthetic_feeds(session, b, seed=seed, dims=dims), seed)
+        for variant, feeds in variants:
             reason = _compare_run(session, tvm_model, feeds, f"batch {b} ({variant} inputs)", worst)
-            if reason is not None:
+            if reason is not None and reason.startswith(_ORT_REFUSED):
+                refused.append(reason)
+            elif reason is not None:
                 return CheckResult(False, worst[0], worst[1], reason, tuple(batches))
+        if len(refused) == len(variants):
+            return CheckResult(False, worst[0], worst[1], refused[0], tuple(batches))
     return CheckResult(True, worst[0], worst[1], None, tuple(batches))
+
+
+def _variants(base: dict, seed: int) -> list[tuple[str, dict]]:
+    """The input sets of one batch (see :func:`check_against_onnxruntime`)."""
+    out = [(name, {k: (v * v.dtype.type(factor) if v.dtype.kind == "f" else v) for k, v in base.items()})
+           for name, factor in _VARIANTS]
+    if any(v.dtype.kind in "iub" for v in base.values()):
+        rng = np.random.default_rng(seed + 1)
+        out.append(("small integer", {k: (rng.integers(1, 4, v.shape).astype(v.dtype) if v.dtype.kind in "iu" else
+                                          rng.random(v.shape) < 0.5 if v.dtype.kind == "b" else v)
+                                      for k, v in base.items()}))
+    return out
 
 
 def _batches(session, tvm_model, batch_sizes: Sequence[int]) -> list[int]:
@@ -108,7 +128,7 @@ def _compare_run(session, tvm_model, feeds: dict, where: str, worst: list) -> Op
     try:
         expected = session.run(names, feeds)
     except Exception as exc:  # onnxruntime's own exception classes
-        return f"ONNX Runtime failed at {where}, so TVM cannot be checked: {str(exc).strip().splitlines()[0][:300]}"
+        return f"{_ORT_REFUSED} at {where}, so TVM cannot be checked: {str(exc).strip().splitlines()[0][:300]}"
     try:
         got = tvm_model.run(feeds, names)
     except DataError as exc:
