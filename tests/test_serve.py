@@ -355,7 +355,7 @@ def test_share_structures_runs_heads_of_one_shape_on_one_session(tmp_path, fitte
 def test_stop_server_records_sampled_run_times_as_traces(served):
     """The server samples one run in SAMPLE_EVERY of each single-model stage; STOP SERVER records them as
     traces (source serve, with features) for the cost model."""
-    from modelsql.planner.served_traces import SAMPLE_EVERY
+    from modelsql.planner.run_traces import SAMPLE_EVERY
 
     con, host = served
     body = json.dumps({"inputs": [{"name": "idx", "shape": [3], "datatype": "INT64", "data": [0, 1, 2]}]}).encode()

@@ -15,7 +15,7 @@ from ..errors import ProgrammingError
 from ..sql.nodes import CompileModel
 from .compiled import compile_version, tvm_target
 from .handlers import run_statement
-from .options import no_repeats, value
+from .options import given_options, value
 from .result import Result
 
 __all__ = ["COMPILE_OPTIONS"]
@@ -29,12 +29,7 @@ _COLUMNS = (("model", "VARCHAR"), ("version", "INTEGER"), ("backend", "VARCHAR")
 
 
 def _options(stmt: CompileModel, params: list) -> dict:
-    no_repeats(stmt.args.get("options"), f"COMPILE MODEL {stmt.this.model_name}")
-    given = {k.lower(): value(v, params) for k, v in stmt.option_values.items()}
-    unknown = [k for k in given if k not in COMPILE_OPTIONS]
-    if unknown:
-        raise ProgrammingError(f"COMPILE: unknown option {unknown[0]!r}; options are {', '.join(COMPILE_OPTIONS)}",
-                               code="unknown_option")
+    given = given_options(stmt, params, COMPILE_OPTIONS, f"COMPILE MODEL {stmt.this.model_name}")
     options = dict(COMPILE_OPTIONS, **given)
     for key, low in (("tune_trials", 0), ("batch_size", 1), ("threads", 1)):
         v = options[key]

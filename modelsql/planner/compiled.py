@@ -184,6 +184,9 @@ def tvm_session(session, mv, *, intra: int, batch_size: Optional[int] = None):
     chosen = require_artifact(session, mv, batch_size)
     tvm_backend = _backend()
     key = SessionKey(chosen.digest, "tvm", "cpu", (("threads", intra),))
-    signature = tvm_backend.Signature.from_onnx(load_model_bytes(session.store, mv), chosen.batch_size or None)
-    return SESSIONS.get(key, lambda: tvm_backend.load_library(session.store.get(chosen.digest), signature,
-                                                               mv.label, intra_op_threads=intra))
+
+    def load():  # on a miss only: the signature needs the whole model read from the store
+        signature = tvm_backend.Signature.from_onnx(load_model_bytes(session.store, mv), chosen.batch_size or None)
+        return tvm_backend.load_library(session.store.get(chosen.digest), signature, mv.label, intra_op_threads=intra)
+
+    return SESSIONS.get(key, load)

@@ -24,6 +24,7 @@ from typing import Optional
 
 from ..errors import NotSupportedError
 from ..operators.predict import ONNX_TO_DUCKDB
+from .artifacts import default_threads
 from .costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
 from .plan import PredictScan
 
@@ -116,10 +117,6 @@ def _rows(scan: PredictScan) -> int:
     return scan.estimated_rows if scan.estimated_rows is not None else DEFAULT_ROWS
 
 
-def _threads() -> int:
-    from .artifacts import default_threads  # the planner's own thread policy
-
-    return default_threads()
 
 
 def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_rows: Optional[int] = None,
@@ -137,8 +134,8 @@ def estimate(scan: PredictScan, execution: str, costs: Costs = NO_COSTS, run_row
     if backend == "tvm" and scan.tvm is not None and scan.tvm.batch_size:
         per_run = scan.tvm.batch_size
     per_run = max(1, min(per_run, rows))
-    callers = 1 if execution == "batch" else max(1, min(_threads(), -(-rows // ROW_GROUP_ROWS)))
-    threads = threads or (_threads() if execution == "batch" else max(1, _threads() // callers))
+    callers = 1 if execution == "batch" else max(1, min(default_threads(), -(-rows // ROW_GROUP_ROWS)))
+    threads = threads or (default_threads() if execution == "batch" else max(1, default_threads() // callers))
     learned = costs.run_ms(scan.model, per_run, threads=threads, backend=backend)
     if learned is None:
         source = costs.source if not costs.learned else "defaults: the cost model cannot describe this model here"
@@ -160,7 +157,7 @@ def best_run_rows(scan: PredictScan, costs: Costs) -> tuple[Optional[int], Optio
     if not costs.learned or scan.options.batch_size:
         return None, None, ()
     rows = _rows(scan)
-    options = [(r, t) for r in sorted({min(r, rows) for r in RUN_ROWS_CANDIDATES}) for t in sorted({1, _threads()})]
+    options = [(r, t) for r in sorted({min(r, rows) for r in RUN_ROWS_CANDIDATES}) for t in sorted({1, default_threads()})]
     estimates = {o: estimate(scan, "batch", costs, o[0], threads=o[1]).ms for o in options}
     best = min(options, key=lambda o: (estimates[o], -o[0], -o[1]))
     others = tuple((f"{r:,}-row runs on {t} thread{'s' if t > 1 else ''}", f"estimated {estimates[(r, t)]:.1f} ms")

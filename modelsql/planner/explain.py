@@ -27,7 +27,7 @@ from .handlers import run_default, run_statement
 from .bind_routed import ROUTE_INPUT
 from .plan import PredictScan, QueryPlan
 from .query import run_query
-from .profile import record_query_traces
+from .run_traces import record_query_traces
 from .result import Result
 from .tune import explain_tune
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from ..errors import ProgrammingError
+from ..errors import ProgrammingError, did_you_mean
 
 
 def value(node: exp.Expression, params: list) -> Any:
@@ -46,6 +46,22 @@ def no_repeats(options, where: str) -> None:
         if key in seen:
             raise ProgrammingError(f'{where}: option "{key}" is given twice.', code="duplicate_option")
         seen.add(key)
+
+
+def given_options(stmt: exp.Expression, params: list, allowed, where: str) -> dict[str, Any]:
+    """A statement's ``WITH (...)`` options as ``{lower-cased name: Python value}``, each written once and known.
+
+    Raises:
+        ProgrammingError: ``"duplicate_option"`` (:func:`no_repeats`); ``"unknown_option"`` naming the option,
+            with a "did you mean" and the options there are.
+    """
+    no_repeats(stmt.args.get("options"), where)
+    given = {k.lower(): value(v, params) for k, v in stmt.option_values.items()}
+    unknown = [k for k in given if k not in allowed]
+    if unknown:
+        raise ProgrammingError(f'{where}: unknown option "{unknown[0]}".{did_you_mean(unknown[0], list(allowed))} '
+                               f"Options are: {', '.join(allowed)}.", code="unknown_option")
+    return given
 
 
 def uses_parameters(options) -> bool:

@@ -34,9 +34,10 @@ from .compiled import tvm_session
 from .cost_model import retrain, trace_features
 from .merge_cost import CONV_MAX_ROWS
 from .handlers import run_statement
-from .options import no_repeats, value
+from .options import given_options
 from .query import run_query
 from .result import Result
+from .run_traces import run_trace_rows
 
 __all__ = ["PROFILE_OPTIONS"]
 
@@ -63,12 +64,7 @@ def _ints(options: dict, key: str, low: int = 1) -> tuple[int, ...]:
 
 
 def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
-    no_repeats(stmt.args.get("options"), f"PROFILE MODEL {stmt.this.model_name}")
-    given = {k.lower(): value(v, params) for k, v in stmt.option_values.items()}
-    unknown = [k for k in given if k not in PROFILE_OPTIONS]
-    if unknown:
-        raise ProgrammingError(f"PROFILE: unknown option {unknown[0]!r}; options are {', '.join(PROFILE_OPTIONS)}",
-                               code="unknown_option")
+    given = given_options(stmt, params, PROFILE_OPTIONS, f"PROFILE MODEL {stmt.this.model_name}")
     options = dict(PROFILE_OPTIONS, **given)
     options["given"] = frozenset(given)
     backends = options["backends"] if isinstance(options["backends"], (tuple, list)) else (options["backends"],)
@@ -167,7 +163,7 @@ def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict) -> t
     """Traces of ``mv`` on the rows of ``ON ...``: per batch size and backend, the PREDICT run as the planner
     plans it with that ``batch_size``, its model runs timed (one warm-up query, then queries until ``repeat``
     runs of each size are kept or five queries ran)."""
-    given = [k.lower() for k in stmt.option_values if k.lower() not in _ON_INPUT_ONLY]
+    given = sorted(k for k in options["given"] if k not in _ON_INPUT_ONLY)
     if given:
         raise ProgrammingError(f"PROFILE ... ON: option {given[0]!r} applies only to synthetic inputs; with ON the "
                                f"options are {', '.join(_ON_INPUT_ONLY)}", code="invalid_option")
@@ -180,7 +176,7 @@ def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict) -> t
             sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, batch_size = {b}, '
                    f"backend = '{backend}')")
             runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0])
-            rows += _run_traces(session, mv, runs, backend, threads, "profile")
+            rows += run_trace_rows(session, mv, runs, backend, threads, "profile", sizes=None)
     return rows, [1] * len(rows)
 
 
@@ -244,60 +240,3 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
         rows=[(n, r.backend, r.threads, r.batch_size, f, r.median_s * 1e3, r.p90_s * 1e3, r.p99_s * 1e3,
                r.batch_size / r.median_s if r.median_s > 0 else None, r.model, r.version)
               for n, r, f in zip(numbers, rows, factors)])
-
-
-def record_query_traces(session, plan, phys, source: str = "explain_analyze") -> list[int]:
-    """Record, as latency traces of ``source``, the model runs a query's PREDICTs made (each function keeps its
-    first :data:`~modelsql.operators.predict.RUN_SAMPLES` runs): one trace per (scan, rows per run) seen at
-    least 3 times, for single models only (a pipeline's or a merged family's runs are not one graph's). Joins
-    the session's transaction; nothing is recorded on a read-only catalog. Returns the trace numbers."""
-    if session.read_only or session.catalog.read_only or not session.catalog.present:
-        return []
-    rows = []
-    for scan in plan.scans:
-        op, choice = phys.operators.get(scan.id), phys.choices.get(scan.id)
-        function = getattr(op, "function", None)
-        threads = getattr(getattr(function, "model", None), "intra_op_threads", None)
-        if function is None or threads is None or scan.model.kind in ("pipeline", "models") or not function.runs:
-            continue
-        rows += _run_traces(session, scan.model, function.runs, choice.backend if choice else "onnxruntime",
-                            int(threads), source)
-    if not rows:
-        return []
-    with session.catalog.transaction():
-        return session.catalog.traces.add(rows)
-
-
-def _run_traces(session, mv, runs: list, backend: str, threads: int, source: str) -> list[TraceRow]:
-    by_rows: dict[int, list[float]] = {}
-    for n, seconds in runs:
-        by_rows.setdefault(n, []).append(seconds)
-    graph = onnx.load_from_string(session.store.get(mv.graph_digest))  # shapes are all the features read
-    out = []
-    for n, times in sorted(by_rows.items(), key=lambda kv: -len(kv[1]))[:4]:
-        if len(times) < 3:
-            continue
-        t = LatencyTrace(backend, threads, n, tuple(times))
-        out.append(TraceRow(mv.name, mv.version, backend, "cpu", threads, n, t.seconds, t.median, t.quantile(0.9),
-                            t.quantile(0.99), source=source,
-                            features=trace_features(graph, n, backend=backend, threads=threads)))
-    return out
-
-
-def record_served_traces(session, sampler) -> list[int]:
-    """Record what a stopping server sampled (:class:`~modelsql.planner.served_traces.TraceSampler`) as traces
-    of source ``serve``, in the session's transaction; nothing on a read-only catalog."""
-    if session.read_only or session.catalog.read_only or not session.catalog.present:
-        return []
-    graphs: dict = {}
-
-    def features_of(mv, rows: int) -> dict:
-        if mv.graph_digest not in graphs:
-            graphs[mv.graph_digest] = onnx.load_from_string(session.store.get(mv.graph_digest))
-        return trace_features(graphs[mv.graph_digest], rows, backend="onnxruntime", threads=1)
-
-    rows = sampler.rows(features_of)
-    if not rows:
-        return []
-    with session.catalog.transaction():
-        return session.catalog.traces.add(rows)

@@ -38,7 +38,7 @@ from ..sql.nodes import Serve, ShowServers, StopServer
 from . import artifacts
 from .handlers import run_statement
 from .options import no_repeats, value
-from .profile import record_served_traces
+from .run_traces import record_served_traces
 from .result import Result
 from .serving_repository import CatalogRepository
 

@@ -41,7 +41,7 @@ from ..serving.repository import TensorMetadata
 from ..serving.simple import text_feed
 from . import artifacts, merge_cost, merged_models
 from .resident_steps import ResidentSteps
-from .served_traces import TraceSampler
+from .run_traces import TraceSampler
 from .stages import fuse_stages, stage_model
 from .rules.pipeline_share_steps import SharedSteps, share_steps
 
@@ -150,7 +150,7 @@ class CatalogRepository:
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="modelsql-serve")
         self.on_step: Optional[Callable[[str, int, float], None]] = None
         self.sampler = TraceSampler()
-        """Sampled run times of single-model stages (:mod:`~modelsql.planner.served_traces`)."""
+        """Sampled run times of single-model stages (:mod:`~modelsql.planner.run_traces`)."""
 
     # ------------------------------------------------------------ the resident set
 
