@@ -15,11 +15,12 @@ from .. import formats
 from ..catalog.entries import ModelVersion
 from ..errors import DataError, NotSupportedError
 from ..formats.onnx_io import column_major_inputs
-from ..operators.backends import SessionKey
+from ..operators.backends import SESSIONS, SessionKey
 from ..operators.backends import onnxruntime as ort_backend
 from ..operators.backends import shared_weights
 from ..operators.backends.pipeline import PipelineModel, StepPlan
 from ..storage import BlobStore
+from .python_artifacts import python_session
 
 
 def artifact_digest(mv: ModelVersion, rewrite: str = "") -> str:
@@ -41,7 +42,13 @@ def load_model_proto(store: BlobStore, mv: ModelVersion):
     Raises:
         DataError: a blob is corrupt or missing (code ``"blob_corrupt"`` / ``"blob_missing"``),
             naming the model and the tensor.
+        NotSupportedError: ``no_onnx_graph`` for a co-executed Python program (kind ``"python"``).
     """
+    if mv.kind == "python":
+        raise NotSupportedError(
+            f"{mv.label} is a Python program run by co-execution ({mv.source}): it has no ONNX graph to export, "
+            "compile, profile, merge or use as a pipeline step (its torch.export whole graph was refused; DESCRIBE "
+            "MODEL says why).", code="no_onnx_graph")
 
     def fetch(digest: str, what: str) -> bytes:
         try:
@@ -76,10 +83,14 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
 
     ``column_major`` names inputs fed transposed (see
     :func:`~modelsql.formats.onnx_io.column_major_inputs`): a rewritten artifact with its own key.
-    A pipeline version gets a :func:`pipeline_session` (``column_major`` must be empty).
+    A pipeline version gets a :func:`pipeline_session` (``column_major`` must be empty); a co-executed Python
+    program (kind ``"python"``) its :func:`~modelsql.planner.python_artifacts.python_session`.
     """
     if mv.kind == "pipeline":
         return pipeline_session(store, mv, intra=intra, backend=backend, device=device)
+    if mv.kind == "python":
+        key = SessionKey(artifact_digest(mv), "python", device, (("threads", intra),))
+        return SESSIONS.get(key, lambda: python_session(store, mv, intra=intra))
     if backend != "onnxruntime":
         raise NotSupportedError(f"model_session serves ONNX Runtime; {backend} sessions come from "
                                 "modelsql.planner.compiled.tvm_session", code="backend_not_supported")

@@ -193,24 +193,10 @@ def import_model(
     ``VACUUM MODELS``.
     """
     session.check_writable()
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ProgrammingError(
-            f'Invalid model name "{name}": use letters, digits and underscores, starting with a letter.',
-            code="invalid_name",
-        )
+    if existing_model(session, name, replace, if_not_exists):
+        return session.catalog.get(name.lower())
     key = name.lower()
     catalog = session.catalog
-    if catalog.exists(key) and not replace:
-        if if_not_exists:
-            return catalog.get(key)
-        raise IntegrityError(
-            f'Model "{key}" already exists (versions {", ".join(map(str, catalog.versions(key)))}). '
-            f"Use CREATE OR REPLACE MODEL to add a version, or IMPORT MODEL IF NOT EXISTS.",
-            code="duplicate_model",
-        )
-    if catalog.studies.trainable(key) is not None:
-        raise IntegrityError(f'Model "{key}" already exists as a trainable (CREATE MODEL ... FROM PYTHON); models '
-                             "and trainables share names: DROP MODEL it or choose another name.", code="duplicate_model")
     if features is not None:
         features = _feature_names(features, key)
     proto, kind, source, known = formats.to_onnx(
@@ -238,7 +224,7 @@ def import_model(
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
     try:
-        return _add_version(catalog, fields, kinds)
+        return add_version(catalog, fields, kinds)
     finally:
         session.changed()  # a plan of "the latest version" is stale
 
@@ -269,7 +255,7 @@ def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_
     )
 
 
-def _add_version(catalog, fields: dict, kinds: dict) -> ModelVersion:
+def add_version(catalog, fields: dict, kinds: dict) -> ModelVersion:
     """Catalog the next version of ``fields["name"]`` (the blobs are stored), retrying when another
     connection takes the same version number first (DuckDB's optimistic concurrency refuses one commit)."""
     key = fields["name"]
@@ -286,6 +272,36 @@ def _add_version(catalog, fields: dict, kinds: dict) -> ModelVersion:
             # The other writer may not have committed yet: wait a little (with jitter) first.
             time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
     return catalog.get(key, version)
+
+
+def existing_model(session, name: str, replace: bool, if_not_exists: bool) -> bool:
+    """True when model ``name`` exists and IF NOT EXISTS says to leave it; False when a new version may be
+    added (the name is free, or OR REPLACE).
+
+    Raises:
+        ProgrammingError: ``invalid_name``.
+        IntegrityError: ``duplicate_model`` (the model exists without OR REPLACE / IF NOT EXISTS, or a trainable
+            has the name).
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ProgrammingError(
+            f'Invalid model name "{name}": use letters, digits and underscores, starting with a letter.',
+            code="invalid_name",
+        )
+    key = name.lower()
+    catalog = session.catalog
+    if catalog.exists(key) and not replace:
+        if if_not_exists:
+            return True
+        raise IntegrityError(
+            f'Model "{key}" already exists (versions {", ".join(map(str, catalog.versions(key)))}). '
+            f"Use CREATE OR REPLACE MODEL to add a version, or IMPORT MODEL IF NOT EXISTS.",
+            code="duplicate_model",
+        )
+    if catalog.studies.trainable(key) is not None:
+        raise IntegrityError(f'Model "{key}" already exists as a trainable (CREATE MODEL ... FROM PYTHON); models '
+                             "and trainables share names: DROP MODEL it or choose another name.", code="duplicate_model")
+    return False
 
 
 def _feature_names(features: Any, model: str) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from ..sql.nodes import ImportModel
 from ..tuning.training import factory_digest, for_inference, load_trained, resolve_factory
 from . import ddl
 from .options import no_repeats, value
+from .python_models import create_python_model, wants_import
 from .result import Result
 from .tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 
@@ -34,6 +35,8 @@ def create_trainable(stmt: ImportModel, session, params: list) -> Result:
         IntegrityError: ``duplicate_model`` (an ONNX model, or a trainable without OR REPLACE / IF NOT
             EXISTS, has the name).
     """
+    if wants_import(stmt, params):
+        return create_python_model(stmt, session, params)
     session.check_writable()
     name = stmt.this.model_name.lower()
     ref = str(value(stmt.args["source"], params))

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "TrainData", "StageSpec", "StageResult", "TrainingDiverged", "HYPERPARAMETERS", "check_epoch", "check_factory",
-    "train_stage", "load_trained", "resolve_factory", "factory_digest",
+    "train_stage", "load_trained", "resolve_reference", "resolve_factory", "source_file", "factory_digest",
 ]
 
 #: Training hyper-parameters an epoch entry may set, with their defaults.
@@ -141,13 +141,12 @@ class TrainingDiverged(DataError):
 # ------------------------------------------------------------------ factories
 
 
-def resolve_factory(ref: str) -> Callable[..., Any]:
-    """Import the callable named by ``"package.module:function"`` (the function part may be
-    dotted, e.g. ``"pkg.mod:Class.build"``).
+def resolve_reference(ref: str) -> Any:
+    """The object named by ``"package.module:name"`` (the name may be dotted, ``"pkg.mod:Class.attr"``).
 
     Raises:
-        ProgrammingError(code="factory_not_found"): ``ref`` is not ``module:function``, the
-            module cannot be imported, or the attribute is missing or not callable.
+        ProgrammingError(code="factory_not_found"): ``ref`` is not ``module:name``, the module cannot be
+            imported, or the attribute is missing.
     """
     module_name, attr = _split_ref(ref)
     try:
@@ -158,9 +157,27 @@ def resolve_factory(ref: str) -> Callable[..., Any]:
         if not hasattr(obj, part):
             raise _not_found(ref, f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
+    return obj
+
+
+def resolve_factory(ref: str) -> Callable[..., Any]:
+    """Import the callable named by ``"package.module:function"`` (the function part may be
+    dotted, e.g. ``"pkg.mod:Class.build"``).
+
+    Raises:
+        ProgrammingError(code="factory_not_found"): ``ref`` is not ``module:function``, the
+            module cannot be imported, or the attribute is missing or not callable.
+    """
+    obj = resolve_reference(ref)
     if not callable(obj):
+        module_name, attr = _split_ref(ref)
         raise _not_found(ref, f"{attr!r} in module {module_name!r} is not callable")
     return obj
+
+
+def source_file(ref: str) -> Optional[str]:
+    """The path of the source file defining ``ref`` (None for a built-in or a module without a file)."""
+    return _source_file(resolve_reference(ref), _split_ref(ref)[0])
 
 
 def factory_digest(ref: str) -> str:
@@ -170,8 +187,8 @@ def factory_digest(ref: str) -> str:
     Raises:
         ProgrammingError(code="factory_not_found"): as ``resolve_factory``.
     """
-    fn = resolve_factory(ref)
-    path = _source_file(fn, _split_ref(ref)[0])
+    resolve_factory(ref)
+    path = source_file(ref)
     if path is None:
         return hashlib.sha256(f"no source file: {ref}".encode()).hexdigest()
     with open(path, "rb") as f:

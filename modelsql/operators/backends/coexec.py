@@ -1,0 +1,188 @@
+"""Co-execution of a Python program: dynamo's captured graphs on ONNX Runtime, the Python between them as Python.
+
+Terra (Kim et al., NeurIPS 2021) runs an imperative program's Python side as Python and delegates its
+tensor operations to a graph, so every Python feature keeps working; TorchDynamo carries the idea in
+today's PyTorch: ``torch.compile`` captures straight-line FX graphs behind guards, breaks the graph where
+Python must run (a branch on a tensor value, a NumPy or ``.tolist()`` call), and recompiles when a guard
+fails. :class:`OnnxSubgraphs` is the ``torch.compile`` backend: it exports each captured FX graph (safe
+to trace: it is straight-line and guarded) to ONNX with torch's TorchScript exporter, checks ONNX Runtime
+against the graph on the example inputs dynamo gives, and runs it on ONNX Runtime; where export or the
+check fails it runs the FX graph itself. Past ``torch._dynamo.config.recompile_limit`` dynamo silently
+runs a frame eagerly: :class:`PythonProgramModel` warns when that happens.
+
+:class:`PythonProgramModel` is the :class:`~modelsql.operators.backends.BackendModel` of a program:
+``mode`` ``"coexecute"`` (the compiled module) or ``"eager"`` (the module itself, when co-execution was
+slower at import); a batch-dependent program (``row_calls``) is called one row at a time.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ...errors import DataError
+from ...formats.python_program import close, quiet, to_args, to_numpy
+
+__all__ = ["OnnxSubgraphs", "PythonProgramModel", "CHUNK_ROWS"]
+
+CHUNK_ROWS = 256
+"""Rows per call of a row-independent program (the last chunk is padded, so dynamo sees one shape)."""
+
+
+@dataclass
+class OnnxSubgraphs:
+    """A ``torch.compile`` backend running each captured FX graph on ONNX Runtime.
+
+    Attributes:
+        threads: ONNX Runtime intra-op threads per subgraph session.
+        graphs: FX graphs dynamo handed over (one per capture and per recompile).
+        on_onnx: of those, how many run on ONNX Runtime.
+        fallbacks: why the others stayed FX graphs (one line each).
+    """
+
+    threads: int = 1
+    graphs: int = 0
+    on_onnx: int = 0
+    fallbacks: list = field(default_factory=list)
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        try:
+            run = self._onnx(gm, example_inputs)
+        except Exception as exc:  # any failure to export or check: the FX graph runs it, correctly
+            text = str(exc).strip().splitlines()
+            self.fallbacks.append(f"{type(exc).__name__}: {text[0] if text else ''}"[:200])
+            return gm.forward
+        self.on_onnx += 1
+        return run
+
+    def _onnx(self, gm, example_inputs):
+        import onnxruntime as ort
+        import torch
+
+        if not all(isinstance(a, torch.Tensor) for a in example_inputs):
+            raise TypeError("a graph input is not a tensor (a symbolic size)")
+        names = [f"in{k}" for k in range(len(example_inputs))]
+        buf = io.BytesIO()
+        with quiet():
+            torch.onnx.export(gm, tuple(example_inputs), buf, dynamo=False, input_names=names, opset_version=17)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        session = ort.InferenceSession(buf.getvalue(), options, providers=["CPUExecutionProvider"])
+        used = [(i.name, names.index(i.name)) for i in session.get_inputs()]
+
+        def run(*args):
+            outs = session.run(None, {name: args[k].detach().numpy() for name, k in used})
+            return tuple(torch.from_numpy(o) for o in outs)
+
+        with torch.no_grad():
+            diff = close([np.asarray(o) for o in run(*example_inputs)], to_numpy(gm(*example_inputs)))
+        if diff is not None:
+            raise ValueError(f"ONNX Runtime disagrees with the FX graph: {diff}")
+        return run
+
+
+class _LimitWatch(logging.Handler):
+    """Catches dynamo's "hit config.recompile_limit" log line (dynamo then runs that frame eagerly)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "recompile_limit" in text or "cache_size_limit" in text:
+            self.hits.append(text.splitlines()[1].strip() if "\n" in text else text)
+
+
+class PythonProgramModel:
+    """A Python program behind the backend protocol.
+
+    Args:
+        module: the ``torch.nn.Module``, weights loaded, in eval mode.
+        inputs: its input specs (:class:`~modelsql.catalog.entries.TensorSpec`, in ``forward`` order).
+        output_names: its outputs, in order.
+        mode: ``"coexecute"`` or ``"eager"``.
+        row_calls: call one row at a time (a batch-dependent program).
+        label: how messages name it (``model "m" version 1``).
+        threads: ONNX Runtime threads of each subgraph.
+    """
+
+    def __init__(self, module, inputs, output_names: Sequence[str], *, mode: str, row_calls: bool, label: str,
+                 threads: int = 1) -> None:
+        import torch
+
+        self.module = module
+        self.inputs = tuple(inputs)
+        self.output_names = list(output_names)
+        self.mode = mode
+        self.row_calls = row_calls
+        self.label = label
+        self.input_names = [s.name for s in self.inputs]
+        self.input_shapes = {s.name: list(s.shape or ()) for s in self.inputs}
+        self.fixed_batch: Optional[int] = 1 if row_calls else None
+        self.intra_op_threads = threads
+        self.backend = OnnxSubgraphs(threads)
+        self.callable = torch.compile(module, backend=self.backend) if mode == "coexecute" else module
+        self.watch = _LimitWatch()
+        self.warned = False
+        self._lock = threading.Lock()
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: Optional[Sequence[str]] = None) -> list[np.ndarray]:
+        """Run on ``feeds`` (input name -> array, rows on axis 0): one call per row (``row_calls``) or per
+        :data:`CHUNK_ROWS` rows (the last chunk padded by repeating its last row, padding dropped).
+
+        Raises:
+            DataError: ``model_run_failed`` naming the model (the program raised).
+        """
+        names = list(outputs) if outputs is not None else self.output_names
+        picks = [self.output_names.index(n) for n in names]
+        n = len(next(iter(feeds.values()))) if feeds else 0
+        step = 1 if self.row_calls else CHUNK_ROWS
+        parts = []
+        with self._lock:
+            for start in range(0, n, step):
+                parts.append(self._chunk({k: v[start:start + step] for k, v in feeds.items()}, step))
+        if not parts:
+            return [np.zeros((0,), np.float32) for _ in names]
+        return [np.concatenate([p[k] for p in parts]) for k in picks]
+
+    def _chunk(self, feeds: dict, step: int) -> list[np.ndarray]:
+        import torch
+
+        rows = len(next(iter(feeds.values())))
+        pad = step - rows if self.mode == "coexecute" and not self.row_calls else 0
+        if pad:
+            feeds = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in feeds.items()}
+        args = to_args(feeds, self.inputs)
+        logger = logging.getLogger("torch._dynamo.convert_frame")
+        logger.addHandler(self.watch)
+        try:
+            with torch.no_grad():
+                result = self.callable(*args)
+        except Exception as exc:  # the user's program raised on these rows
+            text = str(exc).strip().splitlines()
+            raise DataError(f"{self.label} failed on its input: {type(exc).__name__}: {text[0] if text else ''}",
+                            code="model_run_failed") from exc
+        finally:
+            logger.removeHandler(self.watch)
+        self._warn_limit()
+        return [o[:rows] for o in to_numpy(result)]
+
+    def _warn_limit(self) -> None:
+        if self.watch.hits and not self.warned:
+            self.warned = True
+            warnings.warn(f"{self.label}: torch._dynamo reached its recompile_limit ({self.watch.hits[0]}); dynamo "
+                          "runs that frame eagerly from now on (correct, but not co-executed).", RuntimeWarning,
+                          stacklevel=2)
+
+    def stats(self) -> dict:
+        """Graphs captured, how many run on ONNX Runtime, why the rest did not, recompile-limit hits."""
+        return {"graphs": self.backend.graphs, "on_onnx": self.backend.on_onnx,
+                "fallbacks": list(self.backend.fallbacks), "recompile_limit_hits": len(self.watch.hits)}

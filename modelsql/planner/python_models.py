@@ -1,0 +1,240 @@
+"""``CREATE MODEL m FROM PYTHON 'pkg.mod:obj' WITH (example = ...)``: a Python program imported for PREDICT.
+
+One statement, two meanings (documented in the README): a factory of hyper-parameters is a *trainable*
+(:mod:`.trainables`, trained by TUNE); a ``torch.nn.Module`` (an instance, a subclass built with no
+arguments, or a function returning one) with an example input is *importable* for PREDICT, here. The
+example comes from ``example = 'pkg.mod:name'`` (a value or a function of no arguments returning the
+example batch), ``example = t`` (the rows of table ``t``, bound to ``forward``'s parameters by column name,
+or all numeric columns for a single parameter), or the module's own ``example()`` method.
+
+Import tries, in order (JANUS: a graph where it is safe; Terra: co-execution where it is not):
+
+1. a **whole graph** (:func:`modelsql.formats.whole_graph.whole_graph`: strict ``torch.export``, the dynamo
+   ONNX exporter, and the safety gate), stored like any ONNX model;
+2. else **co-execution** (:mod:`modelsql.operators.backends.coexec`): the module's source digest and
+   ``state_dict`` are stored (:mod:`.python_artifacts`) and PREDICT runs it under ``torch.compile`` with
+   each captured graph on ONNX Runtime; when co-execution was slower than eager at import (timed on
+   PREDICT's chunk shape), the program runs eagerly, and DESCRIBE and EXPLAIN say so.
+
+A program whose rows depend on their batch is run one row per call (see
+:func:`modelsql.formats.python_program.row_dependence`). ``DESCRIBE MODEL`` lists which path it took and
+why (``execution``, ``whole_graph``, ``graph_breaks``, ``suggestion``, ``timing``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import NotSupportedError, ProgrammingError, did_you_mean
+from ..formats.python_program import Program, program, forward_inputs, row_dependence, to_feeds
+from ..formats.whole_graph import cases, whole_graph
+from ..operators.backends.coexec import CHUNK_ROWS, PythonProgramModel
+from ..sql.nodes import ImportModel
+from ..tuning.training import factory_digest, resolve_reference, source_file
+from . import ddl
+from .options import no_repeats, value
+from .python_artifacts import StoredProgram, program_module, state_tensors
+from .result import Result
+
+__all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model"]
+
+OPTIONS = ("example", "outputs", "description", "execution")
+"""Options of an importable ``CREATE MODEL ... FROM PYTHON``."""
+
+EXECUTIONS = ("auto", "whole_graph", "coexecute", "eager")
+"""``execution``: ``auto`` (the default: a whole graph if the gate passes, else co-execution or eager,
+whichever was faster); ``whole_graph`` (a whole graph or an error naming the failed rule); ``coexecute`` and
+``eager`` (skip the whole graph)."""
+
+TIMING_CALLS = 15
+"""Calls timed per execution mode at import (the median is compared)."""
+
+
+def wants_import(stmt: ImportModel, params: list) -> bool:
+    """True when ``CREATE MODEL ... FROM PYTHON`` imports a program for PREDICT (an ``example`` option, or a
+    reference naming a Module or a Module subclass) rather than registering a trainable factory."""
+    if "example" in stmt.option_values:
+        return True
+    try:
+        import torch
+    except ImportError:
+        return False
+    obj = resolve_reference(str(value(stmt.args["source"], params)))
+    return isinstance(obj, torch.nn.Module) or (isinstance(obj, type) and issubclass(obj, torch.nn.Module))
+
+
+def create_python_model(stmt: ImportModel, session, params: list) -> Result:
+    """Import the program ``stmt`` names (see the module docstring).
+
+    Raises:
+        ProgrammingError: ``unknown_option``, ``bad_option``, ``not_a_module``, ``factory_not_found``,
+            ``example_missing``, ``unsupported_input`` / ``unsupported_output`` (what no column carries).
+        NotSupportedError: ``whole_graph_refused`` (``execution = 'whole_graph'`` and a gate rule failed).
+        IntegrityError: ``duplicate_model``.
+        DataError: ``program_failed`` (the program raised on its example).
+    """
+    session.check_writable()
+    name = stmt.this.model_name
+    ref = str(value(stmt.args["source"], params))
+    options = _options(stmt, params, name)
+    if ddl.existing_model(session, name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
+        return Result(session.duck, rowcount=0)
+    module = program_module(ref)
+    label = f'model "{name.lower()}" ({ref})'
+    prog = program(module, _example(session, module, options.get("example"), name), label=label,
+                   output_names=options.get("outputs"))
+    described = {"python": ref, **({"description": options["description"]} if "description" in options else {})}
+    execution = options.get("execution", "auto")
+    gate = whole_graph(prog) if execution in ("auto", "whole_graph") else None
+    if gate is not None and gate.proto is not None:
+        ddl.import_model(session, name, gate.proto, replace=bool(stmt.args.get("replace")),
+                         options={**described, "execution": "whole_graph", "whole_graph": gate.reason},
+                         provenance=("torch", f"python:{ref}"))
+        return Result(session.duck, rowcount=1)
+    if execution == "whole_graph":
+        raise NotSupportedError(f'CREATE MODEL {name}: no whole graph of {ref}: rule "{gate.rule}" failed: '
+                                f"{gate.reason}" + (f"; suggestion: {gate.suggestion}" if gate.suggestion else ""),
+                                code="whole_graph_refused")
+    if gate is not None:
+        described.update(whole_graph=f"refused ({gate.rule}): {gate.reason}",
+                         **({"suggestion": gate.suggestion} if gate.suggestion else {}))
+    _store_program(session, stmt, ref, prog, execution, described)
+    return Result(session.duck, rowcount=1)
+
+
+def _options(stmt: ImportModel, params: list, name: str) -> dict:
+    no_repeats(stmt.args.get("options"), f"CREATE MODEL {name}")
+    raw = stmt.option_values
+    unknown = [k for k in raw if k not in OPTIONS]
+    if unknown:
+        raise ProgrammingError(f'CREATE MODEL {name} FROM PYTHON: unknown option "{unknown[0]}".'
+                               f"{did_you_mean(unknown[0], OPTIONS)} Options are: {', '.join(OPTIONS)}.",
+                               code="unknown_option")
+    out: dict[str, Any] = {}
+    for key, node in raw.items():
+        if key == "example" and node.__class__.__name__ == "Identifier":
+            out[key] = ("table", node.name)
+        elif key == "outputs":
+            items = node.expressions if node.__class__.__name__ == "Tuple" else [node]
+            out[key] = [str(value(i, params)) if i.__class__.__name__ != "Identifier" else i.name for i in items]
+        else:
+            out[key] = value(node, params)
+    if out.get("execution", "auto") not in EXECUTIONS:
+        raise ProgrammingError(f"CREATE MODEL {name}: execution must be one of {', '.join(EXECUTIONS)}, not "
+                               f"{out['execution']!r}.", code="bad_option")
+    return out
+
+
+def _example(session, module, given, name: str):
+    """The example batch: from a reference, a table, or the module's ``example()``."""
+    if isinstance(given, tuple) and given[0] == "table":
+        return _table_example(session, module, given[1], name)
+    if given is not None:
+        obj = resolve_reference(str(given))
+        return obj() if callable(obj) and not hasattr(obj, "shape") else obj
+    own = getattr(module, "example", None)
+    if callable(own):
+        return own()
+    raise ProgrammingError(f"CREATE MODEL {name} FROM PYTHON needs an example input: WITH (example = "
+                           "'package.module:name') or WITH (example = some_table), or an example() method on the "
+                           "module.", code="example_missing")
+
+
+def _table_example(session, module, table: str, name: str) -> tuple:
+    """The rows of ``table`` as arguments of ``forward``: a column per parameter of that name, else (one
+    parameter) all numeric columns as a float32 matrix."""
+    import torch
+
+    frame = session.duck.sql(f'SELECT * FROM "{table}"').to_arrow_table()
+    columns = {c.lower(): c for c in frame.column_names}
+    params = forward_inputs(module)
+    if not all(p.lower() in columns for p in params):
+        if len(params) != 1:
+            raise ProgrammingError(f"CREATE MODEL {name}: example table {table} has no column named "
+                                   f"{next(p for p in params if p.lower() not in columns)!r} for forward's input.",
+                                   code="example_missing")
+        numeric = [c for c in frame.column_names
+                   if pa.types.is_integer(frame.schema.field(c).type) or pa.types.is_floating(frame.schema.field(c).type)]
+        matrix = np.column_stack([frame.column(c).to_numpy() for c in numeric]).astype(np.float32)
+        return (torch.from_numpy(matrix),)
+    out = []
+    for p in params:
+        col = frame.column(columns[p.lower()]).to_pylist()
+        if col and isinstance(col[0], str):
+            out.append([str(v) for v in col])
+        else:
+            array = np.asarray(col)
+            out.append(torch.from_numpy(array.astype(np.float32) if array.dtype.kind == "f" else array))
+    return tuple(out)
+
+
+def _store_program(session, stmt: ImportModel, ref: str, prog: Program, execution: str, described: dict) -> None:
+    """Store a program that is not a whole graph: co-executed or eager, whichever was faster at import."""
+    dependence = row_dependence(prog, [prog.example] + [a for w, a in cases(prog) if "1000" not in w])
+    mode, timing, breaks = _choose_mode(prog, execution, dependence is not None)
+    described.update(execution=mode, timing=timing, graph_breaks=breaks)
+    source_path = source_file(ref)
+    source = open(source_path, "rb").read() if source_path else b""
+    stored = StoredProgram(ref, factory_digest(ref), session.store.put(source), mode, dependence is not None,
+                           tuple(prog.output_names))
+    tensors = state_tensors(prog.module)
+    blob = stored.to_bytes()
+    graph_digest = session.store.put(blob)
+    for t, data in tensors:
+        session.store.put(data)
+    ddl.existing_model(session, stmt.this.model_name, bool(stmt.args.get("replace")), False)
+    session.commit()
+    content = hashlib.sha256(blob + b"".join(t.digest.encode() for t, _ in tensors)).hexdigest()
+    fields = dict(name=stmt.this.model_name.lower(), graph_digest=graph_digest, graph_bytes=len(blob), opset=0,
+                  inputs=prog.inputs, outputs=prog.outputs, tensors=tuple(t for t, _ in tensors),
+                  param_count=sum(int(np.prod(t.dims)) for t, _ in tensors), source=f"python:{ref}", kind="python",
+                  options=tuple(sorted((k, str(v)) for k, v in described.items())), batch_dependence=dependence,
+                  content_digest=content)
+    kinds = {graph_digest: "graph", stored.source_blob: "graph", **{t.digest: "tensor" for t, _ in tensors}}
+    try:
+        ddl.add_version(session.catalog, fields, kinds)
+    finally:
+        session.changed()
+
+
+def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, str, str]:
+    """(mode, timing note, graph-break note): co-execution against eager on PREDICT's chunk shape."""
+    rows = 1 if row_calls else CHUNK_ROWS
+    idx = np.arange(rows) % prog.rows()
+    args = tuple([a[i] for i in idx] if isinstance(a, list) else a[idx] for a in prog.example)
+    feeds = to_feeds(args, prog.inputs)
+    label = "the program"
+    eager = PythonProgramModel(prog.module, prog.inputs, prog.output_names, mode="eager", row_calls=row_calls,
+                               label=label)
+    coexec = PythonProgramModel(prog.module, prog.inputs, prog.output_names, mode="coexecute", row_calls=row_calls,
+                                label=label)
+    start = time.perf_counter()
+    coexec.run(feeds)
+    compile_s = time.perf_counter() - start
+    t_eager, t_coexec = _median_us(eager, feeds), _median_us(coexec, feeds)
+    stats = coexec.stats()
+    breaks = (f"{stats['graphs']} graphs captured by torch.compile, {stats['on_onnx']} on ONNX Runtime"
+              + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"] else ""))
+    if execution in ("coexecute", "eager"):
+        mode = execution
+    else:
+        mode = "coexecute" if t_coexec < t_eager else "eager"
+    timing = (f"per call of {rows} row{'s' if rows > 1 else ''}: eager {t_eager:.0f} us, co-executed "
+              f"{t_coexec:.0f} us (compiled in {compile_s:.1f} s)")
+    return mode, timing, breaks
+
+
+def _median_us(model: PythonProgramModel, feeds: dict) -> float:
+    model.run(feeds)
+    times = []
+    for _ in range(TIMING_CALLS):
+        start = time.perf_counter()
+        model.run(feeds)
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
