@@ -35,6 +35,11 @@ from modelsql.catalog.pipelines import Pipelines
 
 BLOB_KINDS = ("graph", "tensor")
 
+PROGRAM_PROPERTIES = ("python", "execution", "whole_graph", "graph_breaks", "suggestion", "timing")
+"""Options of a model imported FROM PYTHON that DESCRIBE MODEL lists as properties (where present): the
+reference, how it runs (``whole_graph``, ``coexecute``, ``eager``), the safety gate's verdict, the graphs
+torch.compile captured, a rewrite that would make it one graph, and the timing behind the choice."""
+
 _INT_RE = re.compile(r"^-?[0-9]+$")
 
 # The one DuckDB -> PEP 249 map (modelsql.duckdb_errors), in its catalog flavour: DuckDB's text prefixed
@@ -814,7 +819,8 @@ class Catalog:
         Properties: ``features`` (the feature names, NULL when unknown),
         ``batch_dependence`` (why a row's outputs may depend on the other rows of
         its batch, or ``'none'``) and ``conversion_check`` (``'<rows> rows, max abs diff <d>,
-        <k> label mismatches'``; NULL when not checked).
+        <k> label mismatches'``; NULL when not checked), then, for a model imported FROM PYTHON, those of
+        :data:`PROGRAM_PROPERTIES` it has.
 
         Args:
             name: model name (case-insensitive).
@@ -838,6 +844,10 @@ class Catalog:
             f"SELECT 'property', 2, {i}, '{p}', NULL, NULL, {expr} FROM {self._s}.model_versions AS v "
             "WHERE v.name = ? AND v.version = ?"
             for i, (p, expr) in enumerate(props)
+        ) + "".join(
+            f" UNION ALL SELECT 'property', 2, {len(props) + i}, '{p}', NULL, NULL, v.options['{p}'] FROM "
+            f"{self._s}.model_versions AS v WHERE v.name = ? AND v.version = ? AND v.options['{p}'] IS NOT NULL"
+            for i, p in enumerate(PROGRAM_PROPERTIES)
         )
         sql = (
             "SELECT role, position, name, elem_type, shape, detail FROM ("
@@ -854,4 +864,4 @@ class Catalog:
             f"UNION ALL {prop_sql}"
             ") ORDER BY role_order, position"
         )
-        return sql, [key, version] * (2 + len(props))
+        return sql, [key, version] * (2 + len(props) + len(PROGRAM_PROPERTIES))

@@ -119,7 +119,7 @@ class NumpyCall(nn.Module):
 
     def forward(self, x):
         h = self.a(x)
-        h = torch.as_tensor(np.tanh(np.clip(h, -1.5, 1.5)))
+        h = torch.from_numpy(np.tanh(np.clip(h.detach().numpy(), -1.5, 1.5)))
         return self.b(h)
 
     @staticmethod

@@ -176,7 +176,8 @@ def to_args(feeds: dict, inputs: Sequence[TensorSpec]) -> tuple:
         if spec.elem_type == "STRING":
             out.append([str(v) for v in value])
         else:
-            out.append(torch.from_numpy(np.ascontiguousarray(value, dtype=_DTYPE[spec.elem_type])))
+            array = np.ascontiguousarray(value, dtype=_DTYPE[spec.elem_type])
+            out.append(torch.from_numpy(array if array.flags.writeable else array.copy()))
     return tuple(out)
 
 

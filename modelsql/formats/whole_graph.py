@@ -27,6 +27,7 @@ torch and onnxscript are imported lazily (the ``torch`` extra).
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -94,7 +95,7 @@ def whole_graph(prog: Program, samples: Sequence[tuple] = (), seed: int = 0) -> 
     try:
         proto = _to_onnx(ep, prog)
     except Exception as exc:
-        return _refuse("onnx_export_failed", f"the dynamo ONNX exporter failed: {first_line(exc)}")
+        return _refuse("onnx_export_failed", f"the dynamo ONNX exporter failed: {_onnx_failure(exc)}")
     wrong = differential_test(prog, proto, samples, seed)
     if wrong is not None:
         return _refuse("differential_test", wrong)
@@ -113,6 +114,15 @@ def _export(module, args: tuple):
     module.eval()
     with quiet():
         return torch.export.export(module, args, dynamic_shapes=tuple({0: Dim.DYNAMIC} for _ in args), strict=True)
+
+
+def _onnx_failure(exc: Exception) -> str:
+    """The line of the dynamo exporter's report that names the operator it could not translate."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"No ONNX function found for <OpOverload\(op='([^']+)'", text)
+    if found:
+        return f"no ONNX function for operator {found.group(1)}"
+    return first_line(exc)
 
 
 def _suggestion(exc: Exception) -> Optional[str]:
@@ -229,19 +239,30 @@ def cases(prog: Program, samples: Sequence[tuple] = (), seed: int = 0):
     rng = np.random.default_rng(seed)
     n = prog.rows()
     for batch in DIFFERENTIAL_BATCHES:
-        idx = torch.from_numpy(rng.integers(0, n, batch))
-        yield f"a batch of {batch} rows", tuple(_jitter(a[idx], rng) for a in prog.example)
-    yield "the example scaled by 10", tuple(a * 10 if a.is_floating_point() else a for a in prog.example)
-    yield "the example negated", tuple(-a if a.is_floating_point() else a for a in prog.example)
+        idx = rng.integers(0, n, batch)
+        yield f"a batch of {batch} rows", tuple(_jitter(_pick(a, idx), rng) for a in prog.example)
+    yield "the example scaled by 10", tuple(_scaled(a, 10) for a in prog.example)
+    yield "the example negated", tuple(_scaled(a, -1) for a in prog.example)
     for k, args in enumerate(samples):
         yield f"sample batch {k + 1}", as_tuple(args)
+
+
+def _pick(a, idx: np.ndarray):
+    """Rows ``idx`` of a tensor or of a list of str."""
+    import torch
+
+    return [a[i] for i in idx] if isinstance(a, list) else a[torch.from_numpy(idx)]
+
+
+def _scaled(a, factor: float):
+    return a * factor if hasattr(a, "is_floating_point") and a.is_floating_point() else a
 
 
 def _jitter(a, rng):
     """Rows drawn from the example, float values moved by noise of the example's own spread."""
     import torch
 
-    if not a.is_floating_point() or a.shape[0] == 0:
+    if not hasattr(a, "is_floating_point") or not a.is_floating_point() or a.shape[0] == 0:
         return a
     scale = float(a.std()) if a.numel() > 1 else 1.0
     noise = torch.from_numpy(rng.standard_normal(tuple(a.shape)).astype(np.float32)).to(a.dtype)

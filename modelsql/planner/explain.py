@@ -159,9 +159,26 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
         lines.append(f"{pad}  actual: " + " ".join(f"{k}={v}" for k, v in measured.items()))
     if s.model.kind == "models":
         lines += _route_lines(s, op, analyze, pad)
+    program = _program_line(s.model)
+    if program:
+        lines.append(f"{pad}  {program}")
     lines.append(f"{pad}  input: {_input_text(s.input)}")
     for i in s.input.inner:
         _scan_lines(plan, plan.scan(i), phys, analyze, depth + 2, lines)
+
+
+def _program_line(model) -> Optional[str]:
+    """How a model imported FROM PYTHON runs (whole graph, co-executed or eager, and why), or None."""
+    options = dict(getattr(model, "options", ()) or ())
+    if "python" not in options:
+        return None
+    how = {"whole_graph": "one ONNX graph (torch.export, safety gate passed)",
+           "coexecute": "co-executed (torch.compile, captured graphs on ONNX Runtime, Python between them)",
+           "eager": "eager PyTorch (co-execution was slower at import)"}.get(options.get("execution"), "?")
+    rows = "; one row per call (batch-dependent)" if getattr(model, "batch_dependence", None) and \
+        options.get("execution") != "whole_graph" else ""
+    timing = f"; {options['timing']}" if "timing" in options else ""
+    return f"program: {options['python']} as {how}{rows}{timing}"
 
 
 def _family_lines(plan: QueryPlan, share, phys, analyze: bool) -> list[str]:
