@@ -32,11 +32,15 @@ from modelsql.catalog.entries import TensorSpec
 from modelsql.errors import DataError, ProgrammingError
 
 __all__ = ["Program", "program", "forward_inputs", "as_tuple", "call", "take", "to_args", "to_feeds", "to_numpy", "outputs_of", "row_dependence",
-           "close", "quiet", "first_line", "RTOL", "ATOL"]
+           "close", "quiet", "first_line", "is_ragged", "RAGGED", "RTOL", "ATOL"]
 
 _ELEM = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "int64": "INT64", "int32": "INT32",
          "int16": "INT16", "int8": "INT8", "uint8": "UINT8", "bool": "BOOL"}
 _DTYPE = {v: k for k, v in _ELEM.items()}
+
+RAGGED = "ragged"
+"""The name of an input's dimension 1 when its rows have different lengths (a tree's nodes): the input is a
+list of tensors, one per row, and PREDICT feeds it from a list column whose rows differ in length."""
 
 RTOL, ATOL = 1e-4, 1e-5
 """Tolerance of every comparison of a program's outputs (float32 kernels reorder sums by batch size)."""
@@ -94,6 +98,14 @@ def _spec(name: str, value, label: str) -> TensorSpec:
 
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
         return TensorSpec(name, "STRING", ("N",))
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) and v.ndim >= 1 for v in value):
+        first = value[0]
+        elem = _ELEM.get(str(first.dtype).replace("torch.", ""))
+        if elem is None or any(v.dtype != first.dtype or v.shape[1:] != first.shape[1:] for v in value):
+            raise ProgrammingError(f'{label}: example input "{name}" is a list of tensors of different dtypes or '
+                                   "inner shapes; a ragged input's rows differ only in their first dimension.",
+                                   code="unsupported_input")
+        return TensorSpec(name, elem, ("N", RAGGED) + tuple(int(d) for d in first.shape[1:]))
     if not isinstance(value, torch.Tensor) or value.ndim == 0:
         raise ProgrammingError(
             f'{label}: example input "{name}" is a {type(value).__name__}; an input is a tensor with the batch on '
@@ -114,8 +126,10 @@ def as_tuple(example) -> tuple:
     return (example,)
 
 
-def program(module, example, *, output_names: Optional[Sequence[str]] = None, label: str = "the program") -> Program:
-    """Describe ``module`` from its example batch (run once, eagerly, under ``no_grad``).
+def program(module, example, *, output_names: Optional[Sequence[str]] = None, input_names: Optional[Sequence[str]] = None,
+            label: str = "the program") -> Program:
+    """Describe ``module`` from its example batch (run once, eagerly, under ``no_grad``); inputs are named after
+    ``forward``'s parameters unless ``input_names`` are given.
 
     Raises:
         ProgrammingError: ``unsupported_input`` (an input that is not a batch tensor or a list of str),
@@ -127,7 +141,7 @@ def program(module, example, *, output_names: Optional[Sequence[str]] = None, la
 
     module.eval()
     args = tuple(torch.as_tensor(a) if isinstance(a, np.ndarray) else a for a in as_tuple(example))
-    names = _parameters(module, len(args), label)
+    names = list(input_names) if input_names else _parameters(module, len(args), label)
     inputs = tuple(_spec(n, a, label) for n, a in zip(names, args))
     rows = {_rows(a) for a in args}
     if len(rows) != 1:
@@ -175,6 +189,8 @@ def to_args(feeds: dict, inputs: Sequence[TensorSpec]) -> tuple:
         value = feeds[spec.name]
         if spec.elem_type == "STRING":
             out.append([str(v) for v in value])
+        elif is_ragged(spec):
+            out.append([torch.from_numpy(np.array(v, dtype=_DTYPE[spec.elem_type])) for v in value])
         else:
             array = np.ascontiguousarray(value, dtype=_DTYPE[spec.elem_type])
             out.append(torch.from_numpy(array if array.flags.writeable else array.copy()))
@@ -183,8 +199,21 @@ def to_args(feeds: dict, inputs: Sequence[TensorSpec]) -> tuple:
 
 def to_feeds(args: tuple, inputs: Sequence[TensorSpec]) -> dict:
     """The program's arguments as PREDICT's NumPy feeds (the inverse of :func:`to_args`)."""
-    return {s.name: np.array(a, dtype=object) if s.elem_type == "STRING" else a.detach().numpy()
-            for s, a in zip(inputs, args)}
+    out = {}
+    for s, a in zip(inputs, args):
+        if s.elem_type == "STRING":
+            out[s.name] = np.array(a, dtype=object)
+        elif is_ragged(s):
+            out[s.name] = np.empty(len(a), dtype=object)
+            out[s.name][:] = [v.detach().numpy() for v in a]
+        else:
+            out[s.name] = a.detach().numpy()
+    return out
+
+
+def is_ragged(spec: TensorSpec) -> bool:
+    """True for an input whose rows differ in length (dimension 1 named :data:`RAGGED`)."""
+    return bool(spec.shape) and len(spec.shape) > 1 and spec.shape[1] == RAGGED
 
 
 def to_numpy(result) -> list[np.ndarray]:

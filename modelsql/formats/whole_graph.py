@@ -76,10 +76,10 @@ def whole_graph(prog: Program, samples: Sequence[tuple] = (), seed: int = 0) -> 
     """
     import torch
 
-    text = [s.name for s in prog.inputs if s.elem_type == "STRING"]
-    if text or not all(isinstance(a, torch.Tensor) for a in prog.example):
-        return _refuse("non_tensor_input", f'input "{(text or prog.input_names)[0]}" is not a tensor: a graph '
-                       "would bake its example values in.")
+    loose = [s.name for s, a in zip(prog.inputs, prog.example) if not isinstance(a, torch.Tensor)]
+    if loose:
+        return _refuse("non_tensor_input", f'input "{loose[0]}" is not a tensor (a list of str or of tensors): a '
+                       "graph would bake its example values in.")
     args = _exportable_example(prog.example)
     try:
         ep = _export(copy.deepcopy(prog.module), args)

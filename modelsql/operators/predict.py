@@ -136,7 +136,8 @@ class InputArg:
 
     Attributes:
         input_name: the ONNX input it feeds.
-        kind: ``"matrix"``, ``"column"`` or ``"array"`` (see module docstring).
+        kind: ``"matrix"``, ``"column"``, ``"array"`` or ``"ragged"`` (a list column whose rows differ in
+            length, fed as an object array of per-row arrays to a Python program; see module docstring).
         shape: the per-row shape the model expects (the input's dims after the
             batch axis, with unknown dims as -1).
         elem_type: ONNX element type name of the input.
@@ -536,6 +537,8 @@ def _to_numpy(arr: pa.Array, spec: InputArg, where: str = "PREDICT") -> np.ndarr
         else:
             flat = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
         return flat.reshape((n,) + tuple(spec.shape))
+    if spec.kind == "ragged":
+        return _ragged_rows(arr, spec, dtype)
     values, dims = _nested_values(arr, spec, where)
     if dtype is np.object_:
         flat = np.array(values.to_pylist(), dtype=object)
@@ -550,6 +553,14 @@ def _to_numpy(arr: pa.Array, spec: InputArg, where: str = "PREDICT") -> np.ndarr
             code="wrong_input_shape",
         )
     return flat.reshape((n,) + shape)
+
+
+def _ragged_rows(arr: pa.Array, spec: InputArg, dtype) -> np.ndarray:
+    """A list column whose rows differ in length, as an object array of per-row arrays (rows, *inner shape)."""
+    inner = tuple(spec.shape[1:])
+    out = np.empty(len(arr), dtype=object)
+    out[:] = [np.asarray(r, dtype=dtype).reshape((-1,) + inner) for r in arr.to_pylist()]
+    return out
 
 
 def _to_arrow(res: np.ndarray, o: OutputCol, n: int, where: str = "PREDICT") -> pa.Array:

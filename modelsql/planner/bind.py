@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..catalog.entries import ModelVersion, TensorSpec
+from ..formats.python_program import is_ragged
 from ..errors import NotSupportedError, ProgrammingError, did_you_mean
 from ..operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
 from ..operators.scan import quote
@@ -393,7 +394,8 @@ def bind_predict(
             duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
             if col.is_array:
                 target = _array_target(col, spec, shape, width, where)
-                args.append(InputArg(spec.name, "array", shape, spec.elem_type, (col.name,)))
+                kind = "ragged" if is_ragged(spec) else "array"
+                args.append(InputArg(spec.name, kind, shape, spec.elem_type, (col.name,)))
                 arg_sql.append(f"CAST({quote(col.name)} AS {target})")
                 arg_types.append(target)
             else:

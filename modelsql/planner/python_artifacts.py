@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+
+from typing import Optional
 
 import numpy as np
 
@@ -22,7 +24,8 @@ from ..errors import ProgrammingError
 from ..operators.backends.coexec import PythonProgramModel
 from ..tuning.training import factory_digest, resolve_reference
 
-__all__ = ["StoredProgram", "FORMAT", "program_module", "state_tensors", "python_session", "read_program"]
+__all__ = ["StoredProgram", "FORMAT", "program_module", "program_digest", "state_tensors", "python_session",
+           "read_program"]
 
 FORMAT = "modelsql-python/1"
 """The ``format`` field of a stored program."""
@@ -39,6 +42,7 @@ class StoredProgram:
         mode: ``"coexecute"`` or ``"eager"``.
         row_calls: called one row at a time (a batch-dependent program).
         outputs: output names, in order.
+        params: keyword arguments the reference is called with (JSON values; empty: no arguments).
         format: :data:`FORMAT`.
     """
 
@@ -48,6 +52,7 @@ class StoredProgram:
     mode: str
     row_calls: bool
     outputs: tuple
+    params: dict = field(default_factory=dict)
     format: str = FORMAT
 
     def to_bytes(self) -> bytes:
@@ -61,9 +66,9 @@ def read_program(data: bytes) -> StoredProgram:
     return StoredProgram(**fields)
 
 
-def program_module(reference: str):
-    """The ``torch.nn.Module`` a reference names: a Module instance, a Module subclass (built with no
-    arguments) or a function returning a Module (called with no arguments).
+def program_module(reference: str, params: Optional[dict] = None):
+    """The ``torch.nn.Module`` a reference names: a Module instance, a Module subclass (built with ``params``,
+    by default no arguments) or a function returning a Module (called the same way).
 
     Raises:
         ProgrammingError: ``factory_not_found``; ``not_a_module`` (anything else, or a constructor that needs
@@ -78,7 +83,7 @@ def program_module(reference: str):
         raise ProgrammingError(f"{reference!r} is a {type(obj).__name__}, not a torch.nn.Module or a function "
                                "returning one.", code="not_a_module")
     try:
-        module = obj()
+        module = obj(**(params or {}))
     except TypeError as exc:
         raise ProgrammingError(f"{reference!r} cannot be built without arguments ({exc}); a factory of "
                                "hyper-parameters is a trainable (CREATE MODEL ... FROM PYTHON without example) "
@@ -87,6 +92,17 @@ def program_module(reference: str):
         raise ProgrammingError(f"{reference!r} returned {type(module).__name__}, not a torch.nn.Module.",
                                code="not_a_module")
     return module
+
+
+def program_digest(reference: str, params: Optional[dict] = None) -> str:
+    """SHA-256 over the source file of ``reference`` and, when ``params`` name a ``factory``, of that factory's
+    file too (a trained network is wrong under a changed factory as much as under a changed wrapper)."""
+    import hashlib
+
+    digest = factory_digest(reference)
+    if params and isinstance(params.get("factory"), str):
+        digest = hashlib.sha256(f"{digest}|{factory_digest(params['factory'])}".encode()).hexdigest()
+    return digest
 
 
 _ELEM = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "int64": "INT64", "int32": "INT32",
@@ -117,12 +133,12 @@ def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramM
     import torch
 
     stored = read_program(store.get(mv.graph_digest))
-    if factory_digest(stored.reference) != stored.source_digest:
+    if program_digest(stored.reference, stored.params) != stored.source_digest:
         raise ProgrammingError(
             f"The source of {stored.reference} changed since {mv.label} was created: the stored weights may not "
             f"fit the program, and its answers could differ. Restore that source, or CREATE OR REPLACE MODEL "
             f"{mv.name} to import the new one.", code="source_changed")
-    module = program_module(stored.reference)
+    module = program_module(stored.reference, stored.params)
     dtypes = {v: k for k, v in _ELEM.items()}
     state = {t.name: torch.from_numpy(np.frombuffer(store.get(t.digest), dtype=np.dtype(dtypes.get(t.elem_type,
              t.elem_type.lower())).newbyteorder("<")).reshape(t.dims).copy()) for t in mv.tensors}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -36,13 +36,13 @@ from ..formats.python_program import Program, program, forward_inputs, row_depen
 from ..formats.whole_graph import cases, whole_graph
 from ..operators.backends.coexec import CHUNK_ROWS, PythonProgramModel
 from ..sql.nodes import ImportModel
-from ..tuning.training import factory_digest, resolve_reference, source_file
+from ..tuning.training import resolve_reference, source_file
 from . import ddl
 from .options import no_repeats, value
-from .python_artifacts import StoredProgram, program_module, state_tensors
+from .python_artifacts import StoredProgram, program_digest, program_module, state_tensors
 from .result import Result
 
-__all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model"]
+__all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model", "store_program"]
 
 OPTIONS = ("example", "outputs", "description", "execution")
 """Options of an importable ``CREATE MODEL ... FROM PYTHON``."""
@@ -104,7 +104,7 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
     if gate is not None:
         described.update(whole_graph=f"refused ({gate.rule}): {gate.reason}",
                          **({"suggestion": gate.suggestion} if gate.suggestion else {}))
-    _store_program(session, stmt, ref, prog, execution, described)
+    store_program(session, stmt, ref, prog, execution, described)
     return Result(session.duck, rowcount=1)
 
 
@@ -174,21 +174,24 @@ def _table_example(session, module, table: str, name: str) -> tuple:
     return tuple(out)
 
 
-def _store_program(session, stmt: ImportModel, ref: str, prog: Program, execution: str, described: dict) -> None:
-    """Store a program that is not a whole graph: co-executed or eager, whichever was faster at import."""
+def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution: str, described: dict,
+                  params: Optional[dict] = None) -> None:
+    """Store a program that is not a whole graph (kind ``"python"``): co-executed or eager, whichever was
+    faster at import (or as ``execution`` says); ``params``: the arguments ``ref`` is built with."""
+    if ddl.existing_model(session, stmt.this.model_name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
+        return
     dependence = row_dependence(prog, [prog.example] + [a for w, a in cases(prog) if "1000" not in w])
     mode, timing, breaks = _choose_mode(prog, execution, dependence is not None)
-    described.update(execution=mode, timing=timing, graph_breaks=breaks)
+    described.update(execution=mode, timing=timing, **({"graph_breaks": breaks} if breaks else {}))
     source_path = source_file(ref)
     source = open(source_path, "rb").read() if source_path else b""
-    stored = StoredProgram(ref, factory_digest(ref), session.store.put(source), mode, dependence is not None,
-                           tuple(prog.output_names))
+    stored = StoredProgram(ref, program_digest(ref, params), session.store.put(source), mode, dependence is not None,
+                           tuple(prog.output_names), dict(params or {}))
     tensors = state_tensors(prog.module)
     blob = stored.to_bytes()
     graph_digest = session.store.put(blob)
     for t, data in tensors:
         session.store.put(data)
-    ddl.existing_model(session, stmt.this.model_name, bool(stmt.args.get("replace")), False)
     session.commit()
     content = hashlib.sha256(blob + b"".join(t.digest.encode() for t, _ in tensors)).hexdigest()
     fields = dict(name=stmt.this.model_name.lower(), graph_digest=graph_digest, graph_bytes=len(blob), opset=0,
@@ -204,29 +207,29 @@ def _store_program(session, stmt: ImportModel, ref: str, prog: Program, executio
 
 
 def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, str, str]:
-    """(mode, timing note, graph-break note): co-execution against eager on PREDICT's chunk shape."""
+    """(mode, timing note, graph-break note): co-execution against eager on PREDICT's chunk shape (only eager
+    is timed when ``execution`` is ``"eager"``)."""
     rows = 1 if row_calls else CHUNK_ROWS
     idx = np.arange(rows) % prog.rows()
     args = tuple([a[i] for i in idx] if isinstance(a, list) else a[idx] for a in prog.example)
     feeds = to_feeds(args, prog.inputs)
-    label = "the program"
+    per_call = f"per call of {rows} row{'s' if rows > 1 else ''}"
     eager = PythonProgramModel(prog.module, prog.inputs, prog.output_names, mode="eager", row_calls=row_calls,
-                               label=label)
+                               label="the program")
+    t_eager = _median_us(eager, feeds)
+    if execution == "eager":
+        return "eager", f"{per_call}: eager {t_eager:.0f} us (co-execution not tried: execution = 'eager')", ""
     coexec = PythonProgramModel(prog.module, prog.inputs, prog.output_names, mode="coexecute", row_calls=row_calls,
-                                label=label)
+                                label="the program")
     start = time.perf_counter()
     coexec.run(feeds)
     compile_s = time.perf_counter() - start
-    t_eager, t_coexec = _median_us(eager, feeds), _median_us(coexec, feeds)
+    t_coexec = _median_us(coexec, feeds)
     stats = coexec.stats()
     breaks = (f"{stats['graphs']} graphs captured by torch.compile, {stats['on_onnx']} on ONNX Runtime"
               + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"] else ""))
-    if execution in ("coexecute", "eager"):
-        mode = execution
-    else:
-        mode = "coexecute" if t_coexec < t_eager else "eager"
-    timing = (f"per call of {rows} row{'s' if rows > 1 else ''}: eager {t_eager:.0f} us, co-executed "
-              f"{t_coexec:.0f} us (compiled in {compile_s:.1f} s)")
+    mode = execution if execution == "coexecute" else ("coexecute" if t_coexec < t_eager else "eager")
+    timing = f"{per_call}: eager {t_eager:.0f} us, co-executed {t_coexec:.0f} us (compiled in {compile_s:.1f} s)"
     return mode, timing, breaks
 
 

@@ -20,7 +20,7 @@ from ..sql.nodes import ImportModel
 from ..tuning.training import factory_digest, for_inference, load_trained, resolve_factory
 from . import ddl
 from .options import no_repeats, value
-from .python_models import create_python_model, wants_import
+from .python_models import create_python_model, store_program, wants_import
 from .result import Result
 from .tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 
@@ -121,9 +121,12 @@ def create_from_study(stmt: ImportModel, session, params: list) -> Result:
 
 
 def _import_trained(session, stmt: ImportModel, study, trial) -> None:
-    """Export the trial's network to ONNX and import it as model ``stmt.this``'s next version."""
+    """Export the trial's network to ONNX and import it as model ``stmt.this``'s next version (a network over
+    trees is stored as a Python program instead: :func:`_import_trained_program`)."""
     import numpy as np
 
+    if json.loads(study.options).get("trees"):
+        return _import_trained_program(session, stmt, study, trial)
     module, features, in_features = _trained_module(session, study, trial)
     example = np.zeros((1, in_features), np.float32)
     input_names = [features[0]] if len(features) != in_features else None  # an array column: bound by name
@@ -140,7 +143,44 @@ def _import_trained(session, stmt: ImportModel, study, trial) -> None:
                      options={"study": study.name, "trial": str(trial.trial)})
 
 
-def _trained_module(session, study, trial):
+def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
+    """A trial of a study over trees as a Python program (:class:`~modelsql.tuning.inference.TrainedNetwork`
+    rebuilt from the factory and its arguments, the trial's weights loaded), run eagerly: the level-batched
+    executor is already one batch per tree height. Its inputs are named after the study's two columns.
+
+    Raises:
+        NotSupportedError: ``not_supported`` for text or boolean class labels.
+    """
+    import torch
+
+    from ..errors import NotSupportedError
+    from ..formats.python_program import program
+    from ..tuning.inference import TrainedNetwork
+
+    model, params, trainable = _trained_network(session, study, trial)
+    options = json.loads(study.options)
+    labels = options.get("labels")
+    if labels is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+        raise NotSupportedError(f'CREATE MODEL ... FROM STUDY "{study.name}": a network over trees with text or '
+                                "boolean labels is not supported yet; use integer labels.", code="not_supported")
+    args = dict(factory=trainable.factory, params={k: v for k, v in params.items()},
+                in_features=options.get("in_features", 1), n_outputs=len(labels) if labels is not None else 1,
+                task="classification" if labels is not None else "regression", labels=labels)
+    net = TrainedNetwork(**args)
+    net.inner.load_state_dict(model.state_dict())
+    width = args["in_features"]
+    node = (lambda n: torch.zeros(n)) if width == 1 else (lambda n: torch.zeros(n, width))
+    example = ([node(1), node(2)], [torch.tensor([-1]), torch.tensor([-1, 0])])
+    name = stmt.this.model_name
+    prog = program(net.eval(), example, input_names=list(options["features"]), output_names=_output_names(study),
+                   label=f'model "{name.lower()}" (study "{study.name}" trial {trial.trial})')
+    store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
+                  {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
+                   "trial": str(trial.trial)}, args)
+
+
+def _trained_network(session, study, trial):
+    """(the trial's trained network, its factory arguments, the trainable)."""
     options = json.loads(study.options)
     trainable = session.catalog.studies.trainable(study.model, study.model_version)
     if trainable is None:
@@ -164,8 +204,16 @@ def _trained_module(session, study, trial):
         raise ProgrammingError(f'The network {trainable.factory} builds does not fit the checkpoint of trial '
                                f'{trial.trial} of study "{study.name}": {str(exc).splitlines()[0]}',
                                code="factory_changed") from None
+    return model, params, trainable
+
+
+def _trained_module(session, study, trial):
+    options = json.loads(study.options)
+    model, _, _ = _trained_network(session, study, trial)
+    labels = options.get("labels")
     task = "classification" if labels is not None else "regression"
-    return for_inference(model, task, labels), features, in_features
+    return for_inference(model, task, labels), tuple(options["features"]), options.get("in_features",
+                                                                                      len(options["features"]))
 
 
 def _output_names(study) -> list[str]:

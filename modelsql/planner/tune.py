@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from ..recursive.trees import Trees
 from ..errors import Error, NotSupportedError, ProgrammingError, did_you_mean
 from ..sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
 from ..tuning.algorithms import make_algorithm
@@ -164,7 +165,8 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
     check_threads(threads, workers, executor)
     budget = number_option(common, "time_budget_s", None, low=0.0)
     defaults = trainable_defaults(trainable)
-    probe_factory(space, trainable.factory, defaults, data.data.x.shape[1], data.data.n_outputs)
+    probe_factory(space, trainable.factory, defaults, data.data.x.shape[1], data.data.n_outputs,
+                  trees=isinstance(data.data.x, Trees))
     algorithm = stmt.args["algorithm"].name.lower()
     tree = digest_of("tree", TRAINER_VERSION, trainable.name, trainable.version, trainable.code_digest,
                      trainable.factory, list(trainable.options), data.digest, seed, threads)

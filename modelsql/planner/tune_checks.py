@@ -42,7 +42,8 @@ def check_space_values(space: Space, max_epochs: int) -> None:
                 raise out from None
 
 
-def probe_factory(space: Space, factory: str, defaults: dict, in_features: int, n_outputs: int) -> None:
+def probe_factory(space: Space, factory: str, defaults: dict, in_features: int, n_outputs: int,
+                  trees: bool = False) -> None:
     """Build the factory for the candidates' factory arguments and check its output shape (see the module).
 
     Raises:
@@ -60,7 +61,7 @@ def probe_factory(space: Space, factory: str, defaults: dict, in_features: int, 
         if len(seen) > MAX_PROBES:
             return
         try:
-            check_factory(factory, key, in_features, n_outputs)
+            check_factory(factory, key, in_features, n_outputs, trees)
         except ProgrammingError as err:
             given = ", ".join(f"{k} = {v!r}" for k, v in key) or "no arguments"
             raise ProgrammingError(f"TUNE: {err} (factory arguments: {given}; in_features = {in_features}, "

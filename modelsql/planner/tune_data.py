@@ -2,7 +2,9 @@
 
 Features are the numeric columns other than the target (or the ``features`` option's, in order), or
 one array column (``FLOAT[]`` / ``FLOAT[64]``) whose every row has the same length; all become one
-float32 matrix (N, F). A target of integers, booleans or strings is a class label (classification:
+float32 matrix (N, F). Or they are a table of trees: two list columns, node values and integer parent
+indices (-1 for the root), which become a :class:`~modelsql.recursive.trees.Trees` the factory's network
+takes whole (a recursive model, run by the level-batched executor). A target of integers, booleans or strings is a class label (classification:
 the labels are the sorted distinct training values, fed to training as indices); a floating-point
 target is regression. Without ``VALIDATE ON``, ``validation_fraction`` of the rows (default 0.2),
 drawn with the study seed, are held out. The rows are read in the order DuckDB returns them (a
@@ -20,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import DataError, ProgrammingError
+from ..recursive.trees import Trees
 from ..tuning.training import TrainData
 
 __all__ = ["StudyData", "load_study_data"]
@@ -116,9 +119,41 @@ def _is_array(table: pa.Table, cols: list[str]) -> bool:
                                or pa.types.is_fixed_size_list(table.schema.field(cols[0]).type))
 
 
-def _matrix(table: pa.Table, cols: list[str], what: str) -> np.ndarray:
+def _tree_columns(table: pa.Table, cols: list[str]) -> Optional[tuple[str, str]]:
+    """(values column, parents column) when the features are a table of trees: two list columns, one of
+    integers (the parent indices; named ``parents`` when both are), else None."""
+    if len(cols) != 2 or not all(pa.types.is_list(table.schema.field(c).type) for c in cols):
+        return None
+    ints = [c for c in cols if pa.types.is_integer(table.schema.field(c).type.value_type)]
+    if len(ints) == 2:
+        ints = [c for c in cols if c.lower() == "parents"]
+    if len(ints) != 1:
+        return None
+    return next(c for c in cols if c != ints[0]), ints[0]
+
+
+def _trees(table: pa.Table, columns: tuple[str, str], what: str) -> Trees:
+    """The rows of a table of trees (see :class:`~modelsql.recursive.trees.Trees`)."""
+    values_col, parents_col = columns
+    for name in columns:
+        _no_nulls(table.column(name), name, what)
+    values = table.column(values_col).to_pylist()
+    parents = table.column(parents_col).to_pylist()
+    try:
+        trees = Trees(values, parents)
+    except DataError as exc:
+        raise DataError(f"TUNE: {what} {exc} (columns {values_col}, {parents_col})", code=exc.code) from None
+    for k, v in enumerate(trees.values):
+        _finite(v.reshape(1, -1), values_col, f"{what} tree {k}:")
+    return trees
+
+
+def _matrix(table: pa.Table, cols: list[str], what: str):
     if not cols:
         raise ProgrammingError("TUNE: no feature columns (the input has only the target)", code="invalid_feature")
+    tree = _tree_columns(table, cols)
+    if tree is not None:
+        return _trees(table, tree, what)
     if _is_array(table, cols):
         return _array_column(table.column(cols[0]).combine_chunks(), cols[0], what)
     out = np.empty((table.num_rows, len(cols)), np.float32)
@@ -200,6 +235,9 @@ def _split(x, y, fraction: float, seed: int):
 def _digest(data: TrainData, labels) -> str:
     h = hashlib.sha256()
     for array in (data.x, data.y, data.x_val, data.y_val):
+        if isinstance(array, Trees):
+            h.update(b"trees" + array.digest())
+            continue
         h.update(str((array.dtype.str, array.shape)).encode())
         h.update(np.ascontiguousarray(array).tobytes())
     h.update(repr((data.task, data.n_outputs, labels)).encode())

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional
 
 from sqlglot import exp
 
+from ..recursive.trees import Trees
 from ..catalog.studies import StudyRow, Trainable
 from ..errors import ProgrammingError
 from ..tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
@@ -102,7 +103,8 @@ class StudySpec:
         options = dict(self.algorithm_options, workers=self.workers, threads=self.threads, executor=self.executor,
                        execution="stages" if self.sharing else "trials", features=list(self.features),
                        in_features=int(self.data.x.shape[1]),
-                       labels=list(self.labels) if self.labels is not None else None)
+                       labels=list(self.labels) if self.labels is not None else None,
+                       **({"trees": True} if isinstance(self.data.x, Trees) else {}))
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),
                         self.train_sql, self.validate_sql, self.target, self.tree, self.definition, "running")

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 import numpy as np
 
 from modelsql.errors import DataError, OperationalError, ProgrammingError
+from modelsql.recursive.trees import Trees
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -61,10 +62,11 @@ class TrainData:
     """The training and validation sets of a study.
 
     Attributes:
-        x: float32 (N, F) training features.
+        x: float32 (N, F) training features, or a :class:`~modelsql.recursive.trees.Trees` of N trees (the
+            network then takes a minibatch of trees; ``in_features`` is the values per node).
         y: (N,) targets: int64 class indices in [0, n_outputs) for classification,
             float32 values for regression.
-        x_val: float32 (M, F) validation features, M >= 1.
+        x_val: float32 (M, F) validation features (or M trees), M >= 1.
         y_val: (M,) validation targets, typed like ``y``.
         task: ``"classification"`` or ``"regression"``.
         n_outputs: number of classes for classification, 1 for regression.
@@ -268,9 +270,9 @@ def check_epoch(entry: Sequence[tuple[str, Any]]) -> None:
 
 
 def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str, Any]]], in_features: int,
-                  n_outputs: int) -> None:
-    """Build the factory's model with ``params`` and run it on a zero batch of 2 rows (float32 (2, F)):
-    its output must be (2, n_outputs). The caller's RNG state is kept.
+                  n_outputs: int, trees: bool = False) -> None:
+    """Build the factory's model with ``params`` and run it on a zero batch of 2 rows (float32 (2, F), or with
+    ``trees`` two one-node trees): its output must be (2, n_outputs). The caller's RNG state is kept.
 
     Raises:
         ProgrammingError: ``factory_not_found``, ``invalid_factory_params`` (it refused the arguments),
@@ -281,11 +283,14 @@ def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str,
     with torch.random.fork_rng(devices=[]):
         model = _build_model(ref, params, int(in_features), int(n_outputs))
         try:
+            probe = Trees([np.zeros((1, int(in_features)), np.float32)] * 2, [np.array([-1])] * 2) if trees else \
+                torch.zeros(2, int(in_features))
             with torch.no_grad():
-                out = model.eval()(torch.zeros(2, int(in_features)))
+                out = model.eval()(probe)
         except Exception as exc:  # noqa: BLE001 - the user's module; its error, named
-            raise ProgrammingError(f"factory {ref!r} built a model that fails on a (2, {in_features}) float32 "
-                                   f"batch: {type(exc).__name__}: {exc}", code="invalid_factory") from None
+            what = "batch of two one-node trees" if trees else f"(2, {in_features}) float32 batch"
+            raise ProgrammingError(f"factory {ref!r} built a model that fails on a {what}: "
+                                   f"{type(exc).__name__}: {exc}", code="invalid_factory") from None
     shape = tuple(getattr(out, "shape", ()))
     if shape != (2, n_outputs):
         raise ProgrammingError(f"factory {ref!r} built a model whose output for a (2, {in_features}) batch has shape "
@@ -484,20 +489,37 @@ def _tensors(data: TrainData) -> tuple["torch.Tensor", ...]:
 
     if data.task not in ("classification", "regression"):
         raise _bad_data(f'task must be "classification" or "regression", got {data.task!r}')
+    if isinstance(data.x, Trees) or isinstance(data.x_val, Trees):
+        return _tree_tensors(data)
     x, x_val = (np.asarray(a) for a in (data.x, data.x_val))
     if x.ndim != 2 or x_val.ndim != 2 or x.shape[1] != x_val.shape[1] or len(x) == 0 or len(x_val) == 0:
         raise _bad_data(f"features must be non-empty (N, F) and (M, F) arrays, got {x.shape} and {x_val.shape}")
     if len(data.y) != len(x) or len(data.y_val) != len(x_val):
         raise _bad_data(f"{len(x)}/{len(x_val)} feature rows but {len(data.y)}/{len(data.y_val)} targets")
+    ty = _targets(data)
+    tx = [torch.as_tensor(np.ascontiguousarray(a, dtype=np.float32)) for a in (x, x_val)]
+    return tx[0], ty[0], tx[1], ty[1]
+
+
+def _targets(data: TrainData) -> tuple["torch.Tensor", "torch.Tensor"]:
+    import torch
+
     ys = [np.asarray(data.y), np.asarray(data.y_val)]
     if data.task == "classification":
         if any(y.size and (y.min() < 0 or y.max() >= data.n_outputs) for y in ys):
             raise _bad_data(f"class indices must lie in [0, {data.n_outputs})")
-        ty = [torch.as_tensor(y.astype(np.int64)) for y in ys]
-    else:
-        ty = [torch.as_tensor(y.astype(np.float32).reshape(-1, 1)) for y in ys]
-    tx = [torch.as_tensor(np.ascontiguousarray(a, dtype=np.float32)) for a in (x, x_val)]
-    return tx[0], ty[0], tx[1], ty[1]
+        return tuple(torch.as_tensor(y.astype(np.int64)) for y in ys)
+    return tuple(torch.as_tensor(y.astype(np.float32).reshape(-1, 1)) for y in ys)
+
+
+def _tree_tensors(data: TrainData) -> tuple:
+    """(trees, y, validation trees, y_val) for a study over a table of trees (the network takes Trees)."""
+    if not (isinstance(data.x, Trees) and isinstance(data.x_val, Trees)) or not len(data.x) or not len(data.x_val):
+        raise _bad_data("training and validation features must both be non-empty tables of trees")
+    if len(data.y) != len(data.x) or len(data.y_val) != len(data.x_val):
+        raise _bad_data(f"{len(data.x)}/{len(data.x_val)} trees but {len(data.y)}/{len(data.y_val)} targets")
+    y, y_val = _targets(data)
+    return data.x, y, data.x_val, y_val
 
 
 def _bad_data(why: str) -> DataError:

@@ -12,7 +12,8 @@ runs a frame eagerly: :class:`PythonProgramModel` warns when that happens.
 
 :class:`PythonProgramModel` is the :class:`~modelsql.operators.backends.BackendModel` of a program:
 ``mode`` ``"coexecute"`` (the compiled module) or ``"eager"`` (the module itself, when co-execution was
-slower at import); a batch-dependent program (``row_calls``) is called one row at a time.
+slower at import, or once dynamo reached its recompile limit); a batch-dependent program (``row_calls``) is
+called one row at a time.
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ import numpy as np
 from ...errors import DataError
 from ...formats.python_program import close, quiet, to_args, to_numpy
 
-__all__ = ["OnnxSubgraphs", "PythonProgramModel", "CHUNK_ROWS"]
+__all__ = ["OnnxSubgraphs", "PythonProgramModel", "CHUNK_ROWS", "BUCKETS"]
 
 CHUNK_ROWS = 256
-"""Rows per call of a row-independent program (the last chunk is padded, so dynamo sees one shape)."""
+"""Rows per call of a row-independent program."""
+
+BUCKETS = (1, 4, 16, 64, CHUNK_ROWS)
+"""Co-execution pads a chunk to the next of these sizes, so dynamo compiles at most five static shapes
+(each captured graph then exports to ONNX with fixed shapes; ``dynamic=False``)."""
 
 
 @dataclass
@@ -129,14 +134,15 @@ class PythonProgramModel:
         self.fixed_batch: Optional[int] = 1 if row_calls else None
         self.intra_op_threads = threads
         self.backend = OnnxSubgraphs(threads)
-        self.callable = torch.compile(module, backend=self.backend) if mode == "coexecute" else module
+        self.callable = torch.compile(module, backend=self.backend, dynamic=False) if mode == "coexecute" else module
         self.watch = _LimitWatch()
         self.warned = False
         self._lock = threading.Lock()
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Optional[Sequence[str]] = None) -> list[np.ndarray]:
         """Run on ``feeds`` (input name -> array, rows on axis 0): one call per row (``row_calls``) or per
-        :data:`CHUNK_ROWS` rows (the last chunk padded by repeating its last row, padding dropped).
+        :data:`CHUNK_ROWS` rows; co-executed chunks are padded to a size of :data:`BUCKETS` by repeating their last
+        row (the padding's outputs dropped).
 
         Raises:
             DataError: ``model_run_failed`` naming the model (the program raised).
@@ -148,21 +154,23 @@ class PythonProgramModel:
         parts = []
         with self._lock:
             for start in range(0, n, step):
-                parts.append(self._chunk({k: v[start:start + step] for k, v in feeds.items()}, step))
+                parts.append(self._chunk({k: v[start:start + step] for k, v in feeds.items()}))
         if not parts:
             return [np.zeros((0,), np.float32) for _ in names]
         return [np.concatenate([p[k] for p in parts]) for k in picks]
 
-    def _chunk(self, feeds: dict, step: int) -> list[np.ndarray]:
+    def _chunk(self, feeds: dict) -> list[np.ndarray]:
         import torch
 
         rows = len(next(iter(feeds.values())))
-        pad = step - rows if self.mode == "coexecute" and not self.row_calls else 0
+        pad = next(b for b in BUCKETS if b >= rows) - rows if self.mode == "coexecute" else 0
         if pad:
             feeds = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in feeds.items()}
         args = to_args(feeds, self.inputs)
+        watching = self.mode == "coexecute"
         logger = logging.getLogger("torch._dynamo.convert_frame")
-        logger.addHandler(self.watch)
+        if watching:
+            logger.addHandler(self.watch)
         try:
             with torch.no_grad():
                 result = self.callable(*args)
@@ -171,16 +179,20 @@ class PythonProgramModel:
             raise DataError(f"{self.label} failed on its input: {type(exc).__name__}: {text[0] if text else ''}",
                             code="model_run_failed") from exc
         finally:
-            logger.removeHandler(self.watch)
+            if watching:
+                logger.removeHandler(self.watch)
         self._warn_limit()
         return [o[:rows] for o in to_numpy(result)]
 
     def _warn_limit(self) -> None:
+        """Past dynamo's recompile limit (its guards keep failing: they test Python values of the input, a tree's
+        shape or a string), recompiling costs more than co-execution saves: run eagerly from then on, and say so."""
         if self.watch.hits and not self.warned:
             self.warned = True
-            warnings.warn(f"{self.label}: torch._dynamo reached its recompile_limit ({self.watch.hits[0]}); dynamo "
-                          "runs that frame eagerly from now on (correct, but not co-executed).", RuntimeWarning,
-                          stacklevel=2)
+            self.callable, self.mode = self.module, "eager"
+            warnings.warn(f"{self.label}: torch._dynamo reached its recompile_limit ({self.watch.hits[0]}): its "
+                          "guards keep failing on these inputs, so this program now runs eagerly (correct, not "
+                          "co-executed).", RuntimeWarning, stacklevel=2)
 
     def stats(self) -> dict:
         """Graphs captured, how many run on ONNX Runtime, why the rest did not, recompile-limit hits."""
