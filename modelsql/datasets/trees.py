@@ -23,7 +23,7 @@ def random_trees(n: int, min_nodes: int = 19, max_nodes: int = 49, seed: int = 0
         p = np.empty(size, np.int64)
         p[order[0]] = -1
         for k in range(1, size):
-            p[order[k]] = order[rng.integers(max(0, k - 4), k)]
+            p[order[k]] = order[rng.integers(0, k)]
         parents.append(p)
         values.append(rng.standard_normal(size).astype(np.float32))
     return values, parents

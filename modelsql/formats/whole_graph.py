@@ -234,8 +234,6 @@ def differential_test(prog: Program, proto, samples: Sequence[tuple] = (), seed:
 def cases(prog: Program, samples: Sequence[tuple] = (), seed: int = 0):
     """(what, argument tuple) pairs: batches of :data:`DIFFERENTIAL_BATCHES` rows drawn from the example with
     noise, the example scaled by 10 and negated, then ``samples``."""
-    import torch
-
     rng = np.random.default_rng(seed)
     n = prog.rows()
     for batch in DIFFERENTIAL_BATCHES:

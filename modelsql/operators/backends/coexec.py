@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ...errors import DataError
-from ...formats.python_program import close, quiet, to_args, to_numpy
+from ...formats.python_program import close, quiet, take, to_args, to_numpy
 
 __all__ = ["OnnxSubgraphs", "PythonProgramModel", "CHUNK_ROWS", "BUCKETS"]
 
@@ -153,20 +153,23 @@ class PythonProgramModel:
         step = 1 if self.row_calls else CHUNK_ROWS
         parts = []
         with self._lock:
+            args = to_args(feeds, self.inputs)  # converted once; chunks are views
             for start in range(0, n, step):
-                parts.append(self._chunk({k: v[start:start + step] for k, v in feeds.items()}))
+                parts.append(self._chunk(take(args, slice(start, start + step))))
         if not parts:
             return [np.zeros((0,), np.float32) for _ in names]
+        if len(parts) == 1:
+            return [parts[0][k] for k in picks]
         return [np.concatenate([p[k] for p in parts]) for k in picks]
 
-    def _chunk(self, feeds: dict) -> list[np.ndarray]:
+    def _chunk(self, args: tuple) -> list[np.ndarray]:
         import torch
 
-        rows = len(next(iter(feeds.values())))
+        rows = len(args[0])
         pad = next(b for b in BUCKETS if b >= rows) - rows if self.mode == "coexecute" else 0
         if pad:
-            feeds = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in feeds.items()}
-        args = to_args(feeds, self.inputs)
+            args = tuple(a + [a[-1]] * pad if isinstance(a, list) else torch.cat([a, a[-1:].expand(pad, *a.shape[1:])])
+                         for a in args)
         watching = self.mode == "coexecute"
         logger = logging.getLogger("torch._dynamo.convert_frame")
         if watching:
@@ -182,7 +185,8 @@ class PythonProgramModel:
             if watching:
                 logger.removeHandler(self.watch)
         self._warn_limit()
-        return [o[:rows] for o in to_numpy(result)]
+        out = to_numpy(result)
+        return [o[:rows] for o in out] if pad else out
 
     def _warn_limit(self) -> None:
         """Past dynamo's recompile limit (its guards keep failing: they test Python values of the input, a tree's
