@@ -1,0 +1,296 @@
+"""A pipeline's ONNX steps as one differentiable torch program (neural translation of classical pipelines).
+
+Neural translation (Fernandez et al., 2019 and Hummingbird, OSDI 2020) turns a fitted pipeline into a
+tensor program so that all its steps can be fine-tuned together by gradient descent. modelsql translates
+what its catalog holds, the ONNX graph of each step (skl2onnx's ``ai.onnx.ml`` operators and the standard
+ones modelsql's own converters write), node by node: :data:`OPS` maps ``(domain, op_type)`` to a builder.
+Every float initializer and every learnable attribute (a scaler's offset and scale, a linear head's
+coefficients, a tree's thresholds and leaf values) becomes an ``nn.Parameter``; integer constants (class
+labels, shapes, indices) are buffers. Tree ensembles are :class:`~modelsql.finetune.trees.GemmTrees`:
+hard (exactly the ensemble) until :meth:`PipelineNet.set_temperature` makes them soft.
+
+:class:`PipelineNet` chains the steps by the pipeline's feeds. Its hard form must agree with ONNX Runtime
+running the original steps (:func:`modelsql.planner.finetune` checks it before training: a translation
+that is not exact is refused, never fine-tuned).
+
+Raises (every builder): NotSupportedError ``not_supported`` naming the step and the operator.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from onnx import helper, numpy_helper
+from torch import nn
+
+from modelsql.errors import NotSupportedError
+from modelsql.finetune.trees import GemmTrees, tree_ensemble
+
+__all__ = ["StepNet", "PipelineNet", "OPS"]
+
+OPS: dict[tuple[str, str], Callable] = {}
+"""``(domain, op_type)`` -> ``builder(net, node) -> run(env)``; ``env`` maps value names to tensors."""
+
+_TORCH_TYPES = {1: torch.float32, 6: torch.int32, 7: torch.int64, 9: torch.bool, 11: torch.float64}
+
+
+def _op(*names: str, domain: str = ""):
+    def register(fn):
+        for name in names:
+            OPS[(domain, name)] = fn
+        return fn
+    return register
+
+
+def _attrs(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+class StepNet(nn.Module):
+    """One step's ONNX graph as a torch module: ``forward(feeds: dict name -> tensor) -> dict name -> tensor``.
+
+    Args:
+        proto: the step's self-contained ModelProto.
+        label: how errors name the step.
+    """
+
+    def __init__(self, proto, label: str) -> None:
+        super().__init__()
+        self.label = label
+        self.params = nn.ParameterDict()
+        self.trees = nn.ModuleList()
+        self.names: dict[str, str] = {}
+        self.constants: dict[str, str] = {}
+        for init in proto.graph.initializer:
+            self._constant(init.name, numpy_helper.to_array(init))
+        self.input_names = [i.name for i in proto.graph.input if i.name not in self.names]
+        self.output_names = [o.name for o in proto.graph.output]
+        self.ops = []
+        for node in proto.graph.node:
+            build = OPS.get((node.domain or "", node.op_type)) or OPS.get(("ai.onnx.ml" if node.domain == "ai.onnx.ml"
+                                                                            else "", node.op_type))
+            if build is None:
+                raise NotSupportedError(f"{label}: operator {node.domain + '.' if node.domain else ''}{node.op_type} "
+                                        "is not translated to torch, so this pipeline cannot be fine-tuned",
+                                        code="not_supported")
+            self.ops.append(build(self, node))
+
+    def _key(self, name: str) -> str:
+        return "p" + str(len(self.names)) + "_" + re.sub(r"\W", "_", name)[:40]
+
+    def _constant(self, name: str, value: np.ndarray) -> None:
+        key = self._key(name)
+        self.names[name] = key
+        tensor = torch.from_numpy(np.array(value))
+        if tensor.is_floating_point():
+            self.params[key] = nn.Parameter(tensor.float())
+        else:
+            self.register_buffer(key, tensor)
+
+    def learnable(self, name: str, value) -> str:
+        """Register an attribute's value as a parameter; the name to read it by."""
+        self._constant(name, np.asarray(value, np.float32))
+        return name
+
+    def value(self, env: dict, name: str):
+        if name in self.names:
+            key = self.names[name]
+            return self.params[key] if key in self.params else getattr(self, key)
+        return env[name]
+
+    def forward(self, feeds: dict) -> dict:
+        env = dict(feeds)
+        for run in self.ops:
+            run(env)
+        return {name: env[name] for name in self.output_names}
+
+
+def _unary(fn):
+    def build(net, node):
+        def run(env):
+            env[node.output[0]] = fn(net.value(env, node.input[0]))
+        return run
+    return build
+
+
+for _name, _fn in {"Identity": lambda x: x, "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh,
+                   "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt, "Abs": torch.abs, "Neg": torch.neg}.items():
+    OPS[("", _name)] = _unary(_fn)
+
+for _name, _fn in {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div,
+                   "MatMul": torch.matmul}.items():
+    def _binary(net, node, fn=_fn):
+        def run(env):
+            env[node.output[0]] = fn(net.value(env, node.input[0]), net.value(env, node.input[1]))
+        return run
+    OPS[("", _name)] = _binary
+
+
+@_op("Gemm")
+def _gemm(net, node):
+    a = _attrs(node)
+
+    def run(env):
+        x, w = net.value(env, node.input[0]), net.value(env, node.input[1])
+        x = x.t() if a.get("transA") else x
+        w = w.t() if a.get("transB") else w
+        out = a.get("alpha", 1.0) * (x @ w)
+        if len(node.input) > 2 and node.input[2]:
+            out = out + a.get("beta", 1.0) * net.value(env, node.input[2])
+        env[node.output[0]] = out
+    return run
+
+
+@_op("Softmax")
+def _softmax(net, node):
+    axis = _attrs(node).get("axis", -1)
+
+    def run(env):
+        env[node.output[0]] = torch.softmax(net.value(env, node.input[0]), dim=axis)
+    return run
+
+
+@_op("ArgMax")
+def _argmax(net, node):
+    a = _attrs(node)
+
+    def run(env):
+        env[node.output[0]] = torch.argmax(net.value(env, node.input[0]), dim=a.get("axis", 0),
+                                           keepdim=bool(a.get("keepdims", 1)))
+    return run
+
+
+@_op("Gather")
+def _gather(net, node):
+    axis = _attrs(node).get("axis", 0)
+
+    def run(env):
+        data, idx = net.value(env, node.input[0]), net.value(env, node.input[1]).long()
+        env[node.output[0]] = torch.index_select(data, axis, idx.reshape(-1)).reshape(
+            data.shape[:axis] + idx.shape + data.shape[axis + 1:])
+    return run
+
+
+@_op("Cast")
+def _cast(net, node):
+    to = _TORCH_TYPES.get(_attrs(node)["to"])
+    if to is None:
+        raise NotSupportedError(f"{net.label}: Cast to ONNX type {_attrs(node)['to']} is not translated",
+                                code="not_supported")
+
+    def run(env):
+        env[node.output[0]] = net.value(env, node.input[0]).to(to)
+    return run
+
+
+@_op("Reshape")
+def _reshape(net, node):
+    def run(env):
+        x = net.value(env, node.input[0])
+        shape = [int(d) for d in net.value(env, node.input[1]).tolist()]
+        env[node.output[0]] = x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(shape)])
+    return run
+
+
+@_op("Flatten")
+def _flatten(net, node):
+    axis = _attrs(node).get("axis", 1)
+
+    def run(env):
+        x = net.value(env, node.input[0])
+        env[node.output[0]] = x.reshape(int(np.prod(x.shape[:axis])), -1)
+    return run
+
+
+@_op("Concat")
+def _concat(net, node):
+    axis = _attrs(node)["axis"]
+
+    def run(env):
+        env[node.output[0]] = torch.cat([net.value(env, n) for n in node.input], dim=axis)
+    return run
+
+
+@_op("Scaler", domain="ai.onnx.ml")
+def _scaler(net, node):
+    a = _attrs(node)
+    offset = net.learnable(node.output[0] + "/offset", a.get("offset", [0.0]))
+    scale = net.learnable(node.output[0] + "/scale", a.get("scale", [1.0]))
+
+    def run(env):
+        env[node.output[0]] = (net.value(env, node.input[0]).float() - net.value(env, offset)) * net.value(env, scale)
+    return run
+
+
+@_op("TreeEnsembleClassifier", "TreeEnsembleRegressor", domain="ai.onnx.ml")
+def _trees(net, node):
+    module, extra = tree_ensemble(node, n_features=0)
+    if extra["classifier"] and not all(isinstance(v, (int, np.integer)) for v in extra["classlabels"]):
+        raise NotSupportedError(f"{net.label}: a tree classifier with text labels is not translated",
+                                code="not_supported")
+    net.trees.append(module)
+    labels = torch.as_tensor(extra["classlabels"] or [0], dtype=torch.int64)
+    post = extra["post_transform"]
+    if post not in ("NONE", "SOFTMAX", "LOGISTIC"):
+        raise NotSupportedError(f"{net.label}: post_transform {post} is not translated", code="not_supported")
+
+    def run(env):
+        scores = module(net.value(env, node.input[0]).float())
+        if not extra["classifier"]:
+            env[node.output[0]] = torch.sigmoid(scores) if post == "LOGISTIC" else scores
+            return
+        if scores.shape[1] == 1 and extra["n_outputs"] == 2:  # one score column: the positive class
+            p = torch.sigmoid(scores) if post == "LOGISTIC" else scores
+            probs = torch.cat([1 - p, p], dim=1)
+        else:
+            probs = {"SOFTMAX": lambda s: torch.softmax(s, dim=1), "LOGISTIC": torch.sigmoid}.get(post, lambda s: s)(
+                scores)
+        env[node.output[0]] = labels.to(probs.device)[torch.argmax(probs, dim=1)]
+        env[node.output[1]] = probs
+    return run
+
+
+class PipelineNet(nn.Module):
+    """A pipeline version's steps chained by its feeds: ``forward(*inputs)`` -> the last step's outputs (tuple,
+    in the pipeline's output order).
+
+    Args:
+        pipeline: a :class:`~modelsql.catalog.entries.PipelineVersion`.
+        protos: each step's ModelProto, in step order.
+    """
+
+    def __init__(self, pipeline, protos: Sequence) -> None:
+        super().__init__()
+        self.steps = nn.ModuleList(StepNet(p, f'pipeline "{pipeline.name}" step "{s.name}"')
+                                   for s, p in zip(pipeline.steps, protos))
+        self.feeds = [tuple((f.input, f.from_step, f.from_name) for f in s.feeds) for s in pipeline.steps]
+        self.input_names = [i.name for i in pipeline.inputs]
+        self.output_names = [o.name for o in pipeline.outputs]
+
+    def forward(self, *inputs):
+        given = dict(zip(self.input_names, inputs))
+        outs: list[dict] = []
+        for step, feeds in zip(self.steps, self.feeds):
+            outs.append(step({inp: given[name] if src is None else outs[src][name] for inp, src, name in feeds}))
+        return tuple(outs[-1][name] for name in self.output_names)
+
+    def tree_modules(self) -> list[GemmTrees]:
+        return [t for s in self.steps for t in s.trees]
+
+    def set_temperature(self, temperature: float) -> None:
+        """0: hard trees (the original function); > 0: soft trees at that temperature."""
+        for t in self.tree_modules():
+            t.temperature = float(temperature)
+
+    def calibrate(self, *inputs) -> None:
+        """Each tree ensemble's feature spreads from the training rows, as they reach it (hard forward)."""
+        hooks = [t.register_forward_pre_hook(lambda m, args: m.calibrate(args[0])) for t in self.tree_modules()]
+        try:
+            with torch.no_grad():
+                self(*inputs)
+        finally:
+            for h in hooks:
+                h.remove()
