@@ -35,7 +35,7 @@ from modelsql.sql import (
     to_duckdb_sql,
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
-from modelsql.sql.nodes import (CreatePipeline, CompileModel, ProfileModel, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
+from modelsql.sql.nodes import (CreatePipeline, CompileModel, FinetunePipeline, ProfileModel, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
                                 Serve, ShowPipelines, ShowServers, ShowStudies, StopServer, TuneModel, statement)
 
 
@@ -69,6 +69,9 @@ STATEMENT_FORMS = [
     ("PROFILE PIPELINE p ON TABLE t WITH (repeat = 3)", ProfileModel),
     ("PROFILE MODEL m ON (SELECT * FROM t LIMIT 100)", ProfileModel),
     ("COMPILE MODEL m FOR 'llvm'", CompileModel),
+    ("FINETUNE PIPELINE p ON TABLE train TARGET label", FinetunePipeline),
+    ("FINETUNE PIPELINE p VERSION 2 ON (SELECT * FROM t) VALIDATE ON TABLE v TARGET y WITH (epochs = 300, "
+     "temperature = 0.1, test = holdout)", FinetunePipeline),
     ("COMPILE MODEL m VERSION 2 FOR 'llvm' WITH (tune_trials = 64, batch_size = 8)", CompileModel),
     ("DROP MODEL IF EXISTS m", DropModel),
     ("DROP MODEL m VERSION 2", DropModel),

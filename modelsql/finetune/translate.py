@@ -63,7 +63,8 @@ class StepNet(nn.Module):
         self.params = nn.ParameterDict()
         self.trees = nn.ModuleList()
         self.names: dict[str, str] = {}
-        self.constants: dict[str, str] = {}
+        self.classes: dict[str, list] = {}
+        """Output name -> the class labels, in probability-column order, of a label output."""
         for init in proto.graph.initializer:
             self._constant(init.name, numpy_helper.to_array(init))
         self.input_names = [i.name for i in proto.graph.input if i.name not in self.names]
@@ -116,7 +117,7 @@ def _unary(fn):
     return build
 
 
-for _name, _fn in {"Identity": lambda x: x, "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh,
+for _name, _fn in {"Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh,
                    "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt, "Abs": torch.abs, "Neg": torch.neg}.items():
     OPS[("", _name)] = _unary(_fn)
 
@@ -127,6 +128,16 @@ for _name, _fn in {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": 
             env[node.output[0]] = fn(net.value(env, node.input[0]), net.value(env, node.input[1]))
         return run
     OPS[("", _name)] = _binary
+
+
+@_op("Identity")
+def _identity(net, node):
+    if node.input[0] in net.classes:
+        net.classes[node.output[0]] = net.classes[node.input[0]]
+
+    def run(env):
+        env[node.output[0]] = net.value(env, node.input[0])
+    return run
 
 
 @_op("Gemm")
@@ -166,6 +177,10 @@ def _argmax(net, node):
 @_op("Gather")
 def _gather(net, node):
     axis = _attrs(node).get("axis", 0)
+    if node.input[0] in net.names and axis == 0:  # classes[argmax(probabilities)]: a label output
+        table = net.value({}, node.input[0])
+        if not table.is_floating_point() and table.ndim == 1:
+            net.classes[node.output[0]] = table.tolist()
 
     def run(env):
         data, idx = net.value(env, node.input[0]), net.value(env, node.input[1]).long()
@@ -233,16 +248,20 @@ def _trees(net, node):
                                 code="not_supported")
     net.trees.append(module)
     labels = torch.as_tensor(extra["classlabels"] or [0], dtype=torch.int64)
+    if extra["classifier"]:
+        net.classes[node.output[0]] = list(extra["classlabels"])
     post = extra["post_transform"]
     if post not in ("NONE", "SOFTMAX", "LOGISTIC"):
         raise NotSupportedError(f"{net.label}: post_transform {post} is not translated", code="not_supported")
+
+    positive_only = module.leaf_values.shape[1] == 1 and extra["n_outputs"] == 2  # one column: the positive class
 
     def run(env):
         scores = module(net.value(env, node.input[0]).float())
         if not extra["classifier"]:
             env[node.output[0]] = torch.sigmoid(scores) if post == "LOGISTIC" else scores
             return
-        if scores.shape[1] == 1 and extra["n_outputs"] == 2:  # one score column: the positive class
+        if positive_only:
             p = torch.sigmoid(scores) if post == "LOGISTIC" else scores
             probs = torch.cat([1 - p, p], dim=1)
         else:
@@ -276,6 +295,19 @@ class PipelineNet(nn.Module):
         for step, feeds in zip(self.steps, self.feeds):
             outs.append(step({inp: given[name] if src is None else outs[src][name] for inp, src, name in feeds}))
         return tuple(outs[-1][name] for name in self.output_names)
+
+    def classes(self) -> list:
+        """The class labels in the order of the probabilities' columns (from the last step's label output).
+
+        Raises:
+            NotSupportedError: ``not_supported`` when no output of the last step is a label of known classes.
+        """
+        last = self.steps[-1]
+        for name in self.output_names:
+            if name in last.classes:
+                return last.classes[name]
+        raise NotSupportedError("the pipeline's last step has no label output of known classes (a classifier's "
+                                "label computed from its probabilities)", code="not_supported")
 
     def tree_modules(self) -> list[GemmTrees]:
         return [t for s in self.steps for t in s.trees]

@@ -31,6 +31,12 @@ __all__ = ["GemmTrees", "tree_ensemble"]
 _BRANCHES = {"BRANCH_LEQ", "BRANCH_LT"}
 
 
+def _log_sigmoid(z):
+    """log(sigmoid(z)), finite for every z also once exported to ONNX (log(sigmoid) underflows to -inf, and
+    -inf times a 0 of the path matrix is NaN)."""
+    return torch.clamp(z, max=0) - torch.log1p(torch.exp(-torch.abs(z)))
+
+
 def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
@@ -82,7 +88,7 @@ class GemmTrees(nn.Module):
             member = (agree == self.path_length).float()
         else:
             z = (self.thresholds - picked) / (self.temperature * self.sigma.index_select(0, self.features))
-            member = torch.exp(nn.functional.logsigmoid(z) @ self.go_true + nn.functional.logsigmoid(-z) @ self.go_false)
+            member = torch.exp(_log_sigmoid(z) @ self.go_true + _log_sigmoid(-z) @ self.go_false)
         return (member @ self.leaf_values) * self.scale + self.base
 
 

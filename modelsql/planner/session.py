@@ -28,7 +28,7 @@ from ..errors import Error, OperationalError, ProgrammingError, excerpt, positio
 from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines,
                          ShowServers)
 from ..storage import BlobStore
-from . import compile_model, ddl, explain, pipelines, profile, query, serve, trainables, tune  # noqa: F401  (each registers its statements' handlers)
+from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, tune  # noqa: F401  (each registers its statements' handlers)
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result

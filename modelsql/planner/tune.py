@@ -35,7 +35,7 @@ from .tune_run import StudyRun, load_tree
 from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, digest_of,
                         trainable_defaults)
 
-__all__ = ["bind_tune", "explain_tune", "RUNNING"]
+__all__ = ["bind_tune", "explain_tune", "relation_sql", "RUNNING"]
 
 _STARTING = threading.Lock()
 """Held while a TUNE checks and claims its study name (two connections of one process may start at once)."""
@@ -50,9 +50,14 @@ MAX_EPOCHS = 100_000
 """The most epochs a study may ask for."""
 
 
-def _relation_sql(node: exp.Expression, what: str) -> str:
+def relation_sql(node: exp.Expression, what: str, statement: str = "TUNE") -> str:
+    """``SELECT * FROM <the input>`` of ``ON TABLE t`` / ``ON (query)`` (TUNE's and FINETUNE's training data).
+
+    Raises:
+        NotSupportedError: ``tune_input_predict`` for an input with a PREDICT in it.
+    """
     if node.find(PredictTable) is not None:
-        raise NotSupportedError(f"TUNE {what}: an input with PREDICT is not supported; materialize it with "
+        raise NotSupportedError(f"{statement} {what}: an input with PREDICT is not supported; materialize it with "
                                 "CREATE TABLE ... AS first.", code="tune_input_predict")
     return f"SELECT * FROM {node.sql(dialect='duckdb')}"
 
@@ -152,8 +157,8 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
     target = stmt.args["target"].name
     check_features(features, target)
     validate = stmt.args.get("validate")
-    train_sql = _relation_sql(stmt.args["train"], "ON")
-    validate_sql = _relation_sql(validate, "VALIDATE ON") if validate is not None else None
+    train_sql = relation_sql(stmt.args["train"], "ON")
+    validate_sql = relation_sql(validate, "VALIDATE ON") if validate is not None else None
     fraction = number_option(common, "validation_fraction", 0.2, low=0.0, high=1.0)
     data = load_study_data(session, train_sql, validate_sql, target, features, fraction, seed, params)
     metric, mode = _metric(common, data.data.task)

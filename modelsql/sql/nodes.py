@@ -607,6 +607,29 @@ class CompileModel(exp.Expression):
         return _option_dict(self.args.get("options"))
 
 
+@statement
+class FinetunePipeline(exp.Expression):
+    """``FINETUNE PIPELINE name [VERSION n] ON TABLE t | ON (query) [VALIDATE ON TABLE v | VALIDATE ON (query)]
+    TARGET col [WITH (epochs = n, temperature = T, ...)]``: translate the pipeline's steps into one
+    differentiable program, train them jointly, and register the better of the fine-tuned and the original
+    pipeline (chosen on validation) as a new version.
+
+    Args:
+        this: ``ModelRef`` with ``pipeline`` set (``version`` pinned or ``None``).
+        train, validate: ``exp.Table`` / ``exp.Subquery`` as for ``TuneModel`` (``validate`` may be ``None``).
+        target: ``exp.Identifier``, the label or value column.
+        options: list of ``exp.EQ``, or ``None``.
+    """
+
+    WORDS = (("FINETUNE", "PIPELINE"),)
+    arg_types = {"this": True, "train": True, "validate": False, "target": True, "options": False}
+
+    @property
+    def option_values(self) -> dict[str, exp.Expression]:
+        """Options keyed by lower-cased name (later duplicates win)."""
+        return _option_dict(self.args.get("options"))
+
+
 #: Every node of ours (the registered statements and the parts of statements);
 #: a tree containing none of these is plain DuckDB SQL.
 MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, ServeItem, *STATEMENT_NODES,
@@ -615,6 +638,7 @@ MODEL_NODES: tuple[type[exp.Expression], ...] = (ModelRef, PipelineStepRef, Serv
 __all__ = [
     "ModelRef",
     "CompileModel",
+    "FinetunePipeline",
     "ImportModel",
     "DropModel",
     "ShowModels",

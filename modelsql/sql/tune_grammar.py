@@ -8,6 +8,7 @@
     DROP STUDY [IF EXISTS] name
     PROFILE MODEL | PIPELINE name [VERSION n] [ON TABLE t | ON (query)] [WITH (opt, ...)]
     COMPILE MODEL name [VERSION n] FOR 'target' [WITH (opt, ...)]
+    FINETUNE PIPELINE name [VERSION n] ON TABLE t | ON (query) [VALIDATE ON ...] TARGET column [WITH (opt, ...)]
 
 (``CREATE MODEL m FROM STUDY s [TRIAL n]`` is parsed with IMPORT / CREATE MODEL
 itself.) A ``space`` is an ordinary expression (``CHOICE(0.1, 0.05)``,
@@ -25,13 +26,18 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from modelsql.sql.nodes import CompileModel, DescribeStudy, DropStudy, ProfileModel, ShowStudies, TuneModel
+from modelsql.sql.nodes import (CompileModel, DescribeStudy, DropStudy, FinetunePipeline, ProfileModel, ShowStudies,
+                                TuneModel)
 
 __all__ = ["TuneParsing", "TuneGenerating"]
 
 #: The accepted form of TUNE MODEL, shown by some of its parse errors.
 TUNE_FORM = ("TUNE MODEL name [VERSION n] ON TABLE t | ON (SELECT ...) [VALIDATE ON TABLE v | VALIDATE ON (SELECT ...)] "
              "TARGET column SEARCH (name = space, ...) USING algorithm [WITH (option = value, ...)] [RESUME]")
+
+#: The accepted form of FINETUNE PIPELINE.
+FINETUNE_FORM = ("FINETUNE PIPELINE name [VERSION n] ON TABLE t | ON (SELECT ...) [VALIDATE ON TABLE v | "
+                 "VALIDATE ON (SELECT ...)] TARGET column [WITH (epochs = n, temperature = t, ...)]")
 
 #: Token types that separate a SEARCH item's name from its space (generated as ``=``).
 _SEARCH_SEPARATORS = (TokenType.EQ, TokenType.COLON_EQ, TokenType.FARROW)
@@ -103,12 +109,12 @@ class TuneParsing:
             self.raise_error(f"Expected TABLE <name> or (SELECT ...) after {where}")
         return source
 
-    def _parse_tunemodel(self, words: tuple[str, ...]) -> TuneModel:
-        ref = self._parse_model_ref()
+    def _parse_training_data(self, form: str) -> tuple[exp.Expr, exp.Expr, exp.Identifier]:
+        """``ON ... [VALIDATE ON ...] TARGET col`` (TUNE and FINETUNE): (train, validate or None, target)."""
         if not self._match(TokenType.ON):
             self.raise_error(
                 "Expected ON TABLE <name> or ON (SELECT ...) after the model name: the rows to train on; "
-                f"the form is {TUNE_FORM}"
+                f"the form is {form}"
             )
         train = self._parse_tune_input("ON")
         validate = None
@@ -116,15 +122,26 @@ class TuneParsing:
             if not self._match(TokenType.ON):
                 self.raise_error("Expected ON TABLE <name> or ON (SELECT ...) after VALIDATE")
             validate = self._parse_tune_input("VALIDATE ON")
-
         if not self._match_word("TARGET"):
             self.raise_error(
-                f"Expected TARGET <column> after the training data: the column to predict; the form is {TUNE_FORM}"
+                f"Expected TARGET <column> after the training data: the column to predict; the form is {form}"
             )
         token = self._curr
         target = self._parse_id_var(any_token=False)
         if not isinstance(target, exp.Identifier):
             self.raise_error("Expected a column name after TARGET", token)
+        return train, validate, target
+
+    def _parse_finetunepipeline(self, words: tuple[str, ...]) -> FinetunePipeline:
+        ref = self._parse_model_ref()
+        ref.set("pipeline", True)
+        train, validate, target = self._parse_training_data(FINETUNE_FORM)
+        return self.expression(FinetunePipeline(this=ref, train=train, validate=validate, target=target,
+                                                options=self._parse_with_options()))
+
+    def _parse_tunemodel(self, words: tuple[str, ...]) -> TuneModel:
+        ref = self._parse_model_ref()
+        train, validate, target = self._parse_training_data(TUNE_FORM)
 
         if not self._match_word("SEARCH"):
             self.raise_error(f"Expected SEARCH (name = space, ...) after TARGET <column>; the form is {TUNE_FORM}")
@@ -222,6 +239,18 @@ class TuneGenerating:
             parts.append(f"WITH ({options})")
         if expression.args.get("resume"):
             parts.append("RESUME")
+        return " ".join(parts)
+
+    def finetunepipeline_sql(self, expression: FinetunePipeline) -> str:
+        parts = [f"FINETUNE PIPELINE {self.sql(expression, 'this')}",
+                 f"ON {self._relation_input_sql(expression.args['train'])}"]
+        validate = expression.args.get("validate")
+        if validate is not None:
+            parts.append(f"VALIDATE ON {self._relation_input_sql(validate)}")
+        parts.append(f"TARGET {self._name_sql(expression.args['target'])}")
+        options = self._options_sql(expression)
+        if options:
+            parts.append(f"WITH ({options})")
         return " ".join(parts)
 
     def showstudies_sql(self, expression: ShowStudies) -> str:
