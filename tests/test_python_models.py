@@ -23,6 +23,11 @@ WHOLE_GRAPH = {"collections", "numpy_call", "generator"}
 """The programs whose whole graph passes the gate (the measurements found the same three safe)."""
 
 BATCH_DEPENDENT = {"tensor_if", "early_return", "shape_branch"}
+"""Programs whose rows were measured to depend on their batch."""
+
+DATA_DEPENDENT = {"while_loop", "tree_recursion"}
+"""Programs run one row per call because torch.export failed on data-dependent control flow (conservative:
+their rows happen to be independent, which testing cannot prove)."""
 
 
 def _load(cur, name: str, rows: int, seed: int = 7, table: str = "") -> tuple:
@@ -86,7 +91,13 @@ def test_every_program_predicts_what_eager_pytorch_computes(programs_db, name) -
     else:
         assert props["execution"] in ("coexecute", "eager") and props["whole_graph"].startswith("refused (")
         assert "us" in props["timing"]
-    assert (props["batch_dependence"] != "none") == (name in BATCH_DEPENDENT and name not in WHOLE_GRAPH)
+    if name in BATCH_DEPENDENT:
+        assert props["batching"].startswith("one row per call: a batch of")
+    elif name in DATA_DEPENDENT:
+        assert props["batching"].startswith("one row per call: data-dependent control flow")
+    elif name not in WHOLE_GRAPH:
+        assert props["batching"] == "batched: rows are independent"
+    assert (props["batch_dependence"] != "none") == (name in BATCH_DEPENDENT | DATA_DEPENDENT)
 
 
 def test_which_path_each_program_took(programs_db) -> None:
@@ -311,3 +322,210 @@ def test_co_execution_warns_when_dynamo_reaches_its_recompile_limit(tmp_path) ->
         cur.execute("SELECT output FROM PREDICT(MODEL tree, TABLE t_tree_recursion) ORDER BY id")
         got = np.array([r[0] for r in cur.fetchall()], np.float32)
     np.testing.assert_allclose(got, _eager_rows(P.TreeRecursion, args), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- found by trying to break it
+
+_TRAPS = """
+import torch
+from torch import nn
+
+
+class _Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 3)
+
+    @staticmethod
+    def example():
+        return torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+
+
+class ValueBranch(_Base):  # the example never reaches the branch
+    def forward(self, x):
+        if x[:, 0].max() > 100:
+            return -self.lin(x)
+        return self.lin(x)
+
+
+class BigBatchBranch(_Base):  # a branch on the batch size above every size the checks try batched
+    def forward(self, x):
+        if x.shape[0] > 100:
+            return self.lin(x) * 2
+        return self.lin(x)
+
+
+class ModuloBranch(_Base):
+    def forward(self, x):
+        if x.shape[0] % 5 == 0:
+            return self.lin(x) + 1
+        return self.lin(x)
+
+
+class HiddenCounter(_Base):
+    def __init__(self):
+        super().__init__()
+        self._n = 0
+
+    def forward(self, x):
+        self._n += 1
+        return self.lin(x) + self._n
+
+
+class BufferCounter(_Base):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        self.count += 1
+        return self.lin(x) + self.count
+
+
+class Lookup(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(10, 3)
+
+    def forward(self, ids):
+        return self.emb(ids)
+
+    @staticmethod
+    def example():
+        return torch.tensor([1, 2, 3, 4])
+
+
+class Picky(_Base):  # raises on a negative first feature
+    def forward(self, x):
+        if bool((x[:, 0] < -50).any()):
+            raise ValueError("negative")
+        return self.lin(x)
+
+
+def broken_example():
+    raise RuntimeError("boom")
+"""
+
+
+@pytest.fixture()
+def traps(tmp_path, monkeypatch):
+    return _module_file(tmp_path, monkeypatch, _TRAPS, "user_traps")
+
+
+def _rows_table(cur, x: np.ndarray, name: str = "rows") -> None:
+    cur.execute(f"CREATE TABLE {name} (id INTEGER, x FLOAT[4])")
+    cur.executemany(f"INSERT INTO {name} VALUES (?, ?)", [(i, r.tolist()) for i, r in enumerate(x)])
+
+
+@pytest.mark.parametrize("cls, execution, extreme", [
+    ("ValueBranch", "auto", True), ("BigBatchBranch", "auto", False), ("ModuloBranch", "eager", False),
+    ("ModuloBranch", "coexecute", False),
+])
+def test_no_silent_wrong_answer_from_batching(traps, cls, execution, extreme) -> None:
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    x = np.random.default_rng(0).standard_normal((300, 4)).astype(np.float32)
+    if extreme:
+        x[7, 0] = 500.0
+    _rows_table(cur, x)
+    cur.execute(f"CREATE MODEL m FROM PYTHON '{traps}:{cls}' WITH (execution = '{execution}')")
+    cur.execute("SELECT output FROM PREDICT(MODEL m, TABLE rows) ORDER BY id")
+    got = np.array([r[0] for r in cur.fetchall()], np.float32)
+    module = getattr(importlib.import_module(traps), cls)().eval()
+    with torch.no_grad():
+        expected = np.concatenate([module(torch.from_numpy(x[i:i + 1])).numpy() for i in range(len(x))])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert _properties(cur, "m")["batching"].startswith("one row per call")
+
+
+@pytest.mark.parametrize("cls", ["HiddenCounter", "BufferCounter"])
+def test_outputs_that_change_from_call_to_call_are_refused(traps, cls) -> None:
+    con = modelsql.connect(":memory:")
+    with pytest.raises(modelsql.NotSupportedError) as err:
+        con.cursor().execute(f"CREATE MODEL m FROM PYTHON '{traps}:{cls}'")
+    assert err.value.code == "nondeterministic_program"
+
+
+def test_a_negative_index_the_program_refuses_is_not_answered_by_a_graph(traps) -> None:
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    cur.execute(f"CREATE MODEL emb FROM PYTHON '{traps}:Lookup'")
+    props = _properties(cur, "emb")
+    assert props["execution"] != "whole_graph" and "differential_test" in props["whole_graph"]
+    cur.execute("CREATE TABLE ids AS SELECT * FROM (VALUES (0, 3), (1, -1)) v(id, ids)")
+    con.commit()
+    with pytest.raises(modelsql.DataError):
+        cur.execute("SELECT * FROM PREDICT(MODEL emb, TABLE ids)").fetchall()
+    con.rollback()
+    cur.execute("SELECT id, output FROM PREDICT(MODEL emb, TABLE ids, on_error = 'null') ORDER BY id")
+    rows = cur.fetchall()
+    assert rows[0][1] is not None and rows[1][1] is None
+
+
+def test_on_error_null_isolates_the_rows_a_program_fails_on(traps) -> None:
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    x = np.zeros((5, 4), np.float32)
+    x[2, 0] = -100
+    _rows_table(cur, x)
+    cur.execute(f"CREATE MODEL picky FROM PYTHON '{traps}:Picky' WITH (execution = 'eager')")
+    cur.execute("SELECT id, output FROM PREDICT(MODEL picky, TABLE rows, on_error = 'null') ORDER BY id")
+    assert [r[1] is None for r in cur.fetchall()] == [False, False, True, False, False]
+
+
+def test_an_edited_helper_module_is_a_changed_source(tmp_path, monkeypatch) -> None:
+    (tmp_path / "user_helper.py").write_text("import torch\ndef act(x):\n    return torch.relu(x)\n")
+    mod = _module_file(tmp_path, monkeypatch, textwrap.dedent("""
+        import torch
+        import user_helper
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.lin = torch.nn.Linear(4, 3)
+
+            def forward(self, x):
+                if x.sum() > 1e9:
+                    return x[:, :3]
+                return user_helper.act(self.lin(x))
+
+            @staticmethod
+            def example():
+                return torch.ones(2, 4)
+        """), "user_prog_d")
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    cur.execute(f"CREATE MODEL net FROM PYTHON '{mod}:Net'")
+    _rows_table(cur, np.ones((3, 4), np.float32))
+    cur.execute("CREATE MODEL other FROM PYTHON 'modelsql.datasets.programs:Collections'")
+    (tmp_path / "user_helper.py").write_text("import torch\ndef act(x):\n    return -torch.relu(x) * 100\n")
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        cur.execute("SELECT * FROM PREDICT(MODEL net, TABLE rows)")
+    assert err.value.code == "source_changed" and "user_helper.py" in str(err.value)
+    cur.execute("SELECT count(*) FROM PREDICT(MODEL other, TABLE rows)")  # the transaction is still usable
+    assert cur.fetchone()[0] == 3
+
+
+def test_bad_examples_and_names_are_clear_errors(traps) -> None:
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        cur.execute(f"CREATE MODEL m FROM PYTHON '{traps}:ValueBranch' WITH (example = no_such_table)")
+    assert "no_such_table" in str(err.value)
+    with pytest.raises(modelsql.DataError) as err:
+        cur.execute(f"CREATE MODEL m FROM PYTHON '{traps}:ValueBranch' WITH (example = '{traps}:broken_example')")
+    assert err.value.code == "program_failed" and "boom" in str(err.value)
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        cur.execute(f"CREATE MODEL m FROM PYTHON '{traps}:ValueBranch' WITH (outputs = (x))")
+    assert err.value.code == "bad_option" and '"x"' in str(err.value)
+    cur.execute("CREATE TABLE empty (x FLOAT[4])")
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        cur.execute(f"CREATE MODEL m FROM PYTHON '{traps}:ValueBranch' WITH (example = empty)")
+    assert err.value.code == "example_missing"
+    cur.execute("CREATE TABLE keyed AS SELECT range AS id, 1.0 AS a, 2.0 AS b, 3.0 AS c, 4.0 AS d FROM range(4)")
+    cur.execute(f"CREATE MODEL keyed FROM PYTHON '{traps}:BigBatchBranch' WITH (example = keyed)")  # id is no feature
+    cur.execute("SELECT count(*) FROM modelsql.models")
+    assert cur.fetchone()[0] == 1

@@ -35,7 +35,7 @@ from modelsql.catalog.pipelines import Pipelines
 
 BLOB_KINDS = ("graph", "tensor")
 
-PROGRAM_PROPERTIES = ("python", "execution", "whole_graph", "graph_breaks", "suggestion", "timing")
+PROGRAM_PROPERTIES = ("python", "execution", "batching", "whole_graph", "graph_breaks", "suggestion", "timing")
 """Options of a model imported FROM PYTHON that DESCRIBE MODEL lists as properties (where present): the
 reference, how it runs (``whole_graph``, ``coexecute``, ``eager``), the safety gate's verdict, the graphs
 torch.compile captured, a rewrite that would make it one graph, and the timing behind the choice."""

@@ -149,6 +149,8 @@ def program(module, example, *, output_names: Optional[Sequence[str]] = None, in
                                code="unsupported_input")
     outs = outputs_of(call(module, args, label))
     n = rows.pop()
+    if n == 0:
+        raise ProgrammingError(f"{label}: the example has no rows", code="example_missing")
     for k, o in enumerate(outs):
         if not isinstance(o, torch.Tensor) or o.ndim == 0 or o.shape[0] != n:
             raise ProgrammingError(
@@ -158,6 +160,11 @@ def program(module, example, *, output_names: Optional[Sequence[str]] = None, in
                                                          [f"output{k}" for k in range(len(outs))])
     if len(names_out) != len(outs):
         raise ProgrammingError(f"{label}: {len(names_out)} output names for {len(outs)} outputs.", code="bad_option")
+    clash = [nm for k, nm in enumerate(names_out) if nm.lower() in {x.lower() for x in names_out[:k]} or
+             nm.lower() in {x.lower() for x in names}]
+    if clash:
+        raise ProgrammingError(f'{label}: output name "{clash[0]}" is used twice (an output or an input has it).',
+                               code="bad_option")
     outputs = tuple(_spec(nm, o, label) for nm, o in zip(names_out, outs))
     return Program(module, args, inputs, outputs)
 
@@ -243,11 +250,18 @@ def close(a: list[np.ndarray], b: list[np.ndarray]) -> Optional[str]:
 
 def row_dependence(prog: Program, batches: Sequence[tuple]) -> Optional[str]:
     """Why a row's outputs depend on the other rows of its batch, or None: each batch of ``batches``
-    (argument tuples) run whole against its rows run one at a time (eagerly)."""
+    (argument tuples) run whole against its rows run one at a time (eagerly); a batch the program raises on
+    is skipped."""
     for args in batches:
-        whole = to_numpy(call(prog.module, args, "the program"))
+        try:
+            whole = to_numpy(call(prog.module, args, "the program"))
+        except DataError:
+            continue  # values the program refuses (an index out of its range): not a batch it can be given
         rows = [to_numpy(call(prog.module, take(args, slice(i, i + 1)), "the program")) for i in range(_rows(args[0]))]
-        alone = [np.concatenate([r[k] for r in rows]) for k in range(len(whole))]
+        try:
+            alone = [np.concatenate([r[k] for r in rows]) for k in range(len(whole))]
+        except ValueError:
+            return f"a batch of {_rows(args[0])} rows: its rows alone give outputs of different shapes"
         diff = close(whole, alone)
         if diff is not None:
             return f"a batch of {_rows(args[0])} rows against each row alone: {diff}"

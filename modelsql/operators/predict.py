@@ -559,7 +559,15 @@ def _ragged_rows(arr: pa.Array, spec: InputArg, dtype) -> np.ndarray:
     """A list column whose rows differ in length, as an object array of per-row arrays (rows, *inner shape)."""
     inner = tuple(spec.shape[1:])
     out = np.empty(len(arr), dtype=object)
-    out[:] = [np.asarray(r, dtype=dtype).reshape((-1,) + inner) for r in arr.to_pylist()]
+    try:
+        rows = [np.asarray(r, dtype=dtype) for r in arr.to_pylist()]
+        for r in rows:
+            if r.ndim != 1 + len(inner) or tuple(r.shape[1:]) != inner:
+                raise ValueError(f"a row of shape {list(r.shape)}")
+        out[:] = rows
+    except (ValueError, TypeError) as exc:
+        raise DataError(f'PREDICT: column "{spec.columns[0]}" has a row that is not a list of values of per-node shape '
+                        f'{list(inner)} for model input "{spec.input_name}" ({exc})', code="wrong_input_shape") from None
     return out
 
 

@@ -46,9 +46,9 @@ def load_model_proto(store: BlobStore, mv: ModelVersion):
     """
     if mv.kind == "python":
         raise NotSupportedError(
-            f"{mv.label} is a Python program run as Python ({mv.source}: co-executed or eager): it has no ONNX graph to export, "
-            "compile, profile, merge or use as a pipeline step (its torch.export whole graph was refused; DESCRIBE "
-            "MODEL says why).", code="no_onnx_graph")
+            f"{mv.label} is a Python program run as Python ({mv.source}: co-executed or eager): it has no ONNX graph "
+            "to export, compile, profile or merge (DESCRIBE MODEL says why it is not a whole graph).",
+            code="no_onnx_graph")
 
     def fetch(digest: str, what: str) -> bytes:
         try:

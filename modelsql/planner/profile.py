@@ -215,6 +215,9 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
     ref = stmt.this
     options = _options(stmt, params)
     entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
+    for mv in _steps(entry):
+        if mv.kind == "python":
+            load_model_proto(session.store, mv)  # raises no_onnx_graph: a Python program is not profiled
     if stmt.args.get("source") is not None:
         if entry.kind == "pipeline":
             raise NotSupportedError("PROFILE PIPELINE ... ON: a pipeline's runs are not one graph's; profile it "

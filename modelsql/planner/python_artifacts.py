@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 
 from typing import Optional
@@ -24,8 +25,8 @@ from ..errors import ProgrammingError
 from ..operators.backends.coexec import PythonProgramModel
 from ..tuning.training import factory_digest, resolve_reference
 
-__all__ = ["StoredProgram", "FORMAT", "program_module", "program_digest", "state_tensors", "python_session",
-           "read_program"]
+__all__ = ["StoredProgram", "FORMAT", "program_module", "program_digest", "helper_sources", "changed_source", "check_source",
+           "state_tensors", "python_session", "read_program"]
 
 FORMAT = "modelsql-python/1"
 """The ``format`` field of a stored program."""
@@ -43,6 +44,8 @@ class StoredProgram:
         row_calls: called one row at a time (a batch-dependent program).
         outputs: output names, in order.
         params: keyword arguments the reference is called with (JSON values; empty: no arguments).
+        sources: SHA-256 of each other source file of the user's code the reference's module uses
+            (:func:`helper_sources`), by path.
         format: :data:`FORMAT`.
     """
 
@@ -53,10 +56,60 @@ class StoredProgram:
     row_calls: bool
     outputs: tuple
     params: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)
     format: str = FORMAT
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
+
+
+def helper_sources(reference: str) -> dict:
+    """``{path: SHA-256}`` of the source files the reference's module reaches through its globals (modules it
+    imports, and the modules of the classes and functions it imports), transitively, within the directory of
+    its top-level package (the user's own code: a helper module edited after import changes the program as
+    much as the module itself). Empty for modelsql's own references."""
+    import hashlib
+    import importlib
+    import os
+    import types
+
+    module_name = reference.split(":")[0]
+    if module_name.split(".")[0] == "modelsql":
+        return {}
+    top = importlib.import_module(module_name.split(".")[0])
+    root = os.path.dirname(os.path.abspath(getattr(top, "__file__", "") or ""))
+    package = hasattr(top, "__path__")  # a package: its folder; a lone module: the plain modules beside it
+    seen: dict = {}
+    stack = [importlib.import_module(module_name)]
+    while stack:
+        mod = stack.pop()
+        path = os.path.abspath(getattr(mod, "__file__", "") or "")
+        inside = path.startswith(root + os.sep) if package else (os.path.dirname(path) == root
+                                                                 and not hasattr(mod, "__path__"))
+        if not path.endswith(".py") or not inside or path in seen:
+            continue
+        with open(path, "rb") as f:
+            seen[path] = hashlib.sha256(f.read()).hexdigest()
+        for value in vars(mod).values():
+            owner = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", ""))
+            if isinstance(owner, types.ModuleType):
+                stack.append(owner)
+    seen.pop(os.path.abspath(sys.modules[module_name].__file__), None)  # the reference's own file: source_digest
+    return seen
+
+
+def changed_source(stored: StoredProgram):
+    """The first file of ``stored.sources`` that is missing or differs now, or None."""
+    import hashlib
+
+    for path, digest in sorted(stored.sources.items()):
+        try:
+            with open(path, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != digest:
+                    return path
+        except OSError:
+            return path
+    return None
 
 
 def read_program(data: bytes) -> StoredProgram:
@@ -123,6 +176,23 @@ def state_tensors(module) -> list[tuple[StoredTensor, bytes]]:
     return out
 
 
+def check_source(store, mv: ModelVersion) -> StoredProgram:
+    """The stored program of ``mv``, after checking its sources are unchanged.
+
+    Raises:
+        ProgrammingError: ``source_changed`` naming the file.
+    """
+    stored = read_program(store.get(mv.graph_digest))
+    helper = changed_source(stored)
+    if program_digest(stored.reference, stored.params) != stored.source_digest or helper is not None:
+        what = f"{helper} (a module {stored.reference} uses)" if helper else f"the source of {stored.reference}"
+        raise ProgrammingError(
+            f"{what} changed since {mv.label} was created: the stored weights may not fit the program, and its "
+            f"answers could differ. Restore that source, or CREATE OR REPLACE MODEL {mv.name} to import the new one.",
+            code="source_changed")
+    return stored
+
+
 def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramModel:
     """The loaded program of ``mv`` (kind ``"python"``).
 
@@ -132,12 +202,7 @@ def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramM
     """
     import torch
 
-    stored = read_program(store.get(mv.graph_digest))
-    if program_digest(stored.reference, stored.params) != stored.source_digest:
-        raise ProgrammingError(
-            f"The source of {stored.reference} changed since {mv.label} was created: the stored weights may not "
-            f"fit the program, and its answers could differ. Restore that source, or CREATE OR REPLACE MODEL "
-            f"{mv.name} to import the new one.", code="source_changed")
+    stored = check_source(store, mv)
     module = program_module(stored.reference, stored.params)
     dtypes = {v: k for k, v in _ELEM.items()}
     state = {t.name: torch.from_numpy(np.frombuffer(store.get(t.digest), dtype=np.dtype(dtypes.get(t.elem_type,

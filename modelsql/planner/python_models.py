@@ -23,6 +23,7 @@ why (``execution``, ``whole_graph``, ``graph_breaks``, ``suggestion``, ``timing`
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import statistics
 import time
@@ -31,20 +32,23 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..errors import NotSupportedError, ProgrammingError, did_you_mean
-from ..formats.python_program import Program, program, forward_inputs, row_dependence, to_feeds
-from ..formats.whole_graph import cases, whole_graph
+from ..duckdb_errors import translate
+from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
+from ..formats.program_checks import batching, check_deterministic
+from ..formats.python_program import Program, program, forward_inputs, to_feeds
+from ..formats.whole_graph import whole_graph
 from ..operators.backends.coexec import CHUNK_ROWS, PythonProgramModel
 from ..sql.nodes import ImportModel
 from ..tuning.training import resolve_reference, source_file
 from . import ddl
+from .bind import looks_like_key
 from .options import no_repeats, value
-from .python_artifacts import StoredProgram, program_digest, program_module, state_tensors
+from .python_artifacts import StoredProgram, helper_sources, program_digest, program_module, state_tensors
 from .result import Result
 
 __all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model", "store_program"]
 
-OPTIONS = ("example", "outputs", "description", "execution")
+OPTIONS = ("example", "outputs", "description", "execution", "row_independent")
 """Options of an importable ``CREATE MODEL ... FROM PYTHON``."""
 
 EXECUTIONS = ("auto", "whole_graph", "coexecute", "eager")
@@ -86,13 +90,15 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
     if ddl.existing_model(session, name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
         return Result(session.duck, rowcount=0)
     module = program_module(ref)
+    pristine = copy.deepcopy(module)  # the weights as given: the checks below call forward, which may mutate them
     label = f'model "{name.lower()}" ({ref})'
     prog = program(module, _example(session, module, options.get("example"), name), label=label,
                    output_names=options.get("outputs"))
+    check_deterministic(prog, label)
     described = {"python": ref, **({"description": options["description"]} if "description" in options else {})}
     execution = options.get("execution", "auto")
-    gate = whole_graph(prog) if execution in ("auto", "whole_graph") else None
-    if gate is not None and gate.proto is not None:
+    gate = whole_graph(prog)
+    if execution in ("auto", "whole_graph") and gate.proto is not None:
         ddl.import_model(session, name, gate.proto, replace=bool(stmt.args.get("replace")),
                          options={**described, "execution": "whole_graph", "whole_graph": gate.reason},
                          provenance=("torch", f"python:{ref}"))
@@ -101,10 +107,11 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
         raise NotSupportedError(f'CREATE MODEL {name}: no whole graph of {ref}: rule "{gate.rule}" failed: '
                                 f"{gate.reason}" + (f"; suggestion: {gate.suggestion}" if gate.suggestion else ""),
                                 code="whole_graph_refused")
-    if gate is not None:
-        described.update(whole_graph=f"refused ({gate.rule}): {gate.reason}",
-                         **({"suggestion": gate.suggestion} if gate.suggestion else {}))
-    store_program(session, stmt, ref, prog, execution, described)
+    described.update(whole_graph=(f"refused ({gate.rule}): {gate.reason}" if gate.rule else
+                                  f"not used (execution = '{execution}'): the gate passed"),
+                     **({"suggestion": gate.suggestion} if gate.suggestion else {}))
+    reason = batching(prog, gate, bool(options.get("row_independent", False)))
+    store_program(session, stmt, ref, prog, execution, described, row_reason=reason, state=state_tensors(pristine))
     return Result(session.duck, rowcount=1)
 
 
@@ -137,21 +144,39 @@ def _example(session, module, given, name: str):
         return _table_example(session, module, given[1], name)
     if given is not None:
         obj = resolve_reference(str(given))
-        return obj() if callable(obj) and not hasattr(obj, "shape") else obj
+        return _called(obj, str(given)) if callable(obj) and not hasattr(obj, "shape") else obj
     own = getattr(module, "example", None)
     if callable(own):
-        return own()
+        return _called(own, f"{type(module).__name__}.example()")
     raise ProgrammingError(f"CREATE MODEL {name} FROM PYTHON needs an example input: WITH (example = "
                            "'package.module:name') or WITH (example = some_table), or an example() method on the "
                            "module.", code="example_missing")
 
 
+def _is_number(t) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def _called(fn, what: str):
+    """``fn()``, the example's maker; its failure is a DataError ``program_failed`` naming it."""
+    try:
+        return fn()
+    except Exception as exc:  # the user's code: any error is its own
+        raise DataError(f"the example {what} failed: {type(exc).__name__}: {exc}", code="program_failed") from exc
+
+
 def _table_example(session, module, table: str, name: str) -> tuple:
     """The rows of ``table`` as arguments of ``forward``: a column per parameter of that name, else (one
-    parameter) all numeric columns as a float32 matrix."""
+    parameter) the numeric columns that are not keys (PREDICT's rule) as a float32 matrix."""
     import torch
 
-    frame = session.duck.sql(f'SELECT * FROM "{table}"').to_arrow_table()
+    try:
+        frame = session.duck.sql(f'SELECT * FROM "{table}"').to_arrow_table()
+    except Exception as exc:  # DuckDB's error (no such table), as the PEP 249 class it stands for
+        err = translate(exc)
+        raise type(err)(f"CREATE MODEL {name}: example table {table}: {err}", code=err.code) from None
+    if frame.num_rows == 0:
+        raise ProgrammingError(f"CREATE MODEL {name}: example table {table} has no rows", code="example_missing")
     columns = {c.lower(): c for c in frame.column_names}
     params = forward_inputs(module)
     if not all(p.lower() in columns for p in params):
@@ -159,9 +184,12 @@ def _table_example(session, module, table: str, name: str) -> tuple:
             raise ProgrammingError(f"CREATE MODEL {name}: example table {table} has no column named "
                                    f"{next(p for p in params if p.lower() not in columns)!r} for forward's input.",
                                    code="example_missing")
-        numeric = [c for c in frame.column_names
-                   if pa.types.is_integer(frame.schema.field(c).type) or pa.types.is_floating(frame.schema.field(c).type)]
-        matrix = np.column_stack([frame.column(c).to_numpy() for c in numeric]).astype(np.float32)
+        numeric = [c for c in frame.column_names if not looks_like_key(c) and _is_number(frame.schema.field(c).type)]
+        if not numeric:
+            raise ProgrammingError(f"CREATE MODEL {name}: example table {table} has no numeric column (other than "
+                                   f"keys) for forward's input {params[0]!r}", code="example_missing")
+        matrix = np.column_stack([np.asarray(frame.column(c).to_numpy(), dtype=np.float64) for c in numeric]
+                                 ).astype(np.float32)
         return (torch.from_numpy(matrix),)
     out = []
     for p in params:
@@ -175,19 +203,22 @@ def _table_example(session, module, table: str, name: str) -> tuple:
 
 
 def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution: str, described: dict,
-                  params: Optional[dict] = None) -> None:
+                  params: Optional[dict] = None, *, row_reason: Optional[str] = None, state=None) -> None:
     """Store a program that is not a whole graph (kind ``"python"``): co-executed or eager, whichever was
-    faster at import (or as ``execution`` says); ``params``: the arguments ``ref`` is built with."""
+    faster at import (or as ``execution`` says). ``params``: the arguments ``ref`` is built with;
+    ``row_reason``: why it runs one row per call (:func:`~modelsql.formats.program_checks.batching`), or None;
+    ``state``: its :func:`~.python_artifacts.state_tensors` (default: the module's now)."""
     if ddl.existing_model(session, stmt.this.model_name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
         return
-    dependence = row_dependence(prog, [prog.example] + [a for w, a in cases(prog) if "1000" not in w])
+    dependence = row_reason
+    described["batching"] = f"one row per call: {dependence}" if dependence else "batched: rows are independent"
     mode, timing, breaks = _choose_mode(prog, execution, dependence is not None)
     described.update(execution=mode, timing=timing, **({"graph_breaks": breaks} if breaks else {}))
     source_path = source_file(ref)
     source = open(source_path, "rb").read() if source_path else b""
     stored = StoredProgram(ref, program_digest(ref, params), session.store.put(source), mode, dependence is not None,
-                           tuple(prog.output_names), dict(params or {}))
-    tensors = state_tensors(prog.module)
+                           tuple(prog.output_names), dict(params or {}), helper_sources(ref))
+    tensors = state if state is not None else state_tensors(prog.module)
     blob = stored.to_bytes()
     graph_digest = session.store.put(blob)
     for t, data in tensors:

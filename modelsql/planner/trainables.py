@@ -154,6 +154,7 @@ def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
     import torch
 
     from ..errors import NotSupportedError
+    from ..formats.program_checks import batching
     from ..formats.python_program import program
     from ..tuning.inference import TrainedNetwork
 
@@ -176,7 +177,7 @@ def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
                    label=f'model "{name.lower()}" (study "{study.name}" trial {trial.trial})')
     store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
                   {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
-                   "trial": str(trial.trial)}, args)
+                   "trial": str(trial.trial)}, args, row_reason=batching(prog, None))
 
 
 def _trained_network(session, study, trial):

@@ -145,7 +145,8 @@ class PythonProgramModel:
         row (the padding's outputs dropped).
 
         Raises:
-            DataError: ``model_run_failed`` naming the model (the program raised).
+            DataError: ``inference_failed`` naming the model (the program raised; PREDICT's ``on_error`` then
+                finds the failing rows).
         """
         names = list(outputs) if outputs is not None else self.output_names
         picks = [self.output_names.index(n) for n in names]
@@ -180,7 +181,7 @@ class PythonProgramModel:
         except Exception as exc:  # the user's program raised on these rows
             text = str(exc).strip().splitlines()
             raise DataError(f"{self.label} failed on its input: {type(exc).__name__}: {text[0] if text else ''}",
-                            code="model_run_failed") from exc
+                            code="inference_failed") from exc
         finally:
             if watching:
                 logger.removeHandler(self.watch)
