@@ -139,7 +139,7 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     est = cost.estimate(s, choice.execution if choice else "stream", plan.costs, choice.run_rows if choice else None,
                         choice.backend if choice else "onnxruntime", choice.threads if choice else None)
     rows = f"{est.rows:,}" + ("" if s.estimated_rows is not None else " (no DuckDB estimate)")
-    backend = choice.backend if choice is not None else s.options.backend
+    backend = "python" if s.model.kind == "python" else (choice.backend if choice is not None else s.options.backend)
     lines.append(f"{pad}{name} {s.label} [{backend}, cpu] "
                  f"est. rows={rows} time={duration(est.ms)} ({est.source})")
     if choice is not None:

@@ -35,7 +35,7 @@ import pyarrow as pa
 from ..duckdb_errors import translate
 from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
 from ..formats.program_checks import batching, check_deterministic
-from ..formats.python_program import Program, program, forward_inputs, to_feeds
+from ..formats.python_program import Program, program, forward_inputs, quiet, to_feeds
 from ..formats.whole_graph import whole_graph
 from ..operators.backends.coexec import CHUNK_ROWS, PythonProgramModel
 from ..sql.nodes import ImportModel
@@ -70,6 +70,7 @@ def wants_import(stmt: ImportModel, params: list) -> bool:
     except ImportError:
         return False
     obj = resolve_reference(str(value(stmt.args["source"], params)))
+    # a function is a trainable factory unless an example says it builds a program for PREDICT
     return isinstance(obj, torch.nn.Module) or (isinstance(obj, type) and issubclass(obj, torch.nn.Module))
 
 
@@ -253,9 +254,10 @@ def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, s
     coexec = PythonProgramModel(prog.module, prog.inputs, prog.output_names, mode="coexecute", row_calls=row_calls,
                                 label="the program")
     start = time.perf_counter()
-    coexec.run(feeds)
-    compile_s = time.perf_counter() - start
-    t_coexec = _median_us(coexec, feeds)
+    with quiet():  # dynamo's graph-break notes: DESCRIBE's graph_breaks says what matters
+        coexec.run(feeds)
+        compile_s = time.perf_counter() - start
+        t_coexec = _median_us(coexec, feeds)
     stats = coexec.stats()
     breaks = (f"{stats['graphs']} graphs captured by torch.compile, {stats['on_onnx']} on ONNX Runtime"
               + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"] else ""))
