@@ -89,12 +89,16 @@ def _options(stmt: FinetunePipeline, params: list) -> dict:
                                    f"Options are: {', '.join(OPTIONS)}.", code="unknown_option")
         given[key] = node.name if key == "test" and node.__class__.__name__ == "Identifier" else value(node, params)
     out = {"test": given.get("test")}
-    out["epochs"] = int(number_option(given, "epochs", 300, low=1, high=100_000))
-    out["temperature"] = float(number_option(given, "temperature", 0.1, low=0.0, high=100.0))
-    out["lr"] = float(number_option(given, "lr", 3e-3, low=0.0, high=10.0))
-    out["seed"] = int(number_option(given, "seed", 0, low=0, high=2**32 - 1, open_low=False))
-    out["eval_every"] = int(number_option(given, "eval_every", 10, low=1, high=100_000, open_low=False))
-    out["validation_fraction"] = float(number_option(given, "validation_fraction", 0.2, low=0.0, high=1.0))
+    try:
+        out["epochs"] = int(number_option(given, "epochs", 300, low=1, high=100_000, open_low=False))
+        out["temperature"] = float(number_option(given, "temperature", 0.1, low=0.0, high=100.0))
+        out["lr"] = float(number_option(given, "lr", 3e-3, low=0.0, high=10.0, open_low=False))
+        out["seed"] = int(number_option(given, "seed", 0, low=0, high=2**32 - 1, open_low=False))
+        out["eval_every"] = int(number_option(given, "eval_every", 10, low=1, high=100_000, open_low=False))
+        out["validation_fraction"] = float(number_option(given, "validation_fraction", 0.2, low=0.0, high=1.0))
+    except ProgrammingError as err:  # the shared option checks speak of TUNE
+        raise ProgrammingError(str(err).replace("TUNE option", f"FINETUNE PIPELINE {name} option"),
+                               code=err.code) from None
     return out
 
 
