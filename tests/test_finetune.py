@@ -35,6 +35,7 @@ PIPELINES = {
     "pca_lr_digits": (load_digits, lambda: make_pipeline(StandardScaler(), PCA(10), LogisticRegression(max_iter=500))),
     "rf_digits": (load_digits, lambda: make_pipeline(MinMaxScaler(), RandomForestClassifier(8, max_depth=4,
                                                                                             random_state=0))),
+    "pca_lr_binary": (load_breast_cancer, lambda: make_pipeline(StandardScaler(), PCA(5), LogisticRegression())),
     "gb_binary": (load_breast_cancer, lambda: make_pipeline(GradientBoostingClassifier(n_estimators=6, max_depth=2,
                                                                                        random_state=0))),
     "rf_binary": (load_breast_cancer, lambda: make_pipeline(StandardScaler(), RandomForestClassifier(

@@ -102,8 +102,8 @@ def finetune(net, x, y, x_val, y_val, *, task: str, labels_val=None, steps: int 
     for step in range(1, steps + 1):
         optimizer.zero_grad()
         loss = _loss(net, x, y, task)
-        if not math.isfinite(float(loss)):
-            raise DataError(f"FINETUNE: the loss became {float(loss)} at step {step}; lower lr", code="training_diverged")
+        if not math.isfinite(loss.item()):
+            raise DataError(f"FINETUNE: the loss became {loss.item()} at step {step}; lower lr", code="training_diverged")
         loss.backward()
         optimizer.step()
         if step % eval_every == 0 or step == steps:

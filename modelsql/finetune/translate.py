@@ -86,7 +86,7 @@ class StepNet(nn.Module):
         key = self._key(name)
         self.names[name] = key
         tensor = torch.from_numpy(np.array(value))
-        if tensor.is_floating_point():
+        if tensor.is_floating_point() and not (tensor.numel() == 1 and float(tensor.reshape(-1)[0]) in (0.0, 1.0)):
             self.params[key] = nn.Parameter(tensor.float())
         else:
             self.register_buffer(key, tensor)
@@ -138,6 +138,15 @@ def _identity(net, node):
     def run(env):
         env[node.output[0]] = net.value(env, node.input[0])
     return run
+
+
+for _name, _fn in {"Greater": torch.gt, "Less": torch.lt, "GreaterOrEqual": torch.ge, "LessOrEqual": torch.le,
+                   "Equal": torch.eq}.items():
+    def _compare(net, node, fn=_fn):
+        def run(env):
+            env[node.output[0]] = fn(net.value(env, node.input[0]), net.value(env, node.input[1]))
+        return run
+    OPS[("", _name)] = _compare
 
 
 @_op("Gemm")
