@@ -37,7 +37,7 @@ from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mea
 from ..formats.program_checks import batching, check_deterministic
 from ..formats.python_program import Program, program, forward_inputs, quiet, to_feeds
 from ..formats.whole_graph import whole_graph
-from ..operators.backends.coexec import CHUNK_ROWS, PythonProgramModel
+from ..operators.backends.coexec import CHUNK_ROWS, PythonProgramModel, graph_breaks
 from ..sql.nodes import ImportModel
 from ..tuning.training import resolve_reference, source_file
 from . import ddl
@@ -259,8 +259,8 @@ def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, s
         compile_s = time.perf_counter() - start
         t_coexec = _median_us(coexec, feeds)
     stats = coexec.stats()
-    breaks = (f"{stats['graphs']} graphs captured by torch.compile, {stats['on_onnx']} on ONNX Runtime"
-              + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"] else ""))
+    breaks = (graph_breaks(prog.module, args) + f"; {stats['graphs']} captured graphs compiled, {stats['on_onnx']} on "
+              "ONNX Runtime" + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"] else ""))
     mode = execution if execution == "coexecute" else ("coexecute" if t_coexec < t_eager else "eager")
     timing = f"{per_call}: eager {t_eager:.0f} us, co-executed {t_coexec:.0f} us (compiled in {compile_s:.1f} s)"
     return mode, timing, breaks

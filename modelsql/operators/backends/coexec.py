@@ -30,7 +30,7 @@ import numpy as np
 from ...errors import DataError
 from ...formats.python_program import close, quiet, take, to_args, to_numpy
 
-__all__ = ["OnnxSubgraphs", "PythonProgramModel", "CHUNK_ROWS", "BUCKETS"]
+__all__ = ["OnnxSubgraphs", "PythonProgramModel", "graph_breaks", "CHUNK_ROWS", "BUCKETS"]
 
 CHUNK_ROWS = 256
 """Rows per call of a row-independent program."""
@@ -91,6 +91,27 @@ class OnnxSubgraphs:
         if diff is not None:
             raise ValueError(f"ONNX Runtime disagrees with the FX graph: {diff}")
         return run
+
+
+def graph_breaks(module, args: tuple, limit: int = 3) -> str:
+    """Where and why dynamo breaks ``module``'s graph on ``args`` (``torch._dynamo.explain``): ``"2 graphs, 1 graph
+    break: <reason> at <file>:<line>; ..."`` (the first ``limit`` reasons)."""
+    import copy
+    import os
+
+    import torch
+
+    with quiet(), torch.no_grad():
+        out = torch._dynamo.explain(copy.deepcopy(module))(*args)
+    reasons = []
+    for r in out.break_reasons[:limit]:
+        where = r.user_stack[-1] if r.user_stack else None
+        text = " ".join(str(r.reason).split())[:100]
+        text = f"a branch on a tensor value ({text})" if text.startswith("generic_jump") else text
+        reasons.append(text + (f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""))
+    head = (f"{out.graph_count} graph{'s' if out.graph_count != 1 else ''}, {out.graph_break_count} graph "
+            f"break{'s' if out.graph_break_count != 1 else ''}")
+    return head + (": " + "; ".join(reasons) if reasons else "")
 
 
 class _LimitWatch(logging.Handler):
