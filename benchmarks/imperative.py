@@ -10,6 +10,8 @@ whichever was faster at import. This script measures, per program, at batch 1 an
   one row at a time here too: the same semantics);
 * ``modelsql_us``: the session PREDICT runs (``modelsql.planner.artifacts.model_session``: ONNX Runtime for
   a whole graph, the :class:`PythonProgramModel` otherwise), on the same inputs, 1 thread;
+* ``eager_whole_batch_us`` (row-per-call programs only): eager on the whole batch at once, which is what
+  calling the program directly costs, though its answer for a row then depends on the batch;
 * ``path``: ``whole_graph``, ``coexecute`` or ``eager``; ``correct``: modelsql's outputs equal eager
   PyTorch's (rtol 1e-4, atol 1e-5) on 64 rows that are not the example.
 
@@ -122,6 +124,8 @@ def measure(name: str, cls, db: str, repeats: int) -> dict:
             warnings.simplefilter("ignore")
             t = time_pair(_eager_fn(module, args, per_row), lambda: session.run(feeds), repeats)
         t["speedup"] = t["eager_us"] / t["modelsql_us"]
+        if per_row:  # what calling the program on the whole batch costs (its answer is PREDICT's only row by row)
+            t["eager_whole_batch_us"] = time_pair(_eager_fn(module, args, False), lambda: None, 5)["eager_us"]
         row[f"batch_{batch}"] = t
     return row
 
