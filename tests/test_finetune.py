@@ -175,3 +175,100 @@ def test_a_text_pipeline_is_refused_as_not_translatable() -> None:
     with pytest.raises(modelsql.NotSupportedError) as err:
         cur.execute("FINETUNE PIPELINE txt ON TABLE reviews TARGET label")
     assert err.value.code == "not_supported"
+
+
+# ---------------------------------------------------------------- found by trying to break it
+
+
+@pytest.fixture()
+def digits_db():
+    x, y = _data(load_digits)
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    xtr, ytr, xte, yte = _tables(cur, con, x, y)
+    pipe = make_pipeline(StandardScaler(), PCA(10), LogisticRegression(max_iter=1000)).fit(xtr, ytr)
+    con.import_pipeline("p", pipe, example_input=xtr[:20])  # no features: the tables' numeric columns
+    return con, cur, pipe, xte, yte
+
+
+def test_the_task_is_the_pipelines_not_the_target_type(digits_db) -> None:
+    con, cur, pipe, xte, yte = digits_db
+    cur.execute("CREATE TABLE train_d AS SELECT * EXCLUDE (label), label::DOUBLE AS label FROM train")
+    cur.execute("CREATE TABLE val_d AS SELECT * EXCLUDE (label), label::DOUBLE AS label FROM val")
+    cur.execute("FINETUNE PIPELINE p ON TABLE train_d VALIDATE ON TABLE val_d TARGET label WITH (epochs = 30)")
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    assert row["metric"] == "val_accuracy" and row["val_after"] >= row["val_before"]
+    cur.execute("CREATE TABLE train_f AS SELECT * EXCLUDE (label), label + 0.5 AS label FROM train")
+    with pytest.raises(modelsql.DataError) as err:
+        cur.execute("FINETUNE PIPELINE p VERSION 1 ON TABLE train_f TARGET label WITH (epochs = 2)")
+    assert err.value.code == "unknown_label" and ".5," in str(err.value)
+
+
+def test_the_test_table_is_read_by_column_name_and_its_labels_checked(digits_db) -> None:
+    con, cur, pipe, xte, yte = digits_db
+    reversed_columns = ", ".join([f"p{i}" for i in reversed(range(64))])
+    cur.execute(f"CREATE TABLE test_rev AS SELECT label, {reversed_columns} FROM test")
+    cur.execute("FINETUNE PIPELINE p ON TABLE train VALIDATE ON TABLE val TARGET label WITH (epochs = 1, lr = 0, "
+                "test = test_rev)")
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    assert row["test_before"] == pytest.approx(pipe.score(xte, yte))
+    cur.execute("CREATE TABLE test_bad AS SELECT * EXCLUDE (label), label + 10 AS label FROM test")
+    with pytest.raises(modelsql.DataError) as err:
+        cur.execute("FINETUNE PIPELINE p ON TABLE train TARGET label WITH (epochs = 1, test = test_bad)")
+    assert err.value.code == "unknown_label"
+
+
+def test_a_users_model_of_the_result_name_is_not_overwritten(digits_db) -> None:
+    con, cur, pipe, xte, yte = digits_db
+    x, y = _data(load_digits)
+    con.import_model("p_finetuned", LogisticRegression(max_iter=300).fit(x[:, :3], y), example_input=x[:5, :3])
+    with pytest.raises(modelsql.IntegrityError) as err:
+        cur.execute("FINETUNE PIPELINE p ON TABLE train VALIDATE ON TABLE val TARGET label WITH (epochs = 20)")
+    assert err.value.code == "duplicate_model" and "p_finetuned" in str(err.value)
+    cur.execute("SELECT count(*) FROM modelsql.models WHERE name = 'p_finetuned'")
+    assert cur.fetchone()[0] == 1
+    cur.execute("SELECT max(version) FROM modelsql.pipeline_versions WHERE name = 'p'")
+    assert cur.fetchone()[0] == 1
+
+
+def test_a_fine_tuned_version_can_be_fine_tuned_again(digits_db) -> None:
+    con, cur, pipe, xte, yte = digits_db
+    cur.execute("FINETUNE PIPELINE p ON TABLE train VALIDATE ON TABLE val TARGET label WITH (epochs = 30)")
+    assert cur.fetchone()[1] == 2
+    cur.execute("FINETUNE PIPELINE p ON TABLE train VALIDATE ON TABLE val TARGET label WITH (epochs = 30)")
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    assert row["val_after"] >= row["val_before"]
+
+
+@pytest.mark.parametrize("option, code", [("epochs = NULL", "invalid_option"), ("epochs = 2.5", "invalid_option"),
+                                          ("lr = -1", "invalid_option"), ("test = 3", "invalid_option")])
+def test_bad_options_are_refused(digits_db, option, code) -> None:
+    con, cur, *_ = digits_db
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        cur.execute(f"FINETUNE PIPELINE p ON TABLE train TARGET label WITH ({option})")
+    assert err.value.code == code and "FINETUNE" in str(err.value)
+
+
+def test_a_parameter_in_an_option_is_refused_and_the_transaction_stays_usable(digits_db) -> None:
+    con, cur, *_ = digits_db
+    with pytest.raises(modelsql.NotSupportedError) as err:
+        cur.execute("FINETUNE PIPELINE p ON TABLE train TARGET label WITH (epochs = ?)", [2])
+    assert err.value.code == "parameter_not_supported"
+    cur.execute("SELECT count(*) FROM train")
+    assert cur.fetchone()[0] > 0
+
+
+def test_text_class_labels_are_refused() -> None:
+    x, y = _data(load_wine)
+    names = np.array(["zero", "one", "two"], dtype=object)[y]
+    pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, names)
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    con.import_pipeline("w", pipe, example_input=x[:20])
+    cols = {f"p{i}": x[:, i] for i in range(x.shape[1])}
+    cols["label"] = names.astype(str)
+    con.register("wine_arrow", pa.table(cols))
+    cur.execute("CREATE TABLE wine AS SELECT * FROM wine_arrow")
+    with pytest.raises(modelsql.NotSupportedError) as err:
+        cur.execute("FINETUNE PIPELINE w ON TABLE wine TARGET label WITH (epochs = 2)")
+    assert err.value.code == "not_supported" and "text" in str(err.value)

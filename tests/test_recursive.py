@@ -150,3 +150,29 @@ def test_tune_refuses_a_bad_tree_naming_its_row(tuned_trees) -> None:
         cur.execute("""TUNE MODEL tl ON (SELECT * FROM bad) VALIDATE ON TABLE val TARGET label
             SEARCH (lr = 0.01, batch_size = 32) USING GRID WITH (max_epochs = 1, seed = 0, name = bad_study)""")
     assert err.value.code == "invalid_tree" and "row 300" in str(err.value)
+
+
+@pytest.mark.parametrize("bad_row, code", [
+    ("[1.0, 2.0]::FLOAT[], [-1, NULL]::BIGINT[], 0", "null_value"),
+    ("[1.0, NULL]::FLOAT[], [-1, 0]::BIGINT[], 0", "null_value"),
+])
+def test_tune_refuses_null_elements_of_a_tree(tuned_trees, bad_row, code) -> None:
+    con, *_ = tuned_trees
+    cur = con.cursor()
+    with pytest.raises(modelsql.DataError) as err:
+        cur.execute(f"""TUNE MODEL tl ON (SELECT * FROM train UNION ALL SELECT {bad_row}) VALIDATE ON TABLE val
+            TARGET label SEARCH (lr = 0.01, batch_size = 32) USING GRID WITH (max_epochs = 1, name = nulls)""")
+    assert err.value.code == code and "row 300" in str(err.value)
+
+
+def test_tune_refuses_trees_whose_nodes_differ_in_width(tmp_path) -> None:
+    con = modelsql.connect(":memory:")
+    cur = con.cursor()
+    cur.execute('CREATE TABLE t ("values" FLOAT[][], parents BIGINT[], label BIGINT)')
+    rows = [([[1.0, 2.0, 3.0]] * 2, [-1, 0], i % 2) for i in range(10)] + [([[1.0, 2.0]] * 2, [-1, 0], 1)]
+    cur.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    cur.execute("CREATE MODEL tl FROM PYTHON 'modelsql.recursive.treelstm:tree_lstm'")
+    with pytest.raises(modelsql.DataError) as err:
+        cur.execute("TUNE MODEL tl ON TABLE t TARGET label SEARCH (lr = 0.01, batch_size = 4) USING GRID "
+                    "WITH (max_epochs = 1)")
+    assert err.value.code == "invalid_feature" and "row 10" in str(err.value)

@@ -83,6 +83,9 @@ class StepNet(nn.Module):
         return "p" + str(len(self.names)) + "_" + re.sub(r"\W", "_", name)[:40]
 
     def _constant(self, name: str, value: np.ndarray) -> None:
+        if np.asarray(value).dtype.kind in "OSU":
+            raise NotSupportedError(f"{self.label}: constant {name!r} holds text (text class labels): not translated "
+                                    "to torch, so this pipeline cannot be fine-tuned", code="not_supported")
         key = self._key(name)
         self.names[name] = key
         tensor = torch.from_numpy(np.array(value))
@@ -149,6 +152,36 @@ for _name, _fn in {"Greater": torch.gt, "Less": torch.lt, "GreaterOrEqual": torc
     OPS[("", _name)] = _compare
 
 
+@_op("Constant")
+def _constant_op(net, node):
+    a = node.attribute[0]
+    if a.name != "value":
+        raise NotSupportedError(f"{net.label}: Constant with {a.name} is not translated", code="not_supported")
+    net._constant(node.output[0], numpy_helper.to_array(a.t))
+    return lambda env: None
+
+
+@_op("Shape")
+def _shape(net, node):
+    def run(env):
+        env[node.output[0]] = torch._shape_as_tensor(net.value(env, node.input[0]))  # traced as a Shape node
+    return run
+
+
+@_op("Unsqueeze", "Squeeze")
+def _squeeze(net, node):
+    def run(env):
+        x = net.value(env, node.input[0])
+        axes = net.value(env, node.input[1]).tolist() if len(node.input) > 1 else _attrs(node).get("axes", [])
+        if node.op_type == "Unsqueeze":
+            for ax in sorted(int(a) % (x.ndim + len(axes)) for a in axes):
+                x = x.unsqueeze(ax)
+        else:
+            x = x.squeeze(tuple(int(a) for a in axes)) if axes else x.squeeze()
+        env[node.output[0]] = x
+    return run
+
+
 @_op("Gemm")
 def _gemm(net, node):
     a = _attrs(node)
@@ -201,6 +234,8 @@ def _gather(net, node):
 @_op("Cast")
 def _cast(net, node):
     to = _TORCH_TYPES.get(_attrs(node)["to"])
+    if node.input[0] in net.classes:
+        net.classes[node.output[0]] = net.classes[node.input[0]]
     if to is None:
         raise NotSupportedError(f"{net.label}: Cast to ONNX type {_attrs(node)['to']} is not translated",
                                 code="not_supported")
@@ -212,10 +247,16 @@ def _cast(net, node):
 
 @_op("Reshape")
 def _reshape(net, node):
+    if node.input[0] in net.classes:  # a label output reshaped keeps its classes
+        net.classes[node.output[0]] = net.classes[node.input[0]]
+
     def run(env):
         x = net.value(env, node.input[0])
         shape = [int(d) for d in net.value(env, node.input[1]).tolist()]
-        env[node.output[0]] = x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(shape)])
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+        if shape and x.ndim and shape[0] == x.shape[0] and -1 not in shape:
+            shape[0] = -1  # the batch axis stays the batch axis at every size (and traces so)
+        env[node.output[0]] = x.reshape(shape)
     return run
 
 

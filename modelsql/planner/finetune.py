@@ -22,22 +22,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
+from ..errors import DataError, IntegrityError, NotSupportedError
 from ..sql.nodes import FinetunePipeline
 from . import artifacts, ddl
+from .finetune_data import finetune_options, read_data, read_test
 from .handlers import run_statement
-from .options import no_repeats, value
 from .pipelines import create_pipeline
 from .plan import CreatePipelinePlan, StepSpec
 from .result import Result
-from .tune import relation_sql
-from .tune_checks import number_option
-from .tune_data import load_study_data
 
-__all__ = ["OPTIONS", "EXACT"]
-
-OPTIONS = ("epochs", "temperature", "lr", "seed", "eval_every", "validation_fraction", "test")
-"""Options of FINETUNE PIPELINE."""
+__all__ = ["EXACT"]
 
 EXACT = 1e-4
 """Largest difference accepted between the translated program and ONNX Runtime running the steps."""
@@ -57,88 +51,52 @@ def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     session.check_writable()
     ref = stmt.this
     pv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=True)
-    options = _options(stmt, params)
-    x, y, x_val, y_val, task, raw_val = _data(session, stmt, pv, options, params)
+    options = finetune_options(stmt, params)
+    _check_input(pv)
     net = PipelineNet(pv, [artifacts.load_model_proto(session.store, s.model) for s in pv.steps])
-    _check_exact(session, pv, net, x)
-    classes = net.classes() if task == "classification" else None
-    t = [torch.from_numpy(a) for a in (x, x_val)]
-    ty, ty_val = (_indices(y, classes, "training"), _indices(raw_val, classes, "validation")) if classes else (
-        torch.from_numpy(y.astype(np.float32)), torch.from_numpy(y_val.astype(np.float32)))
-    test = _test_rows(session, options.get("test"), stmt, pv, params)
+    classes = _classes(net, pv)
+    task = "classification" if classes is not None else "regression"
+    data = read_data(session, stmt, pv, options, params, classes)
+    _check_exact(session, pv, net, data.x)
+    test = read_test(session, options["test"], data.features, stmt.args["target"].name, classes)
+    test = (torch.from_numpy(test[0]), torch.from_numpy(test[1]), test[2]) if test else None
     before_test = evaluate(net, test[0], test[1], task, test[2]) if test else None
-    net.calibrate(t[0])
-    result = finetune(net, t[0], ty, t[1], ty_val, task=task, labels_val=raw_val if classes else None,
-                      steps=options["epochs"], temperature=options["temperature"], lr=options["lr"],
-                      seed=options["seed"], eval_every=options["eval_every"])
+    x, x_val = torch.from_numpy(data.x), torch.from_numpy(data.x_val)
+    net.calibrate(x)
+    result = finetune(net, x, torch.from_numpy(data.y), x_val, torch.from_numpy(data.y_val), task=task,
+                      labels_val=data.labels_val, steps=options["epochs"], temperature=options["temperature"],
+                      lr=options["lr"], seed=options["seed"], eval_every=options["eval_every"])
     after_test = evaluate(net, test[0], test[1], task, test[2]) if test else None
-    version = _register(session, pv, net, t[1], options) if result.chosen == "finetuned" else None
+    version = _register(session, pv, net, x_val, options) if result.chosen == "finetuned" else None
     row = (pv.name, version, result.chosen, result.best_step, options["epochs"],
            "val_accuracy" if task == "classification" else "val_mse", result.val_before, result.val_after,
            before_test, after_test)
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS], rows=[row])
 
 
-def _options(stmt: FinetunePipeline, params: list) -> dict:
-    name = stmt.this.model_name
-    no_repeats(stmt.args.get("options"), f"FINETUNE PIPELINE {name}")
-    given = {}
-    for key, node in stmt.option_values.items():
-        if key not in OPTIONS:
-            raise ProgrammingError(f'FINETUNE PIPELINE {name}: unknown option "{key}".{did_you_mean(key, OPTIONS)} '
-                                   f"Options are: {', '.join(OPTIONS)}.", code="unknown_option")
-        given[key] = node.name if key == "test" and node.__class__.__name__ == "Identifier" else value(node, params)
-    out = {"test": given.get("test")}
-    try:
-        out["epochs"] = int(number_option(given, "epochs", 300, low=1, high=100_000, open_low=False))
-        out["temperature"] = float(number_option(given, "temperature", 0.1, low=0.0, high=100.0))
-        out["lr"] = float(number_option(given, "lr", 3e-3, low=0.0, high=10.0, open_low=False))
-        out["seed"] = int(number_option(given, "seed", 0, low=0, high=2**32 - 1, open_low=False))
-        out["eval_every"] = int(number_option(given, "eval_every", 10, low=1, high=100_000, open_low=False))
-        out["validation_fraction"] = float(number_option(given, "validation_fraction", 0.2, low=0.0, high=1.0))
-    except ProgrammingError as err:  # the shared option checks speak of TUNE
-        raise ProgrammingError(str(err).replace("TUNE option", f"FINETUNE PIPELINE {name} option"),
-                               code=err.code) from None
-    return out
-
-
-def _features(pv) -> tuple:
-    """The pipeline's feature columns, or None (the input's numeric columns other than the target)."""
+def _check_input(pv) -> None:
     if len(pv.inputs) != 1 or pv.inputs[0].elem_type not in ("FLOAT", "DOUBLE"):
         raise NotSupportedError(f'FINETUNE PIPELINE {pv.name}: only pipelines over one numeric matrix input are '
                                 f"translated (this one takes {', '.join(i.name for i in pv.inputs)})",
                                 code="not_supported")
-    return pv.steps[0].model.features
 
 
-def _data(session, stmt: FinetunePipeline, pv, options: dict, params: list):
-    """(x, y, x_val, y_val, task, y_val label values) from ON / VALIDATE ON / TARGET."""
-    validate = stmt.args.get("validate")
-    data = load_study_data(session, relation_sql(stmt.args["train"], "ON", "FINETUNE"),
-                           relation_sql(validate, "VALIDATE ON", "FINETUNE") if validate is not None else None,
-                           stmt.args["target"].name, _features(pv), options["validation_fraction"], options["seed"],
-                           params)
-    d = data.data
-    width = pv.inputs[0].shape[1] if pv.inputs[0].shape and len(pv.inputs[0].shape) > 1 else None
-    if isinstance(width, int) and d.x.shape[1] != width:
-        raise ProgrammingError(f'FINETUNE PIPELINE {pv.name}: the input has {d.x.shape[1]} feature columns '
-                               f"({', '.join(data.features)}) but the pipeline takes {width}", code="feature_mismatch")
-    if d.task == "classification":
-        labels = np.asarray(data.labels)
-        return d.x, labels[d.y], d.x_val, labels[d.y_val], d.task, labels[d.y_val]
-    return d.x, d.y, d.x_val, d.y_val, d.task, d.y_val
+def _classes(net, pv):
+    """The pipeline's classes (a classifier), or None (a one-output regressor).
 
-
-def _indices(values: np.ndarray, classes: list, what: str):
-    """Label values as indices into the pipeline's probability columns."""
-    import torch
-
-    index = {c: i for i, c in enumerate(classes)}
-    missing = sorted({v for v in values.tolist() if v not in index}, key=str)
-    if missing:
-        raise DataError(f"FINETUNE: {what} label {missing[0]!r} is not a class of the pipeline "
-                        f"({', '.join(map(str, classes))})", code="unknown_label")
-    return torch.tensor([index[v] for v in values.tolist()], dtype=torch.int64)
+    Raises:
+        NotSupportedError: ``not_supported`` for a pipeline with several regression outputs.
+    """
+    try:
+        return net.classes()
+    except NotSupportedError:
+        outs = pv.outputs
+        width = outs[0].shape[1] if outs[0].shape and len(outs[0].shape) > 1 else 1
+        if len(outs) != 1 or width not in (1, None):
+            raise NotSupportedError(f'FINETUNE PIPELINE {pv.name}: neither a classifier (a label output of known '
+                                    "classes) nor a regressor with one output; not fine-tuned",
+                                    code="not_supported") from None
+        return None
 
 
 def _check_exact(session, pv, net, x: np.ndarray) -> None:
@@ -160,21 +118,6 @@ def _check_exact(session, pv, net, x: np.ndarray) -> None:
                                     code="translation_not_exact")
 
 
-def _test_rows(session, table, stmt, pv, params):
-    """(x, target tensor, label values) of the ``test`` table, or None."""
-    if table is None:
-        return None
-    import torch
-
-    data = load_study_data(session, f'SELECT * FROM "{table}"', f'SELECT * FROM "{table}"',
-                           stmt.args["target"].name, _features(pv), 0.5, 0, params)
-    d = data.data
-    if d.task == "classification":
-        labels = np.asarray(data.labels)[d.y]
-        return torch.from_numpy(d.x), torch.zeros(len(d.x), dtype=torch.int64), labels
-    return torch.from_numpy(d.x), torch.from_numpy(d.y.astype(np.float32)), None
-
-
 def _register(session, pv, net, x_val, options: dict) -> int:
     """Export the fine-tuned program, check it, import it as ``<p>_finetuned`` and as the pipeline's next version."""
     import torch
@@ -192,6 +135,12 @@ def _register(session, pv, net, x_val, options: dict) -> int:
     module = _Export(net).eval()
     proto = from_torch(module, x_val[:8], input_names=[pv.inputs[0].name], output_names=[o.name for o in pv.outputs])
     name = f"{pv.name}_finetuned"
+    if session.catalog.exists(name):
+        made_by = dict(session.catalog.get(name).options).get("finetuned_from", "")
+        if not made_by.startswith(f"pipeline {pv.name} "):
+            raise IntegrityError(f'FINETUNE PIPELINE {pv.name} registers its result as model "{name}", which exists '
+                                 "and was not made by FINETUNE of this pipeline: rename or drop that model first.",
+                                 code="duplicate_model")
     mv = ddl.import_model(session, name, proto, replace=True, features=pv.steps[0].model.features,
                           options={"finetuned_from": f"pipeline {pv.name} version {pv.version}",
                                    "temperature": str(options["temperature"]), "epochs": str(options["epochs"])})

@@ -25,7 +25,8 @@ from ..errors import DataError, ProgrammingError
 from ..recursive.trees import Trees
 from ..tuning.training import TrainData
 
-__all__ = ["StudyData", "load_study_data"]
+__all__ = ["StudyData", "load_study_data", "read_table", "feature_columns", "feature_matrix", "target_values",
+           "split_rows"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class StudyData:
     digest: str
 
 
-def _read(session, sql: str, params: Sequence, what: str) -> pa.Table:
+def read_table(session, sql: str, params: Sequence, what: str) -> pa.Table:
     try:
         return session.duck.sql(sql, params=list(params) or None).to_arrow_table()
     except Exception as exc:  # noqa: BLE001 - the DuckDB error, named for the clause it came from
@@ -60,19 +61,22 @@ def load_study_data(session, train_sql: str, validate_sql: Optional[str], target
         DataError: ``null_value`` (a NULL feature or target, naming the column and row),
             ``unknown_label`` (a validation label not among the training labels), ``too_few_rows``.
     """
-    train = _read(session, train_sql, params, "ON")
+    train = read_table(session, train_sql, params, "ON")
     if train.num_rows < 2:
         raise DataError(f"TUNE: ON gives {train.num_rows} row(s): too few to train on", code="too_few_rows")
-    cols = _columns(train, target, features)
-    x, y = _matrix(train, cols, "training"), _target(train, target, "training")
+    cols = feature_columns(train, target, features)
+    x, y = feature_matrix(train, cols, "training"), target_values(train, target, "training")
     if validate_sql is not None:
-        val = _read(session, validate_sql, params, "VALIDATE ON")
-        _columns(val, target, cols)
+        val = read_table(session, validate_sql, params, "VALIDATE ON")
+        feature_columns(val, target, cols)
         if val.num_rows == 0:
             raise DataError("TUNE: VALIDATE ON gives no rows", code="too_few_rows")
-        x_val, y_val = _matrix(val, cols, "validation"), _target(val, target, "validation")
+        x_val, y_val = feature_matrix(val, cols, "validation"), target_values(val, target, "validation")
+        if isinstance(x, Trees) and isinstance(x_val, Trees) and len(x_val) and x_val.shape[1] != x.shape[1]:
+            raise DataError(f"TUNE: validation trees have {x_val.shape[1]} values per node, training trees "
+                            f"{x.shape[1]}", code="invalid_feature")
     else:
-        x, y, x_val, y_val = _split(x, y, validation_fraction, seed)
+        x, y, x_val, y_val = split_rows(x, y, validation_fraction, seed)
     labels = None
     if y.dtype.kind in "iubUO":
         labels = tuple(sorted(set(y.tolist())))
@@ -100,7 +104,7 @@ def _about_target(err):
     return err
 
 
-def _columns(table: pa.Table, target: str, features: Optional[Sequence[str]]) -> list[str]:
+def feature_columns(table: pa.Table, target: str, features: Optional[Sequence[str]]) -> list[str]:
     names = {n.lower(): n for n in table.column_names}
     if target.lower() not in names:
         raise _about_target(ProgrammingError(f'TUNE: TARGET column "{target}" not found; columns are: '
@@ -139,16 +143,30 @@ def _trees(table: pa.Table, columns: tuple[str, str], what: str) -> Trees:
         _no_nulls(table.column(name), name, what)
     values = table.column(values_col).to_pylist()
     parents = table.column(parents_col).to_pylist()
+    for name, rows in ((values_col, values), (parents_col, parents)):
+        for row, items in enumerate(rows):
+            if any(v is None or (isinstance(v, list) and None in v) for v in items):
+                raise DataError(f'TUNE: {what} row {row} has a NULL element in list column "{name}"',
+                                code="null_value")
     try:
         trees = Trees(values, parents)
     except DataError as exc:
         raise DataError(f"TUNE: {what} {exc} (columns {values_col}, {parents_col})", code=exc.code) from None
+    except ValueError as exc:  # nested node values of different lengths
+        raise DataError(f'TUNE: {what} column "{values_col}" holds node values of different lengths ({exc})',
+                        code="invalid_feature") from None
+    widths = {v.shape[1:] for v in trees.values}
+    if len(widths) > 1:
+        row = next(k for k, v in enumerate(trees.values) if v.shape[1:] != trees.values[0].shape[1:])
+        raise DataError(f'TUNE: {what} row {row} of column "{values_col}" has nodes of shape '
+                        f"{list(trees.values[row].shape[1:])}, row 0 has {list(trees.values[0].shape[1:])}",
+                        code="invalid_feature")
     for k, v in enumerate(trees.values):
-        _finite(v.reshape(1, -1), values_col, f"{what} tree {k}:")
+        _finite(v.reshape(1, -1), values_col, f"{what} row {k}:")
     return trees
 
 
-def _matrix(table: pa.Table, cols: list[str], what: str):
+def feature_matrix(table: pa.Table, cols: list[str], what: str):
     if not cols:
         raise ProgrammingError("TUNE: no feature columns (the input has only the target)", code="invalid_feature")
     tree = _tree_columns(table, cols)
@@ -199,7 +217,7 @@ def _no_nulls(column, name: str, what: str) -> None:
         raise DataError(f'TUNE: {what} row {row} has a NULL in column "{name}"', code="null_value")
 
 
-def _target(table: pa.Table, target: str, what: str) -> np.ndarray:
+def target_values(table: pa.Table, target: str, what: str) -> np.ndarray:
     name = next(n for n in table.column_names if n.lower() == target.lower())
     column = table.column(name)
     kind = column.type
@@ -220,7 +238,7 @@ def _target(table: pa.Table, target: str, what: str) -> np.ndarray:
     return values
 
 
-def _split(x, y, fraction: float, seed: int):
+def split_rows(x, y, fraction: float, seed: int):
     if not 0 < fraction < 1:
         raise ProgrammingError(f"TUNE: validation_fraction must be in (0, 1), got {fraction}", code="invalid_option")
     n = len(x)
