@@ -132,8 +132,9 @@ def row_error(model: str, first: DataError, bad: np.ndarray, n: int, who: Culpri
     reason = str(first)  # "ONNX Runtime failed running <model>: [ONNXRuntimeError] ... Status Message: <why>"
     reason = reason.split("Status Message: ", 1)[1] if "Status Message: " in reason else reason.split(": ", 1)[-1]
     reason = reason.strip().rstrip(".")
+    runner = "ONNX Runtime" if "ONNX Runtime" in str(first) else "the model"
     return DataError(
-        f"PREDICT({model}): ONNX Runtime fails {what}: {reason}. Add on_error = 'null' to return "
+        f"PREDICT({model}): {runner} fails {what}: {reason}. Add on_error = 'null' to return "
         "NULL outputs for the rows it fails on, or on_error = 'skip' to leave them out.",
         code="inference_failed",
     )

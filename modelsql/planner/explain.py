@@ -243,7 +243,7 @@ def describe_scan(scan: PredictScan, execution: str = "stream") -> str:
     outs = ", ".join(f"{o.column} {o.duckdb_type}" for o in b.outputs)
     opts = scan.options
     return (
-        f"PREDICT {scan.label} [{opts.backend}]\n"
+        f"PREDICT {scan.label} [{'python' if scan.model.kind == 'python' else opts.backend}]\n"
         f"inputs: {feeds}\noutputs: {outs}\n"
         f"on_null: {opts.on_null}" + (f", on_error: {opts.on_error}" if opts.on_error != "error" else "")
         + (f", batch_size: {opts.batch_size}" if opts.batch_size else "")
