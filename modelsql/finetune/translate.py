@@ -124,13 +124,18 @@ for _name, _fn in {"Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.t
                    "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt, "Abs": torch.abs, "Neg": torch.neg}.items():
     OPS[("", _name)] = _unary(_fn)
 
-for _name, _fn in {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div,
-                   "MatMul": torch.matmul}.items():
-    def _binary(net, node, fn=_fn):
+def _binary(fn):
+    def build(net, node):
         def run(env):
             env[node.output[0]] = fn(net.value(env, node.input[0]), net.value(env, node.input[1]))
         return run
-    OPS[("", _name)] = _binary
+    return build
+
+
+for _name, _fn in {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div, "MatMul": torch.matmul,
+                   "Greater": torch.gt, "Less": torch.lt, "GreaterOrEqual": torch.ge, "LessOrEqual": torch.le,
+                   "Equal": torch.eq}.items():
+    OPS[("", _name)] = _binary(_fn)
 
 
 @_op("Identity")
@@ -141,15 +146,6 @@ def _identity(net, node):
     def run(env):
         env[node.output[0]] = net.value(env, node.input[0])
     return run
-
-
-for _name, _fn in {"Greater": torch.gt, "Less": torch.lt, "GreaterOrEqual": torch.ge, "LessOrEqual": torch.le,
-                   "Equal": torch.eq}.items():
-    def _compare(net, node, fn=_fn):
-        def run(env):
-            env[node.output[0]] = fn(net.value(env, node.input[0]), net.value(env, node.input[1]))
-        return run
-    OPS[("", _name)] = _compare
 
 
 @_op("Constant")

@@ -221,13 +221,17 @@ class TuneParsing:
 class TuneGenerating:
     """Generator methods ``<key>_sql`` of the tuning statements."""
 
-    def tunemodel_sql(self, expression: TuneModel) -> str:
-        parts = [f"TUNE MODEL {self.sql(expression, 'this')}",
-                 f"ON {self._relation_input_sql(expression.args['train'])}"]
+    def _training_data_sql(self, words: str, expression) -> list[str]:
+        """``<words> name ON ... [VALIDATE ON ...] TARGET col`` (TUNE's and FINETUNE's head), as parts."""
+        parts = [f"{words} {self.sql(expression, 'this')}", f"ON {self._relation_input_sql(expression.args['train'])}"]
         validate = expression.args.get("validate")
         if validate is not None:
             parts.append(f"VALIDATE ON {self._relation_input_sql(validate)}")
         parts.append(f"TARGET {self._name_sql(expression.args['target'])}")
+        return parts
+
+    def tunemodel_sql(self, expression: TuneModel) -> str:
+        parts = self._training_data_sql("TUNE MODEL", expression)
         search = ", ".join(
             self.maybe_comment(f"{self._name_sql(item.this)} = {self.sql(item, 'expression')}", item)
             for item in expression.args.get("search") or []
@@ -242,12 +246,7 @@ class TuneGenerating:
         return " ".join(parts)
 
     def finetunepipeline_sql(self, expression: FinetunePipeline) -> str:
-        parts = [f"FINETUNE PIPELINE {self.sql(expression, 'this')}",
-                 f"ON {self._relation_input_sql(expression.args['train'])}"]
-        validate = expression.args.get("validate")
-        if validate is not None:
-            parts.append(f"VALIDATE ON {self._relation_input_sql(validate)}")
-        parts.append(f"TARGET {self._name_sql(expression.args['target'])}")
+        parts = self._training_data_sql("FINETUNE PIPELINE", expression)
         options = self._options_sql(expression)
         if options:
             parts.append(f"WITH ({options})")
