@@ -16,7 +16,8 @@ whichever was faster at import. This script measures, per program, at batch 1 an
   PyTorch's (rtol 1e-4, atol 1e-5) on 64 rows that are not the example.
 
 Timing: the two variants interleaved, ``--repeats`` samples after warm-up, each sample ``k`` calls / ``k``
-(``k`` so a sample lasts >= 2 ms); medians with min and max. Headlines in
+(``k`` so a sample lasts >= 2 ms), every call on the next of :data:`POOL` distinct input batches; medians
+with min and max. Headlines in
 ``benchmarks/results/imperative.json``: ``programs_correct`` (of 10), ``whole_graph``, ``coexecuted`` (kind
 python: co-executed or eager by choice), ``speedup_geomean`` (eager_us / modelsql_us over all programs and
 both batches).
@@ -46,6 +47,10 @@ from modelsql.planner import artifacts
 from modelsql.storage import BlobStore
 
 RESULTS = Path(__file__).parent / "results" / "imperative.json"
+
+POOL = 32
+"""Distinct input batches per batch size, cycled through call after call (a program whose dynamo guards test
+input values recompiles on new inputs; timing one repeated input would hide that)."""
 
 
 def _sample(fn, k: int) -> float:
@@ -78,6 +83,16 @@ def _eager_fn(module, args, per_row: bool):
             if per_row:
                 return [module(*(a[i:i + 1] for a in args)) for i in range(len(args[0]))]
             return module(*args)
+    return run
+
+
+def _cycling(calls: list):
+    """One callable running the next of ``calls`` each time (each call gets other inputs, as PREDICT's do)."""
+    state = {"k": 0}
+
+    def run():
+        state["k"] = (state["k"] + 1) % len(calls)
+        return calls[state["k"]]()
     return run
 
 
@@ -117,15 +132,17 @@ def measure(name: str, cls, db: str, repeats: int) -> dict:
     row["correct"] = bool(np.allclose(got, _per_row_outputs(cls, check_args), rtol=1e-4, atol=1e-5))
     module = cls().eval()
     for batch in (1, 32):
-        x = P.new_inputs(name, batch, seed=batch)
-        args = x if isinstance(x, tuple) else (x,)
-        feeds = to_feeds(args, mv.inputs)
+        pool = [P.new_inputs(name, batch, seed=1000 * batch + k) for k in range(POOL)]
+        pool = [x if isinstance(x, tuple) else (x,) for x in pool]
+        feeds = [to_feeds(args, mv.inputs) for args in pool]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t = time_pair(_eager_fn(module, args, per_row), lambda: session.run(feeds), repeats)
+            t = time_pair(_cycling([_eager_fn(module, args, per_row) for args in pool]),
+                          _cycling([(lambda f=f: session.run(f)) for f in feeds]), repeats)
         t["speedup"] = t["eager_us"] / t["modelsql_us"]
         if per_row:  # what calling the program on the whole batch costs (its answer is PREDICT's only row by row)
-            t["eager_whole_batch_us"] = time_pair(_eager_fn(module, args, False), lambda: None, 5)["eager_us"]
+            t["eager_whole_batch_us"] = time_pair(_cycling([_eager_fn(module, args, False) for args in pool]),
+                                                  lambda: None, 5)["eager_us"]
         row[f"batch_{batch}"] = t
     return row
 

@@ -44,6 +44,7 @@ class StoredProgram:
         row_calls: called one row at a time (a batch-dependent program).
         outputs: output names, in order.
         params: keyword arguments the reference is called with (JSON values; empty: no arguments).
+        coexecute_from: in ``"coexecute"`` mode, the fewest rows per call that are co-executed (eager below).
         sources: SHA-256 of each other source file of the user's code the reference's module uses
             (:func:`helper_sources`), by path.
         format: :data:`FORMAT`.
@@ -57,6 +58,7 @@ class StoredProgram:
     outputs: tuple
     params: dict = field(default_factory=dict)
     sources: dict = field(default_factory=dict)
+    coexecute_from: int = 1
     format: str = FORMAT
 
     def to_bytes(self) -> bytes:
@@ -210,4 +212,5 @@ def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramM
     module.load_state_dict(state)
     module.eval()
     return PythonProgramModel(module, mv.inputs, stored.outputs, mode=stored.mode, row_calls=stored.row_calls,
+                              coexecute_from=stored.coexecute_from,
                               label=mv.label, threads=intra)

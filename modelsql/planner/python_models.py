@@ -37,7 +37,7 @@ from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mea
 from ..formats.program_checks import batching, check_deterministic
 from ..formats.python_program import Program, program, forward_inputs, quiet, to_feeds
 from ..formats.whole_graph import whole_graph
-from ..operators.backends.coexec import CHUNK_ROWS, PythonProgramModel, graph_breaks
+from ..operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
 from ..sql.nodes import ImportModel
 from ..tuning.training import resolve_reference, source_file
 from . import ddl
@@ -213,12 +213,12 @@ def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution
         return
     dependence = row_reason
     described["batching"] = f"one row per call: {dependence}" if dependence else "batched: rows are independent"
-    mode, timing, breaks = _choose_mode(prog, execution, dependence is not None)
+    mode, start_rows, timing, breaks = _choose_mode(prog, execution, dependence is not None)
     described.update(execution=mode, timing=timing, **({"graph_breaks": breaks} if breaks else {}))
     source_path = source_file(ref)
     source = open(source_path, "rb").read() if source_path else b""
     stored = StoredProgram(ref, program_digest(ref, params), session.store.put(source), mode, dependence is not None,
-                           tuple(prog.output_names), dict(params or {}), helper_sources(ref))
+                           tuple(prog.output_names), dict(params or {}), helper_sources(ref), start_rows)
     tensors = state if state is not None else state_tensors(prog.module)
     blob = stored.to_bytes()
     graph_digest = session.store.put(blob)
@@ -238,39 +238,72 @@ def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution
         session.changed()
 
 
-def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, str, str]:
-    """(mode, timing note, graph-break note): co-execution against eager on PREDICT's chunk shape (only eager
-    is timed when ``execution`` is ``"eager"``)."""
-    rows = 1 if row_calls else CHUNK_ROWS
-    idx = np.arange(rows) % prog.rows()
-    args = tuple([a[i] for i in idx] if isinstance(a, list) else a[idx] for a in prog.example)
-    feeds = to_feeds(args, prog.inputs)
-    per_call = f"per call of {rows} row{'s' if rows > 1 else ''}"
+def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, int, str, str]:
+    """(mode, fewest rows co-executed, timing note, graph-break note): eager against co-execution, timed on
+    PREDICT's call shapes: one row, and (a batched program) :data:`CHUNK_ROWS` rows, whose straight-line cost
+    model gives the chunk size from which co-execution pays (only eager is timed when ``execution`` is
+    ``"eager"``)."""
+    sizes = (1,) if row_calls else (1, CHUNK_ROWS)
+    feeds = [[_feeds(prog, n, draw) for draw in range(TIMING_CALLS + 1)] for n in sizes]
     eager = PythonProgramModel(prog.module, prog.inputs, prog.output_names, mode="eager", row_calls=row_calls,
                                label="the program")
-    t_eager = _median_us(eager, feeds)
+    t_eager = [_median_us(eager, f) for f in feeds]
     if execution == "eager":
-        return "eager", f"{per_call}: eager {t_eager:.0f} us (co-execution not tried: execution = 'eager')", ""
+        return "eager", 1, _timing(sizes, t_eager) + " (co-execution not tried: execution = 'eager')", ""
     coexec = PythonProgramModel(prog.module, prog.inputs, prog.output_names, mode="coexecute", row_calls=row_calls,
                                 label="the program")
     start = time.perf_counter()
     with quiet():  # dynamo's graph-break notes: DESCRIBE's graph_breaks says what matters
-        coexec.run(feeds)
+        for f in feeds:
+            coexec.run(f[0])
         compile_s = time.perf_counter() - start
-        t_coexec = _median_us(coexec, feeds)
+        t_coexec = [_median_us(coexec, f) for f in feeds]
     stats = coexec.stats()
-    breaks = (graph_breaks(prog.module, args) + f"; {stats['graphs']} captured graphs compiled, {stats['on_onnx']} on "
-              "ONNX Runtime" + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"] else ""))
-    mode = execution if execution == "coexecute" else ("coexecute" if t_coexec < t_eager else "eager")
-    timing = f"{per_call}: eager {t_eager:.0f} us, co-executed {t_coexec:.0f} us (compiled in {compile_s:.1f} s)"
-    return mode, timing, breaks
+    breaks = (graph_breaks(prog.module, prog.example) + f"; {stats['graphs']} captured graphs compiled, "
+              f"{stats['on_onnx']} on ONNX Runtime" + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"]
+                                                     else ""))
+    start_rows = 1 if execution == "coexecute" else _crossover(sizes, t_eager, t_coexec)
+    mode = "eager" if start_rows is None else "coexecute"
+    timing = (_timing(sizes, t_eager, t_coexec) + f" (compiled in {compile_s:.1f} s)"
+              + (f"; co-executed from {start_rows} rows per call, eager below" if mode == "coexecute" and start_rows > 1
+                 else ""))
+    return mode, start_rows or 1, timing, breaks
 
 
-def _median_us(model: PythonProgramModel, feeds: dict) -> float:
-    model.run(feeds)
+def _feeds(prog: Program, rows: int, draw: int = 0) -> dict:
+    """``rows`` rows drawn from the example (draw ``draw`` of a seeded sequence): every timed call gets other rows,
+    so a program whose dynamo guards test input values (a tokenizer's strings) recompiles at import as it would
+    under PREDICT, and co-execution is timed with that cost."""
+    idx = np.random.default_rng(draw).integers(0, prog.rows(), rows) if rows > 1 else np.array([draw % prog.rows()])
+    return to_feeds(tuple([a[i] for i in idx] if isinstance(a, list) else a[idx] for a in prog.example), prog.inputs)
+
+
+def _crossover(sizes: tuple, eager: list, coexec: list):
+    """The fewest rows per call (a size of :data:`BUCKETS`) from which co-execution is faster, or None, from the
+    straight lines through the timings."""
+    if coexec[-1] >= eager[-1]:
+        return None
+    if len(sizes) == 1 or coexec[0] < eager[0]:
+        return 1
+    slope_e, slope_c = ((t[1] - t[0]) / (sizes[1] - sizes[0]) for t in (eager, coexec))
+    rows = (coexec[0] - eager[0]) / (slope_e - slope_c) + sizes[0]
+    return next(b for b in BUCKETS if b >= rows)
+
+
+def _timing(sizes: tuple, eager: list, coexec: list = None) -> str:
+    parts = []
+    for k, n in enumerate(sizes):
+        text = f"{n} row{'s' if n > 1 else ''}: eager {eager[k]:.0f} us"
+        parts.append(text + (f", co-executed {coexec[k]:.0f} us" if coexec else ""))
+    return "per call of " + "; of ".join(parts)
+
+
+def _median_us(model: PythonProgramModel, feeds: list) -> float:
+    """Median microseconds per call over ``feeds`` (one call each, after a warm-up call on the first)."""
+    model.run(feeds[0])
     times = []
-    for _ in range(TIMING_CALLS):
+    for f in feeds[1:]:
         start = time.perf_counter()
-        model.run(feeds)
+        model.run(f)
         times.append((time.perf_counter() - start) * 1e6)
     return statistics.median(times)

@@ -138,10 +138,12 @@ class PythonProgramModel:
         row_calls: call one row at a time (a batch-dependent program).
         label: how messages name it (``model "m" version 1``).
         threads: ONNX Runtime threads of each subgraph.
+        coexecute_from: in ``"coexecute"`` mode, the fewest rows a chunk needs to be co-executed; smaller chunks
+            run eagerly (dynamo's per-call guards cost more than they save on a few rows).
     """
 
     def __init__(self, module, inputs, output_names: Sequence[str], *, mode: str, row_calls: bool, label: str,
-                 threads: int = 1) -> None:
+                 threads: int = 1, coexecute_from: int = 1) -> None:
         import torch
 
         self.module = module
@@ -156,6 +158,7 @@ class PythonProgramModel:
         self.intra_op_threads = threads
         self.backend = OnnxSubgraphs(threads)
         self.callable = torch.compile(module, backend=self.backend, dynamic=False) if mode == "coexecute" else module
+        self.coexecute_from = coexecute_from
         self.watch = _LimitWatch()
         self.warned = False
         self._lock = threading.Lock()
@@ -188,17 +191,18 @@ class PythonProgramModel:
         import torch
 
         rows = len(args[0])
-        pad = next(b for b in BUCKETS if b >= rows) - rows if self.mode == "coexecute" else 0
+        watching = self.mode == "coexecute" and rows >= self.coexecute_from
+        pad = next(b for b in BUCKETS if b >= rows) - rows if watching else 0
         if pad:
             args = tuple(a + [a[-1]] * pad if isinstance(a, list) else torch.cat([a, a[-1:].expand(pad, *a.shape[1:])])
                          for a in args)
-        watching = self.mode == "coexecute"
+        run = self.callable if watching else self.module
         logger = logging.getLogger("torch._dynamo.convert_frame")
         if watching:
             logger.addHandler(self.watch)
         try:
             with torch.no_grad():
-                result = self.callable(*args)
+                result = run(*args)
         except Exception as exc:  # the user's program raised on these rows
             text = str(exc).strip().splitlines()
             raise DataError(f"{self.label} failed on its input: {type(exc).__name__}: {text[0] if text else ''}",
