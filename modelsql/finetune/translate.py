@@ -71,8 +71,7 @@ class StepNet(nn.Module):
         self.output_names = [o.name for o in proto.graph.output]
         self.ops = []
         for node in proto.graph.node:
-            build = OPS.get((node.domain or "", node.op_type)) or OPS.get(("ai.onnx.ml" if node.domain == "ai.onnx.ml"
-                                                                            else "", node.op_type))
+            build = OPS.get((node.domain or "", node.op_type))
             if build is None:
                 raise NotSupportedError(f"{label}: operator {node.domain + '.' if node.domain else ''}{node.op_type} "
                                         "is not translated to torch, so this pipeline cannot be fine-tuned",

@@ -47,11 +47,11 @@ def check_deterministic(prog: Program, label: str) -> None:
 
 def batching(prog: Program, gate: Optional[GateResult], row_independent: bool = False) -> Optional[str]:
     """Why ``prog`` must run one row per call (see the module docstring), or None."""
-    batches = [("the example", prog.example)] + [(w, a) for w, a in cases(prog) if "1000" not in w]
-    measured = row_dependence(prog, [a for _, a in batches])
+    tests = list(cases(prog))
+    measured = row_dependence(prog, [prog.example] + [a for w, a in tests if "1000" not in w])
     if measured is not None:
         return measured
-    big = next(a for w, a in cases(prog) if "1000" in w)
+    big = next(a for w, a in tests if "1000" in w)
     if _row_seconds(prog, big) * len(big[0]) <= PER_ROW_BUDGET_S:
         measured = row_dependence(prog, [big])
         if measured is not None:

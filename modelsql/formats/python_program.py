@@ -32,11 +32,13 @@ from modelsql.catalog.entries import TensorSpec
 from modelsql.errors import DataError, ProgrammingError
 
 __all__ = ["Program", "program", "forward_inputs", "as_tuple", "call", "take", "to_args", "to_feeds", "to_numpy", "outputs_of", "row_dependence",
-           "close", "quiet", "first_line", "is_ragged", "RAGGED", "RTOL", "ATOL"]
+           "close", "quiet", "first_line", "is_ragged", "RAGGED", "RTOL", "ATOL", "ELEM_TYPES", "NUMPY_TYPES"]
 
-_ELEM = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "int64": "INT64", "int32": "INT32",
-         "int16": "INT16", "int8": "INT8", "uint8": "UINT8", "bool": "BOOL"}
-_DTYPE = {v: k for k, v in _ELEM.items()}
+ELEM_TYPES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "int64": "INT64", "int32": "INT32",
+              "int16": "INT16", "int8": "INT8", "uint8": "UINT8", "bool": "BOOL"}
+"""NumPy / torch dtype name -> the ONNX element type a column carries it as."""
+NUMPY_TYPES = {v: k for k, v in ELEM_TYPES.items()}
+"""ONNX element type -> NumPy dtype name (the inverse of :data:`ELEM_TYPES`)."""
 
 RAGGED = "ragged"
 """The name of an input's dimension 1 when its rows have different lengths (a tree's nodes): the input is a
@@ -100,7 +102,7 @@ def _spec(name: str, value, label: str) -> TensorSpec:
         return TensorSpec(name, "STRING", ("N",))
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) and v.ndim >= 1 for v in value):
         first = value[0]
-        elem = _ELEM.get(str(first.dtype).replace("torch.", ""))
+        elem = ELEM_TYPES.get(str(first.dtype).replace("torch.", ""))
         if elem is None or any(v.dtype != first.dtype or v.shape[1:] != first.shape[1:] for v in value):
             raise ProgrammingError(f'{label}: example input "{name}" is a list of tensors of different dtypes or '
                                    "inner shapes; a ragged input's rows differ only in their first dimension.",
@@ -110,7 +112,7 @@ def _spec(name: str, value, label: str) -> TensorSpec:
         raise ProgrammingError(
             f'{label}: example input "{name}" is a {type(value).__name__}; an input is a tensor with the batch on '
             "dimension 0 or a list of str (one text per row).", code="unsupported_input")
-    elem = _ELEM.get(str(value.dtype).replace("torch.", ""))
+    elem = ELEM_TYPES.get(str(value.dtype).replace("torch.", ""))
     if elem is None:
         raise ProgrammingError(f'{label}: example input "{name}" has dtype {value.dtype}, which no column carries.',
                                code="unsupported_input")
@@ -177,9 +179,7 @@ def call(module, args: tuple, label: str):
         with torch.no_grad():
             return module(*args)
     except Exception as exc:  # the user's program: any error is its own
-        text = str(exc).strip().splitlines()
-        raise DataError(f"{label} failed: {type(exc).__name__}: {text[0] if text else ''}",
-                        code="program_failed") from exc
+        raise DataError(f"{label} failed: {first_line(exc, None)}", code="program_failed") from exc
 
 
 def outputs_of(result) -> list:
@@ -197,9 +197,9 @@ def to_args(feeds: dict, inputs: Sequence[TensorSpec]) -> tuple:
         if spec.elem_type == "STRING":
             out.append([str(v) for v in value])
         elif is_ragged(spec):
-            out.append([torch.from_numpy(np.array(v, dtype=_DTYPE[spec.elem_type])) for v in value])
+            out.append([torch.from_numpy(np.array(v, dtype=NUMPY_TYPES[spec.elem_type])) for v in value])
         else:
-            array = np.ascontiguousarray(value, dtype=_DTYPE[spec.elem_type])
+            array = np.ascontiguousarray(value, dtype=NUMPY_TYPES[spec.elem_type])
             out.append(torch.from_numpy(array if array.flags.writeable else array.copy()))
     return tuple(out)
 
@@ -286,6 +286,7 @@ def quiet():
             lg.setLevel(level)
 
 
-def first_line(exc: Exception) -> str:
+def first_line(exc: Exception, limit: Optional[int] = 300) -> str:
+    """``"<exception class>: <first line of its message>"``, cut at ``limit`` characters (None: not cut)."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:limit]

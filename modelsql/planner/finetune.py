@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DataError, IntegrityError, NotSupportedError
+from ..operators.backends.onnxruntime import OrtModel
 from ..sql.nodes import FinetunePipeline
 from . import artifacts, ddl
 from .finetune_data import finetune_options, read_data, read_test
@@ -119,7 +120,8 @@ def _check_exact(session, pv, net, x: np.ndarray) -> None:
 
 
 def _register(session, pv, net, x_val, options: dict) -> int:
-    """Export the fine-tuned program, check it, import it as ``<p>_finetuned`` and as the pipeline's next version."""
+    """Export the fine-tuned program, check it, then import it as ``<p>_finetuned`` and as the pipeline's next
+    version (the catalog is untouched when the name is taken or the export disagrees)."""
     import torch
 
     from ..formats.torch import from_torch
@@ -132,8 +134,6 @@ def _register(session, pv, net, x_val, options: dict) -> int:
         def forward(self, x):
             return self.inner(x)
 
-    module = _Export(net).eval()
-    proto = from_torch(module, x_val[:8], input_names=[pv.inputs[0].name], output_names=[o.name for o in pv.outputs])
     name = f"{pv.name}_finetuned"
     if session.catalog.exists(name):
         made_by = dict(session.catalog.get(name).options).get("finetuned_from", "")
@@ -141,24 +141,33 @@ def _register(session, pv, net, x_val, options: dict) -> int:
             raise IntegrityError(f'FINETUNE PIPELINE {pv.name} registers its result as model "{name}", which exists '
                                  "and was not made by FINETUNE of this pipeline: rename or drop that model first.",
                                  code="duplicate_model")
+    module = _Export(net).eval()
+    output_names = [o.name for o in pv.outputs]
+    proto = from_torch(module, x_val[:8], input_names=[pv.inputs[0].name], output_names=output_names)
+    _check_export(proto, pv, module, x_val)
     mv = ddl.import_model(session, name, proto, replace=True, features=pv.steps[0].model.features,
                           options={"finetuned_from": f"pipeline {pv.name} version {pv.version}",
                                    "temperature": str(options["temperature"]), "epochs": str(options["epochs"])})
-    _check_export(session, mv, module, x_val)
     created = create_pipeline(session, CreatePipelinePlan(name=pv.name, steps=(StepSpec(mv.name, mv.version),),
                                                           replace=True, source=f"FINETUNE of version {pv.version}"))
     return created.version
 
 
-def _check_export(session, mv, module, x_val) -> None:
+def _check_export(proto, pv, module, x_val) -> None:
+    """ONNX Runtime running the exported ``proto`` agrees with the fine-tuned ``module`` on the validation rows.
+
+    Raises:
+        DataError: ``export_mismatch`` naming the output.
+    """
     import torch
 
-    runner = artifacts.model_session(session.store, mv, intra=1)
-    got = runner.run({mv.inputs[0].name: x_val.numpy()}, [o.name for o in mv.outputs])
+    runner = OrtModel(proto.SerializeToString(), f'the fine-tuned export of pipeline "{pv.name}"')
+    names = [o.name for o in pv.outputs]
+    got = runner.run({pv.inputs[0].name: x_val.numpy()}, names)
     with torch.no_grad():
         expected = [o.numpy() for o in module(x_val)]
-    for spec, g, e in zip(mv.outputs, got, expected):
+    for name, g, e in zip(names, got, expected):
         if e.dtype.kind == "f" and not np.allclose(np.asarray(g).reshape(e.shape), e, atol=1e-4, rtol=1e-4):
             diff = float(np.abs(np.asarray(g).reshape(e.shape) - e).max())
             raise DataError(f'FINETUNE: the exported ONNX model disagrees with the fine-tuned program on output '
-                            f'"{spec.name}" (by up to {diff:.3g})', code="export_mismatch")
+                            f'"{name}" (by up to {diff:.3g})', code="export_mismatch")

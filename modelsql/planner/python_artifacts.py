@@ -22,6 +22,7 @@ import numpy as np
 
 from ..catalog.entries import ModelVersion, StoredTensor
 from ..errors import ProgrammingError
+from ..formats.python_program import ELEM_TYPES, NUMPY_TYPES
 from ..operators.backends.coexec import PythonProgramModel
 from ..tuning.training import factory_digest, resolve_reference
 
@@ -160,10 +161,6 @@ def program_digest(reference: str, params: Optional[dict] = None) -> str:
     return digest
 
 
-_ELEM = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "int64": "INT64", "int32": "INT32",
-         "int16": "INT16", "int8": "INT8", "uint8": "UINT8", "bool": "BOOL"}
-
-
 def state_tensors(module) -> list[tuple[StoredTensor, bytes]]:
     """The module's ``state_dict`` as (stored tensor, raw little-endian bytes) pairs, in order."""
     import hashlib
@@ -173,7 +170,7 @@ def state_tensors(module) -> list[tuple[StoredTensor, bytes]]:
         array = np.ascontiguousarray(value.detach().cpu().numpy())
         array = array.astype(array.dtype.newbyteorder("<"), copy=False)
         data = array.tobytes()
-        elem = _ELEM.get(str(array.dtype).lstrip("<>="), str(array.dtype).upper())
+        elem = ELEM_TYPES.get(str(array.dtype).lstrip("<>="), str(array.dtype).upper())
         out.append((StoredTensor(name, hashlib.sha256(data).hexdigest(), elem, tuple(array.shape), len(data)), data))
     return out
 
@@ -206,8 +203,7 @@ def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramM
 
     stored = check_source(store, mv)
     module = program_module(stored.reference, stored.params)
-    dtypes = {v: k for k, v in _ELEM.items()}
-    state = {t.name: torch.from_numpy(np.frombuffer(store.get(t.digest), dtype=np.dtype(dtypes.get(t.elem_type,
+    state = {t.name: torch.from_numpy(np.frombuffer(store.get(t.digest), dtype=np.dtype(NUMPY_TYPES.get(t.elem_type,
              t.elem_type.lower())).newbyteorder("<")).reshape(t.dims).copy()) for t in mv.tensors}
     module.load_state_dict(state)
     module.eval()

@@ -164,7 +164,7 @@ def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
     if labels is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
         raise NotSupportedError(f'CREATE MODEL ... FROM STUDY "{study.name}": a network over trees with text or '
                                 "boolean labels is not supported yet; use integer labels.", code="not_supported")
-    args = dict(factory=trainable.factory, params={k: v for k, v in params.items()},
+    args = dict(factory=trainable.factory, params=dict(params),
                 in_features=options.get("in_features", 1), n_outputs=len(labels) if labels is not None else 1,
                 task="classification" if labels is not None else "regression", labels=labels)
     net = TrainedNetwork(**args)

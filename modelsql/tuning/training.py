@@ -189,8 +189,7 @@ def factory_digest(ref: str) -> str:
     Raises:
         ProgrammingError(code="factory_not_found"): as ``resolve_factory``.
     """
-    resolve_factory(ref)
-    path = source_file(ref)
+    path = _source_file(resolve_factory(ref), _split_ref(ref)[0])
     if path is None:
         return hashlib.sha256(f"no source file: {ref}".encode()).hexdigest()
     with open(path, "rb") as f:

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ...errors import DataError
-from ...formats.python_program import close, quiet, take, to_args, to_numpy
+from ...formats.python_program import close, first_line, quiet, take, to_args, to_numpy
 
 __all__ = ["OnnxSubgraphs", "PythonProgramModel", "graph_breaks", "CHUNK_ROWS", "BUCKETS"]
 
@@ -61,8 +61,7 @@ class OnnxSubgraphs:
         try:
             run = self._onnx(gm, example_inputs)
         except Exception as exc:  # any failure to export or check: the FX graph runs it, correctly
-            text = str(exc).strip().splitlines()
-            self.fallbacks.append(f"{type(exc).__name__}: {text[0] if text else ''}"[:200])
+            self.fallbacks.append(first_line(exc)[:200])
             return gm.forward
         self.on_onnx += 1
         return run
@@ -204,8 +203,7 @@ class PythonProgramModel:
             with torch.no_grad():
                 result = run(*args)
         except Exception as exc:  # the user's program raised on these rows
-            text = str(exc).strip().splitlines()
-            raise DataError(f"{self.label} failed on its input: {type(exc).__name__}: {text[0] if text else ''}",
+            raise DataError(f"{self.label} failed on its input: {first_line(exc, None)}",
                             code="inference_failed") from exc
         finally:
             if watching:
