@@ -18,6 +18,7 @@ from ..formats.onnx_io import column_major_inputs
 from ..operators.backends import SESSIONS, SessionKey
 from ..operators.backends import onnxruntime as ort_backend
 from ..operators.backends import shared_weights
+from ..operators.backends.cuda import CudaModel
 from ..operators.backends.pipeline import PipelineModel, StepPlan
 from ..storage import BlobStore
 from .python_artifacts import python_session
@@ -94,6 +95,8 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
     if backend != "onnxruntime":
         raise NotSupportedError(f"model_session serves ONNX Runtime; {backend} sessions come from "
                                 "modelsql.planner.compiled.tvm_session", code="backend_not_supported")
+    if device != "cpu":
+        return cuda_session(store, mv, device)
     rewrite = "column_major:" + ",".join(column_major) if column_major else ""
     key = SessionKey(artifact_digest(mv, rewrite), backend, device, ())
     label = f'model "{mv.name}" version {mv.version}'
@@ -101,6 +104,20 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
     transform = (lambda data: column_major_inputs(data, column_major)) if column_major else None
     return shared_weights.get_shared_model(key, lambda: fetch(mv.graph_digest), fetch, label, path_of=store.path,
                                            intra_op_threads=intra, transform=transform, prepack=True)
+
+
+def cuda_session(store: BlobStore, mv: ModelVersion, device: str, *, capture: bool = True):
+    """The cached :class:`~modelsql.operators.backends.cuda.CudaModel` of ``mv`` on ``device`` (``"cuda:N"``):
+    IOBinding runs and CUDA graphs captured per batch bucket (``capture``). Its weights are copied to the
+    device once per session, so the store's memory-mapped sharing does not apply.
+
+    Raises:
+        NotSupportedError: ``device_not_available``.
+        DataError: a blob is unreadable, or ONNX Runtime's CUDA provider rejects the model (``invalid_onnx``).
+    """
+    key = SessionKey(artifact_digest(mv), "onnxruntime", device, (("capture", capture),))
+    label = f'model "{mv.name}" version {mv.version}'
+    return SESSIONS.get(key, lambda: CudaModel(load_model_bytes(store, mv), label, device, capture=capture))
 
 
 def blob_fetcher(store: BlobStore, mv: ModelVersion):

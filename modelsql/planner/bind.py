@@ -42,6 +42,7 @@ from ..catalog.entries import ModelVersion, TensorSpec
 from ..formats.python_program import is_ragged
 from ..errors import NotSupportedError, ProgrammingError, did_you_mean
 from ..operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
+from ..operators.backends import devices
 from ..operators.scan import quote
 
 NUMERIC_TYPES = {
@@ -51,7 +52,8 @@ NUMERIC_TYPES = {
 }
 ON_NULL_MODES = ("error", "skip", "null")
 ON_ERROR_MODES = ("error", "null", "skip")
-KNOWN_OPTIONS = ("on_null", "on_error", "features", "backend", "batch_size", "execution", "isolate_rows", "merge")
+KNOWN_OPTIONS = ("on_null", "on_error", "features", "backend", "batch_size", "execution", "isolate_rows", "merge",
+                 "device")
 EXECUTION_MODES = ("auto", "stream", "batch")
 MERGE_MODES = ("auto", "always", "never")
 """``merge``: whether models of one family run as one NetFuse-merged graph (routed PREDICTs, and
@@ -102,6 +104,9 @@ class PredictOptions:
     backend_given: bool = False
     """``backend`` was written; otherwise the cost function may run a checked artifact of another backend
     (TVM) where the learned cost model expects it faster."""
+    device: str = "auto"
+    """``"auto"`` (the cost function chooses among the devices present), ``"cpu"`` or ``"cuda:N"``
+    (:mod:`modelsql.operators.backends.devices`)."""
 
 
 @dataclass(frozen=True)
@@ -178,10 +183,12 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
         raise ProgrammingError(
             f"PREDICT({model_name}): isolate_rows must be true or false, not {isolate_rows!r}.", code="bad_option"
         )
+    where = f"PREDICT({model_name})"
+    device = devices.require(devices.parse(options.get("device", "auto"), where), where)
     return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size,
                           execution=execution, on_error=on_error, isolate_rows=isolate_rows,
                           merge=_one_of(options, "merge", MERGE_MODES, model_name),
-                          backend_given="backend" in options)
+                          backend_given="backend" in options, device=device)
 
 
 def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str) -> str:

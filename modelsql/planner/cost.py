@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..errors import NotSupportedError
+from ..operators.backends import devices
+from ..operators.backends.cuda import MAX_BUCKET
 from ..operators.predict import ONNX_TO_DUCKDB
 from .artifacts import default_threads
 from .costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
@@ -67,6 +69,19 @@ DEFAULT_ROWS = 1000
 """Rows assumed when DuckDB gives no estimate."""
 RUN_ROWS_CANDIDATES = (1024, 4096, RUN_ROWS, BATCH_ROWS)
 """Rows per model run a batch-mode PREDICT may be given when the learned cost model chooses."""
+CUDA_RUN_MS = 0.25
+"""Default fixed time of one model run on a CUDA device: a captured CUDA graph's replay of a small network
+(a width-16 ResNet-18, a 4-layer BERT-style encoder) took 0.25 ms on an H200; an uncaptured run 0.7-1.0 ms."""
+CUDA_SPEEDUP = 30.0
+"""Default speed of a CUDA device's inference over the CPU default :data:`PS_PER_PARAM_ROW`: ResNet-50 over 256
+rows took 2.12 s on 16 cores and 0.063 s on an H200 (34x)."""
+H2D_BYTES_PER_MS = 10e6
+"""Default host-to-device copy rate (bytes per millisecond: 10 GB/s, pageable memory over PCIe 5)."""
+DEVICE_MIN_GAIN = 1.25
+"""The estimated speedup a CUDA device needs over the CPU before ``device = 'auto'`` takes it."""
+GPU_KINDS = ("onnx", "sklearn", "torch")
+"""Model kinds ``device = 'auto'`` may put on a CUDA device (pipelines, routed families and Python programs
+run there only when asked)."""
 BACKEND_MIN_GAIN = 1.5
 """The estimated speedup a checked TVM artifact needs over ONNX Runtime before the planner runs it (the
 feasibility study: a wrong TVM pick cost up to 100x, while the cost model's errors are tens of percent)."""
@@ -101,6 +116,8 @@ class Choice:
         backend: ``"onnxruntime"`` or ``"tvm"`` (a checked artifact).
         backend_reason, backend_rejected: why, and the other backend with why not ("" / () when the model
             has no other backend to weigh).
+        device: ``"cpu"`` or ``"cuda:N"`` (:func:`choose_device`); device_reason, device_rejected: why, and
+            each other device present with its estimate ("" / () on a machine with the CPU alone).
     """
 
     execution: str
@@ -111,6 +128,9 @@ class Choice:
     backend: str = "onnxruntime"
     backend_reason: str = ""
     backend_rejected: tuple[tuple[str, str], ...] = ()
+    device: str = "cpu"
+    device_reason: str = ""
+    device_rejected: tuple[tuple[str, str], ...] = ()
 
 
 def _rows(scan: PredictScan) -> int:
@@ -175,7 +195,59 @@ def choose_execution(scan: PredictScan, costs: Costs = NO_COSTS) -> Choice:
     """
     choice = _choose_execution(scan, costs)
     backend, why, rejected = choose_backend(scan, costs, choice)
-    return replace(choice, backend=backend, backend_reason=why, backend_rejected=rejected)
+    choice = replace(choice, backend=backend, backend_reason=why, backend_rejected=rejected)
+    device, why, rejected = choose_device(scan, costs, choice)
+    return replace(choice, device=device, device_reason=why, device_rejected=rejected)
+
+
+def device_estimate(scan: PredictScan, device: str, costs: Costs = NO_COSTS, choice: Optional[Choice] = None
+                    ) -> Estimate:
+    """The estimate of ``scan`` on ``device``: the CPU's is :func:`estimate`; a CUDA device's is the operator's
+    own cost, the host-to-device copies of the fed bytes (:data:`H2D_BYTES_PER_MS`) and its runs (of at most
+    :data:`~modelsql.operators.backends.cuda.MAX_BUCKET` rows) from the learned cost model's traces of that
+    device, else the defaults :data:`CUDA_RUN_MS` + inference :data:`CUDA_SPEEDUP` times faster."""
+    execution = choice.execution if choice else "stream"
+    cpu = estimate(scan, execution, costs, choice.run_rows if choice else None, threads=choice.threads if choice else None)
+    if device == "cpu":
+        return cpu
+    rows = _rows(scan)
+    fed = max(1, len(scan.binding.fed_columns))
+    per_value = BATCH_NS_PER_VALUE if execution == "batch" else STREAM_NS_PER_VALUE
+    copies = rows * sum(arg_bytes(a, t) for a, t in zip(scan.binding.args, scan.binding.arg_types)) / H2D_BYTES_PER_MS
+    overhead = rows * fed * per_value / 1e6 + copies
+    per_run = max(1, min(rows, scan.options.batch_size or MAX_BUCKET))
+    runs = -(-rows // per_run)
+    learned = costs.run_ms(scan.model, per_run, threads=1, device=device)
+    if learned is not None:
+        return Estimate(rows=rows, ms=runs * learned + overhead, source=costs.source, run_rows=per_run)
+    infer = rows * scan.model.param_count * PS_PER_PARAM_ROW / 1e9 / CUDA_SPEEDUP
+    return Estimate(rows=rows, ms=runs * CUDA_RUN_MS + infer + overhead, source="defaults, no profile traces of "
+                    f"{device} yet" if costs.learned else cpu.source, run_rows=per_run)
+
+
+def choose_device(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """``(device, why, rejected alternatives)`` for a scan run as ``choice`` says: the one asked for (option
+    ``device``); else, where a CUDA device is present, the device with the lowest :func:`device_estimate` when
+    it is :data:`DEVICE_MIN_GAIN` times faster than the CPU (ONNX Runtime, kinds :data:`GPU_KINDS` only); else
+    the CPU. On a machine without CUDA, ``("cpu", "", ())``."""
+    asked = scan.options.device
+    if asked != "auto":
+        return asked, f"device = '{asked}' was asked for", ()
+    present = devices.available()
+    gpus = [d for d in present if d != "cpu"]
+    if not gpus:
+        return "cpu", "", ()
+    if scan.model.kind not in GPU_KINDS or choice.backend != "onnxruntime":
+        what = "backend " + choice.backend if choice.backend != "onnxruntime" else f"a {scan.model.kind} model"
+        return "cpu", "auto", tuple((g, f"{what} runs on a CUDA device only when device = '{g}' is asked for")
+                                    for g in gpus)
+    cpu = device_estimate(scan, "cpu", costs, choice).ms
+    best = min(gpus, key=lambda g: device_estimate(scan, g, costs, choice).ms)
+    gpu = device_estimate(scan, best, costs, choice).ms
+    if gpu > 0 and cpu / gpu >= DEVICE_MIN_GAIN:
+        return best, f"auto: estimated {gpu:.1f} ms against {cpu:.1f} ms on the CPU", (("cpu", f"estimated {cpu:.1f} ms"),)
+    return "cpu", "auto", ((best, f"estimated {gpu:.1f} ms against {cpu:.1f} ms on the CPU (under "
+                                  f"{DEVICE_MIN_GAIN}x)"),)
 
 
 def choose_backend(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str, str, tuple[tuple[str, str], ...]]:

@@ -91,32 +91,37 @@ class Costs:
         return self.predict is not None
 
     def run_ms(self, mv, batch: int, *, threads: int, backend: str = "onnxruntime",
-               merge_factor: int = 1) -> Optional[float]:
-        """Predicted milliseconds of one run of ``mv`` on ``batch`` rows (a pipeline: the sum of its steps'), or
-        None (no fit, or a version the model cannot describe)."""
+               merge_factor: int = 1, device: str = "cpu") -> Optional[float]:
+        """Predicted milliseconds of one run of ``mv`` on ``batch`` rows on ``device`` (``"cpu"`` or
+        ``"cuda:N"``, a feature of the cost model: PROFILE traces each device present) (a pipeline: the sum
+        of its steps'), or None (no fit, no traces of that device, or a version the model cannot describe)."""
         if self.predict is None:
             return None
         ident = (("pipeline", mv.name, mv.version) if getattr(mv, "kind", None) == "pipeline"
                  else getattr(mv, "graph_digest", None))
         if ident is None:
             return None
-        key = (ident, int(batch), int(threads), backend, int(merge_factor))
+        key = (ident, int(batch), int(threads), backend, int(merge_factor), device)
         if key not in self.memo:
             if len(self.memo) > 4096:
                 self.memo.clear()
-            self.memo[key] = self._run_ms(mv, batch, threads=threads, backend=backend, merge_factor=merge_factor)
+            self.memo[key] = self._run_ms(mv, batch, threads=threads, backend=backend, merge_factor=merge_factor,
+                                          device=device)
         return self.memo[key]
 
-    def _run_ms(self, mv, batch: int, *, threads: int, backend: str, merge_factor: int) -> Optional[float]:
+    def _run_ms(self, mv, batch: int, *, threads: int, backend: str, merge_factor: int,
+                device: str) -> Optional[float]:
         if getattr(mv, "kind", None) == "pipeline" and merge_factor == 1:  # its steps run one after another
-            steps = [self.run_ms(step.model, batch, threads=threads, backend=backend) for step in mv.steps]
+            steps = [self.run_ms(step.model, batch, threads=threads, backend=backend, device=device)
+                     for step in mv.steps]
             return None if any(t is None for t in steps) else sum(steps)
         static = static_at(self.store, mv, batch)
         if static is None:
             return None
         if merge_factor > 1:
             static = merged_static(static, merge_factor)
-        row = dict(static, batch_size=int(batch), backend=backend, device="cpu", threads=int(threads), merge_factor=int(merge_factor))
+        row = dict(static, batch_size=int(batch), backend=backend, device=device.split(":")[0],
+                   threads=int(threads), merge_factor=int(merge_factor))
         try:
             return float(self.predict([row])[0])
         except LookupError:  # the fit has no traces of that backend

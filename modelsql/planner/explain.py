@@ -140,9 +140,13 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
                         choice.backend if choice else "onnxruntime", choice.threads if choice else None)
     rows = f"{est.rows:,}" + ("" if s.estimated_rows is not None else " (no DuckDB estimate)")
     backend = "python" if s.model.kind == "python" else (choice.backend if choice is not None else s.options.backend)
-    lines.append(f"{pad}{name} {s.label} [{backend}, cpu] "
+    device = choice.device if choice is not None else "cpu"
+    if device != "cpu" and choice is not None:
+        est = cost.device_estimate(s, device, plan.costs, choice)
+    lines.append(f"{pad}{name} {s.label} [{backend}, {device}] "
                  f"est. rows={rows} time={duration(est.ms)} ({est.source})")
     if choice is not None:
+        lines += _device_lines(choice, op, pad)
         rejected = "; ".join(f"{alt} ({why})" for alt, why in choice.rejected)
         if choice.backend_rejected:
             others = "; ".join(f"{alt} ({why})" for alt, why in choice.backend_rejected)
@@ -165,6 +169,21 @@ def _scan_lines(plan: QueryPlan, s: PredictScan, phys, analyze: bool, depth: int
     lines.append(f"{pad}  input: {_input_text(s.input)}")
     for i in s.input.inner:
         _scan_lines(plan, plan.scan(i), phys, analyze, depth + 2, lines)
+
+
+def _device_lines(choice, op, pad: str) -> list[str]:
+    """The device chosen and the devices rejected (none on a machine with the CPU alone, unless asked for),
+    and what a CUDA session captured as CUDA graphs."""
+    lines = []
+    if choice.device_reason:
+        others = "; ".join(f"{alt} ({why})" for alt, why in choice.device_rejected)
+        lines.append(f"{pad}  device: {choice.device} ({choice.device_reason})" + (f"; rejected: {others}" if others
+                                                                                    else ""))
+    model = getattr(getattr(op, "function", None), "model", None)
+    describe = getattr(model, "explain", None) if choice.device != "cpu" else None
+    if callable(describe):
+        lines.append(f"{pad}  cuda graphs: {describe()}")
+    return lines
 
 
 def _program_line(model) -> Optional[str]:

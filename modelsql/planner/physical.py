@@ -94,7 +94,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         if choice.execution == "batch":
             begin_snapshot(session, held)
             op = batch_operator(scan, session, input_sql, in_params, duck_threads, run_rows=choice.run_rows,
-                                backend=choice.backend, threads=choice.threads)
+                                backend=choice.backend, threads=choice.threads, device=choice.device)
             # read once: the statement's own top-level FROM, with nothing that could read it twice
             op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
             held.operators.append(op)
@@ -105,7 +105,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
                 continue
             held.operators.remove(op)
         op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id), model=family_models.get(scan.id),
-                             backend=choice.backend)
+                             backend=choice.backend, device=choice.device)
         op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
         name = op.register()
         if keep is None:
@@ -157,30 +157,31 @@ def family_members(plan: QueryPlan, session, duck_threads: int, phys: Physical) 
 
 
 def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, model=None,
-                    backend: str = "onnxruntime") -> StreamPredict:
-    """A :class:`StreamPredict` with the cached session of the scan's model (threads: :func:`cost.stream_threads`);
-    a pipeline of a :class:`~modelsql.planner.plan.StepShare` gets its group's step ``memo``; ``model``
-    overrides the session (a member of a merged family)."""
+                    backend: str = "onnxruntime", device: str = "cpu") -> StreamPredict:
+    """A :class:`StreamPredict` with the cached session of the scan's model on ``device`` (threads:
+    :func:`cost.stream_threads`); a pipeline of a :class:`~modelsql.planner.plan.StepShare` gets its group's step
+    ``memo``; ``model`` overrides the session (a member of a merged family)."""
     if model is not None:
         return StreamPredict(scan, model, session.duck)
     cores = artifacts.default_threads()
     intra = cost.stream_threads(scan, duck_threads, cores) or shared_threads(cores, duck_threads)
     if memo is not None:
-        model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo)
+        model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo, device=device)
     elif scan.model.kind == "models":
         model = routed_model(scan, session, intra)
     else:
-        model = scan_session(scan, session, intra, backend=backend)
+        model = scan_session(scan, session, intra, backend=backend, device=device)
     return StreamPredict(scan, model, session.duck)
 
 
 def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str, ...] = (),
-                 backend: str = "onnxruntime"):
-    """The loaded model a scan runs on ``backend``: its checked TVM artifact
-    (:func:`~modelsql.planner.compiled.tvm_session`), or the ONNX Runtime session."""
+                 backend: str = "onnxruntime", device: str = "cpu"):
+    """The loaded model a scan runs on ``backend`` and ``device``: its checked TVM artifact
+    (:func:`~modelsql.planner.compiled.tvm_session`), or the ONNX Runtime session (on a CUDA device: a
+    :class:`~modelsql.operators.backends.cuda.CudaModel`)."""
     if backend == "tvm":
         return compiled.tvm_session(session, scan.model, intra=intra, batch_size=scan.options.batch_size)
-    return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major)
+    return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major, device=device)
 
 
 def routed_model(scan: PredictScan, session, intra: int):
@@ -197,7 +198,7 @@ def routed_model(scan: PredictScan, session, intra: int):
 
 def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int,
                    run_rows: Optional[int] = None, backend: str = "onnxruntime",
-                   threads: Optional[int] = None) -> BatchPredict:
+                   threads: Optional[int] = None, device: str = "cpu") -> BatchPredict:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows;
     ``run_rows``: rows per model run the cost model chose (None: the default, :func:`cost.default_run_rows`);
     ``threads``: the intra-op threads it chose for them (None: every core)."""
@@ -205,16 +206,16 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
     if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
         stream = model = routed_model(scan, session, cores)
     else:
-        stream = scan_session(scan, session, shared_threads(cores, duck_threads), backend=backend)
+        stream = scan_session(scan, session, shared_threads(cores, duck_threads), backend=backend, device=device)
     b, o = scan.binding, scan.options
     transposable = (not o.batch_size and stream.fixed_batch is None and backend == "onnxruntime"
-                    and scan.model.kind not in ("pipeline", "models"))
+                    and device == "cpu" and scan.model.kind not in ("pipeline", "models"))
     column_major = tuple(
         a.input_name for a in b.args
         if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2
     )
     if scan.model.kind != "models":
-        model = scan_session(scan, session, cores, column_major, backend=backend)
+        model = scan_session(scan, session, cores, column_major, backend=backend, device=device)
     feature_bytes = sum(cost.arg_bytes(a, t) for a, t in zip(b.args, b.arg_types)) or 1
     rows_per_batch = max(64, min(cost.BATCH_ROWS, (32 << 20) // feature_bytes))
     return BatchPredict(

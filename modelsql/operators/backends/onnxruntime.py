@@ -30,7 +30,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ...errors import DataError, InternalError
-from . import SESSIONS
+from . import SESSIONS, devices
 
 __all__ = ["OrtModel", "get_model", "clear_cache", "default_threads", "register_shared_allocator", "numpy_dtype"]
 
@@ -56,10 +56,10 @@ def numpy_dtype(ort_type: str):
     return _ORT_TO_NUMPY.get(ort_type)
 
 
-def providers() -> list[str]:
-    """Execution providers for new sessions: CUDA first when onnxruntime-gpu provides it, then the CPU."""
-    available = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available] or ["CPUExecutionProvider"]
+def providers(device: str = devices.CPU) -> list:
+    """Execution providers for a new session on ``device`` (:func:`.devices.ort_providers`): the CPU provider
+    alone for ``"cpu"``, so a CPU plan computes the same digits with onnxruntime-gpu installed or not."""
+    return devices.ort_providers(device)
 
 
 def default_threads() -> int:
@@ -122,6 +122,7 @@ class OrtModel:
             without it ONNX Runtime resolves them against the current directory.
         disabled_optimizers: names of ONNX Runtime graph transformers to skip
             (``InferenceSession(..., disabled_optimizers=...)``, e.g. ``"NchwcTransformer"``).
+        device: ``"cpu"`` or ``"cuda:N"`` (:mod:`.devices`): the execution providers of the session.
 
     Raises:
         DataError: ONNX Runtime rejects the model (code ``"invalid_onnx"``).
@@ -139,6 +140,7 @@ class OrtModel:
         shared_allocator: bool = False,
         external_data_folder: Optional[str] = None,
         disabled_optimizers: Sequence[str] = (),
+        device: str = devices.CPU,
     ) -> None:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = intra_op_threads or default_threads()
@@ -152,9 +154,11 @@ class OrtModel:
         shared = dict(initializers or {})
         _share_options(opts, shared, disable_prepacking, shared_allocator, external_data_folder)
         self.label = label
+        self.device = device
+        """Where the session computes: ``"cpu"`` or ``"cuda:N"``."""
         try:
             extra = {"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}
-            self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers(), **extra)
+            self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers(device), **extra)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
             raise DataError(f"ONNX Runtime cannot load {label}: {_first_line(exc)}", code="invalid_onnx") from exc
         self.initializers = shared
@@ -266,9 +270,9 @@ def _first_line(exc: BaseException) -> str:
 
 def get_model(key, loader: Callable[[], bytes], label: str, *, intra_op_threads: Optional[int] = None) -> OrtModel:
     """The cached session of ``key`` (a :class:`~modelsql.operators.backends.SessionKey` without the thread
-    setting, which is added here), created from ``loader()`` bytes on a miss."""
+    setting, which is added here), created from ``loader()`` bytes on a miss, on ``key.device``."""
     full = replace(key, options=tuple(sorted(key.options + (("intra_op_threads", intra_op_threads),))))
-    return SESSIONS.get(full, lambda: OrtModel(loader(), label, intra_op_threads=intra_op_threads))
+    return SESSIONS.get(full, lambda: OrtModel(loader(), label, intra_op_threads=intra_op_threads, device=key.device))
 
 
 def clear_cache() -> None:
