@@ -6,8 +6,10 @@ Every factory is called as ``factory(in_features=F, n_outputs=K, **params)`` and
 weights from torch's global RNG, which ``modelsql.tuning.training`` seeds with the study seed.
 
 ``cnn`` and ``resnet`` read each row as an 8x8 single-channel image (scikit-learn's digits),
-so they need F = 64; all three export to ONNX with ``torch.onnx.export(..., dynamo=False)``
-and a dynamic batch axis.
+so they need F = 64; ``cifar_resnet`` reads each row as a 3x32x32 image (F = 3072, channels first, as
+CIFAR-10's); all of them export to ONNX with ``torch.onnx.export(..., dynamo=False)`` and a dynamic batch
+axis, and train on a GPU under ``torch.use_deterministic_algorithms`` (their global average pooling is a
+plain mean there: ``AdaptiveAvgPool2d``'s CUDA backward has no deterministic kernel).
 
 This module imports torch (the ``torch`` extra); nothing else in modelsql imports it at
 import time.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["mlp", "cnn", "resnet"]
+__all__ = ["mlp", "cnn", "resnet", "cifar_resnet"]
 
 
 def _positive(name: str, value: int) -> int:
@@ -107,6 +109,17 @@ def cnn(in_features: int, n_outputs: int, channels: int = 16, hidden: int = 64, 
     return _Image8x8(body)
 
 
+class _GlobalAvgPool(nn.Module):
+    """(N, C, H, W) -> (N, C, 1, 1) means: ``adaptive_avg_pool2d(x, 1)`` on the CPU (so CPU results and the ONNX
+    export, a ``GlobalAveragePool``, are those of ``nn.AdaptiveAvgPool2d(1)``), a mean over H and W on a GPU,
+    whose backward is deterministic where ``adaptive_avg_pool2d``'s is not."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            return x.mean(dim=(2, 3), keepdim=True)
+        return nn.functional.adaptive_avg_pool2d(x, 1)
+
+
 class _BasicBlock(nn.Module):
     """ResNet basic block at constant width: conv-BN-ReLU-conv-BN, plus the input, then ReLU."""
 
@@ -146,7 +159,59 @@ def resnet(in_features: int, n_outputs: int, width: int = 16, blocks: int = 2) -
     body = nn.Sequential(
         nn.Conv2d(1, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
         *[_BasicBlock(width) for _ in range(blocks)],
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        _GlobalAvgPool(), nn.Flatten(),
         nn.Linear(width, n_outputs),
     )
     return _Image8x8(body)
+
+
+class _Image3x32x32(nn.Module):
+    """Reshapes (N, 3072) rows to (N, 3, 32, 32) images before ``body``."""
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x.reshape(-1, 3, 32, 32))
+
+
+def _down(width_in: int, width_out: int) -> nn.Module:
+    """Halve the side: Conv(3x3, stride 2, pad 1)-BatchNorm-ReLU."""
+    return nn.Sequential(nn.Conv2d(width_in, width_out, 3, stride=2, padding=1, bias=False),
+                         nn.BatchNorm2d(width_out), nn.ReLU())
+
+
+def cifar_resnet(in_features: int, n_outputs: int, width: int = 16, blocks: int = 1, stages: int = 3) -> nn.Module:
+    """A small residual CNN for 3x32x32 images given as (N, 3072) float32 rows (channels first).
+
+    Stem Conv(3->width, 3x3, pad 1)-BatchNorm-ReLU; then ``stages`` stages, each ``blocks`` basic blocks at
+    constant width, every stage after the first starting with a stride-2 convolution that halves the side and
+    doubles the width (32x32, 16x16, 8x8 for 3 stages); global average pooling; Linear(-> n_outputs).
+
+    Args:
+        in_features: must be 3072 (one 3x32x32 image per row).
+        n_outputs: K, the width of the float32 output (N, K).
+        width: channels of the first stage.
+        blocks: basic blocks per stage (0 keeps only the stem and the downsampling convolutions).
+        stages: 1 to 4.
+    Raises:
+        ValueError: in_features is not 3072, or a bad width, block or stage count.
+    """
+    if in_features != 3 * 32 * 32:
+        raise ValueError(f"cifar_resnet reads 3x32x32 images: in_features must be 3072, got {in_features!r}")
+    _positive("n_outputs", n_outputs)
+    _positive("width", width)
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
+        raise ValueError(f"blocks must be a non-negative integer, got {blocks!r}")
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 4:
+        raise ValueError(f"stages must be an integer in [1, 4], got {stages!r}")
+    layers: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+    w = width
+    for stage in range(stages):
+        if stage:
+            layers.append(_down(w, 2 * w))
+            w *= 2
+        layers += [_BasicBlock(w) for _ in range(blocks)]
+    layers += [_GlobalAvgPool(), nn.Flatten(), nn.Linear(w, n_outputs)]
+    return _Image3x32x32(nn.Sequential(*layers))

@@ -70,7 +70,7 @@ def evaluate(net, x, y, task: str, labels=None) -> float:
     with torch.no_grad():
         head, label = _outputs(net, x, task)
         if task == "classification":
-            return float((label.numpy() == np.asarray(labels)).mean())
+            return float((label.cpu().numpy() == np.asarray(labels)).mean())
         return float(torch.mean((head - y) ** 2))
 
 
@@ -85,7 +85,7 @@ def finetune(net, x, y, x_val, y_val, *, task: str, labels_val=None, steps: int 
 
     Args:
         x, x_val: float32 (N, F) / (M, F) tensors; y, y_val: class indices into the probabilities' columns
-            (int64) or targets (float32).
+            (int64) or targets (float32); all on the device ``net`` is on (the CPU or a GPU).
         labels_val: the validation rows' label values (classification), compared with the label output.
 
     Raises:

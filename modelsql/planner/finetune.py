@@ -15,7 +15,12 @@ won, the step it was taken at, and the metric (validation accuracy, or mean squa
 regression) before and after, on validation and on ``test`` (a table of held-out rows) when given.
 
 Options: ``epochs`` (full-batch steps, 300), ``temperature`` (0.1), ``lr`` (0.003), ``seed`` (0),
-``eval_every`` (10), ``validation_fraction`` (0.2, without VALIDATE ON), ``test`` (a table name).
+``eval_every`` (10), ``validation_fraction`` (0.2, without VALIDATE ON), ``test`` (a table name), ``device``
+(``'auto'``: ``cuda:0`` when there is a GPU, else ``cpu``; ``'cpu'``, ``'cuda'``, ``'cuda:N'``; checked before
+anything is read or trained, see :func:`~modelsql.planner.tune_checks.training_device`). The translation is
+checked and calibrated on the CPU; only the training (and the ``test`` metric after it) runs on the device,
+with deterministic kernels (:func:`~modelsql.tuning.training.deterministic_on`), and the chosen program comes
+back to the CPU before it is exported.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ _COLUMNS = (("pipeline", "VARCHAR"), ("version", "INTEGER"), ("chosen", "VARCHAR
 def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     import torch
 
-    from ..finetune.train import evaluate, finetune
+    from ..finetune.train import evaluate
     from ..finetune.translate import PipelineNet
 
     session.check_writable()
@@ -64,15 +69,43 @@ def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     before_test = evaluate(net, test[0], test[1], task, test[2]) if test else None
     x, x_val = torch.from_numpy(data.x), torch.from_numpy(data.x_val)
     net.calibrate(x)
-    result = finetune(net, x, torch.from_numpy(data.y), x_val, torch.from_numpy(data.y_val), task=task,
-                      labels_val=data.labels_val, steps=options["epochs"], temperature=options["temperature"],
-                      lr=options["lr"], seed=options["seed"], eval_every=options["eval_every"])
-    after_test = evaluate(net, test[0], test[1], task, test[2]) if test else None
+    result, after_test = _train(net, (x, torch.from_numpy(data.y), x_val, torch.from_numpy(data.y_val)), test,
+                                task, data.labels_val, options)
     version = _register(session, pv, net, x_val, options) if result.chosen == "finetuned" else None
     row = (pv.name, version, result.chosen, result.best_step, options["epochs"],
            "val_accuracy" if task == "classification" else "val_mse", result.val_before, result.val_after,
            before_test, after_test)
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS], rows=[row])
+
+
+def _train(net, tensors: tuple, test, task: str, labels_val, options: dict):
+    """(the :class:`~modelsql.finetune.train.FinetuneResult`, the test metric after) of fine-tuning ``net`` on
+    ``options["device"]``; ``net`` is back on the CPU afterwards, holding the chosen candidate.
+
+    Raises:
+        NotSupportedError: ``nondeterministic_operator`` (on CUDA, an operator without a deterministic kernel).
+        DataError: ``training_diverged``.
+    """
+    from ..finetune.train import evaluate, finetune
+    from ..tuning.training import deterministic_on, nondeterministic_error
+
+    device = options["device"]
+    x, y, x_val, y_val = (t.to(device) for t in tensors)
+    try:
+        with deterministic_on(device):
+            net.to(device)
+            result = finetune(net, x, y, x_val, y_val, task=task, labels_val=labels_val, steps=options["epochs"],
+                              temperature=options["temperature"], lr=options["lr"], seed=options["seed"],
+                              eval_every=options["eval_every"])
+            after = evaluate(net, test[0].to(device), test[1].to(device), task, test[2]) if test else None
+    except RuntimeError as exc:
+        refused = nondeterministic_error(exc)
+        if refused is None:
+            raise
+        raise refused from None
+    finally:
+        net.cpu()
+    return result, after
 
 
 def _check_input(pv) -> None:

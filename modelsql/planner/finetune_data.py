@@ -18,12 +18,12 @@ from sqlglot import exp
 from ..errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
 from .options import no_repeats, value
 from .tune import relation_sql
-from .tune_checks import number_option
+from .tune_checks import number_option, training_device
 from .tune_data import feature_columns, feature_matrix, read_table, split_rows, target_values
 
 __all__ = ["OPTIONS", "FinetuneData", "finetune_options", "read_data", "read_test"]
 
-OPTIONS = ("epochs", "temperature", "lr", "seed", "eval_every", "validation_fraction", "test")
+OPTIONS = ("epochs", "temperature", "lr", "seed", "eval_every", "validation_fraction", "test", "device")
 """Options of FINETUNE PIPELINE."""
 
 
@@ -76,11 +76,12 @@ def finetune_options(stmt, params: list) -> dict:
         if key in given and (isinstance(given[key], bool) or not isinstance(given[key], int)):
             raise ProgrammingError(f"FINETUNE PIPELINE {name} option {key} must be an integer, got {given[key]!r}",
                                    code="invalid_option")
+    device = training_device(given.get("device"), f"FINETUNE PIPELINE {name}")
     if "test" in given and not isinstance(given["test"], str):
         raise ProgrammingError(f"FINETUNE PIPELINE {name} option test names a table, e.g. test = holdout; got "
                                f"{given['test']!r}", code="invalid_option")
     try:
-        return {"test": given.get("test"),
+        return {"test": given.get("test"), "device": device,
                 "epochs": int(number_option(given, "epochs", 300, low=1, high=100_000, open_low=False)),
                 "temperature": float(number_option(given, "temperature", 0.1, low=0.0, high=100.0, open_low=False)),
                 "lr": float(number_option(given, "lr", 3e-3, low=0.0, high=10.0, open_low=False)),

@@ -23,11 +23,12 @@ import numpy as np
 from ..catalog.entries import ModelVersion, StoredTensor
 from ..errors import ProgrammingError
 from ..formats.python_program import ELEM_TYPES, NUMPY_TYPES
+from ..operators.backends import devices
 from ..operators.backends.coexec import PythonProgramModel
 from ..tuning.training import factory_digest, resolve_reference
 
 __all__ = ["StoredProgram", "FORMAT", "program_module", "program_digest", "helper_sources", "changed_source", "check_source",
-           "state_tensors", "python_session", "read_program"]
+           "state_tensors", "python_session", "read_program", "program_device"]
 
 FORMAT = "modelsql-python/1"
 """The ``format`` field of a stored program."""
@@ -192,15 +193,29 @@ def check_source(store, mv: ModelVersion) -> StoredProgram:
     return stored
 
 
+def program_device(mv: ModelVersion) -> str:
+    """Where PREDICT runs the program of ``mv``: its ``device`` option (``"cuda:N"``), else ``"cpu"``.
+
+    Raises:
+        NotSupportedError: ``device_not_available`` (that GPU is not on this machine, or is hidden by
+            ``MODELSQL_DEVICES``).
+    """
+    device = dict(mv.options).get("device", devices.CPU)
+    return devices.require(device, f"PREDICT(MODEL {mv.name}) (created with device = '{device}')")
+
+
 def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramModel:
-    """The loaded program of ``mv`` (kind ``"python"``).
+    """The loaded program of ``mv`` (kind ``"python"``), on its :func:`program_device` (module and weights there;
+    each chunk's tensors are moved there and the outputs come back as NumPy arrays).
 
     Raises:
         ProgrammingError: ``source_changed`` (the source file differs from the one imported),
             ``factory_not_found`` (the reference no longer imports).
+        NotSupportedError: ``device_not_available`` (see :func:`program_device`).
     """
     import torch
 
+    device = program_device(mv)
     stored = check_source(store, mv)
     module = program_module(stored.reference, stored.params)
     state = {t.name: torch.from_numpy(np.frombuffer(store.get(t.digest), dtype=np.dtype(NUMPY_TYPES.get(t.elem_type,
@@ -209,4 +224,4 @@ def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramM
     module.eval()
     return PythonProgramModel(module, mv.inputs, stored.outputs, mode=stored.mode, row_calls=stored.row_calls,
                               coexecute_from=stored.coexecute_from,
-                              label=mv.label, threads=intra)
+                              label=mv.label, threads=intra, device=device)

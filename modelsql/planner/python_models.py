@@ -37,6 +37,7 @@ from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mea
 from ..formats.program_checks import batching, check_deterministic
 from ..formats.python_program import Program, program, forward_inputs, quiet, to_feeds
 from ..formats.whole_graph import whole_graph
+from ..operators.backends import devices
 from ..operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
 from ..sql.nodes import ImportModel
 from ..tuning.training import resolve_reference, source_file
@@ -48,8 +49,12 @@ from .result import Result
 
 __all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model", "store_program"]
 
-OPTIONS = ("example", "outputs", "description", "execution", "row_independent")
-"""Options of an importable ``CREATE MODEL ... FROM PYTHON``."""
+OPTIONS = ("example", "outputs", "description", "execution", "row_independent", "device")
+"""Options of an importable ``CREATE MODEL ... FROM PYTHON``. ``device`` (``'auto'``, the default, and ``'cpu'``:
+the CPU; ``'cuda'`` / ``'cuda:N'``: that GPU) is where PREDICT runs a program kept as Python (co-executed or
+eager; on a GPU it runs eagerly, since co-execution's subgraphs are ONNX Runtime CPU sessions). ``'auto'``
+stays on the CPU: the import's checks ran there and a GPU's floats differ in the last digits, so the GPU is
+used only when asked for. A program imported as a whole graph is an ONNX model: PREDICT places it like any."""
 
 EXECUTIONS = ("auto", "whole_graph", "coexecute", "eager")
 """``execution``: ``auto`` (the default: a whole graph if the gate passes, else co-execution or eager,
@@ -98,6 +103,7 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
     check_deterministic(prog, label)
     described = {"python": ref, **({"description": options["description"]} if "description" in options else {})}
     execution = options.get("execution", "auto")
+    placed = {"device": options["device"]} if options["device"] not in ("auto", devices.CPU) else {}
     gate = whole_graph(prog)
     if execution in ("auto", "whole_graph") and gate.proto is not None:
         ddl.import_model(session, name, gate.proto, replace=bool(stmt.args.get("replace")),
@@ -112,7 +118,8 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
                                   f"not used (execution = '{execution}'): the gate passed"),
                      **({"suggestion": gate.suggestion} if gate.suggestion else {}))
     reason = batching(prog, gate, bool(options.get("row_independent", False)))
-    store_program(session, stmt, ref, prog, execution, described, row_reason=reason, state=state_tensors(pristine))
+    store_program(session, stmt, ref, prog, execution, {**described, **placed}, row_reason=reason,
+                  state=state_tensors(pristine))
     return Result(session.duck, rowcount=1)
 
 
@@ -136,6 +143,8 @@ def _options(stmt: ImportModel, params: list, name: str) -> dict:
     if out.get("execution", "auto") not in EXECUTIONS:
         raise ProgrammingError(f"CREATE MODEL {name}: execution must be one of {', '.join(EXECUTIONS)}, not "
                                f"{out['execution']!r}.", code="bad_option")
+    where = f"CREATE MODEL {name} FROM PYTHON option device"
+    out["device"] = devices.require(devices.parse(out.get("device"), where), where)
     return out
 
 

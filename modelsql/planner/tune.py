@@ -10,6 +10,7 @@ it runs (DuckDB lets one process write a database file). Re-running a study with
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
@@ -29,11 +30,11 @@ from .result import Result
 from .rules import TUNE_RULES, apply_rules
 from .trainables import register, trainable_for_tune
 from .tune_checks import (check_features, check_space_values, check_threads, number_option, option_error,
-                          probe_factory)
+                          probe_factory, training_device)
 from .tune_data import load_study_data
 from .tune_run import StudyRun, load_tree
-from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, digest_of,
-                        trainable_defaults)
+from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part,
+                        digest_of, trainable_defaults)
 
 __all__ = ["bind_tune", "explain_tune", "relation_sql", "RUNNING"]
 
@@ -146,6 +147,7 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
     trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
     options = _options(stmt, params)
     common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
+    training_device(common.get("device"), "TUNE")  # a device that is not there fails before the data is read
     max_epochs = _max_epochs(common, options)
     space = bind_space(stmt.args["search"])
     space.validate(max_epochs)
@@ -168,13 +170,14 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
                                "'stages' (the stage tree) or 'trials' (every trial on its own, the baseline)")
     executor = _choice_option(common, "executor", "local", ("local", "ray"), "'local' or 'ray'")
     check_threads(threads, workers, executor)
+    device = training_device(common.get("device"), "TUNE", executor=executor, trees=isinstance(data.data.x, Trees))
     budget = number_option(common, "time_budget_s", None, low=0.0)
     defaults = trainable_defaults(trainable)
     probe_factory(space, trainable.factory, defaults, data.data.x.shape[1], data.data.n_outputs,
                   trees=isinstance(data.data.x, Trees))
     algorithm = stmt.args["algorithm"].name.lower()
     tree = digest_of("tree", TRAINER_VERSION, trainable.name, trainable.version, trainable.code_digest,
-                     trainable.factory, list(trainable.options), data.digest, seed, threads)
+                     trainable.factory, list(trainable.options), data.digest, seed, threads, *device_part(device))
     spec = StudySpec(
         name=_study_name(common, trainable), trainable=trainable, algorithm=algorithm, algorithm_options=options,
         space=space, max_epochs=max_epochs, seed=seed, metric=metric, mode=mode, threads=threads, workers=workers,
@@ -183,7 +186,7 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
         base_params=tuple(sorted(defaults.items())), time_budget_s=budget, statement=session.text, tree=tree,
         definition=digest_of(tree, space.to_json(), algorithm, sorted(options.items()), max_epochs, metric, mode,
                              execution),
-        change_points=frozenset(space.change_points(max_epochs)))
+        change_points=frozenset(space.change_points(max_epochs)), device=device)
     _check_algorithm(spec)
     return spec
 
@@ -238,13 +241,24 @@ def _check_existing(session, spec: StudySpec, resume: bool) -> None:
             raise studies.not_found(spec.name)
         return
     if old.definition != spec.definition:
+        old_device = _study_device(old)
         what = ("the factory's source changed (trainable version " f"{old.model_version} -> {spec.trainable.version})"
                 if (old.model, old.model_version) != (spec.trainable.name, spec.trainable.version)
+                else f"it trained on {old_device}, this one on {spec.device}"
+                if device_part(old_device) != device_part(spec.device)
                 else "the data changed" if old.tree != spec.tree
                 else "SEARCH, USING or the options differ")
         raise ProgrammingError(
             f'Study "{spec.name}" exists with another definition ({what}): DROP STUDY {spec.name} first, or name '
             "this one with WITH (study_name = '...').", code="study_definition_changed")
+
+
+def _study_device(row) -> str:
+    """The device a stored study trained on (its options JSON says so for CUDA)."""
+    try:
+        return str(json.loads(row.options or "{}").get("device", "cpu"))
+    except (TypeError, ValueError):
+        return "cpu"
 
 
 @run_statement.register

@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence
 
-from ..errors import ProgrammingError
+from ..errors import Error, NotSupportedError, ProgrammingError
+from ..operators.backends import devices
 from ..tuning.space import Space
 from ..tuning.training import check_epoch, check_factory
 from .tune_spec import TRAINING_NAMES
 
 __all__ = ["check_space_values", "probe_factory", "check_features", "check_threads", "number_option", "option_error",
-           "MAX_PROBES"]
+           "training_device", "MAX_PROBES"]
 
 MAX_PROBES = 16
 """Most factory argument combinations built to check a study (each builds one model)."""
@@ -95,6 +96,38 @@ def check_threads(threads: int, workers: int, executor: str) -> None:
     if executor == "local" and threads > cores:
         raise option_error("threads", f"TUNE option threads = {threads} is more than this machine's {cores} cores "
                                       f"(each of the {workers} worker(s) trains with that many threads)")
+
+
+def training_device(value: Any, statement: str, *, executor: str = "local", trees: bool = False) -> str:
+    """The device TUNE or FINETUNE trains on, ``"cpu"`` or ``"cuda:N"``, from its ``device`` option (checked
+    before anything trains). ``'auto'`` (the default) is ``cuda:0`` when :func:`devices.cuda_available`, else
+    ``cpu`` (``cpu`` too for a table of trees or ``executor = 'ray'``, which train on the CPU only).
+
+    Args:
+        value: the option's value (None when not given).
+        statement: ``"TUNE"`` or ``"FINETUNE PIPELINE p"``, for the messages.
+
+    Raises:
+        ProgrammingError: ``bad_option`` (not 'auto', 'cpu', 'cuda' or 'cuda:N').
+        NotSupportedError: ``device_not_available`` (that device is not on this machine, or hidden by
+            ``MODELSQL_DEVICES``), ``device_not_supported`` (CUDA asked for a table of trees or Ray).
+        Each error's ``option`` attribute is ``"device"``.
+    """
+    where = f"{statement} option device"
+    try:
+        device = devices.require(devices.parse(value, where), where)
+    except Error as err:
+        err.option = "device"
+        raise
+    if device == "auto":
+        return "cuda:0" if devices.cuda_available() and not trees and executor == "local" else devices.CPU
+    if device != devices.CPU and (trees or executor != "local"):
+        what = "a table of trees" if trees else f"executor = '{executor}'"
+        err = NotSupportedError(f"{where}: {what} trains on the CPU only; device = '{device}' is not supported "
+                                "there (use device = 'cpu')", code="device_not_supported")
+        err.option = "device"
+        raise err
+    return device
 
 
 def option_error(key: str, message: str, code: str = "invalid_option") -> ProgrammingError:

@@ -245,7 +245,8 @@ class StudyRun:
         parent = None if start.is_root else self.store.get(start.checkpoint)
         first_factory = self.spec.factory_params_of(task.stages[0].nodes[0].hp)
         spec = TaskSpec(self.spec.trainable.factory, first_factory, self.spec.seed, self.spec.threads,
-                        tuple((s.nodes[0].epoch, tuple(_training(n.hp) for n in s.nodes)) for s in task.stages))
+                        tuple((s.nodes[0].epoch, tuple(_training(n.hp) for n in s.nodes)) for s in task.stages),
+                        self.spec.device)
         numbers = [self._new_stage(key) for _ in task.stages]
         parent_stage = tree.stage_of(start)
         with self._txn():

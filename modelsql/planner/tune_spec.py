@@ -30,7 +30,7 @@ from ..tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepD
 from ..tuning.stage_tree import EpochHP
 
 __all__ = ["TRAINING_NAMES", "COMMON_OPTIONS", "StudySpec", "bind_space", "TRAINER_VERSION",
-           "frozen", "trainable_defaults", "digest_of", "constant"]
+           "frozen", "trainable_defaults", "digest_of", "device_part", "constant"]
 
 TRAINING_NAMES = frozenset({"lr", "momentum", "weight_decay", "batch_size", "optimizer"})
 """Hyper-parameters that configure training rather than the factory (see :mod:`modelsql.tuning.training`)."""
@@ -39,7 +39,7 @@ TRAINER_VERSION = "1"
 """Part of every tree key: bump it when a change to training would change its numbers."""
 
 COMMON_OPTIONS = ("max_epochs", "seed", "metric", "mode", "workers", "threads", "executor", "address",
-                  "validation_fraction", "features", "time_budget_s", "study_name", "execution")
+                  "validation_fraction", "features", "time_budget_s", "study_name", "execution", "device")
 """``WITH`` options of TUNE that are not the algorithm's."""
 
 _DIMENSIONS = {"CHOICE": None, "UNIFORM": Uniform, "LOGUNIFORM": LogUniform, "INTEGER": IntRange}
@@ -63,6 +63,7 @@ class StudySpec:
         data: the :class:`~modelsql.tuning.training.TrainData`; ``labels`` the class labels (classification).
         tree: the stage-tree key; ``definition`` the study's definition digest.
         time_budget_s: stop (resumably) after this many seconds, or None.
+        device: where the stages train, ``"cpu"`` or ``"cuda:N"`` (the ``device`` option, ``'auto'`` resolved).
     """
 
     name: str
@@ -91,6 +92,7 @@ class StudySpec:
     tree: str = field(default="")
     definition: str = field(default="")
     change_points: frozenset = frozenset()
+    device: str = "cpu"
 
     def factory_params_of(self, hp: EpochHP) -> tuple[tuple[str, Any], ...]:
         """The factory's keyword arguments for an epoch: the trainable's defaults, then the search's."""
@@ -104,7 +106,8 @@ class StudySpec:
                        execution="stages" if self.sharing else "trials", features=list(self.features),
                        in_features=int(self.data.x.shape[1]),
                        labels=list(self.labels) if self.labels is not None else None,
-                       **({"trees": True} if isinstance(self.data.x, Trees) else {}))
+                       **({"trees": True} if isinstance(self.data.x, Trees) else {}),
+                       **({"device": self.device} if self.device != "cpu" else {}))
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),
                         self.train_sql, self.validate_sql, self.target, self.tree, self.definition, "running")
@@ -118,6 +121,13 @@ def frozen(value: Any) -> Any:
 def trainable_defaults(trainable: Trainable) -> dict[str, Any]:
     """The trainable's ``WITH`` options: default factory arguments (stored as JSON text)."""
     return {k: frozen(json.loads(v)) for k, v in trainable.options}
+
+
+def device_part(device: str) -> list:
+    """What the stage-tree key holds of the device: nothing for the CPU (so CPU keys are those of before devices
+    existed), ``["cuda"]`` for any ``cuda:N`` (CUDA rounds differently from the CPU; one GPU model is assumed,
+    as one CPU type is)."""
+    return [] if device == "cpu" else [device.split(":", 1)[0]]
 
 
 def digest_of(*parts: Any) -> str:

@@ -46,6 +46,8 @@ class TaskSpec:
         threads: torch intra-op threads of the worker (part of the result: 1 and 2 threads differ).
         stages: ``(first_epoch, training hyper-parameters of each epoch)`` per stage, in order; each
             stage starts from the previous one's end, the first from the task's parent checkpoint.
+        device: ``"cpu"`` or ``"cuda:N"``: where the worker trains (several workers share one GPU, each
+            process with its own CUDA context).
     """
 
     factory: str
@@ -53,6 +55,7 @@ class TaskSpec:
     seed: int
     threads: int
     stages: tuple[tuple[int, tuple[EpochHP, ...]], ...]
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
     results = []
     state = parent
     for first, epochs in spec.stages:
-        stage = StageSpec(spec.factory, spec.factory_params, epochs, first, spec.seed, spec.threads)
+        stage = StageSpec(spec.factory, spec.factory_params, epochs, first, spec.seed, spec.threads, spec.device)
         try:
             result = train_stage(stage, data, state)
         except BaseException as exc:  # noqa: BLE001 - reported to the study, which marks the trials failed
@@ -131,8 +134,13 @@ class _Worker:
 
 
 def worker_env(path: tuple[str, ...]) -> dict:
-    """The worker's environment: this process's, with its ``sys.path`` (so the factory imports the same)."""
+    """The worker's environment: this process's, with its ``sys.path`` (so the factory imports the same) and
+    ``CUBLAS_WORKSPACE_CONFIG`` (deterministic cuBLAS; it must be set before the worker first uses CUDA, and
+    changes nothing on the CPU) unless already set."""
+    from .training import CUBLAS_WORKSPACE
+
     env = dict(os.environ)
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root, *path, env.get("PYTHONPATH", "")]).strip(os.pathsep)
     return env

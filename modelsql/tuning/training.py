@@ -13,6 +13,30 @@ section 1; leaving out any one of them breaks exactness at the first resumed epo
   global RNGs (factories or augmentation may use them);
 * the intra-op thread count, which changes the floats and is checked on restore.
 
+**On CUDA** (``StageSpec.device = "cuda:N"``) the same guarantee holds on one GPU model, driver and torch
+build: the model is built on the CPU (the same initial weights as on the CPU) and moved to the device, the
+data tensors are copied there once per stage, the data order is still drawn by the CPU ``torch.Generator``
+(so CPU and CUDA runs visit the same minibatches), and the checkpoint adds the device's RNG state (dropout
+draws there) and the device kind. Bit-exactness on the GPU needs deterministic kernels, which
+:func:`deterministic_cuda` sets: ``torch.use_deterministic_algorithms(True)``, cuDNN deterministic with its
+autotuner off (``cudnn.benchmark = False``), and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, which cuBLAS reads when
+its handle is made, so it must be in the environment before the process first uses CUDA (worker processes
+get it from :func:`~modelsql.tuning.executor.worker_env`; an in-process stage sets it if absent).
+
+Operators with no deterministic CUDA kernel (torch raises for them under ``use_deterministic_algorithms``;
+torch's documentation of that function keeps the list): the backward of ``AdaptiveAvgPool2d/3d``,
+``AdaptiveMaxPool2d``, ``AvgPool3d``, ``FractionalMaxPool2d/3d``, ``ReflectionPad1d/2d/3d``, ``grid_sample``,
+``CTCLoss``, ``EmbeddingBag`` with ``mode='max'`` and ``interpolate`` in linear, bilinear, bicubic or trilinear
+mode; ``MaxUnpool1d/2d/3d``, ``NLLLoss`` over images (``nll_loss2d``), ``put_``, ``histc``, ``bincount`` with
+weights, ``median`` with indices, ``scatter_reduce`` with ``reduce='prod'``, and (in the torch releases that
+list it) a floating-point ``cumsum``. A stage
+whose model uses one fails with ``NotSupportedError`` code ``nondeterministic_operator`` naming the operator
+(never a silently nondeterministic tree). ``modelsql.zoo``'s networks pool with a plain mean on CUDA for
+this reason. Checkpoints hold CPU tensors only (loaded with ``map_location="cpu"``), so a study trained on
+``cuda:0`` resumes on ``cuda:1``, and ``CREATE MODEL ... FROM STUDY`` loads it on a machine without a GPU.
+The stage-tree key holds the device kind (``cpu`` or ``cuda``): CUDA kernels round differently from the
+CPU's, so a CUDA study never continues from CPU stages (or the reverse).
+
 Scheduled hyper-parameters are a pure function of (configuration sequence, epoch): each epoch
 entry of a ``StageSpec`` sets lr, momentum and weight decay in every param group at the start
 of that epoch, overwriting whatever the restored optimizer state carried. No torch LR
@@ -30,6 +54,7 @@ import importlib
 import inspect
 import io
 import math
+import os
 import random
 import sys
 import time
@@ -38,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 
 import numpy as np
 
-from modelsql.errors import DataError, OperationalError, ProgrammingError
+from modelsql.errors import DataError, NotSupportedError, OperationalError, ProgrammingError
 from modelsql.recursive.trees import Trees
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +72,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "TrainData", "StageSpec", "StageResult", "TrainingDiverged", "HYPERPARAMETERS", "check_epoch", "check_factory",
     "train_stage", "load_trained", "resolve_reference", "resolve_factory", "source_file", "factory_digest",
+    "deterministic_cuda", "deterministic_on", "nondeterministic_error", "device_kind", "CUBLAS_WORKSPACE",
 ]
+
+CUBLAS_WORKSPACE = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS (NVIDIA's documented setting; ``:16:8`` also works)."""
 
 #: Training hyper-parameters an epoch entry may set, with their defaults.
 HYPERPARAMETERS: Mapping[str, Any] = {
@@ -97,6 +126,8 @@ class StageSpec:
             or trials share no prefix).
         threads: torch intra-op threads, set at the start of the stage and recorded in the
             checkpoint.
+        device: ``"cpu"`` or ``"cuda:N"`` (a device of :func:`modelsql.operators.backends.devices.available`),
+            where the model and the data live while the stage trains.
     """
 
     factory: str
@@ -105,6 +136,7 @@ class StageSpec:
     first_epoch: int
     seed: int
     threads: int
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -360,6 +392,79 @@ def _caller_state_kept() -> Iterator[None]:
         torch.set_num_threads(saved[3])
 
 
+def device_kind(device: str) -> str:
+    """``"cpu"`` or ``"cuda"``: what a device ``"cpu"`` / ``"cuda:N"`` is (what the stage-tree key holds)."""
+    return str(device).split(":", 1)[0]
+
+
+def deterministic_cuda() -> None:
+    """Make this process's CUDA kernels deterministic: ``CUBLAS_WORKSPACE_CONFIG`` (if unset; it only takes
+    effect when set before the process's first cuBLAS call), ``torch.use_deterministic_algorithms(True)``,
+    cuDNN deterministic and its autotuner off. An operator without a deterministic kernel then raises."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def _check_device(device: Any) -> str:
+    """``device`` when torch can train there.
+
+    Raises:
+        ProgrammingError: ``invalid_stage`` for anything but ``"cpu"`` or ``"cuda:N"``.
+        NotSupportedError: ``device_not_available`` (no such CUDA device in this process).
+    """
+    text = str(device)
+    if text == "cpu":
+        return text
+    kind, _, ordinal = text.partition(":")
+    if kind != "cuda" or not ordinal.isdigit():
+        raise ProgrammingError(f"a stage's device is 'cpu' or 'cuda:N', got {device!r}", code="invalid_stage")
+    import torch
+
+    if not torch.cuda.is_available() or int(ordinal) >= torch.cuda.device_count():
+        raise NotSupportedError(f"the training process has no device {text} (torch sees "
+                                f"{torch.cuda.device_count()} CUDA device(s))", code="device_not_available")
+    return text
+
+
+@contextlib.contextmanager
+def deterministic_on(device: str) -> Iterator[None]:
+    """Within: on ``"cuda:N"``, this process's deterministic kernels (:func:`deterministic_cuda`); after: the
+    caller's flags and the device's RNG state as they were. On ``"cpu"`` it does nothing."""
+    if device == "cpu":
+        yield
+        return
+    import torch
+
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark)
+    deterministic_cuda()
+    rng = torch.cuda.get_rng_state(device)
+    try:
+        yield
+    finally:
+        torch.cuda.set_rng_state(rng, device)
+        torch.use_deterministic_algorithms(saved[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1], saved[2]
+
+
+def nondeterministic_error(exc: BaseException) -> Optional[NotSupportedError]:
+    """``NotSupportedError`` code ``nondeterministic_operator`` naming the operator, when ``exc`` is torch's
+    refusal (under ``use_deterministic_algorithms``) of an operator without a deterministic CUDA kernel; None
+    for any other error."""
+    text = str(exc)
+    if not isinstance(exc, RuntimeError) or "does not have a deterministic implementation" not in text:
+        return None
+    operator = text.split(" does not have", 1)[0].strip().split()[-1]
+    return NotSupportedError(
+        f"operator {operator} has no deterministic CUDA implementation, so this model cannot train bit-exactly "
+        "on the GPU (stage trees need that); train it with device = 'cpu', or replace that layer (e.g. "
+        "AdaptiveAvgPool2d(1) by a mean over the spatial dimensions)", code="nondeterministic_operator")
+
+
 def _numpy_state() -> list[Any]:
     import torch
 
@@ -389,7 +494,8 @@ def train_stage(spec: StageSpec, data: TrainData, parent: Optional[bytes]) -> St
     """Train ``spec.epochs`` from ``parent``'s checkpoint (or from scratch), bit-exactly.
 
     The result equals, bit for bit, training the trial's whole epoch sequence in one stage
-    from scratch, on the same torch build, CPU type and thread count (Hippo's stage trees
+    from scratch, on the same torch build, CPU type and thread count (on CUDA: the same GPU model, driver
+    and libraries, with the deterministic kernels of :func:`deterministic_cuda`) (Hippo's stage trees
     rely on it: see the module docstring). The caller's global RNG states and thread count
     are restored afterwards.
 
@@ -405,28 +511,58 @@ def train_stage(spec: StageSpec, data: TrainData, parent: Optional[bytes]) -> St
             ends at another epoch), ``factory_not_found``, ``invalid_factory_params``,
             ``invalid_factory``, ``invalid_stage``.
         OperationalError(code="threads_mismatch"): the parent was trained with another
-            thread count (the floats would differ).
+            thread count (the floats would differ); ``device_mismatch``: on another kind of device.
+        NotSupportedError: ``device_not_available`` (``spec.device`` is a CUDA device this process lacks),
+            ``nondeterministic_operator`` (on CUDA, the model uses an operator without a deterministic
+            kernel: see the module docstring), ``device_not_supported`` (a table of trees on CUDA).
         DataError: ``invalid_training_data`` (shapes, dtypes, labels), or
             ``TrainingDiverged`` (a NaN/inf loss; names the epoch and batch).
     """
     importlib.import_module("torch._dynamo")  # torch.optim imports it on first use: keep it out of ``seconds``
 
     hps = _stage_hparams(spec)
-    tensors = _tensors(data)
-    with _caller_state_kept():
+    device = _check_device(spec.device)
+    with _caller_state_kept(), deterministic_on(device):
+        tensors = _on_device(_tensors(data), device)
         start = time.perf_counter()
-        model, optimizer, gen = _setup(spec, data, hps[0])
-        if parent is not None:
-            _restore(parent, spec, hps[0]["optimizer"], model, optimizer, gen)
-        elif spec.first_epoch != 0:
-            raise ProgrammingError(f"a stage without a parent starts at epoch 0, not {spec.first_epoch}",
-                                   code="checkpoint_mismatch")
-        metrics = tuple(
-            _train_epoch(spec.first_epoch + i, hp, model, optimizer, gen, tensors, data.task)
-            for i, hp in enumerate(hps))
-        checkpoint = _checkpoint(spec, hps[0]["optimizer"], model, optimizer, gen)
+        try:
+            metrics, checkpoint = _train(spec, data, parent, hps, tensors)
+        except RuntimeError as exc:
+            refused = nondeterministic_error(exc)
+            if refused is None:
+                raise
+            raise refused from None
         seconds = time.perf_counter() - start
     return StageResult(checkpoint=checkpoint, metrics=metrics, seconds=seconds)
+
+
+def _train(spec: StageSpec, data: TrainData, parent: Optional[bytes], hps: list, tensors: tuple):
+    """(metrics per epoch, checkpoint bytes) of the stage: set up, restore, train, checkpoint."""
+    model, optimizer, gen = _setup(spec, data, hps[0])
+    if parent is not None:
+        _restore(parent, spec, hps[0]["optimizer"], model, optimizer, gen)
+    elif spec.first_epoch != 0:
+        raise ProgrammingError(f"a stage without a parent starts at epoch 0, not {spec.first_epoch}",
+                               code="checkpoint_mismatch")
+    metrics = tuple(
+        _train_epoch(spec.first_epoch + i, hp, model, optimizer, gen, tensors, data.task)
+        for i, hp in enumerate(hps))
+    return metrics, _checkpoint(spec, hps[0]["optimizer"], model, optimizer, gen)
+
+
+def _on_device(tensors: tuple, device: str) -> tuple:
+    """The study's tensors on ``device`` (themselves on the CPU).
+
+    Raises:
+        NotSupportedError: ``device_not_supported`` for a table of trees on CUDA (a tree network reads its
+            node arrays on the CPU).
+    """
+    if device == "cpu":
+        return tensors
+    if isinstance(tensors[0], Trees):
+        raise NotSupportedError("a study over a table of trees trains on the CPU only (device = 'cpu')",
+                                code="device_not_supported")
+    return tuple(t.to(device) for t in tensors)
 
 
 def _setup(spec: StageSpec, data: TrainData, hp: Mapping[str, Any]):
@@ -438,8 +574,10 @@ def _setup(spec: StageSpec, data: TrainData, hp: Mapping[str, Any]):
     np.random.seed(spec.seed)
     torch.manual_seed(spec.seed)
     model = _build_model(spec.factory, spec.factory_params, data.x.shape[1], data.n_outputs)
+    if spec.device != "cpu":
+        model = model.to(spec.device)  # built on the CPU: the initial weights are the CPU's
     optimizer = _make_optimizer(model, hp)
-    gen = torch.Generator()
+    gen = torch.Generator()  # on the CPU on every device: the same data order everywhere
     gen.manual_seed(spec.seed)
     return model, optimizer, gen
 
@@ -447,7 +585,7 @@ def _setup(spec: StageSpec, data: TrainData, hp: Mapping[str, Any]):
 def _restore(parent: bytes, spec: StageSpec, optimizer_name: str, model, optimizer, gen) -> None:
     import torch
 
-    state = torch.load(io.BytesIO(parent), weights_only=True)
+    state = torch.load(io.BytesIO(parent), weights_only=True, map_location="cpu")
     if state["epoch"] != spec.first_epoch:
         raise ProgrammingError(f"the parent checkpoint ends at epoch {state['epoch']}, "
                                f"but the stage starts at epoch {spec.first_epoch}", code="checkpoint_mismatch")
@@ -456,21 +594,28 @@ def _restore(parent: bytes, spec: StageSpec, optimizer_name: str, model, optimiz
                                f"this stage with {spec.threads}: results would differ", code="threads_mismatch")
     if state["optimizer_name"] != optimizer_name:
         raise _not_schedulable([state["optimizer_name"], optimizer_name])
+    if state.get("device", "cpu") != device_kind(spec.device):
+        raise OperationalError(f"the parent checkpoint was trained on {state.get('device', 'cpu')}, this stage "
+                               f"trains on {spec.device}: results would differ", code="device_mismatch")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     gen.set_state(state["generator"])
     _set_numpy_state(state["numpy_rng"])
     _set_python_state(state["python_rng"])
+    if spec.device != "cpu":
+        torch.cuda.set_rng_state(state["cuda_rng"], spec.device)
 
 
 def _checkpoint(spec: StageSpec, optimizer_name: str, model, optimizer, gen) -> bytes:
+    """The state after the stage, every tensor on the CPU; a CUDA stage adds ``device`` ("cuda") and
+    ``cuda_rng`` (the device's generator state)."""
     import torch
 
-    buf = io.BytesIO()
-    torch.save({
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
+    cpu = _on_cpu if spec.device != "cpu" else (lambda value: value)  # a CPU stage saves exactly as before
+    state = {
+        "model": cpu(model.state_dict()),
+        "optimizer": cpu(optimizer.state_dict()),
         "torch_rng": torch.get_rng_state(),
         "generator": gen.get_state(),
         "numpy_rng": _numpy_state(),
@@ -478,8 +623,33 @@ def _checkpoint(spec: StageSpec, optimizer_name: str, model, optimizer, gen) -> 
         "epoch": spec.first_epoch + len(spec.epochs),
         "threads": spec.threads,
         "optimizer_name": optimizer_name,
-    }, buf)
+    }
+    if spec.device != "cpu":
+        state.update(device=device_kind(spec.device), cuda_rng=torch.cuda.get_rng_state(spec.device))
+    buf = io.BytesIO()
+    torch.save(state, buf)
     return buf.getvalue()
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` (a state dict, nested) with its tensors on the CPU (CPU tensors are kept as they are)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else value.detach().cpu()
+    if isinstance(value, dict):
+        return type(value)((k, _on_cpu(v)) for k, v in value.items()) if not hasattr(value, "_metadata") else \
+            _with_metadata(value)
+    if isinstance(value, list):
+        return [_on_cpu(v) for v in value]
+    return value
+
+
+def _with_metadata(state: Any) -> Any:
+    """A module ``state_dict`` (an OrderedDict with ``_metadata``) with CPU tensors, its metadata kept."""
+    out = type(state)((k, _on_cpu(v)) for k, v in state.items())
+    out._metadata = state._metadata
+    return out
 
 
 def _tensors(data: TrainData) -> tuple["torch.Tensor", ...]:
@@ -543,7 +713,7 @@ def _train_epoch(epoch: int, hp: Mapping[str, Any], model, optimizer, gen, tenso
     size = int(hp["batch_size"])
     losses = []
     for batch, i in enumerate(range(0, len(x), size)):
-        idx = perm[i:i + size]
+        idx = perm[i:i + size].to(x.device) if x.device.type != "cpu" else perm[i:i + size]
         optimizer.zero_grad()
         loss = _loss(model(x[idx]), y[idx], task)
         value = loss.item()
@@ -592,7 +762,7 @@ def load_trained(spec_factory: str, factory_params: Union[Mapping[str, Any], Seq
     in_features, n_outputs = data_shape
     with torch.random.fork_rng(devices=[]):
         model = _build_model(spec_factory, factory_params, int(in_features), int(n_outputs))
-    state = torch.load(io.BytesIO(checkpoint), weights_only=True)
+    state = torch.load(io.BytesIO(checkpoint), weights_only=True, map_location="cpu")
     model.load_state_dict(state["model"])
     return model.eval()
 

@@ -13,7 +13,10 @@ runs a frame eagerly: :class:`PythonProgramModel` warns when that happens.
 :class:`PythonProgramModel` is the :class:`~modelsql.operators.backends.BackendModel` of a program:
 ``mode`` ``"coexecute"`` (the compiled module) or ``"eager"`` (the module itself, when co-execution was
 slower at import, or once dynamo reached its recompile limit); a batch-dependent program (``row_calls``) is
-called one row at a time.
+called one row at a time. On a GPU (``device = "cuda:N"``) the module lives there and runs eagerly (the
+co-executed subgraphs are ONNX Runtime CPU sessions: a GPU program would cross to the host at every graph);
+each chunk's tensors are copied there and its outputs come back as NumPy arrays. Its answers equal the CPU's
+within float32 rounding (kernels differ: cuBLAS and cuDNN sum in other orders), not bit for bit.
 """
 
 from __future__ import annotations
@@ -113,6 +116,13 @@ def graph_breaks(module, args: tuple, limit: int = 3) -> str:
     return head + (": " + "; ".join(reasons) if reasons else "")
 
 
+def _to_device(arg, device: str):
+    """An input batch on ``device``: a tensor, or each tensor of a list (a list of strings stays as it is)."""
+    if isinstance(arg, list):
+        return [_to_device(a, device) for a in arg]
+    return arg.to(device) if hasattr(arg, "to") and hasattr(arg, "device") else arg
+
+
 class _LimitWatch(logging.Handler):
     """Catches dynamo's "hit config.recompile_limit" log line (dynamo then runs that frame eagerly)."""
 
@@ -139,12 +149,16 @@ class PythonProgramModel:
         threads: ONNX Runtime threads of each subgraph.
         coexecute_from: in ``"coexecute"`` mode, the fewest rows a chunk needs to be co-executed; smaller chunks
             run eagerly (dynamo's per-call guards cost more than they save on a few rows).
+        device: ``"cpu"`` or ``"cuda:N"`` (the module is moved there; on a GPU ``mode`` becomes ``"eager"``).
     """
 
     def __init__(self, module, inputs, output_names: Sequence[str], *, mode: str, row_calls: bool, label: str,
-                 threads: int = 1, coexecute_from: int = 1) -> None:
+                 threads: int = 1, coexecute_from: int = 1, device: str = "cpu") -> None:
         import torch
 
+        self.device = device
+        if device != "cpu":
+            module, mode = module.to(device), "eager"
         self.module = module
         self.inputs = tuple(inputs)
         self.output_names = list(output_names)
@@ -196,6 +210,8 @@ class PythonProgramModel:
             args = tuple(a + [a[-1]] * pad if isinstance(a, list) else torch.cat([a, a[-1:].expand(pad, *a.shape[1:])])
                          for a in args)
         run = self.callable if watching else self.module
+        if self.device != "cpu":
+            args = tuple(_to_device(a, self.device) for a in args)
         logger = logging.getLogger("torch._dynamo.convert_frame")
         if watching:
             logger.addHandler(self.watch)
