@@ -7,13 +7,17 @@ with the reason; returns that row. Without ``tune_trials`` the compile is untune
 for ``batch_size`` rows (tuning needs fixed shapes: one artifact per batch bucket), a job of minutes
 that reports progress to the shell and resumes where it stopped when run again (its database lives
 beside the blob store).
+
+``FOR 'cuda'`` (``'cuda:N'``) builds with DLight's default GPU schedules, untuned, under a wall-clock limit,
+and checks against ONNX Runtime's CUDA provider (:mod:`.compiled`); ``tune_trials`` is refused there. The
+result's last column, ``schedules``, says how the code was scheduled.
 """
 
 from __future__ import annotations
 
 from ..errors import ProgrammingError
 from ..sql.nodes import CompileModel
-from .compiled import compile_version, tvm_target
+from .compiled import compile_version, schedules_of, tvm_target
 from .handlers import run_statement
 from .options import given_options, value
 from .result import Result
@@ -25,7 +29,7 @@ COMPILE_OPTIONS = {"tune_trials": 0, "batch_size": None, "threads": None}
 
 _COLUMNS = (("model", "VARCHAR"), ("version", "INTEGER"), ("backend", "VARCHAR"), ("target", "VARCHAR"),
             ("batch_size", "INTEGER"), ("status", "VARCHAR"), ("reason", "VARCHAR"), ("max_abs_diff", "DOUBLE"),
-            ("tune_trials", "INTEGER"), ("compile_s", "DOUBLE"))
+            ("tune_trials", "INTEGER"), ("compile_s", "DOUBLE"), ("schedules", "VARCHAR"))
 
 
 def _options(stmt: CompileModel, params: list) -> dict:
@@ -70,4 +74,4 @@ def _compile(stmt: CompileModel, session, params: list) -> Result:
     session.changed()
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS],
                   rows=[(row.model, row.version, row.backend, row.target, row.batch_size, row.status, row.reason,
-                         row.max_abs_diff, row.tune_trials, row.compile_s)])
+                         row.max_abs_diff, row.tune_trials, row.compile_s, schedules_of(target, row.tune_trials))])

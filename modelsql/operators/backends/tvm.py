@@ -18,6 +18,16 @@ shapes, what tuning needs) and :attr:`TvmModel.fixed_batch` is set.
 Target: a JSON target that names the CPU (:func:`cpu_target`). LLVM 22 drops ``-mcpu=native`` to a
 generic CPU without AVX2, and ``Target("llvm -mcpu=...")`` (the CLI string form) raises in 0.27.
 
+CUDA (:func:`cuda_target`, ``{"kind": "cuda", "arch": "sm_XY"}``): the build runs Relax's CUDA pipeline
+(``relax.get_default_pipeline(target)``: LegalizeOps, FuseOps/FuseTIR, then DLight's default GPU schedules
+``ApplyDefaultSchedule(gpu.Matmul, gpu.GEMV, gpu.Reduction, gpu.GeneralReduction, gpu.Fallback)`` under the
+target; no tuning) and TVM compiles the kernels with NVRTC (``cuda-bindings``) or ``nvcc``
+(``TVM_CUDA_COMPILE_MODE``, see :mod:`.tvm_build`, which runs the build in a child process under a
+wall-clock limit). Building needs no GPU; running does: the apache-tvm wheel's
+``libtvm_runtime_cuda.so`` loads only where the NVIDIA driver (``libcuda.so.1``) and ``libcudart.so.13``
+load (:func:`cuda_unavailable_reason`). A :class:`TvmModel` with ``device="cuda:N"`` copies its inputs to
+that GPU, runs there and copies the outputs back.
+
 Trust: TVM imports some ONNX operators into wrong code without any error (measured on the onnx
 package's own node test cases: SpaceToDepth in CRD mode, Expand with a changed dimension,
 ConvTranspose with ``output_shape``, LayerNormalization's optional outputs), so a compiled library
@@ -55,7 +65,8 @@ from ...errors import DataError, NotSupportedError
 from .onnxruntime import default_threads
 
 __all__ = [
-    "REQUIRED_TVM", "REQUIRED_FFI", "unavailable_reason", "cpu_target", "target_key", "versions",
+    "REQUIRED_TVM", "REQUIRED_FFI", "unavailable_reason", "cpu_target", "cuda_target", "cuda_unavailable_reason",
+    "is_gpu_target", "target_key", "versions",
     "compile_onnx", "import_onnx", "bind_batch", "export_library", "TensorSpec", "Signature", "TvmModel",
     "load_library", "load_tvm", "parse_onnx", "error_text",
 ]
@@ -123,6 +134,63 @@ def cpu_target(threads: int) -> dict:
     return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": int(threads)}
 
 
+def cuda_unavailable_reason(ordinal: int = 0) -> Optional[str]:
+    """None when TVM can run code on CUDA device ``ordinal``, else what is missing (one sentence).
+
+    TVM's CUDA runtime (``tvm/lib/libtvm_runtime_cuda.so``, loaded when ``tvm`` is imported, silently
+    skipped when it cannot be) needs the NVIDIA driver (``libcuda.so.1``) and ``libcudart.so.13``. When it
+    is not loaded, this loads it once more (after ONNX Runtime's ``preload_dlls`` may have loaded the CUDA
+    libraries of the pip wheels) to report the loader's error text.
+    """
+    tvm = load_tvm()
+    if not tvm.runtime.enabled("cuda"):
+        error = _load_cuda_runtime(tvm)
+        if not tvm.runtime.enabled("cuda"):
+            return f"TVM's CUDA runtime is not loaded (libtvm_runtime_cuda.so: {error or 'not registered'})"
+    try:
+        exists = bool(tvm.cuda(ordinal).exist)
+    except Exception as exc:  # a driver/runtime mismatch raises from cudaGetDeviceCount
+        return f"TVM cannot query CUDA device {ordinal}: {error_text(exc)}"
+    return None if exists else f"TVM sees no CUDA device {ordinal}"
+
+
+def _load_cuda_runtime(tvm) -> Optional[str]:
+    """Load ``libtvm_runtime_cuda.so`` (its static initializers register the CUDA device API); the error text
+    when the loader refuses it."""
+    import ctypes
+
+    path = os.path.join(os.path.dirname(tvm.__file__), "lib", "libtvm_runtime_cuda.so")
+    if not os.path.exists(path):
+        return "this apache-tvm has no CUDA runtime library"
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        return str(exc).strip().splitlines()[0][:300]
+    return None
+
+
+def cuda_target(ordinal: int = 0) -> dict:
+    """The TVM target of CUDA device ``ordinal``, as a JSON-able dict.
+
+    Returns:
+        ``{"kind": "cuda", "arch": "sm_XY"}`` from the device's compute capability (``"sm_90"`` on an H100/H200);
+        code built for it runs on any device of that architecture.
+
+    Raises:
+        NotSupportedError: ``device_not_available`` (:func:`cuda_unavailable_reason`).
+    """
+    reason = cuda_unavailable_reason(ordinal)
+    if reason is not None:
+        raise NotSupportedError(reason, code="device_not_available")
+    tvm = load_tvm()
+    return {"kind": "cuda", "arch": "sm_" + str(tvm.cuda(ordinal).compute_version).replace(".", "")}
+
+
+def is_gpu_target(target: dict) -> bool:
+    """Whether a target dict compiles for a GPU (``kind`` ``cuda``)."""
+    return target.get("kind") == "cuda"
+
+
 def target_key(target) -> str:
     """Canonical JSON of a target (a dict, or a ``tvm.target.Target``): sorted keys, no spaces.
 
@@ -149,13 +217,15 @@ def compile_onnx(model_bytes: bytes, *, target: dict, batch_size: Optional[int] 
 
     Args:
         model_bytes: a serialized, self-contained ONNX ModelProto.
-        target: a TVM target as a dict (:func:`cpu_target`).
+        target: a TVM target as a dict (:func:`cpu_target`, or :func:`cuda_target`: built with Relax's CUDA
+            pipeline and DLight's default GPU schedules, see the module docstring; no GPU needed to build,
+            but a CUDA compiler: NVRTC or nvcc).
         batch_size: bind the leading (batch) dimension of every input to this many rows first
             (static shapes); None keeps a symbolic batch, so the library runs any number of rows.
 
     Returns:
-        The bytes of ``VMExecutable.export_library(path)`` (a Linux ``.so``; weights embedded), for
-        :func:`load_library`.
+        The bytes of ``VMExecutable.export_library(path)`` (a Linux ``.so``; weights embedded, and for CUDA
+        the kernels' cubin or fatbin), for :func:`load_library`.
 
     Raises:
         DataError: the bytes are not an ONNX model (``"invalid_onnx"``).
@@ -171,11 +241,21 @@ def compile_onnx(model_bytes: bytes, *, target: dict, batch_size: Optional[int] 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            executable = tvm.compile(mod, tvm.target.Target(target))
+            executable = _build(tvm, mod, tvm.target.Target(target), is_gpu_target(target))
     except Exception as exc:  # TVM raises TVMError subclasses and Python built-ins alike
         raise NotSupportedError(f"TVM cannot compile the model for {target_key(target)}: {error_text(exc)}",
                                 code="tvm_import_failed") from exc
     return export_library(executable)
+
+
+def _build(tvm, mod, target, gpu: bool):
+    """``tvm.compile``; for a GPU with Relax's default pipeline of that target (DLight's default schedules),
+    named here rather than left to ``relax.build``'s own fallback to the generic pipeline."""
+    if not gpu:
+        return tvm.compile(mod, target)
+    from tvm import relax
+
+    return tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
 
 
 def import_onnx(model: onnx.ModelProto):
@@ -380,14 +460,18 @@ class TvmModel:
         label: ``"model m version v"``, used in error messages.
         intra_op_threads: threads of the calling thread's TVM pool during :meth:`run` (default: all
             cores; capped by the pool's size, see the module docstring).
+        device: ``"cpu"``, or ``"cuda:N"`` for a library compiled for CUDA (:func:`cuda_target`): each run
+            copies its inputs to that GPU and its outputs back.
 
     A Relax VM keeps its registers and frames in the object, so it is not safe to call from two
     threads at once: each calling thread (DuckDB runs PREDICT on several) gets its own VM over the
     one loaded library (constants shared).
     """
 
-    def __init__(self, module, signature: Signature, label: str, *, intra_op_threads: Optional[int] = None) -> None:
+    def __init__(self, module, signature: Signature, label: str, *, intra_op_threads: Optional[int] = None,
+                 device: str = "cpu") -> None:
         self.module = module
+        self.device = device
         self.signature = signature
         self.label = label
         self.input_names = [s.name for s in signature.inputs]
@@ -407,7 +491,7 @@ class TvmModel:
             from tvm import relax
 
             try:
-                vm = relax.VirtualMachine(self.module, tvm.cpu())
+                vm = relax.VirtualMachine(self.module, _tvm_device(tvm, self.device))
                 arity = vm._get_function_arity("main")
             except Exception as exc:
                 raise DataError(f"TVM cannot load {self.label}: {error_text(exc)}", code="invalid_library") from exc
@@ -485,7 +569,8 @@ class TvmModel:
         tvm = load_tvm()
         vm = self._vm()
         try:
-            result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
+            dev = _tvm_device(tvm, self.device)
+            result = vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays])
             outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
             outs = [o.numpy() for o in outs]
         except Exception as exc:  # TVM raises ValueError / RuntimeError / TVMError with C++ check text
@@ -500,6 +585,13 @@ class TvmModel:
         dims = [d if isinstance(d, int) else 1 for d in (spec.shape or (0,))] or [0]
         dims[0] = 0
         return np.zeros(dims, dtype=spec.dtype)
+
+
+def _tvm_device(tvm, device: str):
+    """The TVM device of ``"cpu"`` or ``"cuda:N"``."""
+    if device.startswith("cuda"):
+        return tvm.cuda(int(device.partition(":")[2] or 0))
+    return tvm.cpu()
 
 
 def _shape_fits(shape: tuple, declared: tuple, fixed_batch: Optional[int]) -> bool:
@@ -524,14 +616,14 @@ def _pad(piece: np.ndarray, b: int) -> np.ndarray:
 
 
 def load_library(data_or_path: Union[bytes, str, os.PathLike], signature: Signature, label: str, *,
-                 intra_op_threads: Optional[int] = None) -> TvmModel:
+                 intra_op_threads: Optional[int] = None, device: str = "cpu") -> TvmModel:
     """Load a library written by :func:`compile_onnx` / :func:`.tvm_tune.tune` as a :class:`TvmModel`.
 
     Args:
         data_or_path: the library's bytes, or the path of a ``.so`` file holding them.
         signature: the compiled model's inputs and outputs (:meth:`Signature.from_onnx`).
         label: ``"model m version v"``, used in error messages.
-        intra_op_threads: see :class:`TvmModel`.
+        intra_op_threads, device: see :class:`TvmModel` (``device`` ``"cuda:N"`` for a CUDA library).
 
     Bytes are written to a temporary file, loaded (``tvm.runtime.load_module``, a dlopen) and the
     file removed: the loaded library stays mapped.
@@ -551,7 +643,7 @@ def load_library(data_or_path: Union[bytes, str, os.PathLike], signature: Signat
             module = tvm.runtime.load_module(os.fspath(data_or_path))
     except Exception as exc:
         raise DataError(f"TVM cannot load the library of {label}: {error_text(exc)}", code="invalid_library") from exc
-    return TvmModel(module, signature, label, intra_op_threads=intra_op_threads)
+    return TvmModel(module, signature, label, intra_op_threads=intra_op_threads, device=device)
 
 
 def error_text(exc: BaseException) -> str:

@@ -15,6 +15,14 @@ Tolerances (ONNX Runtime is the reference ``b``, TVM the candidate ``a``):
   tests use rtol 1e-3), NaN where the other is NaN, infinities equal;
 * integer and bool outputs: exactly equal;
 * every output: the same shape and dtype.
+
+On CUDA (``device="cuda:N"``) the reference is ONNX Runtime's CUDA provider on that GPU, with TF32 off
+(``use_tf32 = 0``: by default its matrix products and convolutions round their inputs to 10 mantissa bits,
+a ~1e-3 relative error that would hide nothing and flag everything), and the absolute part of the float
+tolerance is scaled by the output's largest magnitude: ``|a - b| <= ATOL * max(1, max|b|) + RTOL * |b|``
+(:data:`CUDA_SCALED_ATOL`). GPU kernels sum in parallel and cuDNN may pick Winograd or FFT convolutions,
+whose error is relative to the size of the summed terms rather than to the (possibly cancelled) result; a
+miscompiled operator is still off by the order of the output itself.
 """
 
 from __future__ import annotations
@@ -28,13 +36,16 @@ from ...errors import DataError, NotSupportedError
 from .onnxruntime import OrtModel
 from .profiling import synthetic_feeds
 
-__all__ = ["ATOL", "RTOL", "CheckResult", "check_against_onnxruntime"]
+__all__ = ["ATOL", "RTOL", "CUDA_SCALED_ATOL", "CheckResult", "check_against_onnxruntime"]
 
 ATOL = 1e-4
 """Absolute tolerance on float outputs."""
 
 RTOL = 1e-3
 """Relative tolerance on float outputs (times the ONNX Runtime value's magnitude)."""
+
+CUDA_SCALED_ATOL = True
+"""On CUDA the absolute tolerance is ``ATOL`` times ``max(1, max|ONNX Runtime output|)`` (module docstring)."""
 
 _VARIANTS = (("random", 1.0), ("scaled x100", 100.0), ("negated", -1.0))
 _ORT_REFUSED = "ONNX Runtime failed"
@@ -61,7 +72,8 @@ class CheckResult:
 
 
 def check_against_onnxruntime(model_bytes: bytes, tvm_model, *, batch_sizes: Sequence[int] = (1, 7, 32),
-                              seed: int = 0, dims: Optional[Mapping[str, int]] = None) -> CheckResult:
+                              seed: int = 0, dims: Optional[Mapping[str, int]] = None,
+                              device: str = "cpu") -> CheckResult:
     """Run ``tvm_model`` and ONNX Runtime on the same inputs and compare every output.
 
     Args:
@@ -76,22 +88,26 @@ def check_against_onnxruntime(model_bytes: bytes, tvm_model, *, batch_sizes: Seq
             refuses (a division by a zero integer, an index out of range) is skipped; if it refuses
             every variant of a batch, the check fails naming the first refusal.
         dims: sizes of symbolic non-batch dimensions (name -> size), if the model has any.
+        device: where the reference runs, ``"cpu"`` or ``"cuda:N"`` (ONNX Runtime's CUDA provider, TF32 off, and
+            the CUDA tolerance: module docstring); ``tvm_model`` should run on the same device.
 
     Returns:
         A :class:`CheckResult`; it stops at the first failure.
 
     Raises:
-        DataError: ONNX Runtime cannot load the model (``"invalid_onnx"``).
+        DataError: ONNX Runtime cannot load the model (``"invalid_onnx"``), or on ``cuda:N`` it did not place
+            the model on its CUDA provider (``"device_not_used"``).
         NotSupportedError: inputs cannot be synthesized (``"symbolic_dimension"``, ``"unsupported_type"``).
     """
-    session = OrtModel(model_bytes, "the reference model", intra_op_threads=1).session
+    session = _reference(model_bytes, device)
+    scaled = device != "cpu" and CUDA_SCALED_ATOL
     batches = _batches(session, tvm_model, batch_sizes)
     worst = [0.0, 0.0]
     for b in batches:
         refused = []
         variants = _variants(synthetic_feeds(session, b, seed=seed, dims=dims), seed)
         for variant, feeds in variants:
-            reason = _compare_run(session, tvm_model, feeds, f"batch {b} ({variant} inputs)", worst)
+            reason = _compare_run(session, tvm_model, feeds, f"batch {b} ({variant} inputs)", worst, scaled)
             if reason is not None and reason.startswith(_ORT_REFUSED):
                 refused.append(reason)
             elif reason is not None:
@@ -99,6 +115,23 @@ def check_against_onnxruntime(model_bytes: bytes, tvm_model, *, batch_sizes: Seq
         if len(refused) == len(variants):
             return CheckResult(False, worst[0], worst[1], refused[0], tuple(batches))
     return CheckResult(True, worst[0], worst[1], None, tuple(batches))
+
+
+def _reference(model_bytes: bytes, device: str):
+    """The ONNX Runtime session the check compares with: on the CPU, or on ``cuda:N`` with TF32 off."""
+    session = OrtModel(model_bytes, "the reference model", intra_op_threads=1, device=device).session
+    if device == "cpu":
+        return session
+    if session.get_providers()[0] != "CUDAExecutionProvider":
+        raise DataError(f"ONNX Runtime did not place the reference model on {device} (providers: "
+                        f"{', '.join(session.get_providers())})", code="device_not_used")
+    cuda = {"device_id": device.partition(":")[2] or "0", "use_tf32": "0"}
+    try:
+        session.set_providers(["CUDAExecutionProvider", "CPUExecutionProvider"], [cuda, {}])
+    except Exception as exc:  # onnxruntime's own exception classes: the check cannot run as documented
+        raise DataError(f"ONNX Runtime's CUDA provider refused use_tf32 = 0: {str(exc).strip()[:200]}",
+                        code="device_not_used") from exc
+    return session
 
 
 def _variants(base: dict, seed: int) -> list[tuple[str, dict]]:
@@ -122,7 +155,7 @@ def _batches(session, tvm_model, batch_sizes: Sequence[int]) -> list[int]:
     return sorted(fixed) if fixed else list(batch_sizes)
 
 
-def _compare_run(session, tvm_model, feeds: dict, where: str, worst: list) -> Optional[str]:
+def _compare_run(session, tvm_model, feeds: dict, where: str, worst: list, scaled: bool = False) -> Optional[str]:
     """None when every output agrees, else the reason; ``worst`` is updated with [max_abs, max_rel]."""
     names = [o.name for o in session.get_outputs()]
     try:
@@ -134,14 +167,15 @@ def _compare_run(session, tvm_model, feeds: dict, where: str, worst: list) -> Op
     except DataError as exc:
         return f"TVM failed at {where}: {exc.message}"
     for name, a, b in zip(names, got, expected):
-        reason = _compare(np.asarray(a), np.asarray(b), worst)
+        reason = _compare(np.asarray(a), np.asarray(b), worst, scaled)
         if reason is not None:
             return f'output "{name}" at {where}: {reason}'
     return None
 
 
-def _compare(a: np.ndarray, b: np.ndarray, worst: list) -> Optional[str]:
-    """None when ``a`` (TVM) matches ``b`` (ONNX Runtime) within tolerance, else what differs."""
+def _compare(a: np.ndarray, b: np.ndarray, worst: list, scaled: bool = False) -> Optional[str]:
+    """None when ``a`` (TVM) matches ``b`` (ONNX Runtime) within tolerance, else what differs (``scaled``: the
+    CUDA tolerance, ``ATOL`` times the output's largest magnitude)."""
     if a.shape != b.shape:
         return f"TVM shape {list(a.shape)}, ONNX Runtime shape {list(b.shape)}"
     if a.dtype != b.dtype:
@@ -153,8 +187,10 @@ def _compare(a: np.ndarray, b: np.ndarray, worst: list) -> Optional[str]:
         same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))  # equal infinities and NaN pairs
         diff = np.where(same, 0.0, np.abs(a64 - b64))
         diff = np.where(np.isnan(diff), np.inf, diff)
-        bad = diff > ATOL + RTOL * np.abs(np.nan_to_num(b64))
+        atol = ATOL * max(1.0, float(np.max(np.abs(b64[np.isfinite(b64)]), initial=0.0))) if scaled else ATOL
+        bad = diff > atol + RTOL * np.abs(np.nan_to_num(b64))
     else:
+        atol = 0.0
         diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
         bad = a != b
     rel = diff / np.maximum(np.abs(np.nan_to_num(b.astype(np.float64))), ATOL)
@@ -163,4 +199,4 @@ def _compare(a: np.ndarray, b: np.ndarray, worst: list) -> Optional[str]:
         return None
     i = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), diff.shape)
     return (f"{int(bad.sum())} of {bad.size} elements differ; worst at index {list(map(int, i))}: TVM {a[i].item()!r}, "
-            f"ONNX Runtime {b[i].item()!r} (|difference| {diff[i]:.3g}, allowed {ATOL:g} + {RTOL:g} * |ONNX Runtime|)")
+            f"ONNX Runtime {b[i].item()!r} (|difference| {diff[i]:.3g}, allowed {atol:.3g} + {RTOL:g} * |ONNX Runtime|)")
