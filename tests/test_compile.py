@@ -37,7 +37,7 @@ def test_compile_checks_records_and_predict_runs_it(lin):
     assert lin.execute("SELECT count(*) FROM t").fetchone() == (300,)  # the refusal aborted nothing
     row = lin.execute("COMPILE MODEL lin FOR 'llvm'").fetchone()
     assert row[:3] == ("lin", 1, "tvm") and row[4:7] == (0, "checked", None)
-    assert '"mcpu"' in row[3] and row[7] <= 1e-4
+    assert '"mcpu"' in row[3] and row[7] <= 1e-4 and row[10] == "none (untuned loops)"
     tvm_out, ort_out = _outputs(lin, "tvm"), _outputs(lin, "onnxruntime")
     np.testing.assert_allclose(tvm_out, ort_out, rtol=1e-5, atol=1e-5)
     stored = lin.execute("SELECT status, digest, nbytes, tvm_version, ffi_version FROM modelsql.compiled").fetchall()
@@ -180,3 +180,115 @@ def test_the_backend_rule_needs_a_clear_gain(lin):
     given = cost.choose_execution(replace(scan, options=replace(scan.options, backend="onnxruntime",
                                                                 backend_given=True)), fast)
     assert given.backend == "onnxruntime"
+
+
+# ---------------------------------------------------------------- CUDA (issue 24)
+
+from modelsql.operators.backends import devices  # noqa: E402
+
+_CUDA_REASON = "needs a CUDA device (onnxruntime-gpu and an NVIDIA driver)"
+
+
+def _cuda_ready() -> bool:
+    return devices.cuda_available() and tvm_backend.cuda_unavailable_reason(0) is None
+
+
+@pytest.mark.parametrize("kind", ["cuda", "cuda:1"])
+def test_compile_for_cuda_without_cuda_is_refused_naming_what_is_missing(lin, monkeypatch, kind):
+    """MODELSQL_DEVICES=cpu hides any GPU: COMPILE ... FOR 'cuda' is refused before anything is built, naming
+    each missing piece, and PREDICT on a CUDA device is refused as well."""
+    from modelsql.planner import compiled
+
+    monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
+    with pytest.raises(NotSupportedError) as ei:
+        lin.execute(f"COMPILE MODEL lin FOR '{kind}'")
+    assert ei.value.code == "device_not_available"
+    assert f"FOR '{kind}'" in str(ei.value) and f"MODELSQL_DEVICES=cpu does not list cuda:{kind[5:] or 0}" in str(ei.value)
+    assert lin.execute("SELECT count(*) FROM modelsql.compiled").fetchone() == (0,)
+    session = lin._session
+    mv = session.get_model("lin", None, None)
+    with pytest.raises(NotSupportedError) as ei:
+        compiled.require_artifact(session, mv, device="cuda:0")
+    assert ei.value.code == "device_not_available"
+
+
+def test_a_cuda_artifact_is_passed_over_where_cuda_is_absent(lin, monkeypatch):
+    """A version compiled on a GPU machine and planned on one without (here: a GPU hidden by MODELSQL_DEVICES)
+    runs its CPU artifact; without one the refusal names the CPU target."""
+    from dataclasses import replace
+
+    from modelsql.planner import compiled
+
+    monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
+    session = lin._session
+    mv = session.get_model("lin", None, None)
+    lin.execute("COMPILE MODEL lin FOR 'llvm'")
+    cpu_row = session.catalog.compiled.of_model("lin")[0]
+    cuda_row = replace(cpu_row, target='{"arch":"sm_90","kind":"cuda"}')
+    with session.catalog.transaction(join=False):
+        session.catalog.compiled.put(cuda_row)
+    assert compiled.tvm_device(session, mv) == "cpu"
+    np.testing.assert_allclose(_outputs(lin, "tvm"), _outputs(lin, "onnxruntime"), rtol=1e-5, atol=1e-5)
+
+
+def _cuda_table(con, name: str, shape: tuple, rows: int = 200) -> np.ndarray:
+    x = np.random.default_rng(7).uniform(-0.5, 0.5, (rows, *shape)).astype(np.float32)
+    typ = "FLOAT" + "".join(f"[{d}]" for d in reversed(shape if len(shape) == 1 else shape[1:]))
+    con.execute(f"CREATE TABLE {name} (id INTEGER, x {typ})")
+    con.executemany(f"INSERT INTO {name} VALUES (?, ?)",
+                    [(i, (r if len(shape) == 1 else r[0]).tolist()) for i, r in enumerate(x)])
+    return x
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason=_CUDA_REASON)
+@pytest.mark.parametrize("name,shape", [("mlp", (16,)), ("cnn", (1, 8, 8))])
+def test_compile_for_cuda_checks_it_and_predict_runs_it_on_the_gpu(con, name, shape):
+    """COMPILE ... FOR 'cuda' builds with DLight's default schedules and checks against ONNX Runtime CUDA;
+    PREDICT(..., backend = 'tvm') runs the artifact on cuda:0 and agrees with ONNX Runtime on the CPU (full
+    fp32) and on CUDA (which rounds matrix products to TF32 by default)."""
+    import tvm_fixtures
+
+    from modelsql.operators.backends.onnxruntime import OrtModel
+    from modelsql.planner import compiled
+
+    model = getattr(tvm_fixtures, name)()
+    con.import_model(name, model)
+    x = _cuda_table(con, "imgs", shape)
+    row = con.execute(f"COMPILE MODEL {name} FOR 'cuda'").fetchone()
+    assert row[5] == "checked", row[6]
+    assert '"kind":"cuda"' in row[3] and row[10] == "DLight default GPU schedules (untuned)"
+    session = con._session
+    assert compiled.tvm_device(session, session.get_model(name, None, None)) == "cuda:0"
+    got = np.array([r[0] for r in con.execute(
+        f"SELECT y FROM PREDICT(MODEL {name}, TABLE imgs, backend = 'tvm') ORDER BY id").fetchall()], np.float32)
+    np.testing.assert_allclose(got, OrtModel(model, "cpu reference").run({"x": x})[0], atol=1e-4, rtol=1e-3)
+    cuda = OrtModel(model, "cuda reference", device="cuda:0").run({"x": x})[0]
+    np.testing.assert_allclose(got, cuda, atol=2e-3, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason=_CUDA_REASON)
+def test_compile_for_cuda_declines_with_the_reason(con, monkeypatch):
+    """On a GPU machine too: a model TVM cannot import, and a build past its time limit, are declined with the
+    reason (nothing stored); tuning on CUDA is refused before anything is built."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Celu", ["x"], ["y"], name="celu1")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    con.import_model("celu", model)
+    row = con.execute("COMPILE MODEL celu FOR 'cuda'").fetchone()
+    assert row[5] == "declined" and "Celu" in row[6]
+    import tvm_fixtures
+
+    con.import_model("mlp", tvm_fixtures.mlp())
+    monkeypatch.setenv("MODELSQL_TVM_BUILD_TIMEOUT_S", "0.05")
+    row = con.execute("COMPILE MODEL mlp FOR 'cuda'").fetchone()
+    assert row[5] == "declined" and "within 0.05 s" in row[6]
+    assert con.execute("SELECT count(*) FROM modelsql.compiled WHERE digest IS NOT NULL").fetchone() == (0,)
+    with pytest.raises(NotSupportedError) as ei:
+        con.execute("COMPILE MODEL mlp FOR 'cuda' WITH (tune_trials = 4, batch_size = 8)")
+    assert ei.value.code == "invalid_target"

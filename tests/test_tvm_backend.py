@@ -27,18 +27,7 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"the TVM backend is
 torch = pytest.importorskip("torch")
 
 
-from tvm_fixtures import export as _export, mlp as _mlp  # noqa: E402
-
-
-def _cnn() -> bytes:
-    torch.manual_seed(1)
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))
-    with torch.no_grad():  # non-trivial batch-norm statistics
-        net[1].running_mean.uniform_(-0.5, 0.5)
-        net[1].running_var.uniform_(0.5, 2.0)
-    return _export(net, torch.randn(2, 1, 8, 8))
+from tvm_fixtures import cnn as _cnn, mlp as _mlp  # noqa: E402
 
 
 _MODELS = {"mlp": (_mlp, (16,)), "cnn": (_cnn, (1, 8, 8))}
@@ -275,3 +264,72 @@ def test_integer_inputs_are_checked_with_nonzero_values(target) -> None:
     tvm_model = _load(model, tvm_backend.compile_onnx(model, target=target))
     result = check_against_onnxruntime(model, tvm_model)
     assert result.ok, result.reason
+
+
+# ---------------------------------------------------------------- CUDA (issue 24)
+
+from modelsql.operators.backends import tvm_build  # noqa: E402
+
+_CUDA_REASON = "needs a CUDA device (onnxruntime-gpu and an NVIDIA driver)"
+_NO_COMPILER = not tvm_build.cuda_compilers()
+
+
+def _cuda_ready() -> bool:
+    from modelsql.operators.backends import devices
+
+    return devices.cuda_available() and tvm_backend.cuda_unavailable_reason(0) is None
+
+
+@pytest.mark.skipif(_NO_COMPILER, reason="no CUDA compiler here (cuda-bindings for NVRTC, or nvcc on the PATH)")
+def test_a_cuda_build_needs_no_gpu_and_is_stopped_at_its_time_limit() -> None:
+    """Relax's CUDA pipeline (DLight default schedules) builds a library with kernels on a machine without a GPU;
+    a build past its limit is stopped and refused as tvm_build_timeout, and a model the frontend cannot import is
+    refused as on the CPU, whatever the CUDA compiler."""
+    target = {"kind": "cuda", "arch": "sm_90"}
+    library = tvm_build.build_with_limit(_mlp(), target=target, timeout_s=240)
+    assert library[:4] == b"\x7fELF" and len(library) > 10_000
+    with pytest.raises(NotSupportedError) as info:
+        tvm_build.build_with_limit(_mlp(), target=target, timeout_s=0.2)
+    assert info.value.code == "tvm_build_timeout" and "0.2 s" in str(info.value)
+    celu = _graph([helper.make_node("Celu", ["x"], ["y"], name="celu1")],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])])
+    with pytest.raises(NotSupportedError) as info:
+        tvm_build.build_with_limit(celu, target=target, timeout_s=240)
+    assert info.value.code == "tvm_import_failed" and "Celu" in str(info.value)
+
+
+def test_without_cuda_the_cuda_target_says_what_is_missing(monkeypatch) -> None:
+    if tvm_backend.cuda_unavailable_reason(0) is None:
+        pytest.skip("TVM can use a CUDA device here")
+    with pytest.raises(NotSupportedError) as info:
+        tvm_backend.cuda_target(0)
+    assert info.value.code == "device_not_available" and "CUDA" in str(info.value)
+
+
+def test_the_cuda_tolerance_scales_with_the_output() -> None:
+    """On CUDA the absolute tolerance is ATOL times the output's largest magnitude; on the CPU it is ATOL."""
+    from modelsql.operators.backends.tvm_check import ATOL, compare
+
+    b = np.array([1000.0, 0.0], np.float32)
+    a = b + np.array([0.0, 50 * ATOL], np.float32)  # a cancelled element off by 0.005 in an output of 1000
+    assert compare(a, b, scaled=True) is None
+    assert "1 of 2 elements differ" in compare(a, b)
+    assert "2 of 2 elements differ" in compare(b + np.float32(2.0), b, scaled=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason=_CUDA_REASON)
+@pytest.mark.parametrize("name", sorted(_MODELS))
+def test_cuda_library_runs_on_the_gpu_and_matches_onnxruntime_cuda(name) -> None:
+    model = _MODELS[name][0]()
+    library = tvm_build.build_with_limit(model, target=tvm_backend.cuda_target(0), timeout_s=240)
+    tvm_model = _load(model, library, device="cuda:0")
+    assert tvm_model.device == "cuda:0"
+    result = check_against_onnxruntime(model, tvm_model, device="cuda:0")
+    assert result.ok, result.reason
+    x = _rows(_MODELS[name][1], 33, seed=3)
+    (y,) = tvm_model.run({"x": x})
+    np.testing.assert_allclose(y, _ort(model, x), atol=1e-4, rtol=1e-3)  # full fp32 on the GPU: as the CPU
+    ort_cuda = OrtModel(model, "reference", device="cuda:0").run({"x": x})[0]
+    np.testing.assert_allclose(y, ort_cuda, atol=2e-3, rtol=1e-2)  # ONNX Runtime CUDA computes in TF32

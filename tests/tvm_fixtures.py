@@ -1,4 +1,5 @@
-"""Small torch models as ONNX for the TVM tests (tests/test_tvm_backend.py, tests/test_tvm_tune.py)."""
+"""Small torch models as ONNX for the TVM tests (tests/test_tvm_backend.py, tests/test_tvm_tune.py,
+tests/test_compile.py; benchmarks/gpu/tvm_cuda_probe.py builds the same two)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,18 @@ def mlp() -> bytes:
     torch.manual_seed(0)
     return export(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)),
                   torch.randn(2, 16))
+
+
+def cnn() -> bytes:
+    """A seeded CNN on ``[N, 1, 8, 8]`` images: conv 3x3 (4 channels), batch norm with non-trivial statistics,
+    ReLU, max-pool 2, linear to 3."""
+    import torch
+
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 2.0)
+    return export(net, torch.randn(2, 1, 8, 8))

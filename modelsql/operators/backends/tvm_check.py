@@ -36,7 +36,7 @@ from ...errors import DataError, NotSupportedError
 from .onnxruntime import OrtModel
 from .profiling import synthetic_feeds
 
-__all__ = ["ATOL", "RTOL", "CUDA_SCALED_ATOL", "CheckResult", "check_against_onnxruntime"]
+__all__ = ["ATOL", "RTOL", "CUDA_SCALED_ATOL", "CheckResult", "check_against_onnxruntime", "compare"]
 
 ATOL = 1e-4
 """Absolute tolerance on float outputs."""
@@ -167,15 +167,22 @@ def _compare_run(session, tvm_model, feeds: dict, where: str, worst: list, scale
     except DataError as exc:
         return f"TVM failed at {where}: {exc.message}"
     for name, a, b in zip(names, got, expected):
-        reason = _compare(np.asarray(a), np.asarray(b), worst, scaled)
+        reason = compare(np.asarray(a), np.asarray(b), worst, scaled=scaled)
         if reason is not None:
             return f'output "{name}" at {where}: {reason}'
     return None
 
 
-def _compare(a: np.ndarray, b: np.ndarray, worst: list, scaled: bool = False) -> Optional[str]:
-    """None when ``a`` (TVM) matches ``b`` (ONNX Runtime) within tolerance, else what differs (``scaled``: the
-    CUDA tolerance, ``ATOL`` times the output's largest magnitude)."""
+def compare(a: np.ndarray, b: np.ndarray, worst: Optional[list] = None, *, scaled: bool = False) -> Optional[str]:
+    """None when output ``a`` (TVM) matches ``b`` (ONNX Runtime) within the tolerance of the module docstring,
+    else what differs (one sentence).
+
+    Args:
+        a, b: one output of each, any shape and dtype.
+        worst: ``[max_abs, max_rel]``, raised in place to this output's largest differences (optional).
+        scaled: the CUDA tolerance (``ATOL`` times ``max(1, max|b|)``) instead of the CPU one.
+    """
+    worst = worst if worst is not None else [0.0, 0.0]
     if a.shape != b.shape:
         return f"TVM shape {list(a.shape)}, ONNX Runtime shape {list(b.shape)}"
     if a.dtype != b.dtype:
