@@ -18,8 +18,21 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelsql
+from modelsql.operators.backends import devices
 
 OPSET = 17
+
+NO_CUDA = ("needs a CUDA device (onnxruntime-gpu with its CUDA provider and an NVIDIA driver); "
+           "this machine has none")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` skip, with the reason, where no CUDA device is available."""
+    if devices.cuda_available():
+        return
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA))
 
 _ONNX_TYPES = {
     np.dtype(np.float32): TensorProto.FLOAT,

@@ -18,6 +18,13 @@ HERE = Path(__file__).parent / "golden"
 CASES = sorted(HERE.glob("*.sql"))
 
 
+@pytest.fixture(autouse=True)
+def _cpu_only(monkeypatch):
+    """Golden plans do not depend on the machine: a GPU, where there is one, is hidden
+    (``MODELSQL_DEVICES=cpu``), so EXPLAIN weighs the CPU alone, as on CI."""
+    monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
+
+
 @pytest.fixture
 def planned(con):
     con.import_model("sum3", linear_model(np.ones((3, 1), dtype=np.float32)), features=["a", "b", "c"])

@@ -44,6 +44,13 @@ def relu_model():
     )
 
 
+@pytest.fixture(autouse=True)
+def _cpu_only(monkeypatch):
+    """Golden plans do not depend on the machine: a GPU, where there is one, is hidden
+    (``MODELSQL_DEVICES=cpu``), so EXPLAIN weighs the CPU alone, as on CI."""
+    monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
+
+
 @pytest.fixture
 def ruled(con):
     """Models ``m1`` (y = a+b+c), ``m2`` (y = 2(a+b+c)): one family; ``two`` (outputs y and z), ``relu``

@@ -120,6 +120,17 @@ def cuda_session(store: BlobStore, mv: ModelVersion, device: str, *, capture: bo
     return SESSIONS.get(key, lambda: CudaModel(load_model_bytes(store, mv), label, device, capture=capture))
 
 
+def new_cuda_session(store: BlobStore, mv: ModelVersion, device: str):
+    """A :class:`~modelsql.operators.backends.cuda.CudaModel` of ``mv`` on ``device`` of its own (not in
+    ``SESSIONS``: the server keeps its resident sessions itself), capturing CUDA graphs per batch bucket.
+
+    Raises:
+        NotSupportedError: ``device_not_available``.
+        DataError: a blob is unreadable, or ONNX Runtime's CUDA provider rejects the model (``invalid_onnx``).
+    """
+    return CudaModel(load_model_bytes(store, mv), f'model "{mv.name}" version {mv.version}', device)
+
+
 def blob_fetcher(store: BlobStore, mv: ModelVersion):
     """``digest -> verified bytes``; a missing or corrupt blob is a DataError naming the model and the
     graph or tensor it holds (as :func:`load_model_proto` does)."""

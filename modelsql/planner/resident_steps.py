@@ -94,6 +94,14 @@ class ResidentSteps:
             self._fit(keep=key)
             return session
 
+    def describe(self, key: str) -> Optional[str]:
+        """What the loaded session of ``key`` says of itself (a CUDA session: what it captured as CUDA graphs;
+        :meth:`~modelsql.operators.backends.cuda.CudaModel.explain`), or None."""
+        with self._lock:
+            session = self._sessions.get(key)
+        describe = getattr(session, "explain", None)
+        return describe() if callable(describe) else None
+
     def release(self, key: str) -> None:
         """``key``'s run ended."""
         with self._lock:

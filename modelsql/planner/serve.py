@@ -35,6 +35,7 @@ from typing import Optional
 from ..catalog import Catalog
 from ..errors import Error, OperationalError, ProgrammingError, did_you_mean
 from ..sql.nodes import Serve, ShowServers, StopServer
+from ..operators.backends import devices
 from . import artifacts
 from .handlers import run_statement
 from .options import no_repeats, value
@@ -83,11 +84,13 @@ def _number(options: dict, key: str, spec: tuple, where: str):
     return kind(v)
 
 
-def _options(given: dict, allowed: dict, where: str) -> dict:
-    unknown = [k for k in given if k not in allowed]
+def _options(given: dict, allowed: dict, where: str, text: tuple = ()) -> dict:
+    """The numeric options of ``allowed`` (defaults filled in); ``text`` names options read elsewhere."""
+    known = [*allowed, *text]
+    unknown = [k for k in given if k not in known]
     if unknown:
-        raise ProgrammingError(f'{where}: unknown option "{unknown[0]}".{did_you_mean(unknown[0], list(allowed))} '
-                               f"Options are: {', '.join(allowed)}.", code="unknown_option")
+        raise ProgrammingError(f'{where}: unknown option "{unknown[0]}".{did_you_mean(unknown[0], known)} '
+                               f"Options are: {', '.join(known)}.", code="unknown_option")
     return {k: _number(given, k, spec, where) for k, spec in allowed.items()}
 
 
@@ -198,7 +201,8 @@ def _serve(stmt: Serve, session, params: list) -> Result:
 def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict) -> Result:
     from ..serving import InferenceServer
 
-    opts = _options(given, SERVE_OPTIONS, "SERVE")
+    opts = _options(given, SERVE_OPTIONS, "SERVE", text=("device",))
+    device = _device(given)
     port = DEFAULT_PORT if port is None else port
     host = stmt.args["host"].this if stmt.args.get("host") is not None else "127.0.0.1"
     with _LOCK:
@@ -210,7 +214,7 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
     repo = CatalogRepository(session.store, _resolver(session), threads=opts["threads"] or artifacts.default_threads(),
                              budget_bytes=None if budget is None else int(budget * (1 << 20)),
                              share_structures=bool(opts["share_structures"]),
-                             merge_families=bool(opts["merge_families"]))
+                             merge_families=bool(opts["merge_families"]), device=device)
     try:
         repo.add_many([(entry, reserved, entry.name) for entry, reserved in entries])
         server = InferenceServer(repo, host=host, port=port, max_batch_size=opts["max_batch_size"],
@@ -230,6 +234,17 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
         SERVERS[server.port] = RunningServer(server, repo, session.database, id(session))
     rows = [(server.url, r["name"], r["kind"], r["version"], "serving") for r in repo.resident()]
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
+
+
+def _device(given: dict) -> str:
+    """SERVE's ``device`` option: ``'cpu'`` (the default: ``'auto'`` means it too, since serving runs small
+    batches whose device the cost function has no traces for), ``'cuda'`` or ``'cuda:N'``.
+
+    Raises:
+        ProgrammingError: ``bad_option``. NotSupportedError: ``device_not_available``.
+    """
+    device = devices.require(devices.parse(given.get("device", "cpu"), "SERVE"), "SERVE")
+    return "cpu" if device == "auto" else device
 
 
 @run_statement.register
@@ -258,7 +273,8 @@ _SHOW_COLUMNS = [(n, t, None, None, None, None, True) for n, t in (
     ("url", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"), ("version", "VARCHAR"), ("state", "VARCHAR"),
     ("batch_group", "VARCHAR"), ("steps", "INTEGER"), ("shared_steps", "INTEGER"), ("loaded_steps", "INTEGER"),
     ("own_bytes", "BIGINT"),
-    ("shared_bytes", "BIGINT"), ("reserved_threads", "INTEGER"), ("started_at", "TIMESTAMP WITH TIME ZONE"))]
+    ("shared_bytes", "BIGINT"), ("reserved_threads", "INTEGER"), ("started_at", "TIMESTAMP WITH TIME ZONE"),
+    ("device", "VARCHAR"), ("captured", "VARCHAR"))]
 
 
 @run_statement.register
@@ -270,5 +286,5 @@ def _show(stmt: ShowServers, session, params: list) -> Result:
         for e in r.repository.resident():
             rows.append((r.server.url, e["name"], e["kind"], e["version"], e["state"], e["group"], e["steps"],
                          e["shared_steps"], e["loaded_steps"], e["own_bytes"], e["shared_bytes"],
-                         e["reserved_threads"], r.server.started_at))
+                         e["reserved_threads"], r.server.started_at, e["device"], e["captured"]))
     return Result(session.duck, description=list(_SHOW_COLUMNS), rows=rows)

@@ -130,11 +130,15 @@ class CatalogRepository:
         share_structures: run the one-step stages of one structure on one session, each fed its own
             weights (:class:`~modelsql.planner.stages.LiftedStep`).
         merge_families: batch served models of one family together and run them merged where it pays.
+        device: ``"cpu"`` or ``"cuda:N"``: where every stage runs (on a CUDA device each stage is a
+            :class:`~modelsql.operators.backends.cuda.CudaModel`, replaying CUDA graphs captured per batch
+            bucket: a batch of n rows is padded to the next bucket).
     """
 
     def __init__(self, store, resolve: Callable[[str, str], object], *, threads: int = 2,
                  budget_bytes: Optional[int] = None, share_structures: bool = False,
-                 merge_families: bool = True) -> None:
+                 merge_families: bool = True, device: str = "cpu") -> None:
+        self.device = device
         self.share_structures = share_structures
         self.merge_families = merge_families
         self.family_notes: dict[str, str] = {}
@@ -197,7 +201,7 @@ class CatalogRepository:
             for stage in stages:
                 if stage.key not in proxies:
                     proxies[stage.key], session_of[stage.key] = stage_model(
-                        self._store, self.steps, stage, share_structures=self.share_structures)
+                        self._store, self.steps, stage, share_structures=self.share_structures, device=self.device)
                     if not self.steps.loaded(session_of[stage.key]):
                         proxies[stage.key].load()  # only the sessions not resident yet
         groups = {}
@@ -270,13 +274,21 @@ class CatalogRepository:
                     loaded_steps=sum(1 for n in mine if self.steps.loaded(g.stage_of[n.key])),
                     own_bytes=sum(self.steps.bytes_of(k) for k in own),
                     shared_bytes=sum(self.steps.bytes_of(k) for k in common),
-                    reserved_threads=e.reserved_threads,
+                    reserved_threads=e.reserved_threads, device=self.device,
+                    captured=self._captured(g, mine),
                 ))
             for name, why in sorted(self._unloaded.items()):
                 rows.append(dict(name=name, kind=None, version=None, group=None, state="UNAVAILABLE", steps=0,
                                  shared_steps=0, loaded_steps=0, own_bytes=0, shared_bytes=0, reserved_threads=0,
-                                 reason=why))
+                                 reason=why, device=self.device, captured=None))
             return rows
+
+    def _captured(self, g: "_Group", nodes) -> Optional[str]:
+        """What the stages of ``nodes`` captured as CUDA graphs (None on the CPU)."""
+        if self.device == "cpu":
+            return None
+        said = {self.steps.describe(g.stage_of[n.key]) for n in nodes}
+        return "; ".join(sorted(s for s in said if s)) or None
 
     def group_plan(self, key: str) -> SharedSteps:
         """The shared-step plan of group ``key`` (for EXPLAIN-like views and tests)."""

@@ -30,6 +30,7 @@ from typing import Optional
 
 from .. import formats
 from ..operators.backends import shared_weights
+from ..operators.backends.cuda import CudaModel
 from ..operators.backends.onnxruntime import OrtModel
 from . import artifacts
 from .rules.pipeline_share_steps import SharedNode, SharedSteps
@@ -152,6 +153,23 @@ def _lifted(store, mv):
         return _LIFTED[mv.graph_digest]
 
 
+def _cuda_stage(store, steps, stage: Stage, device: str) -> tuple[object, str]:
+    """A stage's CUDA session (see :func:`stage_model`) and its key."""
+    if not stage.fused:
+        mv = stage.nodes[0][1].model
+        return steps.proxy(stage.key, stage.name, lambda: artifacts.new_cuda_session(store, mv, device),
+                           mv.graph_bytes), stage.key
+
+    def load():
+        parts = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
+                 for k, (n, node) in enumerate(stage.nodes)]
+        local = {n: k for k, (n, _) in enumerate(stage.nodes)}
+        merged = formats.merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
+        return CudaModel(merged.SerializeToString(), f"stage {stage.name}", device)
+
+    return steps.proxy(stage.key, stage.name, load, sum(node.model.graph_bytes for _, node in stage.nodes)), stage.key
+
+
 class LiftedStep:
     """A step run on the session of its *structure* (its graph with the floating-point weights as
     inputs), shared by every served model of that structure: its own weights are fed from their
@@ -177,7 +195,8 @@ class LiftedStep:
         return self.session.run({**feeds, **self._arrays}, outputs)
 
 
-def stage_model(store, steps, stage: Stage, *, share_structures: bool = False) -> tuple[object, str]:
+def stage_model(store, steps, stage: Stage, *, share_structures: bool = False,
+                device: str = "cpu") -> tuple[object, str]:
     """The backend model a stage runs as, registered with ``steps``
     (:class:`~modelsql.planner.resident_steps.ResidentSteps`), and the key of the session it runs on:
 
@@ -187,7 +206,13 @@ def stage_model(store, steps, stage: Stage, *, share_structures: bool = False) -
       structure: less memory, some throughput (about 7% in ``benchmarks/pretzel.py``), so it is
       off unless asked for);
     * one step otherwise: its own shared-weight session.
+
+    On a CUDA ``device`` each stage is a :class:`~modelsql.operators.backends.cuda.CudaModel` of its own
+    (weights on the device; CUDA graphs captured per batch bucket, requests padded to the next bucket);
+    ``share_structures`` does not apply there.
     """
+    if device != "cpu":
+        return _cuda_stage(store, steps, stage, device)
     if stage.fused:
         def load():
             parts = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
