@@ -72,6 +72,21 @@ figures (``hippo_reported``), ``studies`` and ``multi_studies`` (every one, with
 Run: ``python benchmarks/hippo.py`` (about 13 minutes on 2 shared cores); ``--quick`` for a smoke run (600/200
 rows, 9 epochs, 24 ASHA trials, 12 PBT epochs, 1 repeat: about 1.5 minutes); ``--only NAME ...`` for a
 subset of the studies.
+
+On a GPU (issue 24): ``--device cuda`` (or ``cuda:N``) is every TUNE's ``device`` option (``--device cpu``, the
+default, keeps the CPU even where a GPU is, and the results file above); the workers share the one GPU. Its
+studies are the ResNet ones, on a synthetic workload of 3x32x32 images made by :func:`synthetic_images`
+(CIFAR-10's shape: 10 classes, each a smooth random colour pattern, every image one of them shifted,
+scaled and with noise; ``x FLOAT[3072]`` channels first, and ``label``), trainable ``CREATE MODEL resnet
+FROM PYTHON 'modelsql.zoo:cifar_resnet'`` (3 stages of one basic block, width 16-32-64):
+
+* ``asha_tpe_resnet``: ASHA with the TPE sampler over the 18 step-decay schedules (as ``asha_tpe_mlp``);
+* ``grid_resnet``: GRID over the 18 schedules (as ``grid_cnn``).
+
+It writes ``benchmarks/results/gpu_hippo.json`` (same fields; top-level ``time_ratio``, ``steps_ratio``,
+``identical_metrics``, and ``device`` with the GPU's name). ``--gpu-quick`` sizes it to finish in about a
+minute and a half on an H200 (4096/1024 images, 9 epochs, 32 ASHA trials, 1 repeat, ``asha_tpe_resnet``
+only unless ``--only`` says otherwise): ``python benchmarks/hippo.py --device cuda --gpu-quick``.
 """
 
 from __future__ import annotations
@@ -99,6 +114,9 @@ from modelsql.storage import blobstore  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "hippo.json"
+GPU_RESULTS = HERE / "results" / "gpu_hippo.json"
+IMAGE_FEATURES = 3 * 32 * 32
+RESNET_STUDIES = ("asha_tpe_resnet", "grid_resnet")
 BATCH = 32
 WORKERS = 2
 THREADS = 1
@@ -139,15 +157,19 @@ class Study:
     options: dict = field(default_factory=dict)
     about: str = ""
 
-    def sql(self, execution: str, study_name: str, seed: int) -> str:
+    def sql(self, execution: str, study_name: str, seed: int, device: str = "cpu") -> str:
         opts = {"max_epochs": self.max_epochs, "seed": seed, "workers": WORKERS, "threads": THREADS,
-                **self.options, "study_name": f"'{study_name}'", "execution": f"'{execution}'"}
+                **self.options, "study_name": f"'{study_name}'", "execution": f"'{execution}'",
+                "device": f"'{device}'"}
         with_ = ", ".join(f"{k} = {v}" for k, v in opts.items())
         return (f"TUNE MODEL {self.model} ON TABLE train VALIDATE ON TABLE val TARGET label\n"
                 f"SEARCH ({self.space})\nUSING {self.algorithm} WITH ({with_})")
 
 
-def sizes(quick: bool) -> dict:
+def sizes(quick: bool, gpu_quick: bool = False) -> dict:
+    if gpu_quick:
+        return {"train_rows": 4096, "val_rows": 1024, "max_epochs": 9, "milestones": ((3, 6), (4, 7), (5, 8)),
+                "asha_trials": 32, "asha_concurrency": 8, "pbt_epochs": 12, "pbt_interval": 4, "repeats": 1}
     if quick:
         return {"train_rows": 600, "val_rows": 200, "max_epochs": 9, "milestones": ((3, 6), (4, 7), (5, 8)),
                 "asha_trials": 24, "asha_concurrency": 8, "pbt_epochs": 12, "pbt_interval": 4, "repeats": 1}
@@ -177,6 +199,10 @@ def studies(size: dict) -> dict[str, Study]:
               f"PBT, population 8, every {pbt['perturbation_interval']} epochs, lr in 5 values"),
         Study("pbt_q50_cnn", "cnn", "PBT", constant, size["pbt_epochs"], {**pbt, "quantile_fraction": 0.5},
               "the same PBT with quantile_fraction 0.5"),
+        Study("asha_tpe_resnet", "resnet", "ASHA", schedules, e, {"sampler": "'tpe'", **asha},
+              f"ASHA + TPE sampler, {asha['trials']} trials over the 18 schedules, ResNet on 3x32x32 images"),
+        Study("grid_resnet", "resnet", "GRID", schedules, e, {},
+              "grid over the 18 step-decay schedules, ResNet on 3x32x32 images"),
     ]
     return {s.name: s for s in out}
 
@@ -215,6 +241,29 @@ def digits_table():
     return pa.table(cols)
 
 
+def synthetic_images(rows: int, seed: int = 0, classes: int = 10):
+    """``rows`` synthetic 3x32x32 images in [0, 1] as a table ``(x FLOAT[3072], label BIGINT)``: each class a
+    smooth random colour pattern (a sum of 4 low-frequency cosines per channel), each image its class's pattern
+    rolled by up to 4 pixels, scaled by 0.7 to 1.3, plus Gaussian noise (sd 0.15): learnable, not trivial."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    grid = np.arange(32, dtype=np.float32) / 32
+    yy, xx = np.meshgrid(grid, grid, indexing="ij")
+    freq = rng.integers(1, 4, size=(classes, 3, 4, 2))
+    phase = rng.uniform(0, 2 * np.pi, size=(classes, 3, 4))
+    patterns = np.cos(2 * np.pi * (freq[..., 0, None, None] * yy + freq[..., 1, None, None] * xx)
+                      + phase[..., None, None]).mean(axis=2)  # (classes, 3, 32, 32)
+    labels = rng.integers(0, classes, size=rows)
+    shifts = rng.integers(-4, 5, size=(rows, 2))
+    scale = rng.uniform(0.7, 1.3, size=(rows, 1, 1, 1))
+    images = np.stack([np.roll(patterns[c], tuple(s), axis=(1, 2)) for c, s in zip(labels, shifts)]) * scale
+    images = 0.5 + 0.5 * images + rng.normal(0, 0.15, size=images.shape)
+    flat = np.clip(images, 0, 1).astype(np.float32).reshape(rows, IMAGE_FEATURES)
+    x = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), IMAGE_FEATURES)
+    return pa.table({"x": x, "label": labels.astype(np.int64)})
+
+
 def make_db(path: Path, size: dict, table) -> modelsql.Connection:
     con = modelsql.connect(str(path))
     con.register("digits_arrow", table)
@@ -225,6 +274,7 @@ def make_db(path: Path, size: dict, table) -> modelsql.Connection:
     con.commit()
     cur.execute("CREATE MODEL cnn FROM PYTHON 'modelsql.zoo:cnn'")
     cur.execute("CREATE MODEL mlp FROM PYTHON 'modelsql.zoo:mlp'")
+    cur.execute("CREATE MODEL resnet FROM PYTHON 'modelsql.zoo:cifar_resnet' WITH (width = 16, blocks = 1)")
     return con
 
 
@@ -234,10 +284,10 @@ def trial_metrics(con, study: str) -> dict[int, tuple]:
     return {t: (s, tuple(float(m).hex() for m in ms)) for t, s, ms in rows}
 
 
-def run_tune(con, study: Study, execution: str, seed: int) -> dict:
+def run_tune(con, study: Study, execution: str, seed: int, device: str = "cpu") -> dict:
     """Run one study in one mode; its figures from the result row, the catalog and the blob counter."""
     name = f"{study.name}_{execution}"
-    sql = study.sql(execution, name, seed)
+    sql = study.sql(execution, name, seed, device)
     PUTS.update(count=0, bytes=0, distinct={})
     cur = con.cursor()
     t0 = time.perf_counter()
@@ -301,7 +351,7 @@ def ratio(a: float, b: float):
 # ---------------------------------------------------------------- summaries
 
 
-def summarize_study(study: Study, runs: list[dict], size: dict) -> dict:
+def summarize_study(study: Study, runs: list[dict], size: dict, device: str = "cpu") -> dict:
     """``runs``: one ``{"stages": run, "trials": run}`` per repeat."""
     steps_per_epoch = math.ceil(size["train_rows"] / BATCH)
     s0, t0 = runs[0]["stages"], runs[0]["trials"]
@@ -336,7 +386,7 @@ def summarize_study(study: Study, runs: list[dict], size: dict) -> dict:
     mode_name = {"stages": "stage_based", "trials": "trial_based"}
     return {
         "name": study.name, "algorithm": study.algorithm.lower(), "model": study.model, "about": study.about,
-        "options": study.options, "max_epochs": study.max_epochs, "sql": study.sql("stages", "<name>", 0),
+        "options": study.options, "max_epochs": study.max_epochs, "sql": study.sql("stages", "<name>", 0, device),
         "trials": s0["result"]["trials"], "statuses": s0["statuses"],
         "best_trial": s0["result"]["best_trial"], "best_metric": s0["result"]["best_metric"],
         "epochs": {"trial_based": t0["epochs_trained"], "stage_based": s0["epochs_trained"],
@@ -449,12 +499,25 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None, help="runs of every study in each mode (3; 1 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="+", default=None, help="run only these studies (and the scenarios they make)")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"results file ({RESULTS.name}; {GPU_RESULTS.name} with a CUDA --device)")
+    ap.add_argument("--device", default="cpu", help="every TUNE's device option: cpu (the default), cuda, cuda:N")
+    ap.add_argument("--gpu-quick", action="store_true",
+                    help="the GPU smoke run: 4096/1024 images, 9 epochs, 32 ASHA trials, 1 repeat, asha_tpe_resnet")
+    ap.add_argument("--train-rows", type=int, default=None, help="override the training rows (a tiny smoke run)")
+    ap.add_argument("--val-rows", type=int, default=None, help="override the validation rows")
+    ap.add_argument("--trials", type=int, default=None, help="override the ASHA trials")
     args = ap.parse_args()
-    size = sizes(args.quick)
+    gpu = args.device.lower().startswith("cuda")
+    out = args.out or (GPU_RESULTS if gpu else RESULTS)
+    size = sizes(args.quick, args.gpu_quick)
+    size.update({k: v for k, v in (("train_rows", args.train_rows), ("val_rows", args.val_rows),
+                                   ("asha_trials", args.trials)) if v is not None})
     repeats = args.repeats or size["repeats"]
     defs = studies(size)
-    names = args.only or list(defs)
+    default = (["asha_tpe_resnet"] if args.gpu_quick else list(RESNET_STUDIES)) if gpu else \
+        [n for n in defs if n not in RESNET_STUDIES]
+    names = args.only or default
     unknown = set(names) - set(defs)
     if unknown:
         ap.error(f"unknown studies {sorted(unknown)}; known: {', '.join(defs)}")
@@ -470,30 +533,41 @@ def main() -> None:
     host = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
             "python": platform.python_version(), "torch": torch.__version__, "optuna": optuna.__version__,
             "duckdb": duckdb.__version__, "sklearn": sklearn.__version__, "numpy": np.__version__,
-            "loadavg_start": os.getloadavg()}
+            "loadavg_start": os.getloadavg(),
+            **({"gpu": torch.cuda.get_device_name(args.device)} if gpu and torch.cuda.is_available() else {})}
     work = Path(tempfile.mkdtemp(prefix="hippo-bench-"))
-    table_ = digits_table()
+    images = any(defs[n].model == "resnet" for n in names)
+    tables = {"digits": digits_table() if not all(defs[n].model == "resnet" for n in names) else None,
+              "images": synthetic_images(size["train_rows"] + size["val_rows"], args.seed) if images else None}
+
+    def table_of(name: str):
+        return tables["images" if defs[name].model == "resnet" else "digits"]
+
     singles: dict[str, list[dict]] = {n: [] for n in names}
     seconds: dict[tuple, list[dict]] = {m: [] for m in multis}
     try:
-        # warm-up: both worker processes started, torch and both factories imported, nothing timed
-        con = make_db(work / "warmup.duckdb", size, table_)
-        for model in ("cnn", "mlp"):
-            con.execute(f"TUNE MODEL {model} ON TABLE train VALIDATE ON TABLE val TARGET label "
-                        f"SEARCH (lr = CHOICE(0.1, 0.05), batch_size = {BATCH}) USING GRID WITH (max_epochs = 1, "
-                        f"workers = {WORKERS}, threads = {THREADS}, study_name = 'warm_{model}')").fetchall()
-        con.close()
+        # warm-up: both worker processes started, torch and the factories imported (CUDA initialised), nothing timed
+        for kind, table_ in tables.items():
+            if table_ is None:
+                continue
+            con = make_db(work / f"warmup_{kind}.duckdb", size, table_)
+            for model in sorted({defs[n].model for n in names if table_of(n) is table_}):
+                con.execute(f"TUNE MODEL {model} ON TABLE train VALIDATE ON TABLE val TARGET label "
+                            f"SEARCH (lr = CHOICE(0.1, 0.05), batch_size = {BATCH}) USING GRID WITH (max_epochs = 1, "
+                            f"workers = {WORKERS}, threads = {THREADS}, study_name = 'warm_{model}', "
+                            f"device = '{args.device}')").fetchall()
+            con.close()
         print(f"warm-up done in {time.perf_counter() - start:.1f} s; {repeats} repeat(s) of {', '.join(names)}",
               flush=True)
         for r in range(repeats):
             for name in names:
                 study = defs[name]
                 path = work / f"r{r}_{name}.duckdb"
-                con = make_db(path, size, table_)
+                con = make_db(path, size, table_of(name))
                 order = ("stages", "trials") if r % 2 == 0 else ("trials", "stages")
                 got = {}
                 for mode in order:
-                    got[mode] = run_tune(con, study, mode, args.seed)
+                    got[mode] = run_tune(con, study, mode, args.seed, args.device)
                     g = got[mode]
                     print(f"repeat {r} {name:16s} {mode:6s}: {g['wall_s']:6.1f} s, {g['epochs_trained']:5d} epochs "
                           f"({g['stages_trained']} stages, {g['train_seconds']:.1f} s training), "
@@ -505,14 +579,14 @@ def main() -> None:
                 singles[name].append(got)
                 for m in multis:
                     if m[0] == name:
-                        second = run_tune(con, defs[m[1]], "stages", args.seed)
+                        second = run_tune(con, defs[m[1]], "stages", args.seed, args.device)
                         seconds[m].append(second)
                         print(f"repeat {r} {m[1]:16s} stages after {name}: {second['wall_s']:6.1f} s, "
                               f"{second['epochs_trained']:5d} epochs", flush=True)
                 con.close()
                 shutil.rmtree(path.parent / (path.name + ".blobs"), ignore_errors=True)
                 path.unlink(missing_ok=True)
-        rows = [summarize_study(defs[n], singles[n], size) for n in names]
+        rows = [summarize_study(defs[n], singles[n], size, args.device) for n in names]
         multi_rows = []
         for m in multis:  # the second's single-study runs come later in each repeat: pair them up now
             multi_rows.append(summarize_multi(m[0], m[1], singles, seconds[m], size))
@@ -554,15 +628,17 @@ def main() -> None:
         "hippo_reported": HIPPO_REPORTED,
         "studies": rows, "multi_studies": multi_rows,
         "host": {**host, "loadavg_end": os.getloadavg()},
+        "device": args.device,
         "settings": {**{k: v for k, v in size.items() if k != "repeats"}, "repeats": repeats, "seed": args.seed,
                      "workers": WORKERS, "threads": THREADS, "batch_size": BATCH, "quick": args.quick,
+                     "gpu_quick": args.gpu_quick, "device": args.device,
                      "optimizer": "sgd, momentum 0.9 (defaults)", "metric": "val_loss (min)"},
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "runtime_s": time.perf_counter() - start,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
     print()
     print(table(result))
     print()

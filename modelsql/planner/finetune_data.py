@@ -76,7 +76,7 @@ def finetune_options(stmt, params: list) -> dict:
         if key in given and (isinstance(given[key], bool) or not isinstance(given[key], int)):
             raise ProgrammingError(f"FINETUNE PIPELINE {name} option {key} must be an integer, got {given[key]!r}",
                                    code="invalid_option")
-    device = training_device(given.get("device"), f"FINETUNE PIPELINE {name}")
+    device = training_device(given.get("device", "auto"), f"FINETUNE PIPELINE {name}")
     if "test" in given and not isinstance(given["test"], str):
         raise ProgrammingError(f"FINETUNE PIPELINE {name} option test names a table, e.g. test = holdout; got "
                                f"{given['test']!r}", code="invalid_option")

@@ -144,7 +144,7 @@ def _options(stmt: ImportModel, params: list, name: str) -> dict:
         raise ProgrammingError(f"CREATE MODEL {name}: execution must be one of {', '.join(EXECUTIONS)}, not "
                                f"{out['execution']!r}.", code="bad_option")
     where = f"CREATE MODEL {name} FROM PYTHON option device"
-    out["device"] = devices.require(devices.parse(out.get("device"), where), where)
+    out["device"] = devices.require(devices.parse(out.get("device", "auto"), where), where)
     return out
 
 

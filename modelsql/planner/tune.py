@@ -147,7 +147,7 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
     trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
     options = _options(stmt, params)
     common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
-    training_device(common.get("device"), "TUNE")  # a device that is not there fails before the data is read
+    training_device(common.get("device", "auto"), "TUNE")  # a device that is not there fails before the data is read
     max_epochs = _max_epochs(common, options)
     space = bind_space(stmt.args["search"])
     space.validate(max_epochs)
@@ -170,7 +170,8 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
                                "'stages' (the stage tree) or 'trials' (every trial on its own, the baseline)")
     executor = _choice_option(common, "executor", "local", ("local", "ray"), "'local' or 'ray'")
     check_threads(threads, workers, executor)
-    device = training_device(common.get("device"), "TUNE", executor=executor, trees=isinstance(data.data.x, Trees))
+    device = training_device(common.get("device", "auto"), "TUNE", executor=executor,
+                             trees=isinstance(data.data.x, Trees))
     budget = number_option(common, "time_budget_s", None, low=0.0)
     defaults = trainable_defaults(trainable)
     probe_factory(space, trainable.factory, defaults, data.data.x.shape[1], data.data.n_outputs,

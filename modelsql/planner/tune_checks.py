@@ -104,7 +104,7 @@ def training_device(value: Any, statement: str, *, executor: str = "local", tree
     ``cpu`` (``cpu`` too for a table of trees or ``executor = 'ray'``, which train on the CPU only).
 
     Args:
-        value: the option's value (None when not given).
+        value: the option's value (``"auto"`` when not given; None, SQL NULL, is refused).
         statement: ``"TUNE"`` or ``"FINETUNE PIPELINE p"``, for the messages.
 
     Raises:
