@@ -78,6 +78,24 @@ totals, ``host``, ``settings`` and ``rows`` (one per (arch, N, batch)); prints a
 Run: ``python benchmarks/netfuse.py`` (about 20 minutes on 2 cores, most of it in the big CNNs at
 N = 16 and 32: exporting, merging and loading 32 copies of ResNet-50); ``--quick`` for a smoke run
 (3 repeats, N in 1, 8, 32, only mlp_tiny, mlp and resnet18); ``--arch``, ``--n``, ``--batch`` for a subset.
+
+On a CUDA device (``--device cuda``; issue 24 part 4; writes ``benchmarks/results/gpu_netfuse.json``):
+archs ``small_resnet`` (ResNet-18 width 16, 32x32), ``bert_small`` (d 256, 4 layers, 4 heads, ff 1024, seq 64,
+vocab 30522) and ``resnet50_224``; member 0 exported once, member ``i`` its float weights rotated by
+``7919 i`` places (no N exports). Per (arch, N in 1 ... 32, batch 1 and 8) three policies, interleaved, 2
+warm-up calls and ``--repeats`` timed calls each (medians, min/max/p25/p75): ``members`` (plain ONNX Runtime
+CUDA sessions in turn, uncaptured), ``members_captured`` (each member a ``CudaModel``, a captured CUDA graph
+per batch, in turn on one stream), ``merged`` (the merged graph as a ``CudaModel`` captured for N instances,
+both lowerings, the better kept; checked against the captured members, relative ``GPU_TOLERANCE``). Members
+on parallel CUDA streams are not measured: ONNX Runtime's Python API takes no stream per run. Each row has the
+planner's pick (``merge_cost.estimate`` on the device) and what it cost; ``planner_vs_best_fixed`` is its
+total over the points with all three measured against the best fixed policy's. Top level:
+``small_resnet_n32_b1_speedup``, ``bert_n32_b1_speedup``, ``resnet50_n32_b1_speedup`` (merged over members in
+turn at N = 32, one row). Every variant's failure is recorded in its row's ``errors``. N is run from the
+largest down and points past ``--budget-s`` are skipped (and said so). ``--gpu-quick`` (about 2 minutes on an
+H200): ResNet-50 at N 8 and 32 with one row, one lowering (matmul; its dense layer is one FC) for it and below
+N = 32 (merging 32 ResNet-50s and loading 3.2 GB of merged weights twice -- the plain session and the
+captured one -- dominates its time). ``--gpu-dry`` runs this code on CPU sessions (a check of the code path).
 """
 
 from __future__ import annotations
@@ -112,6 +130,7 @@ import proc_memory  # noqa: E402  (benchmarks/proc_memory.py)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "netfuse.json"
+GPU_RESULTS = HERE / "results" / "gpu_netfuse.json"
 
 ARCHS: dict[str, tuple[str, dict]] = {
     "mlp_tiny": ("mlp", {"sizes": (32, 64, 64, 4)}),
@@ -549,9 +568,291 @@ def report(result: dict, order: list[str]) -> None:
                                              "planner_right", "planner_queries", "runtime_s")}, indent=2))
 
 
+
+# ---------------------------------------------------------------- on a CUDA device (--device cuda)
+
+GPU_ARCHS: dict[str, tuple[str, dict, dict]] = {
+    "small_resnet": ("resnet18", {"width": 16, "num_classes": 10}, {"image_size": 32}),
+    "bert_small": ("bert", {"vocab": 30522, "dim": 256, "layers": 4, "heads": 4, "ff": 1024, "seq": 64}, {}),
+    "resnet50_224": ("resnet50", {"width": 64, "num_classes": 1000}, {"image_size": 224}),
+}
+GPU_POLICIES = ("members", "members_captured", "merged")
+GPU_TOLERANCE = 1e-3
+
+
+def gpu_members(arch: str, n: int, folder: Path) -> tuple[list[Path], onnx.ModelProto]:
+    """``n`` members of ``arch``: member 0 exported once by torch, member ``i`` the same graph with each float
+    initializer's values rotated by ``7919 * i`` places (distinct weights of the same distribution, without
+    ``n`` exports); written as ``m<i>.onnx`` + ``m<i>.data`` (relative locations). Returns the paths and
+    member 0 in full (for static features)."""
+    name, kw, extra = GPU_ARCHS[arch]
+    proto0 = onnx.load_from_string(family(name, 1, exporter="legacy", dynamic_batch=True, seed=0, **kw, **extra)[0])
+    paths = []
+    for i in range(n):
+        m = onnx.ModelProto()
+        m.CopyFrom(proto0)
+        for t in m.graph.initializer:
+            a = onnx.numpy_helper.to_array(t)
+            if i and a.dtype == np.float32 and a.size > 1:
+                t.CopyFrom(onnx.numpy_helper.from_array(np.roll(a.ravel(), 7919 * i % a.size).reshape(a.shape),
+                                                        t.name))
+        p = folder / f"m{i}.onnx"
+        onnx.save_model(m, str(p), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=f"m{i}.data", size_threshold=1024)
+        paths.append(p)
+    return paths, proto0
+
+
+def gpu_inputs(arch: str, n: int, batch: int) -> list[np.ndarray]:
+    name, kw, extra = GPU_ARCHS[arch]
+    return [example_input(name, batch, seed=10_000 + 97 * batch + i, **kw, **extra) for i in range(n)]
+
+
+class Deadline:
+    """The run's time budget: ``left()`` seconds remain; points past it are skipped and said so."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.end - time.perf_counter()
+
+
+def attempt(row: dict, key: str, fn):
+    """``fn()``, or None with the error's last line kept in ``row["errors"][key]`` (one run shows what works)."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - every variant's failure is a result
+        row.setdefault("errors", {})[key] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:400]}" \
+            if str(exc).strip() else type(exc).__name__
+        return None
+
+
+def gpu_sessions(members: list[Path], device: str, batches: list[int], row: dict) -> tuple[list, list]:
+    """Each member as a CudaModel (captured, one bucket per batch size) and its base plain ONNX Runtime session
+    on the device (uncaptured ``run``). On ``--device cpu`` (a dry run of this code) plain CPU sessions
+    stand in for both."""
+    from modelsql.operators.backends.cuda import CudaModel
+    from modelsql.operators.backends.onnxruntime import OrtModel
+
+    captured, plain = [], []
+    for i, p in enumerate(members):
+        data = p.read_bytes()
+        if device == "cpu":
+            m = OrtModel(data, f"member {i}", intra_op_threads=1)
+            captured.append(m)
+            plain.append(m.session)
+        else:
+            m = CudaModel(data, f"member {i}", device, buckets=tuple(sorted(set(batches))))
+            captured.append(m)
+            plain.append(m.base.session)
+    return captured, plain
+
+
+def gpu_merged(members: list[Path], device: str, dense: str, folder: Path, row: dict):
+    """The merged graph of ``members`` with the ``dense`` lowering, as a CudaModel captured for exactly N
+    instances (its instance axis made symbolic, as the planner loads it); merge and load times in ``row``."""
+    from modelsql.operators.backends.cuda import CudaModel
+    from modelsql.operators.backends.onnxruntime import OrtModel
+    from modelsql.planner.merged_models import symbolic_instances
+
+    t0 = time.perf_counter()
+    merged = merge_models([onnx.load(str(p), load_external_data=False) for p in members],
+                          reference=onnx.load(str(members[0])), dense=dense)
+    row[f"merge_{dense}_s"] = time.perf_counter() - t0
+    symbolic_instances(merged)
+    data = merged.SerializeToString()
+    t0 = time.perf_counter()
+    model = (OrtModel(data, "merged", intra_op_threads=1) if device == "cpu"
+             else CudaModel(data, "merged", device, buckets=(len(members),)))
+    row[f"merged_session_{dense}_s"] = time.perf_counter() - t0
+    return model
+
+
+def gpu_time(fns: dict, repeats: int) -> dict:
+    """Interleaved timing (order rotated per repeat, 2 warm-up calls each; every call returns host arrays,
+    so it includes the device's work): name -> spread in ms."""
+    names = list(fns)
+    for nm in names:
+        fns[nm]()
+        fns[nm]()
+    out = {nm: [] for nm in names}
+    for r in range(repeats):
+        for nm in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            fns[nm]()
+            out[nm].append((time.perf_counter() - t0) * 1000)
+    return {nm: spread(xs) for nm, xs in out.items()}
+
+
+def gpu_point(arch: str, n: int, batch: int, sets: dict, merged: dict, query, args) -> dict:
+    """One (arch, N, batch): the three policies side by side, the merged check, the planner's pick."""
+    row = {"arch": arch, "n": n, "batch": batch}
+    xs = gpu_inputs(arch, n, batch)
+    stacked = np.ascontiguousarray(np.stack(xs))
+    cap, plain = sets["captured"][:n], sets["plain"][:n]
+    iname = cap[0].input_names[0]
+    fns = {"members": lambda: [s.run(None, {iname: x}) for s, x in zip(plain, xs)],
+           "members_captured": lambda: [m.run({iname: x}) for m, x in zip(cap, xs)]}
+    ref = attempt(row, "members_captured", lambda: np.stack([m.run({iname: x})[0] for m, x in zip(cap, xs)]))
+    for dense, model in merged.items():
+        got = attempt(row, f"merged_{dense}", lambda model=model: model.run({iname: stacked})[0])
+        if got is None:
+            continue
+        if ref is not None:
+            row[f"max_rel_diff_{dense}"] = rel_diff(got, ref)
+            if not row[f"max_rel_diff_{dense}"] <= GPU_TOLERANCE:
+                row.setdefault("errors", {})[f"merged_{dense}"] = f"differs by {row[f'max_rel_diff_{dense}']:.2e}"
+                continue
+        fns[f"merged_{dense}"] = lambda model=model: model.run({iname: stacked})
+    times = attempt(row, "timing", lambda: gpu_time(fns, args.repeats)) or {}
+    row["times"] = times
+    for nm, st in times.items():
+        row[f"{nm}_ms"] = st["median_ms"]
+    lowered = {d: row[f"merged_{d}_ms"] for d in merged if f"merged_{d}_ms" in row}
+    if lowered:
+        row["merged_best"] = min(lowered, key=lowered.get)
+        row["merged_ms"] = lowered[row["merged_best"]]
+        if "members_ms" in row:
+            row["speedup"] = row["members_ms"] / row["merged_ms"]
+        if "members_captured_ms" in row:
+            row["speedup_over_captured"] = row["members_captured_ms"] / row["merged_ms"]
+    for dense, model in merged.items():
+        row[f"merged_{dense}_capture"] = getattr(model, "capture_declined", None) or "captured"
+    row["members_capture"] = getattr(cap[0], "capture_declined", None) or "captured"
+    est = query(n, [float(batch)] * n)
+    row["planner"] = {"policy": est.policy, "reason": est.reason, "estimates_ms": dict(est.estimates),
+                      "planner_ms": row.get(f"{est.policy}_ms")}
+    return row
+
+
+def gpu_arch(arch: str, ns: list[int], batches: list[int], device: str, work: Path, args, deadline: Deadline) -> list:
+    """Every (N, batch) of one architecture (N descending: the N = 32 point first, so a tight budget cuts the
+    small N), its members' sessions made once and shared by every N."""
+    folder = work / arch
+    folder.mkdir()
+    head = {"arch": arch}
+    t0 = time.perf_counter()
+    members, proto0 = gpu_members(arch, max(ns), folder)
+    head["members_s"] = time.perf_counter() - t0
+    _, features = planner_query(proto0, param_bytes(proto0))
+    cost = _cost_of(features, param_bytes(proto0))
+    estimate_on = "cuda:0" if device == "cpu" else device  # a dry run on the CPU still asks the GPU rule
+
+    def gpu_query(n, rows):
+        return merge_cost.estimate(cost, n, rows, device=estimate_on)
+    del proto0
+    cwd = os.getcwd()
+    os.chdir(folder)  # the members' and merged graphs' data files are found relative to the working folder
+    rows = []
+    try:
+        t0 = time.perf_counter()
+        got = attempt(head, "member_sessions", lambda: gpu_sessions(members, device, batches, head))
+        head["member_sessions_s"] = time.perf_counter() - t0
+        if got is None:
+            return [{**head, "n": n, "batch": b} for n in ns for b in batches]
+        sets = {"captured": got[0], "plain": got[1]}
+        for n in sorted(ns, reverse=True):
+            lowerings = LOWERINGS if (not args.gpu_quick or n == max(ns)) and arch != "resnet50_224" else ("matmul",)
+            if deadline.left() < 0:
+                rows += [{**head, "n": n, "batch": b, "skipped": "over the run's time budget"} for b in batches]
+                continue
+            info: dict = {}
+            merged = {}
+            for dense in lowerings:
+                m = attempt(info, f"merge_{dense}", lambda dense=dense: gpu_merged(members[:n], device, dense,
+                                                                                  folder, info))
+                if m is not None:
+                    merged[dense] = m
+            for b in batches:
+                row = gpu_point(arch, n, b, sets, merged, gpu_query, args)
+                row.update({k: v for k, v in {**head, **features, **info}.items()
+                            if k != "errors" or "errors" not in row})
+                if "errors" in info:
+                    row.setdefault("errors", {}).update(info["errors"])
+                rows.append(row)
+                print(f"  {arch} N={n} b={b}: " + ", ".join(f"{p} {row.get(p + '_ms', float('nan')):.3f}"
+                                                            for p in ("members", "members_captured", "merged"))
+                      + f" ms; planner {row['planner']['policy']}" + (f"; errors {row['errors']}" if row.get(
+                          "errors") else ""), flush=True)
+            del merged
+            gc.collect()
+    finally:
+        os.chdir(cwd)
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+def _cost_of(features: dict, wbytes: int) -> "merge_cost.MemberCost":
+    return merge_cost.MemberCost(features["flops_per_row"], features.get("conv_flops", 0.0),
+                                 features.get("gemm_flops", 0.0), features.get("nodes", 10), wbytes)
+
+
+def gpu_summary(rows: list[dict]) -> dict:
+    """Headline speedups at N = 32, one row (merged, the better lowering, over members in turn) and the planner
+    against the best fixed policy over the points where all three were measured."""
+    def at(arch):
+        r = next((r for r in rows if r["arch"] == arch and r["n"] == 32 and r["batch"] == 1 and "speedup" in r), None)
+        return r["speedup"] if r else None
+
+    full = [r for r in rows if all(f"{p}_ms" in r for p in GPU_POLICIES) and r["planner"].get("planner_ms")]
+    totals = {p: sum(r[f"{p}_ms"] for r in full) for p in GPU_POLICIES}
+    planner = sum(r["planner"]["planner_ms"] for r in full)
+    best = min(totals, key=totals.get) if full else None
+    return {"resnet50_n32_b1_speedup": at("resnet50_224"), "small_resnet_n32_b1_speedup": at("small_resnet"),
+            "bert_n32_b1_speedup": at("bert_small"),
+            "planner_vs_best_fixed": planner / totals[best] if full and totals[best] > 0 else None,
+            "planner_total_ms": planner, "fixed_totals_ms": totals, "best_fixed": best, "planner_points": len(full),
+            "planner_right": sum(r["planner"]["planner_ms"] <= min(r[f"{p}_ms"] for p in GPU_POLICIES) * 1.0001
+                                 for r in full)}
+
+
+def gpu_main(args) -> None:
+    """``--device cuda`` (or ``--device cpu --gpu-dry``: this code on CPU sessions, a check of the code path)."""
+    from modelsql.operators.backends import devices
+
+    device = "cpu" if args.device == "cpu" else devices.parse(args.device, "--device")
+    if device != "cpu":
+        devices.require(device, "benchmarks/netfuse.py")
+    start = time.perf_counter()
+    deadline = Deadline(args.budget_s)
+    archs = args.arch or list(GPU_ARCHS)
+    quick_n = {"resnet50_224": [8, 32]}
+    rows: list[dict] = []
+    work = Path(tempfile.mkdtemp(prefix="netfuse-gpu-"))
+    out = args.out if args.out != RESULTS else GPU_RESULTS
+    settings = {"device": device, "archs": archs, "n": args.n, "batch": args.batch, "repeats": args.repeats,
+                "gpu_quick": args.gpu_quick, "budget_s": args.budget_s, "tolerance": GPU_TOLERANCE,
+                "members": "member 0 exported once; member i its float weights rotated by 7919 i places",
+                "policies": {"members": "plain ONNX Runtime CUDA sessions run in turn (uncaptured)",
+                             "members_captured": "each member a CudaModel (captured CUDA graph per batch), in turn",
+                             "merged": "the merged graph as a CudaModel captured for N instances (better lowering)"},
+                "streams": "not measured: ONNX Runtime's Python API takes no CUDA stream per run"}
+    try:
+        for arch in archs:
+            ns = [n for n in (args.n or quick_n.get(arch, [1, 2, 4, 8, 16, 32])) if n >= 1]
+            if args.gpu_quick and arch == "resnet50_224":
+                batches = [1]
+            else:
+                batches = args.batch
+            print(f"{arch}: N {ns}, batch {batches} ({deadline.left():.0f} s left)", flush=True)
+            rows += gpu_arch(arch, ns, batches, device, work, args, deadline)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = {**gpu_summary(rows), "host": {"platform": platform.platform(), "onnxruntime": ort.__version__,
+                                            "providers": ort.get_available_providers()},
+              "settings": settings, "planner_rule": rule_constants(), "runtime_s": time.perf_counter() - start,
+              "rows": rows, "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "host", "settings", "planner_rule")},
+                     indent=2, default=str))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", nargs="+", choices=list(ARCHS), default=None)
+    ap.add_argument("--arch", nargs="+", choices=list(ARCHS) + list(GPU_ARCHS), default=None,
+                    help=f"CPU: {', '.join(ARCHS)}; GPU: {', '.join(GPU_ARCHS)}")
     ap.add_argument("--n", nargs="+", type=int, default=None, help="members merged (default 1 2 4 8 16 32)")
     ap.add_argument("--batch", nargs="+", type=int, default=[1, 8], help="rows per instance")
     ap.add_argument("--repeats", type=int, default=None, help="timed samples per variant (default 7; 3 with --quick)")
@@ -566,9 +867,21 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--replan", type=Path, default=None, metavar="RESULTS_JSON",
                     help="measure nothing: recompute the planner's picks in this results file with the current rule")
+    ap.add_argument("--device", default="cpu", help="cpu (the CPU benchmark above) or cuda / cuda:N (the GPU one)")
+    ap.add_argument("--gpu-quick", action="store_true",
+                    help="GPU grid within about 2 minutes: ResNet-50 at N 8 and 32, one row; one lowering below N 32")
+    ap.add_argument("--gpu-dry", action="store_true", help="run the GPU benchmark's code on CPU sessions (a check)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="GPU run: points are skipped (and said so) past this many seconds (default 110 with "
+                         "--gpu-quick, else 600)")
     args = ap.parse_args()
     if args.replan:
         replan(args)
+        return
+    if args.device != "cpu" or args.gpu_dry:
+        args.repeats = args.repeats or (7 if args.gpu_quick else 15)
+        args.budget_s = args.budget_s or (110.0 if args.gpu_quick else 600.0)
+        gpu_main(args)
         return
     if args.quick:
         args.arch = args.arch or ["mlp_tiny", "mlp", "resnet18"]

@@ -27,6 +27,7 @@ from ..operators.backends import devices
 from ..operators.backends.cuda import MAX_BUCKET
 from ..operators.predict import ONNX_TO_DUCKDB
 from .artifacts import default_threads
+from . import merge_cost
 from .costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
 from .plan import PredictScan
 
@@ -80,8 +81,8 @@ H2D_BYTES_PER_MS = 10e6
 DEVICE_MIN_GAIN = 1.25
 """The estimated speedup a CUDA device needs over the CPU before ``device = 'auto'`` takes it."""
 GPU_KINDS = ("onnx", "sklearn", "torch")
-"""Model kinds ``device = 'auto'`` may put on a CUDA device (pipelines, routed families and Python programs
-run there only when asked)."""
+"""Model kinds ``device = 'auto'`` may put on a CUDA device (pipelines and Python programs run there only when
+asked; routed families by :func:`routed_device`)."""
 BACKEND_MIN_GAIN = 1.5
 """The estimated speedup a checked TVM artifact needs over ONNX Runtime before the planner runs it (the
 feasibility study: a wrong TVM pick cost up to 100x, while the cost model's errors are tens of percent)."""
@@ -237,6 +238,8 @@ def choose_device(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str,
     gpus = [d for d in present if d != "cpu"]
     if not gpus:
         return "cpu", "", ()
+    if scan.model.kind == "models":
+        return routed_device(scan, costs)
     if scan.model.kind not in GPU_KINDS or choice.backend != "onnxruntime":
         what = "backend " + choice.backend if choice.backend != "onnxruntime" else f"a {scan.model.kind} model"
         return "cpu", "auto", tuple((g, f"{what} runs on a CUDA device only when device = '{g}' is asked for")
@@ -248,6 +251,44 @@ def choose_device(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str,
         return best, f"auto: estimated {gpu:.1f} ms against {cpu:.1f} ms on the CPU", (("cpu", f"estimated {cpu:.1f} ms"),)
     return "cpu", "auto", ((best, f"estimated {gpu:.1f} ms against {cpu:.1f} ms on the CPU (under "
                                   f"{DEVICE_MIN_GAIN}x)"),)
+
+
+def routed_device(scan: PredictScan, costs: Costs = NO_COSTS) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """``(device, why, rejected)`` for a routed scan (``MODELS (...) ROUTE BY c``): the one asked for; else, with
+    ``device = 'auto'`` where a CUDA device is present, the device whose best NetFuse policy
+    (:func:`~modelsql.planner.merge_cost.estimate`: members, members captured, merged) over the scan's calls
+    (:data:`CHUNK_ROWS` rows each, spread evenly over the members) is :data:`DEVICE_MIN_GAIN` times faster
+    than the CPU's best; else the CPU."""
+    asked = scan.options.device
+    if asked != "auto":
+        return asked, f"device = '{asked}' was asked for", ()
+    gpus = [d for d in devices.available() if d != "cpu"]
+    if not gpus:
+        return "cpu", "", ()
+    ms = {d: _routed_ms(scan, costs, d) for d in ["cpu"] + gpus}
+    best = min(gpus, key=lambda g: ms[g])
+    if ms[best] > 0 and ms["cpu"] / ms[best] >= DEVICE_MIN_GAIN:
+        return best, f"auto: estimated {ms[best]:.1f} ms against {ms['cpu']:.1f} ms on the CPU", \
+            (("cpu", f"estimated {ms['cpu']:.1f} ms"),)
+    return "cpu", "auto", ((best, f"estimated {ms[best]:.1f} ms against {ms['cpu']:.1f} ms on the CPU (under "
+                                  f"{DEVICE_MIN_GAIN}x)"),)
+
+
+def _routed_ms(scan: PredictScan, costs: Costs, device: str) -> float:
+    """Estimated ms of a routed scan's model runs on ``device``: its calls times the cheapest policy of one
+    call (merged only for a family of one architecture)."""
+    models = scan.model
+    rows = _rows(scan)
+    per_call = min(rows, CHUNK_ROWS)
+    n = len(models.members)
+    want = [max(1.0, per_call / n)] * n
+    learned = None
+    if device != "cpu" and costs.learned:
+        def learned(r: float, factor: int) -> Optional[float]:
+            return costs.run_ms(models.first, max(1, int(round(r))), threads=1, merge_factor=factor, device=device)
+    est = merge_cost.estimate(merge_cost.member_cost(models.first), n, want, device=device, learned=learned)
+    options = [ms for policy, ms in est.estimates if policy != "merged" or models.one_architecture]
+    return -(-rows // per_call) * min(options)
 
 
 def choose_backend(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str, str, tuple[tuple[str, str], ...]]:

@@ -7,6 +7,12 @@ costs one small graph blob in the store and no second copy of any weight. It is
 checked once against the members run separately (on made-up rows) and cached in the
 store under :func:`merge_key` (the ordered members, their content digests, the input
 layout and the dense lowering), recorded in ``modelsql.merged_graphs``.
+
+On a CUDA device (the scan's device, ``"cuda:N"``) the checked graph is loaded whole (its weights joined
+from the store) as a :class:`~modelsql.operators.backends.cuda.CudaModel` whose runs replay captured CUDA
+graphs (Nimble, Kwon et al., NeurIPS 2020), its instance axis made symbolic so the capture is per rows per
+member; the members run as their own captured CudaModels, and each batch takes the policy
+:func:`merge_cost.estimate` picks on that device. The check itself runs on the CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from ..catalog.entries import ModelVersion, RoutedModels
 from ..catalog.families import MergedGraph
 from ..errors import DataError, Error
 from ..formats import netfuse
-from ..operators.backends import SessionKey
+from ..formats.onnx_io import join_model, stored_tensors
+from ..operators.backends import SESSIONS, SessionKey
+from ..operators.backends.cuda import BUCKETS, CudaModel
 from ..storage import BlobStore
 from ..operators.backends import shared_weights
 from ..operators.backends.pipeline import StepMemo
@@ -30,7 +38,7 @@ from ..operators.backends.routed import FamilyMember, MergedRunner, RoutedModel,
 from . import artifacts, merge_cost
 
 __all__ = ["merge_key", "merged_graph", "build_merged", "merged_runner", "runner_of", "routed_session",
-           "shared_family", "CHECK_REL_TOL"]
+           "shared_family", "cuda_merged", "symbolic_instances", "CHECK_REL_TOL"]
 
 CHECK_REL_TOL = 1e-4
 """Largest relative difference (max |merged - separate| / max |separate|) a merged graph may show on its
@@ -151,10 +159,54 @@ def _rows(model, seed: int) -> dict[str, np.ndarray]:
     return feeds
 
 
-def merged_runner(session, members: Sequence[ModelVersion], layout: str, dense: str, intra: int) -> MergedRunner:
-    """A :class:`~modelsql.operators.backends.routed.MergedRunner` over the cached session of the merged graph."""
+def merged_runner(session, members: Sequence[ModelVersion], layout: str, dense: str, intra: int,
+                  device: str = "cpu") -> MergedRunner:
+    """A :class:`~modelsql.operators.backends.routed.MergedRunner` over the cached session of the merged graph
+    on ``device`` (on ``cuda:N``: a captured :class:`CudaModel`, rows per member padded to a bucket).
+
+    Raises:
+        MergeDeclined: the merge, its check, or the device's session (a graph over 2 GB, a refused capture).
+    """
     data, record = merged_graph(session, members, layout, dense)
-    return runner_of(session.store, data, record, members, intra)
+    if device == "cpu":
+        return runner_of(session.store, data, record, members, intra)
+    return MergedRunner(cuda_merged(session.store, data, record, members, device), len(members), BUCKETS)
+
+
+def cuda_merged(store, data: bytes, record: MergedGraph, members: Sequence[ModelVersion], device: str) -> CudaModel:
+    """The cached :class:`CudaModel` of a built merged graph on ``device``: the stripped graph ``data`` joined
+    with its weights from ``store``; a stacked graph's instance axis (static ``N``) made symbolic so that
+    CudaModel captures per rows per member (one bucket: ``N``).
+
+    Raises:
+        MergeDeclined: the joined graph exceeds protobuf's 2 GB, or ONNX Runtime's CUDA provider refuses it.
+    """
+    stacked = record.layout != "shared"
+    key = SessionKey(record.graph_digest, "onnxruntime", device, (("merged", record.merge_key), ("capture", True)))
+    label = f"the merged graph of {', '.join(m.name for m in members)}"
+
+    def build() -> CudaModel:
+        proto = join_model(data, {t.digest: store.get(t.digest) for t in stored_tensors(data)})
+        if stacked:
+            symbolic_instances(proto)
+        try:
+            whole = proto.SerializeToString()
+        except ValueError as exc:  # protobuf's 2 GB limit
+            raise netfuse.MergeDeclined("graph", f"the merged graph is too large to load on {device}: {exc}") from None
+        return CudaModel(whole, label, device, buckets=(len(members),) if stacked else BUCKETS)
+
+    try:
+        return SESSIONS.get(key, build)
+    except DataError as exc:
+        raise netfuse.MergeDeclined("graph", f"ONNX Runtime on {device} rejects the merged graph: {exc}") from None
+
+
+def symbolic_instances(proto: onnx.ModelProto) -> None:
+    """Name the first axis of the graph's inputs and outputs (the N instances) symbolically, in place."""
+    for value in list(proto.graph.input) + list(proto.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if len(dims):
+            dims[0].dim_param = "instances"
 
 
 def runner_of(store, data: bytes, record: MergedGraph, members: Sequence[ModelVersion], intra: int) -> MergedRunner:
@@ -165,43 +217,64 @@ def runner_of(store, data: bytes, record: MergedGraph, members: Sequence[ModelVe
 
 def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,
                    merge: Optional[tuple[str, str]] = None, always: bool = False,
-                   costs=None) -> tuple[RoutedModel, Optional[str]]:
-    """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT.
+                   costs=None, device: str = "cpu") -> tuple[RoutedModel, Optional[str]]:
+    """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT on ``device``.
 
     ``merge``: ``(layout, dense)`` when the plan merges the family; each batch then runs merged when
     the learned cost model (``costs``, where it has seen merged runs) or else :func:`merge_cost.estimate`
-    expects a gain for its routing, or every batch with ``always``.
+    (for ``device``) expects a gain for its routing, or every batch with ``always``. On ``cuda:N`` the members
+    and the merged graph are captured :class:`CudaModel` sessions.
     Returns the model and, when the merge was planned but declined, why (the members then run separately).
+
+    Raises:
+        NotSupportedError: ``device_not_available``; DataError: a member's blob is unreadable.
     """
-    members = [artifacts.model_session(session.store, m, intra=intra) for m in models.members]
+    members = [artifacts.model_session(session.store, m, intra=intra, device=device) for m in models.members]
     runner, declined = None, None
     if merge is not None:
         try:
-            runner = merged_runner(session, models.members, merge[0], merge[1], intra)
+            runner = merged_runner(session, models.members, merge[0], merge[1], intra, device)
         except netfuse.MergeDeclined as exc:
             declined = f"{exc.node}: {exc.reason}"
-    cost = merge_cost.member_cost(models.first)
+    choose = _chooser(models.first, costs, device, always)
+    routed = RoutedModel(models.names, members, route_input, models.label, merged=runner, choose=choose)
+    routed.device = device
+    return routed, declined
+
+
+def _chooser(first: ModelVersion, costs, device: str, always: bool):
+    """``rows per member -> merge?`` for one batch on ``device``: the learned cost model where it answers
+    (its merged runs on the CPU; its traces of a CUDA device), else :func:`merge_cost.estimate`."""
+    cost = merge_cost.member_cost(first)
+    learned = None
+    if costs is not None and device != "cpu":
+        def learned(rows: float, factor: int) -> Optional[float]:
+            return costs.run_ms(first, max(1, int(round(rows))), threads=1, merge_factor=factor, device=device)
 
     def choose(rows: list[int]) -> bool:
         if always:
             return True
-        learned = costs.merge_estimate(models.first, len(rows), [float(r) for r in rows]) if costs else None
-        return (learned or merge_cost.estimate(cost, len(rows), [float(r) for r in rows])).merge
+        want = [float(r) for r in rows]
+        if device != "cpu":
+            return merge_cost.estimate(cost, len(rows), want, device=device, learned=learned).merge
+        by_traces = costs.merge_estimate(first, len(rows), want) if costs else None
+        return (by_traces or merge_cost.estimate(cost, len(rows), want)).merge
 
-    routed = RoutedModel(models.names, members, route_input, models.label, merged=runner, choose=choose)
-    return routed, declined
+    return choose
 
 
-def shared_family(session, members: Sequence[ModelVersion], dense: str, intra: int):
+def shared_family(session, members: Sequence[ModelVersion], dense: str, intra: int, device: str = "cpu"):
     """One :class:`~modelsql.operators.backends.routed.FamilyMember` per member, over one merged graph
-    with a shared input run once per chunk (rule ``predict_merge_family``'s FamilyShare).
+    with a shared input run once per chunk (rule ``predict_merge_family``'s FamilyShare), on ``device``
+    (on ``cuda:N``: a captured :class:`CudaModel`, each chunk's rows padded to a bucket of at least N).
 
     Returns ``(members, None)``, or ``(None, why)`` when the merge declined (the PREDICTs then run their
     own sessions)."""
     try:
-        runner = merged_runner(session, members, "shared", dense, intra)
+        runner = merged_runner(session, members, "shared", dense, intra, device)
     except netfuse.MergeDeclined as exc:
         return None, f"{exc.node}: {exc.reason}"
-    family = SharedFamily(runner.model, merge_key(members, "shared", dense), StepMemo())
-    own = [artifacts.model_session(session.store, m, intra=intra) for m in members]
+    family = SharedFamily(runner.model, merge_key(members, "shared", dense), StepMemo(),
+                          instances=None if device == "cpu" else len(members))
+    own = [artifacts.model_session(session.store, m, intra=intra, device=device) for m in members]
     return [FamilyMember(family, i, o, m.label) for i, (o, m) in enumerate(zip(own, members))], None

@@ -149,8 +149,10 @@ def family_members(plan: QueryPlan, session, duck_threads: int, phys: Physical) 
     for share in plan.family_shares:
         if not share.merge:
             continue
+        chosen = {phys.choices[m].device for m in share.members if m in phys.choices}
+        device = chosen.pop() if len(chosen) == 1 else "cpu"  # members chosen onto different devices: the CPU
         members, declined = merged_models.shared_family(
-            session, [plan.scan(m).model for m in share.members], share.dense, intra)
+            session, [plan.scan(m).model for m in share.members], share.dense, intra, device)
         phys.families[share.group] = members[0].family if members else declined
         out.update(dict(zip(share.members, members or [])))
     return out
@@ -168,7 +170,7 @@ def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, mo
     if memo is not None:
         model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo, device=device)
     elif scan.model.kind == "models":
-        model = routed_model(scan, session, intra)
+        model = routed_model(scan, session, intra, device)
     else:
         model = scan_session(scan, session, intra, backend=backend, device=device)
     return StreamPredict(scan, model, session.duck)
@@ -184,13 +186,13 @@ def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str
     return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major, device=device)
 
 
-def routed_model(scan: PredictScan, session, intra: int):
-    """The routed model of a ``MODELS (...) ROUTE BY`` scan: merged when its :class:`RoutePlan` says so
-    (a declined merge is kept on the model as ``declined`` for EXPLAIN)."""
+def routed_model(scan: PredictScan, session, intra: int, device: str = "cpu"):
+    """The routed model of a ``MODELS (...) ROUTE BY`` scan on ``device``: merged when its :class:`RoutePlan`
+    says so (a declined merge is kept on the model as ``declined`` for EXPLAIN)."""
     route = scan.route
     merge = (route.layout, route.dense) if route is not None and route.merge else None
     model, declined = merged_models.routed_session(session, scan.model, ROUTE_INPUT, intra=intra, merge=merge,
-                                                   costs=session.costs(),
+                                                   costs=session.costs(), device=device,
                                                    always=scan.options.merge == "always")
     model.declined = declined
     return model
@@ -204,7 +206,7 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
     ``threads``: the intra-op threads it chose for them (None: every core)."""
     cores = threads or artifacts.default_threads()
     if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
-        stream = model = routed_model(scan, session, cores)
+        stream = model = routed_model(scan, session, cores, device)
     else:
         stream = scan_session(scan, session, shared_threads(cores, duck_threads), backend=backend, device=device)
     b, o = scan.binding, scan.options

@@ -6,6 +6,11 @@ members of one family as one NetFuse-merged graph when that pays (Jeong et al., 
 is the :class:`~modelsql.operators.backends.BackendModel` a routed PREDICT runs: it splits a
 batch by route value, decides per batch (as dLoRA decides per batch whether merging pays) between
 one merged run and one run per member present, and puts each row's outputs back in row order.
+
+On a CUDA device the merged graph and the members are :class:`~modelsql.operators.backends.cuda.CudaModel`
+sessions whose runs replay captured CUDA graphs (Nimble, Kwon et al., NeurIPS 2020): a merged run's rows per
+member are then padded to a batch bucket (:data:`~modelsql.operators.backends.cuda.BUCKETS`, ``row_buckets``),
+so a handful of captured shapes serves every batch.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ...errors import DataError
+from .cuda import BUCKETS, bucket_of
 
 __all__ = ["MergedRunner", "RoutedModel", "SharedFamily", "FamilyMember"]
 
@@ -26,10 +32,12 @@ class MergedRunner:
     Args:
         model: the merged graph's loaded session (a BackendModel).
         n: the number of members (instances) it runs.
+        row_buckets: pad each run's rows per member up to one of these (a captured CUDA graph's shapes), or
+            None (pad to the widest member's rows only).
     """
 
-    def __init__(self, model, n: int) -> None:
-        self.model, self.n = model, n
+    def __init__(self, model, n: int, row_buckets: Optional[Sequence[int]] = None) -> None:
+        self.model, self.n, self.row_buckets = model, n, row_buckets
         dims = [list(model.input_shapes.get(name) or []) for name in model.input_names]
         fixed = [d[1] for d in dims if len(d) > 1 and isinstance(d[1], int) and d[1] > 0]
         self.fixed_rows = min(fixed) if fixed else None
@@ -41,6 +49,8 @@ class MergedRunner:
         run in rounds of ``b`` rows each."""
         rows = [0 if p is None else len(next(iter(p.values()))) for p in parts]
         b = self.fixed_rows
+        if b is None and self.row_buckets:
+            return self._run_once(parts, rows, outputs, bucket_of(max(rows), self.row_buckets))
         if b is None or max(rows) <= b:
             return self._run_once(parts, rows, outputs, b or max(rows))
         rounds = []
@@ -163,10 +173,14 @@ class SharedFamily:
 
     Args:
         model: the merged graph's session; ``key``: its memo key; ``memo``: the memo.
+        instances: on a CUDA device, the members N: each chunk's ``B`` rows are then padded (the last row
+            repeated) to the bucket of ``max(B, N)`` rows, since a :class:`~.cuda.CudaModel` captures per
+            bucket of the first input axis and cuts its outputs' first axis (here the N instances) to the
+            rows fed; None on the CPU (no padding).
     """
 
-    def __init__(self, model, key: str, memo) -> None:
-        self.model, self.key, self.memo = model, key, memo
+    def __init__(self, model, key: str, memo, instances: Optional[int] = None) -> None:
+        self.model, self.key, self.memo, self.instances = model, key, memo, instances
         self.runs = 0
         self.output_names = list(model.output_names)
 
@@ -175,13 +189,32 @@ class SharedFamily:
         hit = self.memo.get(self.key, feeds, wanted)
         if hit is not None:
             return hit
-        results = self.model.run(feeds, self.output_names)
+        results = self._run(feeds)
         self.runs += 1
         n = results[0].shape[0] if results else 0
         flat = [f"{i}/{o}" for i in range(n) for o in self.output_names]
         values = [res[i] for i in range(n) for res in results]
         self.memo.put(self.key, feeds, flat, values)
         return [values[flat.index(w)] for w in wanted]
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The merged graph on ``feeds`` (``[B, ...]`` each): outputs ``[N, B, ...]`` (on a CUDA device in
+        slices of at most :data:`~.cuda.BUCKETS`' largest rows, each padded as the class docstring says)."""
+        rows = len(next(iter(feeds.values()))) if feeds else 0
+        if self.instances is None or rows == 0:
+            return self.model.run(feeds, self.output_names)
+        step = BUCKETS[-1]
+        pieces = [self._padded_run({k: v[i:i + step] for k, v in feeds.items()}) for i in range(0, rows, step)]
+        if len(pieces) == 1:
+            return pieces[0]
+        return [np.concatenate([p[j] for p in pieces], axis=1) for j in range(len(self.output_names))]
+
+    def _padded_run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        rows = len(next(iter(feeds.values())))
+        padded = bucket_of(max(rows, self.instances), BUCKETS)
+        grown = {k: np.concatenate([v, np.repeat(v[-1:], padded - rows, axis=0)]) if padded > rows else v
+                 for k, v in feeds.items()}
+        return [np.asarray(r)[:, :rows] for r in self.model.run(grown, self.output_names)]
 
 
 class FamilyMember:

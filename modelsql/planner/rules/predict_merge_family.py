@@ -77,7 +77,7 @@ def route_plan(scan, costs=NO_COSTS) -> RoutePlan:
         return RoutePlan(False, reason=f'not merged: model "{odd.name}" {why}')
     merge, dense, reason = _decide(scan, models.first, n, max(1.0, _rows_per_call(scan) / n),
                                    f"NetFuse merge of {n} models of one architecture: ", "; re-checked per batch",
-                                   costs)
+                                   costs, cost.routed_device(scan, costs)[0])
     return RoutePlan(merge, "stacked", dense, reason)
 
 
@@ -88,12 +88,13 @@ def _rows_per_call(scan) -> int:
 
 
 def _decide(scan, member, n: int, per_member: float, head: str, tail: str,
-            costs=NO_COSTS) -> tuple[bool, str, str]:
+            costs=NO_COSTS, device: str = "cpu") -> tuple[bool, str, str]:
     """(merge, dense lowering, reason) for ``n`` members like ``member`` given ``per_member`` rows each: the
-    learned cost model where it has seen merged runs, else the measured rule, unless the scan's
+    learned cost model where it has seen merged runs, else the measured rule, on ``device`` (on a CUDA device
+    the rule weighs members, members captured and merged, and the reason names the three), unless the scan's
     ``merge = 'always' | 'never'`` decides."""
-    est = (costs.merge_estimate(member, n, [per_member] * n)
-           or merge_cost.estimate(merge_cost.member_cost(member), n, [per_member] * n))
+    est = (costs.merge_estimate(member, n, [per_member] * n) if device == "cpu" else None) \
+        or merge_cost.estimate(merge_cost.member_cost(member), n, [per_member] * n, device=device)
     forced = {"always": True, "never": False}.get(scan.options.merge)
     if forced is None:
         return est.merge, est.dense, head + est.reason + tail
