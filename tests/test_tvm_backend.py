@@ -282,8 +282,8 @@ def _cuda_ready() -> bool:
 
 @pytest.mark.skipif(_NO_COMPILER, reason="no CUDA compiler here (cuda-bindings for NVRTC, or nvcc on the PATH)")
 def test_a_cuda_build_needs_no_gpu_and_is_stopped_at_its_time_limit() -> None:
-    """Relax's CUDA pipeline (DLight default schedules) builds a library with kernels on a machine without a GPU;
-    a build past its limit is stopped and refused as tvm_build_timeout, and a model the frontend cannot import is
+    """Relax's CUDA pipeline (DLight default schedules) and code generation run on a machine without a GPU (the
+    kernels stay CUDA source there: TVM's CUDA runtime is not loaded); a build past its limit is stopped and refused as tvm_build_timeout, and a model the frontend cannot import is
     refused as on the CPU, whatever the CUDA compiler."""
     target = {"kind": "cuda", "arch": "sm_90"}
     library = tvm_build.build_with_limit(_mlp(), target=target, timeout_s=240)

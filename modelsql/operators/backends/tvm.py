@@ -23,9 +23,10 @@ CUDA (:func:`cuda_target`, ``{"kind": "cuda", "arch": "sm_XY"}``): the build run
 ``ApplyDefaultSchedule(gpu.Matmul, gpu.GEMV, gpu.Reduction, gpu.GeneralReduction, gpu.Fallback)`` under the
 target; no tuning) and TVM compiles the kernels with NVRTC (``cuda-bindings``) or ``nvcc``
 (``TVM_CUDA_COMPILE_MODE``, see :mod:`.tvm_build`, which runs the build in a child process under a
-wall-clock limit). Building needs no GPU; running does: the apache-tvm wheel's
-``libtvm_runtime_cuda.so`` loads only where the NVIDIA driver (``libcuda.so.1``) and ``libcudart.so.13``
-load (:func:`cuda_unavailable_reason`). A :class:`TvmModel` with ``device="cuda:N"`` copies its inputs to
+wall-clock limit). The apache-tvm wheel's ``libtvm_runtime_cuda.so`` loads only where the NVIDIA driver
+(``libcuda.so.1``) and ``libcudart.so.13`` load (:func:`cuda_unavailable_reason`); without it a CUDA build
+still runs the pipeline and code generation but keeps the kernels as CUDA source in a module that cannot
+launch them (seen on a machine without a GPU), so kernels are compiled, and run, only where it loads. A :class:`TvmModel` with ``device="cuda:N"`` copies its inputs to
 that GPU, runs there and copies the outputs back.
 
 Trust: TVM imports some ONNX operators into wrong code without any error (measured on the onnx
@@ -218,8 +219,7 @@ def compile_onnx(model_bytes: bytes, *, target: dict, batch_size: Optional[int] 
     Args:
         model_bytes: a serialized, self-contained ONNX ModelProto.
         target: a TVM target as a dict (:func:`cpu_target`, or :func:`cuda_target`: built with Relax's CUDA
-            pipeline and DLight's default GPU schedules, see the module docstring; no GPU needed to build,
-            but a CUDA compiler: NVRTC or nvcc).
+            pipeline and DLight's default GPU schedules, see the module docstring).
         batch_size: bind the leading (batch) dimension of every input to this many rows first
             (static shapes); None keeps a symbolic batch, so the library runs any number of rows.
 
