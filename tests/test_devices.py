@@ -264,3 +264,32 @@ def test_serve_on_cuda_answers_as_the_cpu_and_shows_what_is_captured(cnn_db, cnn
         assert row["device"] == "cuda:0" and "captured" in (row["captured"] or "")
     finally:
         cur.execute("STOP SERVER")
+
+
+# ------------------------------------------------------------------ PROFILE per device
+
+
+def test_profile_measures_the_devices_present_and_refuses_absent_ones(cnn_db, cpu_only):
+    cur = cnn_db.cursor()
+    before = cur.execute("SELECT count(*) FROM modelsql.traces").fetchone()[0]
+    with pytest.raises(NotSupportedError) as e:
+        cur.execute("PROFILE MODEL cnn WITH (devices = ('cpu', 'cuda'), batch_sizes = 1, repeat = 2, "
+                    "operators = false, train_cost_model = false)")
+    assert e.value.code == "device_not_available"
+    with pytest.raises(ProgrammingError) as e:
+        cur.execute("PROFILE MODEL cnn WITH (devices = ('cpu', 'cpu'), batch_sizes = 1, repeat = 2)")
+    assert e.value.code == "invalid_option"
+    assert cur.execute("SELECT count(*) FROM modelsql.traces").fetchone()[0] == before
+    cur.execute("PROFILE MODEL cnn WITH (batch_sizes = (1, 2), repeat = 2, operators = false, "
+                "train_cost_model = false)")
+    assert {r[0] for r in cur.execute("SELECT DISTINCT device FROM modelsql.traces").fetchall()} == {"cpu"}
+
+
+@pytest.mark.gpu
+def test_profile_traces_each_cuda_device_with_its_device_feature(cnn_db):
+    cur = cnn_db.cursor()
+    cur.execute("PROFILE MODEL cnn WITH (batch_sizes = (1, 8), repeat = 3, operators = false, "
+                "train_cost_model = false)")
+    rows = cur.execute("SELECT device, batch_size, json_extract_string(features, '$.device') FROM modelsql.traces "
+                       "ORDER BY device, batch_size").fetchall()
+    assert ("cuda:0", 1, "cuda") in rows and ("cpu", 1, "cpu") in rows

@@ -94,10 +94,11 @@ class Traces:
 
     def training_rows(self) -> list[tuple]:
         """``(trace, model, version, backend, threads, batch_size, seconds, median_s, features JSON or None)``
-        of every CPU trace, by trace number."""
+        of every trace, by trace number (a trace's features name its device: the cost model learns each
+        device's times)."""
         return self._catalog.query(
             "SELECT trace, model, version, backend, threads, batch_size, seconds, median_s, features "
-            "FROM {s}.traces WHERE device = 'cpu' ORDER BY trace")
+            "FROM {s}.traces ORDER BY trace")
 
     def merged_before(self, last_trace: int) -> bool:
         """Whether a trace numbered at most ``last_trace`` timed a merged graph (merge factor above 1)."""

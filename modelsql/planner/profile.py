@@ -29,6 +29,7 @@ from ..formats.netfuse import MergeDeclined, merge_models
 from ..sql.dialect import ModelSQL
 from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from ..sql.nodes import ProfileModel
+from ..operators.backends import devices
 from .artifacts import load_model_proto
 from .compiled import tvm_session
 from .cost_model import retrain, trace_features
@@ -43,7 +44,7 @@ __all__ = ["PROFILE_OPTIONS"]
 
 PROFILE_OPTIONS = {"batch_sizes": (1, 8, 64), "threads": (1,), "repeat": 20, "warmup": 2,
                    "backends": ("onnxruntime",), "operators": True,
-                   "train_cost_model": True, "merge_factors": (1,)}
+                   "train_cost_model": True, "merge_factors": (1,), "devices": ("auto",)}
 """PROFILE's options and their defaults."""
 
 
@@ -74,11 +75,32 @@ def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
                                "'tvm' (a checked artifact: COMPILE MODEL first), each at most once",
                                code="invalid_option")
     options["backends"] = backends
+    options["devices"] = _devices(options["devices"])
     for flag in ("operators", "train_cost_model"):
         if not isinstance(options[flag], bool):
             raise ProgrammingError(f"PROFILE option {flag} must be true or false, got {options[flag]!r}",
                                    code="invalid_option")
     return options
+
+
+def _devices(raw) -> tuple[str, ...]:
+    """PROFILE's ``devices``: ``'auto'`` (every device present: :func:`~modelsql.operators.backends.devices.available`)
+    or a list of ``'cpu'`` / ``'cuda'`` / ``'cuda:N'``.
+
+    Raises:
+        ProgrammingError: ``invalid_option`` for a bad or repeated name; NotSupportedError:
+            ``device_not_available``.
+    """
+    named = raw if isinstance(raw, (tuple, list)) else (raw,)
+    try:
+        parsed = tuple(devices.parse(d, "PROFILE option devices") for d in named)
+    except ProgrammingError as exc:
+        raise ProgrammingError(str(exc), code="invalid_option") from None
+    if not parsed or len(set(parsed)) < len(parsed):
+        raise ProgrammingError(f"PROFILE option devices must name each device once, got {raw!r}", code="invalid_option")
+    if "auto" in parsed:
+        return devices.available()
+    return tuple(devices.require(d, "PROFILE") for d in parsed)
 
 
 def _operators(data: bytes, trace: LatencyTrace) -> tuple[OperatorRow, ...]:
@@ -122,9 +144,11 @@ def _merged(proto, n: int, dense: str, label: str) -> bytes:
 
 def _trace_row(mv, proto, data: bytes, t: LatencyTrace, n: int, operators: bool) -> TraceRow:
     operators = operators and t.backend == "onnxruntime"  # the per-operator times are ONNX Runtime's profiler's
-    return TraceRow(mv.name, mv.version, t.backend, "cpu", t.threads, t.batch_size, t.seconds, t.median,
+    operators = operators and t.device == "cpu"
+    return TraceRow(mv.name, mv.version, t.backend, t.device, t.threads, t.batch_size, t.seconds, t.median,
                     t.quantile(0.9), t.quantile(0.99),
-                    features=trace_features(proto, t.batch_size, backend=t.backend, threads=t.threads, merge_factor=n),
+                    features=trace_features(proto, t.batch_size, backend=t.backend, threads=t.threads, merge_factor=n,
+                                            device=t.device.split(":")[0]),
                     operators=_operators(data, t) if operators else ())
 
 
@@ -150,13 +174,15 @@ def _synthetic(session, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
         for dense, batches in _lowerings(n, _ints(options, "batch_sizes")):
             data = proto.SerializeToString() if n == 1 else _merged(proto, n, dense, mv.label)
             traces = profile_latency(data, batch_sizes=batches, threads=threads, repeat=repeat, warmup=warmup,
-                                     others=tvm if n == 1 else (), onnxruntime="onnxruntime" in backends)
+                                     others=tvm if n == 1 else (), onnxruntime="onnxruntime" in backends,
+                                     cuda=[d for d in options["devices"] if d != "cpu"]
+                                     if "onnxruntime" in backends else ())
             rows += [_trace_row(mv, proto, data, t, n, options["operators"]) for t in traces]
             factors += [n] * len(traces)
     return rows, factors
 
 
-_ON_INPUT_ONLY = ("batch_sizes", "repeat", "backends", "train_cost_model")
+_ON_INPUT_ONLY = ("batch_sizes", "repeat", "backends", "train_cost_model", "devices")
 
 
 def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
@@ -173,10 +199,11 @@ def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict) -> t
     rows = []
     for backend in options["backends"]:
         for b in _ints(options, "batch_sizes"):
-            sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, batch_size = {b}, '
-                   f"backend = '{backend}')")
-            runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0])
-            rows += run_trace_rows(session, mv, runs, backend, threads, "profile", sizes=None)
+            for device in options["devices"]:
+                sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, '
+                       f"batch_size = {b}, backend = '{backend}', device = '{device}')")
+                runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0])
+                rows += run_trace_rows(session, mv, runs, backend, threads, "profile", sizes=None, device=device)
     return rows, [1] * len(rows)
 
 

@@ -65,10 +65,10 @@ class TraceSampler:
 
 
 def run_trace_rows(session, mv, runs: list, backend: str, threads: int, source: str,
-                   sizes: Optional[int] = 4) -> list[TraceRow]:
+                   sizes: Optional[int] = 4, device: str = "cpu") -> list[TraceRow]:
     """One :class:`~modelsql.catalog.traces.TraceRow` per rows-per-run of ``runs`` (``(rows, seconds)``) seen at
     least :data:`MIN_RUNS` times, the most frequent first, at most ``sizes`` of them (None: all), each with its
-    cost-model features (read from ``mv``'s stored graph: shapes are all they need)."""
+    cost-model features (read from ``mv``'s stored graph: shapes are all they need), on ``device``."""
     by_rows: dict[int, list[float]] = defaultdict(list)
     for n, seconds in runs:
         by_rows[n].append(seconds)
@@ -78,10 +78,11 @@ def run_trace_rows(session, mv, runs: list, backend: str, threads: int, source: 
     graph = onnx.load_from_string(session.store.get(mv.graph_digest))
     out = []
     for n, times in kept[:sizes]:
-        t = LatencyTrace(backend, threads, n, tuple(times))
-        out.append(TraceRow(mv.name, mv.version, backend, "cpu", threads, n, t.seconds, t.median, t.quantile(0.9),
+        t = LatencyTrace(backend, threads, n, tuple(times), device)
+        out.append(TraceRow(mv.name, mv.version, backend, device, threads, n, t.seconds, t.median, t.quantile(0.9),
                             t.quantile(0.99), source=source,
-                            features=trace_features(graph, n, backend=backend, threads=threads)))
+                            features=trace_features(graph, n, backend=backend, threads=threads,
+                                                    device=device.split(":")[0])))
     return out
 
 
@@ -110,16 +111,17 @@ def record_query_traces(session, plan, phys, source: str = "explain_analyze") ->
         if function is None or threads is None or scan.model.kind in ("pipeline", "models") or not function.runs:
             continue
         rows += run_trace_rows(session, scan.model, function.runs, choice.backend if choice else "onnxruntime",
-                               int(threads), source)
+                               int(threads), source, device=choice.device if choice else "cpu")
     return _record(session, rows)
 
 
-def record_served_traces(session, sampler: TraceSampler) -> list[int]:
+def record_served_traces(session, sampler: TraceSampler, device: str = "cpu") -> list[int]:
     """Record what a stopping server sampled as traces of source ``serve`` (its stage sessions run one
-    thread on ONNX Runtime), in the session's transaction; nothing on a read-only catalog."""
+    thread on ONNX Runtime, on the server's ``device``), in the session's transaction; nothing on a read-only
+    catalog."""
     if not _writable(session):
         return []
     rows = []
     for mv, samples in sampler.take():
-        rows += run_trace_rows(session, mv, samples, "onnxruntime", 1, "serve", sizes=None)
+        rows += run_trace_rows(session, mv, samples, "onnxruntime", 1, "serve", sizes=None, device=device)
     return _record(session, rows)

@@ -255,7 +255,7 @@ def _stop(stmt: StopServer, session, params: list) -> Result:
     running.server.stop()
     running.repository.close()
     if running.database == session.database:
-        record_served_traces(session, running.repository.sampler)  # sampled run times, for the cost model
+        record_served_traces(session, running.repository.sampler, running.repository.device)  # sampled run times, for the cost model
     return Result(session.duck, rowcount=1)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ...errors import NotSupportedError, ProgrammingError
+from .cuda import CudaModel
 from .onnxruntime import numpy_dtype
 
 __all__ = ["LatencyTrace", "OperatorTime", "synthetic_feeds", "profile_latency", "operator_times"]
@@ -44,6 +45,8 @@ class LatencyTrace:
     threads: int
     batch_size: int
     seconds: tuple[float, ...]
+    device: str = "cpu"
+    """``"cpu"`` or ``"cuda:N"``."""
 
     def quantile(self, q: float) -> float:
         """The ``q`` quantile (0..1) of the run times, in seconds (nearest rank)."""
@@ -133,7 +136,8 @@ def _session(model: bytes, threads: int) -> ort.InferenceSession:
 
 def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequence[int], repeat: int,
                     warmup: int = 2, seed: int = 0, dims: Optional[Mapping[str, int]] = None,
-                    others: Sequence[tuple[str, int, object]] = (), onnxruntime: bool = True) -> list[LatencyTrace]:
+                    others: Sequence[tuple[str, int, object]] = (), onnxruntime: bool = True,
+                    cuda: Sequence[str] = ()) -> list[LatencyTrace]:
     """One :class:`LatencyTrace` per (backend, threads, batch size) of ``model`` (serialized ONNX): ONNX Runtime
     for every thread count, then each of ``others``, all on the same inputs and interleaved.
 
@@ -141,6 +145,9 @@ def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequen
         others: ``(backend, threads, loaded model)`` of other backends' builds of the same model (a
             :class:`~modelsql.operators.backends.BackendModel`, e.g. a checked TVM artifact), timed alike.
         onnxruntime: time ONNX Runtime too (its session always gives the inputs' types and shapes).
+        cuda: CUDA devices (``"cuda:N"``) to time ONNX Runtime on as well, each as PREDICT runs there: a
+            :class:`~modelsql.operators.backends.cuda.CudaModel` (one thread, CUDA graphs captured per batch
+            bucket, outputs copied back to the host).
 
     Raises:
         ProgrammingError: ``invalid_option`` for an empty or non-positive batch size, thread count or repeat.
@@ -152,19 +159,21 @@ def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequen
                                    code="invalid_option")
     runners = [("onnxruntime", t, _session(model, t)) for t in threads]
     feeds = {b: synthetic_feeds(runners[0][2], b, seed, dims) for b in batch_sizes}
-    runners = (runners if onnxruntime else []) + [(backend, t, _Runner(m)) for backend, t, m in others]
+    runners = [(b, t, r, "cpu") for b, t, r in (runners if onnxruntime else [])]
+    runners += [(backend, t, _Runner(m), "cpu") for backend, t, m in others]
+    runners += [("onnxruntime", 1, _Runner(CudaModel(model, "the profiled model", d)), d) for d in cuda]
     configs = []
-    for backend, t, runner in runners:
+    for backend, t, runner, device in runners:
         for b in batch_sizes:
             for _ in range(warmup):
                 runner.run(None, feeds[b])
-            configs.append((backend, t, b, runner, feeds[b], []))
+            configs.append((backend, t, b, runner, feeds[b], [], device))
     for _ in range(repeat):  # interleaved: each round times every configuration once
-        for _, _, _, runner, batch, times in configs:
+        for _, _, _, runner, batch, times, _ in configs:
             start = time.perf_counter()
             runner.run(None, batch)
             times.append(time.perf_counter() - start)
-    return [LatencyTrace(backend, t, b, tuple(times)) for backend, t, b, _, _, times in configs]
+    return [LatencyTrace(backend, t, b, tuple(times), device) for backend, t, b, _, _, times, device in configs]
 
 
 class _Runner:
