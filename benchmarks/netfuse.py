@@ -94,7 +94,7 @@ total over the points with all three measured against the best fixed policy's. T
 turn at N = 32, one row). Every variant's failure is recorded in its row's ``errors``. N is run from the
 largest down and points past ``--budget-s`` are skipped (and said so). ``--gpu-quick`` (about 2 minutes on an
 H200): ResNet-50 at N 8 and 32 with one row, one lowering (matmul; its dense layer is one FC) for it and below
-N = 32 (merging 32 ResNet-50s and loading 3.2 GB of merged weights twice -- the plain session and the
+N = 32 (each architecture gets an equal share of the budget left; merging 32 ResNet-50s and loading 3.2 GB of merged weights twice -- the plain session and the
 captured one -- dominates its time). ``--gpu-dry`` runs this code on CPU sessions (a check of the code path).
 """
 
@@ -835,8 +835,9 @@ def gpu_main(args) -> None:
                 batches = [1]
             else:
                 batches = args.batch
-            print(f"{arch}: N {ns}, batch {batches} ({deadline.left():.0f} s left)", flush=True)
-            rows += gpu_arch(arch, ns, batches, device, work, args, deadline)
+            share = Deadline(deadline.left() / (len(archs) - archs.index(arch)))  # each arch its share, N = 32 first
+            print(f"{arch}: N {ns}, batch {batches} ({share.left():.0f} s of {deadline.left():.0f} s left)", flush=True)
+            rows += gpu_arch(arch, ns, batches, device, work, args, share)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {**gpu_summary(rows), "host": {"platform": platform.platform(), "onnxruntime": ort.__version__,
