@@ -22,8 +22,10 @@ pack() {
   tar -czf "$OUT/results.tar.gz" -C /tmp gpu-pack 2>/dev/null
   for f in benchmarks/results/gpu_*.json; do [ -f "$f" ] && cp -f "$f" "$OUT/"; done
 }
-step() {  # step NAME LIMIT COMMAND...
+step() {  # step NAME LIMIT COMMAND...   (SKIP="name ..." leaves steps out)
   local name=$1 limit=$2; shift 2
+  local over="LIMIT_$name"; limit=${!over:-$limit}   # LIMIT_<step>=seconds overrides a step's limit
+  case " ${SKIP:-} " in *" $name "*) echo "== $name: skipped (SKIP)" | tee -a "$log"; return;; esac
   local cap; cap=$(left); [ "$limit" -gt "$cap" ] && limit=$cap
   if [ "$limit" -le 10 ]; then echo "== $name: skipped, no time left" | tee -a "$log"; return; fi
   echo "== $name (limit ${limit}s, $(left)s left): $*" | tee -a "$log"

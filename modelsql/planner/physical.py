@@ -182,7 +182,8 @@ def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str
     (:func:`~modelsql.planner.compiled.tvm_session`), or the ONNX Runtime session (on a CUDA device: a
     :class:`~modelsql.operators.backends.cuda.CudaModel`)."""
     if backend == "tvm":
-        return compiled.tvm_session(session, scan.model, intra=intra, batch_size=scan.options.batch_size)
+        return compiled.tvm_session(session, scan.model, intra=intra, batch_size=scan.options.batch_size,
+                                    device=device)
     return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major, device=device)
 
 
