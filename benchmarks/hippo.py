@@ -84,9 +84,11 @@ FROM PYTHON 'modelsql.zoo:cifar_resnet'`` (3 stages of one basic block, width 16
 * ``grid_resnet``: GRID over the 18 schedules (as ``grid_cnn``).
 
 It writes ``benchmarks/results/gpu_hippo.json`` (same fields; top-level ``time_ratio``, ``steps_ratio``,
-``identical_metrics``, and ``device`` with the GPU's name). ``--gpu-quick`` sizes it to finish in about a
-minute and a half on an H200 (4096/1024 images, 9 epochs, 32 ASHA trials, 1 repeat, ``asha_tpe_resnet``
-only unless ``--only`` says otherwise): ``python benchmarks/hippo.py --device cuda --gpu-quick``.
+``identical_metrics``, ``device``, and the GPU's name under ``host``). ``--gpu-quick`` (4096/1024 images, 9
+epochs, 32 ASHA trials, 1 repeat, ``asha_tpe_resnet`` only unless ``--only`` says otherwise) took 135 s on an
+H200 (22 s warm-up, 28 s stage-based, 83 s trial-based): ``python benchmarks/hippo.py --device cuda
+--gpu-quick``; ``--train-rows``, ``--val-rows`` and ``--trials`` shrink it (a CPU smoke run:
+``--device cpu --gpu-quick --only asha_tpe_resnet --train-rows 96 --val-rows 32 --trials 6``).
 """
 
 from __future__ import annotations

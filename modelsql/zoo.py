@@ -8,8 +8,8 @@ weights from torch's global RNG, which ``modelsql.tuning.training`` seeds with t
 ``cnn`` and ``resnet`` read each row as an 8x8 single-channel image (scikit-learn's digits),
 so they need F = 64; ``cifar_resnet`` reads each row as a 3x32x32 image (F = 3072, channels first, as
 CIFAR-10's); all of them export to ONNX with ``torch.onnx.export(..., dynamo=False)`` and a dynamic batch
-axis, and train on a GPU under ``torch.use_deterministic_algorithms`` (their global average pooling is a
-plain mean there: ``AdaptiveAvgPool2d``'s CUDA backward has no deterministic kernel).
+axis, and train on a GPU under ``torch.use_deterministic_algorithms`` (every operator they use has a
+deterministic CUDA kernel; ``AdaptiveAvgPool2d(1)`` is computed by torch as a mean).
 
 This module imports torch (the ``torch`` extra); nothing else in modelsql imports it at
 import time.
@@ -109,17 +109,6 @@ def cnn(in_features: int, n_outputs: int, channels: int = 16, hidden: int = 64, 
     return _Image8x8(body)
 
 
-class _GlobalAvgPool(nn.Module):
-    """(N, C, H, W) -> (N, C, 1, 1) means: ``adaptive_avg_pool2d(x, 1)`` on the CPU (so CPU results and the ONNX
-    export, a ``GlobalAveragePool``, are those of ``nn.AdaptiveAvgPool2d(1)``), a mean over H and W on a GPU,
-    whose backward is deterministic where ``adaptive_avg_pool2d``'s is not."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_cuda:
-            return x.mean(dim=(2, 3), keepdim=True)
-        return nn.functional.adaptive_avg_pool2d(x, 1)
-
-
 class _BasicBlock(nn.Module):
     """ResNet basic block at constant width: conv-BN-ReLU-conv-BN, plus the input, then ReLU."""
 
@@ -159,7 +148,7 @@ def resnet(in_features: int, n_outputs: int, width: int = 16, blocks: int = 2) -
     body = nn.Sequential(
         nn.Conv2d(1, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
         *[_BasicBlock(width) for _ in range(blocks)],
-        _GlobalAvgPool(), nn.Flatten(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(width, n_outputs),
     )
     return _Image8x8(body)
@@ -213,5 +202,5 @@ def cifar_resnet(in_features: int, n_outputs: int, width: int = 16, blocks: int 
             layers.append(_down(w, 2 * w))
             w *= 2
         layers += [_BasicBlock(w) for _ in range(blocks)]
-    layers += [_GlobalAvgPool(), nn.Flatten(), nn.Linear(w, n_outputs)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, n_outputs)]
     return _Image3x32x32(nn.Sequential(*layers))

@@ -31,8 +31,8 @@ mode; ``MaxUnpool1d/2d/3d``, ``NLLLoss`` over images (``nll_loss2d``), ``put_``,
 weights, ``median`` with indices, ``scatter_reduce`` with ``reduce='prod'``, and (in the torch releases that
 list it) a floating-point ``cumsum``. A stage
 whose model uses one fails with ``NotSupportedError`` code ``nondeterministic_operator`` naming the operator
-(never a silently nondeterministic tree). ``modelsql.zoo``'s networks pool with a plain mean on CUDA for
-this reason. Checkpoints hold CPU tensors only (loaded with ``map_location="cpu"``), so a study trained on
+(never a silently nondeterministic tree). (``AdaptiveAvgPool2d(1)``, global average pooling, is computed by
+torch as a mean and is deterministic; other output sizes are not.) Checkpoints hold CPU tensors only (loaded with ``map_location="cpu"``), so a study trained on
 ``cuda:0`` resumes on ``cuda:1``, and ``CREATE MODEL ... FROM STUDY`` loads it on a machine without a GPU.
 The stage-tree key holds the device kind (``cpu`` or ``cuda``): CUDA kernels round differently from the
 CPU's, so a CUDA study never continues from CPU stages (or the reverse).
@@ -461,8 +461,8 @@ def nondeterministic_error(exc: BaseException) -> Optional[NotSupportedError]:
     operator = text.split(" does not have", 1)[0].strip().split()[-1]
     return NotSupportedError(
         f"operator {operator} has no deterministic CUDA implementation, so this model cannot train bit-exactly "
-        "on the GPU (stage trees need that); train it with device = 'cpu', or replace that layer (e.g. "
-        "AdaptiveAvgPool2d(1) by a mean over the spatial dimensions)", code="nondeterministic_operator")
+        "on the GPU (stage trees need that); train it with device = 'cpu', or replace that layer by one with a "
+        "deterministic kernel", code="nondeterministic_operator")
 
 
 def _numpy_state() -> list[Any]:
@@ -709,11 +709,13 @@ def _train_epoch(epoch: int, hp: Mapping[str, Any], model, optimizer, gen, tenso
     x, y, x_val, y_val = tensors
     _apply_hparams(optimizer, hp)
     model.train()
-    perm = torch.randperm(len(x), generator=gen)
+    perm = torch.randperm(len(x), generator=gen)  # drawn on the CPU on every device
+    if x.device.type != "cpu":
+        return _train_epoch_on_device(epoch, hp, model, optimizer, perm.to(x.device), tensors, task)
     size = int(hp["batch_size"])
     losses = []
     for batch, i in enumerate(range(0, len(x), size)):
-        idx = perm[i:i + size].to(x.device) if x.device.type != "cpu" else perm[i:i + size]
+        idx = perm[i:i + size]
         optimizer.zero_grad()
         loss = _loss(model(x[idx]), y[idx], task)
         value = loss.item()
@@ -723,6 +725,30 @@ def _train_epoch(epoch: int, hp: Mapping[str, Any], model, optimizer, gen, tenso
         optimizer.step()
         losses.append(value)
     return {"train_loss": sum(losses) / len(losses), **_evaluate(epoch, model, x_val, y_val, task)}
+
+
+def _train_epoch_on_device(epoch: int, hp: Mapping[str, Any], model, optimizer, perm, tensors,
+                           task: str) -> dict[str, float]:
+    """:func:`_train_epoch` on a GPU: the batch losses stay there until the epoch ends (reading each one would
+    wait for the GPU at every step), so a NaN loss is found then, naming its batch as on the CPU; the epoch's
+    numbers are the same as reading each loss at once."""
+    import torch
+
+    x, y, x_val, y_val = tensors
+    size = int(hp["batch_size"])
+    losses = []
+    for i in range(0, len(x), size):
+        idx = perm[i:i + size]
+        optimizer.zero_grad()
+        loss = _loss(model(x[idx]), y[idx], task)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    values = torch.stack(losses).tolist()
+    bad = next((b for b, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad is not None:
+        raise TrainingDiverged(epoch, bad, values[bad])
+    return {"train_loss": sum(values) / len(values), **_evaluate(epoch, model, x_val, y_val, task)}
 
 
 def _evaluate(epoch: int, model, x_val, y_val, task: str) -> dict[str, float]:
