@@ -828,6 +828,15 @@ def gpu_main(args) -> None:
                              "members_captured": "each member a CudaModel (captured CUDA graph per batch), in turn",
                              "merged": "the merged graph as a CudaModel captured for N instances (better lowering)"},
                 "streams": "not measured: ONNX Runtime's Python API takes no CUDA stream per run"}
+    def write() -> dict:  # after every architecture: a run cut at its time limit keeps what it measured
+        result = {**gpu_summary(rows), "host": {"platform": platform.platform(), "onnxruntime": ort.__version__,
+                                                "providers": ort.get_available_providers()},
+                  "settings": settings, "planner_rule": rule_constants(), "runtime_s": time.perf_counter() - start,
+                  "rows": rows, "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=str))
+        return result
+
     try:
         for arch in archs:
             ns = [n for n in (args.n or quick_n.get(arch, [1, 2, 4, 8, 16, 32])) if n >= 1]
@@ -838,14 +847,10 @@ def gpu_main(args) -> None:
             share = Deadline(deadline.left() / (len(archs) - archs.index(arch)))  # each arch its share, N = 32 first
             print(f"{arch}: N {ns}, batch {batches} ({share.left():.0f} s of {deadline.left():.0f} s left)", flush=True)
             rows += gpu_arch(arch, ns, batches, device, work, args, share)
+            write()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {**gpu_summary(rows), "host": {"platform": platform.platform(), "onnxruntime": ort.__version__,
-                                            "providers": ort.get_available_providers()},
-              "settings": settings, "planner_rule": rule_constants(), "runtime_s": time.perf_counter() - start,
-              "rows": rows, "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str))
+    result = write()
     print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "host", "settings", "planner_rule")},
                      indent=2, default=str))
 

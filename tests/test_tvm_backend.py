@@ -277,7 +277,7 @@ _NO_COMPILER = not tvm_build.cuda_compilers()
 def _cuda_ready() -> bool:
     from modelsql.operators.backends import devices
 
-    return devices.cuda_available() and tvm_backend.cuda_unavailable_reason(0) is None
+    return _REASON is None and devices.cuda_available() and tvm_backend.cuda_unavailable_reason(0) is None
 
 
 @pytest.mark.skipif(_NO_COMPILER, reason="no CUDA compiler here (cuda-bindings for NVRTC, or nvcc on the PATH)")

@@ -710,7 +710,7 @@ def _train_epoch(epoch: int, hp: Mapping[str, Any], model, optimizer, gen, tenso
     _apply_hparams(optimizer, hp)
     model.train()
     perm = torch.randperm(len(x), generator=gen)  # drawn on the CPU on every device
-    if x.device.type != "cpu":
+    if isinstance(x, torch.Tensor) and x.device.type != "cpu":  # a table of trees trains on the CPU
         return _train_epoch_on_device(epoch, hp, model, optimizer, perm.to(x.device), tensors, task)
     size = int(hp["batch_size"])
     losses = []
