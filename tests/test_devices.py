@@ -293,3 +293,50 @@ def test_profile_traces_each_cuda_device_with_its_device_feature(cnn_db):
     rows = cur.execute("SELECT device, batch_size, json_extract_string(features, '$.device') FROM modelsql.traces "
                        "ORDER BY device, batch_size").fetchall()
     assert ("cuda:0", 1, "cuda") in rows and ("cpu", 1, "cpu") in rows
+
+
+# ------------------------------------------------------------------ MODELSQL_DEVICES and odd values
+
+
+@pytest.mark.parametrize("value", ["cuda:0", "cuda", "auto", "cpu,cuda:0", " , "])
+def test_the_cpu_stays_whatever_modelsql_devices_names(monkeypatch, value):
+    monkeypatch.setenv("MODELSQL_DEVICES", value)
+    assert devices.available()[0] == "cpu"
+    assert devices.require("cpu", "PREDICT") == "cpu"
+
+
+def test_modelsql_devices_auto_means_detection(monkeypatch):
+    monkeypatch.delenv("MODELSQL_DEVICES", raising=False)
+    detected = devices.available()
+    monkeypatch.setenv("MODELSQL_DEVICES", "auto")
+    assert devices.available() == detected
+
+
+def test_a_bad_modelsql_devices_is_an_environment_error_for_every_statement(cnn_db, monkeypatch):
+    from modelsql.errors import OperationalError
+
+    monkeypatch.setenv("MODELSQL_DEVICES", "garbage")
+    cur = cnn_db.cursor()
+    for option in ("", ", device = 'cpu'", ", device = 'cuda'"):
+        with pytest.raises(OperationalError) as e:
+            cur.execute(f"SELECT id FROM PREDICT(MODEL cnn, TABLE imgs{option})")
+        assert e.value.code == "bad_environment" and "MODELSQL_DEVICES" in str(e.value)
+    monkeypatch.delenv("MODELSQL_DEVICES")
+    assert len(cur.execute("SELECT id FROM PREDICT(MODEL cnn, TABLE imgs, device = 'cpu')").fetchall()) == 40
+
+
+@pytest.mark.parametrize("value, shown", [("TRUE", "not TRUE"), ("'cuda:\u0661'", "cuda:\u0661")])
+def test_odd_device_values_are_refused_as_written(cnn_db, value, shown):
+    with pytest.raises(ProgrammingError) as e:
+        cnn_db.cursor().execute(f"SELECT id FROM PREDICT(MODEL cnn, TABLE imgs, device = {value})")
+    assert e.value.code == "bad_option" and shown in str(e.value)
+
+
+def test_a_trainable_factory_takes_no_device(tmp_path):
+    conn = modelsql.connect(str(tmp_path / "t.duckdb"))
+    cur = conn.cursor()
+    with pytest.raises(ProgrammingError) as e:
+        cur.execute("CREATE MODEL tm FROM PYTHON 'modelsql.zoo:mlp' WITH (hidden = 4, device = 'cpu')")
+    assert e.value.code == "bad_option" and "TUNE" in str(e.value)
+    assert cur.execute("SELECT count(*) FROM modelsql.trainables").fetchone()[0] == 0
+    conn.close()

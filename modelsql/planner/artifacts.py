@@ -21,7 +21,7 @@ from ..operators.backends import shared_weights
 from ..operators.backends.cuda import CudaModel
 from ..operators.backends.pipeline import PipelineModel, StepPlan
 from ..storage import BlobStore
-from .python_artifacts import python_session
+from .python_artifacts import program_device, python_session
 
 
 def artifact_digest(mv: ModelVersion, rewrite: str = "") -> str:
@@ -90,8 +90,9 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
     if mv.kind == "pipeline":
         return pipeline_session(store, mv, intra=intra, backend=backend, device=device)
     if mv.kind == "python":
+        device = program_device(mv, device)
         key = SessionKey(artifact_digest(mv), "python", device, (("threads", intra),))
-        return SESSIONS.get(key, lambda: python_session(store, mv, intra=intra))
+        return SESSIONS.get(key, lambda: python_session(store, mv, intra=intra, device=device))
     if backend != "onnxruntime":
         raise NotSupportedError(f"model_session serves ONNX Runtime; {backend} sessions come from "
                                 "modelsql.planner.compiled.tvm_session", code="backend_not_supported")

@@ -27,6 +27,7 @@ from ..operators.backends import devices
 from ..operators.backends.cuda import MAX_BUCKET
 from ..operators.predict import ONNX_TO_DUCKDB
 from .artifacts import default_threads
+from .python_artifacts import program_device
 from . import merge_cost
 from .costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
 from .plan import PredictScan
@@ -240,6 +241,9 @@ def choose_device(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str,
         return "cpu", "", ()
     if scan.model.kind == "models":
         return routed_device(scan, costs)
+    if scan.model.kind == "python":
+        own = program_device(scan.model)
+        return own, "auto: the program's own device (CREATE MODEL ... FROM PYTHON ... WITH (device = ...))", ()
     if scan.model.kind not in GPU_KINDS or choice.backend != "onnxruntime":
         what = "backend " + choice.backend if choice.backend != "onnxruntime" else f"a {scan.model.kind} model"
         return "cpu", "auto", tuple((g, f"{what} runs on a CUDA device only when device = '{g}' is asked for")

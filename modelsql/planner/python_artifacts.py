@@ -193,18 +193,22 @@ def check_source(store, mv: ModelVersion) -> StoredProgram:
     return stored
 
 
-def program_device(mv: ModelVersion) -> str:
-    """Where PREDICT runs the program of ``mv``: its ``device`` option (``"cuda:N"``), else ``"cpu"``.
+def program_device(mv: ModelVersion, asked: str = "auto") -> str:
+    """Where PREDICT runs the program of ``mv``: the device PREDICT asked for (its ``device`` option); with
+    ``"auto"``, the program's own (``CREATE MODEL ... FROM PYTHON ... WITH (device = ...)``) where that device is
+    present, else ``"cpu"``.
 
     Raises:
-        NotSupportedError: ``device_not_available`` (that GPU is not on this machine, or is hidden by
-            ``MODELSQL_DEVICES``).
+        NotSupportedError: ``device_not_available`` (a GPU asked for that is not on this machine, or is hidden
+            by ``MODELSQL_DEVICES``).
     """
-    device = dict(mv.options).get("device", devices.CPU)
-    return devices.require(device, f"PREDICT(MODEL {mv.name}) (created with device = '{device}')")
+    if asked not in (None, "auto"):
+        return devices.require(asked, f"PREDICT(MODEL {mv.name})")
+    own = dict(mv.options).get("device", devices.CPU)
+    return own if own in devices.available() else devices.CPU
 
 
-def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramModel:
+def python_session(store, mv: ModelVersion, *, intra: int = 1, device: str = "auto") -> PythonProgramModel:
     """The loaded program of ``mv`` (kind ``"python"``), on its :func:`program_device` (module and weights there;
     each chunk's tensors are moved there and the outputs come back as NumPy arrays).
 
@@ -215,7 +219,7 @@ def python_session(store, mv: ModelVersion, *, intra: int = 1) -> PythonProgramM
     """
     import torch
 
-    device = program_device(mv)
+    device = program_device(mv, device)
     stored = check_source(store, mv)
     module = program_module(stored.reference, stored.params)
     state = {t.name: torch.from_numpy(np.frombuffer(store.get(t.digest), dtype=np.dtype(NUMPY_TYPES.get(t.elem_type,

@@ -41,6 +41,10 @@ def create_trainable(stmt: ImportModel, session, params: list) -> Result:
     name = stmt.this.model_name.lower()
     ref = str(value(stmt.args["source"], params))
     no_repeats(stmt.args.get("options"), f"CREATE MODEL {name}")
+    if "device" in {k.lower() for k in stmt.option_values}:
+        raise ProgrammingError(f"CREATE MODEL {name} FROM PYTHON '{ref}' registers a trainable factory: where it "
+                               "trains is TUNE's option (TUNE ... WITH (device = 'cuda')), not a hyper-parameter of "
+                               "the factory.", code="bad_option")
     options = tuple(sorted((k, json.dumps(constant(v, k))) for k, v in stmt.option_values.items()))
     resolve_factory(ref)
     existing = session.catalog.studies.trainable(name)

@@ -6,7 +6,7 @@ is ``'auto'`` (the cost function chooses), ``'cpu'``, ``'cuda'`` (``cuda:0``) or
 CUDA is present when onnxruntime-gpu provides ``CUDAExecutionProvider`` after
 ``onnxruntime.preload_dlls()`` (how onnxruntime-gpu documents finding the CUDA and cuDNN libraries that
 come as Python wheels, e.g. with torch) and the driver reports a device. The environment variable
-``MODELSQL_DEVICES`` (a comma list such as ``cpu`` or ``cpu,cuda:0``) overrides what is detected: tests
+``MODELSQL_DEVICES`` (a comma list such as ``cpu`` or ``cpu,cuda:0``; ``auto``: all) narrows what is detected (the CPU stays): tests
 and users hide a GPU with ``MODELSQL_DEVICES=cpu``.
 
 Without a GPU nothing changes: every plan runs on ``cpu``, and asking for ``cuda`` is
@@ -20,7 +20,7 @@ import os
 import re
 from typing import Optional
 
-from ...errors import NotSupportedError, ProgrammingError
+from ...errors import NotSupportedError, OperationalError, ProgrammingError
 
 __all__ = ["CPU", "DEVICE_CHOICES", "available", "cuda_available", "parse", "require", "ort_providers",
            "cuda_ordinal"]
@@ -28,7 +28,7 @@ __all__ = ["CPU", "DEVICE_CHOICES", "available", "cuda_available", "parse", "req
 CPU = "cpu"
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N")
 """What a ``device`` option may say (N: a CUDA ordinal)."""
-_PATTERN = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
+_PATTERN = re.compile(r"^(auto|cpu|cuda)(?::([0-9]+))?$")
 
 
 def parse(value: object, where: str) -> str:
@@ -45,10 +45,19 @@ def parse(value: object, where: str) -> str:
     m = _PATTERN.match(text) if value is not None else None
     if not m or (m.group(2) is not None and m.group(1) != "cuda"):
         raise ProgrammingError(f"{where}: device must be one of {', '.join(repr(c) for c in DEVICE_CHOICES)}, "
-                               f"not {'NULL' if value is None else repr(value)}.", code="bad_option")
+                               f"not {_sql_text(value)}.", code="bad_option")
     if m.group(1) == "cuda":
         return f"cuda:{int(m.group(2) or 0)}"
     return m.group(1)
+
+
+def _sql_text(value: object) -> str:
+    """A value as SQL writes it (NULL, TRUE, 'text', 3)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return str(value).upper()
+    return repr(value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,13 +100,24 @@ def _cuda_count() -> int:
 
 
 def available() -> tuple[str, ...]:
-    """The devices plans may use, ``"cpu"`` first (``MODELSQL_DEVICES`` overrides detection)."""
+    """The devices plans may use, ``"cpu"`` first and always there. ``MODELSQL_DEVICES`` narrows what is
+    detected to the devices it names (``auto`` in it: every device detected).
+
+    Raises:
+        OperationalError: code ``"bad_environment"`` when ``MODELSQL_DEVICES`` names something that is not a
+            device (every statement then says so, whatever device it asks for).
+    """
     override = os.environ.get("MODELSQL_DEVICES")
-    if override:
-        named = [parse(d, "MODELSQL_DEVICES") for d in override.split(",") if d.strip()]
-        detected = _detected()
-        return tuple(d for d in named if d == CPU or d in detected) or (CPU,)
-    return _detected()
+    detected = _detected()
+    if not override or not override.strip(" ,"):
+        return detected
+    try:
+        named = {parse(d, "MODELSQL_DEVICES") for d in override.split(",") if d.strip()}
+    except ProgrammingError as exc:
+        raise OperationalError(f"the environment variable {exc} (it is {override!r})", code="bad_environment") from None
+    if "auto" in named:
+        return detected
+    return tuple(d for d in detected if d == CPU or d in named)
 
 
 def cuda_available() -> bool:

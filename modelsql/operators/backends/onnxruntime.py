@@ -29,7 +29,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from ...errors import DataError, InternalError
+from ...errors import DataError, InternalError, NotSupportedError
 from . import SESSIONS, devices
 
 __all__ = ["OrtModel", "get_model", "clear_cache", "default_threads", "register_shared_allocator", "numpy_dtype"]
@@ -161,6 +161,10 @@ class OrtModel:
             self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers(device), **extra)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
             raise DataError(f"ONNX Runtime cannot load {label}: {_first_line(exc)}", code="invalid_onnx") from exc
+        if device != devices.CPU and self.session.get_providers()[0] != "CUDAExecutionProvider":
+            raise NotSupportedError(f"{label}: ONNX Runtime did not load its CUDA provider for {device} (its "
+                                    f"providers: {self.session.get_providers()}); check the CUDA and cuDNN libraries "
+                                    "onnxruntime-gpu needs.", code="device_not_available")
         self.initializers = shared
         """The ``add_initializer`` values, kept alive as long as the session computes on them
         (assigned after :attr:`session`, so when this object goes, the session goes first)."""
