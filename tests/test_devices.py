@@ -278,10 +278,11 @@ def test_profile_measures_the_devices_present_and_refuses_absent_ones(cnn_db, cp
     assert e.value.code == "device_not_available"
     with pytest.raises(ProgrammingError) as e:
         cur.execute("PROFILE MODEL cnn WITH (devices = ('cpu', 'cpu'), batch_sizes = 1, repeat = 2)")
-    assert e.value.code == "invalid_option"
+    assert e.value.code == "bad_option"
     assert cur.execute("SELECT count(*) FROM modelsql.traces").fetchone()[0] == before
     cur.execute("PROFILE MODEL cnn WITH (batch_sizes = (1, 2), repeat = 2, operators = false, "
                 "train_cost_model = false)")
+    assert [d[0] for d in cur.description][-1] == "device" and {r[-1] for r in cur.fetchall()} == {"cpu"}
     assert {r[0] for r in cur.execute("SELECT DISTINCT device FROM modelsql.traces").fetchall()} == {"cpu"}
 
 

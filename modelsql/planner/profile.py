@@ -95,9 +95,9 @@ def _devices(raw) -> tuple[str, ...]:
     try:
         parsed = tuple(devices.parse(d, "PROFILE option devices") for d in named)
     except ProgrammingError as exc:
-        raise ProgrammingError(str(exc), code="invalid_option") from None
+        raise ProgrammingError(str(exc), code="bad_option") from None
     if not parsed or len(set(parsed)) < len(parsed):
-        raise ProgrammingError(f"PROFILE option devices must name each device once, got {raw!r}", code="invalid_option")
+        raise ProgrammingError(f"PROFILE option devices must name each device once, got {raw!r}", code="bad_option")
     if "auto" in parsed:
         return devices.available()
     return tuple(devices.require(d, "PROFILE") for d in parsed)
@@ -266,7 +266,7 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in (
         ("trace", "BIGINT"), ("backend", "VARCHAR"), ("threads", "INTEGER"), ("batch_size", "INTEGER"),
         ("merge_factor", "INTEGER"), ("median_ms", "DOUBLE"), ("p90_ms", "DOUBLE"), ("p99_ms", "DOUBLE"),
-        ("rows_per_second", "DOUBLE"), ("model", "VARCHAR"), ("version", "INTEGER"))],
+        ("rows_per_second", "DOUBLE"), ("model", "VARCHAR"), ("version", "INTEGER"), ("device", "VARCHAR"))],
         rows=[(n, r.backend, r.threads, r.batch_size, f, r.median_s * 1e3, r.p90_s * 1e3, r.p99_s * 1e3,
-               r.batch_size / r.median_s if r.median_s > 0 else None, r.model, r.version)
+               r.batch_size / r.median_s if r.median_s > 0 else None, r.model, r.version, r.device)
               for n, r, f in zip(numbers, rows, factors)])
