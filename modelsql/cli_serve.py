@@ -28,6 +28,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-queue-delay-ms", type=float, metavar="MS")
     p.add_argument("--threads", type=int, metavar="N")
     p.add_argument("--memory-budget-mb", type=float, metavar="MB")
+    p.add_argument("--device", metavar="DEVICE", help="cpu (the default), cuda or cuda:N: where the models run")
     return p
 
 
@@ -47,6 +48,8 @@ def serve_statement(args: argparse.Namespace) -> str:
     host = args.host.replace("'", "''")
     options = {k: getattr(args, k) for k in ("max_batch_size", "max_queue_delay_ms", "threads", "memory_budget_mb")}
     given = ", ".join(f"{k} = {v}" for k, v in options.items() if v is not None)
+    if args.device is not None:
+        given += (", " if given else "") + "device = '" + args.device.replace("'", "''") + "'"
     return (f"SERVE {', '.join(items)} ON HOST '{host}' PORT {args.port}" + (f" WITH ({given})" if given else ""))
 
 

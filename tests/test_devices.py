@@ -341,3 +341,15 @@ def test_a_trainable_factory_takes_no_device(tmp_path):
     assert e.value.code == "bad_option" and "TUNE" in str(e.value)
     assert cur.execute("SELECT count(*) FROM modelsql.trainables").fetchone()[0] == 0
     conn.close()
+
+
+def test_the_shells_serve_takes_a_device():
+    import argparse
+
+    from modelsql import cli_serve
+
+    parser = cli_serve.add_parser(argparse.ArgumentParser().add_subparsers())
+    args = parser.parse_args(["--model", "m", "--port", "0", "--device", "cuda:1"])
+    assert cli_serve.serve_statement(args).endswith("WITH (device = 'cuda:1')")
+    args = parser.parse_args(["--model", "m", "--threads", "2", "--device", "x'y"])
+    assert cli_serve.serve_statement(args).endswith("WITH (threads = 2, device = 'x''y')")
