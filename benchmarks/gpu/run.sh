@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 24, in one command on a machine with an NVIDIA GPU (run from the project's root):
-#   bash benchmarks/gpu/run.sh [budget_seconds]
-# 1. installs the wheels staged in ~/extra (benchmarks/gpu/extras.sh made them) into ~/site, if any;
+#   bash benchmarks/gpu/run.sh [all | bench | suite] [budget_seconds]
+# (bench: steps 2-4; suite: 2 and 5; all: every step. Measured on an H200: gpu_latency 33 s, gpu_predict 46 s,
+# Hippo --gpu-quick 135 s, NetFuse --gpu-quick over 120 s; so a 15-minute lease fits one `bench` call and one
+# `suite` call back to back, after the installs.)
+# 1. (before it: benchmarks/gpu/stage.sh here and benchmarks/gpu/install.sh there install what that machine lacks);
 # 2. prints the environment (GPU, onnxruntime providers, torch, what modelsql sees);
 # 3. the tests marked gpu (tests/ -m gpu);
 # 4. the four GPU benchmarks, each under its own time limit: batch-1 latency (benchmarks/gpu_latency.py),
@@ -12,7 +15,10 @@
 # refreshed after every step, so a run cut short still leaves what it measured.
 set -u
 start=$(date +%s)
-budget=${1:-560}
+what=${1:-all}
+budget=${2:-560}
+case "$what" in bench) SKIP="${SKIP:-} suite";; suite) SKIP="${SKIP:-} gpu_tests gpu_latency gpu_predict gpu_netfuse gpu_hippo tvm_cuda";; all) ;;
+  *) echo "run.sh: all, bench or suite, not $what"; exit 2;; esac
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=$HOME/site:$PWD PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 log="$OUT/run.log"
@@ -36,13 +42,6 @@ step() {  # step NAME LIMIT COMMAND...   (SKIP="name ..." leaves steps out)
   pack
 }
 
-if [ -f "$HOME/extra/TVM_WHEEL" ]; then
-  ( cd "$HOME/extra" && w=$(cat TVM_WHEEL) && cat tvm.part.* > "$w" \
-    && [ "$(sha256sum "$w" | cut -d' ' -f1)" = "$(cat TVM_SHA256)" ] \
-    && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$HOME/site" ./*.whl \
-    && python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
-       --target "$HOME/site" ./dbapi-compliance-*.zip ) 2>&1 | tail -3 | tee -a "$log"
-fi
 python3 - <<'PY' 2>&1 | tee -a "$log"
 import onnxruntime as ort, torch
 ort.preload_dlls()
@@ -61,8 +60,8 @@ step gpu_tests 90 python3 -m pytest -q -m gpu tests -p no:cacheprovider -rs --co
   --junitxml=/tmp/gpu-tests.xml
 step gpu_latency 90 python3 benchmarks/gpu_latency.py
 step gpu_predict 90 python3 benchmarks/gpu_predict.py
-step gpu_netfuse 120 python3 benchmarks/netfuse.py --device cuda --gpu-quick
-step gpu_hippo 90 python3 benchmarks/hippo.py --device cuda --gpu-quick
+step gpu_netfuse 200 python3 benchmarks/netfuse.py --device cuda --gpu-quick
+step gpu_hippo 150 python3 benchmarks/hippo.py --device cuda --gpu-quick
 step tvm_cuda 60 python3 benchmarks/gpu/tvm_cuda_probe.py --out benchmarks/results/gpu_tvm_probe.json
 step suite 600 python3 -m pytest -q -n 16 tests -p no:cacheprovider --maxfail=300 --timeout=240 \
   --continue-on-collection-errors --junitxml=/tmp/gpu-suite.xml
