@@ -71,7 +71,7 @@ def cat(con):
 
 def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert cat.present
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     tables = dict(
         con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'modelsql'").fetchall()
     )
@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 7
+    assert Catalog.SCHEMA_VERSION == 8
 
 
 def test_reopen_keeps_models(db):
@@ -434,40 +434,49 @@ def _set_version(db, value):
 
 
 def test_newer_schema_version_is_refused(db):
-    _set_version(db, "8")
+    newer = Catalog.SCHEMA_VERSION + 1
+    _set_version(db, str(newer))
     con = duckdb.connect(db)
     with pytest.raises(errors.OperationalError) as ei:
         Catalog(con)
     assert ei.value.code == "catalog_version_unsupported"
     msg = str(ei.value)
-    assert "8" in msg and "7" in msg and "Upgrade modelsql" in msg
+    assert str(newer) in msg and str(newer - 1) in msg and "Upgrade modelsql" in msg
     con.close()
 
 
 def test_migration_runs_for_older_version(db, monkeypatch):
-    _set_version(db, "6")
+    last = Catalog.SCHEMA_VERSION - 1
+    _set_version(db, str(last))
     calls = []
 
-    def migrate_6_to_7(con):
+    def migrate_to_current(con):
         calls.append(con)
         con.execute("INSERT INTO modelsql.meta VALUES ('migrated', 'yes')")
 
-    monkeypatch.setitem(schema.MIGRATIONS, 6, migrate_6_to_7)
+    monkeypatch.setitem(schema.MIGRATIONS, last, migrate_to_current)
     con = duckdb.connect(db)
     cat = Catalog(con)
     assert calls == [con]
     assert cat.present
     assert dict(con.execute("SELECT * FROM modelsql.meta").fetchall()) == {
-        "schema_version": "7", "migrated": "yes"
+        "schema_version": str(Catalog.SCHEMA_VERSION), "migrated": "yes"
     }
     Catalog(con)  # already current: no second run
     assert len(calls) == 1
     con.close()
 
 
+def _to_schema_7(con) -> None:
+    """Take a current catalog back to schema 7: no code signatures."""
+    con.execute("DROP TABLE modelsql.code_signatures")
+    con.execute("UPDATE modelsql.meta SET value = '7' WHERE key = 'schema_version'")
+
+
 def _to_schema_6(con) -> None:
     """Take a current catalog back to schema 6: traces without features; no operator times, compiled
     artifacts or cost-model fits."""
+    _to_schema_7(con)
     for table in ("trace_operators", "compiled", "cost_models"):
         con.execute(f"DROP TABLE modelsql.{table}")
     con.execute("ALTER TABLE modelsql.traces DROP COLUMN features")
@@ -529,7 +538,7 @@ def test_real_migration_from_schema_1(db):
     cat = Catalog(con)
     assert cat.get("old").batch_dependence == schema.NOT_ANALYSED
     assert con.execute("SELECT name, batch_dependent FROM modelsql.models").fetchall() == [("old", True)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     con.close()
 
 
@@ -542,7 +551,7 @@ def test_real_migration_from_schema_2(db):
     cat = Catalog(con)
     assert cat.get("old").content_digest is None
     assert con.execute("SELECT count(*) FROM modelsql.pipelines").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     con.close()
 
 
@@ -560,7 +569,7 @@ def test_real_migration_from_schema_3(db):
     assert con.execute("SELECT count(*) FROM modelsql.merged_graphs").fetchone() == (0,)
     add(cat, make_mv(name="new", fingerprint="f" * 64))
     assert con.execute("SELECT family, models FROM modelsql.families").fetchall() == [("new", 1)]
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     con.close()
 
 
@@ -575,7 +584,7 @@ def test_real_migration_from_schema_4(db):
     assert cat.get("old").name == "old"
     for table in ("trainables", "studies", "trials", "stages"):
         assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     con.close()
 
 
@@ -586,7 +595,7 @@ def test_real_migration_from_schema_5(db):
     _to_schema_5(con)
     Catalog(con)
     assert con.execute("SELECT count(*) FROM modelsql.traces").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     con.close()
 
 
@@ -843,5 +852,5 @@ def test_real_migration_from_schema_6(db):
     assert con.execute("SELECT trace, batch_size, features FROM modelsql.traces").fetchall() == [(0, 8, None)]
     for table in ("trace_operators", "compiled", "cost_models"):
         assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("7",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     con.close()

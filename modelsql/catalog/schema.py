@@ -33,6 +33,10 @@ DuckDB file as their tables), so it can be inspected with plain SQL
 ``modelsql.cost_models``
     Each fit of the learned cost model (the catalog model ``modelsql_cost``): the traces it was
     trained on and its measured accuracy. Schema 7.
+``modelsql.code_signatures``
+    Which code artifacts (a Python program, a trainable's factory, a compiled library) a user's key
+    trusts: an HMAC over the artifact's digest with a key kept outside the database
+    (:mod:`modelsql.signing`). Schema 8.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
 ``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
@@ -60,7 +64,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -76,7 +80,7 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
           "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces",
-          "trace_operators", "compiled", "cost_models")
+          "trace_operators", "compiled", "cost_models", "code_signatures")
 VIEWS = ("models", "storage", "pipelines", "families", "trainables")
 
 
@@ -398,6 +402,23 @@ COMMENT ON COLUMN {s}.cost_models.within_10pct IS 'Share of held-out traces pred
 COMMENT ON COLUMN {s}.cost_models.noise_ceiling IS 'Share of traces whose two halves of runs agree within 10% (what no model can beat).';
 """
 
+TRUST_DDL = """
+CREATE TABLE {s}.code_signatures (
+    digest    VARCHAR NOT NULL,
+    kind      VARCHAR NOT NULL CHECK (kind IN ('python', 'trainable', 'compiled')),
+    key_id    VARCHAR NOT NULL,
+    signature VARCHAR NOT NULL,
+    subject   VARCHAR NOT NULL,
+    signed_at TIMESTAMPTZ NOT NULL
+);
+COMMENT ON TABLE {s}.code_signatures IS 'Code artifacts (Python programs, trainable factories, compiled libraries) trusted by a user''s key: nothing here runs unless a signature verifies with the key of the user running it (or the connection trusts code).';
+COMMENT ON COLUMN {s}.code_signatures.digest IS 'SHA-256 of what is trusted: the program blob, the trainable''s factory reference and options, or the library blob.';
+COMMENT ON COLUMN {s}.code_signatures.key_id IS 'The first 16 hex digits of SHA-256 of the signing key (which user''s key).';
+COMMENT ON COLUMN {s}.code_signatures.signature IS 'HMAC-SHA256 of kind and digest with that key, hex.';
+COMMENT ON COLUMN {s}.code_signatures.subject IS 'What was signed, for people: the model, version and code reference.';
+"""
+"""The code-signature table (schema 8), shared by :data:`DDL` and the migration to version 8."""
+
 PIPELINE_DDL = """
 CREATE TABLE {s}.pipeline_versions (
     name       VARCHAR NOT NULL,
@@ -575,6 +596,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + STUDY_DDL
     + TRACE_DDL
     + PERF_DDL
+    + TRUST_DDL
 )
 
 
@@ -682,3 +704,12 @@ def _migrate_6_to_7(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[6] = _migrate_6_to_7
+
+
+def _migrate_7_to_8(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 8 adds ``code_signatures`` (empty: code artifacts of older catalogs are untrusted until a user
+    trusts them, ``TRUST MODEL m``)."""
+    con.execute(TRUST_DDL.format(s=SCHEMA))
+
+
+MIGRATIONS[7] = _migrate_7_to_8
