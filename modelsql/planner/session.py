@@ -9,7 +9,13 @@ which returns a :class:`~modelsql.planner.result.Result`.
 
 Transactions follow PEP 249: outside autocommit mode the first statement opens
 a transaction that lasts until :meth:`Session.commit` or
-:meth:`Session.rollback`. Model statements that write commit, before and after.
+:meth:`Session.rollback`. ``BEGIN`` / ``COMMIT`` / ``ROLLBACK`` anywhere in any
+text (parameterised or not, among other statements) run one at a time, so the
+session follows them exactly as DuckDB honours them: ``COMMIT`` or ``ROLLBACK``
+with no transaction open raises, and so does ``BEGIN`` inside a ``BEGIN``.
+Model statements that write commit, before and after; a transaction open before
+one of them goes on after it (the next statement begins it again), so the
+user's closing ``COMMIT`` still has a transaction to end.
 """
 
 from __future__ import annotations
@@ -63,7 +69,11 @@ class Session:
         every PREDICT as bound, which tests use to check that rules never change an answer."""
         self.autocommit = False
         self.in_transaction = False
-        """A transaction this session began (outside autocommit mode) is open."""
+        """A transaction this session began (outside autocommit mode, or by a ``BEGIN``) is open."""
+        self.explicit = False
+        """The open (or resuming) transaction was opened or adopted by the user's ``BEGIN``."""
+        self.resuming = False
+        """A model statement committed the transaction that was open; the next statement begins it again."""
         self.text = ""
         """The statement text being run, with ``?`` numbered (error excerpts point into it)."""
         self.qmark_style = False
@@ -98,14 +108,27 @@ class Session:
     # ------------------------------------------------------------ transactions
 
     def begin_if_needed(self) -> None:
-        """Open the PEP 249 implicit transaction (not in autocommit or read-only mode)."""
-        if not self.autocommit and not self.in_transaction and not self.read_only:
+        """Open the PEP 249 implicit transaction (not in autocommit or read-only mode), or the one a
+        model statement's implicit commit interrupted."""
+        if self.resuming:
+            self.resume()
+        elif not self.autocommit and not self.in_transaction and not self.read_only:
             self.duck.execute("BEGIN TRANSACTION")
             self.in_transaction = True
 
+    def resume(self) -> None:
+        """Begin again the transaction that a model statement's implicit commit ended (a no-op when
+        there is none)."""
+        if self.resuming and not self.in_transaction:
+            self.resuming = False
+            self.run("BEGIN TRANSACTION", None)
+            self.in_transaction = True
+        self.resuming = False
+
     def commit(self) -> None:
-        """Commit this session's transaction (a no-op when none is open)."""
+        """Commit this session's transaction (a no-op when none is open: PEP 249's ``commit()``)."""
         self.changed()  # plans made in the old snapshot may not see what others committed meanwhile
+        self.explicit = self.resuming = False
         if self.in_transaction:
             self.in_transaction = False
             try:
@@ -114,8 +137,9 @@ class Session:
                 raise translate(exc) from exc
 
     def rollback(self) -> None:
-        """Roll back this session's transaction (a no-op when none is open)."""
+        """Roll back this session's transaction (a no-op when none is open: PEP 249's ``rollback()``)."""
         self.changed()  # it may undo a CREATE TABLE that a cached plan reads
+        self.explicit = self.resuming = False
         if self.in_transaction:
             self.in_transaction = False
             try:
@@ -123,11 +147,41 @@ class Session:
             except Exception as exc:
                 raise translate(exc) from exc
 
+    def transaction_statement(self, text: str) -> Result:
+        """Run one ``BEGIN`` / ``START TRANSACTION`` / ``COMMIT`` / ``END`` / ``ROLLBACK`` / ``ABORT``
+        as DuckDB honours it, keeping this session's state in step.
+
+        ``BEGIN`` adopts the PEP 249 implicit transaction when one is open.
+
+        Raises:
+            OperationalError: ``transaction_error``: ``COMMIT`` or ``ROLLBACK`` with no transaction
+                open, or ``BEGIN`` inside a transaction the user began (DuckDB's own message).
+        """
+        self.resume()
+        word = first_word(text)
+        if word in ("BEGIN", "START"):
+            if not self.in_transaction:
+                self.run(text, None)
+                self.in_transaction = True
+            elif self.explicit:
+                self.run(text, None)  # DuckDB raises: a transaction within a transaction
+            self.explicit = True
+        elif not self.in_transaction:
+            self.run(text, None)  # DuckDB raises: no transaction is active
+        elif word in ("COMMIT", "END"):
+            self.commit()
+        elif word in ("ROLLBACK", "ABORT"):
+            self.rollback()
+        else:
+            self.run(text, None)
+        return Result(self.duck)
+
     def close(self) -> None:
         """Stop the servers this session started, roll back an open transaction and drop cached plans;
         model sessions live in the process-wide cache."""
         serve.stop_all(owner=self)
         self.plans.clear()
+        self.resuming = False
         try:
             self.rollback()
         except Error:
@@ -180,12 +234,16 @@ class Session:
         for i, stmt in enumerate(statements):
             result.release()
             self.cache_key = key if len(statements) == 1 and isinstance(stmt, exp.Select) else None
+            was_open, explicit = self.in_transaction or self.resuming, self.explicit
             try:
                 result = run_statement(stmt, self, params or [])
             finally:
                 self.cache_key = None
                 if not _reads_only(stmt):
                     self.changed()  # DDL, DML, a model statement that writes: cached plans may be stale
+                if was_open and not self.in_transaction and not _controls_transactions(stmt):
+                    # a model statement committed before and after: the transaction goes on
+                    self.resuming, self.explicit = True, explicit
             if i < len(statements) - 1:
                 self.drain(result)
         return result
@@ -230,34 +288,35 @@ class Session:
                 self.plans.remember_plain(text, stypes)
         if any(t not in _READ_ONLY_TYPES for t in stypes) or ("EXPLAIN" in stypes and "ANALYZE" in text.upper()):
             self.changed()  # (EXPLAIN ANALYZE runs its statement, which may write)
-        if len(stypes) > 1 and "TRANSACTION" in stypes and not params:
-            if statements is None:
-                statements = list(duckdb.extract_statements(text))
+        if len(stypes) > 1 and "TRANSACTION" in stypes:
             # BEGIN/COMMIT/ROLLBACK among several statements: one at a time, so the session follows
             # them (commit() and rollback() keep working, and a later statement opens a new transaction)
-            result = Result(self.duck)
-            for i, st in enumerate(statements):
-                result.release()
-                result = self.passthrough(st.query, None)
-                if i < len(statements) - 1:
-                    self.drain(result)
-            return result
+            return self._plain_one_by_one(statements or list(duckdb.extract_statements(text)), params)
         if len(stypes) == 1 and stypes[0] == "TRANSACTION":
-            word = first_word(text)
-            if word in ("COMMIT", "END"):
-                self.commit()
-                return Result(self.duck)
-            if word in ("ROLLBACK", "ABORT"):
-                self.rollback()
-                return Result(self.duck)
-            if word in ("BEGIN", "START"):
-                if not self.in_transaction:
-                    self.run(text, params)
-                    self.in_transaction = True
-                return Result(self.duck)
+            if params:
+                raise ProgrammingError(f"The statement has 0 parameter placeholder(s) but {len(params)} value(s) "
+                                       "were given.", code="parameter_count")
+            return self.transaction_statement(text)
         self.begin_if_needed()
         self.run(text, params)
         return self.duckdb_result(stypes[-1] if stypes else "SELECT")
+
+    def _plain_one_by_one(self, statements: list, params: Optional[list]) -> Result:
+        """Plain statements run one at a time, each with its own placeholders' values in order (when
+        the counts do not add up, all values go to the last statement, as DuckDB gives them)."""
+        counts = [len(st.named_parameters) for st in statements]
+        values = list(params or [])
+        if sum(counts) != len(values):
+            counts = [0] * (len(statements) - 1) + [len(values)]
+        result = Result(self.duck)
+        used = 0
+        for i, st in enumerate(statements):
+            result.release()
+            result = self.passthrough(st.query, values[used:used + counts[i]] or None)
+            used += counts[i]
+            if i < len(statements) - 1:
+                self.drain(result)
+        return result
 
     def run(self, text: str, params: Optional[Sequence], on_error=None) -> None:
         """Execute on DuckDB; a failure becomes ``on_error(exc)`` (default: the PEP 249 mapping)."""
@@ -384,6 +443,13 @@ def _reads_only(stmt: exp.Expression) -> bool:
         return False  # (EXPLAIN ANALYZE runs its statement)
     words = parts[1].upper().split(None, 1)
     return bool(words) and words[0] in ("SELECT", "WITH", "FROM")
+
+
+def _controls_transactions(stmt: exp.Expression) -> bool:
+    """Whether a parsed statement is BEGIN / COMMIT / ROLLBACK (``END`` and ``ABORT`` parse as columns)."""
+    if isinstance(stmt, (exp.Transaction, exp.Commit, exp.Rollback)):
+        return True
+    return isinstance(stmt, exp.Column) and not stmt.table and stmt.name.upper() in ("END", "ABORT")
 
 
 def first_word(text: str) -> str:
