@@ -207,7 +207,8 @@ def point_into(err: Error, sql: str) -> Error:
 # ------------------------------------------------------------ connection
 
 
-def connect(database: str = ":memory:", read_only: bool = False, *, config: Optional[dict] = None) -> "Connection":
+def connect(database: str = ":memory:", read_only: bool = False, *, config: Optional[dict] = None,
+            trust_code: bool = False, allow_python: bool = True) -> "Connection":
     """Open a modelsql connection (PEP 249 ``connect``).
 
     Args:
@@ -215,12 +216,32 @@ def connect(database: str = ":memory:", read_only: bool = False, *, config: Opti
             folder ``<database>.blobs`` beside it) or ``":memory:"``.
         read_only: open the file read-only (no writes to tables or catalog).
         config: extra DuckDB configuration (e.g. ``{"threads": 2}``).
+        trust_code: load the database's code (Python programs, trainable factories, compiled
+            libraries) without a signature of your key: only for a file whose code you trust
+            (README, "What a database file may do"). Default: only signed code loads.
+        allow_python: False refuses ``CREATE MODEL ... FROM PYTHON`` and ``TRUST MODEL`` (statements
+            that run or trust Python named in SQL): for a server or shell taking SQL from others.
 
     Raises:
         OperationalError: the file cannot be opened (locked by another
             process, unreadable) or its catalog was written by an unknown schema version.
     """
-    return Connection(str(database), read_only=read_only, config=config)
+    return Connection(str(database), read_only=read_only, config=config, trust_code=trust_code,
+                      allow_python=allow_python)
+
+
+_URI = _re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+
+
+def resolve_database(database: str) -> str:
+    """The database as it is opened: a file path made absolute once, at connect (``~`` expanded), as DuckDB
+    resolves it; so the blob store beside it (``<database>.blobs``) stays that file's whatever ``os.chdir``
+    runs later. ``":memory:"`` (and ``":memory:name"``) and ``scheme:...`` strings are kept as given."""
+    if database in ("",) or database.startswith(":memory:") or _URI.match(database):
+        return database
+    import os
+
+    return os.path.abspath(os.path.expanduser(database))
 
 
 CATALOG_ALIAS = "modelsql_db"
@@ -262,9 +283,11 @@ class Connection:
     ProgrammingError = ProgrammingError
     NotSupportedError = NotSupportedError
 
-    def __init__(self, database: str, *, read_only: bool = False, config: Optional[dict] = None) -> None:
+    def __init__(self, database: str, *, read_only: bool = False, config: Optional[dict] = None,
+                 trust_code: bool = False, allow_python: bool = True) -> None:
         self.database = database
         self.read_only = read_only
+        database = resolve_database(database)  # once: os.chdir afterwards changes nothing
         try:
             self._duck = _open_duckdb(database, read_only, dict(config or {}))
         except Exception as exc:
@@ -277,6 +300,8 @@ class Connection:
         except BaseException:
             self._duck.close()
             raise
+        self._session.trust_code = bool(trust_code)
+        self._session.allow_python = bool(allow_python)
 
     # -- PEP 249 ------------------------------------------------------------
 
@@ -348,6 +373,18 @@ class Connection:
         if value and not self._session.autocommit:
             self.commit()
         self._session.autocommit = value
+
+    @property
+    def trust_code(self) -> bool:
+        """Whether this connection loads the database's code without a signature (``connect``'s
+        ``trust_code``; fixed for the connection's life)."""
+        return self._session.trust_code
+
+    @property
+    def allow_python(self) -> bool:
+        """Whether this connection runs ``FROM PYTHON`` and ``TRUST MODEL`` (``connect``'s ``allow_python``;
+        fixed for the connection's life)."""
+        return self._session.allow_python
 
     @property
     def optimize(self) -> bool:

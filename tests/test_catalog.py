@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 8
+    assert Catalog.SCHEMA_VERSION == 9
 
 
 def test_reopen_keeps_models(db):
@@ -299,19 +299,20 @@ def test_drop_whole_model_and_orphaned_blobs(cat, con):
     assert cat.model_names() == []
     assert cat.blob_sizes() == {}
     for table in schema.TABLES[1:]:
-        assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
-    # a dropped name starts again at version 1 and the same key can be reused
-    assert cat.next_version("a") == 1
-    add(cat, make_mv(name="a", tensors=(shared,)))
-    assert cat.get("a").version == 1
+        if table != "version_marks":
+            assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
+    # a dropped name's numbers are never given again: a pinned VERSION 1 never means another model
+    assert cat.next_version("a") == 3
+    add(cat, make_mv(name="a", version=3, tensors=(shared,)))
+    assert cat.get("a").version == 3
 
 
 def test_drop_and_readd_in_one_transaction(cat):
     add(cat, make_mv())
     with cat.transaction():
         cat.drop("digits")
-        cat.add_version(make_mv(opset=9), {})
-    assert cat.get("digits").opset == 9
+        cat.add_version(make_mv(version=2, opset=9), {})  # a dropped number is not given again
+    assert cat.get("digits").opset == 9 and cat.versions("digits") == [2]
 
 
 def test_drop_missing(cat):
@@ -467,8 +468,17 @@ def test_migration_runs_for_older_version(db, monkeypatch):
     con.close()
 
 
+def _to_schema_8(con) -> None:
+    """Take a current catalog back to schema 8: no version marks, no study owners."""
+    con.execute("DROP TABLE modelsql.version_marks")
+    for column in ("owner_host", "owner_start", "heartbeat_at"):
+        con.execute(f"ALTER TABLE modelsql.studies DROP COLUMN {column}")
+    con.execute("UPDATE modelsql.meta SET value = '8' WHERE key = 'schema_version'")
+
+
 def _to_schema_7(con) -> None:
     """Take a current catalog back to schema 7: no code signatures."""
+    _to_schema_8(con)
     con.execute("DROP TABLE modelsql.code_signatures")
     con.execute("UPDATE modelsql.meta SET value = '7' WHERE key = 'schema_version'")
 
@@ -816,7 +826,7 @@ def test_many_tensors(cat):
     assert len(cat.blob_sizes()) == 2001
 
 
-def test_version_numbers_are_never_reused_while_the_model_exists(tmp_path):
+def test_version_numbers_are_never_reused(tmp_path):
     import numpy as np
     import sys
 
@@ -834,8 +844,8 @@ def test_version_numbers_are_never_reused_while_the_model_exists(tmp_path):
     assert con.import_model("m", m, replace=True).version == 4
     assert [v for (v,) in con.execute("SELECT version FROM modelsql.model_versions ORDER BY version").fetchall()] == [3, 4]
     con.execute("DROP MODEL m")
-    assert con.import_model("m", m).version == 1
-    assert con.import_model("m", m, replace=True).version == 2
+    assert con.import_model("m", m).version == 5  # nor after the whole model is dropped (issue 21, item 4)
+    assert con.import_model("m", m, replace=True).version == 6
     con.close()
 
 
@@ -853,4 +863,25 @@ def test_real_migration_from_schema_6(db):
     for table in ("trace_operators", "compiled", "cost_models"):
         assert con.execute(f"SELECT count(*) FROM modelsql.{table}").fetchone() == (0,)
     assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
+    con.close()
+
+
+def test_real_migration_from_schema_8_keeps_version_marks(db):
+    """A catalog of schema 8 kept a dropped latest version's number in meta (``last_version:<name>``)
+    only while the model existed: schema 9 moves it to version_marks, with every name's highest
+    version, so the next number is still new."""
+    con = duckdb.connect(db)
+    cat = Catalog(con)
+    for v in (1, 2, 3):
+        add(cat, make_mv(name="m", version=v))
+    add(cat, make_mv(name="n"))
+    with cat.transaction():
+        cat.drop("m", 3)
+    _to_schema_8(con)
+    con.execute("INSERT INTO modelsql.meta VALUES ('last_version:m', '3')")
+    cat = Catalog(con)
+    assert dict(con.execute("SELECT name, last_version FROM modelsql.version_marks").fetchall()) == {"m": 3, "n": 1}
+    assert con.execute("SELECT count(*) FROM modelsql.meta WHERE key LIKE 'last%'").fetchone() == (0,)
+    assert cat.next_version("m") == 4 and cat.next_version("n") == 2
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("9",)
     con.close()

@@ -357,6 +357,28 @@ class Catalog:
                 self._con.execute("ROLLBACK")
             raise convert_duckdb_error(exc) from None
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator["Catalog"]:
+        """Reads inside the block come from one snapshot of the catalog: the caller's transaction when
+        one is open, else a read transaction of the block's own (so a read racing another connection's
+        DROP sees the model whole or not at all, never half).
+
+        Yields:
+            this catalog.
+        """
+        with _converted():
+            joined = self.in_transaction()  # (a failed BEGIN would abort the caller's transaction)
+        if joined:
+            yield self
+            return
+        with _converted():
+            self._con.execute("BEGIN TRANSACTION")
+        try:
+            yield self
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute("COMMIT")
+
     # -------------------------------------------------------------------- reads
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -391,8 +413,9 @@ class Catalog:
                 f'Model "{name}" is a trainable (CREATE MODEL ... FROM PYTHON), not an ONNX model: TUNE it, then '
                 f"CREATE MODEL {name}_best FROM STUDY <study> to predict with a trained version.",
                 code="model_not_found")
+        others = [n for n in self.model_names() if n != str(name).lower()]  # never "did you mean" the name itself
         return errors.ProgrammingError(
-            f'Model "{name}" does not exist.' + errors.did_you_mean(name, self.model_names()),
+            f'Model "{name}" does not exist.' + errors.did_you_mean(name, others),
             code="model_not_found",
         )
 
@@ -430,6 +453,10 @@ class Catalog:
                 plus a "Did you mean" over existing names), ``"version_not_found"``
                 (listing the existing versions), ``"invalid_name"``, ``"invalid_version"``.
         """
+        with self.snapshot():
+            return self._get(name, version)
+
+    def _get(self, name: str, version: Optional[int]) -> ModelVersion:
         key, version = self._resolve(name, version)
         row = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
@@ -524,19 +551,30 @@ class Catalog:
     def next_version(self, name: str) -> int:
         """The version number the next :meth:`add_version` of ``name`` must carry.
 
-        One more than the highest version the model ever had: a number is never
-        given twice while the model exists, even after ``DROP MODEL m VERSION n``
-        of its latest version (as in MLflow's model registry). Dropping the whole
-        model starts it again at 1.
+        One more than the highest version the name was ever given (``modelsql.version_marks``): a
+        number is never given twice, even after ``DROP MODEL m VERSION n`` of the latest versions or
+        ``DROP MODEL m`` of them all, so a pinned ``VERSION n`` never silently means another model.
         """
         key = _normalize_name(name)
-        existing = self.versions(key)
-        last = existing[-1] if existing else 0
-        if existing:
-            rows = self._rows("SELECT value FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
-            if rows and str(rows[0][0]).isdigit():
-                last = max(last, int(rows[0][0]))
-        return last + 1
+        if not self._present:
+            return 1
+        return self.version_mark("model", key) + 1
+
+    def version_mark(self, kind: str, name: str) -> int:
+        """The highest version ``name`` (a ``kind`` ``'model'`` or ``'pipeline'``) was ever given; 0 for none."""
+        table = "model_versions" if kind == "model" else "pipeline_versions"
+        return int(self._rows(
+            f"SELECT greatest(coalesce((SELECT max(last_version) FROM {{s}}.version_marks WHERE kind = ? "
+            f"AND name = ?), 0), coalesce((SELECT max(version) FROM {{s}}.{table} WHERE name = ?), 0))",
+            [kind, name.lower(), name.lower()])[0][0])
+
+    def raise_version_mark(self, kind: str, name: str, version: int) -> None:
+        """Record that ``name`` was given ``version`` (in the caller's transaction). Two transactions giving
+        the same name a version conflict on this row, so one of them fails and retries."""
+        self._rows(
+            "INSERT INTO {s}.version_marks VALUES (?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET "
+            "last_version = greatest(version_marks.last_version, excluded.last_version)",
+            [kind, name.lower(), int(version)])
 
     def add_version(self, mv: ModelVersion, blob_kinds: Mapping[str, str]) -> None:
         """Insert a model version: its row, inputs, outputs, tensors, and blob registrations.
@@ -618,7 +656,6 @@ class Catalog:
                     f"Blob {d} is registered with {nb} bytes but this model says {blobs[d][0]} bytes.",
                     code="blob_size_mismatch",
                 )
-        new_blobs = [(d, nb, k) for d, (nb, k) in blobs.items() if d not in known]
 
         features = None if mv.features is None else [str(f) for f in mv.features]
         self._rows(
@@ -687,12 +724,16 @@ class Catalog:
                     [int(t.nbytes) for t in mv.tensors],
                 ],
             )
-        if new_blobs:
-            self._rows(
-                "INSERT INTO {s}.blobs (digest, nbytes, kind) "
-                "SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[])",
-                [[b[0] for b in new_blobs], [b[1] for b in new_blobs], [b[2] for b in new_blobs]],
-            )
+        # Every blob's row is written, the known ones too: a concurrent DROP that deletes a row this version
+        # now needs then conflicts with this transaction (one of them retries) instead of both committing.
+        rows = [(d, nb, k) for d, (nb, k) in blobs.items()]
+        self._rows(
+            "INSERT INTO {s}.blobs (digest, nbytes, kind) "
+            "SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]) "
+            "ON CONFLICT (digest) DO UPDATE SET nbytes = excluded.nbytes",
+            [[b[0] for b in rows], [b[1] for b in rows], [b[2] for b in rows]],
+        )
+        self.raise_version_mark("model", key, version)
 
     def drop(self, name: str, version: Optional[int] = None, *, missing_ok: bool = False) -> int:
         """Delete a model (every version) or one version, and unregister blobs nothing references.
@@ -727,23 +768,18 @@ class Catalog:
                 + ": pipeline " + ", ".join(users) + " uses it. Drop the pipeline first (DROP PIPELINE).",
                 code="model_in_use",
             )
+        self.raise_version_mark("model", key, self.version_mark("model", key))  # kept: numbers never return
         if version is None:
             where, params = "name = ?", [key]
             removed = len(self.versions(key))
-            self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
         else:
             where, params = "name = ? AND version = ?", [key, resolved]
             removed = 1
-            last = self.versions(key)[-1]
-            self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
-            self._rows("INSERT INTO {s}.meta VALUES (?, ?)", [f"last_version:{key}", str(max(last, resolved))])
         self.families.forget_model(key)
         self.compiled.forget_model(key, None if version is None else resolved)
         self.traces.forget_fits(key, None if version is None else resolved)
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
-        if not self.versions(key):
-            self._rows("DELETE FROM {s}.meta WHERE key = ?", [f"last_version:{key}"])
         self._rows(
             "DELETE FROM {s}.blobs WHERE digest NOT IN "
             "(SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors "

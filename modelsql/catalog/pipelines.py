@@ -82,6 +82,10 @@ class Pipelines:
         Raises:
             ProgrammingError: see :meth:`resolve`.
         """
+        with self._catalog.snapshot():
+            return self._get(name, version, models)
+
+    def _get(self, name: str, version: Optional[int], models: Optional[dict]) -> PipelineVersion:
         key, version = self.resolve(name, version)
         digest, source, options, created_at = self._rows(
             "SELECT digest, source, options, created_at FROM {s}.pipeline_versions WHERE name = ? AND version = ?",
@@ -131,9 +135,11 @@ class Pipelines:
     # ----------------------------------------------------------------- writes
 
     def next_version(self, name: str) -> int:
-        """One more than the highest version ``name`` has (1 for a new pipeline)."""
-        existing = self.versions(name)
-        return (existing[-1] if existing else 0) + 1
+        """One more than the highest version ``name`` was ever given (1 for a new name): a dropped
+        version's number is never given again (``modelsql.version_marks``)."""
+        if not self._catalog.present:
+            return 1
+        return self._catalog.version_mark("pipeline", name) + 1
 
     def add(self, pv: PipelineVersion) -> None:
         """Insert a pipeline version (its row, steps and feeds) in the caller's transaction.
@@ -160,6 +166,7 @@ class Pipelines:
             for f in step.feeds:
                 self._rows("INSERT INTO {s}.pipeline_feeds VALUES (?, ?, ?, ?, ?, ?)",
                            [key, pv.version, step.position, f.input, f.from_step, f.from_name])
+        self._catalog.raise_version_mark("pipeline", key, pv.version)
 
     def drop(self, name: str, version: Optional[int] = None, *, missing_ok: bool = False) -> int:
         """Delete a pipeline (every version) or one version; the step models stay.
@@ -179,6 +186,7 @@ class Pipelines:
             raise
         where, params = ("name = ?", [key]) if version is None else ("name = ? AND version = ?", [key, resolved])
         removed = len(self.versions(key)) if version is None else 1
+        self._catalog.raise_version_mark("pipeline", key, self._catalog.version_mark("pipeline", key))
         for table in ("pipeline_feeds", "pipeline_steps", "pipeline_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
         return removed

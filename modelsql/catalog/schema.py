@@ -37,6 +37,10 @@ DuckDB file as their tables), so it can be inspected with plain SQL
     Which code artifacts (a Python program, a trainable's factory, a compiled library) a user's key
     trusts: an HMAC over the artifact's digest with a key kept outside the database
     (:mod:`modelsql.signing`). Schema 8.
+``modelsql.version_marks``
+    The highest version number each model and pipeline name was ever given (a dropped version's number
+    is never given again). Schema 9, which also adds each study's owner (``owner_host``, ``owner_start``)
+    and ``heartbeat_at``.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
 ``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
@@ -64,7 +68,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -80,7 +84,7 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
           "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces",
-          "trace_operators", "compiled", "cost_models", "code_signatures")
+          "trace_operators", "compiled", "cost_models", "code_signatures", "version_marks")
 VIEWS = ("models", "storage", "pipelines", "families", "trainables")
 
 
@@ -419,6 +423,24 @@ COMMENT ON COLUMN {s}.code_signatures.subject IS 'What was signed, for people: t
 """
 """The code-signature table (schema 8), shared by :data:`DDL` and the migration to version 8."""
 
+OWNERSHIP_DDL = """
+CREATE TABLE {s}.version_marks (
+    kind         VARCHAR NOT NULL CHECK (kind IN ('model', 'pipeline')),
+    name         VARCHAR NOT NULL,
+    last_version INTEGER NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+COMMENT ON TABLE {s}.version_marks IS 'The highest version number each model or pipeline name was ever given: the next version is one more, even after DROP of the latest versions or of the whole model, so a pinned VERSION n never means another model. Every new version updates its row, so two writers of one name conflict and one retries.';
+ALTER TABLE {s}.studies ADD COLUMN owner_host VARCHAR;
+ALTER TABLE {s}.studies ADD COLUMN owner_start VARCHAR;
+ALTER TABLE {s}.studies ADD COLUMN heartbeat_at TIMESTAMPTZ;
+COMMENT ON COLUMN {s}.studies.owner_pid IS 'Process id of the TUNE running the study (NULL when none runs it).';
+COMMENT ON COLUMN {s}.studies.owner_host IS 'Host name of that process.';
+COMMENT ON COLUMN {s}.studies.owner_start IS 'That process''s identity beside its pid (boot id and start time), so a reused pid is not taken for it.';
+COMMENT ON COLUMN {s}.studies.heartbeat_at IS 'Last time the running TUNE said it is alive (every few seconds). A running study whose owner is dead is marked interrupted; one whose owner cannot be checked and sent no heartbeat for the grace period, failed.';
+"""
+"""Version marks and study owners (schema 9), shared by :data:`DDL` and the migration to version 9."""
+
 PIPELINE_DDL = """
 CREATE TABLE {s}.pipeline_versions (
     name       VARCHAR NOT NULL,
@@ -597,6 +619,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + TRACE_DDL
     + PERF_DDL
     + TRUST_DDL
+    + OWNERSHIP_DDL
 )
 
 
@@ -713,3 +736,20 @@ def _migrate_7_to_8(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[7] = _migrate_7_to_8
+
+
+def _migrate_8_to_9(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 9 adds ``version_marks`` (filled with each name's highest version, and the marks older
+    catalogs kept in ``meta`` as ``last_version:<name>``) and each study's owner and heartbeat."""
+    con.execute(OWNERSHIP_DDL.format(s=SCHEMA))
+    con.execute(
+        f"INSERT INTO {SCHEMA}.version_marks SELECT 'model', name, max(v) FROM ("
+        f"SELECT name, version AS v FROM {SCHEMA}.model_versions UNION ALL "
+        f"SELECT substr(key, 14), TRY_CAST(value AS INTEGER) FROM {SCHEMA}.meta WHERE key LIKE 'last\\_version:%' "
+        "ESCAPE '\\') WHERE v IS NOT NULL GROUP BY name")
+    con.execute(f"INSERT INTO {SCHEMA}.version_marks SELECT 'pipeline', name, max(version) "
+                f"FROM {SCHEMA}.pipeline_versions GROUP BY name")
+    con.execute(f"DELETE FROM {SCHEMA}.meta WHERE key LIKE 'last\\_version:%' ESCAPE '\\'")
+
+
+MIGRATIONS[8] = _migrate_8_to_9

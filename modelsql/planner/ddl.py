@@ -101,8 +101,8 @@ def _drop(stmt: DropModel, session, params: list) -> Result:
             return Result(session.duck, rowcount=0)
         session.get_model(plan.name, plan.version, ref)
     session.commit()
-    with session.catalog.transaction(join=False):  # the session just committed
-        removed = session.catalog.drop(plan.name, plan.version)
+    removed = retrying(session.catalog, lambda: session.catalog.drop(plan.name, plan.version,
+                                                                     missing_ok=plan.if_exists))
     session.changed()
     return Result(session.duck, rowcount=removed)
 
@@ -147,7 +147,9 @@ def _vacuum(stmt: VacuumModels, session, params: list) -> Result:
     session.run("SELECT 1", None)  # an aborted transaction says so here; COMMIT would end it silently
     session.duck.fetchall()
     session.commit()
-    removed, freed = session.store.collect(session.catalog.referenced_digests())
+    # read under the store's sweep lock, after its pending writes: a writer that committed before is seen,
+    # one that has not is pending (BlobStore.collect), so no blob a writer may still commit is deleted
+    removed, freed = session.store.collect(session.catalog.referenced_digests)
     return Result(
         session.duck,
         description=[("blobs_removed", "BIGINT", None, None, None, None, False),
@@ -187,16 +189,47 @@ def import_model(
     pipeline step converted by :mod:`modelsql.formats.sklearn_steps` is ``("sklearn", "sklearn:<class>")``);
     ``checked``: that conversion's check, ``(rows, max abs diff, label mismatches)``.
 
-    The blobs are written (atomically, each fsynced) before the catalog
-    transaction that references them commits, so a crash at any point leaves
-    either the whole new version or none of it; stray blobs are collected by
-    ``VACUUM MODELS``.
+    The blobs are written (atomically, each fsynced, under a write lease of the store so no VACUUM
+    deletes them) before the catalog transaction that references them commits, so a crash at any point
+    leaves either the whole new version or none of it; stray blobs are collected by ``VACUUM MODELS``.
+    Whether the name is free is checked again inside that transaction: of two connections importing
+    one name at once, one wins and the other gets ``duplicate_model`` (or, with ``if_not_exists``, the
+    winner's version).
+
+    Raises:
+        IntegrityError: ``duplicate_model``. ProgrammingError: ``invalid_name``, bad features. DataError,
+            NotSupportedError: the model cannot be converted or stored (see :func:`prepare_model`).
     """
     session.check_writable()
     if existing_model(session, name, replace, if_not_exists):
         return session.catalog.get(name.lower())
+    with session.store.writing():
+        fields, kinds = prepare_model(session, name, model, example_input=example_input, features=features,
+                                      input_names=input_names, output_names=output_names, options=options,
+                                      accept_mismatch=accept_mismatch, provenance=provenance, checked=checked)
+        session.commit()
+        try:
+            return add_version(session.catalog, fields, kinds, replace=replace, if_not_exists=if_not_exists)
+        finally:
+            session.changed()  # a plan of "the latest version" is stale
+
+
+def prepare_model(session, name: str, model: Any, *, example_input: Any = None,
+                  features: Optional[Sequence[str]] = None, input_names: Optional[Sequence[str]] = None,
+                  output_names: Optional[Sequence[str]] = None, options: Optional[dict] = None,
+                  accept_mismatch: bool = False, provenance: Optional[tuple[str, str]] = None,
+                  checked: Optional[tuple[int, float, int]] = None) -> tuple[dict, dict]:
+    """Convert and check ``model`` and put its blobs in the store; nothing is catalogued. Call it inside
+    ``session.store.writing()`` and catalog the result with :func:`add_version` (or
+    ``Catalog.add_version``) before the lease ends.
+
+    Returns:
+        ``(fields, kinds)``: the :class:`ModelVersion` fields but ``version``, and ``{digest: kind}``.
+
+    Raises:
+        ProgrammingError, DataError, NotSupportedError: as :func:`import_model`.
+    """
     key = name.lower()
-    catalog = session.catalog
     if features is not None:
         features = _feature_names(features, key)
     proto, kind, source, known = formats.to_onnx(
@@ -215,7 +248,6 @@ def import_model(
     for t, payload in tensors:
         if session.store.put(payload) != t.digest:
             raise InternalError(f"digest mismatch storing tensor {t.name}", code="digest_mismatch")
-    session.commit()
     fields = dict(facts, name=key, graph_digest=graph_digest, graph_bytes=len(graph),
                   tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
                   kind=kind, features=feats, options=tuple(sorted((options or {}).items())),
@@ -223,10 +255,7 @@ def import_model(
                   fingerprint=formats.architecture_fingerprint(graph), **_static(proto))
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
-    try:
-        return add_version(catalog, fields, kinds)
-    finally:
-        session.changed()  # a plan of "the latest version" is stale
+    return fields, kinds
 
 
 def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool) -> dict:
@@ -255,23 +284,51 @@ def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_
     )
 
 
-def add_version(catalog, fields: dict, kinds: dict) -> ModelVersion:
-    """Catalog the next version of ``fields["name"]`` (the blobs are stored), retrying when another
-    connection takes the same version number first (DuckDB's optimistic concurrency refuses one commit)."""
+def add_version(catalog, fields: dict, kinds: dict, *, replace: bool = True,
+                if_not_exists: bool = False) -> ModelVersion:
+    """Catalog the next version of ``fields["name"]`` (the blobs are stored) in one transaction that
+    first checks the name is free (unless ``replace``), retrying when another connection writes the
+    same rows first (DuckDB's optimistic concurrency refuses one commit).
+
+    Returns:
+        the new version; with ``if_not_exists``, the existing latest version when the name is taken.
+
+    Raises:
+        IntegrityError: ``duplicate_model`` (the name is taken, by a model or a trainable).
+        OperationalError: ``read_only``; ``transaction_error`` when the conflicts do not stop.
+    """
     key = fields["name"]
-    attempts = 20
+
+    def add() -> Optional[int]:
+        if not replace and _name_taken(catalog, key, if_not_exists):
+            return None
+        version = catalog.next_version(key)
+        catalog.add_version(ModelVersion(version=version, **fields), kinds)
+        return version
+
+    version = retrying(catalog, add)
+    return catalog.get(key, version)
+
+
+def retrying(catalog, write, attempts: int = 60):
+    """``write()`` in a catalog transaction of its own, run again when the commit (or a write) conflicts
+    with another connection's: a write-write conflict or a key another transaction took first.
+    Returns what ``write`` returns.
+
+    Raises:
+        whatever ``write`` raises but a conflict; the last conflict after ``attempts`` tries.
+    """
     for attempt in range(attempts):
         try:
-            with catalog.transaction(join=False):  # the session just committed
-                version = catalog.next_version(key)
-                catalog.add_version(ModelVersion(version=version, **fields), kinds)
-            break
+            with catalog.transaction(join=False):  # the caller's session just committed
+                return write()
         except (IntegrityError, OperationalError) as exc:
-            if attempt == attempts - 1 or exc.code == "read_only":
+            if attempt == attempts - 1 or exc.code not in ("transaction_error", "constraint_violation",
+                                                          "version_conflict"):
                 raise
             # The other writer may not have committed yet: wait a little (with jitter) first.
-            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
-    return catalog.get(key, version)
+            time.sleep(random.uniform(0.002, 0.01) * min(attempt + 1, 10))
+    raise AssertionError("unreachable")
 
 
 def existing_model(session, name: str, replace: bool, if_not_exists: bool) -> bool:
@@ -290,7 +347,20 @@ def existing_model(session, name: str, replace: bool, if_not_exists: bool) -> bo
         )
     key = name.lower()
     catalog = session.catalog
-    if catalog.exists(key) and not replace:
+    if not replace and _name_taken(catalog, key, if_not_exists):
+        return True
+    if catalog.studies.trainable(key) is not None:
+        raise _trainable_clash(key)
+    return False
+
+
+def _name_taken(catalog, key: str, if_not_exists: bool) -> bool:
+    """True when model ``key`` exists and IF NOT EXISTS leaves it; False when the name is free.
+
+    Raises:
+        IntegrityError: ``duplicate_model``: the model exists (without IF NOT EXISTS), or a trainable has the name.
+    """
+    if catalog.exists(key):
         if if_not_exists:
             return True
         raise IntegrityError(
@@ -299,9 +369,13 @@ def existing_model(session, name: str, replace: bool, if_not_exists: bool) -> bo
             code="duplicate_model",
         )
     if catalog.studies.trainable(key) is not None:
-        raise IntegrityError(f'Model "{key}" already exists as a trainable (CREATE MODEL ... FROM PYTHON); models '
-                             "and trainables share names: DROP MODEL it or choose another name.", code="duplicate_model")
+        raise _trainable_clash(key)
     return False
+
+
+def _trainable_clash(key: str) -> IntegrityError:
+    return IntegrityError(f'Model "{key}" already exists as a trainable (CREATE MODEL ... FROM PYTHON); models '
+                          "and trainables share names: DROP MODEL it or choose another name.", code="duplicate_model")
 
 
 def _feature_names(features: Any, model: str) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ See DESIGN.md, "Storage", and :mod:`modelsql.storage.blobstore`.
 """
 
 from modelsql.storage.blobstore import (
+    PENDING_GRACE_SECONDS,
     STALE_TEMP_SECONDS,
     TEMP_PREFIX,
     BlobCorruptError,
@@ -18,5 +19,6 @@ __all__ = [
     "BlobMissingError",
     "for_database",
     "STALE_TEMP_SECONDS",
+    "PENDING_GRACE_SECONDS",
     "TEMP_PREFIX",
 ]

@@ -20,7 +20,20 @@ Guarantees:
 * Reads verify the digest: a blob whose bytes no longer hash to its name raises
   :class:`BlobCorruptError`; an absent one raises :class:`BlobMissingError`.
 * Garbage collection is explicit (:meth:`BlobStore.collect`): the caller (the
-  catalog) passes the set of digests it still references.
+  catalog) passes the digests it still references. It never deletes a blob a
+  writer may still commit: every :meth:`BlobStore.put` first records its digest
+  as *pending* (git's ``gc.pruneExpire`` and SQLite's locks solve the same race).
+  A put inside :meth:`BlobStore.writing` (a *write lease*, held until the
+  writer's catalog commit) stays pending until the lease ends; a put outside one
+  stays pending, for the other threads, for :data:`PENDING_GRACE_SECONDS`. ``collect`` reads the pending
+  digests and the referenced ones, and deletes, under one per-store lock that
+  ``put`` takes to record its digest, so a blob is either seen pending or
+  written again after the sweep. Pending records live in this process: DuckDB
+  lets one process at a time write a database, so the writers of one store are
+  the threads of one process (a killed writer leaves unreferenced blobs, which
+  the next ``collect`` removes).
+* The root is made absolute when the store is made, so a later ``os.chdir``
+  changes nothing.
 
 Only ``modelsql.storage`` touches blob files (see DESIGN.md, "Storage").
 """
@@ -28,13 +41,15 @@ Only ``modelsql.storage`` touches blob files (see DESIGN.md, "Storage").
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Union
 
 from modelsql.errors import DataError, ProgrammingError
 
@@ -44,6 +59,7 @@ __all__ = [
     "BlobMissingError",
     "TEMP_PREFIX",
     "STALE_TEMP_SECONDS",
+    "PENDING_GRACE_SECONDS",
     "for_database",
 ]
 
@@ -52,6 +68,11 @@ TEMP_PREFIX = ".tmp-"
 
 STALE_TEMP_SECONDS = 60.0
 """Temporary files older than this (seconds, by mtime) are removed by :meth:`BlobStore.collect`."""
+
+PENDING_GRACE_SECONDS = 600.0
+"""How long (seconds) a blob put outside a write lease (:meth:`BlobStore.writing`) is kept from
+:meth:`BlobStore.collect` and :meth:`BlobStore.discard`: the time its writer has to commit the catalog
+rows naming it."""
 
 _HEX = frozenset("0123456789abcdef")
 _CHUNK = 1 << 20  # 1 MiB, for hashing files on disk
@@ -119,6 +140,47 @@ def _remove_temp_roots() -> None:
 atexit.register(_remove_temp_roots)
 
 
+class _Pending:
+    """The digests that writers of one store (one root) may still commit, and the lock that orders
+    recording one against a sweep."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.leases: dict[int, set[str]] = {}
+        self.loose: dict[str, tuple[int, float]] = {}  # digest -> (the putting thread, until when: monotonic)
+        self.held = threading.local()  # this thread's open lease: (id, depth)
+
+    def record(self, digest: str) -> None:
+        """Called with ``lock`` held."""
+        held = getattr(self.held, "lease", None)
+        if held is not None:
+            self.leases[held[0]].add(digest)
+        else:
+            self.loose[digest] = (threading.get_ident(), time.monotonic() + PENDING_GRACE_SECONDS)
+
+    def digests(self) -> set[str]:
+        """Called with ``lock`` held: every digest pending for the calling thread: those in a lease, and
+        those put outside one by *other* threads in the last :data:`PENDING_GRACE_SECONDS` (a thread
+        that put a blob and then deletes or collects is not racing itself)."""
+        now = time.monotonic()
+        me = threading.get_ident()
+        for d in [d for d, (_, until) in self.loose.items() if until <= now]:
+            del self.loose[d]
+        out = {d for d, (thread, _) in self.loose.items() if thread != me}
+        for lease in self.leases.values():
+            out |= lease
+        return out
+
+
+_PENDING: dict[str, _Pending] = {}
+_PENDING_LOCK = threading.Lock()
+
+
+def _pending_of(root: Path) -> _Pending:
+    with _PENDING_LOCK:
+        return _PENDING.setdefault(str(root), _Pending())
+
+
 class BlobStore:
     """Content-addressed store of immutable byte blobs keyed by SHA-256 hex digest.
 
@@ -128,14 +190,50 @@ class BlobStore:
     Digests are 64 lower-case hex characters; methods accept upper case too and
     raise :class:`~modelsql.errors.ProgrammingError` (code ``invalid_digest``)
     for anything else. The store is safe to use from several threads and
-    processes at once for ``put``/``get``; ``collect`` must not run while
-    another writer is between ``put`` and the catalog commit that references
-    the new blob (the single-writer rule of DESIGN.md, "Scale").
+    processes at once for ``put``/``get``, and ``collect`` (``discard``) may run
+    while other threads write: a blob put and not yet committed is pending (see
+    :meth:`writing`) and is kept.
     """
 
     def __init__(self, root: Union[str, os.PathLike]) -> None:
-        self.root = Path(root)
+        self.root = Path(os.path.abspath(os.fspath(root)))
+        """The store's directory, absolute (resolved once, against the working directory of the time)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        self._pending = _pending_of(self.root)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator["BlobStore"]:
+        """A write lease: every blob put by this thread inside the block stays pending (never deleted by
+        :meth:`collect` or :meth:`discard`, of any connection) until the block ends. Commit the catalog
+        rows that name the blobs inside the block. Nested blocks of one thread share the outer lease.
+
+        Yields:
+            this store.
+        """
+        pending = self._pending
+        held = getattr(pending.held, "lease", None)
+        if held is not None:
+            pending.held.lease = (held[0], held[1] + 1)
+            try:
+                yield self
+            finally:
+                pending.held.lease = held
+            return
+        token = object()
+        with pending.lock:
+            pending.leases[id(token)] = set()
+        pending.held.lease = (id(token), 1)
+        try:
+            yield self
+        finally:
+            pending.held.lease = None
+            with pending.lock:
+                del pending.leases[id(token)]
+
+    def pending(self) -> set[str]:
+        """The digests writers of this process may still commit (see :meth:`writing`)."""
+        with self._pending.lock:
+            return self._pending.digests()
 
     # -- construction -------------------------------------------------------------
 
@@ -190,6 +288,8 @@ class BlobStore:
         view = view.cast("B")
         digest = hashlib.sha256(view).hexdigest()
         final = self.root / digest[:2] / digest[2:]
+        with self._pending.lock:  # before looking: a sweep either saw it pending or ran before the write below
+            self._pending.record(digest)
         try:
             if final.stat().st_size == view.nbytes:
                 self.verify(digest)
@@ -275,12 +375,43 @@ class BlobStore:
             raise BlobMissingError(f"blob {d} is missing from the store at {self.root}", digest=d) from None
 
     def delete(self, digest: str) -> bool:
-        """Remove a blob. Returns True if it existed, False if it was already absent."""
-        try:
-            self.path(digest).unlink()
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        return True
+        """Remove a blob, unless a writer may still commit it (it is pending: see :meth:`writing`).
+
+        Returns:
+            True if it existed and was removed; False if it was absent or pending.
+        """
+        d = _check_digest(digest)
+        with self._pending.lock:
+            if d in self._pending.digests():
+                return False
+            try:
+                self.path(d).unlink()
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            return True
+
+    def discard(self, digests: Iterable[str], referenced: Callable[[], Iterable[str]]) -> int:
+        """Delete those of ``digests`` that are neither pending nor in ``referenced()``, which is called
+        (with the store's sweep lock held) after the pending digests are read: pass a function that reads
+        the catalog's committed references then.
+
+        Returns:
+            the number of blobs removed.
+        """
+        wanted = {_check_digest(d) for d in digests}
+        if not wanted:
+            return 0
+        removed = 0
+        with self._pending.lock:
+            keep = self._pending.digests()
+            keep |= {_check_digest(d) for d in referenced()}
+            for d in sorted(wanted - keep):
+                try:
+                    self.path(d).unlink()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                removed += 1
+        return removed
 
     # -- enumeration and garbage collection ------------------------------------
 
@@ -322,19 +453,27 @@ class BlobStore:
                 pass
         return total
 
-    def collect(self, referenced: Iterable[str]) -> tuple[int, int]:
-        """Delete every blob whose digest is not in ``referenced``.
+    def collect(self, referenced: Union[Iterable[str], Callable[[], Iterable[str]]]) -> tuple[int, int]:
+        """Delete every blob that is neither referenced nor pending (a writer may still commit it).
 
         Also removes temporary files left by interrupted writes that are older
         than :data:`STALE_TEMP_SECONDS` (younger ones may be writes in progress).
 
         Args:
-            referenced: digests still referenced by the catalog (any case).
+            referenced: digests still referenced by the catalog (any case), or a function returning them,
+                called after the pending digests are read and with the store's sweep lock held (``put``
+                waits for the sweep): pass a function that reads the catalog's *committed* references
+                then, so a writer that committed before the sweep began is seen.
 
         Returns:
             ``(blobs removed, bytes freed)``; bytes freed includes stale temp files.
         """
-        keep = {_check_digest(d) for d in referenced}
+        with self._pending.lock:
+            keep = self._pending.digests()
+            keep |= {_check_digest(d) for d in (referenced() if callable(referenced) else referenced)}
+            return self._sweep(keep)
+
+    def _sweep(self, keep: set[str]) -> tuple[int, int]:
         removed = 0
         freed = 0
         for digest, p in list(self._blob_files()):
