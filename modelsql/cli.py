@@ -531,6 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--read-only", action="store_true", default=False if top else argparse.SUPPRESS,
                        help="open the database read-only")
+        p.add_argument("--no-python", action="store_true", default=False if top else argparse.SUPPRESS,
+                       help="refuse CREATE MODEL ... FROM PYTHON and TRUST MODEL (Python named in SQL runs with "
+                            "this process's rights): for a shell that runs SQL from others")
         p.add_argument("-f", "--format", choices=FORMATS, default=default,
                        help="how results are printed: table (default), line (one column = value "
                             "line each, as sqlite3's .mode line), csv, json")
@@ -625,7 +628,8 @@ def _run(args: argparse.Namespace, database: str, fmt: str, console: Console, er
             except UnicodeDecodeError:
                 err.print(escape(f"Cannot read {args.file}: not a UTF-8 text file of SQL statements."), highlight=False)
                 return 1
-    con = modelsql.connect(database, read_only=bool(getattr(args, "read_only", False)))
+    con = modelsql.connect(database, read_only=bool(getattr(args, "read_only", False)),
+                           allow_python=not getattr(args, "no_python", False))
     try:
         con.autocommit = True
         runner = Runner(con, console, err, fmt)

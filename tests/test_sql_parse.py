@@ -36,7 +36,7 @@ from modelsql.sql import (
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
 from modelsql.sql.nodes import (CreatePipeline, CompileModel, FinetunePipeline, ProfileModel, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
-                                Serve, ShowPipelines, ShowServers, ShowStudies, StopServer, TuneModel, statement)
+                                Serve, ShowPipelines, ShowServers, ShowStudies, StopServer, TrustModel, TuneModel, statement)
 
 
 def parse_one(sql: str) -> exp.Expression:
@@ -64,6 +64,8 @@ STATEMENT_FORMS = [
     ("CREATE OR REPLACE MODEL m FROM 'm.onnx'", ImportModel),
     ("CREATE OR REPLACE MODEL IF NOT EXISTS \"My Model\" FROM 'm.onnx' WITH (a = 1)", ImportModel),
     ("DROP MODEL m", DropModel),
+    ("TRUST MODEL m", TrustModel),
+    ("trust model \"My Model\" version 2", TrustModel),
     ("PROFILE MODEL m", ProfileModel),
     ("PROFILE MODEL m VERSION 2 WITH (batch_sizes = (1, 8), threads = (1, 2), repeat = 20)", ProfileModel),
     ("PROFILE PIPELINE p ON TABLE t WITH (repeat = 3)", ProfileModel),

@@ -75,7 +75,7 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
     else:
         mv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
     if getattr(mv, "kind", None) == "python":
-        check_source(session.store, mv)  # refused now, before anything runs (the transaction stays usable)
+        check_source(session, mv)  # trusted and unchanged, refused now, before anything runs (the transaction stays usable)
     no_repeats(p.args.get("options"), f"PREDICT({mv.ref_sql})")
     options = parse_options({k: value(v, params) for k, v in p.option_values.items()}, mv.ref_sql)
     if options.backend == "tvm":

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ..errors import ProgrammingError
 from ..sql.nodes import CompileModel
-from .compiled import compile_version, schedules_of, tvm_target
+from . import trust
+from .compiled import compile_version, library_code, schedules_of, tvm_target
 from .handlers import run_statement
 from .options import given_options, value
 from .result import Result
@@ -66,11 +67,14 @@ def _compile(stmt: CompileModel, session, params: list) -> Result:
         raise ProgrammingError(f"COMPILE ... FOR: the target must be a string, got {kind!r}", code="invalid_option")
     target = tvm_target(kind, options["threads"])
     session.check_writable()
+    key = trust.signing_key()  # the library built here is signed with its user's key (modelsql.planner.trust)
     session.commit()
     row = compile_version(session, mv, target, batch_size=options["batch_size"], trials=options["tune_trials"],
                           progress=_progress(session, mv.label))
     with session.catalog.transaction(join=False):
         session.catalog.compiled.put(row)
+        if row.usable:
+            trust.sign(session, library_code(row), key)
     session.changed()
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS],
                   rows=[(row.model, row.version, row.backend, row.target, row.batch_size, row.status, row.reason,

@@ -19,7 +19,9 @@ ordinal: the artifact runs on any GPU of that architecture.
 
 :func:`tvm_session` is what ``PREDICT(..., backend = 'tvm')`` runs: the checked artifact for the
 PREDICT's batch size (or the any-batch one), loaded once per process and cached like an ONNX Runtime
-session (:data:`~modelsql.operators.backends.SESSIONS`).
+session (:data:`~modelsql.operators.backends.SESSIONS`). A library is code: it is loaded only when the session
+trusts it (:func:`library_code` through :func:`~modelsql.planner.trust.require`; ``COMPILE`` signs what it
+builds with its user's key), and an untrusted one is no alternative for the cost function.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from typing import Callable, Optional
 from ..catalog.compiled import CompiledArtifact
 from ..errors import DataError, NotSupportedError
 from ..operators.backends import SESSIONS, SessionKey
+from . import trust
 from .artifacts import default_threads, load_model_bytes
 
 __all__ = ["TvmTarget", "tvm_target", "compile_version", "require_artifact", "tvm_session", "tvm_device",
-           "checked_artifacts", "cuda_missing", "schedules_of"]
+           "checked_artifacts", "cuda_missing", "schedules_of", "library_code"]
 
 _CUDA = re.compile(r"^cuda(?::(\d+))?$")
 
@@ -217,6 +220,15 @@ def _check(tvm_backend, data: bytes, lib: bytes, mv, target: TvmTarget, batch_si
     return check, (None if check.ok else f"outputs differ from ONNX Runtime{where}: {check.reason}")
 
 
+def library_code(row: CompiledArtifact) -> trust.CodeArtifact:
+    """The code artifact of a compiled library (its blob), with how to rebuild it here."""
+    target = "cuda" if '"kind":"cuda"' in row.target else "llvm"
+    return trust.CodeArtifact("compiled", row.digest, row.model, row.version,
+                              f"the {row.backend.upper()} library compiled for {row.target}",
+                              remedy=f"rebuild it here with COMPILE MODEL {row.model} VERSION {row.version} "
+                                     f"FOR '{target}'")
+
+
 def _pick(rows: list[CompiledArtifact], batch_size: Optional[int]) -> Optional[CompiledArtifact]:
     """The artifact a PREDICT runs: the one tuned for its batch size, else the any-batch one, else the best
     tuned one (fed in slices of its batch)."""
@@ -234,7 +246,8 @@ def require_artifact(session, mv, batch_size: Optional[int] = None, device: str 
     Raises:
         NotSupportedError: ``tvm_unavailable``; ``backend_not_supported`` for a pipeline or a set of models;
             ``tvm_declined`` naming the reason when every artifact was declined; ``tvm_not_compiled`` when
-            there is none (COMPILE MODEL first); ``device_not_available`` for a ``cuda:N`` this machine lacks.
+            there is none (COMPILE MODEL first); ``device_not_available`` for a ``cuda:N`` this machine lacks;
+            ``untrusted_code`` when the session does not trust the library (:func:`library_code`).
     """
     return _resolve(session, mv, batch_size, device)[0]
 
@@ -259,6 +272,7 @@ def _resolve(session, mv, batch_size: Optional[int], device: str) -> tuple[Compi
         rows = checked_artifacts(session.catalog, mv, target)
         chosen = _pick(rows, batch_size)
         if chosen is not None:
+            trust.require(session, library_code(chosen))  # before anything of it is loaded
             return chosen, target.device
         declined += [r for r in rows if r.status == "declined"]
     if declined:
@@ -299,6 +313,8 @@ def alternative(session, mv) -> tuple[Optional[CompiledArtifact], Optional[str]]
     except NotSupportedError:  # TVM no longer importable: ONNX Runtime alone
         return None, None
     chosen = _pick(rows, None)
+    if chosen is not None and not trust.trusted(session, library_code(chosen)):
+        return None, "its library is not trusted here (TRUST MODEL, or COMPILE it again)"
     declined = next((r.reason for r in rows if r.status == "declined"), None)
     return chosen, (declined if chosen is None else None)
 
@@ -315,6 +331,7 @@ def tvm_session(session, mv, *, intra: int, batch_size: Optional[int] = None, de
     key = SessionKey(chosen.digest, "tvm", where, (("threads", intra),))
 
     def load():  # on a miss only: the signature needs the whole model read from the store
+        trust.require_checked(library_code(chosen))  # _resolve passed it
         signature = tvm_backend.Signature.from_onnx(load_model_bytes(session.store, mv), chosen.batch_size or None)
         return tvm_backend.load_library(session.store.get(chosen.digest), signature, mv.label,
                                         intra_op_threads=intra, device=where)

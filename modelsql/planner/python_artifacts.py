@@ -7,6 +7,11 @@ source file, how it runs) and its tensors are the module's ``state_dict``, one c
 the record. Loading imports the reference again, refuses it if its source changed since (a different
 program under the same name would answer wrongly without saying so), builds the module, loads the stored
 weights and wraps it in a :class:`~modelsql.operators.backends.coexec.PythonProgramModel`.
+
+A stored program is code: nothing of it is imported before :func:`check_source` has passed its
+:func:`program_code` through :func:`~modelsql.planner.trust.require` (signed by the user's key at creation,
+trusted by ``TRUST MODEL``, or a connection that trusts code); :func:`python_session` loads only what that
+check passed.
 """
 
 from __future__ import annotations
@@ -21,14 +26,15 @@ from typing import Optional
 import numpy as np
 
 from ..catalog.entries import ModelVersion, StoredTensor
-from ..errors import ProgrammingError
+from ..errors import DataError, ProgrammingError
 from ..formats.python_program import ELEM_TYPES, NUMPY_TYPES
 from ..operators.backends import devices
 from ..operators.backends.coexec import PythonProgramModel
 from ..tuning.training import factory_digest, resolve_reference
+from . import trust
 
 __all__ = ["StoredProgram", "FORMAT", "program_module", "program_digest", "helper_sources", "changed_source", "check_source",
-           "state_tensors", "python_session", "read_program", "program_device"]
+           "state_tensors", "python_session", "read_program", "program_device", "program_code"]
 
 FORMAT = "modelsql-python/1"
 """The ``format`` field of a stored program."""
@@ -116,11 +122,30 @@ def changed_source(stored: StoredProgram):
     return None
 
 
-def read_program(data: bytes) -> StoredProgram:
-    """The :class:`StoredProgram` in a graph blob."""
-    fields = json.loads(data.decode())
-    fields["outputs"] = tuple(fields["outputs"])
-    return StoredProgram(**fields)
+def read_program(data: bytes, label: str = "a Python program") -> StoredProgram:
+    """The :class:`StoredProgram` in a graph blob (reading it runs nothing).
+
+    Raises:
+        DataError: ``bad_program`` (not a stored program), naming ``label``.
+    """
+    try:
+        fields = json.loads(data.decode())
+        fields["outputs"] = tuple(fields["outputs"])
+        stored = StoredProgram(**fields)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DataError(f"The stored program of {label} is not one modelsql wrote ({type(exc).__name__}: {exc}).",
+                        code="bad_program") from None
+    if not isinstance(stored.reference, str) or not isinstance(stored.params, dict):
+        raise DataError(f"The stored program of {label} is not one modelsql wrote.", code="bad_program")
+    return stored
+
+
+def program_code(stored: StoredProgram, digest: str, model: str, version: Optional[int]) -> trust.CodeArtifact:
+    """The code artifact of a stored program whose graph blob is ``digest`` (the reference, its arguments, its
+    sources), of model ``model`` version ``version`` (None while it is being created)."""
+    args = json.dumps(stored.params, sort_keys=True) if stored.params else ""
+    what = f"the Python program {stored.reference}" + (f" called with {args[:200]}" if args else "")
+    return trust.CodeArtifact("python", digest, model, version, what)
 
 
 def program_module(reference: str, params: Optional[dict] = None):
@@ -176,13 +201,22 @@ def state_tensors(module) -> list[tuple[StoredTensor, bytes]]:
     return out
 
 
-def check_source(store, mv: ModelVersion) -> StoredProgram:
-    """The stored program of ``mv``, after checking its sources are unchanged.
+def check_source(session, mv: ModelVersion) -> StoredProgram:
+    """The stored program of ``mv``, after checking that ``session`` trusts it (before anything is imported)
+    and that its sources are unchanged.
 
     Raises:
-        ProgrammingError: ``source_changed`` naming the file.
+        NotSupportedError: ``untrusted_code`` (see :func:`~modelsql.planner.trust.require`).
+        ProgrammingError: ``source_changed`` naming the file; ``factory_not_found``.
+        DataError: ``bad_program``.
     """
-    stored = read_program(store.get(mv.graph_digest))
+    stored = read_program(session.store.get(mv.graph_digest), mv.label)
+    trust.require(session, program_code(stored, mv.graph_digest, mv.name, mv.version))
+    return _unchanged(stored, mv)
+
+
+def _unchanged(stored: StoredProgram, mv: ModelVersion) -> StoredProgram:
+    """``stored`` when its sources are the ones imported (this imports the reference's module: trusted only)."""
     helper = changed_source(stored)
     if program_digest(stored.reference, stored.params) != stored.source_digest or helper is not None:
         what = f"{helper} (a module {stored.reference} uses)" if helper else f"the source of {stored.reference}"
@@ -215,12 +249,15 @@ def python_session(store, mv: ModelVersion, *, intra: int = 1, device: str = "au
     Raises:
         ProgrammingError: ``source_changed`` (the source file differs from the one imported),
             ``factory_not_found`` (the reference no longer imports).
-        NotSupportedError: ``device_not_available`` (see :func:`program_device`).
+        NotSupportedError: ``device_not_available`` (see :func:`program_device`); ``untrusted_code`` when
+            :func:`check_source` did not pass it first in this process.
     """
     import torch
 
     device = program_device(mv, device)
-    stored = check_source(store, mv)
+    stored = read_program(store.get(mv.graph_digest), mv.label)
+    trust.require_checked(program_code(stored, mv.graph_digest, mv.name, mv.version))  # check_source passed it
+    _unchanged(stored, mv)
     module = program_module(stored.reference, stored.params)
     state = {t.name: torch.from_numpy(np.frombuffer(store.get(t.digest), dtype=np.dtype(NUMPY_TYPES.get(t.elem_type,
              t.elem_type.lower())).newbyteorder("<")).reshape(t.dims).copy()) for t in mv.tensors}

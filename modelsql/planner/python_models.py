@@ -41,10 +41,10 @@ from ..operators.backends import devices
 from ..operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
 from ..sql.nodes import ImportModel
 from ..tuning.training import resolve_reference, source_file
-from . import ddl
+from . import ddl, trust
 from .bind import looks_like_key
 from .options import no_repeats, value
-from .python_artifacts import StoredProgram, helper_sources, program_digest, program_module, state_tensors
+from .python_artifacts import StoredProgram, helper_sources, program_code, program_digest, program_module, state_tensors
 from .result import Result
 
 __all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model", "store_program"]
@@ -220,6 +220,7 @@ def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution
     ``state``: its :func:`~.python_artifacts.state_tensors` (default: the module's now)."""
     if ddl.existing_model(session, stmt.this.model_name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
         return
+    key = trust.signing_key()  # before anything is written: a key that cannot be made fails the statement first
     dependence = row_reason
     described["batching"] = f"one row per call: {dependence}" if dependence else "batched: rows are independent"
     mode, start_rows, timing, breaks = _choose_mode(prog, execution, dependence is not None)
@@ -241,6 +242,9 @@ def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution
                   options=tuple(sorted((k, str(v)) for k, v in described.items())), batch_dependence=dependence,
                   content_digest=content)
     kinds = {graph_digest: "graph", stored.source_blob: "graph", **{t.digest: "tensor" for t, _ in tensors}}
+    code = program_code(stored, graph_digest, fields["name"], None)
+    with session.catalog.transaction(join=False):  # signed first (by content): no reader sees it unsigned
+        trust.sign(session, code, key)
     try:
         ddl.add_version(session.catalog, fields, kinds)
     finally:

@@ -34,7 +34,7 @@ from ..errors import Error, OperationalError, ProgrammingError, excerpt, positio
 from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines,
                          ShowServers)
 from ..storage import BlobStore
-from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, tune  # noqa: F401  (each registers its statements' handlers)
+from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401  (each registers its statements' handlers)
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
@@ -64,6 +64,11 @@ class Session:
         self.read_only = read_only
         self.catalog = Catalog(duck, read_only=read_only)
         self.store = BlobStore.for_database(database)
+        self.trust_code = False
+        """Load every code artifact of this database without a signature (``connect(..., trust_code=True)``;
+        see :mod:`modelsql.planner.trust`)."""
+        self.allow_python = True
+        """Run statements that name Python code (``FROM PYTHON``, ``TRUST MODEL``); False for SQL from others."""
         self.optimize = True
         """Apply the planner's rewrite rules (:data:`modelsql.planner.rules.RULES`); False runs
         every PREDICT as bound, which tests use to check that rules never change an answer."""

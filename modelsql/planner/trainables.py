@@ -5,6 +5,12 @@ A trainable is a factory ``f(in_features=F, n_outputs=K, **params) -> torch.nn.M
 ``WITH`` options are default factory arguments, which TUNE's SEARCH may override. The catalog keeps
 the factory module's source digest, so a changed factory is a new version (TUNE registers it by itself
 when the source changed since the latest version). Models and trainables share one namespace.
+
+A trainable's factory is code kept in the database: :func:`trainable_code` is checked with
+:func:`~modelsql.planner.trust.require` before the factory is imported (TUNE, ``FROM STUDY``), and
+``CREATE MODEL ... FROM PYTHON`` signs it with its user's key. That statement runs the Python it names with the
+process's rights: it is refused on a connection with ``allow_python=False`` and, before anything is imported,
+on a read-only one.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ from ..formats import from_torch
 from ..formats.label_values import with_label_values
 from ..sql.nodes import ImportModel
 from ..tuning.training import factory_digest, for_inference, load_trained, resolve_factory
-from . import ddl
+from . import ddl, trust
 from .options import no_repeats, value
 from .python_models import create_python_model, store_program, wants_import
 from .result import Result
 from .tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 
-__all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study", "drop_trainable"]
+__all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study", "drop_trainable",
+           "trainable_code"]
 
 
 def create_trainable(stmt: ImportModel, session, params: list) -> Result:
@@ -34,11 +41,14 @@ def create_trainable(stmt: ImportModel, session, params: list) -> Result:
         ProgrammingError: ``factory_not_found`` (the reference does not import).
         IntegrityError: ``duplicate_model`` (an ONNX model, or a trainable without OR REPLACE / IF NOT
             EXISTS, has the name).
+        NotSupportedError: ``python_disabled`` (``allow_python=False``), before anything is imported.
+        OperationalError: ``read_only``, before anything is imported.
     """
+    name = stmt.this.model_name.lower()
+    trust.require_python_allowed(session, f"CREATE MODEL {name} FROM PYTHON")
+    session.check_writable()
     if wants_import(stmt, params):
         return create_python_model(stmt, session, params)
-    session.check_writable()
-    name = stmt.this.model_name.lower()
     ref = str(value(stmt.args["source"], params))
     no_repeats(stmt.args.get("options"), f"CREATE MODEL {name}")
     if "device" in {k.lower() for k in stmt.option_values}:
@@ -46,6 +56,7 @@ def create_trainable(stmt: ImportModel, session, params: list) -> Result:
                                "trains is TUNE's option (TUNE ... WITH (device = 'cuda')), not a hyper-parameter of "
                                "the factory.", code="bad_option")
     options = tuple(sorted((k, json.dumps(constant(v, k))) for k, v in stmt.option_values.items()))
+    key = trust.signing_key()  # before anything is written
     resolve_factory(ref)
     existing = session.catalog.studies.trainable(name)
     if session.catalog.exists(name):
@@ -58,17 +69,27 @@ def create_trainable(stmt: ImportModel, session, params: list) -> Result:
                              "REPLACE MODEL for a new version.", code="duplicate_model")
     version = existing.version + 1 if existing is not None else 1
     session.commit()
+    trainable = Trainable(name, version, ref, factory_digest(ref), options)
     with session.catalog.transaction(join=False):
-        session.catalog.studies.add_trainable(Trainable(name, version, ref, factory_digest(ref), options))
+        session.catalog.studies.add_trainable(trainable)
+        trust.sign(session, trainable_code(trainable), key)
     session.changed()
     return Result(session.duck, rowcount=1)
+
+
+def trainable_code(trainable: Trainable) -> trust.CodeArtifact:
+    """The code artifact of a trainable: its factory reference with its default arguments."""
+    args = dict(trainable.options)
+    what = f"the Python factory {trainable.factory}" + (f" with {json.dumps(args, sort_keys=True)[:200]}" if args else "")
+    return trust.CodeArtifact("trainable", trust.trainable_digest(trainable.factory, trainable.options),
+                              trainable.name, trainable.version, what)
 
 
 def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> Trainable:
     """The trainable TUNE trains: version ``version``, or the latest one, or (when its factory's source
     changed since) the next version, not yet in the catalog: :func:`register` records it when the study
     starts. Raises ProgrammingError ``model_not_found`` (naming an ONNX model of that name as not
-    trainable)."""
+    trainable), NotSupportedError ``untrusted_code`` (before the factory is imported)."""
     found = session.catalog.studies.trainable(name, version)
     if found is None:
         if session.catalog.exists(name):
@@ -80,6 +101,7 @@ def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> 
             f'Trainable model "{name}"' + (f" version {version}" if version else "") + " does not exist; register "
             f"one with CREATE MODEL {name} FROM PYTHON 'modelsql.zoo:mlp' (or your own factory).",
             code="model_not_found"), ref)
+    trust.require(session, trainable_code(found))
     if version is not None:
         return found
     digest = factory_digest(found.factory)
@@ -191,6 +213,7 @@ def _trained_network(session, study, trial):
     if trainable is None:
         raise ProgrammingError(f'Study "{study.name}" trained {study.model} version {study.model_version}, which '
                                "is no longer in the catalog.", code="model_not_found")
+    trust.require(session, trainable_code(trainable))
     if factory_digest(trainable.factory) != trainable.code_digest:
         raise ProgrammingError(
             f'The source of {trainable.factory} changed since study "{study.name}" trained it ({study.model} '

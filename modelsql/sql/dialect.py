@@ -83,6 +83,7 @@ from modelsql.sql.nodes import (
     ModelSet,
     PredictTable,
     ShowModels,
+    TrustModel,
     VacuumModels,
 )
 
@@ -439,6 +440,9 @@ class ModelSQLParser(TuneParsing, PipelineParsing, ServeParsing, DuckDBParser):
         ref = self._parse_model_ref()
         return self.expression(DropModel(this=ref, exists=bool(exists)))
 
+    def _parse_trustmodel(self, words: tuple[str, ...]) -> TrustModel:
+        return self.expression(TrustModel(this=self._parse_model_ref()))
+
     def _parse_showmodels(self, words: tuple[str, ...]) -> ShowModels:
         return self.expression(ShowModels())
 
@@ -608,6 +612,9 @@ class ModelSQLGenerator(TuneGenerating, PipelineGenerating, ServeGenerating, Duc
     def dropmodel_sql(self, expression: DropModel) -> str:
         exists = " IF EXISTS" if expression.args.get("exists") else ""
         return f"DROP MODEL{exists} {self.sql(expression, 'this')}"
+
+    def trustmodel_sql(self, expression: TrustModel) -> str:
+        return f"TRUST MODEL {self.sql(expression, 'this')}"
 
     def showmodels_sql(self, expression: ShowModels) -> str:
         return "SHOW MODELS"

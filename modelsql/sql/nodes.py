@@ -219,6 +219,20 @@ class DropModel(exp.Expression):
 
 
 @statement
+class TrustModel(exp.Expression):
+    """``TRUST MODEL name [VERSION n]``: sign the code of a model (its Python program, its trainable factory, its
+    compiled libraries; every version, or version ``n``) with the current user's key, so this user's
+    connections load it (see :mod:`modelsql.planner.trust`).
+
+    Args:
+        this: ``ModelRef``; with a version, only that version's code.
+    """
+
+    WORDS = (("TRUST", "MODEL"),)
+    arg_types = {"this": True}
+
+
+@statement
 class ShowModels(exp.Expression):
     """``SHOW MODELS``: no arguments."""
 
