@@ -4,8 +4,12 @@
         [--host 127.0.0.1] [--max-batch-size 32] [--max-queue-delay-ms 1] [--memory-budget-mb 512]
 
 It prints the server's URL and what it serves, then waits; Ctrl-C (SIGINT) or
-SIGTERM stops the server and exits 0. The statement it runs is printed first,
-so the same server can be started from SQL.
+SIGTERM stops the server (draining the requests in progress) and exits 0. The
+statement it runs is printed first, so the same server can be started from SQL.
+
+The bearer token is read from the environment variable ``MODELSQL_SERVE_TOKEN``
+(never from the command line, which other users of the machine can read); a
+``--host`` other machines can reach needs it, or ``--allow-unauthenticated``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, metavar="N")
     p.add_argument("--memory-budget-mb", type=float, metavar="MB")
     p.add_argument("--device", metavar="DEVICE", help="cpu (the default), cuda or cuda:N: where the models run")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="serve on a --host other machines can reach without a token (MODELSQL_SERVE_TOKEN)")
     return p
 
 
@@ -50,6 +56,8 @@ def serve_statement(args: argparse.Namespace) -> str:
     given = ", ".join(f"{k} = {v}" for k, v in options.items() if v is not None)
     if args.device is not None:
         given += (", " if given else "") + "device = '" + args.device.replace("'", "''") + "'"
+    if getattr(args, "allow_unauthenticated", False):
+        given += (", " if given else "") + "allow_unauthenticated = true"
     return (f"SERVE {', '.join(items)} ON HOST '{host}' PORT {args.port}" + (f" WITH ({given})" if given else ""))
 
 

@@ -21,13 +21,18 @@ floating-point weights, such as many heads of one shape, run on one session,
 each fed its own memory-mapped weights: less memory, some throughput (7% in
 benchmarks/pretzel.py, within the runs' spread); default false), ``merge_families`` (true, the default: served
 models of one architecture batch together, and a batch with requests for several of them runs as one
-NetFuse-merged graph where the measured rule expects a gain). Per item, in parentheses after its name:
-``reserved_threads`` (threads no other pipeline uses: PRETZEL's reservation).
+NetFuse-merged graph where the measured rule expects a gain), ``token`` (a bearer token: every request but
+``/v2/health/*`` must then carry ``Authorization: Bearer <token>``; default: the environment variable
+``MODELSQL_SERVE_TOKEN``, else none), ``allow_unauthenticated`` (true: listen on an address other machines
+reach, such as ``'0.0.0.0'``, without a token; otherwise that is refused). Per item, in parentheses after its
+name: ``reserved_threads`` (threads no other pipeline uses: PRETZEL's reservation).
 """
 
 from __future__ import annotations
 
 import errno
+import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Optional
@@ -43,13 +48,17 @@ from .run_traces import record_served_traces
 from .result import Result
 from .serving_repository import CatalogRepository
 
-__all__ = ["SERVERS", "DEFAULT_PORT", "SERVE_OPTIONS", "stop_all"]
+__all__ = ["SERVERS", "DEFAULT_PORT", "SERVE_OPTIONS", "TOKEN_ENV", "stop_all"]
+
+TOKEN_ENV = "MODELSQL_SERVE_TOKEN"
+"""The environment variable SERVE reads its bearer token from when the statement gives none."""
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 
 DEFAULT_PORT = 8000
 SERVE_OPTIONS = {"max_batch_size": (1, 1 << 20, 32), "max_queue_delay_ms": (0.0, 60_000.0, 1.0),
                  "threads": (1, 1024, None), "max_request_mb": (1, 1 << 14, 64),
                  "memory_budget_mb": (0.0, float(1 << 24), None), "share_structures": (0, 1, 0),
-                 "merge_families": (0, 1, 1)}
+                 "merge_families": (0, 1, 1), "allow_unauthenticated": (0, 1, 0)}
 """Statement options: name -> (lowest, highest, default)."""
 ITEM_OPTIONS = {"reserved_threads": (1, 1024, 0)}
 
@@ -201,10 +210,12 @@ def _serve(stmt: Serve, session, params: list) -> Result:
 def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict) -> Result:
     from ..serving import InferenceServer
 
-    opts = _options(given, SERVE_OPTIONS, "SERVE", text=("device",))
+    opts = _options(given, SERVE_OPTIONS, "SERVE", text=("device", "token"))
     device = _device(given)
+    token = _token(given)
     port = DEFAULT_PORT if port is None else port
     host = stmt.args["host"].this if stmt.args.get("host") is not None else "127.0.0.1"
+    _check_exposure(host, token, bool(opts["allow_unauthenticated"]))
     with _LOCK:
         if port and port in SERVERS:
             raise OperationalError(f"SERVE: this process already serves on port {port} ({SERVERS[port].server.url}); "
@@ -219,7 +230,8 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
         repo.add_many([(entry, reserved, entry.name) for entry, reserved in entries])
         server = InferenceServer(repo, host=host, port=port, max_batch_size=opts["max_batch_size"],
                                  max_queue_delay_ms=opts["max_queue_delay_ms"],
-                                 max_request_bytes=opts["max_request_mb"] << 20)
+                                 max_request_bytes=opts["max_request_mb"] << 20, token=token,
+                                 allow_unauthenticated=bool(opts["allow_unauthenticated"]))
         repo.on_step = server.metrics.observe_step
         server.start()
     except OSError as exc:
@@ -234,6 +246,38 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
         SERVERS[server.port] = RunningServer(server, repo, session.database, id(session))
     rows = [(server.url, r["name"], r["kind"], r["version"], "serving") for r in repo.resident()]
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
+
+
+def _token(given: dict) -> Optional[str]:
+    """SERVE's bearer token: the ``token`` option, else :data:`TOKEN_ENV`, else None.
+
+    Raises:
+        ProgrammingError: ``bad_option``, a token that is not RFC 6750 token characters.
+    """
+    token = given.get("token", os.environ.get(TOKEN_ENV) or None)
+    if token is None:
+        return None
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        where = "token" if "token" in given else TOKEN_ENV
+        raise ProgrammingError(f"SERVE: {where} must be a bearer token: letters, digits and - . _ ~ + / "
+                               "(then = signs), not empty.", code="bad_option")
+    return token
+
+
+def _check_exposure(host: str, token: Optional[str], allowed: bool) -> None:
+    """Refuse a host other machines can reach when the server has no token and that was not allowed.
+
+    Raises:
+        ProgrammingError: ``unauthenticated_host``.
+    """
+    from ..serving import is_loopback
+
+    if token or allowed or is_loopback(host):
+        return
+    raise ProgrammingError(
+        f"SERVE: ON HOST '{host}' can be reached from other machines, and the server has no authentication: "
+        f"give it a token (WITH (token = '...'), or the environment variable {TOKEN_ENV}; clients then send "
+        "Authorization: Bearer <token>), or say WITH (allow_unauthenticated = true).", code="unauthenticated_host")
 
 
 def _device(given: dict) -> str:
@@ -274,7 +318,7 @@ _SHOW_COLUMNS = [(n, t, None, None, None, None, True) for n, t in (
     ("batch_group", "VARCHAR"), ("steps", "INTEGER"), ("shared_steps", "INTEGER"), ("loaded_steps", "INTEGER"),
     ("own_bytes", "BIGINT"),
     ("shared_bytes", "BIGINT"), ("reserved_threads", "INTEGER"), ("started_at", "TIMESTAMP WITH TIME ZONE"),
-    ("device", "VARCHAR"), ("captured", "VARCHAR"))]
+    ("device", "VARCHAR"), ("captured", "VARCHAR"), ("reason", "VARCHAR"))]
 
 
 @run_statement.register
@@ -286,5 +330,5 @@ def _show(stmt: ShowServers, session, params: list) -> Result:
         for e in r.repository.resident():
             rows.append((r.server.url, e["name"], e["kind"], e["version"], e["state"], e["group"], e["steps"],
                          e["shared_steps"], e["loaded_steps"], e["own_bytes"], e["shared_bytes"],
-                         e["reserved_threads"], r.server.started_at, e["device"], e["captured"]))
+                         e["reserved_threads"], r.server.started_at, e["device"], e["captured"], e["reason"] or None))
     return Result(session.duck, description=list(_SHOW_COLUMNS), rows=rows)

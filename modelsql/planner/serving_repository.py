@@ -23,12 +23,22 @@ A served model is a one-step pipeline. Adding a pipeline loads only the steps
 not resident yet; removing one releases the steps no other pipeline needs; a
 memory budget unloads the least recently used idle steps
 (:mod:`modelsql.planner.resident_steps`).
+
+Changes never fail requests for what stays served: a change builds the new
+groups aside (loading what they need), then swaps them in with one assignment;
+each served entry names the group that runs it (``ServedEntry.runner``), so a
+request parsed before the swap runs on its old group, whose sessions are kept
+until its last batch ends. A served entry whose blobs are gone from the store
+(its model dropped and the store vacuumed) is not ready: ``ready`` is False and
+``unready_reason`` and ``resident()`` say which blobs are missing (checked at
+most every :data:`HEALTH_CHECK_S` seconds per entry).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Optional, Sequence
 
@@ -45,7 +55,10 @@ from .run_traces import TraceSampler
 from .stages import fuse_stages, stage_model
 from .rules.pipeline_share_steps import SharedSteps, share_steps
 
-__all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "ONNX_TO_OIP"]
+__all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "ONNX_TO_OIP", "HEALTH_CHECK_S"]
+
+HEALTH_CHECK_S = 1.0
+"""Seconds between two checks that a served entry's blobs are still in the store."""
 
 ONNX_TO_OIP = {"FLOAT": "FP32", "DOUBLE": "FP64", "FLOAT16": "FP16", "INT8": "INT8", "INT16": "INT16", "INT32": "INT32",
         "INT64": "INT64", "UINT8": "UINT8", "UINT16": "UINT16", "UINT32": "UINT32", "UINT64": "UINT64",
@@ -81,6 +94,8 @@ class ServedEntry:
     pipeline: PipelineVersion = field(compare=False)
     kind: str = "pipeline"
     reserved_threads: int = 0
+    runner: object = field(default=None, compare=False, repr=False)
+    """The group that runs this entry (set when it is swapped in)."""
 
 
 @dataclass
@@ -93,6 +108,7 @@ class _Group:
     own_executor: bool
     stage_of: dict  # step key -> the key of the session running it
     family: Optional["_Family"] = None
+    busy: int = 0  # batches running on it now
 
     @property
     def session_users(self) -> dict:
@@ -149,6 +165,9 @@ class CatalogRepository:
         self._unloaded: dict[str, str] = {}  # name -> why
         self._groups: dict[str, _Group] = {}
         self._store = store
+        self._swap = threading.Lock()  # the swap of entries and groups, and the batches' counts of their group
+        self._retired: list[_Group] = []  # replaced groups that batches still run on
+        self._health: dict[str, tuple[float, Optional[str]]] = {}  # name -> (checked at, why not ready)
         self.steps = ResidentSteps(budget_bytes)
         """The loaded steps (:class:`~modelsql.planner.resident_steps.ResidentSteps`)."""
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="modelsql-serve")
@@ -226,10 +245,19 @@ class CatalogRepository:
         for key, old in self._groups.items():
             if old.own_executor and (key not in groups or groups[key].executor is not old.executor):
                 old.executor.shutdown(wait=False)
-        self._entries = {n: replace(e, group=key) for key, members in plans.items() for n, e in entries.items()
-                         if n in members}
-        self._groups = groups
-        self.steps.retain(set(session_of.values()))
+        swapped = {n: replace(e, group=key, runner=groups[key]) for key, members in plans.items()
+                   for n, e in entries.items() if n in members}
+        with self._swap:
+            self._retired += list(self._groups.values())
+            self._entries, self._groups = swapped, groups  # requests see the old state or the new, never a mix
+            self._health.clear()
+            self._release_retired()
+
+    def _release_retired(self) -> None:
+        """Forget the replaced groups no batch runs on, and the sessions only they used (``_swap`` held)."""
+        self._retired = [g for g in self._retired if g.busy]
+        needed = {k for g in [*self._groups.values(), *self._retired] for k in g.stage_of.values()}
+        self.steps.retain(needed)
 
     def _family(self, key: str, entries: dict, members: list[str]) -> Optional[_Family]:
         """The merged graph of a group of two or more served models of one family, or None."""
@@ -268,8 +296,10 @@ class CatalogRepository:
                 users = g.session_users
                 own = {g.stage_of[n.key] for n in mine if len(n.members) == 1 and users[g.stage_of[n.key]] == 1}
                 common = {g.stage_of[n.key] for n in mine} - own
+                why = self._unready(e, fresh=True)
                 rows.append(dict(
-                    name=name, kind=e.kind, version=e.version, group=e.group, state="READY",
+                    name=name, kind=e.kind, version=e.version, group=e.group,
+                    state="READY" if why is None else "UNAVAILABLE", reason=why or "",
                     steps=len(mine), shared_steps=len(shared),
                     loaded_steps=sum(1 for n in mine if self.steps.loaded(g.stage_of[n.key])),
                     own_bytes=sum(self.steps.bytes_of(k) for k in own),
@@ -314,9 +344,24 @@ class CatalogRepository:
         return sorted(self._entries)
 
     def ready(self, name: str, version: Optional[str] = None) -> bool:
-        """Whether ``name`` (at ``version``, when given) is served."""
+        """Whether ``name`` (at ``version``, when given) is served and its blobs are in the store."""
         e = self._entries.get(name)
-        return e is not None and version in (None, e.version)
+        return e is not None and version in (None, e.version) and self._unready(e) is None
+
+    def unready_reason(self, name: str, version: Optional[str] = None) -> Optional[str]:
+        """Why served ``name`` is not ready (its blobs are gone from the store), or None."""
+        e = self._entries.get(name)
+        return None if e is None else self._unready(e)
+
+    def _unready(self, e: ServedEntry, fresh: bool = False) -> Optional[str]:
+        """Why ``e`` cannot run (cached for :data:`HEALTH_CHECK_S` seconds unless ``fresh``), or None."""
+        now = time.monotonic()
+        checked = self._health.get(e.name)
+        if checked is not None and not fresh and now - checked[0] < HEALTH_CHECK_S:
+            return checked[1]
+        why = _missing_blobs(self._store, e)
+        self._health[e.name] = (now, why)
+        return why
 
     def index(self) -> list[dict]:
         """Every served or unloaded name with its state (Triton's repository index)."""
@@ -348,9 +393,41 @@ class CatalogRepository:
         Returns one result per item: its outputs, or the exception naming the pipeline, the batch and
         the first failing row of that request.
         """
-        g = self._groups.get(group)
-        if g is None:
-            return [LookupError(f'"{e.name}" is no longer served') for e, _ in items]
+        results: list = [None] * len(items)
+        parts: dict[int, list[int]] = {}
+        runners: dict[int, _Group] = {}
+        with self._swap:
+            for k, (e, _) in enumerate(items):
+                g = self._runner_of(e)
+                if g is None:
+                    results[k] = LookupError(f'"{e.name}" is no longer served')
+                    continue
+                runners[id(g)] = g
+                parts.setdefault(id(g), []).append(k)
+            for g in runners.values():
+                g.busy += 1
+        try:
+            for gid, ks in parts.items():
+                for k, out in zip(ks, self._run_items(runners[gid], [items[k] for k in ks])):
+                    results[k] = out
+        finally:
+            with self._swap:
+                for g in runners.values():
+                    g.busy -= 1
+                if self._retired:
+                    self._release_retired()
+        return results
+
+    def _runner_of(self, e: ServedEntry) -> Optional[_Group]:
+        """The group to run a request for ``e`` on (``_swap`` held): the one it was parsed against while
+        that group is current or still kept, else the current group of its name; None once unserved."""
+        g = e.runner
+        if g is not None and (any(g is c for c in self._groups.values()) or any(g is r for r in self._retired)):
+            return g
+        now = self._entries.get(e.name)
+        return now.runner if now is not None else None
+
+    def _run_items(self, g: _Group, items: Sequence[tuple[ServedEntry, dict[str, np.ndarray]]]) -> list:
         feeds: list = []
         for e, inputs in items:
             try:
@@ -395,6 +472,17 @@ def _served(entry, reserved_threads: int, served: str) -> ServedEntry:
                        "modelsql_pipeline" if kind == "pipeline" else "onnxruntime_onnx",
                        tuple(_meta(s) for s in pv.inputs), tuple(_meta(s) for s in pv.outputs),
                        group="", pipeline=pv, kind=kind, reserved_threads=int(reserved_threads))
+
+
+def _missing_blobs(store, e: ServedEntry) -> Optional[str]:
+    """Which of ``e``'s blobs are gone from ``store`` (a message), or None when all are there."""
+    for step in e.pipeline.steps:
+        mv = step.model
+        gone = [d for d in (mv.graph_digest, *(t.digest for t in mv.tensors)) if not store.has(d)]
+        if gone:
+            return (f"{mv.label}'s blobs are gone from the store ({len(gone)} missing, e.g. {gone[0][:12]}...): "
+                    "the model was dropped and its blobs vacuumed; SERVE ADD a version that exists or SERVE REMOVE it")
+    return None
 
 
 def _one_family(entries: Sequence[ServedEntry]) -> bool:

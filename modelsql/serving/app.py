@@ -16,19 +16,30 @@ Endpoints (kserve open-inference-protocol ``specification/protocol/inference_res
 * ``GET /metrics``: Prometheus text exposition of :class:`~modelsql.serving.metrics.ServerMetrics`
 
 Errors are always JSON ``{"error": "..."}`` naming the model (and the tensor or row):
-400 a bad request, 404 an unknown model, version or route, 413 a body over
+400 a bad request, 401 a missing or wrong bearer token, 404 an unknown model, version or route,
+408 a body that did not arrive within ``body_timeout_s``, 413 a body over
 ``max_request_bytes`` (default 64 MiB, checked against ``Content-Length``
 before reading and counted while the body streams in), 415 a compressed body,
-500 a model failure, 503 a model that is not ready. Exceptions map by type:
+500 a model failure, 503 a model that is not ready (or the server holding
+``max_buffered_bytes`` of unfinished bodies already). Exceptions map by type:
 ``LookupError`` -> 404; ``ValueError``, ``TypeError``, modelsql's ``DataError``
 and ``ProgrammingError`` -> 400; anything else -> 500 (logged with its traceback;
 the client sees only its message).
+
+Authentication: with a ``token``, every request but ``GET /v2/health/live`` and
+``GET /v2/health/ready`` must carry ``Authorization: Bearer <token>`` (RFC 6750);
+anything else is answered 401 with ``WWW-Authenticate: Bearer``, before its body
+is read. Slow and large requests: a body must arrive within ``body_timeout_s``
+(408), the bodies being read at once hold at most ``max_buffered_bytes`` (503
+past it), and a body over :data:`PARSE_INLINE_BYTES` is parsed (and a large
+response encoded) in a worker thread, so the event loop keeps answering others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 from typing import Any, Callable, Optional
@@ -37,6 +48,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -47,10 +59,20 @@ from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocol import HEADER_LENGTH, ProtocolError, encode_infer_response, parse_infer_request
 from .repository import Repository, Servable
 
-__all__ = ["build_app", "error_status", "read_body", "DEFAULT_MAX_REQUEST_BYTES", "EXTENSIONS"]
+__all__ = ["build_app", "error_status", "read_body", "BodyBudget", "DEFAULT_MAX_REQUEST_BYTES", "EXTENSIONS",
+           "DEFAULT_BODY_TIMEOUT_S", "PARSE_INLINE_BYTES", "OPEN_PATHS"]
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
 """The largest request body accepted by default: 64 MiB."""
+
+DEFAULT_BODY_TIMEOUT_S = 60.0
+"""Seconds a request body may take to arrive, by default (408 after)."""
+
+PARSE_INLINE_BYTES = 64 << 10
+"""Bodies (and responses) larger than this many bytes are parsed (encoded) in a worker thread."""
+
+OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+"""The paths answered without the bearer token (liveness and readiness probes)."""
 
 EXTENSIONS = ("binary_tensor_data", "model_repository")
 """The protocol extensions ``GET /v2`` reports (Triton's names)."""
@@ -85,26 +107,64 @@ def _error(exc: BaseException, model: Optional[str] = None) -> Response:
         message = f'model "{model}": {message}'
     if status == 500:  # a model failure: the operator wants the traceback, the client only the message
         log.error("%s", message, exc_info=exc)
-    headers = {"connection": "close"} if status == 413 else None  # the unread rest of the body is not wanted
-    return _json({"error": message}, status, headers)
+    unread = status in (408, 413) or isinstance(exc, _BodyRefused)  # the unread rest of the body is not wanted
+    return _json({"error": message}, status, {"connection": "close"} if unread else None)
+
+
+class _BodyRefused(ProtocolError):
+    """A body refused before it was all read (the connection closes after the answer)."""
+
+
+class BodyBudget:
+    """The bytes of request bodies being read or held at once, server-wide, bounded by ``limit``.
+
+    Used on the event loop only (no lock).
+
+    Args:
+        limit: the most bytes held at once (>= 1).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, n: int, who: str) -> None:
+        """Count ``n`` more bytes.
+
+        Raises:
+            ProtocolError: 503 when that would pass ``limit`` (nothing is counted then).
+        """
+        if self.held + n > self.limit:
+            raise _BodyRefused(503, f"{who}: the server is holding {self.held} bytes of request bodies already "
+                                    f"(max_buffered_bytes = {self.limit}); retry later")
+        self.held += n
+
+    def give(self, n: int) -> None:
+        """``n`` bytes are no longer held."""
+        self.held -= n
 
 
 class _Endpoints:
     """The request handlers of one server; ``batcher`` exists while the app runs (see ``lifespan``)."""
 
     def __init__(self, repository: Repository, metrics: ServerMetrics, version: str, batcher_factory: Callable[[], Batcher],
-                 max_request_bytes: int) -> None:
+                 max_request_bytes: int, body_timeout_s: float, budget: BodyBudget) -> None:
         self.repository = repository
         self.metrics = metrics
         self.version = version
         self.batcher_factory = batcher_factory
         self.max_request_bytes = max_request_bytes
+        self.body_timeout_s = body_timeout_s
+        self.budget = budget
         self.batcher: Optional[Batcher] = None
         self.ready = False
+        self.draining = False
 
     def drain(self) -> None:
-        """Report not ready (``/v2/health/ready`` 503) from now on: the server is stopping."""
+        """Report not ready (``/v2/health/ready`` 503) from now on, and close each connection after its
+        response: the server is stopping."""
         self.ready = False
+        self.draining = True
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette):
@@ -152,7 +212,13 @@ class _Endpoints:
             self.repository.get(name, version)
         except Exception as exc:
             return _error(exc, name)
-        return _json({"name": name, "ready": False}, 400)
+        reason = self._unready_reason(name, version)
+        return _json({"name": name, "ready": False, **({"reason": reason} if reason else {})}, 400)
+
+    def _unready_reason(self, name: str, version: Optional[str]) -> Optional[str]:
+        """Why ``name`` is not ready, where the repository says (its optional ``unready_reason``)."""
+        why = getattr(self.repository, "unready_reason", None)
+        return why(name, version) if callable(why) else None
 
     async def infer(self, request: Request) -> Response:
         start = time.perf_counter()
@@ -175,18 +241,33 @@ class _Endpoints:
 
     async def _infer(self, request: Request, servable: Servable) -> Response:
         if not self.repository.ready(servable.name, servable.version):
-            raise ProtocolError(503, f'model "{servable.name}" version "{servable.version}" is not ready')
-        body = await read_body(request, self.max_request_bytes, f'model "{servable.name}"')
-        parsed = parse_infer_request(body, servable, request.headers.get(HEADER_LENGTH))
-        results = await self.batcher.submit(servable, parsed.inputs, parsed.rows)
-        content, headers = encode_infer_response(servable, parsed, results)
+            reason = self._unready_reason(servable.name, servable.version)
+            raise ProtocolError(503, f'model "{servable.name}" version "{servable.version}" is not ready'
+                                     + (f": {reason}" if reason else ""))
+        async with self._body(request, f'model "{servable.name}"') as body:
+            parsed = await _off_loop(len(body), parse_infer_request, body, servable, request.headers.get(HEADER_LENGTH))
+            del body  # the arrays are what is kept now
+            results = await self.batcher.submit(servable, parsed.inputs, parsed.rows)
+        size = sum(getattr(a, "nbytes", 0) for a in results.values()) if isinstance(results, dict) else 0
+        content, headers = await _off_loop(size, encode_infer_response, servable, parsed, results)
         return Response(content, headers=headers)
+
+    @contextlib.asynccontextmanager
+    async def _body(self, request: Request, who: str):
+        """The request body, counted in the server's :class:`BodyBudget` while the block runs."""
+        held = [0]
+        try:
+            yield await read_body(request, self.max_request_bytes, who, budget=self.budget,
+                                  timeout_s=self.body_timeout_s, held=held)
+        finally:
+            self.budget.give(held[0])
 
     # -- repository extension -----------------------------------------------------------------
 
     async def repository_index(self, request: Request) -> Response:
         try:
-            body = await read_body(request, self.max_request_bytes, "the repository index")
+            async with self._body(request, "the repository index") as body:
+                pass
             only_ready = bool(orjson.loads(body).get("ready", False)) if body.strip() else False
             entries = await run_in_threadpool(self.repository.index)
         except (orjson.JSONDecodeError, AttributeError):
@@ -208,7 +289,8 @@ class _Endpoints:
     async def _repository_call(self, request: Request, call: Callable[[str], None]) -> Response:
         name = request.path_params["name"]
         try:
-            await read_body(request, self.max_request_bytes, f'model "{name}"')  # parameters are not used
+            async with self._body(request, f'model "{name}"'):  # parameters are not used
+                pass
             await run_in_threadpool(call, name)
         except ClientDisconnect:
             return Response(status_code=CLIENT_CLOSED)
@@ -217,12 +299,19 @@ class _Endpoints:
         return Response(b"", 200)
 
 
-async def read_body(request: Request, limit: int, who: str) -> bytearray:
+async def read_body(request: Request, limit: int, who: str, *, budget: Optional[BodyBudget] = None,
+                    timeout_s: Optional[float] = None, held: Optional[list] = None) -> bytearray:
     """The request body, refused past ``limit`` bytes: by ``Content-Length`` before reading, then by
     counting while it streams in (chunked bodies).
 
+    Args:
+        budget: the server's :class:`BodyBudget`; the bytes read are taken from it as they arrive
+            and ``held[0]`` says how many (the caller gives them back).
+        timeout_s: seconds the whole body may take to arrive (None: no limit).
+
     Raises:
-        ProtocolError: 413 past ``limit``; 415 for a ``Content-Encoding`` other than identity.
+        ProtocolError: 413 past ``limit``; 415 for a ``Content-Encoding`` other than identity;
+            408 when the body took longer than ``timeout_s``; 503 past the budget.
             Messages start with ``who`` (e.g. ``'model "m"'``).
         starlette.requests.ClientDisconnect: the client went away mid-body.
     """
@@ -232,12 +321,31 @@ async def read_body(request: Request, limit: int, who: str) -> bytearray:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(who, f"{int(declared)} bytes", limit)
+    held = held if held is not None else [0]
+    try:
+        return await asyncio.wait_for(_collect(request, limit, who, budget, held), timeout_s)
+    except asyncio.TimeoutError:
+        raise _BodyRefused(408, f"{who}: the request body did not arrive within {timeout_s:g} s "
+                                "(body_timeout_s)") from None
+
+
+async def _collect(request: Request, limit: int, who: str, budget: Optional[BodyBudget], held: list) -> bytearray:
     body = bytearray()
     async for chunk in request.stream():
+        if budget is not None:
+            budget.take(len(chunk), who)
+            held[0] += len(chunk)
         body += chunk
         if len(body) > limit:
             raise _too_large(who, f"more than {limit} bytes", limit)
     return body
+
+
+async def _off_loop(size: int, fn: Callable, *args):
+    """``fn(*args)``, in a worker thread when ``size`` (bytes) is over :data:`PARSE_INLINE_BYTES`."""
+    if size > PARSE_INLINE_BYTES:
+        return await run_in_threadpool(fn, *args)
+    return fn(*args)
 
 
 def _too_large(who: str, size: str, limit: int) -> ProtocolError:
@@ -249,8 +357,51 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     return _json({"error": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code)
 
 
+class _Gate:
+    """ASGI middleware: the bearer token (when one is set) and ``Connection: close`` while draining."""
+
+    def __init__(self, app, endpoints: _Endpoints, token: Optional[str]) -> None:
+        self.app = app
+        self.endpoints = endpoints
+        self.expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.endpoints.draining:
+            send = _closing(send)
+        if self.expected is not None and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
+            return await _unauthorized(scope, send, self.endpoints.draining)
+        await self.app(scope, receive, send)
+
+    def _authorized(self, scope) -> bool:
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        return hmac.compare_digest(given, self.expected)
+
+
+def _closing(send):
+    async def closing_send(message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+            message = {**message, "headers": headers + [(b"connection", b"close")]}
+        await send(message)
+    return closing_send
+
+
+async def _unauthorized(scope, send, close: bool) -> None:
+    given = any(k == b"authorization" for k, _ in scope["headers"])
+    what = "the bearer token is wrong" if given else "this server needs Authorization: Bearer <token>"
+    body = orjson.dumps({"error": f"{scope['method']} {scope['path']}: {what}"})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"www-authenticate", b'Bearer realm="modelsql"'), (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, max_batch_size: int = 32,
-              max_queue_delay_ms: float = 1.0, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Starlette:
+              max_queue_delay_ms: float = 1.0, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+              token: Optional[str] = None, body_timeout_s: Optional[float] = DEFAULT_BODY_TIMEOUT_S,
+              max_buffered_bytes: Optional[int] = None) -> Starlette:
     """The ASGI app serving ``repository`` (see the module docstring for the endpoints).
 
     Args:
@@ -260,6 +411,10 @@ def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, m
         max_batch_size: rows per batch (see :class:`~modelsql.serving.batching.Batcher`).
         max_queue_delay_ms: the most a batch waits for company, in ms.
         max_request_bytes: the largest accepted request body, in bytes (413 beyond).
+        token: the bearer token every request but the health probes must carry (None: no authentication).
+        body_timeout_s: seconds a request body may take to arrive (408 beyond; None: no limit).
+        max_buffered_bytes: bytes of request bodies held at once, server-wide (503 beyond; default
+            4 x ``max_request_bytes``).
 
     The batcher is created by the app's lifespan, on the loop that serves it.
     ``app.state.endpoints.drain()`` marks the server as stopping: ``/v2/health/ready``
@@ -269,7 +424,7 @@ def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, m
     ep = _Endpoints(repository, metrics, version,
                     lambda: Batcher(repository, metrics, max_batch_size=max_batch_size,
                                     max_queue_delay_ms=max_queue_delay_ms),
-                    max_request_bytes)
+                    max_request_bytes, body_timeout_s, BodyBudget(max_buffered_bytes or 4 * max_request_bytes))
     model = "/v2/models/{name}"
     versioned = "/v2/models/{name}/versions/{version}"
     routes = [
@@ -287,6 +442,7 @@ def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, m
             Route(base + "/ready", ep.model_ready, methods=["GET"]),
             Route(base + "/infer", ep.infer, methods=["POST"]),
         ]
-    app = Starlette(routes=routes, lifespan=ep.lifespan, exception_handlers={HTTPException: _http_error})
+    app = Starlette(routes=routes, lifespan=ep.lifespan, exception_handlers={HTTPException: _http_error},
+                    middleware=[Middleware(_Gate, endpoints=ep, token=token)])
     app.state.endpoints = ep  # the server calls app.state.endpoints.drain() when it begins to stop
     return app

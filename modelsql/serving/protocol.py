@@ -20,7 +20,18 @@ Wire formats:
 
 Everything in a request is checked against the servable's metadata; every
 failure raises :class:`ProtocolError` whose message names the model, the
-tensor and what was expected against what was sent.
+tensor and what was expected against what was sent. Nested ``data`` must be
+regular (every array at one depth of one length: the spec's "multi-dimensional
+representation"); ragged nesting is refused (400) naming the input and where.
+
+Non-finite floats in JSON outputs: JSON has no NaN or infinity. Like Triton
+(whose JSON writer has rapidjson's ``kWriteNanAndInfFlag``; its test
+``qa/L0_nan_inf`` reads such a response with Python's ``json`` and
+tritonclient), a JSON output writes them as the bare tokens ``NaN``,
+``Infinity`` and ``-Infinity``, which Python's ``json`` and tritonclient
+read back, never as ``null``; a strict JSON
+parser refuses them, so ask for binary outputs (``binary_data_output``) to
+get exact IEEE values through any client.
 """
 
 from __future__ import annotations
@@ -316,10 +327,21 @@ _ACCEPTS = {"BOOL": "b", "FP16": "iuf", "FP32": "iuf", "FP64": "iuf"}
 _NEEDS = {"b": "true/false values", "iu": "integers", "iuf": "numbers"}
 
 
+_CHUNK_VALUES = 1 << 15
+"""Values converted per numpy call: a large request is converted in steps, so a thread parsing it lets
+the event loop run between them."""
+
+
+class _Ragged(ValueError):
+    pass
+
+
 def _json_tensor(model: str, meta: TensorMetadata, shape: tuple[int, ...], data: Any) -> np.ndarray:
     n = math.prod(shape)
     where = f'input "{meta.name}"'
     if meta.datatype == "BYTES":
+        if isinstance(data, list) and any(isinstance(v, list) for v in data):
+            _regular(model, where, data)
         flat = list(_flatten(data))
         bad = next((i for i, v in enumerate(flat) if not isinstance(v, str)), None)
         if bad is not None:
@@ -328,14 +350,58 @@ def _json_tensor(model: str, meta: TensorMetadata, shape: tuple[int, ...], data:
         out = np.empty(n, dtype=object)
         out[:] = flat
         return out.reshape(shape)
-    try:
-        arr = np.asarray(data)
-    except (ValueError, OverflowError):  # ragged nesting: only the count of values matters
-        arr = _flat_array(list(_flatten(data)))
+    arr = _as_array(model, where, data, n)
     _check_count(model, where, shape, n, arr.size)
     if arr.size == 0:
         return np.zeros(shape, dtype=DATATYPES[meta.datatype])
     return _cast(model, meta, shape, data, arr).reshape(shape)
+
+
+def _as_array(model: str, where: str, data: Any, n: int) -> np.ndarray:
+    """``data`` as an array (numpy picks the dtype), converted ``_CHUNK_VALUES`` values at a time.
+
+    Raises:
+        ProtocolError: 400 for ragged nesting, naming ``where`` and the first irregular element.
+    """
+    if not isinstance(data, list) or n <= _CHUNK_VALUES or not data:
+        parts = [data]
+    else:
+        step = max(1, _CHUNK_VALUES * len(data) // max(n, 1))
+        parts = [data[i:i + step] for i in range(0, len(data), step)]
+    try:
+        arrays = [np.asarray(p) for p in parts]
+    except ValueError:  # numpy: "inhomogeneous shape"
+        _regular(model, where, data)
+        raise
+    except OverflowError:
+        return _flat_array(list(_flatten(data)))
+    if len({a.shape[1:] for a in arrays}) > 1:
+        _regular(model, where, data)
+    if len(arrays) == 1:
+        return arrays[0]
+    try:
+        return np.concatenate(arrays)
+    except (TypeError, ValueError):  # numbers and strings mixed: the checks below name the element
+        return np.concatenate([a.astype(object) for a in arrays])
+
+
+def _regular(model: str, where: str, data: Any) -> None:
+    """Raise a 400 naming the first irregular element of ragged ``data``."""
+    try:
+        _shape_of(data, "data")
+    except _Ragged as exc:
+        raise _bad(model, f"{where}: {exc}; nested data must be regular (the tensor in its shape, or flat)") from None
+
+
+def _shape_of(data: Any, path: str) -> tuple[int, ...]:
+    if not isinstance(data, list):
+        return ()
+    shapes = [_shape_of(v, f"{path}[{i}]") for i, v in enumerate(data)]
+    for i, s in enumerate(shapes):
+        if s != shapes[0]:
+            raise _Ragged(f"the data is ragged: {path}[{i}] has shape {list(s)} but {path}[0] has shape "
+                          f"{list(shapes[0])}")
+    return (len(data),) + (shapes[0] if shapes else ())
 
 
 def _flat_array(flat: list) -> np.ndarray:
@@ -458,8 +524,25 @@ def _encode_output(model: str, out: RequestedOutput, results: Mapping[str, np.nd
     if datatype == "BYTES":
         tensor["data"] = _json_strings(model, out.name, arr)
     else:  # orjson writes C-contiguous, native-endian arrays itself
-        tensor["data"] = np.ascontiguousarray(arr.reshape(-1), dtype=arr.dtype.newbyteorder("="))
+        tensor["data"] = _json_numbers(np.ascontiguousarray(arr.reshape(-1), dtype=arr.dtype.newbyteorder("=")))
     return tensor, None
+
+
+_NON_FINITE = (b"NaN", b"Infinity", b"-Infinity")
+
+
+def _json_numbers(flat: np.ndarray) -> Any:
+    """A flat numeric array for orjson; a float array holding NaN or infinities as a pre-written fragment
+    with the tokens ``NaN``, ``Infinity``, ``-Infinity`` (Triton's JSON) where orjson would write ``null``."""
+    if flat.dtype.kind != "f" or bool(np.isfinite(flat).all()):
+        return flat
+    pieces = orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY).split(b"null")
+    odd = flat[~np.isfinite(flat)]
+    tokens = [_NON_FINITE[0 if np.isnan(v) else 1 if v > 0 else 2] for v in odd]
+    out = [pieces[0]]
+    for token, piece in zip(tokens, pieces[1:]):
+        out += [token, piece]
+    return orjson.Fragment(b"".join(out))
 
 
 def _json_strings(model: str, name: str, arr: np.ndarray) -> list[str]:
