@@ -291,6 +291,11 @@ def test_a_fake_checked_library_is_not_loaded_until_trusted_and_compile_rebuilds
     predict = "SELECT y FROM PREDICT(MODEL lin, TABLE lin_in{}) ORDER BY c0"
     con = modelsql.connect(str(crafted))
     expected = con.execute(predict.format("")).fetchall()  # ONNX Runtime: the untrusted library is no alternative
+    made.key.chmod(0o644)
+    try:  # a key file it cannot use trusts nothing, and ONNX Runtime still runs the model
+        assert con.execute(predict.format(", execution = 'batch'")).fetchall() == expected
+    finally:
+        made.key.chmod(0o600)
     _refused(con, predict.format(", backend = 'tvm'"), "TVM library", "COMPILE MODEL lin VERSION 1 FOR 'llvm'")
     assert _ran(made) == set()
     con.close()

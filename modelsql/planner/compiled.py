@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..catalog.compiled import CompiledArtifact
-from ..errors import DataError, NotSupportedError
+from ..errors import DataError, NotSupportedError, OperationalError
 from ..operators.backends import SESSIONS, SessionKey
 from . import trust
 from .artifacts import default_threads, load_model_bytes
@@ -313,10 +313,18 @@ def alternative(session, mv) -> tuple[Optional[CompiledArtifact], Optional[str]]
     except NotSupportedError:  # TVM no longer importable: ONNX Runtime alone
         return None, None
     chosen = _pick(rows, None)
-    if chosen is not None and not trust.trusted(session, library_code(chosen)):
+    if chosen is not None and not _trusted(session, chosen):
         return None, "its library is not trusted here (TRUST MODEL, or COMPILE it again)"
     declined = next((r.reason for r in rows if r.status == "declined"), None)
     return chosen, (declined if chosen is None else None)
+
+
+def _trusted(session, row: CompiledArtifact) -> bool:
+    """Whether the session trusts the library; a key file it cannot read trusts nothing (ONNX Runtime runs)."""
+    try:
+        return trust.trusted(session, library_code(row))
+    except OperationalError:
+        return False
 
 
 def tvm_session(session, mv, *, intra: int, batch_size: Optional[int] = None, device: str = "auto"):
