@@ -70,7 +70,8 @@ def test_sigkill_part_way_then_rerun_resumes_exactly(tmp_path):
     con = modelsql.connect(db)
     before = _epochs_in_done_stages(con)
     assert 0 < before < total
-    assert con.execute("SELECT status FROM modelsql.studies").fetchone() == ("running",)  # as the dead process left it
+    # its process is dead: shown interrupted at once (issue 21, item 9), not running as the dead process left it
+    assert con.execute("SELECT status FROM modelsql.studies").fetchone() == ("interrupted",)
     con.execute("SHOW STUDIES").fetchall()
     out = con.execute(LONG_SQL).fetchone()  # the same statement again resumes the study
     assert out[1] == "finished"

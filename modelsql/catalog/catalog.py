@@ -180,6 +180,19 @@ class Catalog:
         """The catalog's compiled artifacts (:class:`~modelsql.catalog.compiled.Compiled`)."""
         self.studies = Studies(self)
         """The catalog's trainables, studies, trials and stages (:class:`~modelsql.catalog.studies.Studies`)."""
+        self._reap_studies()
+
+    def _reap_studies(self) -> None:
+        """Show studies whose TUNE died as ``interrupted`` (or lost ones as ``failed``) as soon as a writable
+        connection opens the catalog (see :meth:`Studies.mark_interrupted`); a conflict with another
+        connection doing the same is left to that one."""
+        if not self._present or self.read_only:
+            return
+        try:
+            with self.transaction():
+                self.studies.mark_interrupted()
+        except errors.Error:
+            pass
 
     @property
     def qualified_schema(self) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Optional, Sequence
 
 from modelsql import errors
+from modelsql.catalog.owners import GRACE_SECONDS, Owner, owner_state, this_process
 
 __all__ = ["Studies", "Trainable", "StudyRow", "TrialRow", "StageRow"]
 
@@ -69,6 +70,9 @@ class StudyRow:
     epochs_requested: int = 0
     checkpoint_bytes: int = 0
     owner_pid: Optional[int] = None
+    owner_host: Optional[str] = None
+    owner_start: Optional[str] = None
+    heartbeat_at: Optional[_dt.datetime] = None
 
 
 @dataclass(frozen=True)
@@ -200,24 +204,52 @@ class Studies:
         self._write(f"DELETE FROM {{s}}.stages WHERE {own}", params)
         return digests
 
-    def mark_interrupted(self, live: Sequence[str]) -> int:
-        """Studies, trials and stages left ``running`` by a process that died (none but those in ``live``,
-        the studies this process is running, can be running: DuckDB lets one process write the file)
-        become ``interrupted`` / ``stopped``: resumable, never running forever. Returns the studies marked."""
+    def mark_interrupted(self, live: Optional[Sequence[str]] = None) -> int:
+        """Studies left ``running`` by a process that died become ``interrupted``, their running stages
+        ``interrupted`` and their running or pending trials ``stopped``: resumable (run the TUNE again),
+        never running forever. A study whose owner cannot be checked from this host and sent no heartbeat
+        for :data:`~modelsql.catalog.owners.GRACE_SECONDS` becomes ``failed`` (Optuna's heartbeat), its
+        stages and trials likewise. The owner stays recorded; ``error`` says what was found.
+
+        Args:
+            live: the studies this process is running now (then a study this process owns but does not
+                run is dead too), or None when unknown (the studies this process owns are left alone).
+
+        Returns:
+            the number of studies marked.
+        """
         if not self._catalog.present or self._catalog.read_only:
             return 0
-        live = [n.lower() for n in live] or [""]
-        dead = [r[0] for r in self._rows("SELECT name FROM {s}.studies WHERE status = 'running' "
-                                         "AND NOT list_contains(?::VARCHAR[], name)", [live])]
-        if not dead:
-            return 0
-        self._write("UPDATE {s}.studies SET status = 'interrupted', owner_pid = NULL, updated_at = ? "
-                    "WHERE list_contains(?::VARCHAR[], name)", [_now(), dead])
-        self._write("UPDATE {s}.trials SET status = 'stopped', updated_at = ? WHERE status IN ('running', 'pending') "
-                    "AND list_contains(?::VARCHAR[], study)", [_now(), dead])
-        self._write("UPDATE {s}.stages SET status = 'interrupted', finished_at = ? WHERE status = 'running' "
-                    "AND list_contains(?::VARCHAR[], study)", [_now(), dead])
-        return len(dead)
+        me = this_process()
+        found = {"dead": [], "lost": []}
+        for name, pid, host, start, beat in self._rows(
+                "SELECT name, owner_pid, owner_host, owner_start, heartbeat_at FROM {s}.studies "
+                "WHERE status = 'running'"):
+            mine = pid == me.pid and host in (None, me.host) and (start or "") == me.start
+            if mine:
+                state = "dead" if live is not None and name not in {n.lower() for n in live} else "alive"
+            else:
+                state = owner_state(pid, host, start, beat)
+            if state != "alive":
+                found[state].append((name, Owner(pid, host, start) if pid is not None else None, beat))
+        for state, status in (("dead", "interrupted"), ("lost", "failed")):
+            for name, owner, beat in found[state]:
+                self._end_run(name, status, _owner_gone(state, owner, beat))
+        return len(found["dead"]) + len(found["lost"])
+
+    def _end_run(self, study: str, status: str, error: str) -> None:
+        now = _now()
+        self._write("UPDATE {s}.studies SET status = ?, error = ?, updated_at = ? WHERE name = ?",
+                    [status, error, now, study])
+        self._write("UPDATE {s}.trials SET status = ?, updated_at = ? WHERE status IN ('running', 'pending') "
+                    "AND study = ?", ["stopped" if status == "interrupted" else "failed", now, study])
+        self._write("UPDATE {s}.stages SET status = ?, finished_at = ?, error = ? WHERE status = 'running' "
+                    "AND study = ?", [status, now, error, study])
+
+    def heartbeat(self, study: str, pid: int) -> None:
+        """Record that the TUNE of ``study`` in process ``pid`` is alive (``heartbeat_at`` = now)."""
+        self._write("UPDATE {s}.studies SET heartbeat_at = ? WHERE name = ? AND owner_pid = ? AND status = 'running'",
+                    [_now(), study.lower(), pid])
 
     def interrupt_stages(self, study: str) -> None:
         """Mark the stages ``study`` left ``running`` (their results will never be recorded) ``interrupted``."""
@@ -292,3 +324,13 @@ class Studies:
         names = self.study_names()
         known = ("Studies: " + ", ".join(names) + ".") if names else "There are no studies."
         return errors.ProgrammingError(f'Study "{name}" does not exist. {known}', code="study_not_found")
+
+
+def _owner_gone(state: str, owner: Optional[Owner], beat) -> str:
+    """The ``error`` of a study whose owner died (``dead``) or was lost (``lost``)."""
+    who = "its process" if owner is None else f"its process {owner.pid} on {owner.host or 'this host'}"
+    if state == "dead":
+        return f"{who} ended without finishing it (killed?); run the TUNE statement again to resume it"
+    since = "never" if beat is None else f"last at {beat.isoformat(timespec='seconds')}"
+    return (f"{who} sent no heartbeat for over {GRACE_SECONDS:g} s ({since}); run the TUNE statement again to "
+            "resume it")

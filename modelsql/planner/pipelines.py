@@ -25,12 +25,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
 from ..errors import IntegrityError, OperationalError, ProgrammingError, did_you_mean
 from ..sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
 from . import artifacts
+from .ddl import retrying
 from .handlers import run_statement
 from .options import no_repeats, value
 from .plan import CreatePipelinePlan, DropPipelinePlan, StepSpec
@@ -155,10 +156,15 @@ def pipeline_digest(steps: Sequence[PipelineStep]) -> str:
 # ---------------------------------------------------------------- create
 
 
-def create_pipeline(session, plan: CreatePipelinePlan, explicit: Optional[dict] = None) -> PipelineVersion:
+def create_pipeline(session, plan: CreatePipelinePlan, explicit: Optional[dict] = None,
+                    add_steps: Optional[Callable[[], Sequence[StepSpec]]] = None) -> PipelineVersion:
     """Resolve, wire and catalog a pipeline version (see ``Connection.import_pipeline``).
 
-    ``explicit``: feeds given instead of the wiring rules (see :func:`wire`).
+    ``explicit``: feeds given instead of the wiring rules (see :func:`wire`). ``add_steps``: called inside
+    the pipeline's transaction to catalog new step model versions first (``import_pipeline``); its step
+    specs replace ``plan.steps``. Whether the name is free, the steps, the new step versions and the
+    pipeline version are checked and written in one transaction (retried on a write conflict): of two
+    connections creating one name at once one wins, and nothing of a failed call stays.
 
     Raises:
         ProgrammingError: an invalid name, a missing model or version (``model_not_found`` /
@@ -173,16 +179,54 @@ def create_pipeline(session, plan: CreatePipelinePlan, explicit: Optional[dict] 
         )
     key = plan.name.lower()
     pipelines = session.catalog.pipelines
-    if pipelines.versions(key) and not plan.replace:
-        if plan.if_not_exists:
-            return pipelines.get(key)
-        raise IntegrityError(
-            f'Pipeline "{key}" already exists (versions {", ".join(map(str, pipelines.versions(key)))}). '
-            "Use CREATE OR REPLACE PIPELINE to add a version, or CREATE PIPELINE IF NOT EXISTS.",
-            code="duplicate_pipeline",
-        )
+    if _pipeline_taken(pipelines, key, plan):
+        return pipelines.get(key)
+    if add_steps is None:
+        wire(key, _named_steps(session, key, plan.steps), explicit)  # errors before anything commits
+    session.commit()
+
+    def write() -> Optional[int]:
+        if _pipeline_taken(pipelines, key, plan):
+            return None
+        specs = plan.steps if add_steps is None else add_steps()
+        steps = wire(key, _named_steps(session, key, specs), explicit)
+        version = pipelines.next_version(key)
+        pipelines.add(PipelineVersion(name=key, version=version, steps=steps, digest=pipeline_digest(steps),
+                                      source=plan.source, options=plan.options))
+        return version
+
+    try:
+        version = retrying(session.catalog, write)
+    finally:
+        session.changed()
+    return pipelines.get(key, version)
+
+
+def _pipeline_taken(pipelines, key: str, plan: CreatePipelinePlan) -> bool:
+    """True when pipeline ``key`` exists and IF NOT EXISTS leaves it; False when a version may be added.
+
+    Raises:
+        IntegrityError: ``duplicate_pipeline`` (exists, neither OR REPLACE nor IF NOT EXISTS).
+    """
+    if not pipelines.versions(key) or plan.replace:
+        return False
+    if plan.if_not_exists:
+        return True
+    raise IntegrityError(
+        f'Pipeline "{key}" already exists (versions {", ".join(map(str, pipelines.versions(key)))}). '
+        "Use CREATE OR REPLACE PIPELINE to add a version, or CREATE PIPELINE IF NOT EXISTS.",
+        code="duplicate_pipeline",
+    )
+
+
+def _named_steps(session, key: str, specs: Sequence[StepSpec]) -> list[tuple[str, ModelVersion]]:
+    """``(step name, model version)`` of each spec, in order.
+
+    Raises:
+        ProgrammingError: a missing model or version; ``duplicate_step``.
+    """
     named = []
-    for spec in plan.steps:
+    for spec in specs:
         mv = session.get_model(spec.model, spec.version)
         step = (spec.name or mv.name).lower()
         if any(step == n for n, _ in named):
@@ -191,14 +235,7 @@ def create_pipeline(session, plan: CreatePipelinePlan, explicit: Optional[dict] 
                 code="duplicate_step",
             )
         named.append((step, mv))
-    steps = wire(key, named, explicit)
-    session.commit()
-    with session.catalog.transaction(join=False):  # the session just committed
-        version = pipelines.next_version(key)
-        pipelines.add(PipelineVersion(name=key, version=version, steps=steps, digest=pipeline_digest(steps),
-                                      source=plan.source, options=plan.options))
-    session.changed()
-    return pipelines.get(key, version)
+    return named
 
 
 # ---------------------------------------------------------------- handlers
@@ -221,8 +258,7 @@ def _drop(stmt: DropPipeline, session, params: list) -> Result:
         return Result(session.duck, rowcount=0)
     session.get_model(ref.model_name, plan.version, ref, pipeline=True)  # not found: an error naming it as written
     session.commit()
-    with session.catalog.transaction(join=False):
-        removed = pipelines.drop(plan.name, plan.version)
+    removed = retrying(session.catalog, lambda: pipelines.drop(plan.name, plan.version, missing_ok=plan.if_exists))
     session.changed()
     return Result(session.duck, rowcount=removed)
 

@@ -11,18 +11,26 @@ Resuming is replaying: the algorithm is deterministic given its seed and what it
 epoch already trained has its metrics in the catalog, so a re-run of the study asks for the same
 requests and trains only what was not finished (Hippo, Shin et al., VLDB 2022, section 5: the stage
 tree as the study's persistent search plan).
+
+While it runs, the study's row names its owner (pid, host, the process's start identity) and a thread
+records a heartbeat every few seconds (:mod:`modelsql.catalog.owners`), so a study whose process was
+killed is shown ``interrupted`` by the next connection that opens the catalog, not ``running`` for ever.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import datetime as _dt
 import errno
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
+from ..catalog import Catalog
+from ..catalog.owners import HEARTBEAT_SECONDS, this_process
 from ..catalog.studies import StageRow, StudyRow, TrialRow
 from .. import errors as errors_module
 from ..errors import OperationalError
@@ -146,15 +154,12 @@ class StudyRun:
         algorithm = make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode,
                                    seed=spec.seed, study_name=spec.name, options=spec.algorithm_options)
         self._write_study("running")
+        heartbeat = Heartbeat(self.session.duck.cursor(), spec.name, os.getpid())
         try:
-            while True:
-                requests = algorithm.ask()
-                if not requests:
-                    break
-                self._run_round(requests)
-                if self._out_of_time():
-                    break  # the round may be unfinished: its requests are asked again on resume
-                self._tell(algorithm, requests)
+            try:
+                self._rounds(algorithm)
+            finally:
+                heartbeat.stop()  # before the study's row is written again
         except KeyboardInterrupt:
             self._abandon()
             self._write_study("stopped", stopped=True)
@@ -178,6 +183,16 @@ class StudyRun:
         if status == "finished":
             self._collect_checkpoints()
         return self._write_study(status, stopped=status == "stopped")
+
+    def _rounds(self, algorithm) -> None:
+        while True:
+            requests = algorithm.ask()
+            if not requests:
+                break
+            self._run_round(requests)
+            if self._out_of_time():
+                break  # the round may be unfinished: its requests are asked again on resume
+            self._tell(algorithm, requests)
 
     def _abandon(self) -> None:
         """Cancel the tasks still queued (a task already training finishes in its worker, unrecorded)."""
@@ -268,9 +283,10 @@ class StudyRun:
             outcome: TaskOutcome = future.result()
         except Exception as exc:  # the worker process died
             outcome = TaskOutcome((), (type(exc).__name__, "worker_died", f"the worker process died ({exc!r})"))
-        digests = [self.store.put(r.checkpoint) for r in outcome.results]  # blobs before the rows naming them
-        with self._txn():
-            error = self._record(key, task, numbers, parent, outcome, digests)
+        with self.store.writing():  # no VACUUM deletes the checkpoints before their rows commit
+            digests = [self.store.put(r.checkpoint) for r in outcome.results]  # blobs before the rows naming them
+            with self._txn():
+                error = self._record(key, task, numbers, parent, outcome, digests)
         self._report()
         return error
 
@@ -385,7 +401,7 @@ class StudyRun:
                       epochs_trained=(old.epochs_trained if old else 0) + self.trained - self.counted,
                       epochs_requested=max(self.requested, old.epochs_requested if old else 0),
                       checkpoint_bytes=self._checkpoint_bytes(),
-                      owner_pid=os.getpid() if status == "running" else None)
+                      **_owner(status == "running"))
         self.counted = self.trained
         self.catalog.studies.put_study(row)
         return row
@@ -410,9 +426,8 @@ class StudyRun:
                     node.checkpoint = node.checkpoint_bytes = None
             for number in self.trials:
                 self._put_trial(number)
-        referenced = self.catalog.referenced_digests()
-        for digest in set(dropped) - referenced:
-            self.store.delete(digest)
+        # committed references read under the store's sweep lock; a checkpoint another writer still commits stays
+        self.store.discard(dropped, self.catalog.referenced_digests)
 
     def _report(self) -> None:
         if self.progress is None:
@@ -422,6 +437,45 @@ class StudyRun:
                        "trials_done": sum(1 for t in self.trials.values() if t.status in ("completed", "pruned", "failed")),
                        "best_trial": best_trial, "best_metric": best_metric, "epochs_trained": self.trained,
                        "epochs_requested": self.requested})
+
+
+def _owner(running: bool) -> dict:
+    """The owner fields of a study's row: this process while it runs, none after."""
+    if not running:
+        return dict(owner_pid=None, owner_host=None, owner_start=None, heartbeat_at=None)
+    me = this_process()
+    return dict(owner_pid=me.pid, owner_host=me.host, owner_start=me.start,
+                heartbeat_at=_dt.datetime.now(_dt.timezone.utc))
+
+
+class Heartbeat:
+    """A thread recording, every :data:`~modelsql.catalog.owners.HEARTBEAT_SECONDS`, that the TUNE of
+    ``study`` in process ``pid`` is alive, on its own DuckDB cursor ``con`` (closed by :meth:`stop`).
+    A failed beat (a conflicting write) is skipped: the next one comes soon."""
+
+    def __init__(self, con, study: str, pid: int) -> None:
+        self.con, self.study, self.pid = con, study, pid
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"modelsql-heartbeat-{study}", daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        try:
+            catalog = Catalog(self.con)
+            while not self.done.wait(HEARTBEAT_SECONDS):
+                try:
+                    with catalog.transaction(join=False):
+                        catalog.studies.heartbeat(self.study, self.pid)
+                except errors_module.Error:
+                    continue
+        except errors_module.Error:
+            return
+
+    def stop(self) -> None:
+        """Stop beating and close the cursor."""
+        self.done.set()
+        self.thread.join()
+        self.con.close()
 
 
 def _every_trial_failed(study: str, failure: Optional[tuple[str, str, str]], text: Optional[str]):
