@@ -85,6 +85,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 
 from modelsql.catalog.entries import Dim, StoredTensor, TensorSpec
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
+from modelsql.storage.files import read_regular_file, require_regular_file
 from modelsql.storage.blobstore import BlobCorruptError, BlobMissingError
 
 __all__ = [
@@ -220,7 +221,11 @@ def load_model(source: ModelSource) -> ModelProto:
         The ``onnx.ModelProto`` with all initializer data in memory.
 
     Raises:
-        ProgrammingError: code ``file_not_found`` if the path does not exist.
+        ProgrammingError: code ``file_not_found`` if the path does not exist; ``not_a_regular_file``
+            for a device, a FIFO or a socket (the model file or an external data file; nothing is read).
+        DataError: code ``file_too_large`` for a model file over
+            :data:`~modelsql.storage.files.MAX_READ_BYTES` (protobuf's 2 GiB limit).
+        OperationalError: ``io_error`` when the file cannot be read.
         DataError: code ``invalid_onnx`` if the bytes are not ONNX, are corrupt,
             reference missing external data, or fail ``onnx.checker.check_model``.
         ProgrammingError: code ``unsupported_model`` for any other ``source`` type.
@@ -237,13 +242,12 @@ def load_model(source: ModelSource) -> ModelProto:
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         what = str(source)
-        if not path.exists():
-            raise ProgrammingError(f"ONNX model file not found: {what}", code="file_not_found")
-        if path.is_dir():
-            raise ProgrammingError(f"ONNX model path is a directory, not a file: {what}", code="file_not_found")
-        model = _parse(path.read_bytes(), what)
+        model = _parse(read_regular_file(path, f'ONNX model file "{what}"'), what)
+        external = [slot.tensor for slot in _slots(model) if slot.tensor is not None and _uses_external_data(slot.tensor)]
+        for t in external:
+            _check_external_file(t, path.parent, what)
         try:
-            if any(_uses_external_data(slot.tensor) for slot in _slots(model) if slot.tensor is not None):
+            if external:
                 onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         except Exception as exc:
             raise _invalid(what, f"cannot load its external data ({_reason(exc)})") from None
@@ -358,6 +362,15 @@ def _slots(model: ModelProto) -> Iterator[_Slot]:
         yield from _attribute_slots(g.node)
     for fn in model.functions:
         yield from _attribute_slots(fn.node)
+
+
+def _check_external_file(t: TensorProto, folder: Path, what: str) -> None:
+    """An external data file must be a regular file (never a device or a FIFO, which would be read
+    without end or block); ONNX's own loader then checks that it stays inside the model's folder and
+    that offset and length fit the file."""
+    location = next((e.value for e in t.external_data if e.key == "location"), None)
+    if location and os.path.lexists(folder / location):  # (a missing one: the loader says invalid_onnx)
+        require_regular_file(folder / location, f'the external data file "{location}" of tensor {t.name!r} of {what}')
 
 
 def _uses_external_data(t: TensorProto) -> bool:

@@ -20,6 +20,7 @@ from ..catalog.entries import ModelVersion
 from ..errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
 from ..sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from . import artifacts
+from .exports import check_export_target, write_export
 from .bind import bind_outputs, check_feature_names, check_signature, row_shape, row_width
 from .handlers import run_statement
 from .options import no_repeats, value
@@ -126,18 +127,13 @@ def _describe(stmt: DescribeModel, session, params: list) -> Result:
 
 @run_statement.register
 def _export(stmt: ExportModel, session, params: list) -> Result:
-    import onnx
-
     ref = stmt.this
     plan = ExportModelPlan(session.get_model(ref.model_name, ref.version_number, ref),
                            str(value(stmt.args["target"], params)))
     check_export_target(session, plan.target, "EXPORT MODEL")
     proto = artifacts.load_model_proto(session.store, plan.model)
     write_catalog_metadata(proto, plan.model)
-    try:
-        onnx.save_model(proto, plan.target)
-    except OSError as exc:
-        raise OperationalError(f'Cannot write "{plan.target}": {exc.strerror or exc}', code="io_error") from exc
+    write_export(session, plan.target, proto, "EXPORT MODEL")  # atomic: a failure leaves the old file
     return Result(session.duck, rowcount=1)
 
 
@@ -421,22 +417,3 @@ def write_catalog_metadata(proto, mv) -> None:
         "source": {mv.kind if mv.kind == "pipeline" else "model": mv.name, "version": mv.version, "kind": mv.kind,
                    "from": mv.source},
     })
-
-
-def check_export_target(session, target: str, statement: str) -> None:
-    """Refuse to overwrite the database file, its WAL or anything in the blob store.
-
-    Any other existing file is overwritten, as DuckDB's ``COPY ... TO`` does.
-    """
-    real = os.path.realpath(target)
-    guarded = [os.path.realpath(str(session.store.root))]
-    if session.database != ":memory:":
-        db = os.path.realpath(session.database)
-        guarded += [db, db + ".wal"]
-    for g in guarded:
-        if real == g or real.startswith(g.rstrip(os.sep) + os.sep):
-            raise ProgrammingError(
-                f'{statement}: "{target}" is this connection\'s own database, write-ahead log or blob '
-                "store; export to another path.",
-                code="export_target_in_use",
-            )

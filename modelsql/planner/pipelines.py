@@ -32,6 +32,7 @@ from ..errors import IntegrityError, OperationalError, ProgrammingError, did_you
 from ..sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
 from . import artifacts
 from .ddl import retrying
+from .exports import check_export_target, write_export
 from .handlers import run_statement
 from .options import no_repeats, value
 from .plan import CreatePipelinePlan, DropPipelinePlan, StepSpec
@@ -279,10 +280,8 @@ def _describe(stmt: DescribePipeline, session, params: list) -> Result:
 
 @run_statement.register
 def _export(stmt: ExportPipeline, session, params: list) -> Result:
-    import onnx
-
     from .. import formats
-    from .ddl import check_export_target, write_catalog_metadata
+    from .ddl import write_catalog_metadata
 
     ref = stmt.this
     pv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=True)
@@ -292,8 +291,5 @@ def _export(stmt: ExportPipeline, session, params: list) -> Result:
               [(f.input, f.from_step, f.from_name) for f in s.feeds]) for s in pv.steps]
     merged = formats.merge_pipeline(steps, pv.name)
     write_catalog_metadata(merged, pv)
-    try:
-        onnx.save_model(merged, target)
-    except OSError as exc:
-        raise OperationalError(f'Cannot write "{target}": {exc.strerror or exc}', code="io_error") from exc
+    write_export(session, target, merged, "EXPORT PIPELINE")  # atomic: a failure leaves the old file
     return Result(session.duck, rowcount=1)

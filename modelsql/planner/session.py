@@ -34,6 +34,7 @@ from ..errors import Error, OperationalError, ProgrammingError, excerpt, positio
 from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines,
                          ShowServers)
 from ..storage import BlobStore
+from ..storage.files import os_error
 from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401  (each registers its statements' handlers)
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
@@ -242,6 +243,8 @@ class Session:
             was_open, explicit = self.in_transaction or self.resuming, self.explicit
             try:
                 result = run_statement(stmt, self, params or [])
+            except OSError as exc:  # a file-system call failed (a full disk): never a raw OSError
+                raise os_error(exc, "complete the statement") from exc
             finally:
                 self.cache_key = None
                 if not _reads_only(stmt):

@@ -1,0 +1,252 @@
+"""Issue 21, items 7, 10, 13 and 14: files that EXPORT writes and IMPORT reads.
+
+Real files, real DuckDB databases, a real full disk: a 1 MiB tmpfs mounted for the test where the
+test can mount one (root with CAP_SYS_ADMIN, as CI runs); where it cannot, those tests skip and
+``test_a_write_over_the_file_size_limit_keeps_the_old_file`` still runs a real kernel refusal (the
+process's ``RLIMIT_FSIZE``, so ``write`` fails with ``EFBIG``, in a child process). No mocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import modelsql
+from conftest import linear_model, save
+
+
+def _tree(folder: Path) -> dict:
+    """Every file under ``folder`` with its bytes' digest."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = str(tmp_path / "main.duckdb")
+    small = save(linear_model(np.eye(3, dtype=np.float32)), tmp_path / "small.onnx")
+    with modelsql.connect(path) as con:
+        con.execute("IMPORT MODEL m FROM ?", [small])
+        con.execute("CREATE TABLE t AS SELECT range AS i FROM range(100)")
+    return path
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB tmpfs (skips where this process may not mount one)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the RLIMIT_FSIZE test covers it")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _big_model(tmp_path) -> str:
+    """An ONNX file of about 1.4 MB (more than the small disk holds with anything else on it)."""
+    rng = np.random.default_rng(0)
+    return save(linear_model(rng.random((600, 600), dtype=np.float32)), tmp_path / "big.onnx")
+
+
+# ---------------------------------------------------------------- item 7: atomic EXPORT, disk full
+
+
+def test_a_failed_export_keeps_the_file_it_would_replace(db, tmp_path, small_disk):
+    with modelsql.connect(db) as con:
+        con.execute("IMPORT MODEL big FROM ?", [_big_model(tmp_path)])
+        target = small_disk / "model.onnx"
+        con.execute("EXPORT MODEL m TO ?", [str(target)])  # a good export, which the next must not destroy
+        before = target.read_bytes()
+        with pytest.raises(modelsql.OperationalError) as info:
+            con.execute("EXPORT MODEL big TO ?", [str(target)])
+        assert info.value.code == "disk_full" and "model.onnx" in str(info.value)
+        assert target.read_bytes() == before
+        assert os.listdir(small_disk) == ["model.onnx"]  # no temporary file left
+        onnx.checker.check_model(onnx.load(str(target)))
+
+
+def test_disk_full_during_import_is_an_operational_error_and_leaves_nothing_partial(tmp_path, small_disk):
+    path = str(small_disk / "full.duckdb")
+    with modelsql.connect(path) as con:
+        con.autocommit = True
+        with pytest.raises(modelsql.OperationalError) as info:
+            con.execute("IMPORT MODEL big FROM ?", [_big_model(tmp_path)])
+        assert info.value.code == "disk_full"
+        assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(0,)]
+        store = small_disk / "full.duckdb.blobs"
+        for blob in (p for p in store.rglob("*") if p.is_file()):
+            assert not blob.name.startswith("."), f"partial file {blob}"
+            assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.parent.name + blob.name
+        con.execute("VACUUM MODELS")
+        con.execute("IMPORT MODEL m FROM ?", [save(linear_model(np.eye(3, dtype=np.float32)), tmp_path / "s.onnx")])
+        assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(1,)]
+
+
+def test_a_write_over_the_file_size_limit_keeps_the_old_file(db, tmp_path):
+    """The same failure, injected at the kernel: RLIMIT_FSIZE makes ``write`` fail with EFBIG."""
+    target = tmp_path / "out.onnx"
+    target.write_bytes(b"the old export")
+    big = _big_model(tmp_path)
+    with modelsql.connect(db) as con:
+        con.execute("IMPORT MODEL big FROM ?", [big])
+    script = textwrap.dedent(f"""
+        import resource, signal, modelsql
+        con = modelsql.connect({db!r})
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        try:
+            con.execute("EXPORT MODEL big TO ?", [{str(target)!r}])
+        except modelsql.OperationalError as e:
+            print(e.code)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "io_error", out.stderr
+    assert target.read_bytes() == b"the old export"
+    assert sorted(os.listdir(tmp_path)) == sorted(["big.onnx", "main.duckdb", "main.duckdb.blobs", "out.onnx",
+                                                   "small.onnx"] + (["main.duckdb.wal"] if os.path.exists(db + ".wal") else []))
+
+
+def test_export_keeps_the_replaced_files_mode_and_follows_a_link(db, tmp_path):
+    real = tmp_path / "real.onnx"
+    real.write_bytes(b"old")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.onnx"
+    link.symlink_to(real)
+    with modelsql.connect(db) as con:
+        con.execute("EXPORT MODEL m TO ?", [str(link)])
+    assert link.is_symlink() and (real.stat().st_mode & 0o777) == 0o640
+    onnx.checker.check_model(onnx.load(str(real)))
+
+
+@pytest.mark.timeout(30)
+def test_export_to_a_fifo_or_a_directory_is_refused(db, tmp_path):
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    with modelsql.connect(db) as con:
+        with pytest.raises(modelsql.OperationalError) as info:
+            con.execute("EXPORT MODEL m TO ?", [str(fifo)])
+        assert info.value.code == "export_target_not_a_file" and "FIFO" in str(info.value)
+        with pytest.raises(modelsql.OperationalError) as info:
+            con.execute("EXPORT MODEL m TO ?", [str(tmp_path)])
+        assert info.value.code == "io_error" and "directory" in str(info.value)
+    assert fifo.is_fifo()
+
+
+# ---------------------------------------------------------------- item 13: EXPORT never destroys a database
+
+
+def test_export_refuses_an_attached_database_and_hard_links_of_one(db, tmp_path):
+    other = str(tmp_path / "att.duckdb")
+    with modelsql.connect(other) as con:
+        con.execute("CREATE TABLE keep AS SELECT 42 AS answer")
+    os.link(db, tmp_path / "alias.onnx")
+    os.link(other, tmp_path / "alias2.onnx")
+    (tmp_path / "sub").mkdir()
+    before = {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in (db, other)}
+    with modelsql.connect(db) as con:
+        con.autocommit = True
+        con.execute(f"ATTACH '{other}' AS att")
+        for target in (other, tmp_path / "alias.onnx", tmp_path / "alias2.onnx", db,
+                       tmp_path / "sub" / ".." / "att.duckdb", other + ".wal", db + ".wal"):
+            for statement in ("EXPORT MODEL m TO ?", "EXPORT MODEL m VERSION 1 TO ?"):
+                with pytest.raises(modelsql.ProgrammingError) as info:
+                    con.execute(statement, [str(target)])
+                assert info.value.code == "export_target_in_use"
+        assert "att" in str(info.value) or "main" in str(info.value)
+        con.execute("DETACH att")
+    assert {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in (db, other)} == before
+    with modelsql.connect(other) as con:
+        assert con.execute("SELECT answer FROM keep").fetchall() == [(42,)]
+
+
+def test_export_refuses_the_store_by_identity(db, tmp_path):
+    store = Path(db + ".blobs")
+    blob = next(p for p in store.rglob("*") if p.is_file())
+    os.link(blob, tmp_path / "blob.onnx")
+    (tmp_path / "store_link").symlink_to(store)
+    before = _tree(store)
+    with modelsql.connect(db) as con:
+        for target in (tmp_path / "blob.onnx", tmp_path / "store_link" / "x.onnx", store / "new.onnx", blob):
+            with pytest.raises(modelsql.ProgrammingError) as info:
+                con.execute("EXPORT MODEL m TO ?", [str(target)])
+            assert info.value.code == "export_target_in_use"
+    assert _tree(store) == before
+
+
+# ---------------------------------------------------------------- item 14: IMPORT reads regular files only
+
+
+_IMPORT_IN_A_CHILD = """
+import resource, sys, modelsql
+resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))  # a regression fails here, not the machine
+con = modelsql.connect(":memory:")
+for call in (lambda: con.execute("IMPORT MODEL z FROM ?", [sys.argv[1]]), lambda: con.import_model("z", sys.argv[1])):
+    try:
+        call()
+    except modelsql.Error as e:
+        print(type(e).__name__, e.code, sys.argv[1] in str(e))
+print(con.execute("SELECT count(*) FROM modelsql.models").fetchall()[0][0])
+"""
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "link_to_dev_zero"])
+def test_import_refuses_what_is_not_a_regular_file(tmp_path, kind):
+    """Run in a child process under a memory limit and a timeout, so that a regression (reading
+    /dev/zero for ever, blocking on the FIFO) fails this test without hanging CI or filling memory."""
+    source = {"dev_zero": "/dev/zero", "fifo": str(tmp_path / "pipe.onnx"),
+              "link_to_dev_zero": str(tmp_path / "zero.onnx")}[kind]
+    if kind == "fifo":
+        os.mkfifo(source)
+    elif kind == "link_to_dev_zero":
+        os.symlink("/dev/zero", source)
+    out = subprocess.run([sys.executable, "-c", _IMPORT_IN_A_CHILD, source], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split("\n") == ["ProgrammingError not_a_regular_file True"] * 2 + ["0", ""], out.stderr[-2000:]
+
+
+@pytest.mark.timeout(30)
+def test_import_refuses_an_external_data_file_that_is_a_fifo(tmp_path):
+    folder = tmp_path / "ext"
+    folder.mkdir()
+    model = linear_model(np.ones((4, 4), dtype=np.float32))
+    onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="weights.bin", size_threshold=0)
+    (folder / "weights.bin").unlink()
+    os.mkfifo(folder / "weights.bin")
+    with modelsql.connect(":memory:") as con:
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.execute("IMPORT MODEL e FROM ?", [str(folder / "m.onnx")])
+        assert info.value.code == "not_a_regular_file" and "weights.bin" in str(info.value)
+
+
+def test_import_bounds_what_it_reads(tmp_path):
+    from modelsql.storage.files import MAX_READ_BYTES
+
+    huge = tmp_path / "huge.onnx"
+    with open(huge, "wb") as f:
+        f.truncate(MAX_READ_BYTES + 1)  # sparse: no disk used
+    with modelsql.connect(":memory:") as con:
+        with pytest.raises(modelsql.DataError) as info:
+            con.execute("IMPORT MODEL h FROM ?", [str(huge)])
+        assert info.value.code == "file_too_large" and "huge.onnx" in str(info.value)
+        assert str(MAX_READ_BYTES) in str(info.value)
+
+
+def test_a_regular_file_still_imports(tmp_path):
+    path = save(linear_model(np.eye(2, dtype=np.float32)), tmp_path / f"{uuid.uuid4().hex}.onnx")
+    with modelsql.connect(":memory:") as con:
+        con.execute("IMPORT MODEL ok FROM ?", [path])
+        con.execute("CREATE TABLE x AS SELECT [1.0, 2.0]::FLOAT[2] AS x")
+        assert con.execute("SELECT y FROM PREDICT(MODEL ok, TABLE x)").fetchall() == [((1.0, 2.0),)]
