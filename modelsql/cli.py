@@ -298,6 +298,8 @@ Besides DuckDB SQL:
   CREATE OR REPLACE MODEL m FROM 'f.onnx'    a new version; older ones stay
   DROP MODEL m [VERSION n]    SHOW MODELS    DESCRIBE MODEL m [VERSION n]
   EXPORT MODEL m TO 'f.onnx'  VACUUM MODELS (delete blobs no model uses)
+  TRUST MODEL m [VERSION n]   let its code (Python, compiled library) run:
+                              a database's code runs only when you trust it
   EXPLAIN [ANALYZE] SELECT ...    how each PREDICT is bound and run (model,
                                   columns, options), then DuckDB's plan
 
