@@ -250,3 +250,85 @@ def test_a_regular_file_still_imports(tmp_path):
         con.execute("IMPORT MODEL ok FROM ?", [path])
         con.execute("CREATE TABLE x AS SELECT [1.0, 2.0]::FLOAT[2] AS x")
         assert con.execute("SELECT y FROM PREDICT(MODEL ok, TABLE x)").fetchall() == [((1.0, 2.0),)]
+
+
+# ---------------------------------------------------------------- item 10: EXPORT / IMPORT DATABASE carry the models
+
+
+def _predict(con):
+    return con.execute("SELECT y FROM PREDICT(MODEL m, TABLE x) ORDER BY ALL").fetchall()
+
+
+@pytest.mark.parametrize("options", ["", " (FORMAT parquet)"])
+def test_export_and_import_database_carry_the_models(tmp_path, options):
+    src = str(tmp_path / "src.duckdb")
+    with modelsql.connect(src) as con:
+        con.execute("IMPORT MODEL m FROM ?", [save(linear_model(np.eye(2, dtype=np.float32) * 3), tmp_path / "a.onnx")])
+        con.execute("CREATE OR REPLACE MODEL m FROM ?",
+                    [save(linear_model(np.eye(2, dtype=np.float32) * 5), tmp_path / "b.onnx")])
+        con.execute("CREATE TABLE x AS SELECT [1.0, 2.0]::FLOAT[2] AS x")
+        con.execute("CREATE VIEW shown AS SELECT name, version FROM modelsql.models")
+        expected = _predict(con)
+        con.autocommit = True
+        con.execute(f"EXPORT DATABASE '{tmp_path / 'dump'}'{options}")
+    os.rename(tmp_path / "dump", tmp_path / "moved")  # the folder is self-contained
+    os.remove(src)
+    for p in Path(src + ".blobs").rglob("*"):
+        if p.is_file():
+            p.unlink()
+    with modelsql.connect(str(tmp_path / "copy.duckdb")) as con:
+        con.autocommit = True
+        con.execute(f"IMPORT DATABASE '{tmp_path / 'moved'}'")
+        assert _predict(con) == expected == [((5.0, 10.0),)]
+        assert con.execute("SELECT * FROM shown").fetchall() == [("m", 2)]
+        assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 1, TABLE x)").fetchall() == [((3.0, 6.0),)]
+        with pytest.raises(modelsql.ProgrammingError) as info:  # a second import into a catalog with models
+            con.execute(f"IMPORT DATABASE '{tmp_path / 'moved'}'")
+        assert info.value.code == "import_target_not_empty"
+
+
+def test_import_database_of_a_dump_without_the_blobs_is_refused_with_the_way_that_works(tmp_path):
+    import duckdb
+
+    src = str(tmp_path / "src.duckdb")
+    with modelsql.connect(src) as con:
+        con.execute("IMPORT MODEL m FROM ?", [save(linear_model(np.eye(2, dtype=np.float32)), tmp_path / "a.onnx")])
+    raw = duckdb.connect(src)  # DuckDB's own export: the catalog tables, no blobs
+    raw.execute(f"EXPORT DATABASE '{tmp_path / 'plain'}'")
+    raw.close()
+    with modelsql.connect(str(tmp_path / "copy.duckdb")) as con:
+        con.autocommit = True
+        with pytest.raises(modelsql.NotSupportedError) as info:
+            con.execute(f"IMPORT DATABASE '{tmp_path / 'plain'}'")
+        assert info.value.code == "export_without_store" and "EXPORT DATABASE" in str(info.value)
+        assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(0,)]
+
+
+def test_import_database_verifies_every_blob_and_changes_nothing_when_one_is_damaged(tmp_path):
+    src = str(tmp_path / "src.duckdb")
+    with modelsql.connect(src) as con:
+        con.autocommit = True
+        con.execute("IMPORT MODEL m FROM ?", [save(linear_model(np.eye(2, dtype=np.float32)), tmp_path / "a.onnx")])
+        con.execute("CREATE TABLE keep AS SELECT 1 AS i")
+        con.execute(f"EXPORT DATABASE '{tmp_path / 'dump'}'")
+    blob = next(p for p in (tmp_path / "dump" / "modelsql" / "blobs").rglob("*") if p.is_file())
+    blob.write_bytes(blob.read_bytes() + b"!")
+    with modelsql.connect(str(tmp_path / "copy.duckdb")) as con:
+        con.autocommit = True
+        with pytest.raises(modelsql.DataError) as info:
+            con.execute(f"IMPORT DATABASE '{tmp_path / 'dump'}'")
+        assert info.value.code == "blob_corrupt"
+        assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'keep'").fetchall() == [(0,)]
+
+
+def test_a_plain_dump_without_a_catalog_still_imports(tmp_path):
+    import duckdb
+
+    raw = duckdb.connect(str(tmp_path / "plain.duckdb"))
+    raw.execute("CREATE TABLE t AS SELECT 7 AS i")
+    raw.execute(f"EXPORT DATABASE '{tmp_path / 'plain'}'")
+    raw.close()
+    with modelsql.connect(str(tmp_path / "copy.duckdb")) as con:
+        con.execute(f"IMPORT DATABASE '{tmp_path / 'plain'}'")
+        assert con.execute("SELECT i FROM t").fetchall() == [(7,)]

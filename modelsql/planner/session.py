@@ -36,6 +36,7 @@ from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPip
 from ..storage import BlobStore
 from ..storage.files import os_error
 from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401  (each registers its statements' handlers)
+from . import database_dump
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
@@ -296,10 +297,17 @@ class Session:
                 self.plans.remember_plain(text, stypes)
         if any(t not in _READ_ONLY_TYPES for t in stypes) or ("EXPLAIN" in stypes and "ANALYZE" in text.upper()):
             self.changed()  # (EXPLAIN ANALYZE runs its statement, which may write)
-        if len(stypes) > 1 and "TRANSACTION" in stypes:
-            # BEGIN/COMMIT/ROLLBACK among several statements: one at a time, so the session follows
-            # them (commit() and rollback() keep working, and a later statement opens a new transaction)
+        if len(stypes) > 1 and {"TRANSACTION", "EXPORT", "PRAGMA"} & set(stypes):
+            # BEGIN/COMMIT/ROLLBACK (or EXPORT/IMPORT DATABASE) among several statements: one at a time, so
+            # the session follows them (commit() and rollback() keep working, and a later statement opens
+            # a new transaction)
             return self._plain_one_by_one(statements or list(duckdb.extract_statements(text)), params)
+        if len(stypes) == 1 and database_dump.is_dump(stypes[0], text):
+            if params:
+                raise ProgrammingError(f"EXPORT DATABASE and IMPORT DATABASE take no parameters; {len(params)} "
+                                       "value(s) were given.", code="parameter_count")
+            self.resume()
+            return database_dump.run_dump(self, text)
         if len(stypes) == 1 and stypes[0] == "TRANSACTION":
             if params:
                 raise ProgrammingError(f"The statement has 0 parameter placeholder(s) but {len(params)} value(s) "
