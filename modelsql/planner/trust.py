@@ -98,7 +98,7 @@ def require(session, artifact: CodeArtifact) -> None:
         OperationalError: ``bad_key_file``.
     """
     if not trusted(session, artifact):
-        how = (f"connect with modelsql.connect(..., trust_code=True) (this connection is read-only, so TRUST MODEL "
+        how = ("connect with modelsql.connect(..., trust_code=True) (this connection is read-only, so TRUST MODEL "
                "cannot record a signature)" if session.read_only else
                f"run TRUST MODEL {artifact.model} VERSION {artifact.version}, or connect with "
                "modelsql.connect(..., trust_code=True)")
