@@ -26,6 +26,20 @@ NO_CUDA = ("needs a CUDA device (onnxruntime-gpu with its CUDA provider and an N
            "this machine has none")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _signing_key(tmp_path_factory):
+    """The tests sign the code they create with a key of their own (``MODELSQL_KEY_FILE``), never the user's
+    ``~/.config/modelsql/key``; child processes inherit it."""
+    path = tmp_path_factory.mktemp("modelsql-key") / "key"
+    old = os.environ.get("MODELSQL_KEY_FILE")
+    os.environ["MODELSQL_KEY_FILE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("MODELSQL_KEY_FILE", None)
+    else:
+        os.environ["MODELSQL_KEY_FILE"] = old
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` skip, with the reason, where no CUDA device is available."""
     if devices.cuda_available():

@@ -651,14 +651,14 @@ def test_dropped_and_reimported_model_gives_new_outputs(con):
     con.import_model("m", scale_model(2.0))
     assert con.execute("SELECT y FROM PREDICT(MODEL m, TABLE t)").fetchall() == [(2.0,)]
     con.execute("DROP MODEL m")
-    con.import_model("m", scale_model(3.0))  # version 1 again, same graph, other weights
+    con.import_model("m", scale_model(3.0))  # version 2: a number is never given twice, even after DROP MODEL
     assert con.execute("SELECT y FROM PREDICT(MODEL m, TABLE t)").fetchall() == [(3.0,)]
     con.import_model("m", scale_model(4.0), replace=True)
-    con.execute("DROP MODEL m VERSION 2")
-    con.import_model("m", scale_model(5.0), replace=True)  # version 3: numbers are not reused
-    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 3, TABLE t)").fetchall() == [(5.0,)]
+    con.execute("DROP MODEL m VERSION 3")
+    con.import_model("m", scale_model(5.0), replace=True)  # version 4: numbers are not reused
+    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 4, TABLE t)").fetchall() == [(5.0,)]
     assert con.execute("SELECT y FROM PREDICT(MODEL m, TABLE t)").fetchall() == [(5.0,)]
-    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 1, TABLE t)").fetchall() == [(3.0,)]
+    assert con.execute("SELECT y FROM PREDICT(MODEL m VERSION 2, TABLE t)").fetchall() == [(3.0,)]
 
 
 def test_predict_over_a_cte_of_the_enclosing_query(con):

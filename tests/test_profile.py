@@ -166,9 +166,10 @@ def test_dropping_the_cost_model_lets_the_next_profile_fit_a_new_one(con):
     con.execute("DROP MODEL modelsql_cost")
     assert con.execute("SELECT count(*) FROM modelsql.cost_models").fetchone() == (0,)
     con.execute(f"PROFILE MODEL lin WITH ({settings})")
-    assert con.execute("SELECT version, traces FROM modelsql.cost_models").fetchall() == [(1, 18)]
+    # a new fit, numbered 2: a model's version numbers are never given twice, even after DROP MODEL
+    assert con.execute("SELECT version, traces FROM modelsql.cost_models").fetchall() == [(2, 18)]
     plan = dict(con.execute("EXPLAIN SELECT * FROM PREDICT(MODEL lin, TABLE t)").fetchall())["modelsql_plan"]
-    assert "cost model modelsql_cost version 1 (18 traces" in plan
+    assert "cost model modelsql_cost version 2 (18 traces" in plan
 
 
 def test_a_fixed_batch_model_is_profiled_at_its_batch_by_default(con):

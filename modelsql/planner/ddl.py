@@ -8,7 +8,6 @@ transaction of their own, so a model is never half in the catalog.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import time

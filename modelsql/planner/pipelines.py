@@ -28,7 +28,7 @@ import re
 from typing import Callable, Optional, Sequence
 
 from ..catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
-from ..errors import IntegrityError, OperationalError, ProgrammingError, did_you_mean
+from ..errors import IntegrityError, ProgrammingError, did_you_mean
 from ..sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
 from . import artifacts
 from .ddl import retrying

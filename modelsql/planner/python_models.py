@@ -246,7 +246,8 @@ def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution
     with session.catalog.transaction(join=False):  # signed first (by content): no reader sees it unsigned
         trust.sign(session, code, key)
     try:
-        ddl.add_version(session.catalog, fields, kinds)
+        ddl.add_version(session.catalog, fields, kinds, replace=bool(stmt.args.get("replace")),
+                        if_not_exists=bool(stmt.args.get("exists")))
     finally:
         session.changed()
 
