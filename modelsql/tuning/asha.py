@@ -6,7 +6,7 @@ reduction_factor**k`` epochs, the last rung ``max_t``), and new trials fill the 
 ``max_concurrent_trials`` until ``trials`` were asked. After a trial's tell every new epoch's
 metric is reported (``step = epoch + 1``) and the pruner decides. Optuna's pruner is asynchronous
 (a decision depends on which trials reached the rung before), but rounds told in trial order make
-it deterministic (``../shared/research/tuning-measurements.md``, section 2).
+it deterministic.
 """
 
 from __future__ import annotations

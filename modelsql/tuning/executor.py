@@ -7,8 +7,8 @@ that owns the DuckDB connection submits tasks and writes every result (DuckDB ha
 file); workers never touch the catalog or the store.
 
 Workers are processes, not threads: torch's RNGs and thread count are per process, and a stage is
-bit-exact only when its process has exactly the state the stage restores (the recipe in
-``../shared/research/tuning-measurements.md``, section 1). Each is a fresh interpreter
+bit-exact only when its process has exactly the state the stage restores (the recipe
+measured when the stage tree was designed). Each is a fresh interpreter
 (:mod:`modelsql.tuning.worker`; not a fork of a process holding DuckDB and ONNX Runtime threads,
 nor a ``multiprocessing`` spawn, which re-imports the user's ``__main__``), kept for the next study.
 """

@@ -17,8 +17,8 @@ on a local Ray, ``PYTHONPATH`` as this process's ``sys.path``): Ray keeps a pool
 runtime environment, so a changed factory never runs from a worker's stale import.
 
 Ray is optional (``pip install 'modelsql[ray]'``) and imported on first use. Without ``address``
-the process starts one local Ray (``ray.init``, about 5 to 12 s, measured in
-``../shared/research/tuning-measurements.md``, section 4) and keeps it for the next study; with one
+the process starts one local Ray (``ray.init``, about 5 to 12 s, measured on a
+2-core machine) and keeps it for the next study; with one
 it connects to that cluster, whose nodes need modelsql, torch and the trainable's module importable.
 A Ray the caller already initialized is used as it is.
 """

@@ -10,7 +10,7 @@ A :class:`Space` is a list of named hyper-parameters. Each is a constant, a samp
 the key of Hippo's stage tree (Shin et al., "Hippo: Taming Hyper-parameter Optimization of Deep
 Learning with Stage Trees", VLDB 2022). A scheduled value is a pure function of (configuration,
 epoch), never a stateful scheduler, so two configurations share a trained prefix exactly when their
-per-epoch values agree (``../shared/research/tuning-measurements.md``, section 1).
+per-epoch values agree.
 """
 
 from __future__ import annotations

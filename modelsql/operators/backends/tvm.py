@@ -8,7 +8,7 @@ The path (apache-tvm 0.27, the Relax API; Relay is gone)::
     ex.export_library(path)                           # one .so; the weights are embedded constants
     relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())["main"](*inputs)
 
-measured in ../shared/research/merge-tvm-costmodel-measurements.md (sections 0 and Q1). Untuned code
+measured when the backend was built. Untuned code
 is naive TIR loops on one thread, 50-200x slower than ONNX Runtime; :mod:`.tvm_tune` schedules it.
 
 Shapes: ``from_onnx`` keeps a symbolic batch dimension as a symbolic variable, so one library built

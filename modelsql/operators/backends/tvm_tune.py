@@ -12,8 +12,8 @@ The path (apache-tvm 0.27; ``tvm.s_tir.meta_schedule``, ``ms`` below)::
 The static-shape pipeline (``relax.pipeline.static_shape_tuning_pipeline``, the
 ``MetaScheduleTuneIRMod`` pass) is not used: it always builds with ``LocalBuilder``, whose fresh
 worker processes each import ``tvm.s_tir.tensor_intrin`` (~40-70 s on a 2-core machine), longer
-than its 30 s timeout, so every build fails (../shared/research/merge-tvm-costmodel-measurements.md,
-section 0.4). Here candidates are built in this process (:class:`_InProcessBuilder`, 0.04 s each);
+than its 30 s timeout, so every build fails (measured when
+the TVM backend was built). Here candidates are built in this process (:class:`_InProcessBuilder`, 0.04 s each);
 they still run in MetaSchedule's ``LocalRunner`` worker (a separate process, so a bad candidate
 cannot take this one down). ``tensor_intrin`` is also imported by ``TuneContext`` itself; of its
 53-69 s, 35 s are CUDA intrinsics: :func:`_cpu_intrinsics_only` imports just this CPU's.
