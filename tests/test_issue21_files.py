@@ -332,3 +332,22 @@ def test_a_plain_dump_without_a_catalog_still_imports(tmp_path):
     with modelsql.connect(str(tmp_path / "copy.duckdb")) as con:
         con.execute(f"IMPORT DATABASE '{tmp_path / 'plain'}'")
         assert con.execute("SELECT i FROM t").fetchall() == [(7,)]
+
+
+def test_export_refuses_a_database_another_connection_of_the_process_has_open(tmp_path):
+    """DuckDB's COPY TO refuses every database of its instance; EXPORT refuses those of other modelsql
+    connections of this process too, until they close."""
+    import torch
+
+    a = modelsql.connect(str(tmp_path / "a.duckdb"))
+    b = modelsql.connect(str(tmp_path / "b.duckdb"))
+    a.import_model("m", torch.nn.Linear(2, 1), example_input=torch.zeros(1, 2))
+    b.execute("CREATE TABLE keep AS SELECT 1 AS x")
+    b.commit()
+    with pytest.raises(modelsql.ProgrammingError) as e:
+        a.execute(f"EXPORT MODEL m TO '{tmp_path / 'b.duckdb'}'")
+    assert e.value.code == "export_target_in_use"
+    assert b.execute("SELECT x FROM keep").fetchall() == [(1,)]
+    b.close()
+    a.execute(f"EXPORT MODEL m TO '{tmp_path / 'b.duckdb'}'")  # closed: an ordinary file to replace
+    a.close()

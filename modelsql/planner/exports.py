@@ -17,6 +17,7 @@ from typing import Iterator, Optional
 
 from ..errors import ProgrammingError
 from ..storage.files import file_identity, guarded_by, write_atomically
+from . import open_databases
 
 _STORE_SUFFIX = ".blobs"
 """The blob store of database ``x.duckdb`` is the folder ``x.duckdb.blobs`` (see ``BlobStore.for_database``)."""
@@ -30,6 +31,8 @@ def _database_files(session) -> Iterator[tuple[str, str]]:
     for name, path in rows:
         if path and not path.startswith(":memory:"):
             paths.setdefault(os.path.realpath(path), name)
+    for path in open_databases.paths():
+        paths.setdefault(path, "open in another connection")
     for path, name in paths.items():
         yield path, f'database "{name}" ({path})'
         yield path + ".wal", f'the write-ahead log of database "{name}"'

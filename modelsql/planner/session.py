@@ -36,7 +36,7 @@ from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPip
 from ..storage import BlobStore
 from ..storage.files import os_error
 from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401  (each registers its statements' handlers)
-from . import database_dump
+from . import database_dump, open_databases
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
@@ -66,6 +66,8 @@ class Session:
         self.read_only = read_only
         self.catalog = Catalog(duck, read_only=read_only)
         self.store = BlobStore.for_database(database)
+        open_databases.register(database)
+        self.registered = True
         self.trust_code = False
         """Load every code artifact of this database without a signature (``connect(..., trust_code=True)``;
         see :mod:`modelsql.planner.trust`)."""
@@ -187,6 +189,9 @@ class Session:
         """Stop the servers this session started, roll back an open transaction and drop cached plans;
         model sessions live in the process-wide cache."""
         serve.stop_all(owner=self)
+        if self.registered:
+            open_databases.release(self.database)
+            self.registered = False
         self.plans.clear()
         self.resuming = False
         try:
