@@ -9,6 +9,7 @@ process's ``RLIMIT_FSIZE``, so ``write`` fails with ``EFBIG``, in a child proces
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -320,6 +321,44 @@ def test_import_database_verifies_every_blob_and_changes_nothing_when_one_is_dam
         assert info.value.code == "blob_corrupt"
         assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'keep'").fetchall() == [(0,)]
+
+
+def _dumped(tmp_path):
+    src = str(tmp_path / "src.duckdb")
+    with modelsql.connect(src) as con:
+        con.autocommit = True
+        con.execute("IMPORT MODEL m FROM ?", [save(linear_model(np.eye(2, dtype=np.float32)), tmp_path / "a.onnx")])
+        con.execute(f"EXPORT DATABASE '{tmp_path / 'dump'}'")
+    return tmp_path / "dump" / "modelsql"
+
+
+def _import_refused(tmp_path, error, code):
+    with modelsql.connect(str(tmp_path / "copy.duckdb")) as con:
+        con.autocommit = True
+        with pytest.raises(error) as info:
+            con.execute(f"IMPORT DATABASE '{tmp_path / 'dump'}'")
+        assert info.value.code == code, info.value
+        assert con.execute("SELECT count(*) FROM modelsql.model_versions").fetchall() == [(0,)]
+
+
+def test_import_database_with_blobs_missing_imports_nothing(tmp_path):
+    for p in (_dumped(tmp_path) / "blobs").rglob("*"):
+        if p.is_file():
+            p.unlink()
+    _import_refused(tmp_path, modelsql.DataError, "blob_missing")
+
+
+@pytest.mark.parametrize("damage", ["deleted", "a_list", "other_tables"])
+def test_import_database_with_a_damaged_manifest_imports_nothing(tmp_path, damage):
+    manifest = _dumped(tmp_path) / "manifest.json"
+    if damage == "deleted":
+        manifest.unlink()
+    elif damage == "a_list":
+        manifest.write_text("[1, 2]")
+    else:
+        data = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps(dict(data, tables=["../../../etc/passwd"])))
+    _import_refused(tmp_path, modelsql.OperationalError, "io_error" if damage == "a_list" else "bad_export")
 
 
 def test_a_plain_dump_without_a_catalog_still_imports(tmp_path):

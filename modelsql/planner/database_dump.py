@@ -32,7 +32,7 @@ from typing import Optional
 import duckdb
 
 from ..catalog import schema
-from ..errors import NotSupportedError, OperationalError, ProgrammingError
+from ..errors import DataError, NotSupportedError, OperationalError, ProgrammingError
 from ..storage import BlobStore
 from ..storage.files import read_regular_file, write_atomically
 from .result import Result
@@ -146,6 +146,9 @@ def _write_catalog(session, folder: str) -> None:
 def _import(session, text: str, folder: str) -> Result:
     path = os.path.join(folder, FOLDER, MANIFEST)
     if not os.path.exists(path):
+        if os.path.isdir(os.path.join(folder, FOLDER)):
+            raise OperationalError(f'IMPORT DATABASE: "{folder}" holds a modelsql folder without its {MANIFEST}: the '
+                                   "export was cut short or damaged; export the source again.", code="bad_export")
         _refuse_catalog_without_blobs(folder)
         session.begin_if_needed()
         session.run(text, None)  # a dump without a modelsql catalog: DuckDB's own import
@@ -162,12 +165,25 @@ def _import(session, text: str, folder: str) -> Result:
         try:
             session.run(text, None)
             _load_catalog(session, os.path.join(folder, FOLDER), manifest["tables"])
+            _check_blobs(session, folder)
             session.run("COMMIT", None)
         except BaseException:
             _rollback(session)
             raise
     session.changed()
     return Result(session.duck)
+
+
+def _check_blobs(session, folder: str) -> None:
+    """Every blob the imported catalog references is in this database's store (else nothing is imported).
+
+    Raises:
+        DataError: ``blob_missing``, naming how many and the first.
+    """
+    missing = sorted(d for d in session.catalog.referenced_digests() if not session.store.has(d))
+    if missing:
+        raise DataError(f'IMPORT DATABASE: "{folder}" lacks {len(missing)} of the blobs its catalog references (the '
+                        f"first: {missing[0]}); nothing was imported. Export the source again.", code="blob_missing")
 
 
 def _refuse_catalog_without_blobs(folder: str) -> None:
@@ -185,6 +201,8 @@ def _refuse_catalog_without_blobs(folder: str) -> None:
 def _manifest(path: str) -> dict:
     try:
         manifest = json.loads(read_regular_file(path, f'"{path}"'))
+        if not isinstance(manifest, dict):
+            raise ValueError(f"a JSON {type(manifest).__name__}, not an object")
         if manifest.get("format") != _FORMAT or not isinstance(manifest.get("tables"), list):
             raise ValueError(f"format {manifest.get('format')!r}")
     except ValueError as exc:
@@ -200,6 +218,10 @@ def _check_importable(session, manifest: dict, folder: str) -> None:
             f'IMPORT DATABASE: "{folder}" holds a catalog of schema version {manifest.get("schema_version")}, this '
             f"database's is {ours}: import it with the modelsql that exported it, then open that database with "
             "this one (it migrates) and export again.", code="catalog_version_mismatch")
+    tables = manifest["tables"]
+    if sorted(map(str, tables)) != sorted(_catalog_tables(session)):
+        raise OperationalError(f'IMPORT DATABASE: "{folder}"\'s manifest lists the catalog tables {tables!r}, not '
+                               f"those of schema version {ours}: the export is damaged.", code="bad_export")
     full = [t for t in _catalog_tables(session) if t != "meta" and
             session.duck.execute(f"SELECT count(*) FROM {session.catalog.qualified_schema}.{t}").fetchall()[0][0]]
     if full:
