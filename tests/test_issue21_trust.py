@@ -358,3 +358,19 @@ def test_the_shell_flag_no_python(made, tmp_path):
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 1, (out.returncode, out.stderr)  # refused: not killed by SIGABRT (-6)
     assert "allow_python=False" in out.stderr and "--no-python" in out.stderr
+
+
+def test_a_pipeline_of_the_users_own_program_runs_in_a_fresh_process(made, tmp_path):
+    """A signed program as a pipeline step is checked when the PREDICT is bound, as the program alone is (a fresh
+    process has checked nothing yet)."""
+    db = _copy(made, tmp_path / "pipe.duckdb")
+    con = modelsql.connect(str(db))
+    con.execute("CREATE PIPELINE pp AS (prog)")
+    con.commit()
+    con.close()
+    script = ("import modelsql; c = modelsql.connect(%r, read_only=True); "
+              "print(len(c.execute('SELECT * FROM PREDICT(PIPELINE pp, TABLE t)').fetchall()))" % str(db))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(made.root / "code"), *sys.path]))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "5"

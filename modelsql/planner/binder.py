@@ -66,6 +66,16 @@ def bind_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
     return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt), costs=session.costs())
 
 
+def _programs(mv) -> list:
+    """The Python-program versions a PREDICT of ``mv`` runs: itself, a pipeline's steps, a model set's members."""
+    kind = getattr(mv, "kind", None)
+    if kind == "python":
+        return [mv]
+    if kind == "pipeline":
+        return [s.model for s in mv.steps if s.model.kind == "python"]
+    return [m for m in getattr(mv, "members", ()) if getattr(m, "kind", None) == "python"]
+
+
 def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[PredictScan],
               used: Optional[set[str]]) -> PredictScan:
     """One PREDICT as a :class:`PredictScan` (``bound``: the scans bound before it, which its input may read)."""
@@ -74,8 +84,8 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
         mv = session.get_model_set(ref)
     else:
         mv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
-    if getattr(mv, "kind", None) == "python":
-        check_source(session, mv)  # trusted and unchanged, refused now, before anything runs (the transaction stays usable)
+    for program in _programs(mv):  # trusted and unchanged, refused now, before anything runs (the transaction stays usable)
+        check_source(session, program)
     no_repeats(p.args.get("options"), f"PREDICT({mv.ref_sql})")
     options = parse_options({k: value(v, params) for k, v in p.option_values.items()}, mv.ref_sql)
     if options.backend == "tvm":
