@@ -390,3 +390,28 @@ def test_export_refuses_a_database_another_connection_of_the_process_has_open(tm
     b.close()
     a.execute(f"EXPORT MODEL m TO '{tmp_path / 'b.duckdb'}'")  # closed: an ordinary file to replace
     a.close()
+
+
+def test_external_data_must_be_the_size_its_tensor_needs(tmp_path):
+    """A tensor of 3 floats whose external file is 1 GiB (sparse) is refused before anything is read."""
+    w = onnx.helper.make_tensor("W", onnx.TensorProto.FLOAT, [1, 3], [1.0, 2.0, 3.0])
+    w.ClearField("float_data")
+    w.data_location = onnx.TensorProto.EXTERNAL
+    entry = w.external_data.add()
+    entry.key, entry.value = "location", "w.bin"
+    graph = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 1])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["n", 3])], [w])
+    path = tmp_path / "e.onnx"
+    path.write_bytes(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString())
+    with open(tmp_path / "w.bin", "wb") as f:
+        f.truncate(1 << 30)
+    with modelsql.connect(":memory:") as con:
+        with pytest.raises(modelsql.DataError) as info:
+            con.execute("IMPORT MODEL e FROM ?", [str(path)])
+        assert info.value.code == "invalid_onnx" and "needs 12" in str(info.value)
+    (tmp_path / "w.bin").write_bytes(np.array([1, 2, 3], np.float32).tobytes())
+    with modelsql.connect(":memory:") as con:
+        con.execute("IMPORT MODEL e FROM ?", [str(path)])
+        con.execute("CREATE TABLE x AS SELECT [2.0]::FLOAT[1] AS x")
+        assert con.execute("SELECT y FROM PREDICT(MODEL e, TABLE x)").fetchall() == [((2.0, 4.0, 6.0),)]

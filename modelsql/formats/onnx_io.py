@@ -368,9 +368,38 @@ def _check_external_file(t: TensorProto, folder: Path, what: str) -> None:
     """An external data file must be a regular file (never a device or a FIFO, which would be read
     without end or block); ONNX's own loader then checks that it stays inside the model's folder and
     that offset and length fit the file."""
-    location = next((e.value for e in t.external_data if e.key == "location"), None)
+    entries = {e.key: e.value for e in t.external_data}
+    location = entries.get("location")
     if location and os.path.lexists(folder / location):  # (a missing one: the loader says invalid_onnx)
-        require_regular_file(folder / location, f'the external data file "{location}" of tensor {t.name!r} of {what}')
+        st = require_regular_file(folder / location, f'the external data file "{location}" of tensor {t.name!r} of '
+                                                     f"{what}")
+        _check_external_size(t, entries, st.st_size, what)
+
+
+MAX_EXTERNAL_BYTES = 16 << 30
+"""The most bytes one tensor's external data may hold (16 GiB): what IMPORT reads into memory is bounded."""
+
+
+def _check_external_size(t: TensorProto, entries: dict, file_size: int, what: str) -> None:
+    """The bytes a tensor's external data would read (``length``, else the file past ``offset``) must be what its
+    shape and type need, and at most :data:`MAX_EXTERNAL_BYTES`: nothing larger is read.
+
+    Raises:
+        DataError: ``file_too_large``; ``invalid_onnx`` when the sizes differ.
+    """
+    try:
+        offset = int(entries.get("offset", 0))
+        size = int(entries["length"]) if "length" in entries else file_size - offset
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (ValueError, TypeError, KeyError):
+        return  # ONNX's own loader refuses what cannot be read
+    if size > MAX_EXTERNAL_BYTES:
+        raise DataError(f"{what}: the external data of tensor {t.name!r} holds {size:,} bytes, more than the "
+                        f"{MAX_EXTERNAL_BYTES:,} bytes IMPORT reads for one tensor.", code="file_too_large")
+    need = int(np.prod(t.dims, dtype=np.int64)) * itemsize
+    if t.data_type != TensorProto.STRING and size != need:
+        raise _invalid(what, f"the external data of tensor {t.name!r} holds {size:,} bytes, but its shape "
+                             f"{list(t.dims)} of {_elem_name(t.data_type)} needs {need:,}")
 
 
 def _uses_external_data(t: TensorProto) -> bool:
