@@ -348,6 +348,10 @@ def test_token_is_required_everywhere_but_health():
         status, _, _ = post(srv.host, srv.port, "/v2/repository/models/mlp/unload", b"")
         assert status == 401 and repo.ready("mlp")  # the repository extension is guarded too
         assert get(srv.host, srv.port, "/metrics", auth)[0] == 200
+        # the scheme in any case (RFC 7235); the token exactly
+        assert get(srv.host, srv.port, "/metrics", {"Authorization": "bearer s3cret-token"})[0] == 200
+        assert get(srv.host, srv.port, "/metrics", {"Authorization": "Bearer S3CRET-token"})[0] == 401
+        assert get(srv.host, srv.port, "/metrics", {"Authorization": "Basic s3cret-token"})[0] == 401
     finally:
         srv.stop()
         repo.close()

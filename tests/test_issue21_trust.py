@@ -374,3 +374,15 @@ def test_a_pipeline_of_the_users_own_program_runs_in_a_fresh_process(made, tmp_p
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "5"
+
+
+def test_serve_refuses_a_python_program_clearly(made, tmp_path):
+    db = _copy(made, tmp_path / "serve.duckdb")
+    con = modelsql.connect(str(db))
+    con.execute("CREATE PIPELINE pp AS (prog)")
+    for sql in ("SERVE MODEL prog ON PORT 0", "SERVE PIPELINE pp ON PORT 0"):
+        with pytest.raises(NotSupportedError) as e:
+            con.execute(sql)
+        assert e.value.code == "no_onnx_graph" and "prog" in str(e.value)
+    assert con.execute("SHOW SERVERS").fetchall() == []
+    con.close()

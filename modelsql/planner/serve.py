@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..catalog import Catalog
-from ..errors import Error, OperationalError, ProgrammingError, did_you_mean
+from ..errors import Error, NotSupportedError, OperationalError, ProgrammingError, did_you_mean
 from ..sql.nodes import Serve, ShowServers, StopServer
 from ..operators.backends import devices
 from . import artifacts
@@ -120,6 +120,7 @@ def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
             raise session.pointed(ProgrammingError(
                 f"SERVE {word} {entry.name}: reserved_threads = {opts['reserved_threads']} is more than this "
                 f"machine's {cores} cores; reserve at most {cores}.", code="bad_option"), ref)
+        _refuse_programs(entry, word, session, ref)
         out.append((entry, opts["reserved_threads"] or 0))
     names = [e.name for e, _ in out]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -128,6 +129,21 @@ def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
                                "(a pipeline and a model of the same name cannot be served together).",
                                code="duplicate_served_name")
     return out
+
+
+def _refuse_programs(entry, word: str, session, ref) -> None:
+    """A Python program (or a pipeline with one as a step) has no ONNX graph for the server to run.
+
+    Raises:
+        NotSupportedError: ``no_onnx_graph``, naming the program.
+    """
+    steps = [s.model for s in entry.steps] if getattr(entry, "kind", None) == "pipeline" else [entry]
+    program = next((m for m in steps if getattr(m, "kind", None) == "python"), None)
+    if program is not None:
+        raise session.pointed(NotSupportedError(
+            f"SERVE {word} {entry.name}: {program.label} is a Python program run as Python; SERVE runs ONNX graphs "
+            "only. Query it with PREDICT, or import it as a whole graph (DESCRIBE MODEL says why it is not one).",
+            code="no_onnx_graph"), ref)
 
 
 def _resolver(session):

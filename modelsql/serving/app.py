@@ -363,7 +363,7 @@ class _Gate:
     def __init__(self, app, endpoints: _Endpoints, token: Optional[str]) -> None:
         self.app = app
         self.endpoints = endpoints
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = token.encode() if token else None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -375,8 +375,10 @@ class _Gate:
         await self.app(scope, receive, send)
 
     def _authorized(self, scope) -> bool:
+        """``Authorization: Bearer <token>``, the scheme in any case (RFC 7235, section 2.1)."""
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        return hmac.compare_digest(given, self.expected)
+        scheme, _, credentials = given.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials, self.expected)
 
 
 def _closing(send):
