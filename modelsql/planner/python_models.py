@@ -225,31 +225,32 @@ def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution
     described["batching"] = f"one row per call: {dependence}" if dependence else "batched: rows are independent"
     mode, start_rows, timing, breaks = _choose_mode(prog, execution, dependence is not None)
     described.update(execution=mode, timing=timing, **({"graph_breaks": breaks} if breaks else {}))
-    source_path = source_file(ref)
-    source = open(source_path, "rb").read() if source_path else b""
-    stored = StoredProgram(ref, program_digest(ref, params), session.store.put(source), mode, dependence is not None,
-                           tuple(prog.output_names), dict(params or {}), helper_sources(ref), start_rows)
-    tensors = state if state is not None else state_tensors(prog.module)
-    blob = stored.to_bytes()
-    graph_digest = session.store.put(blob)
-    for t, data in tensors:
-        session.store.put(data)
-    session.commit()
-    content = hashlib.sha256(blob + b"".join(t.digest.encode() for t, _ in tensors)).hexdigest()
-    fields = dict(name=stmt.this.model_name.lower(), graph_digest=graph_digest, graph_bytes=len(blob), opset=0,
-                  inputs=prog.inputs, outputs=prog.outputs, tensors=tuple(t for t, _ in tensors),
-                  param_count=sum(int(np.prod(t.dims)) for t, _ in tensors), source=f"python:{ref}", kind="python",
-                  options=tuple(sorted((k, str(v)) for k, v in described.items())), batch_dependence=dependence,
-                  content_digest=content)
-    kinds = {graph_digest: "graph", stored.source_blob: "graph", **{t.digest: "tensor" for t, _ in tensors}}
-    code = program_code(stored, graph_digest, fields["name"], None)
-    with session.catalog.transaction(join=False):  # signed first (by content): no reader sees it unsigned
-        trust.sign(session, code, key)
-    try:
-        ddl.add_version(session.catalog, fields, kinds, replace=bool(stmt.args.get("replace")),
-                        if_not_exists=bool(stmt.args.get("exists")))
-    finally:
-        session.changed()
+    with session.store.writing():  # the blobs stay pending (VACUUM keeps them) until the catalog names them
+        source_path = source_file(ref)
+        source = open(source_path, "rb").read() if source_path else b""
+        stored = StoredProgram(ref, program_digest(ref, params), session.store.put(source), mode, dependence is not None,
+                               tuple(prog.output_names), dict(params or {}), helper_sources(ref), start_rows)
+        tensors = state if state is not None else state_tensors(prog.module)
+        blob = stored.to_bytes()
+        graph_digest = session.store.put(blob)
+        for t, data in tensors:
+            session.store.put(data)
+        session.commit()
+        content = hashlib.sha256(blob + b"".join(t.digest.encode() for t, _ in tensors)).hexdigest()
+        fields = dict(name=stmt.this.model_name.lower(), graph_digest=graph_digest, graph_bytes=len(blob), opset=0,
+                      inputs=prog.inputs, outputs=prog.outputs, tensors=tuple(t for t, _ in tensors),
+                      param_count=sum(int(np.prod(t.dims)) for t, _ in tensors), source=f"python:{ref}", kind="python",
+                      options=tuple(sorted((k, str(v)) for k, v in described.items())), batch_dependence=dependence,
+                      content_digest=content)
+        kinds = {graph_digest: "graph", stored.source_blob: "graph", **{t.digest: "tensor" for t, _ in tensors}}
+        code = program_code(stored, graph_digest, fields["name"], None)
+        with session.catalog.transaction(join=False):  # signed first (by content): no reader sees it unsigned
+            trust.sign(session, code, key)
+        try:
+            ddl.add_version(session.catalog, fields, kinds, replace=bool(stmt.args.get("replace")),
+                            if_not_exists=bool(stmt.args.get("exists")))
+        finally:
+            session.changed()
 
 
 def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, int, str, str]:

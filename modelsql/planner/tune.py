@@ -383,7 +383,8 @@ def _drop_study(stmt: DropStudy, session, params: list) -> Result:
     session.commit()
     with session.catalog.transaction(join=False):
         digests = session.catalog.studies.drop_study(name)
-    for digest in digests - session.catalog.referenced_digests():
-        session.store.delete(digest)  # after the commit: the catalog never names a missing blob
+    # after the commit (the catalog never names a missing blob); the references are read under the store's sweep
+    # lock, after the pending blobs, so a blob another connection commits meanwhile is kept
+    session.store.discard(digests, session.catalog.referenced_digests)
     session.changed()
     return Result(session.duck, rowcount=1)
