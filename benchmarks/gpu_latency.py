@@ -49,7 +49,6 @@ import datetime
 import http.client
 import json
 import os
-import platform
 import random
 import queue
 import shutil
@@ -59,22 +58,17 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
+from gpu_common import error_text, host_info, logger  # noqa: E402  (benchmarks/gpu_common.py)
+
+log = logger("gpu_latency")
+
 ROUNDS = 4
 PROTOCOL = "@@ "
 """Prefix of the lines the server process writes for this script on its stdout."""
-
-
-def log(msg: str) -> None:
-    print(f"[gpu_latency {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:1500] + "\n" + traceback.format_exc()[-1500:]
 
 
 # ---------------------------------------------------------------- models
@@ -388,31 +382,6 @@ def agreement(got: np.ndarray, want: np.ndarray) -> dict:
     rel = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-12))
     same = bool((got.argmax(-1) == want.argmax(-1)).all())
     return {"max_rel_diff": rel, "argmax_same": same, "agree": bool(same and rel < 1e-2)}
-
-
-def host_info() -> dict:
-    import onnxruntime as ort
-
-    info = {"cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0], "platform": platform.platform(),
-            "gpu": None}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        info["nvidia_smi"] = out.stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        info["nvidia_smi"] = None
-    from modelsql.operators.backends import devices
-
-    info["modelsql_devices"] = list(devices.available())
-    info["ort_providers"] = ort.get_available_providers()
-    return info
 
 
 def versions() -> dict:

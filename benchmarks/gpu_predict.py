@@ -42,15 +42,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 try:  # torch first: its CUDA libraries are the ones onnxruntime-gpu's preload_dlls finds
@@ -65,41 +62,12 @@ import pyarrow as pa
 
 import modelsql
 
+from gpu_common import error_text, host_info, logger  # noqa: E402  (benchmarks/gpu_common.py)
+
+log = logger("gpu_predict")
+
 QUERY = "SELECT id, output FROM PREDICT(MODEL r50, TABLE imgs{options})"
 READ_QUERY = "SELECT id, input FROM imgs"
-
-
-def log(msg: str) -> None:
-    print(f"[gpu_predict {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:1500] + "\n" + traceback.format_exc()[-1500:]
-
-
-def host_info(device: str) -> dict:
-    info = {"cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0], "platform": platform.platform(),
-            "gpu": None}
-    if torch is not None and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    else:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                 text=True, timeout=20)
-            info["gpu"] = out.stdout.strip() or None
-        except Exception:  # noqa: BLE001 - no driver tools: no GPU to name
-            pass
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        info["nvidia_smi"] = out.stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        info["nvidia_smi"] = None
-    from modelsql.operators.backends import devices
-
-    info["modelsql_devices"] = list(devices.available())
-    info["ort_providers"] = ort.get_available_providers()
-    return info
 
 
 def versions() -> dict:
@@ -343,7 +311,7 @@ def main(argv=None) -> int:
         "device": args.device, "smoke": smoke,
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host": host_info(args.device), "versions": versions(),
+        "host": host_info(), "versions": versions(),
         "workload": {"rows": rows, "image": list(shape),
                      "layout": column_type(args.layout, shape) + (
                          " (nested arrays, sizes innermost first: one 3 x H x W image per row)"

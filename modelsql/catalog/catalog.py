@@ -370,27 +370,15 @@ class Catalog:
                 self._con.execute("ROLLBACK")
             raise convert_duckdb_error(exc) from None
 
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator["Catalog"]:
+    def snapshot(self) -> contextlib.AbstractContextManager["Catalog"]:
         """Reads inside the block come from one snapshot of the catalog: the caller's transaction when
-        one is open, else a read transaction of the block's own (so a read racing another connection's
-        DROP sees the model whole or not at all, never half).
+        one is open, else a transaction of the block's own (:meth:`transaction` joining; so a read racing
+        another connection's DROP sees the model whole or not at all, never half).
 
         Yields:
             this catalog.
         """
-        with _converted():
-            joined = self.in_transaction()  # (a failed BEGIN would abort the caller's transaction)
-        if joined:
-            yield self
-            return
-        with _converted():
-            self._con.execute("BEGIN TRANSACTION")
-        try:
-            yield self
-        finally:
-            with contextlib.suppress(duckdb.Error):
-                self._con.execute("COMMIT")
+        return self.transaction(join=True)
 
     # -------------------------------------------------------------------- reads
 

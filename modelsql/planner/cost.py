@@ -248,9 +248,15 @@ def choose_device(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str,
         what = "backend " + choice.backend if choice.backend != "onnxruntime" else f"a {scan.model.kind} model"
         return "cpu", "auto", tuple((g, f"{what} runs on a CUDA device only when device = '{g}' is asked for")
                                     for g in gpus)
-    cpu = device_estimate(scan, "cpu", costs, choice).ms
-    best = min(gpus, key=lambda g: device_estimate(scan, g, costs, choice).ms)
-    gpu = device_estimate(scan, best, costs, choice).ms
+    return _cheapest({d: device_estimate(scan, d, costs, choice).ms for d in ["cpu"] + gpus})
+
+
+def _cheapest(ms: dict[str, float]) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """``(device, why, rejected)`` from ``ms`` (device -> estimated milliseconds, the CPU among them): the GPU
+    estimated fastest when it is :data:`DEVICE_MIN_GAIN` times faster than the CPU, else the CPU."""
+    cpu = ms["cpu"]
+    best = min((d for d in ms if d != "cpu"), key=ms.__getitem__)
+    gpu = ms[best]
     if gpu > 0 and cpu / gpu >= DEVICE_MIN_GAIN:
         return best, f"auto: estimated {gpu:.1f} ms against {cpu:.1f} ms on the CPU", (("cpu", f"estimated {cpu:.1f} ms"),)
     return "cpu", "auto", ((best, f"estimated {gpu:.1f} ms against {cpu:.1f} ms on the CPU (under "
@@ -269,13 +275,7 @@ def routed_device(scan: PredictScan, costs: Costs = NO_COSTS) -> tuple[str, str,
     gpus = [d for d in devices.available() if d != "cpu"]
     if not gpus:
         return "cpu", "", ()
-    ms = {d: _routed_ms(scan, costs, d) for d in ["cpu"] + gpus}
-    best = min(gpus, key=lambda g: ms[g])
-    if ms[best] > 0 and ms["cpu"] / ms[best] >= DEVICE_MIN_GAIN:
-        return best, f"auto: estimated {ms[best]:.1f} ms against {ms['cpu']:.1f} ms on the CPU", \
-            (("cpu", f"estimated {ms['cpu']:.1f} ms"),)
-    return "cpu", "auto", ((best, f"estimated {ms[best]:.1f} ms against {ms['cpu']:.1f} ms on the CPU (under "
-                                  f"{DEVICE_MIN_GAIN}x)"),)
+    return _cheapest({d: _routed_ms(scan, costs, d) for d in ["cpu"] + gpus})
 
 
 def _routed_ms(scan: PredictScan, costs: Costs, device: str) -> float:
@@ -286,11 +286,8 @@ def _routed_ms(scan: PredictScan, costs: Costs, device: str) -> float:
     per_call = min(rows, CHUNK_ROWS)
     n = len(models.members)
     want = [max(1.0, per_call / n)] * n
-    learned = None
-    if device != "cpu" and costs.learned:
-        def learned(r: float, factor: int) -> Optional[float]:
-            return costs.run_ms(models.first, max(1, int(round(r))), threads=1, merge_factor=factor, device=device)
-    est = merge_cost.estimate(merge_cost.member_cost(models.first), n, want, device=device, learned=learned)
+    est = merge_cost.estimate(merge_cost.member_cost(models.first), n, want, device=device,
+                              learned=costs.device_runs(models.first, device))
     options = [ms for policy, ms in est.estimates if policy != "merged" or models.one_architecture]
     return -(-rows // per_call) * min(options)
 

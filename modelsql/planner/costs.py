@@ -128,6 +128,17 @@ class Costs:
             return None
 
 
+    def device_runs(self, mv, device: str) -> Optional[Callable[[float, int], Optional[float]]]:
+        """``(rows, merge factor) -> ms`` of one one-thread run of ``mv`` on the CUDA ``device`` by the learned
+        cost model (None where it has no traces of that device), or None without a fit or on the CPU: what
+        :func:`~modelsql.planner.merge_cost.estimate` takes as ``learned``."""
+        if not self.learned or device == "cpu":
+            return None
+
+        def runs(rows: float, factor: int) -> Optional[float]:
+            return self.run_ms(mv, max(1, int(round(rows))), threads=1, merge_factor=factor, device=device)
+        return runs
+
     def merge_estimate(self, member, n: int, rows: list) -> Optional["merge_cost.MergeEstimate"]:
         """Whether an ``n``-way NetFuse merge pays for a run giving member ``i`` ``rows[i]`` rows, by the learned
         cost model (the present members' separate one-thread runs against one run of the merge, every

@@ -246,10 +246,7 @@ def _chooser(first: ModelVersion, costs, device: str, always: bool):
     """``rows per member -> merge?`` for one batch on ``device``: the learned cost model where it answers
     (its merged runs on the CPU; its traces of a CUDA device), else :func:`merge_cost.estimate`."""
     cost = merge_cost.member_cost(first)
-    learned = None
-    if costs is not None and device != "cpu":
-        def learned(rows: float, factor: int) -> Optional[float]:
-            return costs.run_ms(first, max(1, int(round(rows))), threads=1, merge_factor=factor, device=device)
+    learned = costs.device_runs(first, device) if costs is not None else None
 
     def choose(rows: list[int]) -> bool:
         if always:

@@ -88,14 +88,11 @@ def _devices(raw) -> tuple[str, ...]:
     or a list of ``'cpu'`` / ``'cuda'`` / ``'cuda:N'``.
 
     Raises:
-        ProgrammingError: ``invalid_option`` for a bad or repeated name; NotSupportedError:
+        ProgrammingError: ``bad_option`` for a bad or repeated name; NotSupportedError:
             ``device_not_available``.
     """
     named = raw if isinstance(raw, (tuple, list)) else (raw,)
-    try:
-        parsed = tuple(devices.parse(d, "PROFILE option devices") for d in named)
-    except ProgrammingError as exc:
-        raise ProgrammingError(str(exc), code="bad_option") from None
+    parsed = tuple(devices.parse(d, "PROFILE option devices") for d in named)
     if not parsed or len(set(parsed)) < len(parsed):
         raise ProgrammingError(f"PROFILE option devices must name each device once, got {raw!r}", code="bad_option")
     if "auto" in parsed:

@@ -153,6 +153,14 @@ def _lifted(store, mv):
         return _LIFTED[mv.graph_digest]
 
 
+def _merged_stage(store, stage: Stage):
+    """The one ONNX model of a fused stage: its steps' graphs merged (:func:`modelsql.formats.merge_steps`)."""
+    parts = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
+             for k, (n, node) in enumerate(stage.nodes)]
+    local = {n: k for k, (n, _) in enumerate(stage.nodes)}
+    return formats.merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
+
+
 def _cuda_stage(store, steps, stage: Stage, device: str) -> tuple[object, str]:
     """A stage's CUDA session (see :func:`stage_model`) and its key."""
     if not stage.fused:
@@ -161,11 +169,7 @@ def _cuda_stage(store, steps, stage: Stage, device: str) -> tuple[object, str]:
                            mv.graph_bytes), stage.key
 
     def load():
-        parts = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
-                 for k, (n, node) in enumerate(stage.nodes)]
-        local = {n: k for k, (n, _) in enumerate(stage.nodes)}
-        merged = formats.merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
-        return CudaModel(merged.SerializeToString(), f"stage {stage.name}", device)
+        return CudaModel(_merged_stage(store, stage).SerializeToString(), f"stage {stage.name}", device)
 
     return steps.proxy(stage.key, stage.name, load, sum(node.model.graph_bytes for _, node in stage.nodes)), stage.key
 
@@ -215,10 +219,7 @@ def stage_model(store, steps, stage: Stage, *, share_structures: bool = False,
         return _cuda_stage(store, steps, stage, device)
     if stage.fused:
         def load():
-            parts = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
-                     for k, (n, node) in enumerate(stage.nodes)]
-            local = {n: k for k, (n, _) in enumerate(stage.nodes)}
-            merged = formats.merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
+            merged = _merged_stage(store, stage)
             # Loaded from a file, not from bytes: onnxruntime's Python session keeps the bytes it was
             # given for its whole life (a copy of the stage's vocabularies), but not a path.
             with tempfile.TemporaryDirectory(prefix="modelsql-stage-") as tmp:

@@ -34,7 +34,7 @@ import onnxruntime as ort
 
 from ...errors import DataError, InternalError
 from . import devices
-from .onnxruntime import OrtModel
+from .onnxruntime import OrtModel, first_line
 
 __all__ = ["CudaModel", "CapturedGraph", "BUCKETS", "MAX_BUCKET", "bucket_of", "REPLAY_RTOL"]
 
@@ -93,7 +93,7 @@ class CapturedGraph:
         try:
             own, replayed, again = self._capture(model_bytes, device, ordinal, first, second, names, expected)
         except Exception as exc:  # onnxruntime raises its own Fail / RuntimeException classes
-            raise DataError(f"{label}: ONNX Runtime cannot capture it as a CUDA graph: {_first_line(exc)}",
+            raise DataError(f"{label}: ONNX Runtime cannot capture it as a CUDA graph: {first_line(exc)}",
                             code="capture_declined") from exc
         _check_replay(label, names, own, again, REPLAY_RTOL, "an uncaptured run of the same session")
         _check_replay(label, names, expected, replayed, REFERENCE_RTOL, "another session's run of new inputs")
@@ -191,8 +191,10 @@ class CudaModel:
         """
         names = list(outputs) if outputs is not None else self.output_names
         n = len(next(iter(feeds.values()))) if feeds else 0
-        if n == 0 or self.fixed_batch is not None or self.capture_declined:
-            return self.base.run(feeds, names) if self.fixed_batch is not None or n == 0 else self._bound(feeds, names)
+        if n == 0 or self.fixed_batch is not None:  # a fixed batch is padded by the session itself
+            return self.base.run(feeds, names)
+        if self.capture_declined:
+            return self._bound(feeds, names)
         step = self.buckets[-1]
         parts = [self._piece({k: v[i:i + step] for k, v in feeds.items()}, names) for i in range(0, n, step)]
         if len(parts) == 1:
@@ -209,7 +211,7 @@ class CudaModel:
         try:
             out = graph.run(padded)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own classes
-            raise DataError(f"ONNX Runtime failed replaying {self.label}: {_first_line(exc)}",
+            raise DataError(f"ONNX Runtime failed replaying {self.label}: {first_line(exc)}",
                             code="inference_failed") from exc
         by_name = dict(zip(self.output_names, out))
         return [by_name[name][:n] for name in names]
@@ -277,9 +279,4 @@ def _pad(v: np.ndarray, rows: int) -> np.ndarray:
     if n == rows:
         return v
     return np.concatenate([v, np.repeat(v[-1:], rows - n, axis=0)], axis=0)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:500]
 

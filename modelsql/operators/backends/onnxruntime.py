@@ -32,7 +32,7 @@ import onnxruntime as ort
 from ...errors import DataError, InternalError, NotSupportedError
 from . import SESSIONS, devices
 
-__all__ = ["OrtModel", "get_model", "clear_cache", "default_threads", "register_shared_allocator", "numpy_dtype"]
+__all__ = ["OrtModel", "get_model", "clear_cache", "default_threads", "register_shared_allocator", "numpy_dtype", "first_line"]
 
 _ORT_TO_NUMPY = {
     "tensor(float)": np.float32,
@@ -160,7 +160,7 @@ class OrtModel:
             extra = {"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}
             self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers(device), **extra)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
-            raise DataError(f"ONNX Runtime cannot load {label}: {_first_line(exc)}", code="invalid_onnx") from exc
+            raise DataError(f"ONNX Runtime cannot load {label}: {first_line(exc)}", code="invalid_onnx") from exc
         if device != devices.CPU and self.session.get_providers()[0] != "CUDAExecutionProvider":
             raise NotSupportedError(f"{label}: ONNX Runtime did not load its CUDA provider for {device} (its "
                                     f"providers: {self.session.get_providers()}); check the CUDA and cuDNN libraries "
@@ -221,7 +221,7 @@ class OrtModel:
         except (DataError, InternalError):
             raise
         except Exception as exc:
-            raise DataError(f"ONNX Runtime failed running {self.label}: {_first_line(exc)}", code="inference_failed") from exc
+            raise DataError(f"ONNX Runtime failed running {self.label}: {first_line(exc)}", code="inference_failed") from exc
 
     def _check_batch_rows(self, names: Sequence[str], outs: list, b: int) -> None:
         """Padding a fixed batch of ``b`` rows is only undone right when every output has ``b`` rows on axis 0.
@@ -267,7 +267,8 @@ def _share_options(opts: ort.SessionOptions, initializers: Mapping[str, ort.OrtV
         opts.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_folder)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an ONNX Runtime error's text (at most 500 characters), for a PEP 249 error's message."""
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:500]
 
