@@ -2,7 +2,7 @@
 and the graph/tensor split used by the content-addressed store.
 
 Only this package imports converters (skl2onnx, torch.onnx); both are imported
-lazily, so modelsql works without them (DESIGN.md, "Layout").
+lazily, so modelsql works without them (docs/architecture.md).
 """
 
 from __future__ import annotations

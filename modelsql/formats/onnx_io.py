@@ -3,7 +3,7 @@
 A model is stored as its graph *without* parameter data plus one blob per
 parameter tensor, keyed by the SHA-256 of the tensor's bytes, so identical
 tensors in different models are stored once and can be loaded once (the Object
-Store of PRETZEL, Lee et al., OSDI 2018; see DESIGN.md, "Storage").
+Store of PRETZEL, Lee et al., OSDI 2018; see docs/architecture.md).
 :func:`split_model` and :func:`join_model` are exact inverses:
 ``join_model(*split_model(m))`` serializes to the same bytes as ``m``.
 

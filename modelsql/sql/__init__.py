@@ -1,6 +1,6 @@
 """modelsql's SQL surface: a sqlglot dialect (DuckDB's plus our statements) and text helpers.
 
-Only this package imports sqlglot's parser internals (see DESIGN.md, "Layout").
+Only this package imports sqlglot's parser internals (see docs/architecture.md).
 
 Public API:
 

@@ -1,6 +1,6 @@
 """Content-addressed storage for tensors, graphs, compiled artifacts and checkpoints.
 
-See DESIGN.md, "Storage", and :mod:`modelsql.storage.blobstore`.
+See docs/architecture.md and :mod:`modelsql.storage.blobstore`.
 """
 
 from modelsql.storage.blobstore import (

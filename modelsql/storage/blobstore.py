@@ -35,7 +35,7 @@ Guarantees:
 * The root is made absolute when the store is made, so a later ``os.chdir``
   changes nothing.
 
-Only ``modelsql.storage`` touches blob files (see DESIGN.md, "Storage").
+Only ``modelsql.storage`` touches blob files (see docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ PRETZEL's Object Store (Lee et al., "PRETZEL: Opening the Black Box of Machine
 Learning Prediction Serving Systems", OSDI 2018, section 4.1) keeps one copy of
 each parameter however many pipelines use it. modelsql's blob store already keeps
 one *file* per distinct tensor (named by the SHA-256 of its raw little-endian
-elements, DESIGN.md "Storage"); this module keeps one *mapping* per distinct tensor
+elements, docs/architecture.md); this module keeps one *mapping* per distinct tensor
 in memory and gives it to every session that uses it:
 
 * :class:`WeightPool` (one per process: :data:`WEIGHTS`) maps a blob file read-only
