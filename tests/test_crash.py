@@ -172,7 +172,7 @@ def test_sigkill_during_import_leaves_no_half_model(tmp_path):
     _check_big(db, "calibration", calibration, tmp_path)
 
     outcomes = []
-    for i, fraction in enumerate([0.0, 0.2, 0.4, 0.6, 0.8, 0.95, 1.05]):
+    for i, fraction in enumerate([0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.05]):
         name = f"big{i}"
         big = build_big_model(models, i)
         child = _spawn(db, name, big[0])
@@ -195,7 +195,8 @@ def test_sigkill_during_import_leaves_no_half_model(tmp_path):
             assert con.execute("SELECT y FROM PREDICT(MODEL small, TABLE t)").fetchall() == [(3.0,)]
         _vacuum_and_check_exact(db)
         os.unlink(big[0])
-    # most kills landed while the import was running (not after it had finished)
+    # most kills landed while the import was running (not after it had finished); the calibration run is
+    # often slower than the later ones (cold caches), so the early fractions carry this check
     assert sum(alive for _, alive, _ in outcomes) >= 4, outcomes
     assert any(state == "absent" for _, _, state in outcomes), outcomes
     print("kill outcomes (fraction of import time, alive when killed, model):", outcomes)
