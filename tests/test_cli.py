@@ -400,8 +400,17 @@ def test_quickstart_end_to_end(tmp_path):
     said = " ".join(r2.stdout.split())
     assert "Replacing the models of an earlier run: breast_cancer_logreg, digits_mlp, iris_forest" in said
     assert _catalog_state(tmp_path) == first
+    # the trainable the study tuned is listed too, of kind 'trainable' (issue 22 item 8)
     assert {name: versions for name, versions, *_ in first[0]} == {
-        "digits_mlp": 1, "breast_cancer_logreg": 1, "iris_forest": 1}
+        "digits_mlp": 1, "breast_cancer_logreg": 1, "iris_forest": 1, "digits_cnn": 1}
+    with modelsql.connect(str(tmp_path / "modelsql.duckdb"), read_only=True) as con:
+        cur = con.execute("SHOW MODELS")
+        cols = [d[0] for d in cur.description]
+        shown = {row[0]: (row[cols.index("kind")], row[cols.index("inputs")]) for row in cur.fetchall()}
+        assert shown["digits_cnn"] == ("trainable", "factory: modelsql.zoo:cnn")
+    # the study validated on training rows (not the test table) and says what its figures mean
+    assert "FROM digits_train WHERE id % 5 = 0" in r2.stdout
+    assert "never on the test table" in said and "lowest val_loss" in said
 
 
 def _catalog_state(tmp_path):

@@ -828,7 +828,9 @@ class Catalog:
         Columns: name VARCHAR, version INTEGER (latest), versions BIGINT, kind VARCHAR,
         inputs VARCHAR, outputs VARCHAR (``'x: FLOAT[N, 64]'``, comma separated), features
         VARCHAR (the feature names, comma separated; NULL when unknown), param_count BIGINT,
-        logical_bytes BIGINT, created_at TIMESTAMPTZ; ordered by name.
+        logical_bytes BIGINT, created_at TIMESTAMPTZ; ordered by name. A trainable model (``CREATE MODEL
+        m FROM PYTHON``, trained by TUNE) that no version of a model of its name stands for yet is a row of
+        kind ``'trainable'``, its factory in ``inputs`` (``'factory: pkg.mod:fn'``) and no shapes.
         When the catalog does not exist (read-only open), an empty result with the same columns.
         """
         if not self._present:
@@ -840,7 +842,13 @@ class Catalog:
             )
         return (
             "SELECT name, version, versions, kind, inputs, outputs, array_to_string(features, ', ') AS features, "
-            f"param_count, logical_bytes, created_at FROM {self._s}.models ORDER BY name"
+            f"param_count, logical_bytes, created_at FROM {self._s}.models "
+            "UNION ALL "
+            "SELECT t.name, t.version, (SELECT count(*) FROM "
+            f"{self._s}.trainable_versions AS v WHERE v.name = t.name), 'trainable', 'factory: ' || t.factory, "
+            "NULL, NULL, NULL, NULL, t.created_at "
+            f"FROM {self._s}.trainables AS t WHERE t.name NOT IN (SELECT name FROM {self._s}.models) "
+            "ORDER BY name"
         )
 
     def describe_model_sql(self, name: str, version: Optional[int] = None) -> tuple[str, list]:

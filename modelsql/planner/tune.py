@@ -29,8 +29,9 @@ from .plan import RoundPlan
 from .result import Result
 from .rules import TUNE_RULES, apply_rules
 from .trainables import register, trainable_for_tune
-from .tune_checks import (check_features, check_space_values, check_threads, number_option, option_error,
-                          probe_factory, training_device)
+from .training_features import feature_option, input_keys
+from .tune_checks import (check_space_values, check_threads, number_option, option_error, probe_factory,
+                          training_device)
 from .tune_data import load_study_data
 from .tune_run import StudyRun, load_tree
 from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part,
@@ -154,15 +155,14 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
     _check_schedulable(space, max_epochs)
     check_space_values(space, max_epochs)
     seed = _int_option(common, "seed", 0, 0, 2**32 - 1)
-    features = common.get("features")
-    features = (features,) if isinstance(features, str) else features
     target = stmt.args["target"].name
-    check_features(features, target)
+    features = feature_option(common.get("features"), target)
     validate = stmt.args.get("validate")
     train_sql = relation_sql(stmt.args["train"], "ON")
     validate_sql = relation_sql(validate, "VALIDATE ON") if validate is not None else None
     fraction = number_option(common, "validation_fraction", 0.2, low=0.0, high=1.0)
-    data = load_study_data(session, train_sql, validate_sql, target, features, fraction, seed, params)
+    data = load_study_data(session, train_sql, validate_sql, target, features, fraction, seed, params,
+                           input_keys(session, stmt.args["train"]))
     metric, mode = _metric(common, data.data.task)
     workers = _int_option(common, "workers", 1, 1, 1024)
     threads = _int_option(common, "threads", 1, 1, 1024)
@@ -276,13 +276,19 @@ def _tune(stmt: TuneModel, session, params: list) -> Result:
     finally:
         RUNNING.discard(spec.name)
         session.changed()
-    saved = row.epochs_requested / row.epochs_trained if row.epochs_trained else None
-    return Result(session.duck, description=_describe(("study", "VARCHAR"), ("status", "VARCHAR"),
-                                                      ("trials", "INTEGER"), ("best_trial", "INTEGER"),
-                                                      ("best_metric", "DOUBLE"), ("epochs_trained", "BIGINT"),
-                                                      ("epochs_requested", "BIGINT"), ("steps_ratio", "DOUBLE")),
+    return Result(session.duck, description=_describe(*TUNE_COLUMNS),
                   rows=[(row.name, row.status, len(session.catalog.studies.trials(row.name)), row.best_trial,
-                         row.best_metric, row.epochs_trained, row.epochs_requested, saved)])
+                         row.best_metric, row.metric, row.mode, row.epochs_trained, row.epochs_requested,
+                         row.epochs_requested / row.epochs_trained if row.epochs_trained else None)])
+
+
+TUNE_COLUMNS = (("study", "VARCHAR"), ("status", "VARCHAR"), ("trials", "INTEGER"), ("best_trial", "INTEGER"),
+                ("best_metric", "DOUBLE"), ("metric", "VARCHAR"), ("mode", "VARCHAR"), ("epochs_trained", "BIGINT"),
+                ("epochs_requested", "BIGINT"), ("steps_ratio", "DOUBLE"))
+"""TUNE's one result row: ``best_metric`` is the best trial's value of ``metric`` (the option; ``'val_loss'`` by
+default) on the validation rows, best meaning lowest when ``mode`` is ``'min'``, highest when ``'max'``;
+``epochs_requested`` is what the trials would train one by one, ``epochs_trained`` what the stage tree trained
+(shared prefixes once; Hippo), and ``steps_ratio`` the first over the second (2.0: half the training)."""
 
 
 def _describe(*columns: tuple[str, str]) -> list[tuple]:
@@ -361,13 +367,24 @@ def _show(stmt: ShowStudies, session, params: list) -> Result:
 
 @run_statement.register
 def _describe_study(stmt: DescribeStudy, session, params: list) -> Result:
+    """One row per trial: trial, status, epochs, metric, best_metric, config, error, and ``features``
+    (VARCHAR[]: the columns the study fed its models, the same on every row)."""
     name = stmt.this.name.lower()
-    if session.catalog.studies.study(name) is None:
+    study = session.catalog.studies.study(name)
+    if study is None:
         raise session.catalog.studies.not_found(name)
     session.begin_if_needed()
-    session.run("SELECT trial, status, epochs, metric, best_metric, config, error FROM modelsql.trials "
-                "WHERE study = ? ORDER BY trial", [name])
+    session.run("SELECT trial, status, epochs, metric, best_metric, config, error, ?::VARCHAR[] AS features "
+                "FROM modelsql.trials WHERE study = ? ORDER BY trial", [_study_features(study), name])
     return session.duckdb_result("SELECT")
+
+
+def _study_features(row) -> list[str]:
+    """The feature columns a stored study trained on (its options JSON keeps them)."""
+    try:
+        return [str(f) for f in json.loads(row.options or "{}").get("features") or []]
+    except (TypeError, ValueError):
+        return []
 
 
 @run_statement.register
