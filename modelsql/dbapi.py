@@ -25,6 +25,7 @@ from . import duckdb_errors as _duckdb_errors
 from .planner.ddl import import_model
 from .planner.pipeline_import import import_pipeline
 from .planner.session import Session
+from .storage.files import os_error as _os_error
 from .errors import excerpt as _excerpt
 from .errors import (
     DatabaseError,
@@ -464,6 +465,7 @@ class Connection:
             DataError: the model is not valid ONNX; code ``"conversion_mismatch"`` when a
                 converted estimator's labels disagree with its own (unless ``accept_mismatch``).
             ProgrammingError: unsupported object.
+            OperationalError: a file-system call failed (``disk_full``, ``io_error``); nothing was added.
         """
         self._check_open()
         self._settle()
@@ -478,6 +480,8 @@ class Connection:
             if better is err:
                 raise
             raise better from None
+        except OSError as exc:  # a file-system call failed (a full disk): never a raw OSError
+            raise _os_error(exc, f"import model {name!r}") from exc
 
     def import_pipeline(
         self,
@@ -524,9 +528,12 @@ class Connection:
         """
         self._check_open()
         self._settle()
-        return import_pipeline(self._session, name, pipeline, example_input=example_input, features=features,
-                               input_name=input_name, replace=replace, if_not_exists=if_not_exists,
-                               description=description, accept_mismatch=accept_mismatch)
+        try:
+            return import_pipeline(self._session, name, pipeline, example_input=example_input, features=features,
+                                   input_name=input_name, replace=replace, if_not_exists=if_not_exists,
+                                   description=description, accept_mismatch=accept_mismatch)
+        except OSError as exc:  # a file-system call failed (a full disk): never a raw OSError
+            raise _os_error(exc, f"import pipeline {name!r}") from exc
 
     def register(self, name: str, data: Any) -> None:
         """Make a Python object queryable as a view ``name`` on this connection (extension).

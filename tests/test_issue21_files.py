@@ -95,6 +95,17 @@ def test_disk_full_during_import_is_an_operational_error_and_leaves_nothing_part
         assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(1,)]
 
 
+def test_disk_full_during_python_import_model_is_an_operational_error(tmp_path, small_disk):
+    """The Python API's ``import_model`` and ``import_pipeline`` too: never a raw OSError."""
+    path = str(small_disk / "full.duckdb")
+    with modelsql.connect(path) as con:
+        con.autocommit = True
+        with pytest.raises(modelsql.OperationalError) as info:
+            con.import_model("big", onnx.load(_big_model(tmp_path)))
+        assert info.value.code == "disk_full" and "'big'" in str(info.value)
+        assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(0,)]
+
+
 def test_a_write_over_the_file_size_limit_keeps_the_old_file(db, tmp_path):
     """The same failure, injected at the kernel: RLIMIT_FSIZE makes ``write`` fail with EFBIG."""
     target = tmp_path / "out.onnx"
