@@ -15,7 +15,9 @@ won, the step it was taken at, and the metric (validation accuracy, or mean squa
 regression) before and after, on validation and on ``test`` (a table of held-out rows) when given.
 
 Options: ``epochs`` (full-batch steps, 300), ``temperature`` (0.1), ``lr`` (0.003), ``seed`` (0),
-``eval_every`` (10), ``validation_fraction`` (0.2, without VALIDATE ON), ``test`` (a table name), ``device``
+``eval_every`` (10), ``validation_fraction`` (0.2, without VALIDATE ON), ``test`` (a table name), ``features``
+(the columns to feed, in order; by default the pipeline's features, else every column but the target and the
+keys, as :mod:`~modelsql.planner.training_features` says), ``device``
 (``'auto'``: ``cuda:0`` when there is a GPU, else ``cpu``; ``'cpu'``, ``'cuda'``, ``'cuda:N'``; checked before
 anything is read or trained, see :func:`~modelsql.planner.tune_checks.training_device`). The translation is
 checked and calibrated on the CPU; only the training (and the ``test`` metric after it) runs on the device,
@@ -71,7 +73,8 @@ def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     net.calibrate(x)
     result, after_test = _train(net, (x, torch.from_numpy(data.y), x_val, torch.from_numpy(data.y_val)), test,
                                 task, data.labels_val, options)
-    version = _register(session, pv, net, x_val, options) if result.chosen == "finetuned" else None
+    features = data.features if len(data.features) == data.x.shape[1] else pv.steps[0].model.features
+    version = _register(session, pv, net, x_val, options, features) if result.chosen == "finetuned" else None
     row = (pv.name, version, result.chosen, result.best_step, options["epochs"],
            "val_accuracy" if task == "classification" else "val_mse", result.val_before, result.val_after,
            before_test, after_test)
@@ -152,9 +155,10 @@ def _check_exact(session, pv, net, x: np.ndarray) -> None:
                                     code="translation_not_exact")
 
 
-def _register(session, pv, net, x_val, options: dict) -> int:
-    """Export the fine-tuned program, check it, then import it as ``<p>_finetuned`` and as the pipeline's next
-    version (the catalog is untouched when the name is taken or the export disagrees)."""
+def _register(session, pv, net, x_val, options: dict, features) -> int:
+    """Export the fine-tuned program, check it, then import it as ``<p>_finetuned`` (its features: the columns
+    it was trained on, so PREDICT feeds it those) and as the pipeline's next version (the catalog is untouched
+    when the name is taken or the export disagrees)."""
     import torch
 
     from ..formats.torch import from_torch
@@ -178,7 +182,7 @@ def _register(session, pv, net, x_val, options: dict) -> int:
     output_names = [o.name for o in pv.outputs]
     proto = from_torch(module, x_val[:8], input_names=[pv.inputs[0].name], output_names=output_names)
     _check_export(proto, pv, module, x_val)
-    mv = ddl.import_model(session, name, proto, replace=True, features=pv.steps[0].model.features,
+    mv = ddl.import_model(session, name, proto, replace=True, features=features,
                           options={"finetuned_from": f"pipeline {pv.name} version {pv.version}",
                                    "temperature": str(options["temperature"]), "epochs": str(options["epochs"])})
     created = create_pipeline(session, CreatePipelinePlan(name=pv.name, steps=(StepSpec(mv.name, mv.version),),

@@ -3,8 +3,11 @@
 The task is the pipeline's, not the target column's type: a pipeline whose last step has a label output
 of known classes is a classifier, and the target's values (integers, text, or floating-point values that
 are whole numbers) must be among those classes; any other pipeline is a one-output regressor. Features
-are the pipeline's own feature columns when it has them, else the training input's numeric columns other
-than the target and keys; the validation and test tables are read by those column names.
+are the ``features`` option's columns, else the pipeline's own feature columns when it has them, else the
+training input's columns other than the target and the keys, by PREDICT's rules
+(:mod:`~modelsql.planner.training_features`: ``id``, ``*_id``, a PRIMARY KEY ... are never fed); the
+validation and test tables are read by those column names, and the fine-tuned model records them as its
+features.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from sqlglot import exp
 
 from ..errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
 from .options import no_repeats, value
+from .training_features import feature_option, input_keys
 from .tune import relation_sql
 from .tune_checks import number_option, training_device
 from .tune_data import feature_columns, feature_matrix, read_table, split_rows, target_values
 
 __all__ = ["OPTIONS", "FinetuneData", "finetune_options", "read_data", "read_test"]
 
-OPTIONS = ("epochs", "temperature", "lr", "seed", "eval_every", "validation_fraction", "test", "device")
+OPTIONS = ("epochs", "temperature", "lr", "seed", "eval_every", "validation_fraction", "test", "device", "features")
 """Options of FINETUNE PIPELINE."""
 
 
@@ -54,7 +58,8 @@ def renamed(err: Error) -> Error:
 
 
 def finetune_options(stmt, params: list) -> dict:
-    """The WITH options, checked (epochs, eval_every and seed integers; lr and temperature >= 0).
+    """The WITH options, checked (epochs, eval_every and seed integers; lr and temperature >= 0; ``features``
+    column names, None when not given: see :func:`~modelsql.planner.training_features.feature_option`).
 
     Raises:
         ProgrammingError: ``unknown_option``, ``invalid_option``.
@@ -77,11 +82,12 @@ def finetune_options(stmt, params: list) -> dict:
             raise ProgrammingError(f"FINETUNE PIPELINE {name} option {key} must be an integer, got {given[key]!r}",
                                    code="invalid_option")
     device = training_device(given.get("device", "auto"), f"FINETUNE PIPELINE {name}")
+    features = feature_option(given.get("features"), stmt.args["target"].name, f"FINETUNE PIPELINE {name}")
     if "test" in given and not isinstance(given["test"], str):
         raise ProgrammingError(f"FINETUNE PIPELINE {name} option test names a table, e.g. test = holdout; got "
                                f"{given['test']!r}", code="invalid_option")
     try:
-        return {"test": given.get("test"), "device": device,
+        return {"test": given.get("test"), "device": device, "features": features,
                 "epochs": int(number_option(given, "epochs", 300, low=1, high=100_000, open_low=False)),
                 "temperature": float(number_option(given, "temperature", 0.1, low=0.0, high=100.0, open_low=False)),
                 "lr": float(number_option(given, "lr", 3e-3, low=0.0, high=10.0, open_low=False)),
@@ -117,14 +123,14 @@ def read_data(session, stmt, pv, options: dict, params: list, classes: Optional[
     pipeline's classes, None for a regressor).
 
     Raises:
-        ProgrammingError: ``column_not_found``, ``feature_mismatch``. DataError: NULLs, labels that are not
-            classes of the pipeline, too few rows.
+        ProgrammingError: ``column_not_found``, ``feature_mismatch``, ``invalid_feature`` (no column but the
+            target and keys). DataError: NULLs, labels that are not classes of the pipeline, too few rows.
     """
     target = stmt.args["target"].name
     try:
         train = read_table(session, relation_sql(stmt.args["train"], "ON", "FINETUNE"), params, "ON")
-        features = feature_columns(train, target, pv.steps[0].model.features)
-        features = [c for c in features if not _is_key(c)] if pv.steps[0].model.features is None else features
+        features = feature_columns(train, target, options["features"] or pv.steps[0].model.features,
+                                   input_keys(session, stmt.args["train"]))
         x, raw = feature_matrix(train, features, "training"), target_values(train, target, "training")
         validate = stmt.args.get("validate")
         if validate is not None:
@@ -153,12 +159,6 @@ def read_test(session, table: Optional[str], features: tuple, target: str, class
         raise renamed(err) from None
     y = _targets(raw, classes, "test")
     return x, y, (np.asarray([classes[i] for i in y]) if classes is not None else None)
-
-
-def _is_key(column: str) -> bool:
-    from .bind import looks_like_key
-
-    return looks_like_key(column)
 
 
 def _check_width(pv, x: np.ndarray, features) -> None:

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from ..duckdb_errors import translate
 from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
@@ -43,6 +44,7 @@ from ..sql.nodes import ImportModel
 from ..tuning.training import resolve_reference, source_file
 from . import ddl, trust
 from .bind import looks_like_key
+from .training_features import input_keys
 from .options import no_repeats, value
 from .python_artifacts import StoredProgram, helper_sources, program_code, program_digest, program_module, state_tensors
 from .result import Result
@@ -177,7 +179,8 @@ def _called(fn, what: str):
 
 def _table_example(session, module, table: str, name: str) -> tuple:
     """The rows of ``table`` as arguments of ``forward``: a column per parameter of that name, else (one
-    parameter) the numeric columns that are not keys (PREDICT's rule) as a float32 matrix."""
+    parameter) the numeric columns that are not keys (PREDICT's rule: key-like names, the table's PRIMARY KEY and
+    UNIQUE columns) as a float32 matrix."""
     import torch
 
     try:
@@ -194,7 +197,9 @@ def _table_example(session, module, table: str, name: str) -> tuple:
             raise ProgrammingError(f"CREATE MODEL {name}: example table {table} has no column named "
                                    f"{next(p for p in params if p.lower() not in columns)!r} for forward's input.",
                                    code="example_missing")
-        numeric = [c for c in frame.column_names if not looks_like_key(c) and _is_number(frame.schema.field(c).type)]
+        keys = input_keys(session, exp.Table(this=exp.to_identifier(table)))
+        numeric = [c for c in frame.column_names
+                   if not looks_like_key(c, keys) and _is_number(frame.schema.field(c).type)]
         if not numeric:
             raise ProgrammingError(f"CREATE MODEL {name}: example table {table} has no numeric column (other than "
                                    f"keys) for forward's input {params[0]!r}", code="example_missing")

@@ -6,13 +6,14 @@
 * the factory, built once for each combination of its arguments the space's candidates give (at most
   :data:`MAX_PROBES`), and run on a zero batch: it must accept its arguments and map (2, F) to (2, K);
 * the options against each other and the data (``max_t`` against ``max_epochs``, ``val_accuracy`` of a
-  regression, ``features`` naming the target or a column twice, ``threads`` past this machine's cores).
+  regression, ``threads`` past this machine's cores; ``features`` is checked by
+  :func:`~modelsql.planner.training_features.feature_option`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from ..errors import Error, NotSupportedError, ProgrammingError
 from ..operators.backends import devices
@@ -20,7 +21,7 @@ from ..tuning.space import Space
 from ..tuning.training import check_epoch, check_factory
 from .tune_spec import TRAINING_NAMES
 
-__all__ = ["check_space_values", "probe_factory", "check_features", "check_threads", "number_option", "option_error",
+__all__ = ["check_space_values", "probe_factory", "check_threads", "number_option", "option_error",
            "training_device", "MAX_PROBES"]
 
 MAX_PROBES = 16
@@ -67,23 +68,6 @@ def probe_factory(space: Space, factory: str, defaults: dict, in_features: int, 
             given = ", ".join(f"{k} = {v!r}" for k, v in key) or "no arguments"
             raise ProgrammingError(f"TUNE: {err} (factory arguments: {given}; in_features = {in_features}, "
                                    f"n_outputs = {n_outputs})", code=err.code) from None
-
-
-def check_features(features: Optional[Sequence[str]], target: str) -> None:
-    """``features`` must not name the target or a column twice.
-
-    Raises:
-        ProgrammingError: ``invalid_option``.
-    """
-    if features is None:
-        return
-    lowered = [str(f).lower() for f in features]
-    if target.lower() in lowered:
-        raise option_error("features", f"TUNE option features names the TARGET column {target!r}: a model must not "
-                           "be fed what it predicts")
-    twice = sorted({f for f in lowered if lowered.count(f) > 1})
-    if twice:
-        raise option_error("features", f"TUNE option features names {twice[0]!r} twice")
 
 
 def check_threads(threads: int, workers: int, executor: str) -> None:

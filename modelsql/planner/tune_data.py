@@ -1,8 +1,9 @@
 """A study's training data, read from DuckDB: ``ON TABLE t | (query)``, ``VALIDATE ON ...``, ``TARGET c``.
 
-Features are the numeric columns other than the target (or the ``features`` option's, in order), or
-one array column (``FLOAT[]`` / ``FLOAT[64]``) whose every row has the same length; all become one
-float32 matrix (N, F). Or they are a table of trees: two list columns, node values and integer parent
+Features are the columns PREDICT would feed (:mod:`~modelsql.planner.training_features`: the ``features``
+option's, in order, else every column but the target and the keys: ``id``, ``*_id``, a PRIMARY KEY ...):
+numeric columns, or one array column (``FLOAT[]`` / ``FLOAT[64]``) whose every row has the same length;
+all become one float32 matrix (N, F). Or they are a table of trees: two list columns, node values and integer parent
 indices (-1 for the root), which become a :class:`~modelsql.recursive.trees.Trees` the factory's network
 takes whole (a recursive model, run by the level-batched executor). A target of integers, booleans or strings is a class label (classification:
 the labels are the sorted distinct training values, fed to training as indices); a floating-point
@@ -24,6 +25,7 @@ import pyarrow as pa
 from ..errors import DataError, ProgrammingError
 from ..recursive.trees import Trees
 from ..tuning.training import TrainData
+from .training_features import training_features
 
 __all__ = ["StudyData", "load_study_data", "read_table", "feature_columns", "feature_matrix", "target_values",
            "split_rows"]
@@ -52,8 +54,9 @@ def read_table(session, sql: str, params: Sequence, what: str) -> pa.Table:
 
 def load_study_data(session, train_sql: str, validate_sql: Optional[str], target: str,
                     features: Optional[Sequence[str]], validation_fraction: float, seed: int,
-                    params: Sequence = ()) -> StudyData:
-    """Read and check the data of a study.
+                    params: Sequence = (), keys: Sequence[str] = ()) -> StudyData:
+    """Read and check the data of a study. ``features``: the ``features`` option's columns, or None for every
+    column but the target and the key-like ones (``keys``: the ON table's PRIMARY KEY and UNIQUE columns).
 
     Raises:
         ProgrammingError: ``column_not_found`` (the target or a feature), ``invalid_feature`` (a column
@@ -64,7 +67,7 @@ def load_study_data(session, train_sql: str, validate_sql: Optional[str], target
     train = read_table(session, train_sql, params, "ON")
     if train.num_rows < 2:
         raise DataError(f"TUNE: ON gives {train.num_rows} row(s): too few to train on", code="too_few_rows")
-    cols = feature_columns(train, target, features)
+    cols = feature_columns(train, target, features, keys)
     x, y = feature_matrix(train, cols, "training"), target_values(train, target, "training")
     if validate_sql is not None:
         val = read_table(session, validate_sql, params, "VALIDATE ON")
@@ -104,18 +107,20 @@ def _about_target(err):
     return err
 
 
-def feature_columns(table: pa.Table, target: str, features: Optional[Sequence[str]]) -> list[str]:
+def feature_columns(table: pa.Table, target: str, features: Optional[Sequence[str]],
+                    keys: Sequence[str] = ()) -> list[str]:
+    """The TARGET checked, then the feature columns by PREDICT's rules
+    (:func:`~modelsql.planner.training_features.training_features`: ``features``, else every column but the
+    target and the keys).
+
+    Raises:
+        ProgrammingError: ``column_not_found`` (the target or a feature), ``invalid_feature`` (no column left).
+    """
     names = {n.lower(): n for n in table.column_names}
     if target.lower() not in names:
         raise _about_target(ProgrammingError(f'TUNE: TARGET column "{target}" not found; columns are: '
                                              f"{', '.join(table.column_names)}", code="column_not_found"))
-    if features is None:
-        return [n for n in table.column_names if n.lower() != target.lower()]
-    missing = [f for f in features if f.lower() not in names]
-    if missing:
-        raise ProgrammingError(f'TUNE: feature column "{missing[0]}" not found; columns are: '
-                               f"{', '.join(table.column_names)}", code="column_not_found")
-    return [names[f.lower()] for f in features]
+    return training_features(table.column_names, target, features, keys)
 
 
 def _is_array(table: pa.Table, cols: list[str]) -> bool:
