@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
+import importlib.util
 import json
 import logging
 import math
@@ -60,14 +60,22 @@ _RUNNER_TIMEOUT_S = 120.0
 """Seconds one candidate may take in the runner worker (its first task includes starting the worker)."""
 
 
+_NEEDED = (("xgboost", "xgboost-cpu", "MetaSchedule's cost model, an XGBoost ranker"),
+           ("psutil", "psutil", "MetaSchedule's search counts the cores with it"),
+           ("cloudpickle", "cloudpickle", "MetaSchedule's runner worker process receives its work pickled with it"))
+"""(module, distribution, why) of each package tuning imports beyond TVM: all in the ``modelsql[tvm]`` extra."""
+
+
 def unavailable_reason() -> Optional[str]:
-    """None when tuning can run, else one sentence: TVM unusable (:func:`.tvm.unavailable_reason`) or no
-    xgboost (MetaSchedule's default cost model, an XGBoost ranker)."""
+    """None when tuning can run, else one sentence: TVM unusable (:func:`.tvm.unavailable_reason`) or a package
+    of :data:`_NEEDED` missing, named with the extra that installs it."""
     reason = tvm_backend.unavailable_reason()
     if reason is not None:
         return reason
-    if importlib.util.find_spec("xgboost") is None:
-        return "MetaSchedule's cost model needs xgboost, which is not installed: install modelsql[tvm]."
+    for module, dist, why in _NEEDED:
+        if importlib.util.find_spec(module) is None:
+            return (f"Tuning with MetaSchedule needs {dist} ({why}), which is not installed: "
+                    f"pip install 'modelsql[tvm]' (or pip install {dist}).")
     return None
 
 
@@ -97,7 +105,8 @@ def tune(model_bytes: bytes, *, target: dict, batch_size: int, trials: int, work
         keep TVM's default lowering.
 
     Raises:
-        NotSupportedError: TVM or xgboost unusable (``"tvm_unavailable"``); TVM cannot import or
+        NotSupportedError: TVM unusable or a package tuning needs missing (``"tvm_unavailable"``, naming the
+            package and the ``modelsql[tvm]`` extra: :func:`unavailable_reason`); TVM cannot import or
             compile the model (``"tvm_import_failed"``); MetaSchedule failed (``"tvm_tune_failed"``);
             ``fixed_batch`` as in :func:`.tvm.bind_batch`.
 
@@ -165,8 +174,12 @@ def _tune_missing(tasks: list, database, trials: int, work_dir: str,
     todo = [i for i, d in enumerate(done) if d < per_task]
     if not todo:
         return
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        [tasks[i] for i in todo], work_dir, seed=seed)
+    try:
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            [tasks[i] for i in todo], work_dir, seed=seed)
+    except Exception as exc:  # TVM turns a Python error in its callbacks into a RuntimeError
+        raise NotSupportedError(f"MetaSchedule cannot set up its tuning tasks: {tvm_backend.error_text(exc)}",
+                                code="tvm_tune_failed") from exc
     shared = dict(builder=_InProcessBuilder(), runner=ms.runner.LocalRunner(timeout_sec=_RUNNER_TIMEOUT_S),
                   cost_model=_cost_model(sum(per_task - done[i] for i in todo), contexts[0].num_threads))
     for i, context, weight in zip(todo, contexts, weights):
