@@ -11,9 +11,10 @@ the connection that started one stops it (its catalog reads go through that
 connection).
 
 Options (``WITH (...)`` of the statement): ``max_batch_size`` (rows, default
-32), ``max_queue_delay_ms`` (default 1.0), ``threads`` (worker threads shared
-by the unreserved pipelines, default: the cores), ``max_request_mb`` (largest
-request body, default 64), ``memory_budget_mb`` (the most the loaded steps may
+32), ``max_queue_delay_ms`` (a fixed batching delay in ms; default: none, the adaptive policy of
+:mod:`modelsql.serving.batching`: a lone request runs at once, what arrives while a batch runs is
+batched), ``threads`` (worker threads shared by the unreserved pipelines, default: the cores),
+``max_request_mb`` (largest request body, default 64), ``memory_budget_mb`` (the most the loaded steps may
 take, measured as anonymous resident memory; the least recently used idle
 steps are unloaded past it and load again on their next request; default: no
 limit), ``share_structures`` (true: served models that differ only in their
@@ -55,7 +56,7 @@ TOKEN_ENV = "MODELSQL_SERVE_TOKEN"
 _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 
 DEFAULT_PORT = 8000
-SERVE_OPTIONS = {"max_batch_size": (1, 1 << 20, 32), "max_queue_delay_ms": (0.0, 60_000.0, 1.0),
+SERVE_OPTIONS = {"max_batch_size": (1, 1 << 20, 32), "max_queue_delay_ms": (0.0, 60_000.0, None),
                  "threads": (1, 1024, None), "max_request_mb": (1, 1 << 14, 64),
                  "memory_budget_mb": (0.0, float(1 << 24), None), "share_structures": (0, 1, 0),
                  "merge_families": (0, 1, 1), "allow_unauthenticated": (0, 1, 0)}

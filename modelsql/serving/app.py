@@ -13,6 +13,10 @@ Endpoints (kserve open-inference-protocol ``specification/protocol/inference_res
 * Triton's model repository extension (``docs/protocol/extension_model_repository.md``):
   ``POST /v2/repository/index`` (body ``{"ready": true}`` lists only ready models),
   ``POST /v2/repository/models/{name}/load``, ``POST /v2/repository/models/{name}/unload``
+* Triton's model configuration extension: ``GET /v2/models/{name}[/versions/{v}]/config``, the
+  ``ModelConfig`` JSON (:mod:`.model_config`)
+* Triton's statistics extension: ``GET /v2/models[/{name}[/versions/{v}]]/stats``,
+  ``{"model_stats": [...]}`` (:mod:`.statistics`)
 * ``GET /metrics``: Prometheus text exposition of :class:`~modelsql.serving.metrics.ServerMetrics`
 
 Errors are always JSON ``{"error": "..."}`` naming the model (and the tensor or row):
@@ -56,6 +60,7 @@ from starlette.routing import Route
 from ..errors import DataError, ProgrammingError
 from .batching import Batcher
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .model_config import model_config
 from .protocol import HEADER_LENGTH, ProtocolError, encode_infer_response, parse_infer_request
 from .repository import Repository, Servable
 
@@ -74,7 +79,7 @@ PARSE_INLINE_BYTES = 64 << 10
 OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
 """The paths answered without the bearer token (liveness and readiness probes)."""
 
-EXTENSIONS = ("binary_tensor_data", "model_repository")
+EXTENSIONS = ("binary_tensor_data", "model_repository", "model_configuration", "statistics")
 """The protocol extensions ``GET /v2`` reports (Triton's names)."""
 
 CLIENT_CLOSED = 499
@@ -215,6 +220,38 @@ class _Endpoints:
         reason = self._unready_reason(name, version)
         return _json({"name": name, "ready": False, **({"reason": reason} if reason else {})}, 400)
 
+    async def config(self, request: Request) -> Response:
+        try:
+            s = self._servable(request)
+        except Exception as exc:
+            return _error(exc, request.path_params["name"])
+        return _json(model_config(s, self.batcher.max_batch_size, self.batcher.max_queue_delay_ms))
+
+    async def stats(self, request: Request) -> Response:
+        name = request.path_params.get("name")
+        try:
+            versions = self._stat_versions(name, request.path_params.get("version"))
+        except Exception as exc:
+            return _error(exc, name)
+        stats = self.metrics.statistics
+        return _json({"model_stats": [stats.of(n, v).to_json(n, v) for n, v in versions]})
+
+    def _stat_versions(self, name: Optional[str], version: Optional[str]) -> list[tuple[str, str]]:
+        """(name, version) of every version a stats request covers: one, a model's, or every model's."""
+        if name is None:
+            servables = [s for s in map(self._served_or_none, self.repository.names()) if s is not None]
+        else:
+            servables = [self.repository.get(name, version)]  # LookupError: 404
+        if version is not None:
+            return [(name, servables[0].version)]
+        return [(s.name, v) for s in servables for v in s.versions if self._served_or_none(s.name, v) is not None]
+
+    def _served_or_none(self, name: str, version: Optional[str] = None) -> Optional[Servable]:
+        try:
+            return self.repository.get(name, version)
+        except LookupError:  # unloaded meanwhile, or a version listed but not served
+            return None
+
     def _unready_reason(self, name: str, version: Optional[str]) -> Optional[str]:
         """Why ``name`` is not ready, where the repository says (its optional ``unready_reason``)."""
         why = getattr(self.repository, "unready_reason", None)
@@ -223,9 +260,10 @@ class _Endpoints:
     async def infer(self, request: Request) -> Response:
         start = time.perf_counter()
         servable: Optional[Servable] = None
+        rows = [0]
         try:
             servable = self._servable(request)
-            response = await self._infer(request, servable)
+            response = await self._infer(request, servable, rows)
         except ClientDisconnect:
             response = Response(status_code=CLIENT_CLOSED)
         except asyncio.CancelledError:
@@ -236,20 +274,29 @@ class _Endpoints:
         except Exception as exc:
             response = _error(exc, request.path_params["name"])
         model, version = (servable.name, servable.version) if servable is not None else ("", "")
-        self.metrics.observe_request(model, version, response.status_code, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        self.metrics.observe_request(model, version, response.status_code, seconds)
+        if servable is not None:
+            self.metrics.statistics.request(model, version, response.status_code == 200, int(seconds * 1e9), rows[0])
         return response
 
-    async def _infer(self, request: Request, servable: Servable) -> Response:
+    async def _infer(self, request: Request, servable: Servable, rows: list) -> Response:
         if not self.repository.ready(servable.name, servable.version):
             reason = self._unready_reason(servable.name, servable.version)
             raise ProtocolError(503, f'model "{servable.name}" version "{servable.version}" is not ready'
                                      + (f": {reason}" if reason else ""))
+        stats = self.metrics.statistics
         async with self._body(request, f'model "{servable.name}"') as body:
+            began = time.perf_counter_ns()
             parsed = await _off_loop(len(body), parse_infer_request, body, servable, request.headers.get(HEADER_LENGTH))
+            stats.phase(servable.name, servable.version, "compute_input", time.perf_counter_ns() - began)
             del body  # the arrays are what is kept now
             results = await self.batcher.submit(servable, parsed.inputs, parsed.rows)
         size = sum(getattr(a, "nbytes", 0) for a in results.values()) if isinstance(results, dict) else 0
+        began = time.perf_counter_ns()
         content, headers = await _off_loop(size, encode_infer_response, servable, parsed, results)
+        stats.phase(servable.name, servable.version, "compute_output", time.perf_counter_ns() - began)
+        rows[0] = parsed.rows
         return Response(content, headers=headers)
 
     @contextlib.asynccontextmanager
@@ -401,7 +448,7 @@ async def _unauthorized(scope, send, close: bool) -> None:
 
 
 def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, max_batch_size: int = 32,
-              max_queue_delay_ms: float = 1.0, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+              max_queue_delay_ms: Optional[float] = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
               token: Optional[str] = None, body_timeout_s: Optional[float] = DEFAULT_BODY_TIMEOUT_S,
               max_buffered_bytes: Optional[int] = None) -> Starlette:
     """The ASGI app serving ``repository`` (see the module docstring for the endpoints).
@@ -411,7 +458,8 @@ def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, m
         metrics: where requests, batches and queue times are recorded.
         version: the server version ``GET /v2`` reports.
         max_batch_size: rows per batch (see :class:`~modelsql.serving.batching.Batcher`).
-        max_queue_delay_ms: the most a batch waits for company, in ms.
+        max_queue_delay_ms: the fixed batching delay in ms; None (the default): the adaptive policy
+            (see :class:`~modelsql.serving.batching.Batcher`).
         max_request_bytes: the largest accepted request body, in bytes (413 beyond).
         token: the bearer token every request but the health probes must carry (None: no authentication).
         body_timeout_s: seconds a request body may take to arrive (408 beyond; None: no limit).
@@ -434,6 +482,7 @@ def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, m
         Route("/v2/health/live", ep.live, methods=["GET"]),
         Route("/v2/health/ready", ep.server_ready, methods=["GET"]),
         Route("/metrics", ep.prometheus, methods=["GET"]),
+        Route("/v2/models/stats", ep.stats, methods=["GET"]),  # before /v2/models/{name}: all models' statistics
         Route("/v2/repository/index", ep.repository_index, methods=["POST"]),
         Route("/v2/repository/models/{name}/load", ep.load, methods=["POST"]),
         Route("/v2/repository/models/{name}/unload", ep.unload, methods=["POST"]),
@@ -442,6 +491,8 @@ def build_app(repository: Repository, metrics: ServerMetrics, *, version: str, m
         routes += [
             Route(base, ep.model_metadata, methods=["GET"]),
             Route(base + "/ready", ep.model_ready, methods=["GET"]),
+            Route(base + "/config", ep.config, methods=["GET"]),
+            Route(base + "/stats", ep.stats, methods=["GET"]),
             Route(base + "/infer", ep.infer, methods=["POST"]),
         ]
     app = Starlette(routes=routes, lifespan=ep.lifespan, exception_handlers={HTTPException: _http_error},

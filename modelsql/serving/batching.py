@@ -3,18 +3,31 @@
 Triton's dynamic batcher (triton-inference-server/server,
 ``docs/user_guide/model_configuration.md``, "Dynamic Batcher") and PRETZEL's
 (OSDI 2018) batching of requests to shared stages: one queue per
-``Servable.group``, in arrival order. A group's pending batch is dispatched
+``Servable.group``, in arrival order. Two policies:
+
+* **adaptive** (the default, ``max_queue_delay_ms=None``): a request that finds
+  its group idle (no batch of the group running) is dispatched at once, with
+  whatever arrived in the same turn of the event loop, so a lone request waits
+  no more than with a delay of 0 (Triton's default). Requests that arrive while
+  a batch of the group runs are queued, and their batch is dispatched when a
+  running batch of the group finishes, or :data:`ADAPTIVE_WAIT_MS` after its
+  first request arrived, whichever comes first: under load the batches grow
+  with the arrival rate, at no cost to a request that comes alone.
+* **fixed delay** (``max_queue_delay_ms=d``): a pending batch is dispatched
+  ``d`` ms after its first request arrived (the policy before issue 22).
+
+Under both, a pending batch also goes
 
 * as soon as its rows (the sum of the requests' first dimensions) reach
-  ``max_batch_size``,
+  ``max_batch_size``, and
 * when a request arrives that would push it past ``max_batch_size`` (the
-  pending batch goes first, the newcomer starts the next one), or
-* ``max_queue_delay_ms`` after its first request arrived,
+  pending batch goes first, the newcomer starts the next one).
 
-whichever comes first. A request of more than ``max_batch_size`` rows runs
-alone. A dispatched batch runs as ``repository.run_group(group, items)`` in
-``repository.executor(group)`` through ``loop.run_in_executor``, so the event
-loop never waits on a model; each request gets its own result or exception.
+A request of more than ``max_batch_size`` rows runs alone. A dispatched batch
+runs as ``repository.run_group(group, items)`` in ``repository.executor(group)``
+through ``loop.run_in_executor``, so the event loop never waits on a model; each
+request gets its own result or exception. Queue and compute times go to the
+server's metrics and its Triton statistics (:mod:`.statistics`).
 
 The queue is a deque plus one timer per group rather than an ``asyncio.Queue``
 and a consumer task: the same order and deadlines, with no task to keep alive
@@ -24,16 +37,20 @@ or cancel.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Hashable, Optional
+from typing import Callable, Hashable, Optional
 
 import numpy as np
 
 from .metrics import ServerMetrics
 from .repository import Repository, Servable
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "ADAPTIVE_WAIT_MS"]
+
+ADAPTIVE_WAIT_MS = 1.0
+"""The adaptive policy's bound: the most a request queued behind a running batch waits for it to finish, in ms."""
 
 
 @dataclass
@@ -49,7 +66,8 @@ class _Item:
 class _Queue:
     items: deque = field(default_factory=deque)
     rows: int = 0
-    timer: Optional[asyncio.TimerHandle] = None
+    timer: Optional[asyncio.Handle] = None
+    running: int = 0  # batches of the group dispatched and not finished
 
 
 class Batcher:
@@ -57,24 +75,29 @@ class Batcher:
 
     Args:
         repository: runs the batches (``run_group``) in its executors (``executor``).
-        metrics: receives the batch sizes (rows) and queue times (seconds).
+        metrics: receives the batch sizes (rows), queue and compute times.
         max_batch_size: rows at which a batch is dispatched at once (>= 1).
-        max_queue_delay_ms: the most a batch waits for more requests after its first one, in ms (>= 0).
+        max_queue_delay_ms: None (the default) for the adaptive policy; otherwise the fixed delay, the
+            most a batch waits for more requests after its first one, in ms (>= 0).
+        adaptive_wait_ms: the adaptive policy's bound (default :data:`ADAPTIVE_WAIT_MS`).
 
     Raises:
         ValueError: ``max_batch_size < 1`` or ``max_queue_delay_ms < 0``.
     """
 
     def __init__(self, repository: Repository, metrics: ServerMetrics, *, max_batch_size: int = 32,
-                 max_queue_delay_ms: float = 1.0) -> None:
+                 max_queue_delay_ms: Optional[float] = None, adaptive_wait_ms: float = ADAPTIVE_WAIT_MS) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1 row; got {max_batch_size}")
-        if max_queue_delay_ms < 0:
+        if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
             raise ValueError(f"max_queue_delay_ms must be >= 0 ms; got {max_queue_delay_ms}")
         self.repository = repository
         self.metrics = metrics
         self.max_batch_size = max_batch_size
-        self.max_queue_delay = max_queue_delay_ms / 1000.0
+        self.max_queue_delay_ms = max_queue_delay_ms
+        """The fixed delay in ms, or None: the adaptive policy."""
+        self.adaptive = max_queue_delay_ms is None
+        self.max_queue_delay = (adaptive_wait_ms if self.adaptive else max_queue_delay_ms) / 1000.0
         self._queues: dict[Hashable, _Queue] = {}
         self._closed = False
 
@@ -110,54 +133,80 @@ class Batcher:
         self._queues.clear()
 
     def _enqueue(self, item: _Item) -> None:
-        group = item.servable.group
-        queue = self._queues.setdefault(group, _Queue())
+        queue = self._queues.setdefault(item.servable.group, _Queue())
         if queue.items and queue.rows + item.rows > self.max_batch_size:
-            self._flush(group)
+            self._flush(queue)
         queue.items.append(item)
         queue.rows += item.rows
         if queue.rows >= self.max_batch_size:
-            self._flush(group)
+            self._flush(queue)
         elif queue.timer is None:
-            queue.timer = asyncio.get_running_loop().call_later(self.max_queue_delay, self._flush, group)
+            queue.timer = self._schedule(queue)
 
-    def _flush(self, group: Hashable) -> None:
-        queue = self._queues[group]
+    def _schedule(self, queue: _Queue) -> asyncio.Handle:
+        """The flush of ``queue``'s pending batch: at the end of this loop turn for an idle group under the
+        adaptive policy, else after the delay."""
+        loop = asyncio.get_running_loop()
+        if self.adaptive and queue.running == 0:
+            return loop.call_soon(self._flush, queue)
+        return loop.call_later(self.max_queue_delay, self._flush, queue)
+
+    def _flush(self, queue: _Queue) -> None:
         if queue.timer is not None:
             queue.timer.cancel()
             queue.timer = None
         items = [i for i in queue.items if not i.future.done()]  # a cancelled request (client gone) is dropped
         queue.items.clear()
         queue.rows = 0
-        if items:
-            self._dispatch(group, items)
+        if items and not self._closed:
+            self._dispatch(queue, items)
 
-    def _dispatch(self, group: Hashable, items: list[_Item]) -> None:
+    def _dispatch(self, queue: _Queue, items: list[_Item]) -> None:
         loop = asyncio.get_running_loop()
+        group = items[0].servable.group
         now = loop.time()
         self.metrics.observe_batch(group, sum(i.rows for i in items))
         for item in items:
-            self.metrics.observe_queue(item.servable.name, now - item.arrived)
+            self.metrics.observe_queue(item.servable.name, now - item.arrived, item.servable.version)
         batch = [(i.servable, i.inputs) for i in items]
         try:
-            running = loop.run_in_executor(self.repository.executor(group), self.repository.run_group, group, batch)
+            running = loop.run_in_executor(self.repository.executor(group), _timed, self.repository.run_group,
+                                           group, batch)
         except Exception as exc:  # e.g. the executor was shut down
             _deliver(items, exc)
             return
-        running.add_done_callback(lambda fut: _deliver(items, _outcome(fut, len(items))))
+        queue.running += 1
+        running.add_done_callback(lambda fut: self._finished(queue, items, fut))
+
+    def _finished(self, queue: _Queue, items: list[_Item], fut: asyncio.Future) -> None:
+        queue.running -= 1
+        outcome = _outcome(fut, len(items))
+        if not isinstance(outcome, BaseException):
+            outcome, ns = outcome
+            self.metrics.observe_execution([(i.servable, i.rows, r) for i, r in zip(items, outcome)], ns)
+        _deliver(items, outcome)
+        if self.adaptive and queue.items and not self._closed:
+            self._flush(queue)  # what arrived while the batch ran goes now
 
 
-def _outcome(fut: asyncio.Future, n: int) -> list | BaseException:
+def _timed(run: Callable, group: Hashable, batch: list) -> tuple[list, int]:
+    """``run(group, batch)`` and the nanoseconds it took (in the executor's thread)."""
+    start = time.perf_counter_ns()
+    results = run(group, batch)
+    return results, time.perf_counter_ns() - start
+
+
+def _outcome(fut: asyncio.Future, n: int) -> tuple[list, int] | BaseException:
     if fut.cancelled():
         return RuntimeError("the batch was cancelled")
     exc = fut.exception()
     if exc is not None:
         return exc
-    results = fut.result()
+    results, ns = fut.result()
     if not isinstance(results, list) or len(results) != n:
         got = len(results) if isinstance(results, list) else type(results).__name__
         return RuntimeError(f"run_group returned {got} results for a batch of {n} requests")
-    return results
+    return results, ns
 
 
 def _deliver(items: list[_Item], outcome: list | BaseException) -> None:

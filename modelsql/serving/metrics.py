@@ -17,11 +17,18 @@ Metrics (times in seconds, sizes in rows):
 * ``modelsql_step_seconds{step}`` (histogram) and ``modelsql_step_rows_total{step}``
   (counter): shared pipeline steps, reported by the repository through
   :meth:`ServerMetrics.observe_step` (PRETZEL's shared sub-plans).
+
+The same measurements, per model version, also feed Triton's statistics
+extension (:attr:`ServerMetrics.statistics`, :mod:`.statistics`).
 """
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from .statistics import Statistics
 
 __all__ = ["ServerMetrics", "CONTENT_TYPE"]
 
@@ -37,6 +44,8 @@ class ServerMetrics:
 
     Attributes:
         registry: the ``prometheus_client.CollectorRegistry`` that ``/metrics`` exposes.
+        statistics: the per-version counts and times of ``/v2/models/.../stats``
+            (:class:`~modelsql.serving.statistics.Statistics`; recorded on the server's event loop only).
     """
 
     def __init__(self) -> None:
@@ -56,6 +65,7 @@ class ServerMetrics:
                                       ("step",), buckets=_SECONDS, registry=r)
         self.step_rows = Counter("modelsql_step_rows", "Rows computed by a shared pipeline step.",
                                  ("step",), registry=r)
+        self.statistics = Statistics()
 
     def observe_request(self, model: str, version: str, status: int, seconds: float) -> None:
         """Count one infer request answered with HTTP ``status`` after ``seconds``."""
@@ -67,9 +77,24 @@ class ServerMetrics:
         """Record one dispatched batch of ``rows`` rows for ``group`` (labelled ``str(group)``)."""
         self.batch_size.labels(str(group)).observe(rows)
 
-    def observe_queue(self, model: str, seconds: float) -> None:
-        """Record that a request for ``model`` waited ``seconds`` before its batch was dispatched."""
+    def observe_queue(self, model: str, seconds: float, version: Optional[str] = None) -> None:
+        """Record that a request for ``model`` (at ``version``, for the statistics) waited ``seconds``
+        before its batch was dispatched."""
         self.queue_seconds.labels(model).observe(seconds)
+        if version is not None:
+            self.statistics.phase(model, version, "queue", int(seconds * 1e9))
+
+    def observe_execution(self, requests: Sequence[tuple[object, int, object]], ns: int) -> None:
+        """Record one batch run of ``ns`` nanoseconds: ``requests`` are its (servable, rows, result);
+        each request with outputs (not an exception) counts the run as its compute time."""
+        rows: dict[tuple[str, str], int] = {}
+        for servable, n, result in requests:
+            if isinstance(result, BaseException):
+                continue
+            key = (servable.name, servable.version)
+            rows[key] = rows.get(key, 0) + n
+            self.statistics.phase(*key, "compute_infer", ns)
+        self.statistics.execution(rows, ns)
 
     def observe_step(self, step: str, rows: int, seconds: float) -> None:
         """Record one run of shared step ``step`` over ``rows`` rows taking ``seconds`` (called by repositories)."""

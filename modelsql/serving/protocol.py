@@ -20,7 +20,9 @@ Wire formats:
 
 Everything in a request is checked against the servable's metadata; every
 failure raises :class:`ProtocolError` whose message names the model, the
-tensor and what was expected against what was sent. Nested ``data`` must be
+tensor and what was expected against what was sent. A tensor of one value per
+row takes both ways of writing it: ``[N]`` and ``[N, 1]`` (what Triton clients
+usually send), reshaped to the model's. Nested ``data`` must be
 regular (every array at one depth of one length: the spec's "multi-dimensional
 representation"); ragged nesting is refused (400) naming the input and where.
 
@@ -259,7 +261,8 @@ def _parse_inputs(servable: Servable, entries: Any, tail: memoryview) -> tuple[d
         entry = _object(model, entry, "each input")
         meta = _input_meta(model, metas, entry.get("name"), arrays)
         shape = _check_signature(model, meta, entry)
-        arrays[meta.name], offset = _tensor(model, meta, shape, entry, tail, offset)
+        arr, offset = _tensor(model, meta, shape, entry, tail, offset)
+        arrays[meta.name] = arr if len(shape) == len(meta.shape) else arr.reshape((shape[0], *meta.shape[1:]))
     missing = [n for n in metas if n not in arrays]
     if missing:
         raise _bad(model, f"missing input(s) {', '.join(map(repr, missing))}; the model's inputs are "
@@ -289,10 +292,31 @@ def _check_signature(model: str, meta: TensorMetadata, entry: dict) -> tuple[int
     shape = entry.get("shape")
     if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
         raise _bad(model, f"{where} needs a shape, an array of non-negative integers; got {orjson.dumps(shape).decode()}")
-    if len(shape) != len(meta.shape) or any(m != -1 and m != d for m, d in zip(meta.shape, shape)):
-        raise _bad(model, f"{where} expects shape {list(meta.shape)} (-1: any size; the first dimension is the batch); "
-                          f"got {shape}")
+    if not _matches(meta.shape, shape) and not _one_per_row(meta.shape, shape):
+        other = _other_row_layout(meta.shape)
+        raise _bad(model, f"{where} expects shape {list(meta.shape)}{' or ' + other if other else ''} (-1: any size; the first dimension is the "
+                          f"batch); got {shape}")
     return tuple(shape)
+
+
+def _matches(expected: tuple[int, ...], shape: list[int]) -> bool:
+    return len(shape) == len(expected) and all(m in (-1, d) for m, d in zip(expected, shape))
+
+
+def _one_per_row(expected: tuple[int, ...], shape: list[int]) -> bool:
+    """Whether ``shape`` is the other way of writing one value per row: ``[N, 1]`` for a ``[-1]`` tensor
+    (what Triton clients usually send), ``[N]`` for a ``[-1, 1]`` one."""
+    if len(expected) == 1 and len(shape) == 2 and shape[1] == 1:
+        return expected[0] in (-1, shape[0])
+    if len(expected) == 2 and expected[1] == 1 and len(shape) == 1:
+        return expected[0] in (-1, shape[0])
+    return False
+
+
+def _other_row_layout(expected: tuple[int, ...]) -> str:
+    if len(expected) == 1:
+        return f"[{expected[0]}, 1]"
+    return f"[{expected[0]}]" if len(expected) == 2 and expected[1] == 1 else ""
 
 
 def _rows(model: str, arrays: dict[str, np.ndarray]) -> int:

@@ -71,7 +71,9 @@ class InferenceServer:
         host: the one address to listen on (default ``"127.0.0.1"``).
         port: TCP port; 0 picks a free one (read it back from :attr:`port`).
         max_batch_size: rows at which a batch is dispatched (dynamic batching, :mod:`.batching`).
-        max_queue_delay_ms: the most a batch waits for more requests, in ms.
+        max_queue_delay_ms: None (the default): the adaptive batching policy (a lone request is dispatched
+            at once; what arrives while a batch runs is batched); a number: the fixed delay, the most a
+            batch waits for more requests, in ms (see :mod:`.batching`).
         max_request_bytes: the largest accepted request body in bytes (default 64 MiB; 413 beyond).
         version: what ``GET /v2`` reports (default ``modelsql.__version__``).
         token: the bearer token every request but ``/v2/health/*`` must carry (None: no authentication).
@@ -89,11 +91,11 @@ class InferenceServer:
     """
 
     def __init__(self, repository: Repository, *, host: str = "127.0.0.1", port: int = 0, max_batch_size: int = 32,
-                 max_queue_delay_ms: float = 1.0, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 max_queue_delay_ms: Optional[float] = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  version: Optional[str] = None, token: Optional[str] = None, allow_unauthenticated: bool = False,
                  limits: Optional[ConnectionLimits] = None, body_timeout_s: Optional[float] = DEFAULT_BODY_TIMEOUT_S,
                  max_buffered_bytes: Optional[int] = None, timeout_keep_alive_s: float = 5.0) -> None:
-        if max_batch_size < 1 or max_queue_delay_ms < 0 or max_request_bytes < 1:
+        if max_batch_size < 1 or (max_queue_delay_ms or 0) < 0 or max_request_bytes < 1:
             raise ValueError(f"need max_batch_size >= 1 (got {max_batch_size}), max_queue_delay_ms >= 0 "
                              f"(got {max_queue_delay_ms}) and max_request_bytes >= 1 (got {max_request_bytes})")
         if not token and not allow_unauthenticated and not is_loopback(host):
