@@ -81,8 +81,8 @@ def test_tune_never_feeds_keys_and_records_its_columns(con):
     cur.execute("CREATE MODEL best FROM STUDY mlp_study")
     assert _model_input(cur, "best") == ("[N, 4]", "features: " + ", ".join(NAMES))
     # PREDICT binds exactly those columns by name: the keys pass through, in any column order
-    cur.execute("SELECT id, customer_id, code, label FROM PREDICT(MODEL best, "
-                "(SELECT petal_width, code, id, sepal_length, customer_id, petal_length, sepal_width FROM flowers_val))")
+    cur.execute("SELECT id, customer_id, code, label FROM PREDICT(MODEL best, (SELECT petal_width, code, id, "
+                "sepal_length, customer_id, petal_length, sepal_width FROM flowers_val))")
     rows = cur.fetchall()
     assert len(rows) == 50 and {r[0] for r in rows} == {int(i) for i in ROWS[100:]}
 
