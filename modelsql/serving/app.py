@@ -260,10 +260,10 @@ class _Endpoints:
     async def infer(self, request: Request) -> Response:
         start = time.perf_counter()
         servable: Optional[Servable] = None
-        rows = [0]
+        rows = 0
         try:
             servable = self._servable(request)
-            response = await self._infer(request, servable, rows)
+            response, rows = await self._infer(request, servable)
         except ClientDisconnect:
             response = Response(status_code=CLIENT_CLOSED)
         except asyncio.CancelledError:
@@ -277,10 +277,11 @@ class _Endpoints:
         seconds = time.perf_counter() - start
         self.metrics.observe_request(model, version, response.status_code, seconds)
         if servable is not None:
-            self.metrics.statistics.request(model, version, response.status_code == 200, int(seconds * 1e9), rows[0])
+            self.metrics.statistics.request(model, version, response.status_code == 200, int(seconds * 1e9), rows)
         return response
 
-    async def _infer(self, request: Request, servable: Servable, rows: list) -> Response:
+    async def _infer(self, request: Request, servable: Servable) -> tuple[Response, int]:
+        """The response to an infer request, and its rows."""
         if not self.repository.ready(servable.name, servable.version):
             reason = self._unready_reason(servable.name, servable.version)
             raise ProtocolError(503, f'model "{servable.name}" version "{servable.version}" is not ready'
@@ -296,8 +297,7 @@ class _Endpoints:
         began = time.perf_counter_ns()
         content, headers = await _off_loop(size, encode_infer_response, servable, parsed, results)
         stats.phase(servable.name, servable.version, "compute_output", time.perf_counter_ns() - began)
-        rows[0] = parsed.rows
-        return Response(content, headers=headers)
+        return Response(content, headers=headers), parsed.rows
 
     @contextlib.asynccontextmanager
     async def _body(self, request: Request, who: str):
