@@ -1,6 +1,6 @@
 """Tests of modelsql's SQL dialect (modelsql.sql): nodes, round-trips, errors, text helpers.
 
-Convention (DESIGN.md): every form round-trips, parse(gen(parse(x))) == parse(x),
+Convention (docs/architecture.md, "Adding a statement"): every form round-trips, parse(gen(parse(x))) == parse(x),
 and parses to its own node, never sqlglot's exp.Command fallback.
 """
 
@@ -80,18 +80,21 @@ STATEMENT_FORMS = [
     ("drop model if exists m version 12", DropModel),
     ("SHOW MODELS", ShowModels),
     ("show models", ShowModels),
+    ("SHOW MODELSQL MODELS", ShowModels),
     ("DESCRIBE MODEL m", DescribeModel),
     ("DESCRIBE MODEL m VERSION 3", DescribeModel),
     ("EXPORT MODEL m TO 'out.onnx'", ExportModel),
     ("EXPORT MODEL m VERSION 1 TO 'out.onnx'", ExportModel),
     ("VACUUM MODELS", VacuumModels),
     ("vacuum models", VacuumModels),
+    ("VACUUM modelsql MODELS", VacuumModels),
     ("CREATE PIPELINE p AS (tfidf, head)", CreatePipeline),
     ("CREATE PIPELINE p AS (tfidf VERSION 2 AS featurize, head) WITH (description = 'x')", CreatePipeline),
     ("create or replace pipeline if not exists \"P q\" as (m)", CreatePipeline),
     ("DROP PIPELINE p", DropPipeline),
     ("DROP PIPELINE IF EXISTS p VERSION 3", DropPipeline),
     ("SHOW PIPELINES", ShowPipelines),
+    ("show modelsql pipelines", ShowPipelines),
     ("DESCRIBE PIPELINE p", DescribePipeline),
     ("DESCRIBE PIPELINE p VERSION 2", DescribePipeline),
     ("EXPORT PIPELINE p TO 'p.onnx'", ExportPipeline),
@@ -104,6 +107,7 @@ STATEMENT_FORMS = [
     ("STOP SERVER", StopServer),
     ("STOP SERVER ON PORT 8100", StopServer),
     ("SHOW SERVERS", ShowServers),
+    ("SHOW MODELSQL SERVERS", ShowServers),
     ("IMPORT MODEL m FROM PYTHON 'models.cnn:build'", ImportModel),
     ("CREATE MODEL IF NOT EXISTS m FROM PYTHON 'pkg.models.cnn:Net.build' WITH (width = 64)", ImportModel),
     ("CREATE OR REPLACE MODEL m FROM PYTHON 'cnn:build'", ImportModel),
@@ -124,6 +128,7 @@ STATEMENT_FORMS = [
     ("TUNE MODEL m ON (FROM t) TARGET y SEARCH (a = 1) USING GRID", TuneModel),
     ("SHOW STUDIES", ShowStudies),
     ("show studies", ShowStudies),
+    ("SHOW MODELSQL STUDIES", ShowStudies),
     ("DESCRIBE STUDY s", DescribeStudy),
     ('DESCRIBE STUDY "My Study"', DescribeStudy),
     ("DROP STUDY s", DropStudy),

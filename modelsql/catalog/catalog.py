@@ -414,6 +414,10 @@ class Catalog:
                 f'Model "{name}" is a trainable (CREATE MODEL ... FROM PYTHON), not an ONNX model: TUNE it, then '
                 f"CREATE MODEL {name}_best FROM STUDY <study> to predict with a trained version.",
                 code="model_not_found")
+        if self._present and self.pipelines.versions(str(name)):
+            return errors.ProgrammingError(
+                f'Model "{name}" does not exist, but a pipeline of that name does: name it PIPELINE {name} '
+                f"(PREDICT(PIPELINE {name}, TABLE t), DESCRIBE PIPELINE {name}).", code="model_not_found")
         others = [n for n in self.model_names() if n != str(name).lower()]  # never "did you mean" the name itself
         return errors.ProgrammingError(
             f'Model "{name}" does not exist.' + errors.did_you_mean(name, others),

@@ -57,6 +57,10 @@ class Pipelines:
         """
         key = name.lower()
         existing = self.versions(key)
+        if not existing and key and self._catalog.exists(key):
+            raise errors.ProgrammingError(
+                f'Pipeline "{name}" does not exist, but a model of that name does: name it MODEL {name} '
+                f"(PREDICT(MODEL {name}, TABLE t), DESCRIBE MODEL {name}).", code="pipeline_not_found")
         if not existing:
             raise errors.ProgrammingError(
                 f'Pipeline "{name}" does not exist.' + errors.did_you_mean(name, self.names()),

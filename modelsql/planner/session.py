@@ -37,11 +37,11 @@ from ..storage import BlobStore
 from ..storage.files import os_error
 from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401  (each registers its statements' handlers)
 from . import database_dump, open_databases
+from .ambiguity import refuse_ambiguous
 from .handlers import run_statement
 from .plan_cache import PlanCache, bump, database_key, generation
 from .result import Result
 
-_ROWCOUNT_TYPES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO"}
 _NO_RESULT_TYPES = {
     "CREATE", "DROP", "ALTER", "TRANSACTION", "SET", "VARIABLE_SET", "ATTACH", "DETACH", "LOAD",
     "VACUUM", "ANALYZE", "PREPARE", "CREATE_FUNC", "EXTENSION", "COPY_DATABASE", "EXPORT",
@@ -221,6 +221,7 @@ class Session:
             return run_cached(entry, self, params or [])
         if not msql.mentions_models(text):
             return self.passthrough(text, params)
+        refuse_ambiguous(self, text)  # SHOW models with a table "models": DuckDB's text and ours
         numbered, count = msql.number_placeholders(text)
         self.qmark_style = count > 0
         given = len(params) if params is not None else 0
@@ -297,7 +298,7 @@ class Session:
                 statements = list(duckdb.extract_statements(text))
             except Exception:
                 statements = []
-            stypes = [st.type.name for st in statements]
+            stypes = [statement_type(st) for st in statements]
             if len(statements) <= 1:
                 self.plans.remember_plain(text, stypes)
         if any(t not in _READ_ONLY_TYPES for t in stypes) or ("EXPLAIN" in stypes and "ANALYZE" in text.upper()):
@@ -353,16 +354,16 @@ class Session:
         """The :class:`Result` of the statement DuckDB just ran, of statement type ``stype``."""
         out = Result(self.duck)
         desc = self.duck.description
-        if stype in _ROWCOUNT_TYPES and desc and self.duck.rowcount == -1:
-            # INSERT/UPDATE/DELETE/MERGE ... RETURNING: DuckDB's client gives its rows and rowcount -1
-            # (for a changed-rows count, the count), whatever the text or the returned columns say
-            stype = "SELECT"
-        if stype in _ROWCOUNT_TYPES:
+        changed = self.duck.rowcount
+        if changed >= 0:
+            # DuckDB's count of the rows a statement changed (INSERT, UPDATE, DELETE, MERGE, CREATE TABLE AS,
+            # COPY, EXECUTE of one of them), read from the statement's kind of result, never from its rows;
+            # -1 for rows (a query, ... RETURNING), whatever the columns are called. PEP 249: no result set.
             try:
-                rows = self.duck.fetchall()
+                self.duck.fetchall()
             except Exception as exc:
                 raise translate(exc) from exc
-            out.rowcount = int(rows[0][0]) if rows else 0
+            out.rowcount = changed
             return out
         if stype in _NO_RESULT_TYPES or not desc:
             try:
@@ -471,6 +472,15 @@ def _controls_transactions(stmt: exp.Expression) -> bool:
     if isinstance(stmt, (exp.Transaction, exp.Commit, exp.Rollback)):
         return True
     return isinstance(stmt, exp.Column) and not stmt.table and stmt.name.upper() in ("END", "ABORT")
+
+
+def statement_type(statement) -> str:
+    """DuckDB's statement type of an extracted statement, by name; ``"UNKNOWN"`` for a type DuckDB's Python
+    client has no name for (``UPDATE EXTENSIONS``, ``CONNECT`` ...): such a statement still goes to DuckDB."""
+    try:
+        return statement.type.name
+    except ValueError:
+        return "UNKNOWN"
 
 
 def first_word(text: str) -> str:

@@ -11,6 +11,7 @@ Public API:
 * :func:`number_placeholders` — ``?`` -> ``$1``, ``$2``, ... leaving all else byte-identical.
 * :func:`renumber_placeholders` — ``$k`` -> ``$m`` by a mapping, leaving all else byte-identical.
 * :func:`statement_texts` — a text's statements as written (split on top-level ``;``).
+* :func:`table_words` — statements of ours that DuckDB reads as statements on a table (``SHOW models``).
 * :func:`to_duckdb_sql` — generate DuckDB SQL from a tree free of our nodes.
 
 Where ``PREDICT`` sits in a tree: ``FROM PREDICT(MODEL m, TABLE t) AS p`` is
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError
@@ -36,6 +38,7 @@ from modelsql.sql.dialect import (
     ModelSQLGenerator,
     ModelSQLParser,
     ModelSQLTokenizer,
+    ml_predict_at,
     predict_shaped,
     statement_at,
 )
@@ -202,6 +205,8 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             continue  # modelsql.models, s.predict(...)
         if word == "PREDICT" and predict_shaped(tokens, i):
             return True
+        if word == "ML" and ml_predict_at(tokens, i):
+            return True  # BigQuery ML's spelling: our parser says what to write
         if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
             continue  # our statements only start statements
         if statement_at(tokens, i) is not None:  # the parser's own dispatch
@@ -220,7 +225,8 @@ def mentions_models(sql: str) -> bool:
     statement as unquoted words, matched by the parser's own dispatch
     (:func:`~modelsql.sql.dialect.statement_at`), and for a PREDICT-shaped call anywhere
     (:func:`~modelsql.sql.dialect.predict_shaped`: ``PREDICT(MODEL name ...`` or
-    ``PREDICT(TABLE ...``, not right after a dot); also inside ``EXPLAIN`` /
+    ``PREDICT(TABLE ...``, not right after a dot) and BigQuery ML's ``ML.PREDICT(MODEL ...`` (the parser
+    says to write ``PREDICT``); also inside ``EXPLAIN`` /
     ``PREPARE`` bodies. False for everything else: words inside string literals
     or comments, quoted identifiers (``"model"``), ``modelsql.models``, a column
     or table named ``model`` / ``predict``, any other ``predict(...)`` call (a
@@ -235,6 +241,68 @@ def mentions_models(sql: str) -> bool:
         return _mentions(sql, tokens)
     except Exception:  # pragma: no cover - defensive: never block plain SQL
         return False
+
+
+# ------------------------------------------------------------ table_words
+
+#: DuckDB statements that take one bare table name: ``SHOW t`` (DuckDB's ``DESCRIBE t``) and ``VACUUM t``. A
+#: two-word statement of ours starting with one (``SHOW MODELS``, ``VACUUM MODELS``) is also DuckDB's text.
+DUCKDB_TABLE_STATEMENTS = frozenset({"SHOW", "VACUUM"})
+
+
+@dataclass(frozen=True)
+class TableWord:
+    """A statement of ours that DuckDB reads as a statement on a table: ``SHOW models``, ``VACUUM models``.
+
+    Attributes:
+        words: the statement's words, upper case (``("SHOW", "MODELS")``).
+        name: the second word as written: the table DuckDB would read (``"models"``).
+        offset: where the statement starts in the text (0-based).
+        length: its length in the text, to the end of the name.
+        prefix: what the statement stands after, as written (``"EXPLAIN "``), or ``""``.
+    """
+
+    words: tuple[str, ...]
+    name: str
+    offset: int
+    length: int
+    prefix: str = ""
+
+
+def _table_words(sql: str, tokens: list[Token], base: int, prefix: str, out: list[TableWord]) -> None:
+    for i, tok in enumerate(tokens):
+        offset = _command_payload_offset(sql, tokens, i)
+        if offset is not None:
+            inner = sql[offset : offset + len(tok.text)]
+            skip = _EXPLAIN_ANALYZE.match(inner)
+            start = skip.end() if skip else 0
+            while start < len(inner) and inner[start].isspace():
+                start += 1
+            lead = sql[tokens[i - 1].start : offset] + inner[:start]
+            _table_words(inner[start:], _tokenize(inner[start:]), base + offset + start, prefix + lead, out)
+            continue
+        if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
+            continue
+        found = statement_at(tokens, i)
+        if found is None or len(found[1]) != 2 or found[1][0] not in DUCKDB_TABLE_STATEMENTS:
+            continue
+        if i + 2 < len(tokens) and tokens[i + 2].token_type != TokenType.SEMICOLON:
+            continue  # more follows: not DuckDB's one-table form
+        name = tokens[i + 1]
+        out.append(TableWord(found[1], name.text, base + tok.start, name.end + 1 - tok.start, prefix))
+
+
+def table_words(sql: str) -> list[TableWord]:
+    """The statements of ours in ``sql`` (also inside an ``EXPLAIN [ANALYZE]`` body) whose text DuckDB reads
+    as a statement on a table named by their second word: ``SHOW models`` is DuckDB's ``DESCRIBE models``,
+    ``VACUUM models`` vacuums table ``models``. ``SHOW MODELSQL MODELS`` and ``SHOW "models"`` are not (one
+    is only ours, the other only DuckDB's). Tokenizer only; ``[]`` for text that does not tokenize."""
+    out: list[TableWord] = []
+    try:
+        _table_words(sql, ModelSQLTokenizer(dialect=_DIALECT).tokenize(sql), 0, "", out)
+    except (TokenError, ProgrammingError):
+        return []
+    return out
 
 
 # ------------------------------------------------------- number_placeholders
@@ -389,5 +457,7 @@ __all__ = [
     "number_placeholders",
     "renumber_placeholders",
     "statement_texts",
+    "table_words",
+    "TableWord",
     "to_duckdb_sql",
 ]

@@ -8,10 +8,10 @@ tables may still be called ``model``, ``models`` or ``predict``)::
     CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM source [WITH (opt, ...)]
         source := 'file.onnx' | ? | $n | PYTHON 'package.module:function' | STUDY name [TRIAL n]
     DROP MODEL [IF EXISTS] name [VERSION n]
-    SHOW MODELS
+    SHOW [MODELSQL] MODELS
     DESCRIBE MODEL name [VERSION n]
     EXPORT MODEL name [VERSION n] TO 'path.onnx'
-    VACUUM MODELS
+    VACUUM [MODELSQL] MODELS
     ... FROM PREDICT(MODEL name [VERSION n], TABLE t | (query) [, opt ...]) [[AS] alias] ...
     ... FROM PREDICT(PIPELINE name [VERSION n], TABLE t | (query) [, opt ...]) ...
 
@@ -51,7 +51,11 @@ Differences from plain DuckDB parsing, on purpose:
   PREDICT-shaped call (:func:`predict_shaped`: ``PREDICT(MODEL name ...`` or
   ``PREDICT(TABLE ...``) is ours; any other ``predict(...)``, in an expression or
   a table position, stays an ordinary function call (a user's macro), and
-  ``PREDICT(MODEL ...)`` outside a table position is a parse error.
+  ``PREDICT(MODEL ...)`` outside a table position is a parse error, and so is BigQuery ML's
+  ``ML.PREDICT(MODEL ...)`` (:func:`ml_predict_at`), whose message says to write ``PREDICT``.
+* ``SHOW MODELS`` / ``PIPELINES`` / ``STUDIES`` / ``SERVERS`` and ``VACUUM MODELS`` are also DuckDB's text
+  (``DESCRIBE models``, vacuuming a table): ``SHOW MODELSQL MODELS`` etc. are only ours. Which meaning a
+  text has is decided by the planner (:mod:`modelsql.planner.ambiguity`), by whether the table exists.
 * Each select-list (and ``RETURNING``) expression keeps the exact text it was
   parsed from in ``meta["source_text"]``, and so does each :class:`PredictTable`:
   DuckDB names an unaliased column by its own reading of that text, which
@@ -154,13 +158,30 @@ def predict_shaped(tokens: t.Sequence[Token], i: int) -> bool:
     Any other ``predict(...)`` is an ordinary function call: a user's macro, e.g.
     ``predict(1, 2)`` or ``predict(model, 2)`` over a column named ``model``.
     """
+    if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
+        return False
+    return _predict_form(tokens, i)
+
+
+def ml_predict_at(tokens: t.Sequence[Token], i: int) -> bool:
+    """Whether ``tokens[i:]`` open BigQuery ML's ``ML.PREDICT(MODEL name ...`` (not after a dot): not ours,
+    but routed to our parser, which reports it with the spelling that is (:data:`ML_PREDICT_ERROR`)."""
+    return (i + 1 < len(tokens) and _word(tokens[i], "ML") and tokens[i + 1].token_type == TokenType.DOT
+            and not (i > 0 and tokens[i - 1].token_type == TokenType.DOT) and _predict_form(tokens, i + 2))
+
+
+#: The parse error of ``ML.PREDICT(MODEL ...)``.
+ML_PREDICT_ERROR = f"ML.PREDICT is BigQuery ML's spelling; write PREDICT, without ML.: {PREDICT_FORM}"
+
+
+def _predict_form(tokens: t.Sequence[Token], i: int) -> bool:
+    """``PREDICT (`` followed by ``MODEL <name>``, ``PIPELINE <name>``, ``MODELS ...`` or ``TABLE`` (or a name
+    then ``, TABLE``), wherever it stands."""
 
     def at(k: int) -> Token | None:
         return tokens[i + k] if i + k < len(tokens) else None
 
     if not (_word(at(0), "PREDICT") and at(1) is not None and at(1).token_type == TokenType.L_PAREN):
-        return False
-    if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
         return False
     if at(2) is not None and at(2).token_type == TokenType.TABLE:
         return True
@@ -461,6 +482,12 @@ class ModelSQLParser(TuneParsing, PipelineParsing, ServeParsing, DuckDBParser):
 
     # -------------------------------------------------------------- PREDICT(...)
 
+    def _parse_column(self) -> exp.Expr | None:
+        # ML.PREDICT(MODEL ...) in an expression position: BigQuery ML's spelling, reported as such.
+        if ml_predict_at(self._tokens, self._index):
+            self.raise_error(ML_PREDICT_ERROR, self._curr)
+        return super()._parse_column()
+
     def _at_predict_call(self) -> bool:
         return predict_shaped(self._tokens, self._index)
 
@@ -469,6 +496,8 @@ class ModelSQLParser(TuneParsing, PipelineParsing, ServeParsing, DuckDBParser):
         # _parse_table_parts, which then takes alias, joins etc. as usual.
         if not schema and self._at_predict_call():
             return self._parse_predict_table()
+        if not schema and ml_predict_at(self._tokens, self._index):
+            self.raise_error(ML_PREDICT_ERROR, self._curr)
         return super()._parse_table_part(schema=schema)
 
     def _parse_predict_table(self) -> PredictTable:

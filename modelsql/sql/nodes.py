@@ -234,9 +234,10 @@ class TrustModel(exp.Expression):
 
 @statement
 class ShowModels(exp.Expression):
-    """``SHOW MODELS``: no arguments."""
+    """``SHOW MODELS``: no arguments. ``SHOW MODELSQL MODELS`` is the same statement, never DuckDB's
+    ``SHOW models`` (``DESCRIBE models``), for a database with a table called ``models``."""
 
-    WORDS = (("SHOW", "MODELS"),)
+    WORDS = (("SHOW", "MODELS"), ("SHOW", "MODELSQL", "MODELS"))
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
@@ -275,10 +276,11 @@ class ExportModel(exp.Expression):
 class VacuumModels(exp.Expression):
     """``VACUUM MODELS``: garbage-collect blobs no catalog entry references.
 
-    No arguments. Any other ``VACUUM ...`` stays DuckDB's (an ``exp.Command``).
+    No arguments. Any other ``VACUUM ...`` stays DuckDB's (an ``exp.Command``). ``VACUUM MODELSQL MODELS``
+    is the same statement, never DuckDB's ``VACUUM models`` of a table called ``models``.
     """
 
-    WORDS = (("VACUUM", "MODELS"),)
+    WORDS = (("VACUUM", "MODELS"), ("VACUUM", "MODELSQL", "MODELS"))
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
@@ -333,9 +335,9 @@ class DropPipeline(exp.Expression):
 
 @statement
 class ShowPipelines(exp.Expression):
-    """``SHOW PIPELINES``: no arguments."""
+    """``SHOW PIPELINES`` (or ``SHOW MODELSQL PIPELINES``, as for :class:`ShowModels`): no arguments."""
 
-    WORDS = (("SHOW", "PIPELINES"),)
+    WORDS = (("SHOW", "PIPELINES"), ("SHOW", "MODELSQL", "PIPELINES"))
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
@@ -415,9 +417,10 @@ class StopServer(exp.Expression):
 
 @statement
 class ShowServers(exp.Expression):
-    """``SHOW SERVERS``: one row per thing each running server serves (the resident set)."""
+    """``SHOW SERVERS`` (or ``SHOW MODELSQL SERVERS``, as for :class:`ShowModels`): one row per thing each
+    running server serves (the resident set)."""
 
-    WORDS = (("SHOW", "SERVERS"),)
+    WORDS = (("SHOW", "SERVERS"), ("SHOW", "MODELSQL", "SERVERS"))
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
@@ -543,9 +546,10 @@ class TuneModel(exp.Expression):
 
 @statement
 class ShowStudies(exp.Expression):
-    """``SHOW STUDIES``: no arguments (one row per tuning study)."""
+    """``SHOW STUDIES`` (or ``SHOW MODELSQL STUDIES``, as for :class:`ShowModels`): no arguments (one row
+    per tuning study)."""
 
-    WORDS = (("SHOW", "STUDIES"),)
+    WORDS = (("SHOW", "STUDIES"), ("SHOW", "MODELSQL", "STUDIES"))
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
