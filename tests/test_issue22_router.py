@@ -95,6 +95,7 @@ def test_without_such_a_table_the_text_is_modelsqls(model_con):
     with pytest.raises(modelsql.NotSupportedError) as info:
         model_con.execute("EXPLAIN SHOW models")
     assert info.value.code == "explain_not_supported"
+    assert str(info.value).startswith("EXPLAIN SHOW MODELS is not supported: model statements have no plan")
 
 
 def test_vacuum_of_a_table_named_models_is_refused_naming_both_spellings(model_con):

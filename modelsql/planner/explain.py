@@ -64,7 +64,7 @@ def _explain(stmt: exp.Command, session, params: list) -> Result:
         return explain_tune(inner[0], session, params)
     if isinstance(inner[0], tuple(STATEMENT_NODES)):
         raise NotSupportedError(
-            f"EXPLAIN of {type(inner[0]).__name__} is not supported: model statements have no plan to show; "
+            f"EXPLAIN {' '.join(type(inner[0]).WORDS[0])} is not supported: model statements have no plan to show; "
             "EXPLAIN a query (SELECT, INSERT, CREATE TABLE AS ...) with PREDICT.",
             code="explain_not_supported",
         )
