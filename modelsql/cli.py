@@ -40,7 +40,7 @@ from typing import Optional, Sequence, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from .display import FORMATS, print_result
+from .display import FORMATS, ProgressDisplay, print_result
 from .errors import position_of
 
 DEFAULT_DATABASE = "modelsql.duckdb"
@@ -212,41 +212,24 @@ class Runner:
         self.console = console
         self.err = err
         self.fmt = fmt
-        self._progress = None
-        con.tune_progress = self._tune_progress
-
-    def _tune_progress(self, p: dict) -> None:
-        """TUNE's progress, drawn on stderr: trials done, the best metric, and the epochs the stage tree
-        trained against those trial-based execution would have."""
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        if self._progress is None:
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                                      console=self.err, transient=False)
-            self._progress.start()
-            self._task = self._progress.add_task(f"study {p['study']}", total=None, detail="")
-        best = "-" if p["best_metric"] is None else f"{p['best_metric']:.4g} (trial {p['best_trial']})"
-        saved = (f"{p['epochs_requested'] / p['epochs_trained']:.2f}x" if p["epochs_trained"] else "-")
-        detail = f"best {best} · {p['epochs_trained']} epochs trained, {p['epochs_requested']} trial-based ({saved})"
-        self._progress.update(self._task, completed=p["trials_done"], total=max(p["trials"], 1), detail=detail)
+        self.progress = ProgressDisplay(err)
+        """Draws the progress of long statements on stderr (:mod:`modelsql.progress`)."""
+        con.progress = self.progress
 
     def execute_one(self, sql: str, *, show_rowcount: bool = False) -> None:
         """Execute one statement text and print its rows; raises modelsql errors."""
         cur = self.con.cursor()
         try:
-            try:
-                cur.execute(sql)
-            finally:
-                if self._progress is not None:
-                    self._progress.stop()
-                    self._progress = None
+            cur.execute(sql)
             if cur.description is not None:
-                print_result(self.console, cur, fmt=self.fmt)
+                # rows of a streaming PREDICT are made as they are fetched: the display stays until then
+                print_result(self.console, cur, fmt=self.fmt,
+                             before_output=self.progress.stop if self.console.is_terminal else None)
             elif show_rowcount and cur.rowcount >= 0:
                 n = cur.rowcount
                 self.console.print(f"{n} row{'' if n == 1 else 's'} changed", style="dim")
         finally:
+            self.progress.stop()
             cur.close()
 
     def run_script(self, text: str, *, source: Optional[str] = None, show_rowcount: bool = False) -> bool:

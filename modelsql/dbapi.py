@@ -25,6 +25,7 @@ from . import duckdb_errors as _duckdb_errors
 from .planner.ddl import import_model
 from .planner.pipeline_import import import_pipeline
 from .planner.session import Session
+from .progress import OnlyKinds
 from .storage.files import os_error as _os_error
 from .errors import excerpt as _excerpt
 from .errors import (
@@ -401,18 +402,34 @@ class Connection:
         self._session.optimize = bool(value)
 
     @property
-    def tune_progress(self):
-        """A callable that ``TUNE`` calls after every finished stage and round with a dict: ``study``,
-        ``trials``, ``trials_done``, ``best_trial``, ``best_metric``, ``epochs_trained`` and
-        ``epochs_requested`` (trial-based execution's epochs so far); None (the default) for none.
-        The shell sets it to draw a progress display."""
+    def progress(self):
+        """A callable that long statements call with a dict per progress message (rows scored by a PREDICT,
+        trials of TUNE and COMPILE, epochs of FINETUNE, runs of PROFILE, stages of CREATE MODEL ... FROM PYTHON;
+        the keys are in :mod:`modelsql.progress`), or None (the default) for none. The shell sets it to draw
+        its progress display.
+
+        Raises:
+            InterfaceError: ``invalid_argument`` when set to something neither callable nor None."""
         return self._session.progress
+
+    @progress.setter
+    def progress(self, callback) -> None:
+        if callback is not None and not callable(callback):
+            raise InterfaceError("progress must be a callable or None.", code="invalid_argument")
+        self._session.progress = callback
+
+    @property
+    def tune_progress(self):
+        """The older hook of TUNE's progress alone: a callable called with TUNE's messages only (see
+        :attr:`progress`, whose hook it replaces); None for none."""
+        hook = self._session.progress
+        return hook.callback if isinstance(hook, OnlyKinds) else hook
 
     @tune_progress.setter
     def tune_progress(self, callback) -> None:
         if callback is not None and not callable(callback):
             raise InterfaceError("tune_progress must be a callable or None.", code="invalid_argument")
-        self._session.progress = callback
+        self._session.progress = None if callback is None else OnlyKinds(("tune",), callback)
 
     def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
         """Create a cursor, execute ``operation`` on it and return it (as sqlite3 does)."""

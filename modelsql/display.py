@@ -1,4 +1,5 @@
-"""Displaying results: values as short text, tables that fit the terminal, lines, CSV and JSON lines.
+"""Displaying results: values as short text, tables that fit the terminal, lines, CSV and JSON lines; and the
+progress of long statements (:class:`ProgressDisplay`, the shell's hook of :mod:`modelsql.progress`).
 
 Used by the shell (:mod:`modelsql.cli`) and the quickstart (:mod:`modelsql.quickstart`).
 """
@@ -11,14 +12,17 @@ import decimal
 import json
 import math
 import sys
+import threading
 import uuid
 from collections import deque
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
 from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
+
+from .progress import KINDS
 
 MAX_ROWS = 50
 """At most this many rows of a result are printed as a table (first and last halves)."""
@@ -231,7 +235,7 @@ def _caption(names: list[str], widths: list[int], fitted: dict[int, int], shown_
 
 
 def print_result(console: Console, cursor, *, fmt: str = "table", max_rows: int = MAX_ROWS,
-                 out: Optional[TextIO] = None) -> None:
+                 out: Optional[TextIO] = None, before_output: Optional[Callable[[], Any]] = None) -> None:
     """Print the rows of an executed cursor (nothing when it returned no rows).
 
     Args:
@@ -239,14 +243,20 @@ def print_result(console: Console, cursor, *, fmt: str = "table", max_rows: int 
             one ``column = value`` line per column, as sqlite3's ``.mode line``),
             ``"csv"`` (header + every row) or ``"json"`` (one JSON object per row).
         out: the stream for line/csv/json (default ``sys.stdout``).
+        before_output: called before anything is written (a table: once its rows are fetched), e.g. to
+            clear a progress display from the terminal.
     """
     description = cursor.description
     if description is None:
         return
     if fmt == "table":
         head, tail, total = _fetch_for_display(cursor, max_rows)
+        if before_output is not None:
+            before_output()
         console.print(render_table(description, head, tail, total, console.width))
         return
+    if before_output is not None:
+        before_output()
     out = out or sys.stdout
     names = [d[0] for d in description]
     if fmt == "line":
@@ -322,3 +332,176 @@ def _json_default(v: Any) -> Any:
     if isinstance(v, tuple):
         return list(v)
     return str(v)
+
+
+# --------------------------------------------------------------------------- progress
+
+SHOW_AFTER_S = 1.0
+"""A job's progress is shown once it has run this many seconds (shorter statements show nothing)."""
+
+
+def progress_line(message: Any) -> str:
+    """One line of text for a progress message (:mod:`modelsql.progress`): what runs, units done of the
+    total, the rate, time elapsed and left, and the kind's own detail (TUNE's best trial and epochs saved,
+    FINETUNE's loss, COMPILE's target, CREATE MODEL's stage). A message of an unknown kind, or missing keys,
+    is shown with what it has; nothing raises."""
+    if not isinstance(message, Mapping):
+        return f"progress: {message!r}"[:200]
+    parts = [p for p in (_counts(message), _rate(message), _times(message), _detail(message)) if p]
+    head = _head(message)
+    if not parts:
+        parts = [", ".join(f"{k}={v!r}" for k, v in message.items() if k not in ("kind", "label", "id"))[:160]]
+    return f"{head}: " + " · ".join(parts)
+
+
+def _head(message: Mapping) -> str:
+    kind = message.get("kind")
+    title = KINDS[kind].title if kind in KINDS else str(kind or "progress")
+    label = message.get("label")
+    return f"{title} {label}" if label else title
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _counts(message: Mapping) -> str:
+    done, total, unit = message.get("done"), message.get("total"), message.get("unit") or "done"
+    if not _is_number(done):
+        return ""
+    if message.get("kind") == "create_model" and _is_number(total):
+        return f"stage {min(int(done) + 1, int(total))}/{int(total)}" if not message.get("final") else f"{int(done)} {unit}"
+    return f"{done:,}/{total:,} {unit}" if _is_number(total) else f"{done:,} {unit}"
+
+
+def _rate(message: Mapping) -> str:
+    rate, unit = message.get("rate"), message.get("unit") or "units"
+    if not _is_number(rate) or message.get("kind") == "create_model":
+        return ""
+    text = f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"
+    return f"{text} {unit}/s"
+
+
+def _times(message: Mapping) -> str:
+    elapsed, eta = message.get("elapsed_s"), message.get("eta_s")
+    if not _is_number(elapsed):
+        return ""
+    if message.get("final"):
+        return ("done in " if message.get("ok", True) else "stopped after ") + _clock(elapsed)
+    left = _is_number(eta) and message.get("kind") != "create_model"  # its stages take unequal times
+    return f"{_clock(elapsed)} elapsed" + (f", {_clock(eta)} left" if left else "")
+
+
+def _clock(seconds: float) -> str:
+    """``m:ss`` (``h:mm:ss`` from an hour)."""
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _tune_detail(m: Mapping) -> str:
+    best = m.get("best_metric")
+    text = "best -" if not _is_number(best) else f"best {best:.4g} (trial {m.get('best_trial')})"
+    trained, requested = m.get("epochs_trained"), m.get("epochs_requested")
+    if _is_number(trained) and _is_number(requested):
+        saved = f"{requested / trained:.2f}x" if trained else "-"
+        text += f" · {trained} epochs trained, {requested} trial-based ({saved})"
+    return text
+
+
+def _compile_detail(m: Mapping) -> str:
+    target, batch = m.get("target"), m.get("batch_size")
+    return " ".join(p for p in (f"for {target}" if target else "", f"batch {batch}" if batch else "") if p)
+
+
+_DETAILS = {
+    "tune": _tune_detail,
+    "finetune": lambda m: f"loss {m['loss']:.4g}" if _is_number(m.get("loss")) else "",
+    "compile": _compile_detail,
+    "create_model": lambda m: "" if m.get("final") else str(m.get("stage") or ""),
+}
+"""Each kind's own part of :func:`progress_line` (kinds without one show the common keys only)."""
+
+
+def _detail(message: Mapping) -> str:
+    render = _DETAILS.get(message.get("kind"))
+    try:
+        return render(message) if render is not None else ""
+    except (KeyError, TypeError, ValueError):  # a message of the right kind but the wrong shape
+        return ""
+
+
+class ProgressDisplay:
+    """The shell's progress hook (``con.progress = ProgressDisplay(stderr_console)``).
+
+    On a terminal each job that has run :data:`SHOW_AFTER_S` seconds gets a line with a bar, updated as
+    its messages come and cleared when it ends; on anything else (a pipe, a file) a job that ran that long
+    prints its last line once, when it ends. Messages may come from DuckDB's worker threads.
+
+    Args:
+        console: where to draw (the shell's stderr console).
+        show_after_s: seconds a job runs before it is shown.
+    """
+
+    def __init__(self, console: Console, show_after_s: float = SHOW_AFTER_S) -> None:
+        self.console, self.show_after_s = console, show_after_s
+        self._lock = threading.Lock()
+        self._bars = None
+        self._tasks: dict = {}
+
+    def __call__(self, message: Any) -> None:
+        if not isinstance(message, Mapping):
+            message = {"kind": "progress", "label": progress_line(message)}
+        with self._lock:
+            job = message.get("id")
+            elapsed = message.get("elapsed_s")
+            long_enough = _is_number(elapsed) and elapsed >= self.show_after_s
+            if message.get("final"):
+                self._end(job, message, long_enough)
+            elif job in self._tasks or long_enough:
+                self._show(job, message)
+
+    def stop(self) -> None:
+        """Clear every line shown (the statement ended)."""
+        with self._lock:
+            self._close()
+
+    def _show(self, job, message: Mapping) -> None:
+        if not self.console.is_terminal:
+            self._tasks[job] = None
+            return
+        if self._bars is None:
+            self._bars = _bars(self.console)
+            self._bars.start()
+        line = progress_line(message)
+        head, _, text = line.partition(": ")
+        total, done = message.get("total"), message.get("done")
+        fields = dict(description=head, text=text, total=total if _is_number(total) and total > 0 else None,
+                      completed=done if _is_number(done) else 0)
+        if job not in self._tasks:
+            self._tasks[job] = self._bars.add_task(**fields)
+        else:
+            self._bars.update(self._tasks[job], **fields)
+
+    def _end(self, job, message: Mapping, long_enough: bool) -> None:
+        shown = job in self._tasks
+        task = self._tasks.pop(job, None)
+        if self._bars is not None and task is not None:
+            self._bars.remove_task(task)
+        if not self.console.is_terminal and (shown or long_enough):
+            self.console.print(progress_line(message), highlight=False, markup=False, soft_wrap=True)
+        if not self._tasks:
+            self._close()
+
+    def _close(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars = None
+        self._tasks = {}
+
+
+def _bars(console: Console):
+    """A rich Progress on ``console`` that leaves nothing behind and leaves stdout alone."""
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(bar_width=24), TextColumn("{task.fields[text]}"),
+                    console=console, transient=True, redirect_stdout=False, redirect_stderr=False)

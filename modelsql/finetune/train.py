@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -79,7 +80,8 @@ def _better(a: float, b: float, task: str) -> bool:
 
 
 def finetune(net, x, y, x_val, y_val, *, task: str, labels_val=None, steps: int = 300, temperature: float = 0.1,
-             lr: float = 3e-3, seed: int = 0, eval_every: int = 10) -> FinetuneResult:
+             lr: float = 3e-3, seed: int = 0, eval_every: int = 10,
+             progress: Optional[Callable[[int, float], None]] = None) -> FinetuneResult:
     """Fine-tune ``net`` (a calibrated :class:`~modelsql.finetune.translate.PipelineNet`, hard) in place and
     return the chosen candidate (``net`` is left holding it).
 
@@ -87,6 +89,7 @@ def finetune(net, x, y, x_val, y_val, *, task: str, labels_val=None, steps: int 
         x, x_val: float32 (N, F) / (M, F) tensors; y, y_val: class indices into the probabilities' columns
             (int64) or targets (float32); all on the device ``net`` is on (the CPU or a GPU).
         labels_val: the validation rows' label values (classification), compared with the label output.
+        progress: called as ``progress(steps done, training loss)`` after each step, or None.
 
     Raises:
         DataError: ``training_diverged`` (a NaN or infinite loss, naming the step).
@@ -102,10 +105,13 @@ def finetune(net, x, y, x_val, y_val, *, task: str, labels_val=None, steps: int 
     for step in range(1, steps + 1):
         optimizer.zero_grad()
         loss = _loss(net, x, y, task)
-        if not math.isfinite(loss.item()):
-            raise DataError(f"FINETUNE: the loss became {loss.item()} at step {step}; lower lr", code="training_diverged")
+        value = loss.item()
+        if not math.isfinite(value):
+            raise DataError(f"FINETUNE: the loss became {value} at step {step}; lower lr", code="training_diverged")
         loss.backward()
         optimizer.step()
+        if progress is not None:
+            progress(step, value)
         if step % eval_every == 0 or step == steps:
             metric = evaluate(net, x_val, y_val, task, labels_val)
             history.append((step, float(loss.detach()), metric))

@@ -246,17 +246,28 @@ class PredictFunction:
         self.runs: list[tuple[int, float]] = []
         """``(rows, seconds)`` of the model's first :data:`RUN_SAMPLES` runs (EXPLAIN ANALYZE records them as
         latency traces for the cost model)."""
+        self.progress = None
+        """The :class:`~modelsql.progress.Meter` counting the rows scored (None: no progress hook), set by the
+        planner for each execution; :meth:`end_progress` sends its final message."""
 
     def __call__(self, *arrays) -> pa.StructArray:
         start = time.perf_counter()
         try:
-            return self._call(*arrays)
+            out = self._call(*arrays)
+            if self.progress is not None:
+                self.progress.advance(len(out))
+            return out
         except BaseException as exc:
             # DuckDB re-raises a function's error as text: the planner reads the original object here.
             self.error = exc
             raise
         finally:
             self.seconds += time.perf_counter() - start
+
+    def end_progress(self, ok: bool = True) -> None:
+        """Send the progress meter's final message (``ok``: the statement did not fail, nor did this function)."""
+        if self.progress is not None:
+            self.progress.finish(ok=ok and self.error is None)
 
     def _timed(self, feeds: dict[str, np.ndarray], n: int) -> list[np.ndarray]:
         if len(self.runs) >= RUN_SAMPLES:

@@ -16,6 +16,7 @@ result's last column, ``schedules``, says how the code was scheduled.
 from __future__ import annotations
 
 from ..errors import ProgrammingError
+from ..progress import Meter
 from ..sql.nodes import CompileModel
 from . import trust
 from .compiled import compile_version, library_code, schedules_of, tvm_target
@@ -47,14 +48,11 @@ def _options(stmt: CompileModel, params: list) -> dict:
     return options
 
 
-def _progress(session, label: str):
-    if session.progress is None:
-        return None
-
-    def report(done: int, total: int) -> None:
-        session.progress({"job": "compile", "model": label, "trials_done": done, "trials": total})
-
-    return report
+def _meter(session, mv, target, options: dict) -> Meter:
+    """COMPILE's progress meter (:mod:`modelsql.progress`, kind ``compile``): MetaSchedule's trials measured of
+    those given (none when the compile is untuned)."""
+    return Meter(session.progress, "compile", total=options["tune_trials"], label=mv.label, target=target.kind,
+                 batch_size=options["batch_size"])
 
 
 @run_statement.register
@@ -69,8 +67,14 @@ def _compile(stmt: CompileModel, session, params: list) -> Result:
     session.check_writable()
     key = trust.signing_key()  # the library built here is signed with its user's key (modelsql.planner.trust)
     session.commit()
-    row = compile_version(session, mv, target, batch_size=options["batch_size"], trials=options["tune_trials"],
-                          progress=_progress(session, mv.label))
+    meter = _meter(session, mv, target, options)
+    try:
+        row = compile_version(session, mv, target, batch_size=options["batch_size"], trials=options["tune_trials"],
+                              progress=meter.update)
+    except BaseException:
+        meter.finish(ok=False)
+        raise
+    meter.finish()
     with session.catalog.transaction(join=False):
         session.catalog.compiled.put(row)
         if row.usable:

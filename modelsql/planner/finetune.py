@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import DataError, IntegrityError, NotSupportedError
 from ..operators.backends.onnxruntime import OrtModel
+from ..progress import Meter
 from ..sql.nodes import FinetunePipeline
 from . import artifacts, ddl
 from .finetune_data import finetune_options, read_data, read_test
@@ -71,8 +72,14 @@ def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     before_test = evaluate(net, test[0], test[1], task, test[2]) if test else None
     x, x_val = torch.from_numpy(data.x), torch.from_numpy(data.x_val)
     net.calibrate(x)
-    result, after_test = _train(net, (x, torch.from_numpy(data.y), x_val, torch.from_numpy(data.y_val)), test,
-                                task, data.labels_val, options)
+    meter = Meter(session.progress, "finetune", total=options["epochs"], label=pv.label, pipeline=pv.name)
+    try:
+        result, after_test = _train(net, (x, torch.from_numpy(data.y), x_val, torch.from_numpy(data.y_val)), test,
+                                    task, data.labels_val, options, meter)
+    except BaseException:
+        meter.finish(ok=False)
+        raise
+    meter.finish()
     features = data.features if len(data.features) == data.x.shape[1] else pv.steps[0].model.features
     version = _register(session, pv, net, x_val, options, features) if result.chosen == "finetuned" else None
     row = (pv.name, version, result.chosen, result.best_step, options["epochs"],
@@ -81,9 +88,10 @@ def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS], rows=[row])
 
 
-def _train(net, tensors: tuple, test, task: str, labels_val, options: dict):
+def _train(net, tensors: tuple, test, task: str, labels_val, options: dict, meter: Meter):
     """(the :class:`~modelsql.finetune.train.FinetuneResult`, the test metric after) of fine-tuning ``net`` on
-    ``options["device"]``; ``net`` is back on the CPU afterwards, holding the chosen candidate.
+    ``options["device"]``; ``net`` is back on the CPU afterwards, holding the chosen candidate. ``meter`` counts
+    the epochs (full-batch steps) trained, with the loss.
 
     Raises:
         NotSupportedError: ``nondeterministic_operator`` (on CUDA, an operator without a deterministic kernel).
@@ -99,7 +107,8 @@ def _train(net, tensors: tuple, test, task: str, labels_val, options: dict):
             net.to(device)
             result = finetune(net, x, y, x_val, y_val, task=task, labels_val=labels_val, steps=options["epochs"],
                               temperature=options["temperature"], lr=options["lr"], seed=options["seed"],
-                              eval_every=options["eval_every"])
+                              eval_every=options["eval_every"],
+                              progress=lambda step, loss: meter.update(step, loss=loss))
             after = evaluate(net, test[0].to(device), test[1].to(device), task, test[2]) if test else None
     except RuntimeError as exc:
         refused = nondeterministic_error(exc)

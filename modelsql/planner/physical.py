@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from .. import sql as msql
 from ..operators.backends.pipeline import StepMemo
+from ..progress import Meter
 from ..operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
 from . import artifacts, compiled, cost, merged_models
 from .bind_routed import ROUTE_INPUT
@@ -97,6 +98,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
                                 backend=choice.backend, threads=choice.threads, device=choice.device)
             # read once: the statement's own top-level FROM, with nothing that could read it twice
             op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
+            op.function.progress = predict_meter(session, scan, "batch")
             held.operators.append(op)
             sub = op.run(lambda name, table: _register(session, held, name, table), dry=dry)
             if sub is not None:
@@ -107,6 +109,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
         op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id), model=family_models.get(scan.id),
                              backend=choice.backend, device=choice.device)
         op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
+        op.function.progress = predict_meter(session, scan, "stream")
         name = op.register()
         if keep is None:
             held.functions.append(name)
@@ -127,6 +130,15 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
             lowered[m.scan.id] = (shared_member_sql(m, names, name, cte), set())
     phys.sql, phys.params = render(plan.tree, lowered, materialized=plan.materialized, extra_ctes=shared_ctes)
     return phys
+
+
+def predict_meter(session, scan: PredictScan, execution: str) -> Optional[Meter]:
+    """A meter of the rows ``scan`` scores, of DuckDB's estimate of its input's rows, for the session's progress
+    hook (:mod:`modelsql.progress`); None when there is no hook."""
+    if session.progress is None:
+        return None
+    return Meter(session.progress, "predict", total=scan.estimated_rows, label=scan.label, scan=scan.id,
+                 execution=execution)
 
 
 def from_item(source: exp.Expression, lowered: dict) -> tuple[str, set]:

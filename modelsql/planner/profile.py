@@ -15,6 +15,7 @@ learns when merging pays.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import onnx
@@ -30,6 +31,7 @@ from ..sql.dialect import ModelSQL
 from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from ..sql.nodes import ProfileModel
 from ..operators.backends import devices
+from ..progress import Meter
 from .artifacts import load_model_proto
 from .compiled import tvm_session
 from .cost_model import retrain, trace_features
@@ -157,8 +159,18 @@ def fixed_batch(proto) -> "int | None":
     return firsts.pop() if len(firsts) == 1 and 0 not in firsts else None
 
 
-def _synthetic(session, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
-    """Traces of ``mv`` on synthetic inputs, per (merge factor, backend, threads, batch size)."""
+def _planned_runs(options: dict, tvm: int, cuda: int) -> int:
+    """The model runs (warm-up included) :func:`_synthetic` makes of one model with ``tvm`` TVM runners and
+    ``cuda`` CUDA devices: what PROFILE's progress counts."""
+    per_config = _ints(options, "warmup", low=0)[0] + _ints(options, "repeat")[0]
+    ort = len(_ints(options, "threads")) + cuda if "onnxruntime" in options["backends"] else 0
+    return sum(len(batches) * (ort + (tvm if n == 1 else 0)) * per_config
+               for n in _ints(options, "merge_factors") for _, batches in _lowerings(n, _ints(options, "batch_sizes")))
+
+
+def _synthetic(session, mv, options: dict, meter: Meter) -> tuple[list[TraceRow], list[int]]:
+    """Traces of ``mv`` on synthetic inputs, per (merge factor, backend, threads, batch size); ``meter`` counts
+    the model runs (its total grows by this model's when it starts)."""
     warmup, repeat = _ints(options, "warmup", low=0)[0], _ints(options, "repeat")[0]
     proto = load_model_proto(session.store, mv)
     fixed = fixed_batch(proto)
@@ -167,13 +179,14 @@ def _synthetic(session, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
     rows, factors = [], []
     threads, backends = _ints(options, "threads"), options["backends"]
     tvm = [("tvm", t, tvm_session(session, mv, intra=t)) for t in threads] if "tvm" in backends else []
+    cuda = [d for d in options["devices"] if d != "cpu"] if "onnxruntime" in backends else []
+    meter.grow(_planned_runs(options, len(tvm), len(cuda)))
     for n in _ints(options, "merge_factors"):
         for dense, batches in _lowerings(n, _ints(options, "batch_sizes")):
             data = proto.SerializeToString() if n == 1 else _merged(proto, n, dense, mv.label)
             traces = profile_latency(data, batch_sizes=batches, threads=threads, repeat=repeat, warmup=warmup,
                                      others=tvm if n == 1 else (), onnxruntime="onnxruntime" in backends,
-                                     cuda=[d for d in options["devices"] if d != "cpu"]
-                                     if "onnxruntime" in backends else ())
+                                     cuda=cuda, progress=meter.advance)
             rows += [_trace_row(mv, proto, data, t, n, options["operators"]) for t in traces]
             factors += [n] * len(traces)
     return rows, factors
@@ -182,10 +195,12 @@ def _synthetic(session, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
 _ON_INPUT_ONLY = ("batch_sizes", "repeat", "backends", "train_cost_model", "devices")
 
 
-def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict) -> tuple[list[TraceRow], list[int]]:
+def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict,
+              meter: Meter) -> tuple[list[TraceRow], list[int]]:
     """Traces of ``mv`` on the rows of ``ON ...``: per batch size and backend, the PREDICT run as the planner
     plans it with that ``batch_size``, its model runs timed (one warm-up query, then queries until ``repeat``
-    runs of each size are kept or five queries ran)."""
+    runs of each size are kept or five queries ran). ``meter`` counts the queries, of :data:`_QUERIES` per
+    configuration (those a configuration did not need count as done when it ends)."""
     given = sorted(k for k in options["given"] if k not in _ON_INPUT_ONLY)
     if given:
         raise ProgrammingError(f"PROFILE ... ON: option {given[0]!r} applies only to synthetic inputs; with ON the "
@@ -194,25 +209,32 @@ def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict) -> t
     source_sql = (f"TABLE {source.sql(dialect=ModelSQL)}" if isinstance(source, exp.Table)
                   else source.sql(dialect=ModelSQL))
     rows = []
-    for backend in options["backends"]:
-        for b in _ints(options, "batch_sizes"):
-            for device in options["devices"]:
-                sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, '
-                       f"batch_size = {b}, backend = '{backend}', device = '{device}')")
-                runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0])
-                rows += run_trace_rows(session, mv, runs, backend, threads, "profile", sizes=None, device=device)
+    configs = list(itertools.product(options["backends"], _ints(options, "batch_sizes"), options["devices"]))
+    meter.grow(len(configs) * _QUERIES)
+    for i, (backend, b, device) in enumerate(configs):
+        sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, '
+               f"batch_size = {b}, backend = '{backend}', device = '{device}')")
+        runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0], meter)
+        meter.update((i + 1) * _QUERIES)
+        rows += run_trace_rows(session, mv, runs, backend, threads, "profile", sizes=None, device=device)
     return rows, [1] * len(rows)
 
 
-def _query_runs(session, sql: str, params: list, repeat: int) -> tuple[list, int]:
-    """The model runs (rows, seconds) of a one-PREDICT query run up to five times after a warm-up."""
+_QUERIES = 6
+"""Queries PROFILE ... ON runs per configuration at most: one warm-up, then up to five timed."""
+
+
+def _query_runs(session, sql: str, params: list, repeat: int, meter: Meter) -> tuple[list, int]:
+    """The model runs (rows, seconds) of a one-PREDICT query run up to five times after a warm-up; ``meter``
+    counts the queries."""
     runs, threads = [], 1
-    for attempt in range(6):
+    for attempt in range(_QUERIES):
         out, plan, phys = run_query(msql.parse(sql)[0], session, params)
         try:
             session.duck.fetchall()
         finally:
             out.release()
+        meter.advance()
         function = phys.operators[plan.scans[0].id].function
         threads = int(getattr(function.model, "intra_op_threads", 1))
         if attempt:
@@ -234,6 +256,18 @@ def _steps(entry) -> list:
     return out
 
 
+def _traces(stmt: ProfileModel, session, params: list, entry, options: dict, meter: Meter):
+    """(trace rows, merge factor of each): on the rows of ``ON ...`` or on synthetic inputs (each step of a
+    pipeline); ``meter`` counts the queries or the model runs."""
+    if stmt.args.get("source") is not None:
+        return _on_input(stmt, session, params, entry, options, meter)
+    rows, factors = [], []
+    for mv in _steps(entry):
+        r, f = _synthetic(session, mv, options, meter)
+        rows, factors = rows + r, factors + f
+    return rows, factors
+
+
 @run_statement.register
 def _profile(stmt: ProfileModel, session, params: list) -> Result:
     ref = stmt.this
@@ -247,12 +281,14 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
             raise NotSupportedError("PROFILE PIPELINE ... ON: a pipeline's runs are not one graph's; profile it "
                                     "without ON (each step on synthetic inputs), or PROFILE MODEL a step ON its "
                                     "input", code="profile_not_supported")
-        rows, factors = _on_input(stmt, session, params, entry, options)
-    else:
-        rows, factors = [], []
-        for mv in _steps(entry):
-            r, f = _synthetic(session, mv, options)
-            rows, factors = rows + r, factors + f
+    meter = Meter(session.progress, "profile", total=0, label=entry.label,
+                  unit="queries" if stmt.args.get("source") is not None else "runs")
+    try:
+        rows, factors = _traces(stmt, session, params, entry, options, meter)
+    except BaseException:
+        meter.finish(ok=False)
+        raise
+    meter.finish()
     session.check_writable()
     session.commit()
     with session.catalog.transaction(join=False):

@@ -40,6 +40,7 @@ from ..formats.python_program import Program, program, forward_inputs, quiet, to
 from ..formats.whole_graph import whole_graph
 from ..operators.backends import devices
 from ..operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
+from ..progress import Meter
 from ..sql.nodes import ImportModel
 from ..tuning.training import resolve_reference, source_file
 from . import ddl, trust
@@ -82,7 +83,8 @@ def wants_import(stmt: ImportModel, params: list) -> bool:
 
 
 def create_python_model(stmt: ImportModel, session, params: list) -> Result:
-    """Import the program ``stmt`` names (see the module docstring).
+    """Import the program ``stmt`` names (see the module docstring), reporting its :data:`STAGES` to the
+    session's progress hook (:mod:`modelsql.progress`, kind ``create_model``).
 
     Raises:
         ProgrammingError: ``unknown_option``, ``bad_option``, ``not_a_module``, ``factory_not_found``,
@@ -93,19 +95,48 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
     """
     session.check_writable()
     name = stmt.this.model_name
+    meter = Meter(session.progress, "create_model", total=len(STAGES), label=name.lower(), interval=0)
+    begun: list[int] = []
+
+    def stage(i: int) -> None:
+        begun.append(i)
+        meter.update(i, stage=STAGES[i])  # done: the stages before it
+
+    try:
+        out = _create(stmt, session, params, stage)
+    except BaseException:
+        meter.finish(ok=False)
+        raise
+    meter.update(len(begun))
+    meter.finish()
+    return out
+
+
+STAGES = ("running the example", "checking determinism", "trying a whole graph", "checking batching",
+          "timing eager and co-execution, storing")
+"""What an importable ``CREATE MODEL ... FROM PYTHON`` does, in order (its progress counts them; a program
+imported as a whole graph ends after the third)."""
+
+
+def _create(stmt: ImportModel, session, params: list, stage) -> Result:
+    """:func:`create_python_model`'s work; ``stage(i)`` is called as :data:`STAGES` ``[i]`` begins."""
+    name = stmt.this.model_name
     ref = str(value(stmt.args["source"], params))
     options = _options(stmt, params, name)
     if ddl.existing_model(session, name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
         return Result(session.duck, rowcount=0)
+    stage(0)
     module = program_module(ref)
     pristine = copy.deepcopy(module)  # the weights as given: the checks below call forward, which may mutate them
     label = f'model "{name.lower()}" ({ref})'
     prog = program(module, _example(session, module, options.get("example"), name), label=label,
                    output_names=options.get("outputs"))
+    stage(1)
     check_deterministic(prog, label)
     described = {"python": ref, **({"description": options["description"]} if "description" in options else {})}
     execution = options.get("execution", "auto")
     placed = {"device": options["device"]} if options["device"] not in ("auto", devices.CPU) else {}
+    stage(2)
     gate = whole_graph(prog)
     if execution in ("auto", "whole_graph") and gate.proto is not None:
         ddl.import_model(session, name, gate.proto, replace=bool(stmt.args.get("replace")),
@@ -119,7 +150,9 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
     described.update(whole_graph=(f"refused ({gate.rule}): {gate.reason}" if gate.rule else
                                   f"not used (execution = '{execution}'): the gate passed"),
                      **({"suggestion": gate.suggestion} if gate.suggestion else {}))
+    stage(3)
     reason = batching(prog, gate, bool(options.get("row_independent", False)))
+    stage(4)
     store_program(session, stmt, ref, prog, execution, {**described, **placed}, row_reason=reason,
                   state=state_tensors(pristine))
     return Result(session.duck, rowcount=1)

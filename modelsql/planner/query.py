@@ -18,7 +18,7 @@ from .options import uses_parameters
 from .plan_cache import CachedPlan
 from .binder import bind_query
 from .handlers import run_statement
-from .physical import Physical, build, choose
+from .physical import Physical, build, choose, predict_meter
 from .plan import QueryPlan
 from .predict_errors import predict_error
 from .result import Result
@@ -108,6 +108,7 @@ def run_cached(entry: CachedPlan, session, params: list) -> Result:
     ops = list(entry.persistent.values())
     for op in ops:
         op.reset([params[k - 1] for k in op.param_numbers])
+        op.function.progress = predict_meter(session, op.scan, op.execution)
     try:
         session.run(entry.sql, [params[k - 1] for k in entry.params],
                     lambda exc: predict_error(exc, ops, session.duck))

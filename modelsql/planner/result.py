@@ -56,6 +56,7 @@ class Result:
 
     def release(self) -> None:
         """Unregister functions and tables; commit a transaction begun for this statement."""
+        self._end_progress(ok=True)
         duck = self.duck
         if duck is None:
             return
@@ -82,6 +83,7 @@ class Result:
 
     def rollback(self) -> None:
         """Release after a failure: a transaction begun for this statement is rolled back, not committed."""
+        self._end_progress(ok=False)
         if self.own_snapshot and self.duck is not None:
             self.own_snapshot = False
             try:
@@ -89,6 +91,11 @@ class Result:
             except Exception:
                 pass
         self.release()
+
+    def _end_progress(self, ok: bool) -> None:
+        """Each PREDICT's final progress message (:mod:`modelsql.progress`): the statement's rows are read."""
+        for op in self.operators:
+            op.function.end_progress(ok)
 
     def error(self, exc: BaseException) -> Error:
         """The modelsql error for ``exc`` raised while this result was fetched."""

@@ -90,7 +90,8 @@ class Session:
         self.plans = PlanCache(duck)
         """Plans of the statement texts run before (see :mod:`modelsql.planner.plan_cache`)."""
         self.progress = None
-        """Called with a dict after every stage and round of a TUNE (the shell's progress display), or None."""
+        """The progress hook (``Connection.progress``): called with a dict per message of a long statement
+        (:mod:`modelsql.progress`), or None."""
         self.cache_key: Optional[tuple] = None
         """The plan-cache key of the statement being run, when it may be cached."""
         self._database_key = database_key(database, duck)

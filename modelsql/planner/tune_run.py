@@ -34,6 +34,7 @@ from ..catalog.owners import HEARTBEAT_SECONDS, this_process
 from ..catalog.studies import StageRow, StudyRow, TrialRow
 from .. import errors as errors_module
 from ..errors import OperationalError
+from ..progress import Meter
 from ..tuning.algorithms import Request, make_algorithm
 from ..tuning.executor import TaskOutcome, TaskSpec
 from ..tuning.stage_tree import EpochHP, Node, StageTree
@@ -78,12 +79,15 @@ class StudyRun:
         session: the :class:`~modelsql.planner.session.Session` owning the catalog connection.
         spec: the bound study.
         executor: a :class:`~modelsql.tuning.executor.LocalExecutor` or a Ray executor.
-        progress: called with a dict (``trials_done``, ``trials``, ``best_metric``, ``epochs_trained``,
-            ``epochs_requested``) after every stage and round, or None.
+        progress: the progress hook (:mod:`modelsql.progress`, kind ``tune``: ``trials_done``, ``trials``,
+            ``best_trial``, ``best_metric``, ``epochs_trained``, ``epochs_requested``), called after every stage
+            and round and when the run ends, or None.
     """
 
     def __init__(self, session, spec: StudySpec, executor, progress: Optional[Callable[[dict], None]] = None):
         self.session, self.spec, self.executor, self.progress = session, spec, executor, progress
+        self.meter = Meter(progress, "tune", label=f"study {spec.name}", interval=0, study=spec.name, trials=0, trials_done=0,
+                           best_trial=None, best_metric=None, epochs_trained=0, epochs_requested=0)
         self.catalog, self.store = session.catalog, session.store
         self.trees: dict[str, StageTree] = {}
         self.next_stage: dict[str, int] = {}
@@ -150,6 +154,15 @@ class StudyRun:
             OperationalError: ``study_stopped`` when interrupted (KeyboardInterrupt); everything finished
                 is committed and the study is resumable.
         """
+        ok = False
+        try:
+            row = self._run()
+            ok = True
+            return row
+        finally:
+            self.meter.finish(ok=ok)
+
+    def _run(self) -> StudyRow:
         spec = self.spec
         algorithm = make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode,
                                    seed=spec.seed, study_name=spec.name, options=spec.algorithm_options)
@@ -433,10 +446,9 @@ class StudyRun:
         if self.progress is None:
             return
         best_trial, best_metric = self._best_trial()
-        self.progress({"study": self.spec.name, "trials": len(self.trials),
-                       "trials_done": sum(1 for t in self.trials.values() if t.status in ("completed", "pruned", "failed")),
-                       "best_trial": best_trial, "best_metric": best_metric, "epochs_trained": self.trained,
-                       "epochs_requested": self.requested})
+        done = sum(1 for t in self.trials.values() if t.status in ("completed", "pruned", "failed"))
+        self.meter.update(done, len(self.trials), trials=len(self.trials), trials_done=done, best_trial=best_trial,
+                          best_metric=best_metric, epochs_trained=self.trained, epochs_requested=self.requested)
 
 
 def _owner(running: bool) -> dict:

@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -137,7 +137,7 @@ def _session(model: bytes, threads: int) -> ort.InferenceSession:
 def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequence[int], repeat: int,
                     warmup: int = 2, seed: int = 0, dims: Optional[Mapping[str, int]] = None,
                     others: Sequence[tuple[str, int, object]] = (), onnxruntime: bool = True,
-                    cuda: Sequence[str] = ()) -> list[LatencyTrace]:
+                    cuda: Sequence[str] = (), progress: Optional[Callable[[int], None]] = None) -> list[LatencyTrace]:
     """One :class:`LatencyTrace` per (backend, threads, batch size) of ``model`` (serialized ONNX): ONNX Runtime
     for every thread count, then each of ``others``, all on the same inputs and interleaved.
 
@@ -148,6 +148,8 @@ def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequen
         cuda: CUDA devices (``"cuda:N"``) to time ONNX Runtime on as well, each as PREDICT runs there: a
             :class:`~modelsql.operators.backends.cuda.CudaModel` (one thread, CUDA graphs captured per batch
             bucket, outputs copied back to the host).
+        progress: called as ``progress(1)`` after each run, warm-up runs included (``len(batch_sizes)`` times
+            ``warmup + repeat`` runs per runner: each thread count of each backend, each CUDA device), or None.
 
     Raises:
         ProgrammingError: ``invalid_option`` for an empty or non-positive batch size, thread count or repeat.
@@ -162,17 +164,20 @@ def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequen
     runners = [(b, t, r, "cpu") for b, t, r in (runners if onnxruntime else [])]
     runners += [(backend, t, _Runner(m), "cpu") for backend, t, m in others]
     runners += [("onnxruntime", 1, _Runner(CudaModel(model, "the profiled model", d)), d) for d in cuda]
+    counted = progress or (lambda n: None)
     configs = []
     for backend, t, runner, device in runners:
         for b in batch_sizes:
             for _ in range(warmup):
                 runner.run(None, feeds[b])
+                counted(1)
             configs.append((backend, t, b, runner, feeds[b], [], device))
     for _ in range(repeat):  # interleaved: each round times every configuration once
         for _, _, _, runner, batch, times, _ in configs:
             start = time.perf_counter()
             runner.run(None, batch)
             times.append(time.perf_counter() - start)
+            counted(1)
     return [LatencyTrace(backend, t, b, tuple(times), device) for backend, t, b, _, _, times, device in configs]
 
 
