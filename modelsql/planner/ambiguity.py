@@ -54,7 +54,7 @@ def _ambiguous(text: str, found: "msql.TableWord") -> ProgrammingError:
     written = f"{first} {found.name}"
     does, theirs = _DUCKDB_MEANING[first]
     what = "collects the model store's blobs no catalog entry uses" if first == "VACUUM" else \
-        f"lists the {ours.lower()} of modelsql's catalog"
+        f"lists its {ours.lower()}"
     message = (f'{found.prefix}{written} is ambiguous: a table or view named "{found.name}" exists, and DuckDB\'s '
                f"{written} {does}, while modelsql's {first} {ours} {what}. Write {found.prefix}"
                f"{theirs.format(name=found.name)} for the table, or {found.prefix}{first} MODELSQL {ours} for "
