@@ -10,7 +10,10 @@ Workers are processes, not threads: torch's RNGs and thread count are per proces
 bit-exact only when its process has exactly the state the stage restores (the recipe
 measured when the stage tree was designed). Each is a fresh interpreter
 (:mod:`modelsql.tuning.worker`; not a fork of a process holding DuckDB and ONNX Runtime threads,
-nor a ``multiprocessing`` spawn, which re-imports the user's ``__main__``), kept for the next study.
+nor a ``multiprocessing`` spawn, which re-imports the user's ``__main__``), kept for the next study
+and stopped after :data:`IDLE_SECONDS` without a task. A worker runs in a session of its own, so a
+terminal's Ctrl-C reaches the study's process alone (which stops the study); cancelling a running
+task (:meth:`LocalExecutor.submit`'s future) interrupts it in its worker, as the Ray executor does.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import concurrent.futures as cf
 import contextlib
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +36,11 @@ from ..errors import OperationalError
 from .stage_tree import EpochHP
 from .messages import read_message, write_message
 
-__all__ = ["TaskSpec", "TaskOutcome", "run_task", "LocalExecutor", "local_executor"]
+__all__ = ["TaskSpec", "TaskOutcome", "run_task", "LocalExecutor", "local_executor", "IDLE_SECONDS"]
+
+IDLE_SECONDS = 30.0
+"""How long a worker process waits for the next task before it is stopped (a study's rounds follow each
+other at once; a worker kept longer only holds memory and torch's threads)."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +116,10 @@ class _Worker:
     """One worker process (``python -m modelsql.tuning.worker``) and the data key it holds."""
 
     def __init__(self, env: tuple) -> None:
+        # A session of its own: a terminal's Ctrl-C goes to the foreground process group, and a worker in it
+        # would die with its own traceback (idle) or fail its task, instead of the study stopping it.
         self.proc = subprocess.Popen([sys.executable, "-m", "modelsql.tuning.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=worker_env(env[1]))
+                                     stdout=subprocess.PIPE, env=worker_env(env[1]), start_new_session=True)
         self.env = env
         self.data_key: Optional[str] = None
 
@@ -123,6 +133,12 @@ class _Worker:
             raise OperationalError(f"the training worker process {self.proc.pid} died "
                                    f"(exit status {self.proc.wait()})", code="worker_died")
         return outcome
+
+    def interrupt(self) -> None:
+        """Stop the task it is training (the worker answers it as failed and waits for the next one)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.proc.pid, signal.SIGINT)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -146,6 +162,21 @@ def worker_env(path: tuple[str, ...]) -> dict:
     return env
 
 
+class _TaskFuture(cf.Future):
+    """A task's future whose :meth:`cancel` also interrupts the task when a worker is training it (its
+    result, if one still comes, lands on a future nobody reads)."""
+
+    worker: Optional[_Worker] = None
+
+    def cancel(self) -> bool:
+        if super().cancel():
+            return True
+        worker = self.worker
+        if worker is not None and not self.done():
+            worker.interrupt()
+        return False
+
+
 class LocalExecutor:
     """``workers`` worker processes on this machine that run :func:`run_task`, one task each at a time.
 
@@ -166,7 +197,12 @@ class LocalExecutor:
     def _serve(self) -> None:
         worker: Optional[_Worker] = None
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=IDLE_SECONDS if worker is not None else None)
+            except queue.Empty:  # idle: stop the process; the next task starts a fresh one
+                worker.close()
+                worker = None
+                continue
             if item is None:
                 break
             future, env, args = item
@@ -177,7 +213,12 @@ class LocalExecutor:
                     worker.close()  # another factory version or import path: a fresh interpreter imports it anew
                     worker = None
                 worker = worker or _Worker(env)
-                future.set_result(worker.call(*args))
+                future.worker = worker
+                try:
+                    outcome = worker.call(*args)
+                finally:
+                    future.worker = None
+                future.set_result(outcome)
             except BaseException as exc:  # noqa: BLE001 - the future carries it to the study
                 if worker is not None:
                     worker.close()
@@ -188,7 +229,7 @@ class LocalExecutor:
 
     def submit(self, spec: TaskSpec, data, parent: Optional[bytes]) -> cf.Future:
         """Queue one task; the future gives its :class:`TaskOutcome`. ``data`` is what :meth:`put_data` gave."""
-        future: cf.Future = cf.Future()
+        future = _TaskFuture()
         key, arrays, env = data
         self._queue.put((future, env, (key, arrays, spec, parent)))
         return future

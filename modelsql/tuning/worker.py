@@ -8,10 +8,13 @@ its stdout (see :class:`~modelsql.tuning.executor.LocalExecutor`):
 
 The worker is a fresh interpreter started with ``-m`` (not a ``multiprocessing`` child, which would
 re-import the user's ``__main__``); it exits when its stdin closes, so it never outlives its parent.
+SIGINT interrupts the task being trained (answered as a failed task: the parent sends it to cancel the
+task); between tasks it is ignored, so a message is never cut in half.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import warnings
 from typing import Any
@@ -19,6 +22,13 @@ from typing import Any
 
 def main() -> None:
     """Serve tasks until stdin closes."""
+    training = [False]
+
+    def interrupt(signum, frame) -> None:
+        if training[0]:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
     from modelsql.tuning.executor import run_task
     from modelsql.tuning.messages import read_message, write_message
 
@@ -36,7 +46,12 @@ def main() -> None:
             data[key] = message[2]
             continue
         _, _, spec, parent = message
-        write_message(out, run_task(spec, data[key], parent))
+        training[0] = True
+        try:
+            outcome = run_task(spec, data[key], parent)
+        finally:
+            training[0] = False
+        write_message(out, outcome)
 
 
 if __name__ == "__main__":
