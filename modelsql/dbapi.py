@@ -22,8 +22,6 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import duckdb
 
 from . import duckdb_errors as _duckdb_errors
-from .planner.ddl import import_model
-from .planner.pipeline_import import import_pipeline
 from .planner.session import Session
 from .progress import OnlyKinds
 from .storage.files import os_error as _os_error
@@ -484,6 +482,8 @@ class Connection:
             ProgrammingError: unsupported object.
             OperationalError: a file-system call failed (``disk_full``, ``io_error``); nothing was added.
         """
+        from .planner.ddl import import_model  # imported when used: plain SQL never needs the converters
+
         self._check_open()
         self._settle()
         try:
@@ -543,6 +543,8 @@ class Connection:
             DataError: a converted step disagrees with scikit-learn (``"conversion_mismatch"``).
             ProgrammingError: no example rows, an invalid name.
         """
+        from .planner.pipeline_import import import_pipeline
+
         self._check_open()
         self._settle()
         try:

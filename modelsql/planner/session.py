@@ -21,6 +21,7 @@ user's closing ``COMMIT`` still has a transaction to end.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Optional, Sequence
 
 import duckdb
@@ -35,7 +36,6 @@ from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPip
                          ShowServers)
 from ..storage import BlobStore
 from ..storage.files import os_error
-from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401  (each registers its statements' handlers)
 from . import database_dump, open_databases
 from .ambiguity import refuse_ambiguous
 from .handlers import run_statement
@@ -189,7 +189,9 @@ class Session:
     def close(self) -> None:
         """Stop the servers this session started, roll back an open transaction and drop cached plans;
         model sessions live in the process-wide cache."""
-        serve.stop_all(owner=self)
+        serve = sys.modules.get(f"{__package__}.serve")  # no server runs before SERVE imported it
+        if serve is not None:
+            serve.stop_all(owner=self)
         if self.registered:
             open_databases.release(self.database)
             self.registered = False
@@ -222,6 +224,7 @@ class Session:
             return run_cached(entry, self, params or [])
         if not msql.mentions_models(text):
             return self.passthrough(text, params)
+        register_handlers()
         refuse_ambiguous(self, text)  # SHOW models with a table "models": DuckDB's text and ours
         numbered, count = msql.number_placeholders(text)
         self.qmark_style = count > 0
@@ -447,9 +450,17 @@ def _specs_text(specs) -> str:
                                                    else "") for s in specs)
 
 
+def register_handlers() -> None:
+    """Import the modules that register the statement handlers (:mod:`modelsql.planner.handlers`): on the
+    first text that mentions models, so plain SQL never imports the converters, ONNX, TVM or the server."""
+    from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401
+
+
 def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
     """The ``$n`` numbers of a statement (of the statement inside an ``EXPLAIN``, which sqlglot keeps as text)."""
-    parts = explain.explain_parts(stmt)
+    from .explain import explain_parts
+
+    parts = explain_parts(stmt)
     if parts is not None:
         return [n for st in msql.parse(parts[1]) for n in _numbered_placeholders(st)]
     return [int(p.this) for p in stmt.find_all(exp.Placeholder) if str(p.this).isdigit()]
@@ -461,7 +472,9 @@ def _reads_only(stmt: exp.Expression) -> bool:
     if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel, ShowPipelines, DescribePipeline,
                          ExportPipeline, ShowServers)):
         return True
-    parts = explain.explain_parts(stmt)
+    from .explain import explain_parts
+
+    parts = explain_parts(stmt)
     if parts is None or parts[0] != "EXPLAIN ":
         return False  # (EXPLAIN ANALYZE runs its statement)
     words = parts[1].upper().split(None, 1)
