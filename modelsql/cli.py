@@ -49,6 +49,9 @@ DEFAULT_DATABASE = "modelsql.duckdb"
 HISTORY_FILE = "~/.modelsql_history"
 """Interactive shell history (readline), overridable with ``$MODELSQL_HISTORY``."""
 
+HISTORY_NEWLINE = "\x01"
+"""Stands for a line break of a multi-line statement in the history file, one entry a line (psql's choice)."""
+
 PROMPT = "modelsql> "
 CONTINUATION_PROMPT = "     ...> "
 
@@ -276,18 +279,18 @@ class Runner:
 
 HELP = """\
 Enter SQL statements terminated by ";" (they may span several lines).
-Besides DuckDB SQL:
-  IMPORT MODEL m FROM 'f.onnx' [WITH (features = (a, b), description = '...')]
-  CREATE OR REPLACE MODEL m FROM 'f.onnx'    a new version; older ones stay
-  DROP MODEL m [VERSION n]    SHOW MODELS    DESCRIBE MODEL m [VERSION n]
-  EXPORT MODEL m TO 'f.onnx'  VACUUM MODELS (delete blobs no model uses)
-  TRUST MODEL m [VERSION n]   let its code (Python, compiled library) run:
-                              a database's code runs only when you trust it
+Besides DuckDB SQL, these statements (the README describes each):
+{statements}
+  (source: 'f.onnx', PYTHON 'package.module:function' or STUDY s [TRIAL n])
   EXPLAIN [ANALYZE] SELECT ...    how each PREDICT is bound and run (model,
                                   columns, options), then DuckDB's plan
+  EXPORT DATABASE 'dir' / IMPORT DATABASE 'dir'   with the models' catalog
+A database's code (Python programs, compiled libraries) runs only when you
+trust it (TRUST MODEL, or your own key signed it).
 
 SELECT ... FROM PREDICT(MODEL m [VERSION n], TABLE t | (SELECT ...)
                         [, option = value ...]) [AS alias]
+PREDICT(PIPELINE p ...) runs a pipeline the same way.
 Options are named arguments after the input (=, := or =>), among them:
   on_null = 'error' | 'skip' | 'null'   a NULL fed to the model: an error
                                         (default), leave the row out, or
@@ -295,7 +298,7 @@ Options are named arguments after the input (=, := or =>), among them:
   features = (col_a, col_b, ...)        the columns that feed the model's
                                         input, in order
   batch_size = 1000                     at most this many rows per model run
-  backend = 'onnxruntime'               the runtime (the only one for now)
+  backend = 'onnxruntime' | 'tvm'       the runtime (tvm: a COMPILEd artifact)
   execution = 'auto' | 'stream' | 'batch'
                                         stream chunks through the model, or
                                         run it over the whole input first;
@@ -307,23 +310,63 @@ Options are named arguments after the input (=, := or =>), among them:
                                         at a time (default true)
 {known}
 
-.help             this text
-.mode [MODE]      show or set how results print: table (default), line (one
-                  "column = value" line each: what a table hides), csv, json
-.tables           list tables
-.models           list models (SHOW MODELS)
-.schema TABLE     columns of a table (DESCRIBE TABLE)
-.quit, .exit      leave the shell (Ctrl-D works too)
-Ctrl-C clears the statement being typed."""
+{dot_commands}
+Ctrl-C clears the statement being typed (or stops the one running);
+a multi-line statement is one history entry."""
+
+DOT_COMMANDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    ((".help",), "", "this text"),
+    ((".mode",), "[MODE]", 'show or set how results print: table (default), line (one "column = value" line '
+                           "each: what a table hides), csv, json"),
+    ((".tables",), "", "list tables"),
+    ((".models",), "", "list models (SHOW MODELS)"),
+    ((".schema",), "[TABLE]", "columns of a table (DESCRIBE TABLE); of every table without one"),
+    ((".quit", ".exit", ".q"), "", "leave the shell (Ctrl-D works too)"),
+)
+"""The shell's dot commands: (names, arguments, what it does); :meth:`Shell._dot` runs exactly these, and
+``.help`` lists them from here."""
+
+
+def says_words(text: str, words: Sequence[str]) -> bool:
+    """Whether one line of ``text`` has ``words`` in order (``CREATE [OR REPLACE] MODEL`` says
+    ``CREATE MODEL`` and ``CREATE OR REPLACE MODEL``)."""
+    pattern = re.compile(r"\b" + r"\b.*?\b".join(map(re.escape, words)) + r"\b")
+    return any(pattern.search(line) for line in text.splitlines())
+
+
+def statement_forms() -> list[str]:
+    """How each statement of the registry (:data:`modelsql.sql.nodes.STATEMENT_NODES`) is written: the
+    ````...```` forms that open its node's docstring (one line per node when they fit), and the words of a
+    sequence none of them says, so a new statement is in ``.help`` the day it is registered."""
+    import inspect
+
+    from .sql.nodes import STATEMENT_NODES
+
+    forms: list[str] = []
+    for node in STATEMENT_NODES:
+        first = inspect.cleandoc(node.__doc__ or "").split("\n\n")[0]
+        written = [" ".join(f.split()) for f in re.findall(r"``(.+?)``", first, re.S)]
+        own = [f for f in written if any(says_words(f, seq) and f.startswith(seq[0]) for seq in node.WORDS)]
+        own += [" ".join(seq) for seq in node.WORDS if not any(says_words(f, seq) for f in own)]
+        joined = "  /  ".join(own)
+        forms.extend([joined] if len(joined) <= 76 else own)
+    return forms
 
 
 def help_text() -> str:
-    """:data:`HELP` with the PREDICT options this version knows (more may come; the README
-    describes each)."""
+    """:data:`HELP` with the statements of the registry (:func:`statement_forms`), the PREDICT options this
+    version knows (more may come; the README describes each) and the dot commands (:data:`DOT_COMMANDS`)."""
     from .planner.bind import KNOWN_OPTIONS
 
+    statements = "\n".join(textwrap.fill(form, 78, initial_indent="  ", subsequent_indent="      ",
+                                         break_on_hyphens=False) for form in statement_forms())
     known = f"All the options this version knows: {', '.join(KNOWN_OPTIONS)}; the README describes each."
-    return HELP.format(known=textwrap.fill(known, 78, initial_indent="  ", subsequent_indent="  "))
+    dots = []
+    for names, args, what in DOT_COMMANDS:
+        head = ", ".join(names) + (f" {args}" if args else "")
+        dots.append(textwrap.fill(what, 78, initial_indent=f"{head:<18}", subsequent_indent=" " * 18))
+    return HELP.format(statements=statements, dot_commands="\n".join(dots),
+                       known=textwrap.fill(known, 78, initial_indent="  ", subsequent_indent="  "))
 
 
 class Shell:
@@ -341,6 +384,7 @@ class Shell:
         self.interactive = stdin.isatty()
         self.failed = False
         self._readline = None
+        self._history_added = 0  # lines readline's input() added to the history for the statement being typed
 
     # -- input ---------------------------------------------------------------
 
@@ -358,14 +402,41 @@ class Shell:
             readline.set_history_length(2000)
             if os.path.exists(path):
                 readline.read_history_file(path)
+                self._recode_history(HISTORY_NEWLINE, "\n")
         except Exception:
             pass
+
+    def _recode_history(self, old: str, new: str) -> None:
+        readline = self._readline
+        for i in range(readline.get_current_history_length()):
+            item = readline.get_history_item(i + 1)  # 1-based, where replace_history_item is 0-based
+            if item and old in item:
+                readline.replace_history_item(i, item.replace(old, new))
 
     def _save_history(self) -> None:
         if self._readline is None:
             return
         try:
+            # the file keeps one entry a line: a statement's line breaks are saved as HISTORY_NEWLINE (as psql does)
+            self._recode_history("\n", HISTORY_NEWLINE)
             self._readline.write_history_file(self._history_path)
+        except Exception:
+            pass
+
+    def _history_as_one(self, lines: list[str]) -> None:
+        """Replace the history entries the lines of a multi-line statement left (one per line) by the
+        statement, so the up arrow recalls it whole."""
+        readline, added = self._readline, self._history_added
+        self._history_added = 0
+        if readline is None or added < 2:
+            return
+        try:
+            end = readline.get_current_history_length()
+            if end < added or readline.get_history_item(end) != lines[-1]:
+                return  # not the entries input() added (the history was changed meanwhile)
+            for _ in range(added):
+                readline.remove_history_item(readline.get_current_history_length() - 1)
+            readline.add_history("\n".join(lines))
         except Exception:
             pass
 
@@ -373,9 +444,12 @@ class Shell:
         """One line without its newline, or None at end of input."""
         if self.interactive:
             try:
-                return input(prompt)
+                line = input(prompt)
             except EOFError:
                 return None
+            if line and self._readline is not None:
+                self._history_added += 1  # readline's input() adds every non-empty line
+            return line
         line = self.stdin.readline()
         if not line:
             return None
@@ -397,29 +471,33 @@ class Shell:
         try:
             while True:
                 try:
+                    if not buffer:
+                        self._history_added = 0
                     line = self._read_line(CONTINUATION_PROMPT if buffer else PROMPT)
-                except KeyboardInterrupt:
+                    if line is None:
+                        if self.interactive:
+                            self.runner.console.print()  # end the prompt's line after Ctrl-D
+                        if buffer and "".join(buffer).strip():
+                            self._execute("\n".join(buffer))  # a last statement without ";"
+                        break
+                    if not buffer and line.strip().startswith("."):
+                        if self._dot(line.strip()) is False:
+                            break
+                        continue
+                    buffer.append(line)
+                    text = "\n".join(buffer)
+                    if not text.strip():
+                        buffer = []
+                        continue
+                    if is_complete(text):
+                        lines, buffer = buffer, []
+                        self._history_as_one([ln for ln in lines if ln])
+                        self._execute(text)
+                except KeyboardInterrupt:  # at the prompt (as python's and psql's): drop the line, prompt again
+                    if not self.interactive:
+                        raise
                     self.runner.console.print()
                     buffer = []
-                    continue
-                if line is None:
-                    if self.interactive:
-                        self.runner.console.print()  # end the prompt's line after Ctrl-D
-                    if buffer and "".join(buffer).strip():
-                        self._execute("\n".join(buffer))  # a last statement without ";"
-                    break
-                if not buffer and line.strip().startswith("."):
-                    if self._dot(line.strip()) is False:
-                        break
-                    continue
-                buffer.append(line)
-                text = "\n".join(buffer)
-                if not text.strip():
-                    buffer = []
-                    continue
-                if is_complete(text):
-                    buffer = []
-                    self._execute(text)
         finally:
             self._save_history()
         return 1 if (self.failed and not self.interactive) else 0
@@ -437,7 +515,8 @@ class Shell:
         word, _, rest = command.partition(" ")
         word = word.lower().rstrip(";")
         rest = rest.strip().rstrip(";").strip()
-        if word in (".quit", ".exit", ".q"):
+        word = next((names[0] for names, _, _ in DOT_COMMANDS if word in names), word)
+        if word == ".quit":
             return False
         if word == ".help":
             self.runner.console.print(help_text(), highlight=False, markup=False)
@@ -524,7 +603,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "line each, as sqlite3's .mode line), csv, json")
 
     options(parser, True)
-    parser.add_argument("-c", "--command", metavar="SQL", help="run the statement(s) in SQL, print results, exit")
+    parser.add_argument("-c", "--command", metavar="SQL", action="append",
+                        help="run the statement(s) in SQL, print results, exit; repeated, each in order (stopping "
+                             "at the first error). A SERVE among them serves until Ctrl-C or SIGTERM")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     p_run = sub.add_parser("run", help="run every statement of a SQL file in order, stop at the first error")
     p_run.add_argument("file", help='the SQL file ("-" for stdin)')
@@ -613,21 +694,60 @@ def _run(args: argparse.Namespace, database: str, fmt: str, console: Console, er
             except UnicodeDecodeError:
                 err.print(escape(f"Cannot read {args.file}: not a UTF-8 text file of SQL statements."), highlight=False)
                 return 1
-    con = modelsql.connect(database, read_only=bool(getattr(args, "read_only", False)),
-                           allow_python=not getattr(args, "no_python", False))
+    allow_python = not getattr(args, "no_python", False)
+    if allow_python:
+        _import_from_working_directory()
+    con = modelsql.connect(database, read_only=bool(getattr(args, "read_only", False)), allow_python=allow_python)
     try:
         con.autocommit = True
         runner = Runner(con, console, err, fmt)
-        if args.command is not None:
-            return 0 if runner.run_script(args.command) else 1
-        if script is not None:
-            return 0 if runner.run_script(script, source=source) else 1
+        if args.command is not None or script is not None:
+            texts = [(text, None) for text in args.command] if args.command is not None else [(script, source)]
+            if not all(runner.run_script(text, source=where) for text, where in texts):
+                return 1
+            _serve_until_stopped(con, err)
+            return 0
         return Shell(runner, database).run()
     finally:
         try:
             con.close()
         except Exception:
             pass
+
+
+def _import_from_working_directory() -> None:
+    """Put the working directory first on ``sys.path``, as ``python -c`` does, so ``FROM PYTHON
+    'mynets.nets:Net'`` finds ``./mynets`` (not with ``--no-python``: SQL from others could write a module
+    there that a later import would run)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _serve_until_stopped(con, err: Console) -> None:
+    """When the statements of ``-c`` or ``run FILE`` left servers running (SERVE), keep serving until SIGINT
+    (Ctrl-C) or SIGTERM, as ``modelsql serve`` does; closing the connection then stops them, draining."""
+    import signal
+    import threading
+
+    cur = con.cursor()
+    try:
+        cur.execute("SHOW SERVERS")
+        urls = sorted({row[0] for row in cur.fetchall()})
+    finally:
+        cur.close()
+    if not urls:
+        return
+    done = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: done.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        err.print(f"serving at {', '.join(urls)} until Ctrl-C (SIGINT) or SIGTERM", highlight=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        done.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m modelsql.cli`
