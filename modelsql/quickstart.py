@@ -259,7 +259,7 @@ def drop_earlier_models(con, console: Console) -> list[str]:
     Returns:
         The names dropped.
     """
-    existing = {str(row[0]).lower() for row in con.execute("SHOW MODELS").fetchall()}
+    existing = {str(row[0]).lower() for row in con.execute("SHOW MODELSQL MODELS").fetchall()}
     dropped = [name for name in MODELS if name in existing]
     for name in dropped:
         con.execute(f"DROP MODEL {name}")
