@@ -380,3 +380,32 @@ def test_plain_sql_and_a_predict_import_no_heavy_package(tmp_path):
     assert r.returncode == 0, r.stderr
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in r.stderr.splitlines() if "|" in line}
     assert not imported & set(HEAVY), imported & set(HEAVY)
+
+
+def _tvm_missing() -> str | None:
+    from modelsql.operators.backends import tvm as tvm_backend  # the module imports no TVM
+
+    return tvm_backend.install_reason()
+
+
+@pytest.mark.skipif(_tvm_missing() is not None, reason="TVM is not installed (modelsql[tvm])")
+def test_predict_of_a_compiled_model_that_onnx_runtime_runs_imports_neither_tvm_nor_torch(tmp_path):
+    """The report: the first PREDICT of a compiled model in a new process imported TVM and torch (15-30 s) to
+    learn this CPU's TVM target, though the cost function then chose ONNX Runtime."""
+    db = _served_model(tmp_path)
+    env = _env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    compile_it = (f"import modelsql\ncon = modelsql.connect({db!r})\n"
+                  "con.execute('CREATE TABLE t AS SELECT 1.5::FLOAT AS x')\n"
+                  "assert con.execute(\"COMPILE MODEL m FOR 'llvm'\").fetchone()[5] == 'checked'")
+    r = subprocess.run([sys.executable, "-c", compile_it], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    predict = (f"import modelsql, sys\ncon = modelsql.connect({db!r})\n"
+               "plan = con.execute('EXPLAIN SELECT y FROM PREDICT(MODEL m, TABLE t)').fetchall()[0][1]\n"
+               "assert '[onnxruntime]' in plan, plan\n"
+               "assert con.execute('SELECT y FROM PREDICT(MODEL m, TABLE t)').fetchall() == [(3.0,)]\n"
+               f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", predict], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[-2] == "[]", r.stdout

@@ -76,8 +76,17 @@ def tvm_target(kind: str = "llvm", threads: Optional[int] = None) -> TvmTarget:
             ``device_not_available`` for ``cuda`` where CUDA is missing (the message lists what:
             :func:`cuda_missing`); ``invalid_target`` for another kind.
     """
-    tvm_backend = _backend()
     kind = kind.strip().lower()
+    if kind == "llvm":
+        from ..operators.backends import tvm as tvm_backend
+
+        # the CPU's name from an earlier process, if any: weighing an artifact against ONNX Runtime (each
+        # PREDICT of a compiled model) then imports neither TVM nor the torch tvm_ffi imports
+        spec = tvm_backend.remembered_cpu_target(threads or default_threads())
+        if spec is not None and tvm_backend.install_reason() is None:
+            v = tvm_backend.versions()
+            return TvmTarget("llvm", spec, tvm_backend.target_key(spec), v["tvm"], v["tvm_ffi"], "cpu")
+    tvm_backend = _backend()
     cuda = _CUDA.match(kind)
     if kind == "llvm":
         spec, device = tvm_backend.cpu_target(threads or default_threads()), "cpu"

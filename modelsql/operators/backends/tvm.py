@@ -16,7 +16,11 @@ without ``batch_size`` runs any number of rows; with ``batch_size`` the batch is
 shapes, what tuning needs) and :attr:`TvmModel.fixed_batch` is set.
 
 Target: a JSON target that names the CPU (:func:`cpu_target`). LLVM 22 drops ``-mcpu=native`` to a
-generic CPU without AVX2, and ``Target("llvm -mcpu=...")`` (the CLI string form) raises in 0.27.
+generic CPU without AVX2, and ``Target("llvm -mcpu=...")`` (the CLI string form) raises in 0.27. LLVM's name
+of the CPU is remembered per machine (:func:`remembered_cpu_target`: the user's cache folder, keyed by what
+``/proc/cpuinfo`` says of the CPU and the TVM versions), so a process that only weighs a compiled artifact
+against ONNX Runtime (every PREDICT of a compiled model) need not import TVM, and the torch that ``tvm_ffi``
+imports, to learn whether an artifact is this CPU's.
 
 CUDA (:func:`cuda_target`, ``{"kind": "cuda", "arch": "sm_XY"}``): the build runs Relax's CUDA pipeline
 (``relax.get_default_pipeline(target)``: LegalizeOps, FuseOps/FuseTIR, then DLight's default GPU schedules
@@ -67,7 +71,7 @@ from .onnxruntime import default_threads
 
 __all__ = [
     "REQUIRED_TVM", "REQUIRED_FFI", "unavailable_reason", "cpu_target", "cuda_target", "cuda_unavailable_reason",
-    "is_gpu_target", "target_key", "versions",
+    "is_gpu_target", "target_key", "versions", "remembered_cpu_target", "CPU_CACHE_FILE", "install_reason",
     "compile_onnx", "import_onnx", "bind_batch", "export_library", "TensorSpec", "Signature", "TvmModel",
     "load_library", "load_tvm", "parse_onnx", "error_text",
 ]
@@ -82,6 +86,9 @@ asks for ``>=0.1.14.post0``."""
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
 
+CPU_CACHE_FILE = "modelsql/llvm_cpu.json"
+"""Under ``$XDG_CACHE_HOME`` (by default ``~/.cache``): LLVM's name of this machine's CPU by CPU fingerprint."""
+
 
 def _version(dist: str) -> Optional[str]:
     try:
@@ -94,19 +101,29 @@ def _version(dist: str) -> Optional[str]:
 def unavailable_reason() -> Optional[str]:
     """None when this backend can be used, else one sentence saying why not.
 
-    Checks the installed distributions (apache-tvm, apache-tvm-ffi == :data:`REQUIRED_FFI`), then
-    that ``tvm.relax`` imports. Cached: the answer does not change within a process.
+    Checks the installed distributions (:func:`install_reason`), then that ``tvm.relax`` imports. Cached: the
+    answer does not change within a process.
     """
+    reason = install_reason()
+    if reason is not None:
+        return reason
+    tvm_version = _version("apache-tvm")
+    try:
+        load_tvm()
+    except Exception as exc:  # a broken install raises anything (ImportError, OSError from dlopen)
+        return f"Apache TVM {tvm_version} cannot be imported: {error_text(exc)}"
+    return None
+
+
+def install_reason() -> Optional[str]:
+    """None when the distributions are installed (apache-tvm, apache-tvm-ffi == :data:`REQUIRED_FFI`), else
+    one sentence saying why not; nothing is imported."""
     tvm_version, ffi_version = _version("apache-tvm"), _version("apache-tvm-ffi")
     if tvm_version is None or ffi_version is None:
         return "Apache TVM is not installed: install modelsql[tvm] (apache-tvm and apache-tvm-ffi)."
     if ffi_version != REQUIRED_FFI:
         return (f"apache-tvm-ffi {ffi_version} is installed but the TVM backend needs {REQUIRED_FFI} "
                 "(0.1.15 crashes in tvm::ffi::ToJSONGraph): install modelsql[tvm].")
-    try:
-        load_tvm()
-    except Exception as exc:  # a broken install raises anything (ImportError, OSError from dlopen)
-        return f"Apache TVM {tvm_version} cannot be imported: {error_text(exc)}"
     return None
 
 
@@ -132,7 +149,75 @@ def cpu_target(threads: int) -> dict:
         is ``tvm.target.codegen.llvm_get_system_cpu()`` (``"native"`` gives a generic CPU: no AVX2).
     """
     tvm = load_tvm()
-    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": int(threads)}
+    mcpu = str(tvm.target.codegen.llvm_get_system_cpu())
+    _remember_cpu(mcpu)
+    return {"kind": "llvm", "mcpu": mcpu, "num-cores": int(threads)}
+
+
+def remembered_cpu_target(threads: int) -> Optional[dict]:
+    """:func:`cpu_target` without importing TVM, when a process of this user on a CPU like this one, with these
+    TVM versions, imported TVM and asked it before; else None."""
+    fingerprint = _cpu_fingerprint()
+    if fingerprint is None:
+        return None
+    try:
+        with open(_cpu_cache_path(), encoding="utf-8") as fh:
+            mcpu = json.load(fh).get(fingerprint)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(mcpu, str) or not mcpu:
+        return None
+    return {"kind": "llvm", "mcpu": mcpu, "num-cores": int(threads)}
+
+
+def _cpu_cache_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, CPU_CACHE_FILE)
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_fingerprint() -> Optional[str]:
+    """What LLVM reads to name the CPU (vendor, family, model, stepping, feature flags; their ARM counterparts),
+    the machine and the TVM versions, hashed; None where ``/proc/cpuinfo`` cannot be read."""
+    import hashlib
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            first = fh.read().split("\n\n")[0]
+    except OSError:
+        return None
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    names = ("vendor_id", "cpu family", "model", "stepping", "flags", "CPU implementer", "CPU architecture",
+             "CPU variant", "CPU part", "Features")
+    v = versions()
+    parts = [platform.machine(), v["tvm"] or "", v["tvm_ffi"] or "", *(fields.get(n, "") for n in names)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _remember_cpu(mcpu: str) -> None:
+    """Add this machine's CPU name to the cache file (a cache: failing to write it changes nothing)."""
+    fingerprint = _cpu_fingerprint()
+    if fingerprint is None:
+        return
+    path = _cpu_cache_path()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            known = json.load(fh)
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    if known.get(fingerprint) == mcpu:
+        return
+    known[fingerprint] = mcpu
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".llvm_cpu.", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(known, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def cuda_unavailable_reason(ordinal: int = 0) -> Optional[str]:
