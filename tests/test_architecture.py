@@ -1,6 +1,7 @@
 """The layout rules of docs/architecture.md, checked on the source: no import cycles between
 modelsql's modules, operators/ never imports planner/ at run time, the client imports only the
-session, import_model and import_pipeline from the planner, and no module reads another's underscored names."""
+session, import_model and import_pipeline from the planner, no module reads another's underscored names, and
+``import modelsql`` loads no package a statement needs (ONNX, ONNX Runtime, torch, TVM, the server, ...)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,59 @@ def test_no_module_imports_another_modules_underscored_names() -> None:
         for target, names, _ in _imports(path):
             private = [n for n in names if n.startswith("_") and not n.startswith("__")]
             assert not private, f"{_module(path)} imports {private} from {target}"
+
+
+HEAVY = ("torch", "tvm", "tvm_ffi", "ray", "sklearn", "skl2onnx", "optuna", "uvicorn", "starlette", "onnx",
+         "onnxruntime", "pandas")
+"""Packages ``import modelsql`` must not import: each statement that needs one imports it (issue 22)."""
+
+
+def _load_time_imports(path: Path) -> tuple[set[str], set[str]]:
+    """(modelsql modules, other top-level packages) that importing ``path`` imports: the imports of its body,
+    its classes' bodies and its top-level ``if`` / ``try`` blocks, not those inside functions."""
+    tree = ast.parse(path.read_text())
+    here = _module(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    ours, others = set(), set()
+
+    def visit(nodes) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else []))
+                if name.startswith("modelsql"):
+                    ours.update([name] + [f"{name}.{a.name}" for a in node.names])
+                elif name and node.level == 0:
+                    others.add(name.split(".")[0])
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    (ours.add(a.name) if a.name.startswith("modelsql") else others.add(a.name.split(".")[0]))
+            visit(ast.iter_child_nodes(node))
+
+    visit(tree.body)
+    return ours, others
+
+
+def test_import_modelsql_imports_no_statement_s_heavy_package() -> None:
+    """The modules ``import modelsql`` loads (with every package above each) import none of :data:`HEAVY`
+    when they load; plain SQL and the client need none of them (``planner/session.py`` imports the
+    statements' handler modules on the first statement that mentions models)."""
+    modules = {_module(p): p for p in ROOT.rglob("*.py")}
+    seen: set[str] = set()
+    todo = ["modelsql"]
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in modules:
+            continue
+        seen.add(m)
+        parts = m.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        ours, _ = _load_time_imports(modules[m])
+        todo.extend(ours)
+    bad = {m: sorted(others & set(HEAVY)) for m in seen for others in [_load_time_imports(modules[m])[1]]
+           if others & set(HEAVY)}
+    assert not bad, f"loaded by import modelsql, these import what a statement needs: {bad}"
