@@ -173,6 +173,81 @@ def test_ctrl_c_at_the_prompt_after_a_tune_cancels_the_line_without_a_traceback(
     assert "Traceback" not in term.output and "KeyboardInterrupt" not in term.output
 
 
+SLOW_FACTORY = '''import time
+
+import torch
+
+
+class Busy(torch.nn.Module):
+    """A linear model whose every batch also keeps the CPU busy for 50 ms: a stage that trains for seconds."""
+
+    def __init__(self, in_features, n_outputs):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, n_outputs)
+
+    def forward(self, x):
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:
+            pass
+        return self.linear(x)
+
+
+def busy(in_features, n_outputs):
+    return Busy(in_features, n_outputs)
+'''
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The TUNE worker processes ``pid`` started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"modelsql.tuning.worker" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _cpu_used(pids: list[int], seconds: float) -> float:
+    before = sum(_cpu_seconds(p) for p in pids)
+    time.sleep(seconds)
+    return sum(_cpu_seconds(p) for p in pids) - before
+
+
+def test_ctrl_c_during_a_tune_stops_the_stage_training_in_its_worker(tmp_path, terminal):
+    """The workers no longer get the terminal's SIGINT, so the study's process stops the task it abandons: a
+    worker does not train on, unseen, after Ctrl-C stopped the study."""
+    make_db(str(tmp_path / "tune.duckdb")).close()
+    (tmp_path / "busymod.py").write_text(SLOW_FACTORY)
+    term = terminal(tmp_path, "-d", "tune.duckdb")  # python -m: the working directory is on sys.path
+    term.expect(PROMPT)
+    term.send("CREATE MODEL busy FROM PYTHON 'busymod:busy';\r")
+    term.expect(PROMPT)
+    term.send("TUNE MODEL busy ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = CHOICE(0.1), "
+              "batch_size = 64) USING GRID WITH (max_epochs = 200, seed = 0, workers = 1);\r")
+    deadline = time.monotonic() + 120
+    while not (workers := _workers_of(term.pid)) or _cpu_used(workers, 2.0) < 0.3:  # training
+        assert time.monotonic() < deadline, term.output[-3000:]
+        term.settle(0.5)
+    term.ctrl_c()
+    term.expect(r"study_stopped|[Ii]nterrupted", timeout=60)
+    term.expect(PROMPT)
+    time.sleep(1.0)
+    assert _cpu_used(workers, 3.0) < 0.3  # the stage's training stopped with the study
+    term.send(".quit\r")
+    assert term.wait() == 0
+    assert "Traceback" not in term.output
+
+
 # ----------------------------------------------------------------------- -c
 
 
