@@ -8,10 +8,12 @@ message. Every message has these keys:
 * ``kind``: ``"predict"``, ``"tune"``, ``"finetune"``, ``"profile"``, ``"compile"`` or ``"create_model"``
   (:data:`KINDS`; a display shows any other kind generically).
 * ``id``: an integer naming the job within the process (a statement with two PREDICTs runs two jobs).
-* ``label``: what the job works on (``model "m" version 1``, a study's or a pipeline's name).
+* ``label``: what the job works on (``model "m" version 1``, ``pipeline "p" version 1``, ``study s``, the
+  name CREATE MODEL gives).
 * ``done``, ``total``: units done, and in all (``total`` None when not known: a PREDICT whose input
   DuckDB gives no row estimate for). A PREDICT's total is DuckDB's estimate of its input's rows, which a
-  filter makes approximate; ``done`` never decreases.
+  filter makes approximate; TUNE's is the trials asked so far and PROFILE's of a pipeline adds each step's
+  runs as it starts, so both may grow; ``done`` never decreases.
 * ``unit``: ``"rows"`` (PREDICT), ``"trials"`` (TUNE, COMPILE), ``"epochs"`` (FINETUNE: full-batch steps),
   ``"runs"`` (PROFILE on synthetic inputs: timed and warm-up model runs), ``"queries"`` (PROFILE ... ON:
   the PREDICT queries it times), ``"stages"`` (CREATE MODEL ... FROM PYTHON: it does not train).
@@ -23,10 +25,11 @@ message. Every message has these keys:
 Kind-specific keys are listed in :data:`KINDS` (TUNE's are the ones its hook always had: ``study``,
 ``trials``, ``trials_done``, ``best_trial``, ``best_metric``, ``epochs_trained``, ``epochs_requested``).
 
-Messages are throttled (:data:`MIN_INTERVAL_S`) except TUNE's, which come after every stage and round, and
-a job's final one. PREDICT's messages come from DuckDB's worker threads while the statement runs or, for a
-query whose rows are fetched as they are made, while the cursor fetches them; one job's calls never
-overlap. A hook must not use the connection. An exception the hook raises ends the statement with it.
+Messages are throttled (:data:`MIN_INTERVAL_S`) except TUNE's (after every stage and round), CREATE MODEL's
+(as each stage begins) and a job's final one. PREDICT's messages come from DuckDB's worker threads while
+the statement runs or, for a query whose rows are fetched as they are made, while the cursor fetches
+them; one job's calls never overlap. A hook must not use the connection. An exception the hook raises
+ends the statement with it (on a failed job's final message it is dropped: the job's own error stands).
 """
 
 from __future__ import annotations
