@@ -218,9 +218,20 @@ class Runner:
         self.progress = ProgressDisplay(err)
         """Draws the progress of long statements on stderr (:mod:`modelsql.progress`)."""
         con.progress = self.progress
+        self._duckdb_bar = True
+
+    def _draw_progress_for(self, sql: str) -> None:
+        """On a terminal, DuckDB's own progress bar is off for a statement naming models (this display draws
+        its progress) and on for plain SQL (DuckDB's bar is all there is)."""
+        from .sql import mentions_models
+
+        bar = not (self.err.is_terminal and mentions_models(sql))
+        if bar != self._duckdb_bar:
+            self.con.duckdb_progress_bar = self._duckdb_bar = bar
 
     def execute_one(self, sql: str, *, show_rowcount: bool = False) -> None:
         """Execute one statement text and print its rows; raises modelsql errors."""
+        self._draw_progress_for(sql)
         cur = self.con.cursor()
         try:
             cur.execute(sql)

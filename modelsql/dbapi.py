@@ -429,6 +429,24 @@ class Connection:
             raise InterfaceError("tune_progress must be a callable or None.", code="invalid_argument")
         self._session.progress = None if callback is None else OnlyKinds(("tune",), callback)
 
+    @property
+    def duckdb_progress_bar(self) -> bool:
+        """Whether DuckDB prints its own progress bar for a query running past 2 s (its setting
+        ``enable_progress_bar_print``, True by default). The shell turns it off for a statement whose progress
+        it draws itself (:attr:`progress`), so two displays never share the terminal. Setting it plans nothing
+        again (a ``SET`` statement would drop the cached plans).
+
+        Raises:
+            InterfaceError: ``connection_closed``."""
+        self._check_open()
+        return bool(self._duck.execute("SELECT current_setting('enable_progress_bar_print')").fetchone()[0])
+
+    @duckdb_progress_bar.setter
+    def duckdb_progress_bar(self, on: bool) -> None:
+        self._check_open()
+        self._settle()
+        self._duck.execute(f"SET enable_progress_bar_print = {'true' if on else 'false'}")
+
     def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
         """Create a cursor, execute ``operation`` on it and return it (as sqlite3 does)."""
         cur = self.cursor()

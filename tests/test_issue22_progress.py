@@ -259,6 +259,23 @@ def test_the_display_prints_long_jobs_once_when_not_on_a_terminal():
     assert len(lines) == len(KINDS) and all("done in 0:03" in line for line in lines)
 
 
+def test_the_shell_silences_duckdbs_own_bar_for_statements_it_draws(lin):
+    """On a terminal, a statement naming models is drawn by the display alone (DuckDB's bar would share the
+    terminal with it); plain SQL keeps DuckDB's bar. Off a terminal nothing changes."""
+    from modelsql.cli import Runner
+
+    out = io.StringIO()
+    runner = Runner(lin, Console(file=out), Console(file=io.StringIO(), force_terminal=True))
+    assert lin.progress is runner.progress and lin.duckdb_progress_bar is True
+    runner.execute_one("SELECT count(*) FROM PREDICT(MODEL lin, TABLE t)")
+    assert lin.duckdb_progress_bar is False
+    runner.execute_one("SELECT count(*) FROM t")
+    assert lin.duckdb_progress_bar is True and out.getvalue().count("5000") == 2
+    piped = Runner(lin, Console(file=out), Console(file=io.StringIO()))
+    piped.execute_one("SELECT count(*) FROM PREDICT(MODEL lin, TABLE t)")
+    assert lin.duckdb_progress_bar is True
+
+
 # --------------------------------------------------------------------------- COMPILE with tune_trials
 
 def _tvm_tuning():
