@@ -55,8 +55,14 @@ class Result:
         other.operators, other.functions, other.sources, other.own_snapshot = [], [], [], False
 
     def release(self) -> None:
-        """Unregister functions and tables; commit a transaction begun for this statement."""
-        self._end_progress(ok=True)
+        """Unregister functions and tables; commit a transaction begun for this statement; send each PREDICT's
+        final progress message (last: what a progress hook raises leaves nothing registered)."""
+        try:
+            self._give_back()
+        finally:
+            self._end_progress(ok=True)
+
+    def _give_back(self) -> None:
         duck = self.duck
         if duck is None:
             return
