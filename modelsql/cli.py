@@ -3,7 +3,7 @@
 Usage::
 
     modelsql [--database PATH]                  # interactive shell (default database: ./modelsql.duckdb)
-    modelsql [--database PATH] -c "SQL"         # run the statement(s), print results, exit 1 on error
+    modelsql [--database PATH] -c "SQL" [-c "SQL" ...]   # run each in order, print results, exit 1 on error
     modelsql [--database PATH] run FILE.sql     # run every statement of FILE in order ("-" reads stdin)
     modelsql [--database PATH] quickstart       # load datasets, train, import and query three models
     modelsql --version
@@ -741,6 +741,8 @@ def _serve_until_stopped(con, err: Console) -> None:
     import signal
     import threading
 
+    if "modelsql.planner.serve" not in sys.modules:
+        return  # no SERVE ran (it imports the module): asking would import every statement's handler
     cur = con.cursor()
     try:
         cur.execute("SHOW SERVERS")
