@@ -212,15 +212,21 @@ def _workers_of(pid: int) -> list[int]:
     return found
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds ``pid`` has used (utime + stime); None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_used(pids: list[int], seconds: float) -> float:
-    before = sum(_cpu_seconds(p) for p in pids)
+    """CPU seconds the processes use in the next ``seconds`` (one that exits meanwhile counts as none)."""
+    before = {p: _cpu_seconds(p) for p in pids}
     time.sleep(seconds)
-    return sum(_cpu_seconds(p) for p in pids) - before
+    after = {p: _cpu_seconds(p) for p in pids}
+    return sum(after[p] - before[p] for p in pids if before[p] is not None and after[p] is not None)
 
 
 def test_ctrl_c_during_a_tune_stops_the_stage_training_in_its_worker(tmp_path, terminal):

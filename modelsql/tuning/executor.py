@@ -167,12 +167,14 @@ class _TaskFuture(cf.Future):
     result, if one still comes, lands on a future nobody reads)."""
 
     worker: Optional[_Worker] = None
+    interrupted = False
 
     def cancel(self) -> bool:
         if super().cancel():
             return True
         worker = self.worker
         if worker is not None and not self.done():
+            self.interrupted = True
             worker.interrupt()
         return False
 
@@ -218,6 +220,9 @@ class LocalExecutor:
                     outcome = worker.call(*args)
                 finally:
                     future.worker = None
+                if future.interrupted:  # stopped part-way: the next task gets an interpreter in a known state
+                    worker.close()
+                    worker = None
                 future.set_result(outcome)
             except BaseException as exc:  # noqa: BLE001 - the future carries it to the study
                 if worker is not None:
