@@ -238,10 +238,10 @@ def test_one_value_per_row_as_n_or_n_by_1(adaptive, binary):
 class _HeldRepository:
     """Records each batch as it starts; a batch holding a request for "hold" waits until ``release`` is set."""
 
-    def __init__(self):
+    def __init__(self, threads: int):
         self.started: list[list[str]] = []
         self.release = threading.Event()
-        self.pool = concurrent.futures.ThreadPoolExecutor(2)
+        self.pool = concurrent.futures.ThreadPoolExecutor(threads)
 
     def executor(self, group):
         return self.pool
@@ -253,8 +253,8 @@ class _HeldRepository:
         return [{"y": inputs["x"]} for _, inputs in items]
 
 
-def _servable(name: str) -> OrtServable:
-    return OrtServable(name, (), (), group="g")
+def _submit(batcher: Batcher, name: str) -> asyncio.Future:
+    return asyncio.ensure_future(batcher.submit(OrtServable(name, (), (), group="g"), {"x": np.ones(1)}, 1))
 
 
 async def _turns(n: int = 5) -> None:
@@ -262,23 +262,20 @@ async def _turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
+def _dispatched(metrics: ServerMetrics) -> float:
+    return metrics.registry.get_sample_value("modelsql_inference_batch_size_count", {"group": "g"}) or 0
+
+
 def test_adaptive_policy_sends_a_lone_request_at_once_and_batches_while_busy():
     async def scenario():
-        repo, metrics = _HeldRepository(), ServerMetrics()
-        batcher = Batcher(repo, metrics, max_batch_size=8, adaptive_wait_ms=10_000)  # the bound out of the way
-
-        def go(name):
-            return asyncio.ensure_future(batcher.submit(_servable(name), {"x": np.ones(1)}, 1))
-
-        def dispatched():
-            return metrics.registry.get_sample_value("modelsql_inference_batch_size_count", {"group": "g"}) or 0
-
-        first = go("hold")
+        repo, metrics = _HeldRepository(threads=1), ServerMetrics()
+        batcher = Batcher(repo, metrics, max_batch_size=8)  # the default policy
+        first = _submit(batcher, "hold")
         await _turns()
-        assert dispatched() == 1  # an idle group: dispatched in the same loop turn, no delay
-        later = [go("b"), go("c")]
+        assert _dispatched(metrics) == 1  # a free thread: dispatched in the same loop turn, no delay
+        later = [_submit(batcher, "b"), _submit(batcher, "c")]
         await asyncio.sleep(0.05)
-        assert dispatched() == 1  # a batch runs: they wait for it
+        assert _dispatched(metrics) == 1  # the one thread runs a batch of the group: they wait for it
         repo.release.set()
         await asyncio.gather(first, *later)
         assert repo.started == [["hold"], ["b", "c"]]  # dispatched together when it finished
@@ -288,16 +285,17 @@ def test_adaptive_policy_sends_a_lone_request_at_once_and_batches_while_busy():
     asyncio.run(scenario())
 
 
-def test_adaptive_policy_waits_at_most_its_bound_behind_a_running_batch():
+def test_adaptive_policy_uses_a_free_thread_at_once():
     async def scenario():
-        repo = _HeldRepository()
-        batcher = Batcher(repo, ServerMetrics(), max_batch_size=8, adaptive_wait_ms=20)
-        first = asyncio.ensure_future(batcher.submit(_servable("hold"), {"x": np.ones(1)}, 1))
+        repo, metrics = _HeldRepository(threads=2), ServerMetrics()
+        batcher = Batcher(repo, metrics, max_batch_size=8)
+        first = _submit(batcher, "hold")
         await _turns()
-        t0 = time.perf_counter()
-        await batcher.submit(_servable("b"), {"x": np.ones(1)}, 1)  # "hold" still runs on the other thread
-        waited = time.perf_counter() - t0
-        assert 0.015 < waited < 5 and not first.done()
+        second = _submit(batcher, "b")  # "hold" runs on one thread; the other is free
+        await _turns()
+        assert _dispatched(metrics) == 2
+        await second
+        assert not first.done() and repo.started == [["hold"], ["b"]]
         repo.release.set()
         await first
         batcher.close()

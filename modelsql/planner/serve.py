@@ -12,8 +12,8 @@ connection).
 
 Options (``WITH (...)`` of the statement): ``max_batch_size`` (rows, default
 32), ``max_queue_delay_ms`` (a fixed batching delay in ms; default: none, the adaptive policy of
-:mod:`modelsql.serving.batching`: a lone request runs at once, what arrives while a batch runs is
-batched), ``threads`` (worker threads shared by the unreserved pipelines, default: the cores),
+:mod:`modelsql.serving.batching`: a request runs at once while a thread is free, what arrives while
+all are busy is batched), ``threads`` (worker threads shared by the unreserved pipelines, default: the cores),
 ``max_request_mb`` (largest request body, default 64), ``memory_budget_mb`` (the most the loaded steps may
 take, measured as anonymous resident memory; the least recently used idle
 steps are unloaded past it and load again on their next request; default: no

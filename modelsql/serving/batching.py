@@ -5,14 +5,15 @@ Triton's dynamic batcher (triton-inference-server/server,
 (OSDI 2018) batching of requests to shared stages: one queue per
 ``Servable.group``, in arrival order. Two policies:
 
-* **adaptive** (the default, ``max_queue_delay_ms=None``): a request that finds
-  its group idle (no batch of the group running) is dispatched at once, with
-  whatever arrived in the same turn of the event loop, so a lone request waits
-  no more than with a delay of 0 (Triton's default). Requests that arrive while
-  a batch of the group runs are queued, and their batch is dispatched when a
-  running batch of the group finishes, or :data:`ADAPTIVE_WAIT_MS` after its
-  first request arrived, whichever comes first: under load the batches grow
-  with the arrival rate, at no cost to a request that comes alone.
+* **adaptive** (the default, ``max_queue_delay_ms=None``): work-conserving, as
+  Triton's dynamic batcher with its default delay of 0 and one model instance
+  per thread. A request that finds a thread of its group's executor free (fewer
+  batches of the group running than the executor has threads) is dispatched at
+  once, with whatever arrived in the same turn of the event loop, so a lone
+  request waits no more than with a delay of 0. Requests that arrive while
+  every thread runs a batch of the group are queued, and go as one batch when
+  one of those finishes: under load the batches grow with the arrival rate, at
+  no cost to a request that comes alone.
 * **fixed delay** (``max_queue_delay_ms=d``): a pending batch is dispatched
   ``d`` ms after its first request arrived (the policy before issue 22).
 
@@ -47,10 +48,7 @@ import numpy as np
 from .metrics import ServerMetrics
 from .repository import Repository, Servable
 
-__all__ = ["Batcher", "ADAPTIVE_WAIT_MS"]
-
-ADAPTIVE_WAIT_MS = 1.0
-"""The adaptive policy's bound: the most a request queued behind a running batch waits for it to finish, in ms."""
+__all__ = ["Batcher"]
 
 
 @dataclass
@@ -79,14 +77,13 @@ class Batcher:
         max_batch_size: rows at which a batch is dispatched at once (>= 1).
         max_queue_delay_ms: None (the default) for the adaptive policy; otherwise the fixed delay, the
             most a batch waits for more requests after its first one, in ms (>= 0).
-        adaptive_wait_ms: the adaptive policy's bound (default :data:`ADAPTIVE_WAIT_MS`).
 
     Raises:
         ValueError: ``max_batch_size < 1`` or ``max_queue_delay_ms < 0``.
     """
 
     def __init__(self, repository: Repository, metrics: ServerMetrics, *, max_batch_size: int = 32,
-                 max_queue_delay_ms: Optional[float] = None, adaptive_wait_ms: float = ADAPTIVE_WAIT_MS) -> None:
+                 max_queue_delay_ms: Optional[float] = None) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1 row; got {max_batch_size}")
         if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
@@ -97,7 +94,6 @@ class Batcher:
         self.max_queue_delay_ms = max_queue_delay_ms
         """The fixed delay in ms, or None: the adaptive policy."""
         self.adaptive = max_queue_delay_ms is None
-        self.max_queue_delay = (adaptive_wait_ms if self.adaptive else max_queue_delay_ms) / 1000.0
         self._queues: dict[Hashable, _Queue] = {}
         self._closed = False
 
@@ -141,15 +137,17 @@ class Batcher:
         if queue.rows >= self.max_batch_size:
             self._flush(queue)
         elif queue.timer is None:
-            queue.timer = self._schedule(queue)
+            queue.timer = self._schedule(queue, item.servable.group)
 
-    def _schedule(self, queue: _Queue) -> asyncio.Handle:
-        """The flush of ``queue``'s pending batch: at the end of this loop turn for an idle group under the
-        adaptive policy, else after the delay."""
+    def _schedule(self, queue: _Queue, group: Hashable) -> Optional[asyncio.Handle]:
+        """The flush of ``queue``'s pending batch: after the fixed delay; under the adaptive policy at the end
+        of this loop turn when a thread is free, else none (a running batch's end flushes it)."""
         loop = asyncio.get_running_loop()
-        if self.adaptive and queue.running == 0:
+        if not self.adaptive:
+            return loop.call_later(self.max_queue_delay_ms / 1000.0, self._flush, queue)
+        if queue.running < _threads(self.repository.executor(group)):
             return loop.call_soon(self._flush, queue)
-        return loop.call_later(self.max_queue_delay, self._flush, queue)
+        return None
 
     def _flush(self, queue: _Queue) -> None:
         if queue.timer is not None:
@@ -187,6 +185,12 @@ class Batcher:
         _deliver(items, outcome)
         if self.adaptive and queue.items and not self._closed:
             self._flush(queue)  # what arrived while the batch ran goes now
+
+
+def _threads(executor) -> int:
+    """How many batches ``executor`` runs at once: a ``ThreadPoolExecutor``'s ``max_workers`` (CPython keeps it
+    as ``_max_workers``, with no public accessor); 1 for an executor that does not say."""
+    return getattr(executor, "_max_workers", None) or 1
 
 
 def _timed(run: Callable, group: Hashable, batch: list) -> tuple[list, int]:

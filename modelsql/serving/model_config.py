@@ -15,8 +15,8 @@ model analyzer) read before their first request. Fields written:
   ``[-1]``) has ``dims [1]`` and ``reshape {"shape": []}``, Triton's way of saying that a client sends
   ``[N, 1]`` and the model takes ``[N]`` (the server accepts both);
 * ``dynamic_batching``: ``max_queue_delay_microseconds`` (the fixed delay; 0 under the adaptive
-  policy, which dispatches a lone request at once, as Triton's delay 0 does, and batches what
-  arrives while a batch runs), plus ``parameters.batching`` saying which policy runs.
+  policy, which, as Triton's delay 0 does, dispatches a request at once while a thread is free
+  and batches what arrives while every thread is busy), plus ``parameters.batching`` saying which policy runs.
 """
 
 from __future__ import annotations

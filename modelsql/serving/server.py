@@ -71,8 +71,8 @@ class InferenceServer:
         host: the one address to listen on (default ``"127.0.0.1"``).
         port: TCP port; 0 picks a free one (read it back from :attr:`port`).
         max_batch_size: rows at which a batch is dispatched (dynamic batching, :mod:`.batching`).
-        max_queue_delay_ms: None (the default): the adaptive batching policy (a lone request is dispatched
-            at once; what arrives while a batch runs is batched); a number: the fixed delay, the most a
+        max_queue_delay_ms: None (the default): the adaptive batching policy (a request is dispatched at
+            once while a thread is free; what arrives while all are busy is batched); a number: the fixed delay, the most a
             batch waits for more requests, in ms (see :mod:`.batching`).
         max_request_bytes: the largest accepted request body in bytes (default 64 MiB; 413 beyond).
         version: what ``GET /v2`` reports (default ``modelsql.__version__``).
