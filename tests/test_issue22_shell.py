@@ -159,9 +159,10 @@ def test_ctrl_c_at_the_prompt_after_a_tune_cancels_the_line_without_a_traceback(
     term.expect(PROMPT)
     term.send("SELECT 'half a statement',")  # typed, not entered
     term.ctrl_c()
-    shown = term.settle(4.0)
+    start = len(term.output)
+    term.expect(PROMPT, timeout=60)  # a fresh prompt, the line dropped (generous: CI machines are loaded)
+    shown = term.output[start:] + term.settle(2.0)
     assert "Traceback" not in shown and "KeyboardInterrupt" not in shown, shown
-    assert PROMPT in shown  # a fresh prompt, the line dropped
     term.send("SELECT 6 * 7 AS answer;\r")  # the half statement was dropped: this one runs alone
     term.expect(r"\b42\b")
     term.ctrl_c()  # twice more at an empty prompt
