@@ -330,7 +330,7 @@ DOT_COMMANDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     ((".mode",), "[MODE]", 'show or set how results print: table (default), line (one "column = value" line '
                            "each: what a table hides), csv, json"),
     ((".tables",), "", "list tables"),
-    ((".models",), "", "list models (SHOW MODELS)"),
+    ((".models",), "", "list models (SHOW MODELSQL MODELS)"),
     ((".schema",), "[TABLE]", "columns of a table (DESCRIBE TABLE); of every table without one"),
     ((".quit", ".exit", ".q"), "", "leave the shell (Ctrl-D works too)"),
 )
@@ -536,7 +536,7 @@ class Shell:
         elif word == ".tables":
             self._execute("SHOW TABLES;")
         elif word == ".models":
-            self._execute("SHOW MODELS;")
+            self._execute("SHOW MODELSQL MODELS;")
         elif word == ".schema":
             if not rest:
                 self._execute(
@@ -745,7 +745,7 @@ def _serve_until_stopped(con, err: Console) -> None:
         return  # no SERVE ran (it imports the module): asking would import every statement's handler
     cur = con.cursor()
     try:
-        cur.execute("SHOW SERVERS")
+        cur.execute("SHOW MODELSQL SERVERS")
         urls = sorted({row[0] for row in cur.fetchall()})
     finally:
         cur.close()

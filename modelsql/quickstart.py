@@ -425,7 +425,7 @@ def run(database: str, console: Optional[Console] = None) -> None:
         overall = show("Overall test accuracy", OVERALL_SQL)
         show("Mistakes: predictions joined with the original table", MISTAKES_SQL)
         show("Probabilities are arrays", PROBABILITIES_SQL)
-        show("The catalog", "SHOW MODELS;")
+        show("The catalog", "SHOW MODELSQL MODELS;")
         show("Storage: identical tensors are stored once", "SELECT * FROM modelsql.storage;")
         show("One model in detail", "DESCRIBE MODEL digits_mlp;")
         show("A trainable model: a factory that builds a torch module from hyper-parameters", TRAINABLE_SQL)
@@ -441,6 +441,6 @@ def run(database: str, console: Optional[Console] = None) -> None:
     db_arg = shlex.quote(database if database == ":memory:" else shown_path)
     console.print(
         f"[bold green]Done[/bold green] in {elapsed:.1f} s. Database: {shown_path}\n"
-        f'Try: modelsql --database {db_arg} -c "SHOW MODELS"',
+        f'Try: modelsql --database {db_arg} -c "SHOW MODELSQL MODELS"',
         highlight=False,
     )

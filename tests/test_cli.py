@@ -218,6 +218,15 @@ def test_shell_help_models_and_eof(tmp_path):
     assert "five" in r.stdout
 
 
+def test_shell_models_lists_the_catalog_beside_a_user_table_named_models(tmp_path):
+    """``.models`` is the catalog's listing: a user's table named ``models`` (which makes a plain
+    ``SHOW MODELS`` ambiguous, issue 22) does not turn it into an error."""
+    r = run_cli(tmp_path, "-d", ":memory:", "-f", "csv",
+                stdin="CREATE TABLE models (x INTEGER);\n.models\nSHOW MODELS;\n")
+    assert r.stdout.startswith("name,"), r.stdout  # the catalog's header, printed by .models
+    assert r.stderr.count("ambiguous_statement") == 1, r.stderr  # the plain spelling alone names the ambiguity
+
+
 @pytest.fixture
 def models_db(tmp_path, digits_pipe):
     """Name of a database file in tmp_path holding model ``digits`` (64 named features,
