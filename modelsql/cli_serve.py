@@ -77,13 +77,13 @@ def run(args: argparse.Namespace, database: str, console, err) -> int:
         cur = con.cursor()
         cur.execute(sql)
         rows = cur.fetchall()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # before the URL is printed: a client may stop us at once
+            signal.signal(sig, lambda *_: done.set())
         console.print(f"-- {sql}", highlight=False)
         console.print(f"serving at {rows[0][0]}", highlight=False)
         for _, name, kind, version, _ in rows:
             console.print(f"  {kind} {name} version {version}", highlight=False)
         console.file.flush()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: done.set())
         done.wait()
         return 0
     finally:

@@ -179,12 +179,32 @@ def test_statistics_count_requests_batches_and_times(fixed):
         "success": 6, "fail": 1, "queue": 6, "compute_input": 6, "compute_infer": 6, "compute_output": 6,
         "cache_hit": 0, "cache_miss": 0}
     assert all(phases[p]["ns"] > 0 for p in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"))
-    assert phases["queue"]["ns"] > 6 * 40e6  # the fixed 50 ms delay, seen by every request
     batches = stat["batch_stats"]
+    # the first request of each batch waited the fixed 50 ms (later ones of a batch less)
+    assert phases["queue"]["ns"] > stat["execution_count"] * 45e6
     assert 1 <= stat["execution_count"] < 6  # requests sent at once shared batches
     assert sum(b["compute_infer"]["count"] for b in batches) == stat["execution_count"]
     assert sum(b["batch_size"] * b["compute_infer"]["count"] for b in batches) == 12
     assert all(b["compute_input"]["count"] == b["compute_infer"]["count"] for b in batches)
+
+
+def test_statistics_taken_while_requests_wait_have_equal_phase_counts(fixed):
+    """perf_analyzer aborts ("Server side statistics compute counts must be the same") when a snapshot
+    counts a request's parsing before its queue and compute: a request's phases are recorded together."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(_infer_in_threads, fixed, [_body(1), _body(2), _body(1)])
+        snapshots = []
+        while not sent.done():
+            status, body = get(fixed, "/v2/models/mlp/stats")
+            phases = body["model_stats"][0]["inference_stats"]
+            snapshots.append({p: phases[p]["count"] for p in ("success", "queue", "compute_input",
+                                                               "compute_infer", "compute_output")})
+            time.sleep(0.005)
+        assert sent.result() == [200] * 3
+    assert len(snapshots) >= 3  # some were taken while the requests sat in the 50 ms queue
+    assert all(len(set(s.values())) == 1 for s in snapshots), snapshots
+    _, body = get(fixed, "/v2/models/mlp/stats")
+    assert body["model_stats"][0]["inference_stats"]["compute_input"]["count"] == 3
 
 
 def _perf_analyzer() -> str | None:
@@ -194,14 +214,15 @@ def _perf_analyzer() -> str | None:
     return shutil.which("perf_analyzer") or next((str(p) for p in (here, packaged) if p.exists()), None)
 
 
-@pytest.mark.skipif(_perf_analyzer() is None, reason="no perf_analyzer binary here: tritonclient >= 2.51 no longer "
-                    "ships it (it is PyPI's perf-analyzer package, with the CUDA runtime); the JSON it reads is "
-                    "checked with tritonclient above")
+@pytest.mark.skipif(_perf_analyzer() is None, reason="no perf_analyzer binary on PATH: tritonclient >= 2.51 no longer "
+                    "ships it; tritonclient[all]==2.50.0 does (README, Serving: it needs libb64-0d and the CUDA "
+                    "runtime library, no GPU); the statistics it checks are tested above")
 @pytest.mark.parametrize("model, extra", [("mlp", []), ("text", ["--input-tensor-format", "json"]),
                                           ("mlp", ["--concurrency-range", "4"])])
 def test_perf_analyzer_runs_against_the_server(adaptive, model, extra):
     args = [_perf_analyzer(), "-m", model, "-u", f"127.0.0.1:{adaptive.port}", "-i", "http", "-x", "1",
-            "--measurement-interval", "300", "--concurrency-range", "1", *extra]
+            "--measurement-interval", "300", "--concurrency-range", "1",
+            "--stability-percentage", "500", *extra]  # a loaded 2-core machine is not stable to 10 %
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Throughput" in proc.stdout and "infer/sec" in proc.stdout

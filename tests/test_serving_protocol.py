@@ -202,7 +202,8 @@ def test_health_and_metadata_with_tritonclient(client, server):
     assert mlp["outputs"] == [{"name": "probs", "datatype": "FP32", "shape": [-1, 3]},
                               {"name": "logits", "datatype": "FP32", "shape": [-1, 3]}]
     text = client.get_model_metadata("text", "1")
-    assert text["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+    # one value per row: [N, 1] as Triton reports its config (dims [1], reshape []); [N] is accepted too
+    assert text["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
     assert [o["datatype"] for o in text["outputs"]] == ["BYTES", "INT64"]
     with pytest.raises(InferenceServerException, match="nope"):
         client.get_model_metadata("nope")

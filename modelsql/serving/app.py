@@ -60,7 +60,7 @@ from starlette.routing import Route
 from ..errors import DataError, ProgrammingError
 from .batching import Batcher
 from .metrics import CONTENT_TYPE, ServerMetrics
-from .model_config import model_config
+from .model_config import input_metadata, model_config
 from .protocol import HEADER_LENGTH, ProtocolError, encode_infer_response, parse_infer_request
 from .repository import Repository, Servable
 
@@ -207,7 +207,7 @@ class _Endpoints:
         except Exception as exc:
             return _error(exc, request.path_params["name"])
         return _json({"name": s.name, "versions": list(s.versions), "platform": s.platform,
-                      "inputs": [t.to_json() for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]})
+                      "inputs": [input_metadata(t) for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]})
 
     async def model_ready(self, request: Request) -> Response:
         name, version = request.path_params["name"], request.path_params.get("version")
@@ -261,9 +261,10 @@ class _Endpoints:
         start = time.perf_counter()
         servable: Optional[Servable] = None
         rows = 0
+        phases: dict[str, int] = {}
         try:
             servable = self._servable(request)
-            response, rows = await self._infer(request, servable)
+            response, rows = await self._infer(request, servable, phases)
         except ClientDisconnect:
             response = Response(status_code=CLIENT_CLOSED)
         except asyncio.CancelledError:
@@ -277,26 +278,26 @@ class _Endpoints:
         seconds = time.perf_counter() - start
         self.metrics.observe_request(model, version, response.status_code, seconds)
         if servable is not None:
-            self.metrics.statistics.request(model, version, response.status_code == 200, int(seconds * 1e9), rows)
+            self.metrics.statistics.request(model, version, response.status_code == 200, int(seconds * 1e9), rows,
+                                            phases)
         return response
 
-    async def _infer(self, request: Request, servable: Servable) -> tuple[Response, int]:
-        """The response to an infer request, and its rows."""
+    async def _infer(self, request: Request, servable: Servable, phases: dict) -> tuple[Response, int]:
+        """The response to an infer request, and its rows; ``phases`` receives its times (ns) for the statistics."""
         if not self.repository.ready(servable.name, servable.version):
             reason = self._unready_reason(servable.name, servable.version)
             raise ProtocolError(503, f'model "{servable.name}" version "{servable.version}" is not ready'
                                      + (f": {reason}" if reason else ""))
-        stats = self.metrics.statistics
         async with self._body(request, f'model "{servable.name}"') as body:
             began = time.perf_counter_ns()
             parsed = await _off_loop(len(body), parse_infer_request, body, servable, request.headers.get(HEADER_LENGTH))
-            stats.phase(servable.name, servable.version, "compute_input", time.perf_counter_ns() - began)
+            phases["compute_input"] = time.perf_counter_ns() - began
             del body  # the arrays are what is kept now
-            results = await self.batcher.submit(servable, parsed.inputs, parsed.rows)
+            results = await self.batcher.submit(servable, parsed.inputs, parsed.rows, phases)
         size = sum(getattr(a, "nbytes", 0) for a in results.values()) if isinstance(results, dict) else 0
         began = time.perf_counter_ns()
         content, headers = await _off_loop(size, encode_infer_response, servable, parsed, results)
-        stats.phase(servable.name, servable.version, "compute_output", time.perf_counter_ns() - began)
+        phases["compute_output"] = time.perf_counter_ns() - began
         return Response(content, headers=headers), parsed.rows
 
     @contextlib.asynccontextmanager

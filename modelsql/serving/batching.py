@@ -58,6 +58,7 @@ class _Item:
     rows: int
     future: asyncio.Future
     arrived: float
+    timings: Optional[dict] = None  # the caller's: "queue" and "compute_infer" ns are written into it
 
 
 @dataclass
@@ -97,12 +98,16 @@ class Batcher:
         self._queues: dict[Hashable, _Queue] = {}
         self._closed = False
 
-    async def submit(self, servable: Servable, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    async def submit(self, servable: Servable, inputs: dict[str, np.ndarray], rows: int,
+                     timings: Optional[dict] = None) -> dict[str, np.ndarray]:
         """Queue one request of ``rows`` rows and wait for its outputs.
 
         Args:
             servable: what the inputs are for; its ``group`` picks the queue.
             inputs: validated input name -> array, ``rows`` on axis 0.
+            timings: if given, receives this request's ``"queue"`` (arrival to dispatch) and
+                ``"compute_infer"`` (its batch's run) times in ns, for Triton's statistics, which
+                record a request's phases together once it is answered.
 
         Returns:
             The request's outputs (name -> array, its rows on axis 0), as ``run_group`` returned them.
@@ -113,7 +118,7 @@ class Batcher:
         if self._closed:
             raise RuntimeError(f'model "{servable.name}": the server is shutting down')
         loop = asyncio.get_running_loop()
-        item = _Item(servable, inputs, rows, loop.create_future(), loop.time())
+        item = _Item(servable, inputs, rows, loop.create_future(), loop.time(), timings)
         self._enqueue(item)
         return await item.future
 
@@ -165,7 +170,9 @@ class Batcher:
         now = loop.time()
         self.metrics.observe_batch(group, sum(i.rows for i in items))
         for item in items:
-            self.metrics.observe_queue(item.servable.name, now - item.arrived, item.servable.version)
+            self.metrics.observe_queue(item.servable.name, now - item.arrived)
+            if item.timings is not None:
+                item.timings["queue"] = int((now - item.arrived) * 1e9)
         batch = [(i.servable, i.inputs) for i in items]
         try:
             running = loop.run_in_executor(self.repository.executor(group), _timed, self.repository.run_group,
@@ -182,6 +189,9 @@ class Batcher:
         if not isinstance(outcome, BaseException):
             outcome, ns = outcome
             self.metrics.observe_execution([(i.servable, i.rows, r) for i, r in zip(items, outcome)], ns)
+            for item in items:
+                if item.timings is not None:
+                    item.timings["compute_infer"] = ns
         _deliver(items, outcome)
         if self.adaptive and queue.items and not self._closed:
             self._flush(queue)  # what arrived while the batch ran goes now

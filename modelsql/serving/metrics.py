@@ -77,23 +77,21 @@ class ServerMetrics:
         """Record one dispatched batch of ``rows`` rows for ``group`` (labelled ``str(group)``)."""
         self.batch_size.labels(str(group)).observe(rows)
 
-    def observe_queue(self, model: str, seconds: float, version: Optional[str] = None) -> None:
-        """Record that a request for ``model`` (at ``version``, for the statistics) waited ``seconds``
-        before its batch was dispatched."""
+    def observe_queue(self, model: str, seconds: float) -> None:
+        """Record that a request for ``model`` waited ``seconds`` before its batch was dispatched."""
         self.queue_seconds.labels(model).observe(seconds)
-        if version is not None:
-            self.statistics.phase(model, version, "queue", int(seconds * 1e9))
 
     def observe_execution(self, requests: Sequence[tuple[object, int, object]], ns: int) -> None:
-        """Record one batch run of ``ns`` nanoseconds: ``requests`` are its (servable, rows, result);
-        each request with outputs (not an exception) counts the run as its compute time."""
+        """Record one batch run of ``ns`` nanoseconds in the statistics' execution counts and batch
+        sizes: ``requests`` are its (servable, rows, result); the rows of requests with outputs (not an
+        exception) count. (A request's own compute time is recorded with its other phases when it is
+        answered: :meth:`Statistics.request`.)"""
         rows: dict[tuple[str, str], int] = {}
         for servable, n, result in requests:
             if isinstance(result, BaseException):
                 continue
             key = (servable.name, servable.version)
             rows[key] = rows.get(key, 0) + n
-            self.statistics.phase(*key, "compute_infer", ns)
         self.statistics.execution(rows, ns)
 
     def observe_step(self, step: str, rows: int, seconds: float) -> None:

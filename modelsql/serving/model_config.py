@@ -13,7 +13,10 @@ model analyzer) read before their first request. Fields written:
 * ``input`` / ``output``: ``name``, ``data_type`` (``TYPE_FP32``, ``TYPE_STRING`` for BYTES, ...),
   ``dims`` without the batch dimension (-1: variable); a tensor of one value per row (metadata shape
   ``[-1]``) has ``dims [1]`` and ``reshape {"shape": []}``, Triton's way of saying that a client sends
-  ``[N, 1]`` and the model takes ``[N]`` (the server accepts both);
+  ``[N, 1]`` and the model takes ``[N]`` (the server accepts both); such an input's model metadata
+  says ``[-1, 1]``, as Triton's does for that configuration (:func:`input_metadata`): ``perf_analyzer``
+  takes its shapes from the metadata and refuses an input whose shape is empty once the batch
+  dimension is dropped ("unable to set shape for the input");
 * ``dynamic_batching``: ``max_queue_delay_microseconds`` (the fixed delay; 0 under the adaptive
   policy, which, as Triton's delay 0 does, dispatches a request at once while a thread is free
   and batches what arrives while every thread is busy), plus ``parameters.batching`` saying which policy runs.
@@ -25,7 +28,7 @@ from typing import Optional
 
 from .repository import Servable, TensorMetadata
 
-__all__ = ["model_config", "TRITON_TYPES"]
+__all__ = ["model_config", "input_metadata", "TRITON_TYPES"]
 
 TRITON_TYPES = {"BOOL": "TYPE_BOOL", "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16", "UINT32": "TYPE_UINT32",
                 "UINT64": "TYPE_UINT64", "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32",
@@ -70,3 +73,13 @@ def _tensor(meta: TensorMetadata) -> dict:
     if not dims:  # one value per row: clients send [N, 1] (or [N]), the model takes [N]
         return dict(out, dims=[1], reshape={"shape": []})
     return dict(out, dims=dims)
+
+
+def input_metadata(meta: TensorMetadata) -> dict:
+    """The OIP metadata object of an input as Triton reports it for :func:`model_config`'s configuration:
+    ``{"name", "datatype", "shape"}``, with ``shape [-1, 1]`` for an input of one value per row (metadata
+    ``[-1]``; config ``dims [1]``, ``reshape []``), else the servable's own shape."""
+    out = meta.to_json()
+    if len(meta.shape) == 1:
+        out["shape"] = [meta.shape[0], 1]
+    return out

@@ -18,8 +18,11 @@ part in), ``inference_stats`` and ``batch_stats``, each duration a
   parsing and encoding happen per request, outside the batch, so there ``compute_input`` and
   ``compute_output`` count the executions with 0 ns.
 
-Used on the server's event loop only (no lock): the batcher records on its completion callbacks, the
-endpoints when they answer.
+A request's phases are recorded together when it is answered (:meth:`Statistics.request`), as Triton
+does: a snapshot taken while requests are in flight has equal ``success``, ``queue`` and ``compute_*``
+counts, which ``perf_analyzer`` checks ("Server side statistics compute counts must be the same").
+Used on the server's event loop only (no lock): the batcher records executions on its completion
+callbacks, the endpoints requests when they answer.
 """
 
 from __future__ import annotations
@@ -82,15 +85,15 @@ class Statistics:
         """The statistics of ``name`` at ``version`` (zeros until something is recorded)."""
         return self._versions.setdefault((name, version), VersionStats())
 
-    def phase(self, name: str, version: str, phase: str, ns: int) -> None:
-        """Add one ``phase`` (``"queue"``, ``"compute_input"``, ...) of ``ns`` nanoseconds."""
-        self.of(name, version).phases[phase].add(ns)
-
-    def request(self, name: str, version: str, ok: bool, ns: int, rows: int) -> None:
-        """One request answered after ``ns``: a success of ``rows`` inferences, or a failure."""
+    def request(self, name: str, version: str, ok: bool, ns: int, rows: int, phases: dict | None = None) -> None:
+        """One request answered after ``ns``: a success of ``rows`` inferences, with its ``phases``
+        (``"queue"``, ``"compute_input"``, ``"compute_infer"``, ``"compute_output"`` -> ns, each counted
+        once; a phase it did not reach counts 0 ns), or a failure (its phases are not counted, as in Triton)."""
         stats = self.of(name, version)
         stats.phases["success" if ok else "fail"].add(ns)
         if ok:
+            for phase in ("queue", "compute_input", "compute_infer", "compute_output"):
+                stats.phases[phase].add((phases or {}).get(phase, 0))
             stats.inference_count += rows
             stats.last_inference = time.time_ns() // 1_000_000
 
