@@ -24,7 +24,7 @@ extension (:attr:`ServerMetrics.statistics`, :mod:`.statistics`).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
