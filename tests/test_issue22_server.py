@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 import modelsql
 from modelsql.planner.serve import stop_all
 from modelsql.serving import Batcher, InferenceServer, ServerMetrics
+from modelsql.serving.batching import AHEAD
 from modelsql.serving.simple import OrtRepository, OrtServable
 
 WORDS = ["cheap", "flight", "café", "", "island"]
@@ -294,12 +295,15 @@ def test_adaptive_policy_sends_a_lone_request_at_once_and_batches_while_busy():
         first = _submit(batcher, "hold")
         await _turns()
         assert _dispatched(metrics) == 1  # a free thread: dispatched in the same loop turn, no delay
-        later = [_submit(batcher, "b"), _submit(batcher, "c")]
+        ahead = _submit(batcher, "b")
+        await _turns()
+        assert _dispatched(metrics) == 1 + AHEAD  # one batch may wait for the busy thread
+        later = [_submit(batcher, "c"), _submit(batcher, "d")]
         await asyncio.sleep(0.05)
-        assert _dispatched(metrics) == 1  # the one thread runs a batch of the group: they wait for it
+        assert _dispatched(metrics) == 1 + AHEAD  # a batch runs and one waits: they wait for the running one
         repo.release.set()
-        await asyncio.gather(first, *later)
-        assert repo.started == [["hold"], ["b", "c"]]  # dispatched together when it finished
+        await asyncio.gather(first, ahead, *later)
+        assert repo.started == [["hold"], ["b"], ["c", "d"]]  # dispatched together when "hold" finished
         batcher.close()
         repo.pool.shutdown()
 
