@@ -40,8 +40,8 @@ from typing import Optional, Sequence, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from .display import FORMATS, ProgressDisplay, print_result
-from .errors import position_of
+from modelsql.display import FORMATS, ProgressDisplay, print_result
+from modelsql.errors import position_of
 
 DEFAULT_DATABASE = "modelsql.duckdb"
 """Database file used when ``--database`` is not given (relative to the working directory)."""
@@ -76,7 +76,7 @@ class IncompleteInput(Exception):
 def _tokenize(text: str):
     from sqlglot.errors import TokenError
 
-    from .sql import ModelSQL, ModelSQLTokenizer
+    from modelsql.sql import ModelSQL, ModelSQLTokenizer
 
     try:
         return ModelSQLTokenizer(dialect=ModelSQL()).tokenize(text)
@@ -175,7 +175,7 @@ def format_error(exc: BaseException, sql: Optional[str] = None) -> str:
     Non-modelsql exceptions (bugs) render as ``InternalError`` with the
     Python exception's type.
     """
-    from .errors import Error, excerpt
+    from modelsql.errors import Error, excerpt
 
     if isinstance(exc, Error):
         kind = type(exc).__name__
@@ -223,7 +223,7 @@ class Runner:
     def _draw_progress_for(self, sql: str) -> None:
         """On a terminal, DuckDB's own progress bar is off for a statement naming models (this display draws
         its progress) and on for plain SQL (DuckDB's bar is all there is)."""
-        from .sql import mentions_models
+        from modelsql.sql import mentions_models
 
         bar = not (self.err.is_terminal and mentions_models(sql))
         if bar != self._duckdb_bar:
@@ -351,7 +351,7 @@ def statement_forms() -> list[str]:
     sequence none of them says, so a new statement is in ``.help`` the day it is registered."""
     import inspect
 
-    from .sql.nodes import STATEMENT_NODES
+    from modelsql.sql.nodes import STATEMENT_NODES
 
     forms: list[str] = []
     for node in STATEMENT_NODES:
@@ -367,7 +367,7 @@ def statement_forms() -> list[str]:
 def help_text() -> str:
     """:data:`HELP` with the statements of the registry (:func:`statement_forms`), the PREDICT options this
     version knows (more may come; the README describes each) and the dot commands (:data:`DOT_COMMANDS`)."""
-    from .planner.bind import KNOWN_OPTIONS
+    from modelsql.planner.bind import KNOWN_OPTIONS
 
     statements = "\n".join(textwrap.fill(form, 78, initial_indent="  ", subsequent_indent="      ",
                                          break_on_hyphens=False) for form in statement_forms())
@@ -469,7 +469,7 @@ class Shell:
     # -- loop ----------------------------------------------------------------
 
     def run(self) -> int:
-        from . import __version__
+        from modelsql import __version__
 
         self._setup_history()
         if self.interactive:
@@ -570,7 +570,7 @@ class Shell:
 
 
 def _version_text() -> str:
-    from . import __version__
+    from modelsql import __version__
 
     try:
         import duckdb
@@ -622,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("file", help='the SQL file ("-" for stdin)')
     options(p_run, False)
     options(sub.add_parser("shell", help="the interactive shell (the default)"), False)
-    from . import cli_serve
+    from modelsql import cli_serve
 
     options(cli_serve.add_parser(sub), False)
     options(sub.add_parser(
@@ -659,11 +659,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     fmt = getattr(args, "format", None) or "table"
     try:
         if args.subcommand == "serve":
-            from . import cli_serve
+            from modelsql import cli_serve
 
             return cli_serve.run(args, database, console, err)
         if args.subcommand == "quickstart":
-            from . import quickstart
+            from modelsql import quickstart
 
             quickstart.run(database, console)
             return 0

@@ -21,23 +21,12 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import duckdb
 
-from . import duckdb_errors as _duckdb_errors
-from .planner.session import Session
-from .progress import OnlyKinds
-from .storage.files import os_error as _os_error
-from .errors import excerpt as _excerpt
-from .errors import (
-    DatabaseError,
-    DataError,
-    Error,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    NotSupportedError,
-    OperationalError,
-    ProgrammingError,
-    Warning,
-)
+from modelsql import duckdb_errors as _duckdb_errors
+from modelsql.planner.session import Session
+from modelsql.progress import OnlyKinds
+from modelsql.storage.files import os_error as _os_error
+from modelsql.errors import excerpt as _excerpt
+from modelsql.errors import DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, NotSupportedError, OperationalError, ProgrammingError, Warning
 
 apilevel = "2.0"
 threadsafety = 1
@@ -500,7 +489,7 @@ class Connection:
             ProgrammingError: unsupported object.
             OperationalError: a file-system call failed (``disk_full``, ``io_error``); nothing was added.
         """
-        from .planner.ddl import import_model  # imported when used: plain SQL never needs the converters
+        from modelsql.planner.ddl import import_model  # imported when used: plain SQL never needs the converters
 
         self._check_open()
         self._settle()
@@ -561,7 +550,7 @@ class Connection:
             DataError: a converted step disagrees with scikit-learn (``"conversion_mismatch"``).
             ProgrammingError: no example rows, an invalid name.
         """
-        from .planner.pipeline_import import import_pipeline
+        from modelsql.planner.pipeline_import import import_pipeline
 
         self._check_open()
         self._settle()

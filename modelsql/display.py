@@ -22,7 +22,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .progress import KINDS
+from modelsql.progress import KINDS
 
 MAX_ROWS = 50
 """At most this many rows of a result are printed as a table (first and last halves)."""

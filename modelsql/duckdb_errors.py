@@ -69,16 +69,7 @@ from typing import Optional
 
 import duckdb
 
-from .errors import (
-    DatabaseError,
-    DataError,
-    Error,
-    IntegrityError,
-    InternalError,
-    NotSupportedError,
-    OperationalError,
-    ProgrammingError,
-)
+from modelsql.errors import DatabaseError, DataError, Error, IntegrityError, InternalError, NotSupportedError, OperationalError, ProgrammingError
 
 __all__ = ["translate", "translate_catalog"]
 

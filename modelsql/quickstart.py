@@ -66,7 +66,7 @@ def snake_case(name: str) -> str:
 def _need(module: str, extra: str):
     import importlib
 
-    from .errors import NotSupportedError
+    from modelsql.errors import NotSupportedError
 
     try:
         return importlib.import_module(module)
@@ -233,7 +233,7 @@ def check_database_is_ours(con, database: str) -> None:
     Raises:
         ProgrammingError: code ``"quickstart_conflict"``, naming what is there and what to run instead.
     """
-    from .errors import ProgrammingError
+    from modelsql.errors import ProgrammingError
 
     rows = con.execute(
         "SELECT name, options['description'] FROM modelsql.model_versions WHERE list_contains(?, name)",
@@ -281,7 +281,7 @@ class _Shower:
 
     def __call__(self, title: str, sql: str, note: str = "") -> list[tuple]:
         """``note``: printed under the result, to say what its figures mean."""
-        from .display import MAX_ROWS, render_table
+        from modelsql.display import MAX_ROWS, render_table
 
         self.console.print()
         self.console.rule(f"[bold]{title}", align="left")

@@ -10,9 +10,9 @@ run's configuration (Mantis, Chun et al. 2010; nn-Meter, Zhang et al. 2021).
 A lower layer: it imports the formats and backends, never the planner, catalog or SQL layers.
 """
 
-from .evaluate import group_folds, median_relative_error, noise_ceiling, random_splits, within
-from .features import BACKENDS, DEVICES, FEATURE_DOCS, FEATURES, TARGETS, Config, matrix, model_features, row
-from .mantis import CostModel
+from modelsql.costmodel.evaluate import group_folds, median_relative_error, noise_ceiling, random_splits, within
+from modelsql.costmodel.features import BACKENDS, DEVICES, FEATURE_DOCS, FEATURES, TARGETS, Config, matrix, model_features, row
+from modelsql.costmodel.mantis import CostModel
 
 __all__ = ["BACKENDS", "DEVICES", "FEATURES", "FEATURE_DOCS", "TARGETS", "Config", "CostModel", "group_folds",
            "matrix", "median_relative_error", "model_features", "noise_ceiling", "random_splits", "row", "within"]

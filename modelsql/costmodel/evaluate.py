@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import DataError, ProgrammingError
+from modelsql.errors import DataError, ProgrammingError
 
 __all__ = ["relative_errors", "within", "median_relative_error", "noise_ceiling", "random_splits", "group_folds",
            "evaluate_splits"]

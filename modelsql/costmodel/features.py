@@ -23,8 +23,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..errors import DataError, ProgrammingError
-from ..formats.cost_features import OP_CLASSES, cost_features
+from modelsql.errors import DataError, ProgrammingError
+from modelsql.formats.cost_features import OP_CLASSES, cost_features
 
 __all__ = ["BACKENDS", "DEVICES", "TARGETS", "PRODUCT_CLASSES", "MEMORY_CLASSES", "FEATURES", "FEATURE_DOCS",
            "Config", "model_features", "row", "matrix", "target_column"]

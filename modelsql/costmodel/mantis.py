@@ -49,8 +49,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import DataError, ProgrammingError
-from .features import FEATURES, KERNEL_CLASSES, MEMORY_CLASSES, PRODUCT_CLASSES, TARGETS, matrix, target_column
+from modelsql.errors import DataError, ProgrammingError
+from modelsql.costmodel.features import FEATURES, KERNEL_CLASSES, MEMORY_CLASSES, PRODUCT_CLASSES, TARGETS, matrix, target_column
 
 __all__ = ["CostModel", "CLIP_FACTOR", "QUANTITIES", "PHYSICAL_TERMS", "LOG_VARIABLES", "nnls", "nnqp", "lasso"]
 

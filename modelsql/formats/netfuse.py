@@ -37,8 +37,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from ..errors import NotSupportedError
-from .netfuse_layout import Declined, GraphBuilder, Value, tensor_type
+from modelsql.errors import NotSupportedError
+from modelsql.formats.netfuse_layout import Declined, GraphBuilder, Value, tensor_type
 
 __all__ = ["merge_models", "MergeDeclined", "MIN_OPSET", "DENSE_LOWERINGS"]
 
@@ -267,7 +267,7 @@ class _Merger:
 
     # ------------------------------------------------------------------- run
     def run(self) -> ModelProto:
-        from .netfuse_ops import OPS
+        from modelsql.formats.netfuse_ops import OPS
 
         g0 = self.models[0].graph
         init_names = {t.name for t in g0.initializer}

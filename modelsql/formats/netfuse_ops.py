@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from .netfuse_layout import INT64_MAX, Declined, Value
+from modelsql.formats.netfuse_layout import INT64_MAX, Declined, Value
 
 __all__ = ["OPS"]
 

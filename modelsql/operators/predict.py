@@ -41,8 +41,8 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from ..errors import DataError
-from . import row_errors
+from modelsql.errors import DataError
+from modelsql.operators import row_errors
 
 class NullInput(DataError):
     """Raised inside a PREDICT on a NULL fed to a model (``on_null = 'error'``).

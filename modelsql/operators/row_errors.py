@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import DataError
+from modelsql.errors import DataError
 
 Feeds = dict[str, np.ndarray]
 Run = Callable[[Feeds], list]

@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator, Optional
 import duckdb
 import pyarrow as pa
 
-from ..errors import InternalError
-from .predict import ColumnBlock, PredictFunction
+from modelsql.errors import InternalError
+from modelsql.operators.predict import ColumnBlock, PredictFunction
 
 _COUNTER = itertools.count()
 

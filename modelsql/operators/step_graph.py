@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .backends import BackendModel
+from modelsql.operators.backends import BackendModel
 
 __all__ = ["GraphNode", "StepGraph"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from .. import sql as msql
-from ..errors import ProgrammingError, excerpt, position_of
+from modelsql import sql as msql
+from modelsql.errors import ProgrammingError, excerpt, position_of
 
 _MAYBE = re.compile(r"\b(?:SHOW|VACUUM)\b", re.I)
 """A text without these words has no ambiguous statement (checked before tokenizing)."""

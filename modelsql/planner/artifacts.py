@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import hashlib
 
-from .. import formats
-from ..catalog.entries import ModelVersion
-from ..errors import DataError, NotSupportedError
-from ..formats.onnx_io import column_major_inputs
-from ..operators.backends import SESSIONS, SessionKey
-from ..operators.backends import onnxruntime as ort_backend
-from ..operators.backends import shared_weights
-from ..operators.backends.cuda import CudaModel
-from ..operators.backends.pipeline import PipelineModel, StepPlan
-from ..storage import BlobStore
-from .python_artifacts import program_device, python_session
+from modelsql import formats
+from modelsql.catalog.entries import ModelVersion
+from modelsql.errors import DataError, NotSupportedError
+from modelsql.formats.onnx_io import column_major_inputs
+from modelsql.operators.backends import SESSIONS, SessionKey
+from modelsql.operators.backends import onnxruntime as ort_backend
+from modelsql.operators.backends import shared_weights
+from modelsql.operators.backends.cuda import CudaModel
+from modelsql.operators.backends.pipeline import PipelineModel, StepPlan
+from modelsql.storage import BlobStore
+from modelsql.planner.python_artifacts import program_device, python_session
 
 
 def artifact_digest(mv: ModelVersion, rewrite: str = "") -> str:

@@ -38,12 +38,12 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..catalog.entries import ModelVersion, TensorSpec
-from ..formats.python_program import is_ragged
-from ..errors import NotSupportedError, ProgrammingError, did_you_mean
-from ..operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
-from ..operators.backends import devices
-from ..operators.scan import quote
+from modelsql.catalog.entries import ModelVersion, TensorSpec
+from modelsql.formats.python_program import is_ragged
+from modelsql.errors import NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
+from modelsql.operators.backends import devices
+from modelsql.operators.scan import quote
 
 NUMERIC_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",

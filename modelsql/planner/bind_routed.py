@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..catalog.entries import RoutedModels
-from ..errors import ProgrammingError, did_you_mean
-from ..operators.predict import InputArg
-from ..operators.scan import quote
-from .bind import Binding, Column, PredictOptions, bind_predict
+from modelsql.catalog.entries import RoutedModels
+from modelsql.errors import ProgrammingError, did_you_mean
+from modelsql.operators.predict import InputArg
+from modelsql.operators.scan import quote
+from modelsql.planner.bind import Binding, Column, PredictOptions, bind_predict
 
 __all__ = ["bind_routed", "ROUTE_INPUT"]
 

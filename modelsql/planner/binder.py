@@ -20,19 +20,19 @@ from typing import Optional
 import sqlglot
 from sqlglot import exp
 
-from .python_artifacts import check_source
-from .. import sql as msql
-from ..duckdb_errors import translate
-from ..errors import Error, NotSupportedError
-from ..catalog.entries import RoutedModels
-from ..sql.nodes import ModelSet, PredictTable
-from . import compiled
-from .bind import Column, bind_predict, parse_options, quote
-from .bind_routed import bind_routed
-from .column_names import name_columns
-from .options import no_repeats, value
-from .plan import Placement, PredictScan, QueryPlan, Relation, ScanRef
-from .references import referenced_names
+from modelsql.planner.python_artifacts import check_source
+from modelsql import sql as msql
+from modelsql.duckdb_errors import translate
+from modelsql.errors import Error, NotSupportedError
+from modelsql.catalog.entries import RoutedModels
+from modelsql.sql.nodes import ModelSet, PredictTable
+from modelsql.planner import compiled
+from modelsql.planner.bind import Column, bind_predict, parse_options, quote
+from modelsql.planner.bind_routed import bind_routed
+from modelsql.planner.column_names import name_columns
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.plan import Placement, PredictScan, QueryPlan, Relation, ScanRef
+from modelsql.planner.references import referenced_names
 
 
 def bind_query(stmt: exp.Expression, session, params: list) -> QueryPlan:

@@ -17,8 +17,8 @@ from typing import Optional
 import duckdb
 from sqlglot import exp
 
-from .. import sql as msql
-from ..sql.nodes import PredictTable
+from modelsql import sql as msql
+from modelsql.sql.nodes import PredictTable
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -15,14 +15,14 @@ result's last column, ``schedules``, says how the code was scheduled.
 
 from __future__ import annotations
 
-from ..errors import ProgrammingError
-from ..progress import Meter
-from ..sql.nodes import CompileModel
-from . import trust
-from .compiled import compile_version, library_code, schedules_of, tvm_target
-from .handlers import run_statement
-from .options import given_options, value
-from .result import Result
+from modelsql.errors import ProgrammingError
+from modelsql.progress import Meter
+from modelsql.sql.nodes import CompileModel
+from modelsql.planner import trust
+from modelsql.planner.compiled import compile_version, library_code, schedules_of, tvm_target
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.options import given_options, value
+from modelsql.planner.result import Result
 
 __all__ = ["COMPILE_OPTIONS"]
 

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..catalog.compiled import CompiledArtifact
-from ..errors import DataError, NotSupportedError, OperationalError
-from ..operators.backends import SESSIONS, SessionKey
-from . import trust
-from .artifacts import default_threads, load_model_bytes
+from modelsql.catalog.compiled import CompiledArtifact
+from modelsql.errors import DataError, NotSupportedError, OperationalError
+from modelsql.operators.backends import SESSIONS, SessionKey
+from modelsql.planner import trust
+from modelsql.planner.artifacts import default_threads, load_model_bytes
 
 __all__ = ["TvmTarget", "tvm_target", "compile_version", "require_artifact", "tvm_session", "tvm_device",
            "checked_artifacts", "cuda_missing", "schedules_of", "library_code"]
@@ -59,7 +59,7 @@ class TvmTarget:
 
 
 def _backend():
-    from ..operators.backends import tvm as tvm_backend  # TVM is an optional extra: import it when used
+    from modelsql.operators.backends import tvm as tvm_backend  # TVM is an optional extra: import it when used
 
     reason = tvm_backend.unavailable_reason()
     if reason is not None:
@@ -78,7 +78,7 @@ def tvm_target(kind: str = "llvm", threads: Optional[int] = None) -> TvmTarget:
     """
     kind = kind.strip().lower()
     if kind == "llvm":
-        from ..operators.backends import tvm as tvm_backend
+        from modelsql.operators.backends import tvm as tvm_backend
 
         # the CPU's name from an earlier process, if any: weighing an artifact against ONNX Runtime (each
         # PREDICT of a compiled model) then imports neither TVM nor the torch tvm_ffi imports
@@ -108,7 +108,7 @@ def cuda_missing(ordinal: int = 0) -> list[str]:
     """What keeps ``cuda:ordinal`` from TVM here (an empty list when nothing): ONNX Runtime's CUDA provider
     (onnxruntime-gpu, the reference of the check), ``MODELSQL_DEVICES`` hiding the device, the NVIDIA driver,
     and TVM's CUDA runtime (:func:`~modelsql.operators.backends.tvm.cuda_unavailable_reason`)."""
-    from ..operators.backends import devices  # asked first: its preload loads the CUDA libraries TVM needs
+    from modelsql.operators.backends import devices  # asked first: its preload loads the CUDA libraries TVM needs
 
     device, missing = f"cuda:{ordinal}", []
     if device not in devices.available():
@@ -198,7 +198,7 @@ def compile_version(session, mv, target: TvmTarget, *, batch_size: Optional[int]
 def _build(session, mv, data: bytes, target: TvmTarget, batch_size: Optional[int], trials: int, progress) -> bytes:
     """The library's bytes: tuned by MetaSchedule (CPU), built untuned in-process (CPU), or built in a child
     process under a time limit (CUDA)."""
-    from ..operators.backends import tvm_build, tvm_tune
+    from modelsql.operators.backends import tvm_build, tvm_tune
 
     if target.device != "cpu":
         if trials:
@@ -215,7 +215,7 @@ def _build(session, mv, data: bytes, target: TvmTarget, batch_size: Optional[int
 def _check(tvm_backend, data: bytes, lib: bytes, mv, target: TvmTarget, batch_size: Optional[int]):
     """``(check, None)`` when the library agrees with ONNX Runtime on the target's device, else
     ``(check or None, reason)``; on CUDA a library or reference that cannot load is a reason too."""
-    from ..operators.backends import tvm_check
+    from modelsql.operators.backends import tvm_check
 
     where = "" if target.device == "cpu" else f" on {target.device}"
     try:

@@ -22,15 +22,15 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ..errors import NotSupportedError
-from ..operators.backends import devices
-from ..operators.backends.cuda import MAX_BUCKET
-from ..operators.predict import ONNX_TO_DUCKDB
-from .artifacts import default_threads
-from .python_artifacts import program_device
-from . import merge_cost
-from .costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
-from .plan import PredictScan
+from modelsql.errors import NotSupportedError
+from modelsql.operators.backends import devices
+from modelsql.operators.backends.cuda import MAX_BUCKET
+from modelsql.operators.predict import ONNX_TO_DUCKDB
+from modelsql.planner.artifacts import default_threads
+from modelsql.planner.python_artifacts import program_device
+from modelsql.planner import merge_cost
+from modelsql.planner.costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
+from modelsql.planner.plan import PredictScan
 
 BATCH_MIN_ROWS = 65_536
 """``execution = 'auto'`` runs a PREDICT in batch mode only over at least this many (estimated) input rows:

@@ -24,12 +24,12 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from ..catalog.traces import CostModelFit
-from ..costmodel.evaluate import median_relative_error, within
-from ..costmodel.features import FEATURES, Config, model_features, row
-from ..costmodel.mantis import CostModel
-from ..errors import Error
-from .costs import NO_COSTS, Costs, merged_static
+from modelsql.catalog.traces import CostModelFit
+from modelsql.costmodel.evaluate import median_relative_error, within
+from modelsql.costmodel.features import FEATURES, Config, model_features, row
+from modelsql.costmodel.mantis import CostModel
+from modelsql.errors import Error
+from modelsql.planner.costs import NO_COSTS, Costs, merged_static
 
 __all__ = ["COST_MODEL", "MIN_TRACES", "retrain", "costs_for", "trace_features", "feature_row"]
 
@@ -130,7 +130,7 @@ def retrain(session) -> Optional[CostModelFit]:
     """Fit the cost model on every trace and store it as a new version of :data:`COST_MODEL` (module
     docstring); None (nothing stored) with fewer than :data:`MIN_TRACES` usable traces. Runs outside any
     open transaction (it commits like an IMPORT MODEL)."""
-    from .ddl import import_model  # ddl imports the planner's session machinery; import it when used
+    from modelsql.planner.ddl import import_model  # ddl imports the planner's session machinery; import it when used
 
     with session.catalog.transaction(join=False):
         rows, medians, runs, last = _training_set(session)

@@ -18,8 +18,8 @@ from typing import Callable, Optional
 
 import onnx
 
-from ..costmodel.features import model_features
-from . import merge_cost
+from modelsql.costmodel.features import model_features
+from modelsql.planner import merge_cost
 
 __all__ = ["Costs", "NO_COSTS", "static_at", "merged_static", "LEARNED_MIN_GAIN"]
 

@@ -31,11 +31,11 @@ from typing import Optional
 
 import duckdb
 
-from ..catalog import schema
-from ..errors import DataError, NotSupportedError, OperationalError, ProgrammingError
-from ..storage import BlobStore
-from ..storage.files import read_regular_file, write_atomically
-from .result import Result
+from modelsql.catalog import schema
+from modelsql.errors import DataError, NotSupportedError, OperationalError, ProgrammingError
+from modelsql.storage import BlobStore
+from modelsql.storage.files import read_regular_file, write_atomically
+from modelsql.planner.result import Result
 
 FOLDER = "modelsql"
 """The sub-folder of an export that holds the catalog and its blobs."""

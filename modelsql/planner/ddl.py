@@ -13,18 +13,18 @@ import re
 import time
 from typing import Any, Optional, Sequence
 
-from .. import formats
-from ..formats.static_features import static_features
-from ..catalog.entries import ModelVersion
-from ..errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
-from ..sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
-from . import artifacts
-from .exports import check_export_target, write_export
-from .bind import bind_outputs, check_feature_names, check_signature, row_shape, row_width
-from .handlers import run_statement
-from .options import no_repeats, value
-from .plan import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
-from .result import Result
+from modelsql import formats
+from modelsql.formats.static_features import static_features
+from modelsql.catalog.entries import ModelVersion
+from modelsql.errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
+from modelsql.sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
+from modelsql.planner import artifacts
+from modelsql.planner.exports import check_export_target, write_export
+from modelsql.planner.bind import bind_outputs, check_feature_names, check_signature, row_shape, row_width
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.plan import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
+from modelsql.planner.result import Result
 
 IMPORT_OPTIONS = ("features", "description")
 """Options of ``IMPORT MODEL ... WITH (...)``: ``features`` (the columns feeding a single
@@ -405,7 +405,7 @@ def _check_features(name: str, feats: Sequence[str], inputs) -> None:
 def write_catalog_metadata(proto, mv) -> None:
     """What the catalog knows of ``mv`` (a model or a pipeline version), into ``proto``'s metadata (see
     :mod:`modelsql.formats.metadata`), so importing the exported file binds the same columns."""
-    from .. import __version__
+    from modelsql import __version__
 
     options = dict(mv.options)
     formats.write_metadata(proto, {

@@ -19,17 +19,17 @@ from typing import Optional
 
 from sqlglot import exp
 
-from .. import sql as msql
-from ..errors import NotSupportedError, ProgrammingError
-from ..sql.nodes import STATEMENT_NODES, TuneModel
-from . import cost
-from .handlers import run_default, run_statement
-from .bind_routed import ROUTE_INPUT
-from .plan import PredictScan, QueryPlan
-from .query import run_query
-from .run_traces import record_query_traces
-from .result import Result
-from .tune import explain_tune
+from modelsql import sql as msql
+from modelsql.errors import NotSupportedError, ProgrammingError
+from modelsql.sql.nodes import STATEMENT_NODES, TuneModel
+from modelsql.planner import cost
+from modelsql.planner.handlers import run_default, run_statement
+from modelsql.planner.bind_routed import ROUTE_INPUT
+from modelsql.planner.plan import PredictScan, QueryPlan
+from modelsql.planner.query import run_query
+from modelsql.planner.run_traces import record_query_traces
+from modelsql.planner.result import Result
+from modelsql.planner.tune import explain_tune
 
 _PREFIX = re.compile(r"\s*(ANALYZE\b|\([^()]*\))", re.I)
 

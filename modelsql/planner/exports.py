@@ -15,9 +15,9 @@ import os
 import stat
 from typing import Iterator, Optional
 
-from ..errors import ProgrammingError
-from ..storage.files import file_identity, guarded_by, write_atomically
-from . import open_databases
+from modelsql.errors import ProgrammingError
+from modelsql.storage.files import file_identity, guarded_by, write_atomically
+from modelsql.planner import open_databases
 
 _STORE_SUFFIX = ".blobs"
 """The blob store of database ``x.duckdb`` is the folder ``x.duckdb.blobs`` (see ``BlobStore.for_database``)."""

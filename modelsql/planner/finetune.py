@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DataError, IntegrityError, NotSupportedError
-from ..operators.backends.onnxruntime import OrtModel
-from ..progress import Meter
-from ..sql.nodes import FinetunePipeline
-from . import artifacts, ddl
-from .finetune_data import finetune_options, read_data, read_test
-from .handlers import run_statement
-from .pipelines import create_pipeline
-from .plan import CreatePipelinePlan, StepSpec
-from .result import Result
+from modelsql.errors import DataError, IntegrityError, NotSupportedError
+from modelsql.operators.backends.onnxruntime import OrtModel
+from modelsql.progress import Meter
+from modelsql.sql.nodes import FinetunePipeline
+from modelsql.planner import artifacts, ddl
+from modelsql.planner.finetune_data import finetune_options, read_data, read_test
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.pipelines import create_pipeline
+from modelsql.planner.plan import CreatePipelinePlan, StepSpec
+from modelsql.planner.result import Result
 
 __all__ = ["EXACT"]
 
@@ -54,8 +54,8 @@ _COLUMNS = (("pipeline", "VARCHAR"), ("version", "INTEGER"), ("chosen", "VARCHAR
 def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     import torch
 
-    from ..finetune.train import evaluate
-    from ..finetune.translate import PipelineNet
+    from modelsql.finetune.train import evaluate
+    from modelsql.finetune.translate import PipelineNet
 
     session.check_writable()
     ref = stmt.this
@@ -97,8 +97,8 @@ def _train(net, tensors: tuple, test, task: str, labels_val, options: dict, mete
         NotSupportedError: ``nondeterministic_operator`` (on CUDA, an operator without a deterministic kernel).
         DataError: ``training_diverged``.
     """
-    from ..finetune.train import evaluate, finetune
-    from ..tuning.training import deterministic_on, nondeterministic_error
+    from modelsql.finetune.train import evaluate, finetune
+    from modelsql.tuning.training import deterministic_on, nondeterministic_error
 
     device = options["device"]
     x, y, x_val, y_val = (t.to(device) for t in tensors)
@@ -170,7 +170,7 @@ def _register(session, pv, net, x_val, options: dict, features) -> int:
     when the name is taken or the export disagrees)."""
     import torch
 
-    from ..formats.torch import from_torch
+    from modelsql.formats.torch import from_torch
 
     class _Export(torch.nn.Module):
         def __init__(self, inner):

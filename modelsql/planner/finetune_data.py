@@ -18,12 +18,12 @@ from typing import Optional
 import numpy as np
 from sqlglot import exp
 
-from ..errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
-from .options import no_repeats, value
-from .training_features import feature_option, input_keys
-from .tune import relation_sql
-from .tune_checks import number_option, training_device
-from .tune_data import feature_columns, feature_matrix, read_table, split_rows, target_values
+from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.training_features import feature_option, input_keys
+from modelsql.planner.tune import relation_sql
+from modelsql.planner.tune_checks import number_option, training_device
+from modelsql.planner.tune_data import feature_columns, feature_matrix, read_table, split_rows, target_values
 
 __all__ = ["OPTIONS", "FinetuneData", "finetune_options", "read_data", "read_test"]
 

@@ -19,7 +19,7 @@ from functools import singledispatch
 
 from sqlglot import exp
 
-from ..errors import InternalError
+from modelsql.errors import InternalError
 
 
 @singledispatch

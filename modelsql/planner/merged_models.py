@@ -24,18 +24,18 @@ from typing import Optional, Sequence
 import numpy as np
 import onnx
 
-from ..catalog.entries import ModelVersion, RoutedModels
-from ..catalog.families import MergedGraph
-from ..errors import DataError, Error
-from ..formats import netfuse
-from ..formats.onnx_io import join_model, stored_tensors
-from ..operators.backends import SESSIONS, SessionKey
-from ..operators.backends.cuda import BUCKETS, CudaModel
-from ..storage import BlobStore
-from ..operators.backends import shared_weights
-from ..operators.backends.pipeline import StepMemo
-from ..operators.backends.routed import FamilyMember, MergedRunner, RoutedModel, SharedFamily
-from . import artifacts, merge_cost
+from modelsql.catalog.entries import ModelVersion, RoutedModels
+from modelsql.catalog.families import MergedGraph
+from modelsql.errors import DataError, Error
+from modelsql.formats import netfuse
+from modelsql.formats.onnx_io import join_model, stored_tensors
+from modelsql.operators.backends import SESSIONS, SessionKey
+from modelsql.operators.backends.cuda import BUCKETS, CudaModel
+from modelsql.storage import BlobStore
+from modelsql.operators.backends import shared_weights
+from modelsql.operators.backends.pipeline import StepMemo
+from modelsql.operators.backends.routed import FamilyMember, MergedRunner, RoutedModel, SharedFamily
+from modelsql.planner import artifacts, merge_cost
 
 __all__ = ["merge_key", "merged_graph", "build_merged", "merged_runner", "runner_of", "routed_session",
            "shared_family", "cuda_merged", "symbolic_instances", "CHECK_REL_TOL"]

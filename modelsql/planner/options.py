@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from ..errors import ProgrammingError, did_you_mean
+from modelsql.errors import ProgrammingError, did_you_mean
 
 
 def value(node: exp.Expression, params: list) -> Any:

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 from sqlglot import exp
 
-from .. import sql as msql
-from ..operators.backends.pipeline import StepMemo
-from ..progress import Meter
-from ..operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
-from . import artifacts, compiled, cost, merged_models
-from .bind_routed import ROUTE_INPUT
-from .plan import PredictScan, QueryPlan, ScanRef
-from .result import Result
+from modelsql import sql as msql
+from modelsql.operators.backends.pipeline import StepMemo
+from modelsql.progress import Meter
+from modelsql.operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
+from modelsql.planner import artifacts, compiled, cost, merged_models
+from modelsql.planner.bind_routed import ROUTE_INPUT
+from modelsql.planner.plan import PredictScan, QueryPlan, ScanRef
+from modelsql.planner.result import Result
 
 _TOKEN = "__msql_scan_" + uuid.uuid4().hex[:8] + "_"
 

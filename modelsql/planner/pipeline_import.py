@@ -13,12 +13,12 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Sequence
 
-from .. import formats
-from ..catalog.entries import ModelVersion, PipelineVersion
-from ..errors import IntegrityError
-from .ddl import prepare_model
-from .pipelines import create_pipeline
-from .plan import CreatePipelinePlan, StepSpec
+from modelsql import formats
+from modelsql.catalog.entries import ModelVersion, PipelineVersion
+from modelsql.errors import IntegrityError
+from modelsql.planner.ddl import prepare_model
+from modelsql.planner.pipelines import create_pipeline
+from modelsql.planner.plan import CreatePipelinePlan, StepSpec
 
 __all__ = ["import_pipeline"]
 

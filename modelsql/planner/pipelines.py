@@ -27,16 +27,16 @@ import json
 import re
 from typing import Callable, Optional, Sequence
 
-from ..catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
-from ..errors import IntegrityError, ProgrammingError, did_you_mean
-from ..sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
-from . import artifacts
-from .ddl import retrying
-from .exports import check_export_target, write_export
-from .handlers import run_statement
-from .options import no_repeats, value
-from .plan import CreatePipelinePlan, DropPipelinePlan, StepSpec
-from .result import Result
+from modelsql.catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
+from modelsql.errors import IntegrityError, ProgrammingError, did_you_mean
+from modelsql.sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
+from modelsql.planner import artifacts
+from modelsql.planner.ddl import retrying
+from modelsql.planner.exports import check_export_target, write_export
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.plan import CreatePipelinePlan, DropPipelinePlan, StepSpec
+from modelsql.planner.result import Result
 
 PIPELINE_OPTIONS = ("description",)
 """Options of ``CREATE PIPELINE ... WITH (...)``: ``description`` (free text kept in the catalog)."""
@@ -280,8 +280,8 @@ def _describe(stmt: DescribePipeline, session, params: list) -> Result:
 
 @run_statement.register
 def _export(stmt: ExportPipeline, session, params: list) -> Result:
-    from .. import formats
-    from .ddl import write_catalog_metadata
+    from modelsql import formats
+    from modelsql.planner.ddl import write_catalog_metadata
 
     ref = stmt.this
     pv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=True)

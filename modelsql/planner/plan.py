@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Optional
 
 from sqlglot import exp
 
-from ..catalog.entries import ModelVersion
-from .bind import Binding, PredictOptions
-from .costs import NO_COSTS, Costs
+from modelsql.catalog.entries import ModelVersion
+from modelsql.planner.bind import Binding, PredictOptions
+from modelsql.planner.costs import NO_COSTS, Costs
 
 if TYPE_CHECKING:
-    from ..tuning.stage_tree import Node, StageTree
+    from modelsql.tuning.stage_tree import Node, StageTree
 
 
 class ScanRef(exp.Expression):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ..duckdb_errors import translate
-from ..errors import DataError, Error, InternalError, OperationalError
-from ..operators.predict import NullInput
-from .bind import array_not_null_sql, quote
+from modelsql.duckdb_errors import translate
+from modelsql.errors import DataError, Error, InternalError, OperationalError
+from modelsql.operators.predict import NullInput
+from modelsql.planner.bind import array_not_null_sql, quote
 
 
 def predict_error(exc: BaseException, operators, duck) -> Error:

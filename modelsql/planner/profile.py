@@ -22,25 +22,25 @@ import onnx
 from onnx import numpy_helper
 from sqlglot import exp
 
-from .. import sql as msql
+from modelsql import sql as msql
 
-from ..catalog.traces import OperatorRow, TraceRow
-from ..errors import NotSupportedError, ProgrammingError
-from ..formats.netfuse import MergeDeclined, merge_models
-from ..sql.dialect import ModelSQL
-from ..operators.backends.profiling import LatencyTrace, operator_times, profile_latency
-from ..sql.nodes import ProfileModel
-from ..operators.backends import devices
-from ..progress import Meter
-from .artifacts import load_model_proto
-from .compiled import tvm_session
-from .cost_model import retrain, trace_features
-from .merge_cost import CONV_MAX_ROWS
-from .handlers import run_statement
-from .options import given_options
-from .query import run_query
-from .result import Result
-from .run_traces import run_trace_rows
+from modelsql.catalog.traces import OperatorRow, TraceRow
+from modelsql.errors import NotSupportedError, ProgrammingError
+from modelsql.formats.netfuse import MergeDeclined, merge_models
+from modelsql.sql.dialect import ModelSQL
+from modelsql.operators.backends.profiling import LatencyTrace, operator_times, profile_latency
+from modelsql.sql.nodes import ProfileModel
+from modelsql.operators.backends import devices
+from modelsql.progress import Meter
+from modelsql.planner.artifacts import load_model_proto
+from modelsql.planner.compiled import tvm_session
+from modelsql.planner.cost_model import retrain, trace_features
+from modelsql.planner.merge_cost import CONV_MAX_ROWS
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.options import given_options
+from modelsql.planner.query import run_query
+from modelsql.planner.result import Result
+from modelsql.planner.run_traces import run_trace_rows
 
 __all__ = ["PROFILE_OPTIONS"]
 

@@ -25,13 +25,13 @@ from typing import Optional
 
 import numpy as np
 
-from ..catalog.entries import ModelVersion, StoredTensor
-from ..errors import DataError, ProgrammingError
-from ..formats.python_program import ELEM_TYPES, NUMPY_TYPES
-from ..operators.backends import devices
-from ..operators.backends.coexec import PythonProgramModel
-from ..tuning.training import factory_digest, resolve_reference
-from . import trust
+from modelsql.catalog.entries import ModelVersion, StoredTensor
+from modelsql.errors import DataError, ProgrammingError
+from modelsql.formats.python_program import ELEM_TYPES, NUMPY_TYPES
+from modelsql.operators.backends import devices
+from modelsql.operators.backends.coexec import PythonProgramModel
+from modelsql.tuning.training import factory_digest, resolve_reference
+from modelsql.planner import trust
 
 __all__ = ["StoredProgram", "FORMAT", "program_module", "program_digest", "helper_sources", "changed_source", "check_source",
            "state_tensors", "python_session", "read_program", "program_device", "program_code"]

@@ -33,22 +33,22 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from ..duckdb_errors import translate
-from ..errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
-from ..formats.program_checks import batching, check_deterministic
-from ..formats.python_program import Program, program, forward_inputs, quiet, to_feeds
-from ..formats.whole_graph import whole_graph
-from ..operators.backends import devices
-from ..operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
-from ..progress import Meter
-from ..sql.nodes import ImportModel
-from ..tuning.training import resolve_reference, source_file
-from . import ddl, trust
-from .bind import looks_like_key
-from .training_features import input_keys
-from .options import no_repeats, value
-from .python_artifacts import StoredProgram, helper_sources, program_code, program_digest, program_module, state_tensors
-from .result import Result
+from modelsql.duckdb_errors import translate
+from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.formats.program_checks import batching, check_deterministic
+from modelsql.formats.python_program import Program, program, forward_inputs, quiet, to_feeds
+from modelsql.formats.whole_graph import whole_graph
+from modelsql.operators.backends import devices
+from modelsql.operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
+from modelsql.progress import Meter
+from modelsql.sql.nodes import ImportModel
+from modelsql.tuning.training import resolve_reference, source_file
+from modelsql.planner import ddl, trust
+from modelsql.planner.bind import looks_like_key
+from modelsql.planner.training_features import input_keys
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.python_artifacts import StoredProgram, helper_sources, program_code, program_digest, program_module, state_tensors
+from modelsql.planner.result import Result
 
 __all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model", "store_program"]
 

@@ -12,17 +12,17 @@ from typing import Optional
 
 from sqlglot import exp
 
-from ..errors import Error, NotSupportedError
-from ..sql.nodes import PredictTable
-from .options import uses_parameters
-from .plan_cache import CachedPlan
-from .binder import bind_query
-from .handlers import run_statement
-from .physical import Physical, build, choose, predict_meter
-from .plan import QueryPlan
-from .predict_errors import predict_error
-from .result import Result
-from .rules import apply_rules
+from modelsql.errors import Error, NotSupportedError
+from modelsql.sql.nodes import PredictTable
+from modelsql.planner.options import uses_parameters
+from modelsql.planner.plan_cache import CachedPlan
+from modelsql.planner.binder import bind_query
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.physical import Physical, build, choose, predict_meter
+from modelsql.planner.plan import QueryPlan
+from modelsql.planner.predict_errors import predict_error
+from modelsql.planner.result import Result
+from modelsql.planner.rules import apply_rules
 
 
 def plan_query(stmt: exp.Expression, session, params: list) -> QueryPlan:

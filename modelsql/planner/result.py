@@ -15,8 +15,8 @@ from typing import Callable, Optional
 
 import duckdb
 
-from ..duckdb_errors import translate
-from ..errors import Error
+from modelsql.duckdb_errors import translate
+from modelsql.errors import Error
 
 
 @dataclass

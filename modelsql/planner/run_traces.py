@@ -16,9 +16,9 @@ from typing import Optional
 
 import onnx
 
-from ..catalog.traces import TraceRow
-from ..operators.backends.profiling import LatencyTrace
-from .cost_model import trace_features
+from modelsql.catalog.traces import TraceRow
+from modelsql.operators.backends.profiling import LatencyTrace
+from modelsql.planner.cost_model import trace_features
 
 __all__ = ["SAMPLE_EVERY", "MAX_SAMPLES", "MIN_RUNS", "TraceSampler", "run_trace_rows", "record_query_traces",
            "record_served_traces"]

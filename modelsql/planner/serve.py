@@ -38,16 +38,16 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from ..catalog import Catalog
-from ..errors import Error, NotSupportedError, OperationalError, ProgrammingError, did_you_mean
-from ..sql.nodes import Serve, ShowServers, StopServer
-from ..operators.backends import devices
-from . import artifacts
-from .handlers import run_statement
-from .options import no_repeats, value
-from .run_traces import record_served_traces
-from .result import Result
-from .serving_repository import CatalogRepository
+from modelsql.catalog import Catalog
+from modelsql.errors import Error, NotSupportedError, OperationalError, ProgrammingError, did_you_mean
+from modelsql.sql.nodes import Serve, ShowServers, StopServer
+from modelsql.operators.backends import devices
+from modelsql.planner import artifacts
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.run_traces import record_served_traces
+from modelsql.planner.result import Result
+from modelsql.planner.serving_repository import CatalogRepository
 
 __all__ = ["SERVERS", "DEFAULT_PORT", "SERVE_OPTIONS", "TOKEN_ENV", "stop_all"]
 
@@ -225,7 +225,7 @@ def _serve(stmt: Serve, session, params: list) -> Result:
 
 
 def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict) -> Result:
-    from ..serving import InferenceServer
+    from modelsql.serving import InferenceServer
 
     opts = _options(given, SERVE_OPTIONS, "SERVE", text=("device", "token"))
     device = _device(given)
@@ -287,7 +287,7 @@ def _check_exposure(host: str, token: Optional[str], allowed: bool) -> None:
     Raises:
         ProgrammingError: ``unauthenticated_host``.
     """
-    from ..serving import is_loopback
+    from modelsql.serving import is_loopback
 
     if token or allowed or is_loopback(host):
         return

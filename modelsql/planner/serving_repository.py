@@ -44,16 +44,16 @@ from typing import Callable, Hashable, Optional, Sequence
 
 import numpy as np
 
-from ..catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
-from ..errors import DataError, Error
-from ..operators.step_graph import GraphNode, StepGraph
-from ..serving.repository import TensorMetadata
-from ..serving.simple import text_feed
-from . import artifacts, merge_cost, merged_models
-from .resident_steps import ResidentSteps
-from .run_traces import TraceSampler
-from .stages import fuse_stages, stage_model
-from .rules.pipeline_share_steps import SharedSteps, share_steps
+from modelsql.catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
+from modelsql.errors import DataError, Error
+from modelsql.operators.step_graph import GraphNode, StepGraph
+from modelsql.serving.repository import TensorMetadata
+from modelsql.serving.simple import text_feed
+from modelsql.planner import artifacts, merge_cost, merged_models
+from modelsql.planner.resident_steps import ResidentSteps
+from modelsql.planner.run_traces import TraceSampler
+from modelsql.planner.stages import fuse_stages, stage_model
+from modelsql.planner.rules.pipeline_share_steps import SharedSteps, share_steps
 
 __all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "ONNX_TO_OIP", "HEALTH_CHECK_S"]
 

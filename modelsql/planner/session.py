@@ -27,20 +27,19 @@ from typing import Optional, Sequence
 import duckdb
 from sqlglot import exp
 
-from .. import sql as msql
-from ..catalog import Catalog
-from ..catalog.entries import RoutedModels
-from ..duckdb_errors import translate
-from ..errors import Error, OperationalError, ProgrammingError, excerpt, position_of
-from ..sql.nodes import (DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines,
-                         ShowServers)
-from ..storage import BlobStore
-from ..storage.files import os_error
-from . import database_dump, open_databases
-from .ambiguity import refuse_ambiguous
-from .handlers import run_statement
-from .plan_cache import PlanCache, bump, database_key, generation
-from .result import Result
+from modelsql import sql as msql
+from modelsql.catalog import Catalog
+from modelsql.catalog.entries import RoutedModels
+from modelsql.duckdb_errors import translate
+from modelsql.errors import Error, OperationalError, ProgrammingError, excerpt, position_of
+from modelsql.sql.nodes import DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines, ShowServers
+from modelsql.storage import BlobStore
+from modelsql.storage.files import os_error
+from modelsql.planner import database_dump, open_databases
+from modelsql.planner.ambiguity import refuse_ambiguous
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.plan_cache import PlanCache, bump, database_key, generation
+from modelsql.planner.result import Result
 
 _NO_RESULT_TYPES = {
     "CREATE", "DROP", "ALTER", "TRANSACTION", "SET", "VARIABLE_SET", "ATTACH", "DETACH", "LOAD",
@@ -111,7 +110,7 @@ class Session:
 
     def costs(self):
         """The learned cost model the planner asks (:func:`~modelsql.planner.cost_model.costs_for`)."""
-        from .cost_model import costs_for  # cost_model reaches ddl, which reaches the session's handlers
+        from modelsql.planner.cost_model import costs_for  # cost_model reaches ddl, which reaches the session's handlers
 
         return costs_for(self)
 
@@ -218,7 +217,7 @@ class Session:
         key = PlanCache.key(text, params, self.optimize)
         entry = self.plans.get(key, self.generation(), params)
         if entry is not None:
-            from .query import run_cached
+            from modelsql.planner.query import run_cached
 
             self.text, self.qmark_style = entry.text, entry.qmark_style
             return run_cached(entry, self, params or [])
@@ -453,12 +452,12 @@ def _specs_text(specs) -> str:
 def register_handlers() -> None:
     """Import the modules that register the statement handlers (:mod:`modelsql.planner.handlers`): on the
     first text that mentions models, so plain SQL never imports the converters, ONNX, TVM or the server."""
-    from . import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401
+    from modelsql.planner import compile_model, ddl, explain, finetune, pipelines, profile, query, serve, trainables, trust_model, tune  # noqa: F401
 
 
 def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
     """The ``$n`` numbers of a statement (of the statement inside an ``EXPLAIN``, which sqlglot keeps as text)."""
-    from .explain import explain_parts
+    from modelsql.planner.explain import explain_parts
 
     parts = explain_parts(stmt)
     if parts is not None:
@@ -472,7 +471,7 @@ def _reads_only(stmt: exp.Expression) -> bool:
     if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel, ShowPipelines, DescribePipeline,
                          ExportPipeline, ShowServers)):
         return True
-    from .explain import explain_parts
+    from modelsql.planner.explain import explain_parts
 
     parts = explain_parts(stmt)
     if parts is None or parts[0] != "EXPLAIN ":

@@ -28,12 +28,12 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import formats
-from ..operators.backends import shared_weights
-from ..operators.backends.cuda import CudaModel
-from ..operators.backends.onnxruntime import OrtModel
-from . import artifacts
-from .rules.pipeline_share_steps import SharedNode, SharedSteps
+from modelsql import formats
+from modelsql.operators.backends import shared_weights
+from modelsql.operators.backends.cuda import CudaModel
+from modelsql.operators.backends.onnxruntime import OrtModel
+from modelsql.planner import artifacts
+from modelsql.planner.rules.pipeline_share_steps import SharedNode, SharedSteps
 
 __all__ = ["Stage", "fuse_stages", "stage_model", "LiftedStep"]
 

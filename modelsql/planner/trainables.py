@@ -18,17 +18,17 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from ..catalog.studies import Trainable
-from ..errors import IntegrityError, ProgrammingError
-from ..formats import from_torch
-from ..formats.label_values import with_label_values
-from ..sql.nodes import ImportModel
-from ..tuning.training import factory_digest, for_inference, load_trained, resolve_factory
-from . import ddl, trust
-from .options import no_repeats, value
-from .python_models import create_python_model, store_program, wants_import
-from .result import Result
-from .tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
+from modelsql.catalog.studies import Trainable
+from modelsql.errors import IntegrityError, ProgrammingError
+from modelsql.formats import from_torch
+from modelsql.formats.label_values import with_label_values
+from modelsql.sql.nodes import ImportModel
+from modelsql.tuning.training import factory_digest, for_inference, load_trained, resolve_factory
+from modelsql.planner import ddl, trust
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.python_models import create_python_model, store_program, wants_import
+from modelsql.planner.result import Result
+from modelsql.planner.tune_spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 
 __all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study", "drop_trainable",
            "trainable_code"]
@@ -179,10 +179,10 @@ def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
     """
     import torch
 
-    from ..errors import NotSupportedError
-    from ..formats.program_checks import batching
-    from ..formats.python_program import program
-    from ..tuning.inference import TrainedNetwork
+    from modelsql.errors import NotSupportedError
+    from modelsql.formats.program_checks import batching
+    from modelsql.formats.python_program import program
+    from modelsql.tuning.inference import TrainedNetwork
 
     model, params, trainable = _trained_network(session, study, trial)
     options = json.loads(study.options)
@@ -255,7 +255,7 @@ def drop_trainable(plan, session) -> Result:
     Raises:
         NotSupportedError: ``not_supported`` for one VERSION of a trainable.
     """
-    from ..errors import NotSupportedError
+    from modelsql.errors import NotSupportedError
 
     if plan.version is not None:
         raise NotSupportedError(f'DROP MODEL {plan.name} VERSION {plan.version}: a trainable is dropped with all its '

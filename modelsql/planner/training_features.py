@@ -20,10 +20,10 @@ from typing import Any, Optional, Sequence
 
 from sqlglot import exp
 
-from ..errors import ProgrammingError, did_you_mean
-from .bind import looks_like_key
-from .binder import key_columns_of
-from .tune_checks import option_error
+from modelsql.errors import ProgrammingError, did_you_mean
+from modelsql.planner.bind import looks_like_key
+from modelsql.planner.binder import key_columns_of
+from modelsql.planner.tune_checks import option_error
 
 __all__ = ["feature_option", "input_keys", "training_features"]
 

@@ -30,9 +30,9 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from ..catalog.trust import CodeSignatures
-from ..errors import NotSupportedError
-from ..signing import Key, load_key, signature_of, verifies
+from modelsql.catalog.trust import CodeSignatures
+from modelsql.errors import NotSupportedError
+from modelsql.signing import Key, load_key, signature_of, verifies
 
 __all__ = ["CodeArtifact", "trainable_digest", "trusted", "require", "require_checked", "sign", "signing_key",
            "require_python_allowed"]

@@ -9,14 +9,14 @@ already). A user runs it after looking at the code (``DESCRIBE MODEL m``; the ro
 
 from __future__ import annotations
 
-from ..errors import Error, ProgrammingError
-from ..sql.nodes import TrustModel
-from . import trust
-from .compiled import library_code
-from .handlers import run_statement
-from .python_artifacts import program_code, read_program
-from .result import Result
-from .trainables import trainable_code
+from modelsql.errors import Error, ProgrammingError
+from modelsql.sql.nodes import TrustModel
+from modelsql.planner import trust
+from modelsql.planner.compiled import library_code
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.python_artifacts import program_code, read_program
+from modelsql.planner.result import Result
+from modelsql.planner.trainables import trainable_code
 
 __all__ = ["code_of", "COLUMNS"]
 

@@ -18,24 +18,22 @@ from typing import Any
 
 from sqlglot import exp
 
-from ..recursive.trees import Trees
-from ..errors import Error, NotSupportedError, ProgrammingError, did_you_mean
-from ..sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
-from ..tuning.algorithms import make_algorithm
-from ..tuning.space import Space
-from .handlers import run_statement
-from .options import no_repeats, value
-from .plan import RoundPlan
-from .result import Result
-from .rules import TUNE_RULES, apply_rules
-from .trainables import register, trainable_for_tune
-from .training_features import feature_option, input_keys
-from .tune_checks import (check_space_values, check_threads, number_option, option_error, probe_factory,
-                          training_device)
-from .tune_data import load_study_data
-from .tune_run import StudyRun, load_tree
-from .tune_spec import (COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part,
-                        digest_of, trainable_defaults)
+from modelsql.recursive.trees import Trees
+from modelsql.errors import Error, NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
+from modelsql.tuning.algorithms import make_algorithm
+from modelsql.tuning.space import Space
+from modelsql.planner.handlers import run_statement
+from modelsql.planner.options import no_repeats, value
+from modelsql.planner.plan import RoundPlan
+from modelsql.planner.result import Result
+from modelsql.planner.rules import TUNE_RULES, apply_rules
+from modelsql.planner.trainables import register, trainable_for_tune
+from modelsql.planner.training_features import feature_option, input_keys
+from modelsql.planner.tune_checks import check_space_values, check_threads, number_option, option_error, probe_factory, training_device
+from modelsql.planner.tune_data import load_study_data
+from modelsql.planner.tune_run import StudyRun, load_tree
+from modelsql.planner.tune_spec import COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
 
 __all__ = ["bind_tune", "explain_tune", "relation_sql", "RUNNING"]
 
@@ -222,10 +220,10 @@ def _check_algorithm(spec: StudySpec) -> None:
 
 def _executor(spec: StudySpec):
     if spec.executor == "ray":
-        from ..tuning.ray_executor import ray_executor
+        from modelsql.tuning.ray_executor import ray_executor
 
         return ray_executor(spec.workers, spec.address, threads=spec.threads)
-    from ..tuning.executor import local_executor
+    from modelsql.tuning.executor import local_executor
 
     return local_executor(spec.workers)
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from ..errors import Error, NotSupportedError, ProgrammingError
-from ..operators.backends import devices
-from ..tuning.space import Space
-from ..tuning.training import check_epoch, check_factory
-from .tune_spec import TRAINING_NAMES
+from modelsql.errors import Error, NotSupportedError, ProgrammingError
+from modelsql.operators.backends import devices
+from modelsql.tuning.space import Space
+from modelsql.tuning.training import check_epoch, check_factory
+from modelsql.planner.tune_spec import TRAINING_NAMES
 
 __all__ = ["check_space_values", "probe_factory", "check_threads", "number_option", "option_error",
            "training_device", "MAX_PROBES"]

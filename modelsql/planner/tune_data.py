@@ -22,10 +22,10 @@ from typing import Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..errors import DataError, ProgrammingError
-from ..recursive.trees import Trees
-from ..tuning.training import TrainData
-from .training_features import training_features
+from modelsql.errors import DataError, ProgrammingError
+from modelsql.recursive.trees import Trees
+from modelsql.tuning.training import TrainData
+from modelsql.planner.training_features import training_features
 
 __all__ = ["StudyData", "load_study_data", "read_table", "feature_columns", "feature_matrix", "target_values",
            "split_rows"]
@@ -46,7 +46,7 @@ def read_table(session, sql: str, params: Sequence, what: str) -> pa.Table:
     try:
         return session.duck.sql(sql, params=list(params) or None).to_arrow_table()
     except Exception as exc:  # noqa: BLE001 - the DuckDB error, named for the clause it came from
-        from ..duckdb_errors import translate
+        from modelsql.duckdb_errors import translate
 
         err = translate(exc)
         raise type(err)(f"TUNE {what}: {err}", code=err.code) from None

@@ -29,18 +29,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from ..catalog import Catalog
-from ..catalog.owners import HEARTBEAT_SECONDS, this_process
-from ..catalog.studies import StageRow, StudyRow, TrialRow
-from .. import errors as errors_module
-from ..errors import OperationalError
-from ..progress import Meter
-from ..tuning.algorithms import Request, make_algorithm
-from ..tuning.executor import TaskOutcome, TaskSpec
-from ..tuning.stage_tree import EpochHP, Node, StageTree
-from .plan import RoundPlan, StageTask
-from .rules import TUNE_RULES, apply_rules
-from .tune_spec import TRAINING_NAMES, StudySpec, frozen
+from modelsql.catalog import Catalog
+from modelsql.catalog.owners import HEARTBEAT_SECONDS, this_process
+from modelsql.catalog.studies import StageRow, StudyRow, TrialRow
+from modelsql import errors as errors_module
+from modelsql.errors import OperationalError
+from modelsql.progress import Meter
+from modelsql.tuning.algorithms import Request, make_algorithm
+from modelsql.tuning.executor import TaskOutcome, TaskSpec
+from modelsql.tuning.stage_tree import EpochHP, Node, StageTree
+from modelsql.planner.plan import RoundPlan, StageTask
+from modelsql.planner.rules import TUNE_RULES, apply_rules
+from modelsql.planner.tune_spec import TRAINING_NAMES, StudySpec, frozen
 
 __all__ = ["StudyRun", "hp_json", "hp_from_json", "load_tree"]
 

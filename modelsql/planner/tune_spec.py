@@ -23,11 +23,11 @@ from typing import Any, Mapping, Optional
 
 from sqlglot import exp
 
-from ..recursive.trees import Trees
-from ..catalog.studies import StudyRow, Trainable
-from ..errors import ProgrammingError
-from ..tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
-from ..tuning.stage_tree import EpochHP
+from modelsql.recursive.trees import Trees
+from modelsql.catalog.studies import StudyRow, Trainable
+from modelsql.errors import ProgrammingError
+from modelsql.tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
+from modelsql.tuning.stage_tree import EpochHP
 
 __all__ = ["TRAINING_NAMES", "COMMON_OPTIONS", "StudySpec", "bind_space", "TRAINER_VERSION",
            "frozen", "trainable_defaults", "digest_of", "device_part", "constant"]

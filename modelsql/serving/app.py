@@ -57,12 +57,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import DataError, ProgrammingError
-from .batching import Batcher
-from .metrics import CONTENT_TYPE, ServerMetrics
-from .model_config import input_metadata, model_config
-from .protocol import HEADER_LENGTH, ProtocolError, encode_infer_response, parse_infer_request
-from .repository import Repository, Servable
+from modelsql.errors import DataError, ProgrammingError
+from modelsql.serving.batching import Batcher
+from modelsql.serving.metrics import CONTENT_TYPE, ServerMetrics
+from modelsql.serving.model_config import input_metadata, model_config
+from modelsql.serving.protocol import HEADER_LENGTH, ProtocolError, encode_infer_response, parse_infer_request
+from modelsql.serving.repository import Repository, Servable
 
 __all__ = ["build_app", "error_status", "read_body", "BodyBudget", "DEFAULT_MAX_REQUEST_BYTES", "EXTENSIONS",
            "DEFAULT_BODY_TIMEOUT_S", "PARSE_INLINE_BYTES", "OPEN_PATHS"]

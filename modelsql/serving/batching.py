@@ -46,8 +46,8 @@ from typing import Callable, Hashable, Optional
 
 import numpy as np
 
-from .metrics import ServerMetrics
-from .repository import Repository, Servable
+from modelsql.serving.metrics import ServerMetrics
+from modelsql.serving.repository import Repository, Servable
 
 __all__ = ["Batcher", "AHEAD"]
 

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-from .statistics import Statistics
+from modelsql.serving.statistics import Statistics
 
 __all__ = ["ServerMetrics", "CONTENT_TYPE"]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .repository import Servable, TensorMetadata
+from modelsql.serving.repository import Servable, TensorMetadata
 
 __all__ = ["model_config", "input_metadata", "TRITON_TYPES"]
 

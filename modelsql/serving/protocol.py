@@ -46,7 +46,7 @@ from typing import Any, Iterator, Mapping, Optional
 import numpy as np
 import orjson
 
-from .repository import DATATYPES, Servable, TensorMetadata, numpy_to_oip
+from modelsql.serving.repository import DATATYPES, Servable, TensorMetadata, numpy_to_oip
 
 __all__ = [
     "ProtocolError",

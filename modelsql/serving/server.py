@@ -30,10 +30,10 @@ from typing import Optional
 
 import uvicorn
 
-from .app import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES, build_app
-from .connections import ConnectionGuard, ConnectionLimits
-from .metrics import ServerMetrics
-from .repository import Repository
+from modelsql.serving.app import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES, build_app
+from modelsql.serving.connections import ConnectionGuard, ConnectionLimits
+from modelsql.serving.metrics import ServerMetrics
+from modelsql.serving.repository import Repository
 
 __all__ = ["InferenceServer", "ServerBindError", "UnauthenticatedExposure", "is_loopback", "DRAIN_S"]
 

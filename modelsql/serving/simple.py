@@ -20,8 +20,8 @@ from typing import Hashable, Optional, Sequence
 
 import numpy as np
 
-from ..operators.backends.onnxruntime import OrtModel
-from .repository import RunResult, TensorMetadata
+from modelsql.operators.backends.onnxruntime import OrtModel
+from modelsql.serving.repository import RunResult, TensorMetadata
 
 __all__ = ["OrtServable", "OrtRepository", "ORT_DATATYPES", "text_feed"]
 

@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 from modelsql import errors
 
-from . import asha, hyperband, pbt
-from .protocol import Algorithm, Options, OptunaTrials, Request, RoundAlgorithm
-from .space import Space
+from modelsql.tuning import asha, hyperband, pbt
+from modelsql.tuning.protocol import Algorithm, Options, OptunaTrials, Request, RoundAlgorithm
+from modelsql.tuning.space import Space
 
 __all__ = ["Request", "Algorithm", "GridSearch", "SampledSearch", "make_algorithm", "ALGORITHMS"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import SAMPLERS, Options, OptunaTrials, Request, RoundAlgorithm
-from .space import Space
+from modelsql.tuning.protocol import SAMPLERS, Options, OptunaTrials, Request, RoundAlgorithm
+from modelsql.tuning.space import Space
 
 __all__ = ["ASHA", "OPTIONS", "build", "rung_epochs"]
 

@@ -32,9 +32,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import OperationalError
-from .stage_tree import EpochHP
-from .messages import read_message, write_message
+from modelsql.errors import OperationalError
+from modelsql.tuning.stage_tree import EpochHP
+from modelsql.tuning.messages import read_message, write_message
 
 __all__ = ["TaskSpec", "TaskOutcome", "run_task", "LocalExecutor", "local_executor", "IDLE_SECONDS"]
 
@@ -82,7 +82,7 @@ def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
     A stage that raises ends the task: the stages before it are returned with the error, as plain
     values (exceptions with extra state do not always pickle back across processes).
     """
-    from .training import StageSpec, train_stage
+    from modelsql.tuning.training import StageSpec, train_stage
 
     results = []
     state = parent
@@ -153,7 +153,7 @@ def worker_env(path: tuple[str, ...]) -> dict:
     """The worker's environment: this process's, with its ``sys.path`` (so the factory imports the same) and
     ``CUBLAS_WORKSPACE_CONFIG`` (deterministic cuBLAS; it must be set before the worker first uses CUDA, and
     changes nothing on the CPU) unless already set."""
-    from .training import CUBLAS_WORKSPACE
+    from modelsql.tuning.training import CUBLAS_WORKSPACE
 
     env = dict(os.environ)
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from .protocol import SAMPLERS, Options, OptunaTrials, Request, RoundAlgorithm, rank_key
-from .space import Space
+from modelsql.tuning.protocol import SAMPLERS, Options, OptunaTrials, Request, RoundAlgorithm, rank_key
+from modelsql.tuning.space import Space
 
 __all__ = ["Bracket", "plan_brackets", "Hyperband", "OPTIONS", "build"]
 

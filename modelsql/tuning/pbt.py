@@ -16,8 +16,8 @@ import math
 import random
 from typing import Any, Mapping, Optional
 
-from .protocol import Options, Request, RoundAlgorithm, rank_key
-from .space import Choice, IntRange, LogUniform, Space
+from modelsql.tuning.protocol import Options, Request, RoundAlgorithm, rank_key
+from modelsql.tuning.space import Choice, IntRange, LogUniform, Space
 
 __all__ = ["PBT", "OPTIONS", "build", "sample_config", "explore"]
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence
 
 from modelsql import errors
 
-from .space import EpochHP, Space
+from modelsql.tuning.space import EpochHP, Space
 
 __all__ = [
     "Request", "Algorithm", "RoundAlgorithm", "STATUSES", "rank_key", "worst", "Options",

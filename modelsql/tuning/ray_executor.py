@@ -34,8 +34,8 @@ import threading
 import warnings
 from typing import Any, Optional
 
-from ..errors import NotSupportedError
-from .executor import TaskOutcome, TaskSpec, run_task, worker_env
+from modelsql.errors import NotSupportedError
+from modelsql.tuning.executor import TaskOutcome, TaskSpec, run_task, worker_env
 
 __all__ = ["RayExecutor", "ray_executor"]
 

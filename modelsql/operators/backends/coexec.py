@@ -30,8 +30,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ...errors import DataError
-from ...formats.python_program import close, first_line, quiet, take, to_args, to_numpy
+from modelsql.errors import DataError
+from modelsql.formats.python_program import close, first_line, quiet, take, to_args, to_numpy
 
 __all__ = ["OnnxSubgraphs", "PythonProgramModel", "graph_breaks", "CHUNK_ROWS", "BUCKETS"]
 

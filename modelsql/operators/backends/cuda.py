@@ -32,9 +32,9 @@ from typing import Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from ...errors import DataError, InternalError
-from . import devices
-from .onnxruntime import OrtModel, first_line
+from modelsql.errors import DataError, InternalError
+from modelsql.operators.backends import devices
+from modelsql.operators.backends.onnxruntime import OrtModel, first_line
 
 __all__ = ["CudaModel", "CapturedGraph", "BUCKETS", "MAX_BUCKET", "bucket_of", "REPLAY_RTOL"]
 

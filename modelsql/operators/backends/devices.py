@@ -20,7 +20,7 @@ import os
 import re
 from typing import Optional
 
-from ...errors import NotSupportedError, OperationalError, ProgrammingError
+from modelsql.errors import NotSupportedError, OperationalError, ProgrammingError
 
 __all__ = ["CPU", "DEVICE_CHOICES", "available", "cuda_available", "parse", "require", "ort_providers",
            "cuda_ordinal"]

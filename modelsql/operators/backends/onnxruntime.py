@@ -29,8 +29,8 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from ...errors import DataError, InternalError, NotSupportedError
-from . import SESSIONS, devices
+from modelsql.errors import DataError, InternalError, NotSupportedError
+from modelsql.operators.backends import SESSIONS, devices
 
 __all__ = ["OrtModel", "get_model", "clear_cache", "default_threads", "register_shared_allocator", "numpy_dtype", "first_line"]
 

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from . import BackendModel
+from modelsql.operators.backends import BackendModel
 
 __all__ = ["StepPlan", "PipelineModel", "StepMemo"]
 

@@ -23,9 +23,9 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from ...errors import NotSupportedError, ProgrammingError
-from .cuda import CudaModel
-from .onnxruntime import numpy_dtype
+from modelsql.errors import NotSupportedError, ProgrammingError
+from modelsql.operators.backends.cuda import CudaModel
+from modelsql.operators.backends.onnxruntime import numpy_dtype
 
 __all__ = ["LatencyTrace", "OperatorTime", "synthetic_feeds", "profile_latency", "operator_times"]
 

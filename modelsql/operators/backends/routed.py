@@ -20,8 +20,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ...errors import DataError
-from .cuda import BUCKETS, bucket_of
+from modelsql.errors import DataError
+from modelsql.operators.backends.cuda import BUCKETS, bucket_of
 
 __all__ = ["MergedRunner", "RoutedModel", "SharedFamily", "FamilyMember"]
 

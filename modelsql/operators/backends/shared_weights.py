@@ -62,10 +62,10 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from ...errors import DataError
-from ...formats.onnx_io import join_model, shareable_initializers, stored_tensors, with_external_locations
-from . import SESSIONS
-from .onnxruntime import OrtModel
+from modelsql.errors import DataError
+from modelsql.formats.onnx_io import join_model, shareable_initializers, stored_tensors, with_external_locations
+from modelsql.operators.backends import SESSIONS
+from modelsql.operators.backends.onnxruntime import OrtModel
 
 __all__ = [
     "WeightPool",

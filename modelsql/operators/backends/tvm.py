@@ -66,8 +66,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import onnx
 
-from ...errors import DataError, NotSupportedError
-from .onnxruntime import default_threads
+from modelsql.errors import DataError, NotSupportedError
+from modelsql.operators.backends.onnxruntime import default_threads
 
 __all__ = [
     "REQUIRED_TVM", "REQUIRED_FFI", "unavailable_reason", "cpu_target", "cuda_target", "cuda_unavailable_reason",

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ...errors import NotSupportedError
+from modelsql.errors import NotSupportedError
 
 __all__ = ["BUILD_TIMEOUT_S", "build_with_limit", "cuda_compilers"]
 
@@ -91,7 +91,7 @@ def build_with_limit(model_bytes: bytes, *, target: dict, batch_size: Optional[i
 
 def _build_once(model_bytes: bytes, target: dict, batch_size: Optional[int], mode: Optional[str],
                 seconds: float, limit: float) -> bytes:
-    from ...errors import DataError
+    from modelsql.errors import DataError
 
     if seconds <= 0:
         raise NotSupportedError(f"TVM did not build the model for {target.get('kind')} within {limit:g} s",
@@ -127,8 +127,8 @@ def _child_env(mode: Optional[str]) -> dict:
 
 def _main(argv: list[str]) -> int:
     """Child: ``src out err target_json batch`` -> the library in ``out``, or the error as JSON in ``err``."""
-    from ...errors import Error
-    from . import tvm as tvm_backend
+    from modelsql.errors import Error
+    from modelsql.operators.backends import tvm as tvm_backend
 
     src, out, err, target, batch = argv
     try:

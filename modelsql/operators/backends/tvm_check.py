@@ -32,9 +32,9 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ...errors import DataError, NotSupportedError
-from .onnxruntime import OrtModel
-from .profiling import synthetic_feeds
+from modelsql.errors import DataError, NotSupportedError
+from modelsql.operators.backends.onnxruntime import OrtModel
+from modelsql.operators.backends.profiling import synthetic_feeds
 
 __all__ = ["ATOL", "RTOL", "CUDA_SCALED_ATOL", "CheckResult", "check_against_onnxruntime", "compare"]
 

@@ -45,8 +45,8 @@ import types
 import warnings
 from typing import Callable, Optional
 
-from ...errors import NotSupportedError
-from . import tvm as tvm_backend
+from modelsql.errors import NotSupportedError
+from modelsql.operators.backends import tvm as tvm_backend
 
 __all__ = ["unavailable_reason", "tune", "records_in"]
 

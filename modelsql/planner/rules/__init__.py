@@ -8,12 +8,12 @@ that does not apply returns its input unchanged (it may add a line to
 
 from __future__ import annotations
 
-from ..plan import QueryPlan
-from .pipeline_share_steps import pipeline_share_steps
-from .predict_merge_family import predict_merge_family
-from .predict_prune_outputs import predict_prune_outputs
-from .predict_share_input import predict_share_input
-from .tune_stage_tree import tune_stage_tree
+from modelsql.planner.plan import QueryPlan
+from modelsql.planner.rules.pipeline_share_steps import pipeline_share_steps
+from modelsql.planner.rules.predict_merge_family import predict_merge_family
+from modelsql.planner.rules.predict_prune_outputs import predict_prune_outputs
+from modelsql.planner.rules.predict_share_input import predict_share_input
+from modelsql.planner.rules.tune_stage_tree import tune_stage_tree
 
 RULES = (predict_prune_outputs, predict_share_input, pipeline_share_steps, predict_merge_family)
 

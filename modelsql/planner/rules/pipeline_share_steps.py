@@ -34,9 +34,9 @@ from typing import Optional, Sequence
 
 from dataclasses import replace
 
-from ...catalog.entries import ModelVersion, PipelineVersion
-from ..artifacts import step_key
-from ..plan import QueryPlan, StepShare
+from modelsql.catalog.entries import ModelVersion, PipelineVersion
+from modelsql.planner.artifacts import step_key
+from modelsql.planner.plan import QueryPlan, StepShare
 
 __all__ = ["SharedNode", "SharedSteps", "share_steps", "pipeline_share_steps"]
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import cost, merge_cost
-from ..costs import NO_COSTS
-from ..plan import FamilyShare, QueryPlan, RoutePlan
+from modelsql.planner import cost, merge_cost
+from modelsql.planner.costs import NO_COSTS
+from modelsql.planner.plan import FamilyShare, QueryPlan, RoutePlan
 
 __all__ = ["predict_merge_family"]
 

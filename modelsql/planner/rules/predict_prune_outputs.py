@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..plan import PredictScan, QueryPlan
+from modelsql.planner.plan import PredictScan, QueryPlan
 
 
 def predict_prune_outputs(plan: QueryPlan) -> QueryPlan:

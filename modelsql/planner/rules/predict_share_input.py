@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from ..plan import QueryPlan, ScanRef, ShareGroup
+from modelsql.planner.plan import QueryPlan, ScanRef, ShareGroup
 
 _STOPPERS = (exp.Limit, exp.Offset, exp.Fetch, exp.Qualify, exp.Pivot, exp.Summarize)
 _FILTERS = (exp.Where, exp.Having)

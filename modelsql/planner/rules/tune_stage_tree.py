@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from ..plan import RoundPlan, StagePlan, StageTask
-from ...tuning.stage_tree import Node
+from modelsql.planner.plan import RoundPlan, StagePlan, StageTask
+from modelsql.tuning.stage_tree import Node
 
 __all__ = ["tune_stage_tree"]
 
