@@ -8,7 +8,7 @@ whichever was faster at import. This script measures, per program, at batch 1 an
 * ``eager_us``: the program called eagerly under ``no_grad`` on the batch (a batch-dependent program, which
   PREDICT runs one row per call because its answer for a row must not depend on the other rows, is called
   one row at a time here too: the same semantics);
-* ``modelsql_us``: the session PREDICT runs (``modelsql.planner.artifacts.model_session``: ONNX Runtime for
+* ``modelsql_us``: the session PREDICT runs (``modelsql.engine.artifacts.sessions.model_session``: ONNX Runtime for
   a whole graph, the :class:`PythonProgramModel` otherwise), on the same inputs, 1 thread;
 * ``eager_whole_batch_us`` (row-per-call programs only): eager on the whole batch at once, which is what
   calling the program directly costs, though its answer for a row then depends on the batch;
@@ -43,7 +43,7 @@ import modelsql
 from modelsql.datasets import programs as P
 from modelsql.formats.python_program import to_feeds
 from modelsql.catalog import Catalog
-from modelsql.planner import artifacts
+from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.storage import BlobStore
 
 RESULTS = Path(__file__).parent / "results" / "imperative.json"

@@ -4,7 +4,7 @@ different weights against the N models run separately, and the planner's rule fo
 Claim: merging N members into one graph (``modelsql.formats.netfuse.merge_models``) removes N - 1
 runtime calls, which pays for small models and few rows per instance; once each instance has real
 work the merged operators (batched MatMul, grouped Conv) are no faster than N dense ones, so the
-merge can lose. ``modelsql.planner.merge_cost.estimate`` has to tell the two apart.
+merge can lose. ``modelsql.engine.artifacts.merge_cost.estimate`` has to tell the two apart.
 
 Workload: ``modelsql.datasets.architectures`` families with random weights (member ``i`` seeded
 ``--seed + i``), torch's legacy exporter, dynamic batch: ``mlp_tiny`` (MLP 32-64-64-4), ``mlp``
@@ -125,7 +125,7 @@ import onnxruntime as ort  # noqa: E402
 
 from modelsql.datasets.architectures import example_input, family  # noqa: E402
 from modelsql.formats.netfuse import merge_models  # noqa: E402
-from modelsql.planner import merge_cost  # noqa: E402
+from modelsql.engine.artifacts import merge_cost  # noqa: E402
 import proc_memory  # noqa: E402  (benchmarks/proc_memory.py)
 
 HERE = Path(__file__).resolve().parent
@@ -654,7 +654,7 @@ def gpu_merged(members: list[Path], device: str, dense: str, folder: Path, row: 
     instances (its instance axis made symbolic, as the planner loads it); merge and load times in ``row``."""
     from modelsql.operators.backends.cuda import CudaModel
     from modelsql.operators.backends.onnxruntime import OrtModel
-    from modelsql.planner.merged_models import symbolic_instances
+    from modelsql.engine.artifacts.merged import symbolic_instances
 
     t0 = time.perf_counter()
     merged = merge_models([onnx.load(str(p), load_external_data=False) for p in members],

@@ -252,7 +252,7 @@ class FloorRepository(_FixedRepository):
         import concurrent.futures
 
         import modelsql
-        from modelsql.planner.serving_repository import ONNX_TO_OIP
+        from modelsql.engine.serve.repository import ONNX_TO_OIP
         from modelsql.serving.repository import TensorMetadata
         from modelsql.serving.simple import OrtServable
 

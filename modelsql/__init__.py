@@ -10,7 +10,7 @@ This module is a PEP 249 (DB-API 2.0) driver::
     ).fetchall()
 """
 
-from modelsql.dbapi import BINARY, DATETIME, NUMBER, ROWID, STRING, Binary, Connection, Cursor, Date, DateFromTicks, Time, TimeFromTicks, Timestamp, TimestampFromTicks, apilevel, connect, paramstyle, threadsafety
+from modelsql.client.dbapi import BINARY, DATETIME, NUMBER, ROWID, STRING, Binary, Connection, Cursor, Date, DateFromTicks, Time, TimeFromTicks, Timestamp, TimestampFromTicks, apilevel, connect, paramstyle, threadsafety
 from modelsql.errors import DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, NotSupportedError, OperationalError, ProgrammingError, Warning
 
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 ``CREATE MODEL ... FROM PYTHON``.
 
 A Python program registers a hook on the connection (``con.progress = callback``); the shell's display
-(:class:`modelsql.display.ProgressDisplay`) is such a hook. The hook is called with one ``dict`` per
+(:class:`modelsql.client.display.ProgressDisplay`) is such a hook. The hook is called with one ``dict`` per
 message. Every message has these keys:
 
 * ``kind``: ``"predict"``, ``"tune"``, ``"finetune"``, ``"profile"``, ``"compile"`` or ``"create_model"``

@@ -2,7 +2,7 @@
 
 A database file is data that people share; some of what it holds is code (a Python program's stored
 reference, a trainable's factory, a compiled TVM library). modelsql runs such code only when a signature
-made with the key of the user running it says that user trusts it (:mod:`modelsql.planner.trust`), in the
+made with the key of the user running it says that user trusts it (:mod:`modelsql.engine.artifacts.trust`), in the
 spirit of DuckDB's signed extensions: the key never enters a database, so a file made elsewhere cannot
 carry a signature that verifies here.
 

@@ -1,14 +1,15 @@
 """The layout rules of docs/architecture.md, checked on the source: no import cycles between
-modelsql's modules, operators/ never imports planner/ at run time, the client imports only the
-session, import_model and import_pipeline from the planner, no module reads another's underscored names, and
+modelsql's modules; the packages below the engine never import it or the client; the engine's query
+and artifacts packages import no statement family and not the statement loop; the client imports only the
+session, import_model and import_pipeline from the engine; no module reads another's underscored names; and
 ``import modelsql`` loads no package a statement needs (ONNX, ONNX Runtime, torch, TVM, the server, ...)."""
 
 from __future__ import annotations
 
-import pytest
-
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "modelsql"
 
@@ -80,18 +81,49 @@ def test_no_import_cycles() -> None:
             visit(m)
 
 
-@pytest.mark.parametrize("room", ["operators", "tuning", "costmodel", "recursive", "finetune"])
-def test_operators_and_tuning_do_not_import_the_planner(room) -> None:
-    for path in (ROOT / room).rglob("*.py"):
-        bad = [t for t, _, runtime in _imports(path) if runtime and t.startswith(("modelsql.planner", "modelsql.catalog"))
-               and not (room == "operators" and t.startswith("modelsql.catalog"))]
-        assert not bad, f"{path.name} imports {bad}"
+LOWER = ("sql", "serving", "storage", "catalog", "operators", "formats", "tuning", "costmodel", "recursive",
+         "finetune", "datasets")
+"""The packages below the engine: none imports ``modelsql.engine`` or ``modelsql.client`` at run time."""
+
+FAMILIES = ("modelsql.engine.models", "modelsql.engine.pipelines", "modelsql.engine.serve", "modelsql.engine.tune",
+            "modelsql.engine.profile", "modelsql.engine.finetune")
+"""The statement families: each sits on the query and artifacts packages, never below them."""
+
+
+def _runtime_imports(room: str) -> list[tuple[str, str]]:
+    """(module, imported module or module.name) for every run-time modelsql import under ``modelsql/room``."""
+    return [(_module(path), full) for path in (ROOT / room).rglob("*.py") for target, names, runtime in _imports(path)
+            if runtime for full in [target] + [f"{target}.{n}" for n in names]]
+
+
+@pytest.mark.parametrize("room", LOWER)
+def test_the_lower_packages_never_import_the_engine_or_the_client(room) -> None:
+    bad = [(m, t) for m, t in _runtime_imports(room) if t.startswith(("modelsql.engine", "modelsql.client"))]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("room", ["tuning", "costmodel", "recursive", "finetune"])
+def test_the_pure_libraries_never_import_the_catalog(room) -> None:
+    bad = [(m, t) for m, t in _runtime_imports(room) if t.startswith("modelsql.catalog")]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("room, above", [
+    ("engine/query", FAMILIES + ("modelsql.engine.session", "modelsql.engine.explain")),
+    ("engine/artifacts", FAMILIES + ("modelsql.engine.session", "modelsql.engine.explain", "modelsql.engine.query")),
+    ("engine", ("modelsql.client",)),
+])
+def test_the_engine_s_packages_import_nothing_above_them(room, above) -> None:
+    """The query package (the PREDICT planner) and the artifacts package never import a statement family,
+    the statement loop or the registry above them; nothing in the engine imports the client."""
+    bad = [(m, t) for m, t in _runtime_imports(room) if t.startswith(above)]
+    assert not bad, bad
 
 
 def test_the_client_uses_only_the_session_and_import_model() -> None:
-    used = {(t, tuple(n)) for t, n, _ in _imports(ROOT / "dbapi.py") if t.startswith("modelsql.planner")}
-    assert used <= {("modelsql.planner.session", ("Session",)), ("modelsql.planner.ddl", ("import_model",)),
-                    ("modelsql.planner.pipeline_import", ("import_pipeline",))}, used
+    used = {(t, tuple(n)) for t, n, _ in _imports(ROOT / "client/dbapi.py") if t.startswith("modelsql.engine")}
+    assert used <= {("modelsql.engine.session", ("Session",)), ("modelsql.engine.models.statements", ("import_model",)),
+                    ("modelsql.engine.pipelines.import_pipeline", ("import_pipeline",))}, used
 
 
 def test_no_module_imports_another_modules_underscored_names() -> None:
@@ -138,7 +170,7 @@ def _load_time_imports(path: Path) -> tuple[set[str], set[str]]:
 
 def test_import_modelsql_imports_no_statement_s_heavy_package() -> None:
     """The modules ``import modelsql`` loads (with every package above each) import none of :data:`HEAVY`
-    when they load; plain SQL and the client need none of them (``planner/session.py`` imports the
+    when they load; plain SQL and the client need none of them (``engine/session.py`` imports the
     statements' handler modules on the first statement that mentions models)."""
     modules = {_module(p): p for p in ROOT.rglob("*.py")}
     seen: set[str] = set()
@@ -155,3 +187,16 @@ def test_import_modelsql_imports_no_statement_s_heavy_package() -> None:
     bad = {m: sorted(others & set(HEAVY)) for m in seen for others in [_load_time_imports(modules[m])[1]]
            if others & set(HEAVY)}
     assert not bad, f"loaded by import modelsql, these import what a statement needs: {bad}"
+
+
+OUTSIDE = ("../shared", "shared/research", "shared/external", "DESIGN.md")
+"""Names of files outside the repository: a clone does not have them, so no module or document may send a
+reader there (tests may use ``../shared`` material when it is present, and skip with a reason when not)."""
+
+
+def test_no_module_or_document_names_a_file_outside_the_repository() -> None:
+    top = ROOT.parent
+    paths = [*ROOT.rglob("*.py"), *(top / "docs").rglob("*.md"), *(top / "benchmarks").glob("*.py"),
+             top / "README.md", top / "pyproject.toml", top / ".ci" / "run"]
+    bad = [(str(p.relative_to(top)), name) for p in paths for name in OUTSIDE if name in p.read_text()]
+    assert not bad, bad

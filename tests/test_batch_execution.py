@@ -15,7 +15,7 @@ from conftest import linear_model, load_table
 
 import modelsql
 from modelsql.formats.onnx_io import column_major_inputs
-from modelsql.planner import cost as cost_mod
+from modelsql.engine.query import cost as cost_mod
 
 FEATURES = [f"c{i}" for i in range(64)]
 

@@ -1,4 +1,4 @@
-"""The ``modelsql`` command, run for real in a subprocess (``python -m modelsql.cli``).
+"""The ``modelsql`` command, run for real in a subprocess (``python -m modelsql.client.cli``).
 
 Covers ``-c`` (results, errors with a LINE excerpt and no traceback), ``run FILE``
 (statement splitting that respects strings and comments, stopping at the first
@@ -21,12 +21,12 @@ import time
 import pytest
 
 import modelsql
-from modelsql.cli import is_complete, split_statements
-from modelsql.display import format_value
+from modelsql.client.cli import is_complete, split_statements
+from modelsql.client.display import format_value
 
 
 def run_cli(tmp_path, *args, stdin: str | None = None, timeout: float = 120, columns: int | None = None):
-    """Run ``python -m modelsql.cli`` in ``tmp_path``; ``columns`` is the terminal width
+    """Run ``python -m modelsql.client.cli`` in ``tmp_path``; ``columns`` is the terminal width
     (``$COLUMNS``; without it output is 120 characters wide, as when piped)."""
     env = dict(os.environ)
     env["HOME"] = str(tmp_path)  # keep ~/.modelsql_history out of the real home
@@ -35,7 +35,7 @@ def run_cli(tmp_path, *args, stdin: str | None = None, timeout: float = 120, col
         env["COLUMNS"] = str(columns)
     env.pop("MODELSQL_TRACEBACK", None)
     return subprocess.run(
-        [sys.executable, "-m", "modelsql.cli", *args],
+        [sys.executable, "-m", "modelsql.client.cli", *args],
         cwd=tmp_path,
         input=stdin if stdin is not None else "",
         capture_output=True,
@@ -314,7 +314,7 @@ def test_explain_plan_is_shown_whole(tmp_path):
 
 
 def test_help_documents_predict_options_and_explain(tmp_path):
-    from modelsql.planner.bind import KNOWN_OPTIONS
+    from modelsql.engine.query.bind_predict import KNOWN_OPTIONS
 
     r = run_cli(tmp_path, "-d", ":memory:", stdin=".help\n")
     assert r.returncode == 0, r.stderr
@@ -481,7 +481,7 @@ def test_line_mode_arrays_whole_help_options_and_a_closed_pipe(tmp_path):
     assert "t = x\n    y" in r.stdout  # a second line sits under the value
     r = run_cli(tmp_path, stdin=".help\n")
     assert "on_error = 'error' | 'null' | 'skip'" in r.stdout and "isolate_rows = true | false" in r.stdout
-    shell = f"{sys.executable} -m modelsql.cli --format csv -c 'SELECT * FROM range(300000)' | head -2"
+    shell = f"{sys.executable} -m modelsql.client.cli --format csv -c 'SELECT * FROM range(300000)' | head -2"
     r = subprocess.run(["bash", "-o", "pipefail", "-c", shell], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)
     assert r.stdout.split() == ["range", "0"] and "Error" not in r.stderr and r.returncode == 0, r.stderr

@@ -160,12 +160,12 @@ def test_the_backend_rule_needs_a_clear_gain(lin):
     fixed times per backend), and always says why."""
     from dataclasses import replace
 
-    from modelsql.planner import cost
-    from modelsql.planner.costs import Costs
+    from modelsql.engine.query import cost
+    from modelsql.engine.query.learned_costs import Costs
 
     lin.execute("COMPILE MODEL lin FOR 'llvm'")
     session = lin._session
-    from modelsql.planner.query import plan_query
+    from modelsql.engine.query.handler import plan_query
     from modelsql.sql import parse
 
     scan = plan_query(parse("SELECT * FROM PREDICT(MODEL lin, TABLE t)")[0], session, []).scans[0]
@@ -197,7 +197,7 @@ def _cuda_ready() -> bool:
 def test_compile_for_cuda_without_cuda_is_refused_naming_what_is_missing(lin, monkeypatch, kind):
     """MODELSQL_DEVICES=cpu hides any GPU: COMPILE ... FOR 'cuda' is refused before anything is built, naming
     each missing piece, and PREDICT on a CUDA device is refused as well."""
-    from modelsql.planner import compiled
+    from modelsql.engine.artifacts import compiled
 
     monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
     with pytest.raises(NotSupportedError) as ei:
@@ -217,7 +217,7 @@ def test_a_cuda_artifact_is_passed_over_where_cuda_is_absent(lin, monkeypatch):
     runs its CPU artifact; without one the refusal names the CPU target."""
     from dataclasses import replace
 
-    from modelsql.planner import compiled
+    from modelsql.engine.artifacts import compiled
 
     monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
     session = lin._session
@@ -250,7 +250,7 @@ def test_compile_for_cuda_checks_it_and_predict_runs_it_on_the_gpu(con, name, sh
     import tvm_fixtures
 
     from modelsql.operators.backends.onnxruntime import OrtModel
-    from modelsql.planner import compiled
+    from modelsql.engine.artifacts import compiled
 
     model = getattr(tvm_fixtures, name)()
     con.import_model(name, model)

@@ -270,4 +270,4 @@ def test_the_package_is_a_lower_layer():
                 assert not (node.module or "").startswith(("planner", "catalog", "sql")), path.name
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            assert not any(n.startswith(("modelsql.planner", "modelsql.catalog", "modelsql.sql")) for n in names), path
+            assert not any(n.startswith(("modelsql.engine", "modelsql.catalog", "modelsql.sql")) for n in names), path

@@ -22,7 +22,7 @@ import modelsql
 from modelsql.errors import NotSupportedError, ProgrammingError
 from modelsql.operators.backends import devices
 from modelsql.operators.backends.cuda import BUCKETS, bucket_of
-from modelsql.planner import cost
+from modelsql.engine.query import cost
 
 torch = pytest.importorskip("torch")
 
@@ -346,7 +346,7 @@ def test_a_trainable_factory_takes_no_device(tmp_path):
 def test_the_shells_serve_takes_a_device():
     import argparse
 
-    from modelsql import cli_serve
+    from modelsql.client import cli_serve
 
     parser = cli_serve.add_parser(argparse.ArgumentParser().add_subparsers())
     args = parser.parse_args(["--model", "m", "--port", "0", "--device", "cuda:1"])

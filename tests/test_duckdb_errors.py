@@ -109,7 +109,7 @@ def test_modelsql_errors_and_other_exceptions():
 
 
 def test_the_old_names_are_the_shared_map():
-    from modelsql import dbapi
+    from modelsql.client import dbapi
     from modelsql.catalog import catalog
 
     assert dbapi.translate_duckdb_error is duckdb_errors.translate
@@ -120,4 +120,4 @@ def test_imports_nothing_that_imports_it():
     tree = ast.parse(pathlib.Path(duckdb_errors.__file__).read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert names <= {"__future__", "re", "typing", "duckdb", "errors"}, names
+    assert names <= {"__future__", "re", "typing", "duckdb", "modelsql.errors"}, names

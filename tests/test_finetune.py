@@ -23,7 +23,7 @@ from sklearn.tree import DecisionTreeClassifier  # noqa: E402
 
 import modelsql  # noqa: E402
 from modelsql.finetune.translate import PipelineNet  # noqa: E402
-from modelsql.planner import artifacts  # noqa: E402
+from modelsql.engine.artifacts import sessions as artifacts  # noqa: E402
 
 
 def _data(loader):

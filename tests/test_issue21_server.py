@@ -32,7 +32,7 @@ from tritonclient.utils import InferenceServerException
 
 import modelsql
 from modelsql import errors
-from modelsql.planner.serve import stop_all
+from modelsql.engine.serve.statements import stop_all
 from modelsql.serving import ConnectionLimits, InferenceServer, UnauthenticatedExposure, is_loopback
 from modelsql.serving.simple import OrtRepository
 

@@ -30,7 +30,7 @@ pytest.importorskip("torch")
 import modelsql  # noqa: E402
 from modelsql.catalog import Catalog  # noqa: E402
 from modelsql.errors import NotSupportedError, OperationalError  # noqa: E402
-from modelsql.planner.python_artifacts import read_program  # noqa: E402
+from modelsql.engine.artifacts.python_programs import read_program  # noqa: E402
 from modelsql.signing import KEY_ENV, load_key, signature_of  # noqa: E402
 from modelsql.storage import BlobStore  # noqa: E402
 from modelsql.tuning.training import factory_digest  # noqa: E402
@@ -267,7 +267,7 @@ def test_a_fake_checked_library_is_not_loaded_until_trusted_and_compile_rebuilds
     if tvm_backend.unavailable_reason() is not None:
         pytest.skip(f"TVM backend unavailable: {tvm_backend.unavailable_reason()}")
     from modelsql.catalog.compiled import CompiledArtifact
-    from modelsql.planner.compiled import tvm_target
+    from modelsql.engine.artifacts.compiled import tvm_target
 
     source = crafted.parent / "lib.c"
     source.write_text(textwrap.dedent(f"""
@@ -352,7 +352,7 @@ def test_allow_python_false_refuses_from_python_and_trust(made, tmp_path):
 def test_the_shell_flag_no_python(made, tmp_path):
     path = _copy(made, tmp_path / "shell")
     env = {**os.environ, KEY_ENV: str(made.key)}
-    out = subprocess.run([sys.executable, "-c", "import sys; from modelsql.cli import main; sys.exit(main())",
+    out = subprocess.run([sys.executable, "-c", "import sys; from modelsql.client.cli import main; sys.exit(main())",
                           "--no-python", "-d", str(path), "-c",
                           "CREATE MODEL m FROM PYTHON 'os:abort' WITH (example = t)"],
                          capture_output=True, text=True, env=env, timeout=120)

@@ -1,5 +1,5 @@
 """Issue 22, items 5 and 7: progress of long statements through one hook (modelsql/progress.py), drawn by the
-shell (modelsql/display.py), and COMPILE ... WITH (tune_trials = n) working from the documented install.
+shell (modelsql/client/display.py), and COMPILE ... WITH (tune_trials = n) working from the documented install.
 
 PREDICT (stream and batch, CREATE TABLE AS, a cached plan), FINETUNE, PROFILE (synthetic and ON), CREATE MODEL
 ... FROM PYTHON and a tiny tuned COMPILE report their kind of message from Python; the display renders every
@@ -22,7 +22,7 @@ from rich.console import Console
 
 import modelsql
 from modelsql import progress as progress_module
-from modelsql.display import ProgressDisplay, progress_line
+from modelsql.client.display import ProgressDisplay, progress_line
 from modelsql.progress import KINDS, Meter, problem
 
 from conftest import linear_model
@@ -153,7 +153,7 @@ def test_create_model_from_python_reports_its_stages(con, every_message):
     con.execute("CREATE MODEL loop FROM PYTHON 'modelsql.datasets.programs:WhileLoop' WITH (execution = 'eager')")
     last = _check_job(messages, "create_model")
     assert last["done"] == 5 and last["label"] == "loop"
-    from modelsql.planner.python_models import STAGES
+    from modelsql.engine.models.from_python import STAGES
 
     assert [(m["done"], m["stage"]) for m in messages[:5]] == list(enumerate(STAGES))  # as each stage begins
 
@@ -262,7 +262,7 @@ def test_the_display_prints_long_jobs_once_when_not_on_a_terminal():
 def test_the_shell_silences_duckdbs_own_bar_for_statements_it_draws(lin):
     """On a terminal, a statement naming models is drawn by the display alone (DuckDB's bar would share the
     terminal with it); plain SQL keeps DuckDB's bar. Off a terminal nothing changes."""
-    from modelsql.cli import Runner
+    from modelsql.client.cli import Runner
 
     out = io.StringIO()
     runner = Runner(lin, Console(file=out), Console(file=io.StringIO(), force_terminal=True))
@@ -308,7 +308,7 @@ def test_compile_with_tune_trials_reports_progress_from_python_and_in_the_shell(
     # the shell drew TUNE's messages alone and crashed on COMPILE's (KeyError: 'study'); this one resumes the
     # tuning above (its progress says 2 of 2 trials at once), so it takes seconds, not a second tuning
     sql = "COMPILE MODEL m FOR 'llvm' WITH (tune_trials = 2, batch_size = 8)"
-    out = _run([sys.executable, "-m", "modelsql.cli", "-d", db, "-c", sql], tmp_path)
+    out = _run([sys.executable, "-m", "modelsql.client.cli", "-d", db, "-c", sql], tmp_path)
     assert out.returncode == 0, out.stderr
     assert "checked" in out.stdout
     # off a terminal the display prints a job's last line when it ran a second or more (a resumed one may not)

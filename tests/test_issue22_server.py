@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 import modelsql
-from modelsql.planner.serve import stop_all
+from modelsql.engine.serve.statements import stop_all
 from modelsql.serving import Batcher, InferenceServer, ServerMetrics
 from modelsql.serving.batching import AHEAD
 from modelsql.serving.simple import OrtRepository, OrtServable

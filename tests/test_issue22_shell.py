@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import modelsql
-from modelsql.cli import DOT_COMMANDS
+from modelsql.client.cli import DOT_COMMANDS
 from modelsql.sql.nodes import STATEMENT_NODES
 
 from conftest import save, scale_model
@@ -130,7 +130,7 @@ def terminal():
     opened: list[Terminal] = []
 
     def start(tmp_path: Path, *args: str, program: list[str] | None = None, columns: int = 100) -> Terminal:
-        term = Terminal([*(program or [sys.executable, "-m", "modelsql.cli"]), *args], tmp_path, _env(tmp_path),
+        term = Terminal([*(program or [sys.executable, "-m", "modelsql.client.cli"]), *args], tmp_path, _env(tmp_path),
                         columns)
         opened.append(term)
         return term
@@ -141,7 +141,7 @@ def terminal():
 
 
 def run_cli(tmp_path: Path, *args: str, program: list[str] | None = None, timeout: float = 120):
-    return subprocess.run([*(program or [sys.executable, "-m", "modelsql.cli"]), *args], cwd=tmp_path,
+    return subprocess.run([*(program or [sys.executable, "-m", "modelsql.client.cli"]), *args], cwd=tmp_path,
                           input="", capture_output=True, text=True, env=_env(tmp_path), timeout=timeout)
 
 
@@ -307,7 +307,7 @@ def test_serve_from_c_serves_until_interrupted(tmp_path, stop):
     """The report: ``modelsql -c "SERVE MODEL m ON PORT 8000"`` printed the server and exited 0, and the
     server went with it. Now it serves until SIGINT or SIGTERM, as ``modelsql serve`` does, then stops."""
     db = _served_model(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "modelsql.cli", "-d", db, "-c", "SERVE MODEL m ON PORT 0"],
+    proc = subprocess.Popen([sys.executable, "-m", "modelsql.client.cli", "-d", db, "-c", "SERVE MODEL m ON PORT 0"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp_path))
     try:
         found, text = _read_until(proc.stderr, r"serving at (http://127\.0\.0\.1:\d+)", 120)
@@ -457,7 +457,7 @@ def test_plain_sql_and_a_predict_import_no_heavy_package(tmp_path):
             "con.execute('CREATE TABLE t AS SELECT 1.5::FLOAT AS x')\n"
             "assert con.execute('SELECT y FROM PREDICT(MODEL m, TABLE t)').fetchall() == [(3.0,)]")
     assert _imported(code, tmp_path) == []
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "modelsql.cli", "-d", ":memory:", "-c", "SELECT 1"],
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "modelsql.client.cli", "-d", ":memory:", "-c", "SELECT 1"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in r.stderr.splitlines() if "|" in line}

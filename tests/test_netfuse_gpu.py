@@ -18,7 +18,7 @@ import modelsql
 from modelsql.datasets import architectures as A
 from modelsql.errors import NotSupportedError
 from modelsql.operators.backends import devices
-from modelsql.planner import merge_cost
+from modelsql.engine.artifacts import merge_cost
 
 CUDA_RTOL = 1e-3
 """Largest relative difference accepted between a routed PREDICT on CUDA and on the CPU."""
@@ -73,7 +73,8 @@ def test_routed_on_the_cpu_unchanged_when_a_gpu_is_hidden(db, monkeypatch):
 
 def test_the_device_reaches_the_routed_runner(db, monkeypatch):
     """physical.routed_model hands the scan's device to merged_models.routed_session."""
-    from modelsql.planner import merged_models, physical
+    from modelsql.engine.artifacts import merged as merged_models
+    from modelsql.engine.query import physical
 
     monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
     seen = []

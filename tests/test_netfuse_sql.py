@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 import modelsql
 from modelsql import errors
 from modelsql.datasets import architectures as A
-from modelsql.planner.serve import SERVERS, stop_all
+from modelsql.engine.serve.statements import SERVERS, stop_all
 
 N_MEMBERS = 4
 SIZES = (8, 16, 4)

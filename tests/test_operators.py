@@ -8,9 +8,10 @@ import pyarrow as pa
 import pytest
 
 from conftest import linear_model
-from modelsql.planner import cost, physical
-from modelsql.planner.binder import bind_query
-from modelsql.planner.result import Result
+from modelsql.engine.query import cost
+from modelsql.engine.query import physical
+from modelsql.engine.query.binder import bind_query
+from modelsql.engine.result import Result
 from modelsql.sql import parse
 
 

@@ -22,7 +22,7 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 import modelsql
 from modelsql import errors, formats
 from modelsql.operators.backends import SESSIONS
-from modelsql.planner import artifacts
+from modelsql.engine.artifacts import sessions as artifacts
 
 IRIS_X, IRIS_Y = load_iris(return_X_y=True)
 DIA_X, DIA_Y = load_diabetes(return_X_y=True)
@@ -365,7 +365,7 @@ def test_pipelines_over_one_input_compute_their_shared_steps_once_per_chunk(tmp_
 
 
 def test_closing_the_connection_stops_its_servers(tmp_path):
-    from modelsql.planner.serve import SERVERS
+    from modelsql.engine.serve.statements import SERVERS
 
     con = modelsql.connect(str(tmp_path / "close.duckdb"))
     _scaled_iris(con)

@@ -375,7 +375,7 @@ def test_a_failing_statement_is_not_cached_and_fails_again(cached, db):
 def test_evicting_old_plans_leaves_the_running_statement_alone(cached):
     # the 65th distinct text retires the oldest plan; removing its functions must not run a query on the
     # connection while the new statement's result is pending (that query would replace the result)
-    from modelsql.planner.plan_cache import PLAN_CACHE_SIZE
+    from modelsql.engine.plan_cache import PLAN_CACHE_SIZE
 
     for i in range(PLAN_CACHE_SIZE + 16):
         rows = cached.execute(f"SELECT id, y FROM PREDICT(MODEL m, TABLE t) WHERE id < {i % 6 + 1} -- {i}").fetchall()

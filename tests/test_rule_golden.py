@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import linear_model, make_model
-from modelsql.planner.rules import RULES
+from modelsql.engine.query.rules import RULES
 
 HERE = Path(__file__).parent / "golden" / "rules"
 CASES = sorted(HERE.glob("*/*.sql"))

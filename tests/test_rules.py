@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelsql.planner.references import referenced_names  # noqa: F401
-from modelsql.planner.rules import predict_prune_outputs  # noqa: F401
+from modelsql.engine.query.references import referenced_names  # noqa: F401
+from modelsql.engine.query.rules import predict_prune_outputs  # noqa: F401
 
 QUERIES = [
     "SELECT id, label FROM PREDICT(MODEL digits, TABLE digits) ORDER BY id",

@@ -23,7 +23,7 @@ from sklearn.preprocessing import StandardScaler
 
 import modelsql
 from modelsql import errors
-from modelsql.planner.serve import SERVERS, stop_all
+from modelsql.engine.serve.statements import SERVERS, stop_all
 
 X, Y = load_iris(return_X_y=True)
 X32 = X.astype(np.float32)
@@ -268,7 +268,7 @@ def test_modelsql_serve_command_serves_until_interrupted(tmp_path, fitted):
     con = modelsql.connect(db)
     con.import_pipeline("a", fitted["a"], example_input=X)
     con.close()
-    proc = subprocess.Popen([sys.executable, "-m", "modelsql.cli", "serve", "-d", db, "--pipeline", "a", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "modelsql.client.cli", "serve", "-d", db, "--pipeline", "a", "--port", "0",
                              "--max-batch-size", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline()
@@ -284,7 +284,7 @@ def test_modelsql_serve_command_serves_until_interrupted(tmp_path, fitted):
     finally:
         if proc.poll() is None:
             proc.kill()
-    bad = subprocess.run([sys.executable, "-m", "modelsql.cli", "serve", "-d", db], capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "modelsql.client.cli", "serve", "-d", db], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "--pipeline or --model" in bad.stderr
 
@@ -355,7 +355,7 @@ def test_share_structures_runs_heads_of_one_shape_on_one_session(tmp_path, fitte
 def test_stop_server_records_sampled_run_times_as_traces(served):
     """The server samples one run in SAMPLE_EVERY of each single-model stage; STOP SERVER records them as
     traces (source serve, with features) for the cost model."""
-    from modelsql.planner.run_traces import SAMPLE_EVERY
+    from modelsql.engine.profile.run_traces import SAMPLE_EVERY
 
     con, host = served
     body = json.dumps({"inputs": [{"name": "idx", "shape": [3], "datatype": "INT64", "data": [0, 1, 2]}]}).encode()

@@ -33,7 +33,7 @@ from modelsql.formats.onnx_io import (
 from modelsql.operators.backends import SESSIONS, SessionKey
 from modelsql.operators.backends import shared_weights as sw
 from modelsql.operators.backends.onnxruntime import OrtModel
-from modelsql.planner import artifacts
+from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.storage import BlobStore
 
 F32 = TensorProto.FLOAT
@@ -316,7 +316,7 @@ _MEASURE = textwrap.dedent(
     from modelsql.catalog import Catalog
     from modelsql.operators.backends import shared_weights as sw
     from modelsql.operators.backends.onnxruntime import OrtModel
-    from modelsql.planner import artifacts
+    from modelsql.engine.artifacts import sessions as artifacts
     from modelsql.storage import BlobStore
 
     db, mode, count = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -2,7 +2,7 @@
 
 Every featurizer is fitted on ``reviews(3000)`` and compared with ONNX Runtime on the held-out
 ``reviews(800, seed=1)`` (odd rows included) plus hand-written edge strings, batched and one row
-at a time. See ``shared/research/serving-measurements.md`` section 2 for what skl2onnx gets wrong.
+at a time. :mod:`modelsql.formats.text` lists what skl2onnx gets wrong.
 """
 
 from __future__ import annotations

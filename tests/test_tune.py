@@ -303,7 +303,7 @@ def test_the_shell_draws_tune_progress(tmp_path):
     script.write_text(GRID_SQL.format(extra="") + ";\n")
     import os
 
-    out = subprocess.run([sys.executable, "-m", "modelsql.cli", "-d", db, "run", str(script)], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "modelsql.client.cli", "-d", db, "run", str(script)], capture_output=True,
                          text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
     assert out.returncode == 0, out.stderr
     assert "study mlp_study" in out.stderr and "trial-based" in out.stderr and "4/4" in out.stderr

@@ -126,7 +126,7 @@ def test_run_refuses_a_binary_file(tmp_path):
     path = tmp_path / "model.onnx"
     path.write_bytes(bytes(range(256)))
     out = subprocess.run(
-        [sys.executable, "-m", "modelsql.cli", "-d", ":memory:", "run", str(path)], capture_output=True, text=True
+        [sys.executable, "-m", "modelsql.client.cli", "-d", ":memory:", "run", str(path)], capture_output=True, text=True
     )
     assert out.returncode == 1
     assert "not a UTF-8 text file" in " ".join(out.stderr.split()) and "Traceback" not in out.stderr

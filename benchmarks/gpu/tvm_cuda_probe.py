@@ -105,7 +105,7 @@ def availability() -> dict:
     import onnxruntime
 
     from modelsql.operators.backends import devices, tvm as tvm_backend, tvm_build
-    from modelsql.planner import compiled
+    from modelsql.engine.artifacts import compiled
 
     tvm = tvm_backend.load_tvm()
     return {"ort_providers": onnxruntime.get_available_providers(), "devices": list(devices.available()),

@@ -3,7 +3,7 @@
 One row says: the key ``key_id`` signed the code artifact of ``kind`` (``python``, ``trainable`` or
 ``compiled``) whose SHA-256 is ``digest``. Rows are keyed by content, not by model: a signed program stays
 trusted under a new version or name, and a row copied into another file trusts the very same bytes only.
-Whether a row verifies is decided by :mod:`modelsql.planner.trust` with the user's key; this module only
+Whether a row verifies is decided by :mod:`modelsql.engine.artifacts.trust` with the user's key; this module only
 reads and writes rows. :class:`CodeSignatures` runs its SQL through :meth:`Catalog.query` and never
 begins or commits.
 """

@@ -4,5 +4,5 @@
 * :mod:`.trees`: tree ensembles as GEMM trees, hard (exact) or soft (differentiable thresholds);
 * :mod:`.train`: joint fine-tuning with the original pipeline kept as a candidate chosen on validation.
 
-No planner or catalog imports (``FINETUNE PIPELINE`` is :mod:`modelsql.planner.finetune`).
+No planner or catalog imports (``FINETUNE PIPELINE`` is :mod:`modelsql.engine.finetune.statement`).
 """

@@ -10,7 +10,7 @@ labels, shapes, indices) are buffers. Tree ensembles are :class:`~modelsql.finet
 hard (exactly the ensemble) until :meth:`PipelineNet.set_temperature` makes them soft.
 
 :class:`PipelineNet` chains the steps by the pipeline's feeds. Its hard form must agree with ONNX Runtime
-running the original steps (:func:`modelsql.planner.finetune` checks it before training: a translation
+running the original steps (:func:`modelsql.engine.finetune.statement` checks it before training: a translation
 that is not exact is refused, never fine-tuned).
 
 Raises (every builder): NotSupportedError ``not_supported`` naming the step and the operator.

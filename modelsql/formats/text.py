@@ -15,7 +15,7 @@ This module builds those steps as ONNX graphs that agree with scikit-learn:
   :func:`register_skl2onnx` makes skl2onnx itself use the exact featurizer inside any pipeline.
 
 The graphs are built node by node (skl2onnx is not used), which corrects what skl2onnx 1.20 gets
-wrong on text (``shared/research/serving-measurements.md`` section 2, and found here):
+wrong on text (found by ``tests/test_text_formats.py``):
 
 * ``analyzer='char_wb'`` is refused by skl2onnx; here each whitespace-separated word becomes one
   cell ``' ' + word + ' '`` (``Tokenizer`` -> ``StringConcat`` x2) tokenized into characters, so

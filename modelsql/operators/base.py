@@ -1,6 +1,6 @@
 """The physical operator protocol.
 
-A physical operator is what the planner (:mod:`modelsql.planner.physical`)
+A physical operator is what the planner (:mod:`modelsql.engine.query.physical`)
 builds from a logical plan node to run it. Each gives its output schema, its
 children, ``execute()`` producing Arrow record batches, and the fields EXPLAIN
 prints (EXPLAIN ANALYZE adds the measured ones).

@@ -8,7 +8,7 @@
   Several streaming PREDICTs over one input may share one scan of it
   (:func:`shared_scan_sql`, rule ``predict_share_input``).
 * :class:`BatchPredict` reads its input first, to Arrow record batches of up to
-  :data:`~modelsql.planner.cost.BATCH_ROWS` rows, runs the model on each (a
+  :data:`~modelsql.engine.query.cost.BATCH_ROWS` rows, runs the model on each (a
   ``matrix`` argument column-major into a transposed copy of the model), and
   registers the kept columns and outputs as one Arrow table for the statement.
 
@@ -50,7 +50,7 @@ class StreamPredict:
     """A PREDICT run by DuckDB chunk by chunk through a registered vectorized function.
 
     Args:
-        scan: the logical :class:`~modelsql.planner.plan.PredictScan`.
+        scan: the logical :class:`~modelsql.engine.query.plan.PredictScan`.
         model: the loaded backend model.
         duck: the connection to register the function on.
     """
@@ -159,7 +159,7 @@ class BatchPredict:
         params: their values.
         column_major: inputs fed transposed; ``original_inputs``: the untransposed model's input names.
         rows_per_batch, run_rows, memory_limit: record batch rows, rows per model run, and the bytes
-            past which the run gives up (None: no limit), from :mod:`modelsql.planner.cost`.
+            past which the run gives up (None: no limit), from :mod:`modelsql.engine.query.cost`.
     """
 
     name = "BatchPredict"

@@ -3,7 +3,7 @@
 PRETZEL (Lee et al., OSDI 2018, section 4.2) computes the sub-plans that
 pipelines share once per batch ("sub-plan materialization"). A
 :class:`StepGraph` is the physical form of that plan
-(:mod:`modelsql.planner.rules.pipeline_share_steps` builds it): nodes are
+(:mod:`modelsql.engine.query.rules.pipeline_share_steps` builds it): nodes are
 distinct steps (same computation, same inputs), members are the pipelines
 reading outputs from them. :meth:`StepGraph.run` takes one batch made of the
 rows of several requests, each for one member, and runs every node once over

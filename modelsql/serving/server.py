@@ -2,8 +2,8 @@
 
 ``SERVE ... ON PORT n`` starts one of these and returns at once: the server runs
 on its own event loop (uvloop) in a background thread, speaking HTTP/1.1 through
-httptools (about 40% less server CPU per request than asyncio + h11, measured in
-``shared/research/serving-measurements.md`` section 3). It binds only the given
+httptools (about 40% less server CPU per request than asyncio + h11, measured
+when the server was written). It binds only the given
 host (default ``127.0.0.1``, never a wildcard unless asked), and refuses an
 address other machines can reach without a bearer ``token`` unless
 ``allow_unauthenticated`` says so. Slow and idle clients are bounded by

@@ -55,7 +55,7 @@ Differences from plain DuckDB parsing, on purpose:
   ``ML.PREDICT(MODEL ...)`` (:func:`ml_predict_at`), whose message says to write ``PREDICT``.
 * ``SHOW MODELS`` / ``PIPELINES`` / ``STUDIES`` / ``SERVERS`` and ``VACUUM MODELS`` are also DuckDB's text
   (``DESCRIBE models``, vacuuming a table): ``SHOW MODELSQL MODELS`` etc. are only ours. Which meaning a
-  text has is decided by the planner (:mod:`modelsql.planner.ambiguity`), by whether the table exists.
+  text has is decided by the planner (:mod:`modelsql.engine.ambiguity`), by whether the table exists.
 * Each select-list (and ``RETURNING``) expression keeps the exact text it was
   parsed from in ``meta["source_text"]``, and so does each :class:`PredictTable`:
   DuckDB names an unaliased column by its own reading of that text, which

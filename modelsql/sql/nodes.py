@@ -222,7 +222,7 @@ class DropModel(exp.Expression):
 class TrustModel(exp.Expression):
     """``TRUST MODEL name [VERSION n]``: sign the code of a model (its Python program, its trainable factory, its
     compiled libraries; every version, or version ``n``) with the current user's key, so this user's
-    connections load it (see :mod:`modelsql.planner.trust`).
+    connections load it (see :mod:`modelsql.engine.artifacts.trust`).
 
     Args:
         this: ``ModelRef``; with a version, only that version's code.

@@ -5,8 +5,8 @@ Optimization of Deep Learning with Stage Trees", VLDB 2022): trials whose per-ep
 hyper-parameters agree on a prefix share the stages that train it, and a branch continues
 from the checkpoint where they part. That is only sound when a trial reached through shared
 stages is *bit for bit* the trial trained from scratch in one go, so a stage restores every
-piece of state that the next epoch reads (measured in shared/research/tuning-measurements.md,
-section 1; leaving out any one of them breaks exactness at the first resumed epoch):
+piece of state that the next epoch reads (measured when this was written; leaving out any one
+of them breaks exactness at the first resumed epoch, which ``tests/test_tuning_training.py`` checks):
 
 * the model and optimizer state (momentum buffers, Adam moments);
 * torch's global RNG (dropout), the data-order ``torch.Generator``, numpy's and Python's

@@ -33,7 +33,7 @@ class StepPlan:
             or ``(earlier step position, output name)``.
         outputs: the step outputs later steps or the caller need, in the model's order.
         key: digest of what the step computes from what (equal keys, equal values; see
-            :func:`modelsql.planner.artifacts.step_key`), the :class:`StepMemo` key.
+            :func:`modelsql.engine.artifacts.sessions.step_key`), the :class:`StepMemo` key.
     """
 
     name: str

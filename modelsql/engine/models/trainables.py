@@ -1,0 +1,273 @@
+"""``CREATE MODEL m FROM PYTHON 'package.module:factory' [WITH (...)]`` (a trainable model for TUNE) and
+``CREATE MODEL m FROM STUDY s [TRIAL n]`` (a study's trial registered as an ONNX model version).
+
+A trainable is a factory ``f(in_features=F, n_outputs=K, **params) -> torch.nn.Module``; its
+``WITH`` options are default factory arguments, which TUNE's SEARCH may override. The catalog keeps
+the factory module's source digest, so a changed factory is a new version (TUNE registers it by itself
+when the source changed since the latest version). Models and trainables share one namespace.
+
+A trainable's factory is code kept in the database: :func:`trainable_code` is checked with
+:func:`~modelsql.engine.artifacts.trust.require` before the factory is imported (TUNE, ``FROM STUDY``), and
+``CREATE MODEL ... FROM PYTHON`` signs it with its user's key. That statement runs the Python it names with the
+process's rights: it is refused on a connection with ``allow_python=False`` and, before anything is imported,
+on a read-only one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from modelsql.catalog.studies import Trainable
+from modelsql.errors import IntegrityError, ProgrammingError
+from modelsql.formats import from_torch
+from modelsql.formats.label_values import with_label_values
+from modelsql.sql.nodes import ImportModel
+from modelsql.tuning.training import factory_digest, for_inference, load_trained, resolve_factory
+from modelsql.engine.models import statements as ddl
+from modelsql.engine.artifacts import trust
+from modelsql.engine.options import no_repeats, value
+from modelsql.engine.models.from_python import create_python_model, store_program, wants_import
+from modelsql.engine.result import Result
+from modelsql.engine.tune.spec import TRAINING_NAMES, constant, frozen, trainable_defaults
+
+__all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study", "drop_trainable",
+           "trainable_code"]
+
+
+def create_trainable(stmt: ImportModel, session, params: list) -> Result:
+    """``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] m FROM PYTHON 'pkg.mod:factory' [WITH (...)]``.
+
+    Raises:
+        ProgrammingError: ``factory_not_found`` (the reference does not import).
+        IntegrityError: ``duplicate_model`` (an ONNX model, or a trainable without OR REPLACE / IF NOT
+            EXISTS, has the name).
+        NotSupportedError: ``python_disabled`` (``allow_python=False``), before anything is imported.
+        OperationalError: ``read_only``, before anything is imported.
+    """
+    name = stmt.this.model_name.lower()
+    trust.require_python_allowed(session, f"CREATE MODEL {name} FROM PYTHON")
+    session.check_writable()
+    if wants_import(stmt, params):
+        return create_python_model(stmt, session, params)
+    ref = str(value(stmt.args["source"], params))
+    no_repeats(stmt.args.get("options"), f"CREATE MODEL {name}")
+    if "device" in {k.lower() for k in stmt.option_values}:
+        raise ProgrammingError(f"CREATE MODEL {name} FROM PYTHON '{ref}' registers a trainable factory: where it "
+                               "trains is TUNE's option (TUNE ... WITH (device = 'cuda')), not a hyper-parameter of "
+                               "the factory.", code="bad_option")
+    options = tuple(sorted((k, json.dumps(constant(v, k))) for k, v in stmt.option_values.items()))
+    key = trust.signing_key()  # before anything is written
+    resolve_factory(ref)
+    existing = session.catalog.studies.trainable(name)
+    if session.catalog.exists(name):
+        raise IntegrityError(f'Model "{name}" already exists as an ONNX model; trainables and models share '
+                             "names: DROP MODEL it or choose another name.", code="duplicate_model")
+    if existing is not None and not stmt.args.get("replace"):
+        if stmt.args.get("exists"):
+            return Result(session.duck, rowcount=0)
+        raise IntegrityError(f'Model "{name}" already exists (a trainable, {existing.factory}); use CREATE OR '
+                             "REPLACE MODEL for a new version.", code="duplicate_model")
+    version = existing.version + 1 if existing is not None else 1
+    session.commit()
+    trainable = Trainable(name, version, ref, factory_digest(ref), options)
+    with session.catalog.transaction(join=False):
+        session.catalog.studies.add_trainable(trainable)
+        trust.sign(session, trainable_code(trainable), key)
+    session.changed()
+    return Result(session.duck, rowcount=1)
+
+
+def trainable_code(trainable: Trainable) -> trust.CodeArtifact:
+    """The code artifact of a trainable: its factory reference with its default arguments."""
+    args = dict(trainable.options)
+    what = f"the Python factory {trainable.factory}" + (f" with {json.dumps(args, sort_keys=True)[:200]}" if args else "")
+    return trust.CodeArtifact("trainable", trust.trainable_digest(trainable.factory, trainable.options),
+                              trainable.name, trainable.version, what)
+
+
+def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> Trainable:
+    """The trainable TUNE trains: version ``version``, or the latest one, or (when its factory's source
+    changed since) the next version, not yet in the catalog: :func:`register` records it when the study
+    starts. Raises ProgrammingError ``model_not_found`` (naming an ONNX model of that name as not
+    trainable), NotSupportedError ``untrusted_code`` (before the factory is imported)."""
+    found = session.catalog.studies.trainable(name, version)
+    if found is None:
+        if session.catalog.exists(name):
+            raise session.pointed(ProgrammingError(
+                f'Model "{name}" is an ONNX model, not a trainable: TUNE trains a factory registered with '
+                f"CREATE MODEL {name}_trainable FROM PYTHON 'package.module:function'.", code="model_not_trainable"),
+                ref)
+        raise session.pointed(ProgrammingError(
+            f'Trainable model "{name}"' + (f" version {version}" if version else "") + " does not exist; register "
+            f"one with CREATE MODEL {name} FROM PYTHON 'modelsql.zoo:mlp' (or your own factory).",
+            code="model_not_found"), ref)
+    trust.require(session, trainable_code(found))
+    if version is not None:
+        return found
+    digest = factory_digest(found.factory)
+    if digest == found.code_digest:
+        return found
+    return Trainable(found.name, found.version + 1, found.factory, digest, found.options)
+
+
+def register(session, trainable: Trainable) -> None:
+    """Record ``trainable`` when the catalog does not have that version yet (a changed factory source)."""
+    if session.catalog.studies.trainable(trainable.name, trainable.version) is None:
+        with session.catalog.transaction(join=False):
+            session.catalog.studies.add_trainable(trainable)
+
+
+def create_from_study(stmt: ImportModel, session, params: list) -> Result:
+    """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]``: the trial's final weights (the study's best
+    trial by default), exported to ONNX through :mod:`modelsql.formats.torch` and imported as a model
+    version whose features are the study's feature columns (or, for a study over one array column, whose
+    input is named after that column, so PREDICT binds it by name).
+
+    Raises:
+        ProgrammingError: ``study_not_found``, ``trial_not_found``, ``checkpoint_collected`` (a pruned or
+            failed trial's checkpoint is not kept).
+    """
+    studies = session.catalog.studies
+    study_name = stmt.args["study"].name.lower()
+    study = studies.study(study_name)
+    if study is None:
+        raise studies.not_found(study_name)
+    trial_arg = stmt.args.get("trial")
+    number = int(trial_arg.this) if trial_arg is not None else study.best_trial
+    trials = {t.trial: t for t in studies.trials(study_name)}
+    if number is None or number not in trials:
+        raise ProgrammingError(f'Study "{study_name}" has no trial {number}' if number is not None else
+                               f'Study "{study_name}" has no finished trial yet.', code="trial_not_found")
+    trial = trials[number]
+    if trial.checkpoint is None:
+        raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
+                               "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")
+    _import_trained(session, stmt, study, trial)
+    return Result(session.duck, rowcount=1)
+
+
+def _import_trained(session, stmt: ImportModel, study, trial) -> None:
+    """Export the trial's network to ONNX and import it as model ``stmt.this``'s next version (a network over
+    trees is stored as a Python program instead: :func:`_import_trained_program`)."""
+    import numpy as np
+
+    if json.loads(study.options).get("trees"):
+        return _import_trained_program(session, stmt, study, trial)
+    module, features, in_features = _trained_module(session, study, trial)
+    example = np.zeros((1, in_features), np.float32)
+    input_names = [features[0]] if len(features) != in_features else None  # an array column: bound by name
+    outputs = _output_names(study)
+    labels = json.loads(study.options).get("labels")
+    if labels is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+        # text or boolean labels: the exported index output is mapped to the labels themselves
+        proto = from_torch(module, example, input_names=input_names, output_names=outputs)
+        module, example, input_names, outputs = with_label_values(proto, "label", labels), None, None, None
+    ddl.import_model(session, stmt.this.model_name, module, example_input=example,
+                     features=features if len(features) == in_features else None, input_names=input_names,
+                     output_names=outputs, replace=bool(stmt.args.get("replace")),
+                     if_not_exists=bool(stmt.args.get("exists")),
+                     options={"study": study.name, "trial": str(trial.trial)})
+
+
+def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
+    """A trial of a study over trees as a Python program (:class:`~modelsql.tuning.inference.TrainedNetwork`
+    rebuilt from the factory and its arguments, the trial's weights loaded), run eagerly: the level-batched
+    executor is already one batch per tree height. Its inputs are named after the study's two columns.
+
+    Raises:
+        NotSupportedError: ``not_supported`` for text or boolean class labels.
+    """
+    import torch
+
+    from modelsql.errors import NotSupportedError
+    from modelsql.formats.program_checks import batching
+    from modelsql.formats.python_program import program
+    from modelsql.tuning.inference import TrainedNetwork
+
+    model, params, trainable = _trained_network(session, study, trial)
+    options = json.loads(study.options)
+    labels = options.get("labels")
+    if labels is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+        raise NotSupportedError(f'CREATE MODEL ... FROM STUDY "{study.name}": a network over trees with text or '
+                                "boolean labels is not supported yet; use integer labels.", code="not_supported")
+    args = dict(factory=trainable.factory, params=dict(params),
+                in_features=options.get("in_features", 1), n_outputs=len(labels) if labels is not None else 1,
+                task="classification" if labels is not None else "regression", labels=labels)
+    net = TrainedNetwork(**args)
+    net.inner.load_state_dict(model.state_dict())
+    width = args["in_features"]
+    node = (lambda n: torch.zeros(n)) if width == 1 else (lambda n: torch.zeros(n, width))
+    example = ([node(1), node(2)], [torch.tensor([-1]), torch.tensor([-1, 0])])
+    name = stmt.this.model_name
+    prog = program(net.eval(), example, input_names=list(options["features"]), output_names=_output_names(study),
+                   label=f'model "{name.lower()}" (study "{study.name}" trial {trial.trial})')
+    store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
+                  {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
+                   "trial": str(trial.trial)}, args, row_reason=batching(prog, None))
+
+
+def _trained_network(session, study, trial):
+    """(the trial's trained network, its factory arguments, the trainable)."""
+    options = json.loads(study.options)
+    trainable = session.catalog.studies.trainable(study.model, study.model_version)
+    if trainable is None:
+        raise ProgrammingError(f'Study "{study.name}" trained {study.model} version {study.model_version}, which '
+                               "is no longer in the catalog.", code="model_not_found")
+    trust.require(session, trainable_code(trainable))
+    if factory_digest(trainable.factory) != trainable.code_digest:
+        raise ProgrammingError(
+            f'The source of {trainable.factory} changed since study "{study.name}" trained it ({study.model} '
+            f"version {study.model_version}): its checkpoints may not fit the network the factory builds now. "
+            "Restore that source, or tune again.", code="factory_changed")
+    sequence = json.loads(trial.sequence)
+    params = trainable_defaults(trainable)
+    params.update({k: frozen(v) for k, v in (sequence[-1] if sequence else {}).items() if k not in TRAINING_NAMES})
+    labels = options.get("labels")
+    features = tuple(options["features"])
+    n_outputs = len(labels) if labels is not None else 1
+    in_features = options.get("in_features", len(features))
+    try:
+        model = load_trained(trainable.factory, params, session.store.get(trial.checkpoint), (in_features, n_outputs))
+    except RuntimeError as exc:  # torch's load_state_dict: the network differs from the one trained
+        raise ProgrammingError(f'The network {trainable.factory} builds does not fit the checkpoint of trial '
+                               f'{trial.trial} of study "{study.name}": {str(exc).splitlines()[0]}',
+                               code="factory_changed") from None
+    return model, params, trainable
+
+
+def _trained_module(session, study, trial):
+    options = json.loads(study.options)
+    model, _, _ = _trained_network(session, study, trial)
+    labels = options.get("labels")
+    task = "classification" if labels is not None else "regression"
+    return for_inference(model, task, labels), tuple(options["features"]), options.get("in_features",
+                                                                                      len(options["features"]))
+
+
+def _output_names(study) -> list[str]:
+    return ["label", "probabilities"] if json.loads(study.options).get("labels") is not None else ["prediction"]
+
+
+def drop_trainable(plan, session) -> Result:
+    """``DROP MODEL [IF EXISTS] m [VERSION n]`` of a trainable: its versions (or version ``n``) leave the catalog;
+    the studies that tuned it stay (their trained models are ONNX models of their own).
+
+    Raises:
+        NotSupportedError: ``not_supported`` for one VERSION of a trainable.
+    """
+    from modelsql.errors import NotSupportedError
+
+    if plan.version is not None:
+        raise NotSupportedError(f'DROP MODEL {plan.name} VERSION {plan.version}: a trainable is dropped with all its '
+                                "versions (DROP MODEL without VERSION)", code="not_supported")
+    session.commit()
+    with session.catalog.transaction(join=False):
+        removed = session.catalog.studies.drop_trainable(plan.name)
+    session.changed()
+    return Result(session.duck, rowcount=removed)
+
+
+ddl.TRAINABLE_HANDLERS["drop"] = drop_trainable
+ddl.TRAINABLE_HANDLERS["python"] = create_trainable
+ddl.TRAINABLE_HANDLERS["study"] = create_from_study

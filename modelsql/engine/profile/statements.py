@@ -1,0 +1,305 @@
+"""``PROFILE MODEL m [VERSION n] [WITH (batch_sizes = (...), threads = (...), merge_factors = (...), repeat = n,
+warmup = n, operators = true|false, train_cost_model = true|false)]``.
+
+Times the model version on ONNX Runtime (the CPU) in every (threads, batch size) configuration, on
+synthetic inputs of the model's own types and shapes, with the runs of the configurations interleaved
+(:func:`~modelsql.operators.backends.profiling.profile_latency`), records one latency trace per
+configuration in ``modelsql.traces`` (every run kept, with the configuration's cost-model features)
+and, unless ``operators = false``, the per-operator kernel times ONNX Runtime's profiler reports in
+``modelsql.trace_operators`` (:func:`~modelsql.operators.backends.profiling.operator_times`), then,
+unless ``train_cost_model = false``, retrains the learned cost model on every trace
+(:func:`~modelsql.engine.profile.cost_model.retrain`: Mantis, Chun et al., 2010), and returns the traces' summary. A merge factor N above 1 times a NetFuse merge of N copies of the model on a
+shared input (as the planner would run N fine-tuned copies of it; Jeong et al., 2020), so the cost model
+learns when merging pays.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import onnx
+from onnx import numpy_helper
+from sqlglot import exp
+
+from modelsql import sql as msql
+
+from modelsql.catalog.traces import OperatorRow, TraceRow
+from modelsql.errors import NotSupportedError, ProgrammingError
+from modelsql.formats.netfuse import MergeDeclined, merge_models
+from modelsql.sql.dialect import ModelSQL
+from modelsql.operators.backends.profiling import LatencyTrace, operator_times, profile_latency
+from modelsql.sql.nodes import ProfileModel
+from modelsql.operators.backends import devices
+from modelsql.progress import Meter
+from modelsql.engine.artifacts.sessions import load_model_proto
+from modelsql.engine.artifacts.compiled import tvm_session
+from modelsql.engine.profile.cost_model import retrain, trace_features
+from modelsql.engine.artifacts.merge_cost import CONV_MAX_ROWS
+from modelsql.engine.handlers import run_statement
+from modelsql.engine.options import given_options
+from modelsql.engine.query.handler import run_query
+from modelsql.engine.result import Result
+from modelsql.engine.profile.run_traces import run_trace_rows
+
+__all__ = ["PROFILE_OPTIONS"]
+
+PROFILE_OPTIONS = {"batch_sizes": (1, 8, 64), "threads": (1,), "repeat": 20, "warmup": 2,
+                   "backends": ("onnxruntime",), "operators": True,
+                   "train_cost_model": True, "merge_factors": (1,), "devices": ("auto",)}
+"""PROFILE's options and their defaults."""
+
+
+_HIGHEST = {"batch_sizes": 1 << 20, "threads": 256, "merge_factors": 64, "repeat": 10_000, "warmup": 100}
+"""The largest value of each integer option (a larger one is a typo that would run for hours)."""
+
+
+def _ints(options: dict, key: str, low: int = 1) -> tuple[int, ...]:
+    raw = options[key]
+    values = raw if isinstance(raw, (tuple, list)) else (raw,)
+    high = _HIGHEST[key]
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high for v in values):
+        raise ProgrammingError(f"PROFILE option {key} must be integers from {low} to {high:,}, got {raw!r}",
+                               code="invalid_option")
+    if len(set(values)) < len(values):
+        raise ProgrammingError(f"PROFILE option {key} names a value twice: {raw!r}", code="invalid_option")
+    return tuple(values)
+
+
+def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
+    given = given_options(stmt, params, PROFILE_OPTIONS, f"PROFILE MODEL {stmt.this.model_name}")
+    options = dict(PROFILE_OPTIONS, **given)
+    options["given"] = frozenset(given)
+    backends = options["backends"] if isinstance(options["backends"], (tuple, list)) else (options["backends"],)
+    backends = tuple(str(b).lower() for b in backends)
+    if not backends or any(b not in ("onnxruntime", "tvm") for b in backends) or len(set(backends)) < len(backends):
+        raise ProgrammingError(f"PROFILE: backends {options['backends']!r}: the backends are 'onnxruntime' and "
+                               "'tvm' (a checked artifact: COMPILE MODEL first), each at most once",
+                               code="invalid_option")
+    options["backends"] = backends
+    options["devices"] = _devices(options["devices"])
+    for flag in ("operators", "train_cost_model"):
+        if not isinstance(options[flag], bool):
+            raise ProgrammingError(f"PROFILE option {flag} must be true or false, got {options[flag]!r}",
+                                   code="invalid_option")
+    return options
+
+
+def _devices(raw) -> tuple[str, ...]:
+    """PROFILE's ``devices``: ``'auto'`` (every device present: :func:`~modelsql.operators.backends.devices.available`)
+    or a list of ``'cpu'`` / ``'cuda'`` / ``'cuda:N'``.
+
+    Raises:
+        ProgrammingError: ``bad_option`` for a bad or repeated name; NotSupportedError:
+            ``device_not_available``.
+    """
+    named = raw if isinstance(raw, (tuple, list)) else (raw,)
+    parsed = tuple(devices.parse(d, "PROFILE option devices") for d in named)
+    if not parsed or len(set(parsed)) < len(parsed):
+        raise ProgrammingError(f"PROFILE option devices must name each device once, got {raw!r}", code="bad_option")
+    if "auto" in parsed:
+        return devices.available()
+    return tuple(devices.require(d, "PROFILE") for d in parsed)
+
+
+def _operators(data: bytes, trace: LatencyTrace) -> tuple[OperatorRow, ...]:
+    times = operator_times(data, threads=trace.threads, batch_size=trace.batch_size)
+    total = sum(t.median_us for t in times) or 1.0
+    return tuple(OperatorRow(t.op_type, t.provider, t.nodes, t.runs, t.median_us, t.median_us / total)
+                 for t in times)
+
+
+def _lowerings(n: int, batch_sizes: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """``(dense lowering, batch sizes)`` groups for merge factor ``n``: as the planner lowers a merge
+    (grouped 1x1 Conv up to :data:`~modelsql.engine.artifacts.merge_cost.CONV_MAX_ROWS` rows per member)."""
+    if n == 1:
+        return [("", batch_sizes)]
+    small = tuple(b for b in batch_sizes if b <= CONV_MAX_ROWS)
+    large = tuple(b for b in batch_sizes if b > CONV_MAX_ROWS)
+    return [(d, g) for d, g in (("conv", small), ("matmul", large)) if g]
+
+
+def _merged(proto, n: int, dense: str, label: str) -> bytes:
+    """A NetFuse merge of ``n`` copies of ``proto`` on a shared input, each copy's float weights scaled
+    differently (equal weights would be stored once, which is not what a family of fine-tuned models is).
+
+    Raises:
+        NotSupportedError: ``merge_declined``, naming the node the merge has no counterpart for.
+    """
+    copies = []
+    for i in range(n):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        for t in copy.graph.initializer:
+            if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * (1.0 + 1e-3 * i), t.name))
+        copies.append(copy)
+    try:
+        return merge_models(copies, shared_input=True, dense=dense).SerializeToString()
+    except MergeDeclined as exc:
+        raise NotSupportedError(f"PROFILE {label} WITH (merge_factors = ...): the model cannot be merged: {exc}",
+                                code="merge_declined") from None
+
+
+def _trace_row(mv, proto, data: bytes, t: LatencyTrace, n: int, operators: bool) -> TraceRow:
+    operators = operators and t.backend == "onnxruntime"  # the per-operator times are ONNX Runtime's profiler's
+    operators = operators and t.device == "cpu"
+    return TraceRow(mv.name, mv.version, t.backend, t.device, t.threads, t.batch_size, t.seconds, t.median,
+                    t.quantile(0.9), t.quantile(0.99),
+                    features=trace_features(proto, t.batch_size, backend=t.backend, threads=t.threads, merge_factor=n,
+                                            device=t.device.split(":")[0]),
+                    operators=_operators(data, t) if operators else ())
+
+
+def fixed_batch(proto) -> "int | None":
+    """The fixed leading dimension of the model's inputs, when they all have the same one."""
+    initializers = {t.name for t in proto.graph.initializer}
+    firsts = {tuple(i.type.tensor_type.shape.dim)[0].dim_value if i.type.tensor_type.shape.dim else 0
+              for i in proto.graph.input if i.name not in initializers}
+    return firsts.pop() if len(firsts) == 1 and 0 not in firsts else None
+
+
+def _planned_runs(options: dict, tvm: int, cuda: int) -> int:
+    """The model runs (warm-up included) :func:`_synthetic` makes of one model with ``tvm`` TVM runners and
+    ``cuda`` CUDA devices: what PROFILE's progress counts."""
+    per_config = _ints(options, "warmup", low=0)[0] + _ints(options, "repeat")[0]
+    ort = len(_ints(options, "threads")) + cuda if "onnxruntime" in options["backends"] else 0
+    return sum(len(batches) * (ort + (tvm if n == 1 else 0)) * per_config
+               for n in _ints(options, "merge_factors") for _, batches in _lowerings(n, _ints(options, "batch_sizes")))
+
+
+def _synthetic(session, mv, options: dict, meter: Meter) -> tuple[list[TraceRow], list[int]]:
+    """Traces of ``mv`` on synthetic inputs, per (merge factor, backend, threads, batch size); ``meter`` counts
+    the model runs (its total grows by this model's when it starts)."""
+    warmup, repeat = _ints(options, "warmup", low=0)[0], _ints(options, "repeat")[0]
+    proto = load_model_proto(session.store, mv)
+    fixed = fixed_batch(proto)
+    if fixed is not None and "batch_sizes" not in options["given"]:
+        options = dict(options, batch_sizes=(fixed,))  # the default sizes would all be refused
+    rows, factors = [], []
+    threads, backends = _ints(options, "threads"), options["backends"]
+    tvm = [("tvm", t, tvm_session(session, mv, intra=t)) for t in threads] if "tvm" in backends else []
+    cuda = [d for d in options["devices"] if d != "cpu"] if "onnxruntime" in backends else []
+    meter.grow(_planned_runs(options, len(tvm), len(cuda)))
+    for n in _ints(options, "merge_factors"):
+        for dense, batches in _lowerings(n, _ints(options, "batch_sizes")):
+            data = proto.SerializeToString() if n == 1 else _merged(proto, n, dense, mv.label)
+            traces = profile_latency(data, batch_sizes=batches, threads=threads, repeat=repeat, warmup=warmup,
+                                     others=tvm if n == 1 else (), onnxruntime="onnxruntime" in backends,
+                                     cuda=cuda, progress=meter.advance)
+            rows += [_trace_row(mv, proto, data, t, n, options["operators"]) for t in traces]
+            factors += [n] * len(traces)
+    return rows, factors
+
+
+_ON_INPUT_ONLY = ("batch_sizes", "repeat", "backends", "train_cost_model", "devices")
+
+
+def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict,
+              meter: Meter) -> tuple[list[TraceRow], list[int]]:
+    """Traces of ``mv`` on the rows of ``ON ...``: per batch size and backend, the PREDICT run as the planner
+    plans it with that ``batch_size``, its model runs timed (one warm-up query, then queries until ``repeat``
+    runs of each size are kept or five queries ran). ``meter`` counts the queries, of :data:`_QUERIES` per
+    configuration (those a configuration did not need count as done when it ends)."""
+    given = sorted(k for k in options["given"] if k not in _ON_INPUT_ONLY)
+    if given:
+        raise ProgrammingError(f"PROFILE ... ON: option {given[0]!r} applies only to synthetic inputs; with ON the "
+                               f"options are {', '.join(_ON_INPUT_ONLY)}", code="invalid_option")
+    source = stmt.args["source"]
+    source_sql = (f"TABLE {source.sql(dialect=ModelSQL)}" if isinstance(source, exp.Table)
+                  else source.sql(dialect=ModelSQL))
+    rows = []
+    configs = list(itertools.product(options["backends"], _ints(options, "batch_sizes"), options["devices"]))
+    meter.grow(len(configs) * _QUERIES)
+    for i, (backend, b, device) in enumerate(configs):
+        sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, '
+               f"batch_size = {b}, backend = '{backend}', device = '{device}')")
+        runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0], meter)
+        meter.update((i + 1) * _QUERIES)
+        rows += run_trace_rows(session, mv, runs, backend, threads, "profile", sizes=None, device=device)
+    return rows, [1] * len(rows)
+
+
+_QUERIES = 6
+"""Queries PROFILE ... ON runs per configuration at most: one warm-up, then up to five timed."""
+
+
+def _query_runs(session, sql: str, params: list, repeat: int, meter: Meter) -> tuple[list, int]:
+    """The model runs (rows, seconds) of a one-PREDICT query run up to five times after a warm-up; ``meter``
+    counts the queries."""
+    runs, threads = [], 1
+    for attempt in range(_QUERIES):
+        out, plan, phys = run_query(msql.parse(sql)[0], session, params)
+        try:
+            session.duck.fetchall()
+        finally:
+            out.release()
+        meter.advance()
+        function = phys.operators[plan.scans[0].id].function
+        threads = int(getattr(function.model, "intra_op_threads", 1))
+        if attempt:
+            runs += function.runs
+        if attempt and max((sum(1 for n, _ in runs if n == m) for m, _ in runs), default=0) >= repeat:
+            break
+    return runs, threads
+
+
+def _steps(entry) -> list:
+    """The model versions a PROFILE profiles: the model, or each distinct step model of a pipeline."""
+    if entry.kind != "pipeline":
+        return [entry]
+    seen, out = set(), []
+    for step in entry.steps:
+        if (step.model.name, step.model.version) not in seen:
+            seen.add((step.model.name, step.model.version))
+            out.append(step.model)
+    return out
+
+
+def _traces(stmt: ProfileModel, session, params: list, entry, options: dict, meter: Meter):
+    """(trace rows, merge factor of each): on the rows of ``ON ...`` or on synthetic inputs (each step of a
+    pipeline); ``meter`` counts the queries or the model runs."""
+    if stmt.args.get("source") is not None:
+        return _on_input(stmt, session, params, entry, options, meter)
+    rows, factors = [], []
+    for mv in _steps(entry):
+        r, f = _synthetic(session, mv, options, meter)
+        rows, factors = rows + r, factors + f
+    return rows, factors
+
+
+@run_statement.register
+def _profile(stmt: ProfileModel, session, params: list) -> Result:
+    ref = stmt.this
+    options = _options(stmt, params)
+    entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
+    for mv in _steps(entry):
+        if mv.kind == "python":
+            load_model_proto(session.store, mv)  # raises no_onnx_graph: a Python program is not profiled
+    if stmt.args.get("source") is not None:
+        if entry.kind == "pipeline":
+            raise NotSupportedError("PROFILE PIPELINE ... ON: a pipeline's runs are not one graph's; profile it "
+                                    "without ON (each step on synthetic inputs), or PROFILE MODEL a step ON its "
+                                    "input", code="profile_not_supported")
+    meter = Meter(session.progress, "profile", total=0, label=entry.label,
+                  unit="queries" if stmt.args.get("source") is not None else "runs")
+    try:
+        rows, factors = _traces(stmt, session, params, entry, options, meter)
+    except BaseException:
+        meter.finish(ok=False)
+        raise
+    meter.finish()
+    session.check_writable()
+    session.commit()
+    with session.catalog.transaction(join=False):
+        numbers = session.catalog.traces.add(rows)
+    session.changed()
+    if options["train_cost_model"]:
+        retrain(session)
+    return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in (
+        ("trace", "BIGINT"), ("backend", "VARCHAR"), ("threads", "INTEGER"), ("batch_size", "INTEGER"),
+        ("merge_factor", "INTEGER"), ("median_ms", "DOUBLE"), ("p90_ms", "DOUBLE"), ("p99_ms", "DOUBLE"),
+        ("rows_per_second", "DOUBLE"), ("model", "VARCHAR"), ("version", "INTEGER"), ("device", "VARCHAR"))],
+        rows=[(n, r.backend, r.threads, r.batch_size, f, r.median_s * 1e3, r.p90_s * 1e3, r.p99_s * 1e3,
+               r.batch_size / r.median_s if r.median_s > 0 else None, r.model, r.version, r.device)
+              for n, r, f in zip(numbers, rows, factors)])

@@ -1,0 +1,174 @@
+"""The query handler: a statement with PREDICTs, from tree to result.
+
+``bind`` (:mod:`~modelsql.engine.query.binder`) -> rules (:mod:`~modelsql.engine.query.rules`,
+unless ``session.optimize`` is off) -> physical operators and the DuckDB
+statement (:mod:`~modelsql.engine.query.physical`) -> run -> :class:`Result`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from sqlglot import exp
+
+from modelsql.errors import Error, NotSupportedError
+from modelsql.sql.nodes import PredictTable
+from modelsql.engine.options import uses_parameters
+from modelsql.engine.plan_cache import CachedPlan
+from modelsql.engine.query.binder import bind_query
+from modelsql.engine.handlers import run_statement
+from modelsql.engine.query.physical import Physical, build, choose, predict_meter
+from modelsql.engine.query.plan import QueryPlan
+from modelsql.engine.query.predict_errors import predict_error
+from modelsql.engine.result import Result
+from modelsql.engine.query.rules import apply_rules
+
+
+def plan_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
+    """The logical plan after the rules (none when ``session.optimize`` is False)."""
+    plan = bind_query(stmt, session, params)
+    return apply_rules(plan) if session.optimize else plan
+
+
+def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", dry: bool = False,
+              cache_key: Optional[tuple] = None) -> tuple[Result, QueryPlan, Physical]:
+    """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement.
+
+    With ``cache_key`` the plan is kept in the session's :class:`~modelsql.engine.plan_cache.PlanCache`
+    (unless a PREDICT option is a parameter) and a plan whose every scan streams keeps its functions
+    registered, so the next execution of the text only runs the statement (:func:`run_cached`).
+
+    Returns the result (streaming when it has rows), the plan and its operators. On failure everything
+    registered is released and a snapshot begun for the statement rolled back; the error is the modelsql error.
+    """
+    generation = session.generation()
+    plan = plan_query(stmt, session, params)
+    choices = choose(plan)
+    entry = None
+    if (cache_key is not None and not any(uses_parameters(p.args.get("options")) for p in stmt.find_all(PredictTable))
+            and not reads_outside_the_catalog(stmt, session)):
+        by_value = table_arguments(stmt)
+        entry = CachedPlan(plan, choices, generation, session.text, session.qmark_style, by_value,
+                           tuple(params[k - 1] for k in by_value))
+    keep = {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None
+    out, phys = _run(plan, choices, session, params, prefix=prefix, dry=dry, keep=keep)
+    if entry is not None:
+        if keep is not None:
+            entry.persistent, entry.sql, entry.params = keep, phys.sql, phys.params
+        session.plans.put(cache_key, entry)
+    return out, plan, phys
+
+
+_FILE_NAME = re.compile(r"[./\\:*]")
+"""A table name DuckDB reads as a file (``'data.parquet'``, ``'s3://...'``, ``'*.csv'``) rather than a table."""
+
+
+def reads_outside_the_catalog(stmt: exp.Expression, session) -> bool:
+    """Whether ``stmt`` reads a table function (``read_parquet('f')``, ``range(n)``) or a view: what they
+    return can change with no statement on this database (a file rewritten), so no plan of it is kept."""
+    tables = list(stmt.find_all(exp.Table))
+    if any(isinstance(t.this, exp.Func) for t in tables):
+        return True
+    if any(_FILE_NAME.search(t.name) for t in tables if isinstance(t.this, exp.Identifier)):
+        return True  # FROM 'data.parquet': DuckDB reads the file (a replacement scan)
+    names = {t.name.lower() for t in tables if isinstance(t.this, exp.Identifier)}
+    if not names:
+        return False
+    try:
+        views = session.duck.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE NOT internal AND lower(view_name) IN (SELECT unnest(?))",
+            [sorted(names)]).fetchall()[0][0]
+    except Exception:
+        return True
+    return views > 0
+
+
+def table_arguments(stmt: exp.Expression) -> tuple[int, ...]:
+    """Numbers of the ``$k`` parameters that are arguments of a FROM item (``read_parquet(?)``,
+    ``range(?)``): their values decide an input's columns and types, so a plan holds for those values only."""
+    found = set()
+    for p in stmt.find_all(exp.Placeholder):
+        node = p.parent
+        while node is not None and not isinstance(node, (exp.Select, exp.Where, exp.Join, exp.Having, exp.Subquery)):
+            if isinstance(node, exp.Table):
+                if str(p.this).isdigit():
+                    found.add(int(p.this))
+                break
+            node = node.parent
+    return tuple(sorted(found))
+
+
+def run_cached(entry: CachedPlan, session, params: list) -> Result:
+    """Execute a cached plan with new parameter values."""
+    if entry.sql is None:
+        return _run(entry.plan, entry.choices, session, params)[0]
+    session.begin_if_needed()
+    out = None
+    ops = list(entry.persistent.values())
+    for op in ops:
+        op.reset([params[k - 1] for k in op.param_numbers])
+        op.function.progress = predict_meter(session, op.scan, op.execution)
+    try:
+        session.run(entry.sql, [params[k - 1] for k in entry.params],
+                    lambda exc: predict_error(exc, ops, session.duck))
+        out = session.duckdb_result(entry.plan.kind)
+    finally:
+        if out is None:
+            for op in ops:
+                op.function.error = None
+    out.operators = ops
+    out.translate = lambda exc: predict_error(exc, ops, session.duck)
+    return out
+
+
+def _run(plan: QueryPlan, choices: dict, session, params: list, *, prefix: str = "", dry: bool = False,
+         keep: Optional[dict] = None) -> tuple[Result, Physical]:
+    session.begin_if_needed()
+    held = Result(session.duck)
+
+    def failed(exc: BaseException) -> Error:
+        return predict_error(exc, held.operators, session.duck)
+
+    try:
+        try:
+            phys = build(plan, choices, session, params, held, dry=dry, keep=keep)
+        except Exception as exc:
+            err = failed(exc)
+            if session.in_transaction:
+                # A failing statement aborts DuckDB's transaction; leave the same state a streaming
+                # PREDICT's failure leaves, whichever way this one ran.
+                try:
+                    session.duck.execute("SELECT error(?)", [str(err)[:200]])
+                except Exception:
+                    pass
+            raise err from (None if err is exc else exc)
+        session.run(prefix + phys.sql, [params[k - 1] for k in phys.params], failed)
+        out = session.duckdb_result("SELECT" if prefix else plan.kind)
+        out.adopt(held)
+        out.translate = lambda exc: predict_error(exc, out.operators, session.duck)
+        if not out.streaming:
+            out.release()
+        return out, phys
+    except BaseException:
+        held.rollback()
+        if keep:
+            for name in keep:
+                try:
+                    session.duck.remove_function(name)
+                except Exception:
+                    pass
+            keep.clear()
+        raise
+
+
+@run_statement.register(exp.Expression)
+def _query(stmt: exp.Expression, session, params: list) -> Result:
+    if isinstance(stmt, exp.Command):
+        raise NotSupportedError(
+            f"PREDICT cannot be used in {str(stmt.this).upper()}: modelsql plans the statement when it runs. "
+            "Run it with cursor.execute and ? parameters instead (its plan is kept for the next run).",
+            code="predict_in_command",
+        )
+    return run_query(stmt, session, params, cache_key=session.cache_key)[0]
+

@@ -1,0 +1,513 @@
+"""The session: runs a connection's statement loop and owns its transaction.
+
+:class:`Session` is what a :class:`modelsql.client.dbapi.Connection` talks to. For a
+text it decides, with the tokenizer alone, whether modelsql's parser is needed
+(:func:`modelsql.sql.mentions_models`, whose words come from the registered
+statement nodes); plain DuckDB SQL goes to DuckDB untouched. Otherwise each
+parsed statement is handed to its handler (:mod:`modelsql.engine.handlers`),
+which returns a :class:`~modelsql.engine.result.Result`.
+
+Transactions follow PEP 249: outside autocommit mode the first statement opens
+a transaction that lasts until :meth:`Session.commit` or
+:meth:`Session.rollback`. ``BEGIN`` / ``COMMIT`` / ``ROLLBACK`` anywhere in any
+text (parameterised or not, among other statements) run one at a time, so the
+session follows them exactly as DuckDB honours them: ``COMMIT`` or ``ROLLBACK``
+with no transaction open raises, and so does ``BEGIN`` inside a ``BEGIN``.
+Model statements that write commit, before and after; a transaction open before
+one of them goes on after it (the next statement begins it again), so the
+user's closing ``COMMIT`` still has a transaction to end.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Optional, Sequence
+
+import duckdb
+from sqlglot import exp
+
+from modelsql import sql as msql
+from modelsql.catalog import Catalog
+from modelsql.catalog.entries import RoutedModels
+from modelsql.duckdb_errors import translate
+from modelsql.errors import Error, OperationalError, ProgrammingError, excerpt, position_of
+from modelsql.sql.nodes import DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines, ShowServers
+from modelsql.storage import BlobStore
+from modelsql.storage.files import os_error
+from modelsql.engine.models import database_dump
+from modelsql.engine import open_databases
+from modelsql.engine.ambiguity import refuse_ambiguous
+from modelsql.engine.handlers import run_statement
+from modelsql.engine.plan_cache import PlanCache, bump, database_key, generation
+from modelsql.engine.result import Result
+
+_NO_RESULT_TYPES = {
+    "CREATE", "DROP", "ALTER", "TRANSACTION", "SET", "VARIABLE_SET", "ATTACH", "DETACH", "LOAD",
+    "VACUUM", "ANALYZE", "PREPARE", "CREATE_FUNC", "EXTENSION", "COPY_DATABASE", "EXPORT",
+}
+_READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}
+"""DuckDB statement types after which cached plans stay valid (every other type bumps the generation)."""
+_LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+
+
+class Session:
+    """Executes statements on one DuckDB connection and owns its transaction.
+
+    Args:
+        duck: the DuckDB connection.
+        database: the database path or ``":memory:"`` (locates the blob store).
+        read_only: refuse every write.
+    """
+
+    def __init__(self, duck: duckdb.DuckDBPyConnection, database: str, *, read_only: bool = False) -> None:
+        self.duck = duck
+        self.database = database
+        self.read_only = read_only
+        self.catalog = Catalog(duck, read_only=read_only)
+        self.store = BlobStore.for_database(database)
+        open_databases.register(database)
+        self.registered = True
+        self.trust_code = False
+        """Load every code artifact of this database without a signature (``connect(..., trust_code=True)``;
+        see :mod:`modelsql.engine.artifacts.trust`)."""
+        self.allow_python = True
+        """Run statements that name Python code (``FROM PYTHON``, ``TRUST MODEL``); False for SQL from others."""
+        self.optimize = True
+        """Apply the planner's rewrite rules (:data:`modelsql.engine.query.rules.RULES`); False runs
+        every PREDICT as bound, which tests use to check that rules never change an answer."""
+        self.autocommit = False
+        self.in_transaction = False
+        """A transaction this session began (outside autocommit mode, or by a ``BEGIN``) is open."""
+        self.explicit = False
+        """The open (or resuming) transaction was opened or adopted by the user's ``BEGIN``."""
+        self.resuming = False
+        """A model statement committed the transaction that was open; the next statement begins it again."""
+        self.text = ""
+        """The statement text being run, with ``?`` numbered (error excerpts point into it)."""
+        self.qmark_style = False
+        """The text numbered its parameters ``?`` (DuckDB then names a ``?`` column by its place)."""
+        self.plans = PlanCache(duck)
+        """Plans of the statement texts run before (see :mod:`modelsql.engine.plan_cache`)."""
+        self.progress = None
+        """The progress hook (``Connection.progress``): called with a dict per message of a long statement
+        (:mod:`modelsql.progress`), or None."""
+        self.cache_key: Optional[tuple] = None
+        """The plan-cache key of the statement being run, when it may be cached."""
+        self._database_key = database_key(database, duck)
+
+    def generation(self) -> int:
+        """The database's generation: what cached plans were planned in (see :mod:`~modelsql.engine.plan_cache`)."""
+        return generation(self._database_key)
+
+    def changed(self) -> None:
+        """Something cached plans may depend on changed (a table, a setting, a model, a registered object)."""
+        bump(self._database_key)
+
+    @property
+    def database_key(self) -> str:
+        """What names the session's database process-wide (see :func:`~modelsql.engine.plan_cache.database_key`)."""
+        return self._database_key
+
+    def costs(self):
+        """The learned cost model the planner asks (:func:`~modelsql.engine.profile.cost_model.costs_for`)."""
+        from modelsql.engine.profile.cost_model import costs_for  # cost_model reaches ddl, which reaches the session's handlers
+
+        return costs_for(self)
+
+    # ------------------------------------------------------------ transactions
+
+    def begin_if_needed(self) -> None:
+        """Open the PEP 249 implicit transaction (not in autocommit or read-only mode), or the one a
+        model statement's implicit commit interrupted."""
+        if self.resuming:
+            self.resume()
+        elif not self.autocommit and not self.in_transaction and not self.read_only:
+            self.duck.execute("BEGIN TRANSACTION")
+            self.in_transaction = True
+
+    def resume(self) -> None:
+        """Begin again the transaction that a model statement's implicit commit ended (a no-op when
+        there is none)."""
+        if self.resuming and not self.in_transaction:
+            self.resuming = False
+            self.run("BEGIN TRANSACTION", None)
+            self.in_transaction = True
+        self.resuming = False
+
+    def commit(self) -> None:
+        """Commit this session's transaction (a no-op when none is open: PEP 249's ``commit()``)."""
+        self.changed()  # plans made in the old snapshot may not see what others committed meanwhile
+        self.explicit = self.resuming = False
+        if self.in_transaction:
+            self.in_transaction = False
+            try:
+                self.duck.execute("COMMIT")
+            except Exception as exc:
+                raise translate(exc) from exc
+
+    def rollback(self) -> None:
+        """Roll back this session's transaction (a no-op when none is open: PEP 249's ``rollback()``)."""
+        self.changed()  # it may undo a CREATE TABLE that a cached plan reads
+        self.explicit = self.resuming = False
+        if self.in_transaction:
+            self.in_transaction = False
+            try:
+                self.duck.execute("ROLLBACK")
+            except Exception as exc:
+                raise translate(exc) from exc
+
+    def transaction_statement(self, text: str) -> Result:
+        """Run one ``BEGIN`` / ``START TRANSACTION`` / ``COMMIT`` / ``END`` / ``ROLLBACK`` / ``ABORT``
+        as DuckDB honours it, keeping this session's state in step.
+
+        ``BEGIN`` adopts the PEP 249 implicit transaction when one is open.
+
+        Raises:
+            OperationalError: ``transaction_error``: ``COMMIT`` or ``ROLLBACK`` with no transaction
+                open, or ``BEGIN`` inside a transaction the user began (DuckDB's own message).
+        """
+        self.resume()
+        word = first_word(text)
+        if word in ("BEGIN", "START"):
+            if not self.in_transaction:
+                self.run(text, None)
+                self.in_transaction = True
+            elif self.explicit:
+                self.run(text, None)  # DuckDB raises: a transaction within a transaction
+            self.explicit = True
+        elif not self.in_transaction:
+            self.run(text, None)  # DuckDB raises: no transaction is active
+        elif word in ("COMMIT", "END"):
+            self.commit()
+        elif word in ("ROLLBACK", "ABORT"):
+            self.rollback()
+        else:
+            self.run(text, None)
+        return Result(self.duck)
+
+    def close(self) -> None:
+        """Stop the servers this session started, roll back an open transaction and drop cached plans;
+        model sessions live in the process-wide cache."""
+        serve = sys.modules.get("modelsql.engine.serve.statements")  # no server runs before SERVE imported it
+        if serve is not None:
+            serve.stop_all(owner=self)
+        if self.registered:
+            open_databases.release(self.database)
+            self.registered = False
+        self.plans.clear()
+        self.resuming = False
+        try:
+            self.rollback()
+        except Error:
+            pass
+
+    def check_writable(self) -> None:
+        """Raises OperationalError (``read_only``) on a read-only connection."""
+        if self.read_only:
+            raise OperationalError("The connection is read-only; model statements that write are refused.", code="read_only")
+
+    # ------------------------------------------------------------ statements
+
+    def execute(self, text: str, params: Optional[list]) -> Result:
+        """Run ``text`` (one or more statements) with qmark ``params``; the last statement's result."""
+        self.plans.collect()  # nothing is pending on the connection yet
+        stypes = self.plans.plain_types(text)
+        if stypes is not None:
+            return self.passthrough(text, params, stypes)
+        key = PlanCache.key(text, params, self.optimize)
+        entry = self.plans.get(key, self.generation(), params)
+        if entry is not None:
+            from modelsql.engine.query.handler import run_cached
+
+            self.text, self.qmark_style = entry.text, entry.qmark_style
+            return run_cached(entry, self, params or [])
+        if not msql.mentions_models(text):
+            return self.passthrough(text, params)
+        register_handlers()
+        refuse_ambiguous(self, text)  # SHOW models with a table "models": DuckDB's text and ours
+        numbered, count = msql.number_placeholders(text)
+        self.qmark_style = count > 0
+        given = len(params) if params is not None else 0
+        pieces = msql.statement_texts(text) if count > 0 or not given else []
+        if len(pieces) > 1:
+            if given != count:
+                raise ProgrammingError(
+                    f"The statements have {count} parameter placeholder(s) but {given} value(s) were given.",
+                    code="parameter_count",
+                )
+            return self._one_by_one(pieces, params or [])
+        statements = msql.parse(numbered)
+        if count == 0:
+            # DuckDB's own numbered style ($1, $2 ...) written by the user.
+            count = max((n for st in statements for n in _numbered_placeholders(st)), default=0)
+        if given != count:
+            raise ProgrammingError(
+                f"The statement has {count} parameter placeholder(s) but {given} value(s) were given.",
+                code="parameter_count",
+            )
+        self.text = numbered
+        result = Result(self.duck)
+        for i, stmt in enumerate(statements):
+            result.release()
+            self.cache_key = key if len(statements) == 1 and isinstance(stmt, exp.Select) else None
+            was_open, explicit = self.in_transaction or self.resuming, self.explicit
+            try:
+                result = run_statement(stmt, self, params or [])
+            except OSError as exc:  # a file-system call failed (a full disk): never a raw OSError
+                raise os_error(exc, "complete the statement") from exc
+            finally:
+                self.cache_key = None
+                if not _reads_only(stmt):
+                    self.changed()  # DDL, DML, a model statement that writes: cached plans may be stale
+                if was_open and not self.in_transaction and not _controls_transactions(stmt):
+                    # a model statement committed before and after: the transaction goes on
+                    self.resuming, self.explicit = True, explicit
+            if i < len(statements) - 1:
+                self.drain(result)
+        return result
+
+    def _one_by_one(self, pieces: list[str], params: list) -> Result:
+        """Several statements: each runs as written (a plain one goes to DuckDB untouched, not through
+        sqlglot), with its own ``?`` values; the last one's result."""
+        result = Result(self.duck)
+        used = 0
+        for i, piece in enumerate(pieces):
+            count = msql.number_placeholders(piece)[1]
+            result.release()
+            result = self.execute(piece, params[used:used + count])
+            used += count
+            if i < len(pieces) - 1:
+                self.drain(result)
+        return result
+
+    def drain(self, result: Result) -> None:
+        """Read and drop a result that is not the last statement's."""
+        if result.streaming:
+            try:
+                self.duck.fetchall()
+            except Exception as exc:
+                err = result.error(exc)
+                result.release()
+                raise err from exc
+
+    def passthrough(self, text: str, params: Optional[list], stypes: Optional[list] = None) -> Result:
+        """Plain DuckDB SQL, run as it is (transaction statements update this session's state).
+
+        ``stypes``: DuckDB's statement types of the text, when known from an earlier run.
+        """
+        statements = None
+        if stypes is None:
+            try:
+                statements = list(duckdb.extract_statements(text))
+            except Exception:
+                statements = []
+            stypes = [statement_type(st) for st in statements]
+            if len(statements) <= 1:
+                self.plans.remember_plain(text, stypes)
+        if any(t not in _READ_ONLY_TYPES for t in stypes) or ("EXPLAIN" in stypes and "ANALYZE" in text.upper()):
+            self.changed()  # (EXPLAIN ANALYZE runs its statement, which may write)
+        if len(stypes) > 1 and {"TRANSACTION", "EXPORT", "PRAGMA"} & set(stypes):
+            # BEGIN/COMMIT/ROLLBACK (or EXPORT/IMPORT DATABASE) among several statements: one at a time, so
+            # the session follows them (commit() and rollback() keep working, and a later statement opens
+            # a new transaction)
+            return self._plain_one_by_one(statements or list(duckdb.extract_statements(text)), params)
+        if len(stypes) == 1 and database_dump.is_dump(stypes[0], text):
+            if params:
+                raise ProgrammingError(f"EXPORT DATABASE and IMPORT DATABASE take no parameters; {len(params)} "
+                                       "value(s) were given.", code="parameter_count")
+            self.resume()
+            return database_dump.run_dump(self, text)
+        if len(stypes) == 1 and stypes[0] == "TRANSACTION":
+            if params:
+                raise ProgrammingError(f"The statement has 0 parameter placeholder(s) but {len(params)} value(s) "
+                                       "were given.", code="parameter_count")
+            return self.transaction_statement(text)
+        self.begin_if_needed()
+        self.run(text, params)
+        return self.duckdb_result(stypes[-1] if stypes else "SELECT")
+
+    def _plain_one_by_one(self, statements: list, params: Optional[list]) -> Result:
+        """Plain statements run one at a time, each with its own placeholders' values in order (when
+        the counts do not add up, all values go to the last statement, as DuckDB gives them)."""
+        counts = [len(st.named_parameters) for st in statements]
+        values = list(params or [])
+        if sum(counts) != len(values):
+            counts = [0] * (len(statements) - 1) + [len(values)]
+        result = Result(self.duck)
+        used = 0
+        for i, st in enumerate(statements):
+            result.release()
+            result = self.passthrough(st.query, values[used:used + counts[i]] or None)
+            used += counts[i]
+            if i < len(statements) - 1:
+                self.drain(result)
+        return result
+
+    def run(self, text: str, params: Optional[Sequence], on_error=None) -> None:
+        """Execute on DuckDB; a failure becomes ``on_error(exc)`` (default: the PEP 249 mapping)."""
+        try:
+            if params:
+                self.duck.execute(text, params)
+            else:
+                self.duck.execute(text)
+        except Exception as exc:
+            raise (on_error or translate)(exc) from exc
+
+    def duckdb_result(self, stype: str) -> Result:
+        """The :class:`Result` of the statement DuckDB just ran, of statement type ``stype``."""
+        out = Result(self.duck)
+        desc = self.duck.description
+        changed = self.duck.rowcount
+        if changed >= 0:
+            # DuckDB's count of the rows a statement changed (INSERT, UPDATE, DELETE, MERGE, CREATE TABLE AS,
+            # COPY, EXECUTE of one of them), read from the statement's kind of result, never from its rows;
+            # -1 for rows (a query, ... RETURNING), whatever the columns are called. PEP 249: no result set.
+            try:
+                self.duck.fetchall()
+            except Exception as exc:
+                raise translate(exc) from exc
+            out.rowcount = changed
+            return out
+        if stype in _NO_RESULT_TYPES or not desc:
+            try:
+                self.duck.fetchall()
+            except Exception:
+                pass
+            return out
+        out.description = [(d[0], str(d[1]), None, None, None, None, True) for d in desc]
+        out.streaming = True
+        return out
+
+    # ------------------------------------------------------------ errors
+
+    def pointed(self, err: Error, ref: Optional[exp.Expression]) -> Error:
+        """``err`` with a ``LINE n:`` excerpt under the model name of ``ref`` (unless it has a position);
+        ``dbapi.point_into`` then sets ``.line``/``.column`` in the user's own text."""
+        start = ref.this.meta.get("start") if ref is not None and ref.this is not None else None
+        text = self.text
+        if err.line is not None or start is None or not text or "\nLINE " in str(err):
+            return err
+        line, column = position_of(text, start)
+        return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
+
+    def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,
+                  pipeline: bool = False, models: Optional[dict] = None):
+        """The catalog entry (a model version, or with ``pipeline`` a pipeline version); a lookup
+        error points at the name in the statement text. ``models``: step model versions already read
+        by this statement (see :meth:`~modelsql.catalog.pipelines.Pipelines.get`)."""
+        try:
+            if pipeline:
+                return self.catalog.pipelines.get(name, version, models=models)
+            return self.catalog.get(name, version)
+        except Error as err:
+            raise self.pointed(err, ref) from None
+
+    def get_model_set(self, node) -> "RoutedModels":
+        """The :class:`~modelsql.catalog.entries.RoutedModels` of a ``MODELS (...) ROUTE BY c`` /
+        ``MODELS FAMILY f ROUTE BY c`` node; errors point at the node in the statement text.
+
+        Raises:
+            ProgrammingError: a member does not exist (``model_not_found``), the family does not
+                (``family_not_found``), a model is listed twice (``duplicate_model``), or the members
+                differ in inputs, outputs or features (``model_set_mismatch``, naming the member).
+        """
+        try:
+            family = node.args.get("family")
+            if family is not None:
+                members = tuple(self.catalog.get(n) for n in self.catalog.families.members(family.name))
+            else:
+                members = tuple(self.catalog.get(r.model_name, r.version_number) for r in node.expressions)
+            return routed_models(members, node.args["route"].name, family.name if family is not None else None)
+        except Error as err:
+            raise self.pointed(err, node) from None
+
+
+def routed_models(members: tuple, route: str, family: Optional[str]) -> RoutedModels:
+    """Check that ``members`` can share one binding (see :meth:`Session.get_model_set`)."""
+    seen = set()
+    for m in members:
+        if m.name in seen:
+            raise ProgrammingError(f'Model "{m.name}" is listed twice in MODELS (...): each row names its model '
+                                   "by name, so each model may appear once.", code="duplicate_model")
+        seen.add(m.name)
+    first = members[0]
+    for m in members[1:]:
+        for what, a, b in (("inputs", first.inputs, m.inputs), ("outputs", first.outputs, m.outputs),
+                           ("features", first.features, m.features)):
+            if a != b:
+                raise ProgrammingError(
+                    f'MODELS (...): model "{m.name}" has other {what} than model "{first.name}" '
+                    f"({_specs_text(b)} against {_specs_text(a)}); routed models must share one signature.",
+                    code="model_set_mismatch")
+    return RoutedModels(members, route, family)
+
+
+def _specs_text(specs) -> str:
+    if specs is None:
+        return "none"
+    return ", ".join(getattr(s, "name", str(s)) + (f": {s.elem_type}{list(s.shape or [])}" if hasattr(s, "elem_type")
+                                                   else "") for s in specs)
+
+
+def register_handlers() -> None:
+    """Import the modules that register the statement handlers (:mod:`modelsql.engine.handlers`): on the
+    first text that mentions models, so plain SQL never imports the converters, ONNX, TVM or the server."""
+    from modelsql.engine.profile import compile as compile_model
+    from modelsql.engine.models import statements as ddl
+    from modelsql.engine import explain
+    from modelsql.engine.finetune import statement as finetune
+    from modelsql.engine.pipelines import statements as pipelines
+    from modelsql.engine.profile import statements as profile
+    from modelsql.engine.query import handler as query
+    from modelsql.engine.serve import statements as serve
+    from modelsql.engine.models import trainables
+    from modelsql.engine.models import trust_statement as trust_model
+    from modelsql.engine.tune import statements as tune  # noqa: F401
+
+
+def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
+    """The ``$n`` numbers of a statement (of the statement inside an ``EXPLAIN``, which sqlglot keeps as text)."""
+    from modelsql.engine.explain import explain_parts
+
+    parts = explain_parts(stmt)
+    if parts is not None:
+        return [n for st in msql.parse(parts[1]) for n in _numbered_placeholders(st)]
+    return [int(p.this) for p in stmt.find_all(exp.Placeholder) if str(p.this).isdigit()]
+
+
+def _reads_only(stmt: exp.Expression) -> bool:
+    """Whether a parsed statement leaves every cached plan valid (a query, SHOW/DESCRIBE/EXPORT MODEL,
+    a plain EXPLAIN of a query)."""
+    if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel, ShowPipelines, DescribePipeline,
+                         ExportPipeline, ShowServers)):
+        return True
+    from modelsql.engine.explain import explain_parts
+
+    parts = explain_parts(stmt)
+    if parts is None or parts[0] != "EXPLAIN ":
+        return False  # (EXPLAIN ANALYZE runs its statement)
+    words = parts[1].upper().split(None, 1)
+    return bool(words) and words[0] in ("SELECT", "WITH", "FROM")
+
+
+def _controls_transactions(stmt: exp.Expression) -> bool:
+    """Whether a parsed statement is BEGIN / COMMIT / ROLLBACK (``END`` and ``ABORT`` parse as columns)."""
+    if isinstance(stmt, (exp.Transaction, exp.Commit, exp.Rollback)):
+        return True
+    return isinstance(stmt, exp.Column) and not stmt.table and stmt.name.upper() in ("END", "ABORT")
+
+
+def statement_type(statement) -> str:
+    """DuckDB's statement type of an extracted statement, by name; ``"UNKNOWN"`` for a type DuckDB's Python
+    client has no name for (``UPDATE EXTENSIONS``, ``CONNECT`` ...): such a statement still goes to DuckDB."""
+    try:
+        return statement.type.name
+    except ValueError:
+        return "UNKNOWN"
+
+
+def first_word(text: str) -> str:
+    """The first keyword of a statement, after any comments, upper case."""
+    rest = _LEADING_COMMENTS.sub("", text, count=1)
+    return rest.split()[0].upper().rstrip(";") if rest.split() else ""

@@ -1,0 +1,405 @@
+"""``TUNE MODEL ...``, ``EXPLAIN TUNE ...``, ``SHOW STUDIES``, ``DESCRIBE STUDY s`` and ``DROP STUDY s``.
+
+TUNE binds the statement (:func:`bind_tune`: the trainable, the data, the space, the algorithm and
+its options), then runs the study as stage trees (:class:`~modelsql.engine.tune.run.StudyRun`).
+Like the other model statements it commits the session's open transaction first; it then commits
+its own progress stage by stage, so another connection of this process sees the study's rows while
+it runs (DuckDB lets one process write a database file). Re-running a study with the same definition
+(or adding ``RESUME``) resumes it: only what was not finished trains.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from typing import Any
+
+from sqlglot import exp
+
+from modelsql.recursive.trees import Trees
+from modelsql.errors import Error, NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
+from modelsql.tuning.algorithms import make_algorithm
+from modelsql.tuning.space import Space
+from modelsql.engine.handlers import run_statement
+from modelsql.engine.options import no_repeats, value
+from modelsql.engine.tune.round_plan import RoundPlan
+from modelsql.engine.result import Result
+from modelsql.engine.tune.stage_tree import tune_stage_tree
+from modelsql.engine.models.trainables import register, trainable_for_tune
+from modelsql.engine.training_features import feature_option, input_keys
+from modelsql.engine.tune.checks import check_space_values, check_threads, number_option, option_error, probe_factory, training_device
+from modelsql.engine.tune.data import load_study_data
+from modelsql.engine.tune.run import StudyRun, load_tree
+from modelsql.engine.tune.spec import COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
+
+__all__ = ["bind_tune", "explain_tune", "relation_sql", "RUNNING"]
+
+_STARTING = threading.Lock()
+"""Held while a TUNE checks and claims its study name (two connections of one process may start at once)."""
+
+RUNNING: set[str] = set()
+"""Names of the studies this process is running now (others found ``running`` in the catalog are dead)."""
+
+_METRICS = {"val_loss": "min", "val_accuracy": "max", "train_loss": "min"}
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+MAX_EPOCHS = 100_000
+"""The most epochs a study may ask for."""
+
+
+def relation_sql(node: exp.Expression, what: str, statement: str = "TUNE") -> str:
+    """``SELECT * FROM <the input>`` of ``ON TABLE t`` / ``ON (query)`` (TUNE's and FINETUNE's training data).
+
+    Raises:
+        NotSupportedError: ``tune_input_predict`` for an input with a PREDICT in it.
+    """
+    if node.find(PredictTable) is not None:
+        raise NotSupportedError(f"{statement} {what}: an input with PREDICT is not supported; materialize it with "
+                                "CREATE TABLE ... AS first.", code="tune_input_predict")
+    return f"SELECT * FROM {node.sql(dialect='duckdb')}"
+
+
+def _options(stmt: TuneModel, params: list) -> dict[str, Any]:
+    no_repeats(stmt.args.get("options"), f"TUNE MODEL {stmt.this.model_name}")
+    placeholders = [k for k, v in stmt.option_values.items() if v.find(exp.Placeholder) is not None]
+    placeholders += [i.this.name for i in stmt.args["search"] if i.expression.find(exp.Placeholder) is not None]
+    if placeholders:
+        raise NotSupportedError(f"TUNE: a parameter (?) in {placeholders[0]!r}: parameters are supported only "
+                                "inside ON (query) and VALIDATE ON (query); write the value itself",
+                                code="parameter_not_supported")
+    return {k.lower(): value(v, params) for k, v in stmt.option_values.items()}
+
+
+def _int_option(options: dict, key: str, default: int, low: int = 1, high: int = 2**31 - 1) -> int:
+    raw = options.get(key, default)
+    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
+        raise option_error(key, f"TUNE option {key} must be an integer in [{low}, {high}], got {raw!r}")
+    return raw
+
+
+def _choice_option(options: dict, key: str, default: str, allowed: tuple[str, ...], what: str) -> str:
+    raw = options.get(key, default)
+    if not isinstance(raw, str) or raw.lower() not in allowed:
+        raise option_error(key, f"TUNE option {key} must be {what}, got {raw!r}")
+    return raw.lower()
+
+
+def _max_epochs(common: dict, options: dict) -> int:
+    if "max_t" in options and "max_epochs" in common and options["max_t"] != common["max_epochs"]:
+        raise option_error("max_t", f"TUNE options max_t = {options['max_t']!r} and max_epochs = {common['max_epochs']!r} "
+                           "contradict each other (max_t is ASHA's and Hyperband's name for max_epochs); give one")
+    return _int_option(common, "max_epochs", options.get("max_t", 10), 1, MAX_EPOCHS)
+
+
+def _study_name(common: dict, trainable) -> str:
+    name = common.get("study_name", f"{trainable.name}_study")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise option_error("study_name", "TUNE option study_name must be a name (letters, digits and underscores, "
+                                         f"starting with a letter), got {name!r}")
+    return name.lower()
+
+
+def _metric(common: dict, task: str) -> tuple[str, str]:
+    metric = _choice_option(common, "metric", "val_loss", tuple(_METRICS), " or ".join(map(repr, _METRICS)))
+    if metric == "val_accuracy" and task == "regression":
+        raise option_error("metric", "TUNE option metric = 'val_accuracy' needs a class label TARGET; this TARGET is "
+                                     "a number (regression): use 'val_loss'")
+    return metric, _choice_option(common, "mode", _METRICS[metric], ("min", "max"), "'min' or 'max'")
+
+
+def bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
+    """The :class:`StudySpec` of a TUNE statement (reads the data; trains nothing, registers nothing); an error
+    about an option, a hyper-parameter or the TARGET points at it in the SQL (a ``LINE n:`` excerpt)."""
+    try:
+        return _bind_tune(stmt, session, params)
+    except Error as err:
+        raise session.pointed(err, _node_of(stmt, err)) from None
+
+
+def _node_of(stmt: TuneModel, err: Error):
+    """The part of the statement ``err`` is about: a ``WITH`` option, a SEARCH item, or the TARGET."""
+    option = getattr(err, "option", None)
+    hp = getattr(err, "hyperparameter", None)
+    if option is not None:
+        return next((o for o in stmt.args.get("options") or [] if o.this.name.lower() == option.lower()), None)
+    if hp is not None:
+        return next((i for i in stmt.args["search"] if i.this.name.lower() == hp.split(".")[0].lower()), None)
+    if getattr(err, "target", False):
+        return exp.EQ(this=stmt.args["target"])
+    return None
+
+
+def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
+    """The work of :func:`bind_tune`.
+
+    Raises:
+        ProgrammingError: ``model_not_found`` / ``model_not_trainable``, ``invalid_search_space``,
+            ``unknown_option`` / ``invalid_option``, ``column_not_found``, ``hyperparameter_not_schedulable``,
+            ``invalid_hyperparameter``, ``invalid_factory`` / ``invalid_factory_params``.
+        NotSupportedError: ``parameter_not_supported`` (a ``?`` outside ON / VALIDATE ON).
+        DataError: bad data (see :func:`~modelsql.engine.tune.data.load_study_data`).
+    """
+    ref = stmt.this
+    trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
+    options = _options(stmt, params)
+    common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
+    training_device(common.get("device", "auto"), "TUNE")  # a device that is not there fails before the data is read
+    max_epochs = _max_epochs(common, options)
+    space = bind_space(stmt.args["search"])
+    space.validate(max_epochs)
+    _check_schedulable(space, max_epochs)
+    check_space_values(space, max_epochs)
+    seed = _int_option(common, "seed", 0, 0, 2**32 - 1)
+    target = stmt.args["target"].name
+    features = feature_option(common.get("features"), target)
+    validate = stmt.args.get("validate")
+    train_sql = relation_sql(stmt.args["train"], "ON")
+    validate_sql = relation_sql(validate, "VALIDATE ON") if validate is not None else None
+    fraction = number_option(common, "validation_fraction", 0.2, low=0.0, high=1.0)
+    data = load_study_data(session, train_sql, validate_sql, target, features, fraction, seed, params,
+                           input_keys(session, stmt.args["train"]))
+    metric, mode = _metric(common, data.data.task)
+    workers = _int_option(common, "workers", 1, 1, 1024)
+    threads = _int_option(common, "threads", 1, 1, 1024)
+    execution = _choice_option(common, "execution", "stages", ("stages", "trials"),
+                               "'stages' (the stage tree) or 'trials' (every trial on its own, the baseline)")
+    executor = _choice_option(common, "executor", "local", ("local", "ray"), "'local' or 'ray'")
+    check_threads(threads, workers, executor)
+    device = training_device(common.get("device", "auto"), "TUNE", executor=executor,
+                             trees=isinstance(data.data.x, Trees))
+    budget = number_option(common, "time_budget_s", None, low=0.0)
+    defaults = trainable_defaults(trainable)
+    probe_factory(space, trainable.factory, defaults, data.data.x.shape[1], data.data.n_outputs,
+                  trees=isinstance(data.data.x, Trees))
+    algorithm = stmt.args["algorithm"].name.lower()
+    tree = digest_of("tree", TRAINER_VERSION, trainable.name, trainable.version, trainable.code_digest,
+                     trainable.factory, list(trainable.options), data.digest, seed, threads, *device_part(device))
+    spec = StudySpec(
+        name=_study_name(common, trainable), trainable=trainable, algorithm=algorithm, algorithm_options=options,
+        space=space, max_epochs=max_epochs, seed=seed, metric=metric, mode=mode, threads=threads, workers=workers,
+        executor=executor, address=common.get("address"), sharing=execution == "stages", train_sql=train_sql,
+        validate_sql=validate_sql, target=target, features=data.features, data=data.data, labels=data.labels,
+        base_params=tuple(sorted(defaults.items())), time_budget_s=budget, statement=session.text, tree=tree,
+        definition=digest_of(tree, space.to_json(), algorithm, sorted(options.items()), max_epochs, metric, mode,
+                             execution),
+        change_points=frozenset(space.change_points(max_epochs)), device=device)
+    _check_algorithm(spec)
+    return spec
+
+
+def _check_schedulable(space: Space, max_epochs: int) -> None:
+    """Only training hyper-parameters may change over epochs (a factory argument builds the model once)."""
+    for name, param in space.params:
+        if name not in TRAINING_NAMES and type(param).__name__ in ("StepDecay", "Piecewise"):
+            raise ProgrammingError(
+                f'SEARCH: "{name}" is a factory argument (it builds the model), so it cannot change over epochs; '
+                f"only {', '.join(sorted(TRAINING_NAMES - {'optimizer'}))} can.", code="hyperparameter_not_schedulable")
+        if name == "optimizer" and type(param).__name__ in ("StepDecay", "Piecewise"):
+            raise ProgrammingError('SEARCH: "optimizer" cannot change over epochs.',
+                                   code="hyperparameter_not_schedulable")
+
+
+def _check_algorithm(spec: StudySpec) -> None:
+    try:
+        make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode, seed=spec.seed,
+                       study_name=spec.name, options=spec.algorithm_options)
+    except ProgrammingError as err:
+        if err.code != "unknown_option":
+            raise
+        unknown = next((k for k in spec.algorithm_options if f"'{k}'" in str(err)), "")
+        hint = did_you_mean(unknown, COMMON_OPTIONS) if unknown else ""
+        raise option_error(unknown, f"{err}{hint} Options of every algorithm: {', '.join(COMMON_OPTIONS)}.",
+                           "unknown_option") from None
+
+
+# ---------------------------------------------------------------- executing
+
+
+def _executor(spec: StudySpec):
+    if spec.executor == "ray":
+        from modelsql.tuning.ray_executor import ray_executor
+
+        return ray_executor(spec.workers, spec.address, threads=spec.threads)
+    from modelsql.tuning.executor import local_executor
+
+    return local_executor(spec.workers)
+
+
+def _check_existing(session, spec: StudySpec, resume: bool) -> None:
+    studies = session.catalog.studies
+    if spec.name in RUNNING:
+        raise ProgrammingError(f'Study "{spec.name}" is running now (in this process).', code="study_running")
+    with session.catalog.transaction(join=False):
+        studies.mark_interrupted(sorted(RUNNING))
+    old = studies.study(spec.name)
+    if old is None:
+        if resume:
+            raise studies.not_found(spec.name)
+        return
+    if old.definition != spec.definition:
+        old_device = _study_device(old)
+        what = ("the factory's source changed (trainable version " f"{old.model_version} -> {spec.trainable.version})"
+                if (old.model, old.model_version) != (spec.trainable.name, spec.trainable.version)
+                else f"it trained on {old_device}, this one on {spec.device}"
+                if device_part(old_device) != device_part(spec.device)
+                else "the data changed" if old.tree != spec.tree
+                else "SEARCH, USING or the options differ")
+        raise ProgrammingError(
+            f'Study "{spec.name}" exists with another definition ({what}): DROP STUDY {spec.name} first, or name '
+            "this one with WITH (study_name = '...').", code="study_definition_changed")
+
+
+def _study_device(row) -> str:
+    """The device a stored study trained on (its options JSON says so for CUDA)."""
+    try:
+        return str(json.loads(row.options or "{}").get("device", "cpu"))
+    except (TypeError, ValueError):
+        return "cpu"
+
+
+@run_statement.register
+def _tune(stmt: TuneModel, session, params: list) -> Result:
+    session.check_writable()
+    session.commit()
+    spec = bind_tune(stmt, session, params)
+    with _STARTING:
+        _check_existing(session, spec, bool(stmt.args.get("resume")))
+        RUNNING.add(spec.name)
+    try:
+        register(session, spec.trainable)
+        row = StudyRun(session, spec, _executor(spec), getattr(session, "progress", None)).run()
+    finally:
+        RUNNING.discard(spec.name)
+        session.changed()
+    return Result(session.duck, description=_describe(*TUNE_COLUMNS),
+                  rows=[(row.name, row.status, len(session.catalog.studies.trials(row.name)), row.best_trial,
+                         row.best_metric, row.metric, row.mode, row.epochs_trained, row.epochs_requested,
+                         row.epochs_requested / row.epochs_trained if row.epochs_trained else None)])
+
+
+TUNE_COLUMNS = (("study", "VARCHAR"), ("status", "VARCHAR"), ("trials", "INTEGER"), ("best_trial", "INTEGER"),
+                ("best_metric", "DOUBLE"), ("metric", "VARCHAR"), ("mode", "VARCHAR"), ("epochs_trained", "BIGINT"),
+                ("epochs_requested", "BIGINT"), ("steps_ratio", "DOUBLE"))
+"""TUNE's one result row: ``best_metric`` is the best trial's value of ``metric`` (the option; ``'val_loss'`` by
+default) on the validation rows, best meaning lowest when ``mode`` is ``'min'``, highest when ``'max'``;
+``epochs_requested`` is what the trials would train one by one, ``epochs_trained`` what the stage tree trained
+(shared prefixes once; Hippo), and ``steps_ratio`` the first over the second (2.0: half the training)."""
+
+
+def _describe(*columns: tuple[str, str]) -> list[tuple]:
+    return [(name, kind, None, None, None, None, True) for name, kind in columns]
+
+
+# ---------------------------------------------------------------- EXPLAIN TUNE
+
+
+def explain_tune(stmt: TuneModel, session, params: list) -> Result:
+    """``EXPLAIN TUNE ...``: the stage tree of the study's first round, planned (nothing trains), with its
+    estimated cost against trial-based execution (epochs, and time at the measured or a default rate)."""
+    spec = bind_tune(stmt, session, params)
+    algorithm = make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode,
+                               seed=spec.seed, study_name=spec.name, options=spec.algorithm_options)
+    requests = algorithm.ask()
+    tree = load_tree(session.catalog, spec.tree)
+    targets = tuple(tree.insert(r.sequence) for r in requests)
+    plan = tune_stage_tree(RoundPlan(tree, targets, spec.change_points))
+    lines = _render_round(spec, requests, plan, session.catalog.studies.epoch_seconds(spec.tree))
+    old = session.catalog.studies.study(spec.name)
+    if old is not None and old.definition != spec.definition:
+        lines.insert(1, f'  note: study "{spec.name}" exists with another definition: running this statement fails '
+                        "(study_definition_changed) unless it is dropped or given another study_name")
+    elif old is not None:
+        lines.insert(1, f'  note: study "{spec.name}" exists ({old.status}): running this statement resumes it')
+    return Result(session.duck, description=_describe(("explain_key", "VARCHAR"), ("explain_value", "VARCHAR")),
+                  rows=[("modelsql_tune", "\n".join(lines))])
+
+
+def _render_round(spec: StudySpec, requests, plan, epoch_seconds) -> list[str]:
+    trial_epochs = sum(len(r.sequence) for r in requests)
+    stage_epochs = sum(len(s.nodes) for t in plan.tasks for s in t.stages)
+    critical = max((t.critical for t in plan.tasks), default=0)
+    stage_time = max(critical, math.ceil(stage_epochs / spec.workers)) if plan.tasks else 0
+    trial_time = math.ceil(trial_epochs / spec.workers) if requests else 0
+    rate = (f"at {epoch_seconds:.3g} s per epoch (measured in this tree): {stage_time * epoch_seconds:.3g} s vs "
+            f"{trial_time * epoch_seconds:.3g} s" if epoch_seconds else "no epoch of this tree timed yet")
+    lines = [f"Tune study={spec.name} model={spec.trainable.name} v{spec.trainable.version} "
+             f"algorithm={spec.algorithm} max_epochs={spec.max_epochs} metric={spec.metric} ({spec.mode}) "
+             f"workers={spec.workers}",
+             f"  first round: {len(requests)} trial(s), {trial_epochs} epoch(s) trial-based; stage tree: "
+             f"{stage_epochs} epoch(s) in {sum(len(t.stages) for t in plan.tasks)} stage(s), "
+             f"{plan.reused_epochs} already trained",
+             f"  estimated: {_ratio(trial_epochs, stage_epochs)} fewer epochs; about {stage_time} epoch(s) of wall "
+             f"time over {spec.workers} worker(s) (critical path {critical}) vs {trial_time} trial-based; {rate}",
+             "  (later rounds depend on the metrics: the algorithm decides after each round)"]
+    for task in plan.tasks:
+        for stage in task.stages:
+            start = "scratch" if stage.start.is_root else f"epoch {stage.start.epoch + 1}"
+            first, last = stage.nodes[0], stage.nodes[-1]
+            hp = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in first.hp)
+            lines.append(f"  Stage task={task.id} after={task.after} epochs=[{first.epoch}, {last.epoch + 1}) "
+                         f"from {start} critical={task.critical} {hp}"
+                         + (f" recomputed={stage.recomputed}" if stage.recomputed else ""))
+    return lines
+
+
+def _ratio(a: int, b: int) -> str:
+    return f"{a / b:.2f}x" if b else "nothing to train, all"
+
+
+# ------------------------------------------------------------ SHOW / DESCRIBE
+
+
+@run_statement.register
+def _show(stmt: ShowStudies, session, params: list) -> Result:
+    session.begin_if_needed()
+    session.run("SELECT s.name, s.model, s.algorithm, s.status, count(t.trial)::INTEGER AS trials, s.trials_done, "
+                "s.best_trial, s.best_metric, s.metric, s.epochs_trained, s.epochs_requested, "
+                "CASE WHEN s.epochs_trained > 0 THEN s.epochs_requested / s.epochs_trained END AS steps_ratio, "
+                "s.updated_at FROM modelsql.studies s LEFT JOIN modelsql.trials t ON t.study = s.name "
+                "GROUP BY ALL ORDER BY s.name", None)
+    return session.duckdb_result("SELECT")
+
+
+@run_statement.register
+def _describe_study(stmt: DescribeStudy, session, params: list) -> Result:
+    """One row per trial: trial, status, epochs, metric, best_metric, config, error, and ``features``
+    (VARCHAR[]: the columns the study fed its models, the same on every row)."""
+    name = stmt.this.name.lower()
+    study = session.catalog.studies.study(name)
+    if study is None:
+        raise session.catalog.studies.not_found(name)
+    session.begin_if_needed()
+    session.run("SELECT trial, status, epochs, metric, best_metric, config, error, ?::VARCHAR[] AS features "
+                "FROM modelsql.trials WHERE study = ? ORDER BY trial", [_study_features(study), name])
+    return session.duckdb_result("SELECT")
+
+
+def _study_features(row) -> list[str]:
+    """The feature columns a stored study trained on (its options JSON keeps them)."""
+    try:
+        return [str(f) for f in json.loads(row.options or "{}").get("features") or []]
+    except (TypeError, ValueError):
+        return []
+
+
+@run_statement.register
+def _drop_study(stmt: DropStudy, session, params: list) -> Result:
+    session.check_writable()
+    name = stmt.this.name.lower()
+    if name in RUNNING:
+        raise ProgrammingError(f'Study "{name}" is running now.', code="study_running")
+    if session.catalog.studies.study(name) is None:
+        if stmt.args.get("exists"):
+            return Result(session.duck, rowcount=0)
+        raise session.catalog.studies.not_found(name)
+    session.commit()
+    with session.catalog.transaction(join=False):
+        digests = session.catalog.studies.drop_study(name)
+    # after the commit (the catalog never names a missing blob); the references are read under the store's sweep
+    # lock, after the pending blobs, so a blob another connection commits meanwhile is kept
+    session.store.discard(digests, session.catalog.referenced_digests)
+    session.changed()
+    return Result(session.duck, rowcount=1)
