@@ -23,7 +23,7 @@ from modelsql import sql as msql
 from modelsql.errors import NotSupportedError, ProgrammingError
 from modelsql.sql.nodes import STATEMENT_NODES, TuneModel
 from modelsql.engine.query import cost
-from modelsql.engine.handlers import run_default, run_statement
+from modelsql.engine.handlers import handles, run_default
 from modelsql.engine.query.bind_routed import ROUTE_INPUT
 from modelsql.engine.query.plan import PredictScan, QueryPlan
 from modelsql.engine.query.handler import run_query
@@ -47,7 +47,17 @@ def explain_parts(stmt: exp.Expression) -> Optional[tuple[str, str]]:
     return f"EXPLAIN {m.group(1)} ", body[m.end():]
 
 
-@run_statement.register
+def reads_only_explain(stmt: exp.Command) -> bool:
+    """Whether an EXPLAIN leaves cached plans valid: a plain EXPLAIN of a query (EXPLAIN ANALYZE runs its
+    statement, which may write; another command is not ours to judge)."""
+    parts = explain_parts(stmt)
+    if parts is None or parts[0] != "EXPLAIN ":
+        return False
+    words = parts[1].upper().split(None, 1)
+    return bool(words) and words[0] in ("SELECT", "WITH", "FROM")
+
+
+@handles(exp.Command, reads_only=reads_only_explain)
 def _explain(stmt: exp.Command, session, params: list) -> Result:
     parts = explain_parts(stmt)
     if parts is None:

@@ -1,47 +1,129 @@
-"""Statement handlers: one registration per statement node.
+"""The statement registry: which handler carries out each statement node, whether it only reads, and the
+write preamble of the statements that write the catalog.
 
-``run_statement(node, session, params)`` dispatches on the node's class
-(:func:`functools.singledispatch`). A statement registers its handler next to
-its code::
+A handler registers next to its code, naming its node (a class of :data:`modelsql.sql.nodes.STATEMENT_NODES`,
+or one of sqlglot's) and whether it leaves every cached plan valid::
 
-    @run_statement.register
-    def _(stmt: DropModel, session, params) -> Result: ...
+    @handles(ShowModels, reads_only=True)
+    def _show(stmt: ShowModels, session, params: list) -> Result: ...
 
-Anything no node class claims (a DuckDB query that contains ``PREDICT``) goes to
-the query handler, which :mod:`modelsql.engine.query.handler` registers for
-``exp.Expression`` itself.
-:class:`~modelsql.engine.session.Session` imports the modules that register.
+:func:`run_statement` dispatches on the node's class (its nearest registered base class: a DuckDB query
+that contains ``PREDICT`` is claimed by no node of ours and goes to the query handler, registered for
+``exp.Expression`` by :mod:`modelsql.engine.query.handler`). :func:`reads_only` tells the session whether a
+statement can change what cached plans depend on. :func:`missing_handlers` names the statement nodes with no
+handler of their own; the session checks it when it imports the handler modules, so a statement without a
+handler fails at the first model statement, naming it, never as an ``InternalError`` when it is run.
+
+:func:`catalog_write` is the write preamble of a statement that writes the catalog: refuse on a read-only
+connection, commit the session's open transaction (a model statement commits as DDL does), run the writes
+in one catalog transaction, and mark cached plans stale.
 """
 
 from __future__ import annotations
 
-from functools import singledispatch
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Union
 
 from sqlglot import exp
 
 from modelsql.errors import InternalError
 
+__all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
+           "missing_handlers", "catalog_write"]
 
-@singledispatch
-def run_statement(stmt, session, params: list):
+
+@dataclass(frozen=True)
+class Handler:
+    """One registration: ``run(stmt, session, params) -> Result`` carries out ``node``; ``reads_only`` is
+    True when it never changes what a cached plan depends on (a bool, or a function of the statement)."""
+
+    node: type
+    run: Callable
+    reads_only: Union[bool, Callable[[exp.Expression], bool]] = False
+
+
+_REGISTRY: dict[type, Handler] = {}
+
+
+def handles(*nodes: type, reads_only: Union[bool, Callable[[exp.Expression], bool]] = False) -> Callable:
+    """Decorator: register the function as the handler of each of ``nodes``.
+
+    Raises:
+        ValueError: a node that already has a handler (two modules claiming one statement).
+    """
+    def register(run: Callable) -> Callable:
+        for node in nodes:
+            if node in _REGISTRY:
+                raise ValueError(f"{node.__name__} already has a handler: {_REGISTRY[node].run.__module__}."
+                                 f"{_REGISTRY[node].run.__qualname__}")
+            _REGISTRY[node] = Handler(node, run, reads_only)
+        return run
+    return register
+
+
+def handler_of(node: type) -> Handler:
+    """The handler of the nearest class of ``node``'s MRO that has one.
+
+    Raises:
+        InternalError: ``internal_error`` when none has (the handler modules are not imported).
+    """
+    for klass in node.__mro__:
+        found = _REGISTRY.get(klass)
+        if found is not None:
+            return found
+    raise InternalError(f"no handler for {node.__name__}", code="internal_error")
+
+
+def run_statement(stmt: exp.Expression, session, params: list):
     """Carry out one parsed statement; returns a :class:`~modelsql.engine.result.Result`."""
-    raise InternalError(f"no handler for {type(stmt).__name__}", code="internal_error")
+    return handler_of(type(stmt)).run(stmt, session, params)
 
 
 def run_default(stmt: exp.Expression, session, params: list):
     """Run ``stmt`` with the handler of ``exp.Expression`` (for a handler that declines a node of its class)."""
-    return run_statement.dispatch(exp.Expression)(stmt, session, params)
+    return handler_of(exp.Expression).run(stmt, session, params)
 
 
-@run_statement.register(exp.Transaction)
-@run_statement.register(exp.Commit)
-@run_statement.register(exp.Rollback)
+def reads_only(stmt: exp.Expression) -> bool:
+    """Whether ``stmt`` leaves every cached plan valid (by its handler's registration)."""
+    flag = handler_of(type(stmt)).reads_only
+    return bool(flag(stmt)) if callable(flag) else flag
+
+
+def registered() -> dict[type, Handler]:
+    """A copy of the registry: node class -> :class:`Handler`."""
+    return dict(_REGISTRY)
+
+
+def missing_handlers(nodes: Iterable[type]) -> list[type]:
+    """The nodes of ``nodes`` that have no handler of their own (only the query handler's fallback)."""
+    return [n for n in nodes if handler_of(n).node is exp.Expression]
+
+
+@contextlib.contextmanager
+def catalog_write(session) -> Iterator:
+    """The write preamble: raise ``read_only`` on a read-only connection, commit the session's open
+    transaction, yield the catalog inside one catalog transaction of its own (committed when the block
+    ends, rolled back if it raises), then mark cached plans stale.
+
+    Raises:
+        OperationalError: ``read_only``.
+    """
+    session.check_writable()
+    session.commit()
+    with session.catalog.transaction(join=False):
+        yield session.catalog
+    session.changed()
+
+
+@handles(exp.Transaction, exp.Commit, exp.Rollback)
 def _transaction(stmt: exp.Expression, session, params: list):
     """BEGIN / COMMIT / ROLLBACK among modelsql statements: as plain SQL (the session follows them)."""
     return session.passthrough(stmt.sql(dialect="duckdb"), None)
 
 
-@run_statement.register(exp.Column)
+@handles(exp.Column)
 def _end_or_abort(stmt: exp.Column, session, params: list):
     """``END`` / ``ABORT`` parse as a bare column name: the transaction statements they are."""
     if not stmt.table and stmt.name.upper() in ("END", "ABORT"):

@@ -31,13 +31,14 @@ from modelsql import sql as msql
 from modelsql.catalog import Catalog
 from modelsql.catalog.entries import RoutedModels
 from modelsql.duckdb_errors import translate
-from modelsql.errors import Error, OperationalError, ProgrammingError, excerpt, position_of
-from modelsql.sql.nodes import DescribeModel, DescribePipeline, ExportModel, ExportPipeline, ShowModels, ShowPipelines, ShowServers
+from modelsql.errors import Error, InternalError, OperationalError, ProgrammingError, excerpt, position_of
+from modelsql.sql.nodes import STATEMENT_NODES
 from modelsql.storage import BlobStore
 from modelsql.storage.files import os_error
 from modelsql.engine.models import database_dump
 from modelsql.engine import open_databases
 from modelsql.engine.ambiguity import refuse_ambiguous
+from modelsql.engine import handlers
 from modelsql.engine.handlers import run_statement
 from modelsql.engine.plan_cache import PlanCache, bump, database_key, generation
 from modelsql.engine.result import Result
@@ -258,7 +259,7 @@ class Session:
                 raise os_error(exc, "complete the statement") from exc
             finally:
                 self.cache_key = None
-                if not _reads_only(stmt):
+                if not handlers.reads_only(stmt):
                     self.changed()  # DDL, DML, a model statement that writes: cached plans may be stale
                 if was_open and not self.in_transaction and not _controls_transactions(stmt):
                     # a model statement committed before and after: the transaction goes on
@@ -465,6 +466,11 @@ def register_handlers() -> None:
     from modelsql.engine.models import trust_statement as trust_model
     from modelsql.engine.tune import statements as tune  # noqa: F401
 
+    missing = handlers.missing_handlers(STATEMENT_NODES)
+    if missing:
+        raise InternalError("statements without a handler: " + ", ".join(n.__name__ for n in missing),
+                            code="internal_error")
+
 
 def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
     """The ``$n`` numbers of a statement (of the statement inside an ``EXPLAIN``, which sqlglot keeps as text)."""
@@ -474,21 +480,6 @@ def _numbered_placeholders(stmt: exp.Expression) -> list[int]:
     if parts is not None:
         return [n for st in msql.parse(parts[1]) for n in _numbered_placeholders(st)]
     return [int(p.this) for p in stmt.find_all(exp.Placeholder) if str(p.this).isdigit()]
-
-
-def _reads_only(stmt: exp.Expression) -> bool:
-    """Whether a parsed statement leaves every cached plan valid (a query, SHOW/DESCRIBE/EXPORT MODEL,
-    a plain EXPLAIN of a query)."""
-    if isinstance(stmt, (exp.Select, ShowModels, DescribeModel, ExportModel, ShowPipelines, DescribePipeline,
-                         ExportPipeline, ShowServers)):
-        return True
-    from modelsql.engine.explain import explain_parts
-
-    parts = explain_parts(stmt)
-    if parts is None or parts[0] != "EXPLAIN ":
-        return False  # (EXPLAIN ANALYZE runs its statement)
-    words = parts[1].upper().split(None, 1)
-    return bool(words) and words[0] in ("SELECT", "WITH", "FROM")
 
 
 def _controls_transactions(stmt: exp.Expression) -> bool:

@@ -36,7 +36,7 @@ from modelsql.sql.nodes import FinetunePipeline
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.finetune.data import finetune_options, read_data, read_test
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import handles
 from modelsql.engine.pipelines.statements import create_pipeline
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, StepSpec
 from modelsql.engine.result import Result
@@ -51,7 +51,7 @@ _COLUMNS = (("pipeline", "VARCHAR"), ("version", "INTEGER"), ("chosen", "VARCHAR
             ("test_before", "DOUBLE"), ("test_after", "DOUBLE"))
 
 
-@run_statement.register
+@handles(FinetunePipeline)
 def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
     import torch
 

@@ -21,7 +21,7 @@ from modelsql.sql.nodes import DescribeModel, DropModel, ExportModel, ImportMode
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
 from modelsql.engine.query.bind_predict import bind_outputs, check_feature_names, check_signature, row_shape, row_width
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import handles
 from modelsql.engine.options import no_repeats, value
 from modelsql.engine.models.plans import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
 from modelsql.engine.result import Result
@@ -75,7 +75,7 @@ def bind_import(stmt: ImportModel, params: list) -> CreateModel:
 # ---------------------------------------------------------------- handlers
 
 
-@run_statement.register
+@handles(ImportModel)
 def _import(stmt: ImportModel, session, params: list) -> Result:
     if stmt.args.get("python") or stmt.args.get("study") is not None:
         return TRAINABLE_HANDLERS["python" if stmt.args.get("python") else "study"](stmt, session, params)
@@ -85,7 +85,7 @@ def _import(stmt: ImportModel, session, params: list) -> Result:
     return Result(session.duck, rowcount=1)
 
 
-@run_statement.register
+@handles(DropModel)
 def _drop(stmt: DropModel, session, params: list) -> Result:
     session.check_writable()
     ref = stmt.this
@@ -107,14 +107,14 @@ def _drop(stmt: DropModel, session, params: list) -> Result:
     return Result(session.duck, rowcount=removed)
 
 
-@run_statement.register
+@handles(ShowModels, reads_only=True)
 def _show(stmt: ShowModels, session, params: list) -> Result:
     session.begin_if_needed()
     session.run(session.catalog.show_models_sql(), None)
     return session.duckdb_result("SELECT")
 
 
-@run_statement.register
+@handles(DescribeModel, reads_only=True)
 def _describe(stmt: DescribeModel, session, params: list) -> Result:
     ref = stmt.this
     plan = DescribeModelPlan(session.get_model(ref.model_name, ref.version_number, ref))
@@ -124,7 +124,7 @@ def _describe(stmt: DescribeModel, session, params: list) -> Result:
     return session.duckdb_result("SELECT")
 
 
-@run_statement.register
+@handles(ExportModel, reads_only=True)
 def _export(stmt: ExportModel, session, params: list) -> Result:
     ref = stmt.this
     plan = ExportModelPlan(session.get_model(ref.model_name, ref.version_number, ref),
@@ -136,7 +136,7 @@ def _export(stmt: ExportModel, session, params: list) -> Result:
     return Result(session.duck, rowcount=1)
 
 
-@run_statement.register
+@handles(VacuumModels)
 def _vacuum(stmt: VacuumModels, session, params: list) -> Result:
     session.check_writable()
     session.run("SELECT 1", None)  # an aborted transaction says so here; COMMIT would end it silently

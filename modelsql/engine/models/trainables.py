@@ -30,6 +30,7 @@ from modelsql.engine.options import no_repeats, value
 from modelsql.engine.models.from_python import create_python_model, store_program, wants_import
 from modelsql.engine.result import Result
 from modelsql.engine.tune.spec import TRAINING_NAMES, constant, frozen, trainable_defaults
+from modelsql.engine.handlers import catalog_write
 
 __all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study", "drop_trainable",
            "trainable_code"]
@@ -261,10 +262,8 @@ def drop_trainable(plan, session) -> Result:
     if plan.version is not None:
         raise NotSupportedError(f'DROP MODEL {plan.name} VERSION {plan.version}: a trainable is dropped with all its '
                                 "versions (DROP MODEL without VERSION)", code="not_supported")
-    session.commit()
-    with session.catalog.transaction(join=False):
-        removed = session.catalog.studies.drop_trainable(plan.name)
-    session.changed()
+    with catalog_write(session) as catalog:
+        removed = catalog.studies.drop_trainable(plan.name)
     return Result(session.duck, rowcount=removed)
 
 

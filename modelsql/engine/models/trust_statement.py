@@ -13,7 +13,7 @@ from modelsql.errors import Error, ProgrammingError
 from modelsql.sql.nodes import TrustModel
 from modelsql.engine.artifacts import trust
 from modelsql.engine.artifacts.compiled import library_code
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.artifacts.python_programs import program_code, read_program
 from modelsql.engine.result import Result
 from modelsql.engine.models.trainables import trainable_code
@@ -52,7 +52,7 @@ def code_of(session, name: str, version=None) -> list[trust.CodeArtifact]:
     return out
 
 
-@run_statement.register
+@handles(TrustModel)
 def _trust(stmt: TrustModel, session, params: list) -> Result:
     """Sign the code of ``stmt``'s model with the user's key (see the module docstring).
 
@@ -70,9 +70,7 @@ def _trust(stmt: TrustModel, session, params: list) -> Result:
     except Error as err:
         raise session.pointed(err, ref) from None
     key = trust.signing_key()
-    session.commit()
-    with session.catalog.transaction(join=False):
+    with catalog_write(session):
         added = [trust.sign(session, a, key) for a in artifacts]
-    session.changed()
     rows = [(a.model, a.version, a.kind, a.what, a.digest, new) for a, new in zip(artifacts, added)]
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in COLUMNS], rows=rows)

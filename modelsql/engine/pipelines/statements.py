@@ -33,7 +33,7 @@ from modelsql.sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, E
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.statements import retrying
 from modelsql.engine.models.exports import check_export_target, write_export
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import handles
 from modelsql.engine.options import no_repeats, value
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, DropPipelinePlan, StepSpec
 from modelsql.engine.result import Result
@@ -242,13 +242,13 @@ def _named_steps(session, key: str, specs: Sequence[StepSpec]) -> list[tuple[str
 # ---------------------------------------------------------------- handlers
 
 
-@run_statement.register
+@handles(CreatePipeline)
 def _create(stmt: CreatePipeline, session, params: list) -> Result:
     create_pipeline(session, bind_create(stmt, params))
     return Result(session.duck, rowcount=1)
 
 
-@run_statement.register
+@handles(DropPipeline)
 def _drop(stmt: DropPipeline, session, params: list) -> Result:
     session.check_writable()
     ref = stmt.this
@@ -264,21 +264,21 @@ def _drop(stmt: DropPipeline, session, params: list) -> Result:
     return Result(session.duck, rowcount=removed)
 
 
-@run_statement.register
+@handles(ShowPipelines, reads_only=True)
 def _show(stmt: ShowPipelines, session, params: list) -> Result:
     session.begin_if_needed()
     session.run(session.catalog.pipelines.show_sql(), None)
     return session.duckdb_result("SELECT")
 
 
-@run_statement.register
+@handles(DescribePipeline, reads_only=True)
 def _describe(stmt: DescribePipeline, session, params: list) -> Result:
     ref = stmt.this
     pv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=True)
     return Result(session.duck, description=list(_DESCRIBE_COLUMNS), rows=session.catalog.pipelines.describe_rows(pv))
 
 
-@run_statement.register
+@handles(ExportPipeline, reads_only=True)
 def _export(stmt: ExportPipeline, session, params: list) -> Result:
     from modelsql import formats
     from modelsql.engine.models.statements import write_catalog_metadata

@@ -20,7 +20,7 @@ from modelsql.progress import Meter
 from modelsql.sql.nodes import CompileModel
 from modelsql.engine.artifacts import trust
 from modelsql.engine.artifacts.compiled import compile_version, library_code, schedules_of, tvm_target
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import given_options, value
 from modelsql.engine.result import Result
 
@@ -55,7 +55,7 @@ def _meter(session, mv, target, options: dict) -> Meter:
                  batch_size=options["batch_size"])
 
 
-@run_statement.register
+@handles(CompileModel)
 def _compile(stmt: CompileModel, session, params: list) -> Result:
     ref = stmt.this
     mv = session.get_model(ref.model_name, ref.version_number, ref)
@@ -75,11 +75,10 @@ def _compile(stmt: CompileModel, session, params: list) -> Result:
         meter.finish(ok=False)
         raise
     meter.finish()
-    with session.catalog.transaction(join=False):
-        session.catalog.compiled.put(row)
+    with catalog_write(session) as catalog:
+        catalog.compiled.put(row)
         if row.usable:
             trust.sign(session, library_code(row), key)
-    session.changed()
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS],
                   rows=[(row.model, row.version, row.backend, row.target, row.batch_size, row.status, row.reason,
                          row.max_abs_diff, row.tune_trials, row.compile_s, schedules_of(target, row.tune_trials))])

@@ -36,7 +36,7 @@ from modelsql.engine.artifacts.sessions import load_model_proto
 from modelsql.engine.artifacts.compiled import tvm_session
 from modelsql.engine.profile.cost_model import retrain, trace_features
 from modelsql.engine.artifacts.merge_cost import CONV_MAX_ROWS
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import given_options
 from modelsql.engine.query.handler import run_query
 from modelsql.engine.result import Result
@@ -268,7 +268,7 @@ def _traces(stmt: ProfileModel, session, params: list, entry, options: dict, met
     return rows, factors
 
 
-@run_statement.register
+@handles(ProfileModel)
 def _profile(stmt: ProfileModel, session, params: list) -> Result:
     ref = stmt.this
     options = _options(stmt, params)
@@ -289,11 +289,8 @@ def _profile(stmt: ProfileModel, session, params: list) -> Result:
         meter.finish(ok=False)
         raise
     meter.finish()
-    session.check_writable()
-    session.commit()
-    with session.catalog.transaction(join=False):
-        numbers = session.catalog.traces.add(rows)
-    session.changed()
+    with catalog_write(session) as catalog:
+        numbers = catalog.traces.add(rows)
     if options["train_cost_model"]:
         retrain(session)
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in (

@@ -17,7 +17,7 @@ from modelsql.sql.nodes import PredictTable
 from modelsql.engine.options import uses_parameters
 from modelsql.engine.plan_cache import CachedPlan
 from modelsql.engine.query.binder import bind_query
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import handles
 from modelsql.engine.query.physical import Physical, build, choose, predict_meter
 from modelsql.engine.query.plan import QueryPlan
 from modelsql.engine.query.predict_errors import predict_error
@@ -162,7 +162,7 @@ def _run(plan: QueryPlan, choices: dict, session, params: list, *, prefix: str =
         raise
 
 
-@run_statement.register(exp.Expression)
+@handles(exp.Expression, reads_only=lambda stmt: isinstance(stmt, exp.Select))
 def _query(stmt: exp.Expression, session, params: list) -> Result:
     if isinstance(stmt, exp.Command):
         raise NotSupportedError(

@@ -43,7 +43,7 @@ from modelsql.errors import Error, NotSupportedError, OperationalError, Programm
 from modelsql.sql.nodes import Serve, ShowServers, StopServer
 from modelsql.operators.backends import devices
 from modelsql.engine.artifacts import sessions as artifacts
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import handles
 from modelsql.engine.options import no_repeats, value
 from modelsql.engine.profile.run_traces import record_served_traces
 from modelsql.engine.result import Result
@@ -198,7 +198,7 @@ _SERVED_COLUMNS = [(n, t, None, None, None, None, True) for n, t in
                     ("action", "VARCHAR"))]
 
 
-@run_statement.register
+@handles(Serve)
 def _serve(stmt: Serve, session, params: list) -> Result:
     action = stmt.args.get("action") or "start"
     port = _port(stmt, params)
@@ -308,7 +308,7 @@ def _device(given: dict) -> str:
     return "cpu" if device == "auto" else device
 
 
-@run_statement.register
+@handles(StopServer)
 def _stop(stmt: StopServer, session, params: list) -> Result:
     running = _server_at(_port(stmt, params), "STOP SERVER")
     with _LOCK:
@@ -338,7 +338,7 @@ _SHOW_COLUMNS = [(n, t, None, None, None, None, True) for n, t in (
     ("device", "VARCHAR"), ("captured", "VARCHAR"), ("reason", "VARCHAR"))]
 
 
-@run_statement.register
+@handles(ShowServers, reads_only=True)
 def _show(stmt: ShowServers, session, params: list) -> Result:
     with _LOCK:
         running = sorted(SERVERS.items())

@@ -23,7 +23,7 @@ from modelsql.errors import Error, NotSupportedError, ProgrammingError, did_you_
 from modelsql.sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Space
-from modelsql.engine.handlers import run_statement
+from modelsql.engine.handlers import handles
 from modelsql.engine.options import no_repeats, value
 from modelsql.engine.tune.round_plan import RoundPlan
 from modelsql.engine.result import Result
@@ -260,7 +260,7 @@ def _study_device(row) -> str:
         return "cpu"
 
 
-@run_statement.register
+@handles(TuneModel)
 def _tune(stmt: TuneModel, session, params: list) -> Result:
     session.check_writable()
     session.commit()
@@ -352,7 +352,7 @@ def _ratio(a: int, b: int) -> str:
 # ------------------------------------------------------------ SHOW / DESCRIBE
 
 
-@run_statement.register
+@handles(ShowStudies, reads_only=True)
 def _show(stmt: ShowStudies, session, params: list) -> Result:
     session.begin_if_needed()
     session.run("SELECT s.name, s.model, s.algorithm, s.status, count(t.trial)::INTEGER AS trials, s.trials_done, "
@@ -363,7 +363,7 @@ def _show(stmt: ShowStudies, session, params: list) -> Result:
     return session.duckdb_result("SELECT")
 
 
-@run_statement.register
+@handles(DescribeStudy, reads_only=True)
 def _describe_study(stmt: DescribeStudy, session, params: list) -> Result:
     """One row per trial: trial, status, epochs, metric, best_metric, config, error, and ``features``
     (VARCHAR[]: the columns the study fed its models, the same on every row)."""
@@ -385,7 +385,7 @@ def _study_features(row) -> list[str]:
         return []
 
 
-@run_statement.register
+@handles(DropStudy)
 def _drop_study(stmt: DropStudy, session, params: list) -> Result:
     session.check_writable()
     name = stmt.this.name.lower()
