@@ -41,7 +41,7 @@ import torch
 
 import modelsql
 from modelsql.datasets import programs as P
-from modelsql.formats.python_program import to_feeds
+from modelsql.converters.python_program import to_feeds
 from modelsql.catalog import Catalog
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.storage import BlobStore

@@ -1,7 +1,7 @@
 """NetFuse (Jeong et al., 2020) on ONNX Runtime: one merged graph of N same-architecture models with
 different weights against the N models run separately, and the planner's rule for choosing between them.
 
-Claim: merging N members into one graph (``modelsql.formats.netfuse.merge_models``) removes N - 1
+Claim: merging N members into one graph (``modelsql.netfuse.merge_models``) removes N - 1
 runtime calls, which pays for small models and few rows per instance; once each instance has real
 work the merged operators (batched MatMul, grouped Conv) are no faster than N dense ones, so the
 merge can lose. ``modelsql.engine.artifacts.merge_cost.estimate`` has to tell the two apart.
@@ -124,7 +124,7 @@ import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 from modelsql.datasets.architectures import example_input, family  # noqa: E402
-from modelsql.formats.netfuse import merge_models  # noqa: E402
+from modelsql.netfuse import merge_models  # noqa: E402
 from modelsql.engine.artifacts import merge_cost  # noqa: E402
 import proc_memory  # noqa: E402  (benchmarks/proc_memory.py)
 
@@ -282,7 +282,7 @@ def planner_query(proto0: onnx.ModelProto, wbytes: int):
     features ``MemberCost``, or FLOPs per row and weight bytes before those); ``features`` what it read."""
     params = inspect.signature(merge_cost.estimate).parameters
     if "cost" in params:
-        from modelsql.formats.static_features import static_features
+        from modelsql.analyses.static_features import static_features
 
         f = static_features(proto0)
         cost = merge_cost.MemberCost(f.flops, f.conv_flops, f.gemm_flops, f.nodes, wbytes)
@@ -290,7 +290,7 @@ def planner_query(proto0: onnx.ModelProto, wbytes: int):
             "flops_per_row": f.flops, "conv_flops": f.conv_flops, "gemm_flops": f.gemm_flops, "nodes": f.nodes,
             "kind": cost.kind}
     try:
-        from modelsql.formats.static_features import graph_flops
+        from modelsql.analyses.static_features import graph_flops
     except ImportError:
         graph_flops = merge_cost.graph_flops
     flops = graph_flops(proto0)

@@ -66,7 +66,7 @@ def _classifier(hidden: tuple[int, ...], train: bool):
     """A torch MLP 64-hidden...-10 whose ONNX outputs are ``label`` (argmax) and ``probabilities`` (softmax)."""
     import torch
 
-    from modelsql.formats.torch import from_torch
+    from modelsql.converters.torch import from_torch
 
     torch.manual_seed(0)
     sizes = (64,) + hidden + (10,)

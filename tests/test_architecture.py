@@ -81,8 +81,8 @@ def test_no_import_cycles() -> None:
             visit(m)
 
 
-LOWER = ("sql", "serving", "storage", "catalog", "operators", "formats", "tuning", "costmodel", "recursive",
-         "finetune", "datasets")
+LOWER = ("sql", "serving", "storage", "catalog", "operators", "converters", "onnxformat", "analyses", "netfuse",
+         "tuning", "costmodel", "recursive", "finetune", "datasets")
 """The packages below the engine: none imports ``modelsql.engine`` or ``modelsql.client`` at run time."""
 
 FAMILIES = ("modelsql.engine.models", "modelsql.engine.pipelines", "modelsql.engine.serve", "modelsql.engine.tune",

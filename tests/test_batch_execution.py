@@ -14,7 +14,7 @@ import pytest
 from conftest import linear_model, load_table
 
 import modelsql
-from modelsql.formats.onnx_io import column_major_inputs
+from modelsql.onnxformat.column_major import column_major_inputs
 from modelsql.engine.query import cost as cost_mod
 
 FEATURES = [f"c{i}" for i in range(64)]
@@ -209,7 +209,7 @@ def test_bad_execution_option(con):
 
 
 def test_column_major_inputs_gives_the_same_outputs(digits, digits_pipe):
-    from modelsql.formats.sklearn import from_sklearn
+    from modelsql.converters.sklearn import from_sklearn
 
     X, _ = digits
     model, _ = from_sklearn(digits_pipe)

@@ -11,8 +11,8 @@ import onnx
 import onnx.backend.test
 import pytest
 
-from modelsql.formats.cost_features import cost_features, feature_names
-from modelsql.formats.static_features import graph_flops
+from modelsql.analyses.cost_features import cost_features, feature_names
+from modelsql.analyses.static_features import graph_flops
 
 from conftest import linear_model
 

@@ -1,4 +1,4 @@
-"""Tests of model import and the graph/tensor split (modelsql.formats), on real models
+"""Tests of model import and the graph/tensor split (modelsql.converters, modelsql.onnxformat), on real models
 run in ONNX Runtime."""
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from sklearn.preprocessing import StandardScaler
 
 from modelsql.catalog.entries import StoredTensor, TensorSpec
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
-from modelsql.formats import (
-    from_sklearn,
-    from_torch,
+from modelsql.converters import from_sklearn, from_torch, to_onnx
+from modelsql.onnxformat import (
     join_model,
     load_model,
     param_count,
@@ -28,7 +27,6 @@ from modelsql.formats import (
     signature,
     split_model,
     stored_tensors,
-    to_onnx,
 )
 from modelsql.storage import BlobCorruptError, BlobMissingError, BlobStore
 

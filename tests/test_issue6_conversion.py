@@ -31,7 +31,8 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor, ExtraTre
 
 import modelsql
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
-from modelsql.formats import ConversionCheck, check_conversion, from_sklearn, signature
+from modelsql.converters import ConversionCheck, check_conversion, from_sklearn
+from modelsql.onnxformat import signature
 
 from conftest import run_onnx
 
@@ -379,7 +380,7 @@ def test_by_name_sample_must_be_a_table_with_the_columns(iris_colors):
 
 
 def test_large_sample_is_cut_to_a_seeded_subset(iris):
-    from modelsql.formats.conversion_check import MAX_SAMPLE_ROWS
+    from modelsql.converters.conversion_check import MAX_SAMPLE_ROWS
 
     X, y = iris
     lr = LogisticRegression(max_iter=500).fit(X, y)

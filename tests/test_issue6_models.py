@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import modelsql
-from modelsql.formats import batch_dependence
+from modelsql.analyses import batch_dependence
 
 from conftest import load_table, make_model, run_onnx, save
 
@@ -28,7 +28,7 @@ def quantized_mlp(tmp_path_factory, digits):
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from sklearn.neural_network import MLPClassifier
 
-    from modelsql.formats import from_sklearn
+    from modelsql.converters import from_sklearn
 
     X, y = digits
     mlp = MLPClassifier(hidden_layer_sizes=(256,), max_iter=60, random_state=0).fit(X, y)
@@ -132,7 +132,7 @@ def test_batch_axis_analysis_of_single_nodes(op, extra, shape_out, attrs, mixes)
 
 def test_batch_axis_analysis_of_common_models(digits, digits_pipe, digits_tree, torch_mlp):
     torch = pytest.importorskip("torch")
-    from modelsql.formats import from_sklearn, from_torch
+    from modelsql.converters import from_sklearn, from_torch
 
     assert batch_dependence(from_sklearn(digits_pipe)[0]) is None
     assert batch_dependence(from_sklearn(digits_tree)[0]) is None
@@ -462,7 +462,7 @@ def test_transformer_encoder_predicts_as_onnx_runtime_batched(con):
     x = np.random.default_rng(0).standard_normal((50, 5, 8)).astype(np.float32)
     load_table(con, "t", {"id": ("INTEGER", np.arange(50)), "input": ("FLOAT[8][5]", x)})
     rows = con.execute("SELECT output FROM PREDICT(MODEL enc, TABLE t) ORDER BY id").fetchall()
-    from modelsql.formats import from_torch
+    from modelsql.converters import from_torch
 
     want = run_onnx(from_torch(encoder, torch.zeros(2, 5, 8)), {"input": x})[0]
     np.testing.assert_allclose(np.array([r[0] for r in rows], dtype=np.float32).reshape(want.shape), want,

@@ -1,4 +1,4 @@
-"""NetFuse merging (:func:`modelsql.formats.netfuse.merge_models`) checked with real ONNX Runtime
+"""NetFuse merging (:func:`modelsql.netfuse.merge_models`) checked with real ONNX Runtime
 sessions, nothing mocked.
 
 What is checked:
@@ -14,7 +14,7 @@ What is checked:
 * exactness details on graphs built with ``onnx.helper``: embeddings (out-of-range indices fail,
   negative ones wrap per member), Gemm attributes, MatMul of two activations, LayerNormalization
   with per-member parameters, identical members, N = 1;
-* :func:`~modelsql.formats.identity.architecture_fingerprint`;
+* :func:`~modelsql.onnxformat.identity.architecture_fingerprint`;
 * the merged graph's initializers are the members' own tensors (no concatenated copies).
 
 Selection. The default run is sized for CI (about 70 s on 2 cores, most of it exporting): CNNs at
@@ -29,7 +29,7 @@ is selected on the command line::
 
 It takes about 20 minutes on 2 cores and up to ~12 GiB of memory: 32 full-width ResNet-50s hold
 3 GB of weights, more than one protobuf message can serialize, so members whose weights pass 1 GB are
-merged the way the store merges them (their stripped graphs, :func:`~modelsql.formats.split_model`,
+merged the way the store merges them (their stripped graphs, :func:`~modelsql.onnxformat.split_model`,
 with the first member as the full ``reference``) and the merged graph runs with the members'
 tensors re-attached through an external data file.
 
@@ -69,9 +69,9 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, I
 
 from modelsql.datasets import architectures as A  # noqa: E402
 from modelsql.errors import NotSupportedError  # noqa: E402
-from modelsql.formats import split_model  # noqa: E402
-from modelsql.formats.identity import architecture_fingerprint  # noqa: E402
-from modelsql.formats.netfuse import DENSE_LOWERINGS, MergeDeclined, merge_models  # noqa: E402
+from modelsql.onnxformat import split_model  # noqa: E402
+from modelsql.onnxformat.identity import architecture_fingerprint  # noqa: E402
+from modelsql.netfuse import DENSE_LOWERINGS, MergeDeclined, merge_models  # noqa: E402
 
 RTOL = 1e-4
 BATCH = 3

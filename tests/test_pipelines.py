@@ -20,7 +20,9 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 import modelsql
-from modelsql import errors, formats
+from modelsql import errors
+from modelsql.converters import from_sklearn
+from modelsql.onnxformat import content_digest, split_model
 from modelsql.operators.backends import SESSIONS
 from modelsql.engine.artifacts import sessions as artifacts
 
@@ -236,7 +238,7 @@ def test_identical_models_under_two_names_share_one_session(con):
     """Two conversions of one fitted scaler (skl2onnx gives each graph a random name) are two catalog
     models with one content digest: PREDICT loads one session for both."""
     sc = StandardScaler().fit(IRIS_X)
-    pa_, pb_ = formats.from_sklearn(sc, name="one")[0], formats.from_sklearn(sc, name="two")[0]
+    pa_, pb_ = from_sklearn(sc, name="one")[0], from_sklearn(sc, name="two")[0]
     pb_.graph.node[0].name = "renamed"
     pb_.producer_version = "0.0"
     a = con.import_model("scale_a", pa_, features=IRIS_COLS)
@@ -277,13 +279,13 @@ def test_import_union_and_column_transformer(con, kind, tmp_path):
 
 def test_content_digest_ignores_skl2onnx_uuids_but_not_vocabularies():
     sc = StandardScaler().fit(IRIS_X)
-    a, _ = formats.from_sklearn(sc, name="a")
-    b, _ = formats.from_sklearn(sc, name="b")
+    a, _ = from_sklearn(sc, name="a")
+    b, _ = from_sklearn(sc, name="b")
     assert a.graph.name != b.graph.name
-    ga, gb = formats.split_model(a)[0], formats.split_model(b)[0]
-    assert ga != gb and formats.content_digest(ga) == formats.content_digest(gb)
-    other, _ = formats.from_sklearn(StandardScaler().fit(IRIS_X[:100]), name="a")
-    assert formats.content_digest(formats.split_model(other)[0]) != formats.content_digest(ga)
+    ga, gb = split_model(a)[0], split_model(b)[0]
+    assert ga != gb and content_digest(ga) == content_digest(gb)
+    other, _ = from_sklearn(StandardScaler().fit(IRIS_X[:100]), name="a")
+    assert content_digest(split_model(other)[0]) != content_digest(ga)
 
 
 def test_import_pipeline_refuses_what_it_cannot_split(con):

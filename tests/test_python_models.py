@@ -16,8 +16,8 @@ pytest.importorskip("onnxscript", reason="the dynamo ONNX exporter needs onnxscr
 
 import modelsql  # noqa: E402
 from modelsql.datasets import programs as P  # noqa: E402
-from modelsql.formats.python_program import program  # noqa: E402
-from modelsql.formats.whole_graph import RULES, differential_test, whole_graph  # noqa: E402
+from modelsql.converters.python_program import program  # noqa: E402
+from modelsql.converters.whole_graph import RULES, differential_test, whole_graph  # noqa: E402
 
 WHOLE_GRAPH = {"collections", "numpy_call", "generator"}
 """The programs whose whole graph passes the gate (the measurements found the same three safe)."""

@@ -24,12 +24,9 @@ from onnx import TensorProto, helper, numpy_helper
 import modelsql
 from conftest import make_model
 from modelsql.errors import DataError
-from modelsql.formats.onnx_io import (
-    column_major_inputs,
-    shareable_initializers,
-    stored_tensors,
-    with_external_locations,
-)
+from modelsql.onnxformat.column_major import column_major_inputs
+from modelsql.onnxformat.shareable import shareable_initializers, with_external_locations
+from modelsql.onnxformat.split import stored_tensors
 from modelsql.operators.backends import SESSIONS, SessionKey
 from modelsql.operators.backends import shared_weights as sw
 from modelsql.operators.backends.onnxruntime import OrtModel
@@ -104,7 +101,7 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(7)
 
 
-# ---------------------------------------------------------------- formats helpers
+# ---------------------------------------------------------------- onnxformat helpers
 
 
 def test_shareable_initializers_lists_large_numeric_top_level_tensors(tmp_path: Path, rng) -> None:

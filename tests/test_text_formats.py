@@ -1,8 +1,8 @@
-"""modelsql.formats.text (exact ONNX text featurizers and linear heads) and modelsql.datasets.reviews.
+"""modelsql.converters.text (exact ONNX text featurizers and linear heads) and modelsql.datasets.reviews.
 
 Every featurizer is fitted on ``reviews(3000)`` and compared with ONNX Runtime on the held-out
 ``reviews(800, seed=1)`` (odd rows included) plus hand-written edge strings, batched and one row
-at a time. :mod:`modelsql.formats.text` lists what skl2onnx gets wrong.
+at a time. :mod:`modelsql.converters.text` lists what skl2onnx gets wrong.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sklearn.pipeline import FeatureUnion, Pipeline  # noqa: E402
 
 from modelsql.datasets import reviews  # noqa: E402
 from modelsql.errors import NotSupportedError, ProgrammingError  # noqa: E402
-from modelsql.formats import text  # noqa: E402
+from modelsql.converters import text  # noqa: E402
 
 EDGE = [
     "", " ", "\t\n", "a", "I", "C# F#", "C++ U.S. don't", "\x00ab", "👍👍 ok", "cafe\u0301 café", "東京 大阪",

@@ -71,20 +71,20 @@ class ModelVersion:
         options: the ``WITH (...)`` options given at import, as (key, value) pairs.
         created_at: creation time (UTC).
         batch_dependence: why a row's outputs may depend on the other rows run with
-            it (see :func:`modelsql.formats.batch_axis.batch_dependence`), or None
+            it (see :func:`modelsql.analyses.batch_axis.batch_dependence`), or None
             when each row's outputs depend on that row alone.
         check_rows, check_max_abs_diff, check_label_mismatches: the import-time
             comparison of a converted model with its estimator (rows compared,
             largest absolute output difference, rows whose label differed), or
             None when it was not checked.
         content_digest: SHA-256 of the normalised graph (see
-            :func:`modelsql.formats.identity.content_digest`): versions with equal
+            :func:`modelsql.onnxformat.identity.content_digest`): versions with equal
             digests compute the same thing; None for versions imported before catalog schema 3.
         fingerprint: SHA-256 of the architecture (see
-            :func:`modelsql.formats.identity.architecture_fingerprint`): versions with equal
+            :func:`modelsql.onnxformat.identity.architecture_fingerprint`): versions with equal
             fingerprints differ only in their weights (a NetFuse family); None before schema 4.
         flops: static estimate of FLOPs per input row
-            (:func:`modelsql.formats.static_features.graph_flops`); None before schema 4.
+            (:func:`modelsql.analyses.static_features.graph_flops`); None before schema 4.
         conv_flops: the part of ``flops`` in Conv nodes; None before schema 4.
         gemm_flops: the part of ``flops`` in 2-D matrix products; None before schema 4.
         nodes: nodes of the main graph; None before schema 4.

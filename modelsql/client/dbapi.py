@@ -469,7 +469,7 @@ class Connection:
                 rows to check its conversion on (the training rows, say: an array
                 ``[n, features]``, or a pandas DataFrame / pyarrow Table for a pipeline
                 selecting columns by name; default: 256 standard-normal rows, see
-                :func:`modelsql.formats.conversion_check.check_conversion`); ignored otherwise.
+                :func:`modelsql.converters.conversion_check.check_conversion`); ignored otherwise.
             features: the column names that feed a single 2-D input, in order.
             input_names: names for a torch module's inputs, one per example input
                 (default ``("input",)`` for one, ``forward``'s parameter names for several).

@@ -7,7 +7,8 @@ run's configuration (Mantis, Chun et al. 2010; nn-Meter, Zhang et al. 2021).
 * :mod:`.evaluate`: :func:`within`, :func:`noise_ceiling`, the splits (random share, leave-models-out);
 * :mod:`.zoo`: the benchmark's and tests' model zoo (imports torch and scikit-learn; not imported here).
 
-A lower layer: it imports the formats and backends, never the planner, catalog or SQL layers.
+A lower layer: it imports the graph analyses (``analyses/``; the zoo also the converters and NetFuse), never the
+planner, catalog or SQL layers.
 """
 
 from modelsql.costmodel.evaluate import group_folds, median_relative_error, noise_ceiling, random_splits, within

@@ -4,7 +4,7 @@ Performance through Program Analysis and Modeling", 2010) and of nn-Meter (Zhang
 per-operator-class work as the unit of a DL latency predictor).
 
 :func:`model_features` gives the static part of a model at a batch size: the per-operator-class node
-counts, FLOPs and bytes of :func:`modelsql.formats.cost_features.cost_features` (less the nodes the backend
+counts, FLOPs and bytes of :func:`modelsql.analyses.cost_features.cost_features` (less the nodes the backend
 folds at load), the kernels that run on every call per class (the per-call overhead of a runtime is per
 kernel), the graph's inputs and outputs, the bytes of one-row (GEMV) products, plus the work of the
 ``ai.onnx.ml`` operators that ONNX shape inference cannot see (tree ensembles, linear models: scikit-
@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from modelsql.errors import DataError, ProgrammingError
-from modelsql.formats.cost_features import OP_CLASSES, cost_features
+from modelsql.analyses.cost_features import OP_CLASSES, cost_features
 
 __all__ = ["BACKENDS", "DEVICES", "TARGETS", "PRODUCT_CLASSES", "MEMORY_CLASSES", "FEATURES", "FEATURE_DOCS",
            "Config", "model_features", "row", "matrix", "target_column"]
@@ -133,7 +133,7 @@ def target_column(target: str) -> str:
 def model_features(model: onnx.ModelProto, batch_size: int) -> dict[str, float]:
     """The static features of running ``model`` on ``batch_size`` rows: ``batch_size`` and the keys of
     :data:`FEATURES` after the configuration ones. Per-class counts, FLOPs and bytes as
-    :func:`~modelsql.formats.cost_features.cost_features` counts them; the per-call kernel counts and graph
+    :func:`~modelsql.analyses.cost_features.cost_features` counts them; the per-call kernel counts and graph
     inputs and outputs; the GEMV bytes; and the work of ``ai.onnx.ml`` tree ensembles and linear models
     (``tree_visits``, ``tree_outputs``, ``ml_flops``), which shape inference does not see. About 1-100 ms
     (shape inference on a copy of the graph); cache it per (model, batch size).
@@ -292,7 +292,7 @@ def row(static: Mapping[str, float], config: Config) -> dict[str, float]:
 
     Args:
         static: the static features of the graph that runs, at ``config.batch_size`` rows
-            (:func:`model_features`; a :func:`~modelsql.formats.cost_features.cost_features` dict is
+            (:func:`model_features`; a :func:`~modelsql.analyses.cost_features.cost_features` dict is
             accepted too, the ML-operator keys then count 0). For a NetFuse merge, of the merged graph.
         config: how it runs.
 

@@ -13,9 +13,9 @@ Families (the ``family`` label, used to hold whole kinds of model out of trainin
 * ``transformer``: BERT encoders (:func:`modelsql.datasets.architectures.bert_encoder`) and
   ``torch.nn.TransformerEncoder``;
 * ``sklearn``: scikit-learn pipelines fitted on its shipped data sets (digits, breast cancer,
-  diabetes) and converted by :func:`modelsql.formats.sklearn.from_sklearn`: linear models, a
+  diabetes) and converted by :func:`modelsql.converters.sklearn.from_sklearn`: linear models, a
   decision tree, a random forest, gradient boosting, an MLP classifier;
-* ``merged``: NetFuse merges (:func:`modelsql.formats.netfuse.merge_models`, ``shared_input=True``,
+* ``merged``: NetFuse merges (:func:`modelsql.netfuse.merge_models`, ``shared_input=True``,
   so the merged graph keeps one ``[B, ...]`` input) of N = 2 and 8 copies of an MLP and a CNN.
 
 Every model has a dynamic batch (its first input dimension) and the batch sizes it is profiled at
@@ -136,7 +136,7 @@ def _bert(seed: int = 0, **kwargs) -> bytes:
 def _sklearn(make: Callable, data: str) -> bytes:
     from sklearn import datasets
 
-    from modelsql.formats.sklearn import from_sklearn
+    from modelsql.converters.sklearn import from_sklearn
 
     x, y = getattr(datasets, f"load_{data}")(return_X_y=True)
     model, _ = from_sklearn(make().fit(x.astype(np.float32), y))
@@ -144,7 +144,7 @@ def _sklearn(make: Callable, data: str) -> bytes:
 
 
 def _merged(member: Callable[[int], bytes], n: int) -> bytes:
-    from modelsql.formats.netfuse import merge_models
+    from modelsql.netfuse import merge_models
 
     members = [onnx.load_from_string(member(seed)) for seed in range(n)]
     return merge_models(members, shared_input=True).SerializeToString()

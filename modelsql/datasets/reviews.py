@@ -132,7 +132,7 @@ def reviews(n: int, seed: int = 0, *, classes: int = 5, odd: bool = True,
     cut into ``classes`` equal-width ratings; with probability ``noise`` the label is uniform.
 
     With ``odd=True`` about a third of the rows carry one oddity that text featurizers get wrong
-    (:mod:`modelsql.formats.text` lists them): non-ASCII words ("café", "naïve",
+    (:mod:`modelsql.converters.text` lists them): non-ASCII words ("café", "naïve",
     "Zürich", "東京", an emoji), "C++", "U.S.", "don't", 1-letter words, upper-case words, tabs,
     newlines, runs of spaces, a no-break space, leading or trailing whitespace; and two of the first
     16 rows (picked by the seed) are the empty string and a whitespace-only string. With

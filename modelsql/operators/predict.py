@@ -23,7 +23,7 @@ With ``execution = 'batch'`` the planner instead reads the input to Arrow in
 large record batches and calls the same function once per batch; a ``matrix``
 argument may then come as a :class:`ColumnBlock` (the F columns unpacked),
 stacked column-major into an ``(F, n)`` array for a model whose input the
-planner has transposed (see :func:`modelsql.formats.onnx_io.column_major_inputs`).
+planner has transposed (see :func:`modelsql.onnxformat.column_major.column_major_inputs`).
 
 Outputs (see :class:`OutputCol`): ``(n,)`` and ``(n, 1)`` become scalar
 fields, ``(n, k)`` fixed-size arrays ``T[k]``, anything else a list ``T[]`` of

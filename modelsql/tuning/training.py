@@ -796,7 +796,7 @@ def load_trained(spec_factory: str, factory_params: Union[Mapping[str, Any], Seq
 def for_inference(model: "torch.nn.Module", task: str, labels: Optional[Sequence[Any]] = None) -> "torch.nn.Module":
     """``model`` wrapped for PREDICT: classification gives ``label`` (int64 (N,): the class label when
     ``labels`` are integers, else the class index) and ``probabilities`` (float32 (N, K), softmax);
-    regression gives ``prediction`` (float32 (N,)). Exported to ONNX by :mod:`modelsql.formats.torch`."""
+    regression gives ``prediction`` (float32 (N,)). Exported to ONNX by :mod:`modelsql.converters.torch`."""
     import torch
 
     class _Classifier(torch.nn.Module):

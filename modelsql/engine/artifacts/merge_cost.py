@@ -121,7 +121,7 @@ class MergeEstimate:
 
     Attributes:
         merge: whether to run the merged graph.
-        dense: the lowering of dense layers (:data:`modelsql.formats.netfuse.DENSE_LOWERINGS`).
+        dense: the lowering of dense layers (:data:`modelsql.netfuse.DENSE_LOWERINGS`).
         separate_ms, merged_ms: the estimates (ms) of the separate runs and of one merged run.
         reason: the decision in words, for EXPLAIN.
         policy: ``"merged"`` or ``"members"`` on the CPU; on a CUDA device one of :data:`GPU_POLICIES`.

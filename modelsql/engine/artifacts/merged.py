@@ -1,7 +1,7 @@
 """Merged graphs of model families: built from the store, checked, cached, loaded.
 
 A family's members (one architecture fingerprint) are merged by NetFuse's rewrite
-(:func:`modelsql.formats.netfuse.merge_models`, Jeong et al., 2020) on their *stored*
+(:func:`modelsql.netfuse.merge_models`, Jeong et al., 2020) on their *stored*
 graphs: the merged graph refers to the members' own tensor blobs, so a merged graph
 costs one small graph blob in the store and no second copy of any weight. It is
 checked once against the members run separately (on made-up rows) and cached in the
@@ -27,8 +27,8 @@ import onnx
 from modelsql.catalog.entries import ModelVersion, RoutedModels
 from modelsql.catalog.families import MergedGraph
 from modelsql.errors import DataError, Error
-from modelsql.formats import netfuse
-from modelsql.formats.onnx_io import join_model, stored_tensors
+from modelsql import netfuse
+from modelsql.onnxformat.split import join_model, stored_tensors
 from modelsql.operators.backends import SESSIONS, SessionKey
 from modelsql.operators.backends.cuda import BUCKETS, CudaModel
 from modelsql.storage import BlobStore

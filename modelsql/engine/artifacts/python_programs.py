@@ -27,7 +27,7 @@ import numpy as np
 
 from modelsql.catalog.entries import ModelVersion, StoredTensor
 from modelsql.errors import DataError, ProgrammingError
-from modelsql.formats.python_program import ELEM_TYPES, NUMPY_TYPES
+from modelsql.converters.python_program import ELEM_TYPES, NUMPY_TYPES
 from modelsql.operators.backends import devices
 from modelsql.operators.backends.coexec import PythonProgramModel
 from modelsql.tuning.training import factory_digest, resolve_reference

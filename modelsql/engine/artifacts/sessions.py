@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 
-from modelsql import formats
 from modelsql.catalog.entries import ModelVersion
 from modelsql.errors import DataError, NotSupportedError
-from modelsql.formats.onnx_io import column_major_inputs
+from modelsql.onnxformat.column_major import column_major_inputs
+from modelsql.onnxformat.split import join_model
 from modelsql.operators.backends import SESSIONS, SessionKey
 from modelsql.operators.backends import onnxruntime as ort_backend
 from modelsql.operators.backends import shared_weights
@@ -65,7 +65,7 @@ def load_model_proto(store: BlobStore, mv: ModelVersion):
     for t in mv.tensors:
         if t.digest not in payloads:
             payloads[t.digest] = fetch(t.digest, f'tensor "{t.name}"')
-    return formats.join_model(graph, payloads)
+    return join_model(graph, payloads)
 
 
 def load_model_bytes(store: BlobStore, mv: ModelVersion) -> bytes:
@@ -83,7 +83,7 @@ def model_session(store: BlobStore, mv: ModelVersion, *, intra: int, column_majo
     MatMul/Gemm/Conv keep their packed copy (the server turns prepacking off to share those too).
 
     ``column_major`` names inputs fed transposed (see
-    :func:`~modelsql.formats.onnx_io.column_major_inputs`): a rewritten artifact with its own key.
+    :func:`~modelsql.onnxformat.column_major.column_major_inputs`): a rewritten artifact with its own key.
     A pipeline version gets a :func:`pipeline_session` (``column_major`` must be empty); a co-executed Python
     program (kind ``"python"``) its :func:`~modelsql.engine.artifacts.python_programs.python_session`.
     """

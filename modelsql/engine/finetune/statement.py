@@ -171,7 +171,7 @@ def _register(session, pv, net, x_val, options: dict, features) -> int:
     when the name is taken or the export disagrees)."""
     import torch
 
-    from modelsql.formats.torch import from_torch
+    from modelsql.converters.torch import from_torch
 
     class _Export(torch.nn.Module):
         def __init__(self, inner):

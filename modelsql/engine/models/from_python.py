@@ -9,7 +9,7 @@ or all numeric columns for a single parameter), or the module's own ``example()`
 
 Import tries, in order (JANUS: a graph where it is safe; Terra: co-execution where it is not):
 
-1. a **whole graph** (:func:`modelsql.formats.whole_graph.whole_graph`: strict ``torch.export``, the dynamo
+1. a **whole graph** (:func:`modelsql.converters.whole_graph.whole_graph`: strict ``torch.export``, the dynamo
    ONNX exporter, and the safety gate), stored like any ONNX model;
 2. else **co-execution** (:mod:`modelsql.operators.backends.coexec`): the module's source digest and
    ``state_dict`` are stored (:mod:`.python_artifacts`) and PREDICT runs it under ``torch.compile`` with
@@ -17,7 +17,7 @@ Import tries, in order (JANUS: a graph where it is safe; Terra: co-execution whe
    PREDICT's chunk shape), the program runs eagerly, and DESCRIBE and EXPLAIN say so.
 
 A program whose rows depend on their batch is run one row per call (see
-:func:`modelsql.formats.python_program.row_dependence`). ``DESCRIBE MODEL`` lists which path it took and
+:func:`modelsql.converters.python_program.row_dependence`). ``DESCRIBE MODEL`` lists which path it took and
 why (``execution``, ``whole_graph``, ``graph_breaks``, ``suggestion``, ``timing``).
 """
 
@@ -35,9 +35,9 @@ from sqlglot import exp
 
 from modelsql.duckdb_errors import translate
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
-from modelsql.formats.program_checks import batching, check_deterministic
-from modelsql.formats.python_program import Program, program, forward_inputs, quiet, to_feeds
-from modelsql.formats.whole_graph import whole_graph
+from modelsql.analyses.program_checks import batching, check_deterministic
+from modelsql.converters.python_program import Program, program, forward_inputs, quiet, to_feeds
+from modelsql.converters.whole_graph import whole_graph
 from modelsql.operators.backends import devices
 from modelsql.operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
 from modelsql.progress import Meter
@@ -255,7 +255,7 @@ def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution
                   params: Optional[dict] = None, *, row_reason: Optional[str] = None, state=None) -> None:
     """Store a program that is not a whole graph (kind ``"python"``): co-executed or eager, whichever was
     faster at import (or as ``execution`` says). ``params``: the arguments ``ref`` is built with;
-    ``row_reason``: why it runs one row per call (:func:`~modelsql.formats.program_checks.batching`), or None;
+    ``row_reason``: why it runs one row per call (:func:`~modelsql.analyses.program_checks.batching`), or None;
     ``state``: its :func:`~.python_artifacts.state_tensors` (default: the module's now)."""
     if ddl.existing_model(session, stmt.this.model_name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
         return

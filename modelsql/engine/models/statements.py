@@ -13,10 +13,15 @@ import re
 import time
 from typing import Any, Optional, Sequence
 
-from modelsql import formats
-from modelsql.formats.static_features import static_features
+from modelsql.analyses.batch_axis import batch_dependence
+from modelsql.analyses.static_features import static_features
 from modelsql.catalog.entries import ModelVersion
+from modelsql.converters import check_conversion, is_sklearn_estimator, to_onnx
 from modelsql.errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
+from modelsql.onnxformat.describe import param_count, signature
+from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
+from modelsql.onnxformat.metadata import outputs_entry, write_metadata
+from modelsql.onnxformat.split import split_model
 from modelsql.sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
@@ -181,7 +186,7 @@ def import_model(
     """Convert, check, store and catalog one model version (see ``Connection.import_model``).
 
     ``provenance``: ``(kind, source)`` to record instead of what the conversion reports (a
-    pipeline step converted by :mod:`modelsql.formats.sklearn_steps` is ``("sklearn", "sklearn:<class>")``);
+    pipeline step converted by :mod:`modelsql.converters.sklearn_steps` is ``("sklearn", "sklearn:<class>")``);
     ``checked``: that conversion's check, ``(rows, max abs diff, label mismatches)``.
 
     The blobs are written (atomically, each fsynced, under a write lease of the store so no VACUUM
@@ -227,7 +232,7 @@ def prepare_model(session, name: str, model: Any, *, example_input: Any = None,
     key = name.lower()
     if features is not None:
         features = _feature_names(features, key)
-    proto, kind, source, known = formats.to_onnx(
+    proto, kind, source, known = to_onnx(
         model, example_input=example_input, feature_names=features, input_names=input_names,
         output_names=output_names,
     )
@@ -237,17 +242,17 @@ def prepare_model(session, name: str, model: Any, *, example_input: Any = None,
     facts = _facts(key, model, proto, kind, feats, example_input, accept_mismatch)
     if checked is not None:
         facts.update(check_rows=checked[0], check_max_abs_diff=checked[1], check_label_mismatches=checked[2])
-    graph, tensors = formats.split_model(proto)
+    graph, tensors = split_model(proto)
     artifacts.check_loads(proto.SerializeToString(), f'model "{key}"')
     graph_digest = session.store.put(graph)
     for t, payload in tensors:
         if session.store.put(payload) != t.digest:
             raise InternalError(f"digest mismatch storing tensor {t.name}", code="digest_mismatch")
     fields = dict(facts, name=key, graph_digest=graph_digest, graph_bytes=len(graph),
-                  tensors=tuple(t for t, _ in tensors), param_count=formats.param_count(proto), source=source,
+                  tensors=tuple(t for t, _ in tensors), param_count=param_count(proto), source=source,
                   kind=kind, features=feats, options=tuple(sorted((options or {}).items())),
-                  content_digest=formats.content_digest(graph),
-                  fingerprint=formats.architecture_fingerprint(graph), **_static(proto))
+                  content_digest=content_digest(graph),
+                  fingerprint=architecture_fingerprint(graph), **_static(proto))
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
     return fields, kinds
@@ -255,24 +260,24 @@ def prepare_model(session, name: str, model: Any, *, example_input: Any = None,
 
 def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool) -> dict:
     """What the catalog records of a converted model beyond its bytes: signature, batch dependence
-    (:func:`~modelsql.formats.batch_axis.batch_dependence`) and, for an estimator, the conversion check.
+    (:func:`~modelsql.analyses.batch_axis.batch_dependence`) and, for an estimator, the conversion check.
 
     Raises:
         DataError: no outputs (``invalid_onnx``); labels disagree (``conversion_mismatch``).
         NotSupportedError: an input or output no column can carry. ProgrammingError: features that do not fit.
     """
-    inputs, outputs, opset = formats.signature(proto)
+    inputs, outputs, opset = signature(proto)
     if not outputs:
         raise DataError(f'Model "{key}" has no graph outputs: there is nothing to predict.', code="invalid_onnx")
     check_signature(key, inputs, outputs)
     if feats is not None:
         _check_features(key, feats, inputs)
     check = None
-    if kind == "sklearn" and formats.is_sklearn_estimator(model):  # the converted graph against the estimator
-        check = formats.check_conversion(model, proto, example_input, features=feats, accept_mismatch=accept_mismatch)
+    if kind == "sklearn" and is_sklearn_estimator(model):  # the converted graph against the estimator
+        check = check_conversion(model, proto, example_input, features=feats, accept_mismatch=accept_mismatch)
     return dict(
         inputs=tuple(inputs), outputs=tuple(outputs), opset=opset,
-        batch_dependence=formats.batch_dependence(proto),
+        batch_dependence=batch_dependence(proto),
         check_rows=check.rows if check else None,
         check_max_abs_diff=check.max_abs_diff if check else None,
         check_label_mismatches=check.label_mismatches if check else None,
@@ -404,13 +409,13 @@ def _check_features(name: str, feats: Sequence[str], inputs) -> None:
 
 def write_catalog_metadata(proto, mv) -> None:
     """What the catalog knows of ``mv`` (a model or a pipeline version), into ``proto``'s metadata (see
-    :mod:`modelsql.formats.metadata`), so importing the exported file binds the same columns."""
+    :mod:`modelsql.onnxformat.metadata`), so importing the exported file binds the same columns."""
     from modelsql import __version__
 
     options = dict(mv.options)
-    formats.write_metadata(proto, {
+    write_metadata(proto, {
         "features": list(mv.features) if mv.features else None,
-        "outputs": formats.metadata.outputs_entry(bind_outputs(mv, ())),
+        "outputs": outputs_entry(bind_outputs(mv, ())),
         "description": options.get("description"),
         "version": __version__,
         "source": {mv.kind if mv.kind == "pipeline" else "model": mv.name, "version": mv.version, "kind": mv.kind,

@@ -20,8 +20,8 @@ from typing import Optional
 
 from modelsql.catalog.studies import Trainable
 from modelsql.errors import IntegrityError, ProgrammingError
-from modelsql.formats import from_torch
-from modelsql.formats.label_values import with_label_values
+from modelsql.converters import from_torch
+from modelsql.converters.label_values import with_label_values
 from modelsql.sql.nodes import ImportModel
 from modelsql.tuning.training import factory_digest, for_inference, load_trained, resolve_factory
 from modelsql.engine.models import statements as ddl
@@ -121,7 +121,7 @@ def register(session, trainable: Trainable) -> None:
 
 def create_from_study(stmt: ImportModel, session, params: list) -> Result:
     """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]``: the trial's final weights (the study's best
-    trial by default), exported to ONNX through :mod:`modelsql.formats.torch` and imported as a model
+    trial by default), exported to ONNX through :mod:`modelsql.converters.torch` and imported as a model
     version whose features are the study's feature columns (or, for a study over one array column, whose
     input is named after that column, so PREDICT binds it by name).
 
@@ -182,8 +182,8 @@ def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
     import torch
 
     from modelsql.errors import NotSupportedError
-    from modelsql.formats.program_checks import batching
-    from modelsql.formats.python_program import program
+    from modelsql.analyses.program_checks import batching
+    from modelsql.converters.python_program import program
     from modelsql.tuning.inference import TrainedNetwork
 
     model, params, trainable = _trained_network(session, study, trial)

@@ -1,6 +1,6 @@
 """``Connection.import_pipeline``: a fitted scikit-learn pipeline into the catalog as one model per step.
 
-:func:`modelsql.formats.sklearn_steps.split_pipeline` converts and checks each
+:func:`modelsql.converters.sklearn_steps.split_pipeline` converts and checks each
 step; each becomes a catalog model named ``<pipeline>__<step path>`` unless a
 model version with the same content digest is already in the catalog, which is
 then reused (identical steps of different pipelines are one catalog model, one
@@ -13,9 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Sequence
 
-from modelsql import formats
 from modelsql.catalog.entries import ModelVersion, PipelineVersion
+from modelsql.converters import check_chain, split_pipeline
 from modelsql.errors import IntegrityError
+from modelsql.onnxformat.identity import content_digest
+from modelsql.onnxformat.split import split_model
 from modelsql.engine.models.statements import prepare_model
 from modelsql.engine.pipelines.statements import create_pipeline
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, StepSpec
@@ -30,8 +32,8 @@ def _model_name(pipeline: str, path: str) -> str:
 def _prepare_step(session, pipeline: str, step, prepared: dict) -> tuple:
     """One split step: ``("reuse", model version)`` of an identical one already in the catalog or earlier in
     this pipeline, or ``("new", name, fields, kinds)`` with its blobs stored (under the caller's lease)."""
-    graph, _ = formats.split_model(step.model)
-    content = (formats.content_digest(graph), tuple(step.features) if step.features else None)
+    graph, _ = split_model(step.model)
+    content = (content_digest(graph), tuple(step.features) if step.features else None)
     if content in prepared:
         return ("same", prepared[content])
     same = session.catalog.find_content(content[0], features=step.features)
@@ -75,7 +77,7 @@ def import_pipeline(session, name: str, pipeline: Any, *, example_input: Any, fe
 
     Raises:
         IntegrityError: ``"duplicate_pipeline"``. NotSupportedError, DataError, ProgrammingError:
-            see :func:`~modelsql.formats.sklearn_steps.split_pipeline` and :func:`create_pipeline`.
+            see :func:`~modelsql.converters.sklearn_steps.split_pipeline` and :func:`create_pipeline`.
     """
     session.check_writable()
     key = name.lower()
@@ -86,9 +88,9 @@ def import_pipeline(session, name: str, pipeline: Any, *, example_input: Any, fe
         raise IntegrityError(
             f'Pipeline "{key}" already exists (versions {", ".join(map(str, existing))}). Pass replace=True to add '
             "a version, or if_not_exists=True.", code="duplicate_pipeline")
-    steps = formats.split_pipeline(pipeline, example_input, input_name=input_name,
+    steps = split_pipeline(pipeline, example_input, input_name=input_name,
                                    features=tuple(features) if features else None)
-    rows, diff, bad = formats.check_chain(pipeline, steps, example_input, input_name, accept_mismatch=accept_mismatch)
+    rows, diff, bad = check_chain(pipeline, steps, example_input, input_name, accept_mismatch=accept_mismatch)
     check = f"{rows} rows, max abs diff {diff:.3g}, {bad} label mismatches"
     options = (("conversion_check", check),) + ((("description", description),) if description else ())
     explicit = {(i, inp): src for i, st in enumerate(steps) for inp, src in st.feeds}

@@ -280,7 +280,7 @@ def _describe(stmt: DescribePipeline, session, params: list) -> Result:
 
 @handles(ExportPipeline, reads_only=True)
 def _export(stmt: ExportPipeline, session, params: list) -> Result:
-    from modelsql import formats
+    from modelsql.onnxformat.compose import merge_pipeline
     from modelsql.engine.models.statements import write_catalog_metadata
 
     ref = stmt.this
@@ -289,7 +289,7 @@ def _export(stmt: ExportPipeline, session, params: list) -> Result:
     check_export_target(session, target, "EXPORT PIPELINE")
     steps = [(s.name, artifacts.load_model_proto(session.store, s.model),
               [(f.input, f.from_step, f.from_name) for f in s.feeds]) for s in pv.steps]
-    merged = formats.merge_pipeline(steps, pv.name)
+    merged = merge_pipeline(steps, pv.name)
     write_catalog_metadata(merged, pv)
     write_export(session, target, merged, "EXPORT PIPELINE")  # atomic: a failure leaves the old file
     return Result(session.duck, rowcount=1)

@@ -26,7 +26,7 @@ from modelsql import sql as msql
 
 from modelsql.catalog.traces import OperatorRow, TraceRow
 from modelsql.errors import NotSupportedError, ProgrammingError
-from modelsql.formats.netfuse import MergeDeclined, merge_models
+from modelsql.netfuse import MergeDeclined, merge_models
 from modelsql.sql.dialect import ModelSQL
 from modelsql.operators.backends.profiling import LatencyTrace, operator_times, profile_latency
 from modelsql.sql.nodes import ProfileModel

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from modelsql.catalog.entries import ModelVersion, TensorSpec
-from modelsql.formats.python_program import is_ragged
+from modelsql.converters.python_program import is_ragged
 from modelsql.errors import NotSupportedError, ProgrammingError, did_you_mean
 from modelsql.operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
 from modelsql.operators.backends import devices

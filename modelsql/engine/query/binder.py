@@ -98,7 +98,7 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
     else:
         binding = bind_predict(mv, columns, options, key_columns)
     if mv.batch_dependence and options.isolate_rows:
-        options = replace(options, batch_size=1)  # each row gets the answer it gets alone (formats.batch_axis)
+        options = replace(options, batch_size=1)  # each row gets the answer it gets alone (analyses.batch_axis)
     stmt = p.root()
     placement = placement_of(p, stmt, binding.columns, used)
     tvm, declined = compiled.alternative(session, mv) if not options.backend_given else (None, None)

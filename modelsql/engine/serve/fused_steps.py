@@ -11,9 +11,9 @@ paths between its steps (a step's pipelines include those of every step it
 feeds), so a stage is a sub-graph whose inputs come from earlier stages only.
 
 A stage of several steps is one ONNX model merged from its steps
-(:func:`modelsql.formats.merge_steps`) and one session, weights inline. A
+(:func:`modelsql.onnxformat.merge_steps`) and one session, weights inline. A
 stage of one step runs on the session of its *structure*: its graph with the
-floating-point weights turned into inputs (:func:`modelsql.formats.lift_weights`),
+floating-point weights turned into inputs (:func:`modelsql.onnxformat.lift_weights`),
 one session for every served model of that structure, each model's weights fed
 from their memory-mapped blobs (:class:`LiftedStep`); a step without such
 weights has its own shared-weight session.
@@ -28,7 +28,8 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from modelsql import formats
+from modelsql.onnxformat.compose import merge_steps
+from modelsql.onnxformat.identity import lift_weights
 from modelsql.operators.backends import shared_weights
 from modelsql.operators.backends.cuda import CudaModel
 from modelsql.operators.backends.onnxruntime import OrtModel
@@ -67,7 +68,7 @@ class Stage:
         return len(self.nodes) > 1
 
     def local_feeds(self, position: int) -> list[tuple[str, Optional[int], str]]:
-        """The feeds of its ``position``-th step as :func:`~modelsql.formats.merge_steps` takes them."""
+        """The feeds of its ``position``-th step as :func:`~modelsql.onnxformat.merge_steps` takes them."""
         index = {n: k for k, (n, _) in enumerate(self.nodes)}
         out = []
         for inp, (src, name) in self.nodes[position][1].feeds:
@@ -149,16 +150,16 @@ _LIFTED_LOCK = threading.Lock()
 def _lifted(store, mv):
     with _LIFTED_LOCK:
         if mv.graph_digest not in _LIFTED:
-            _LIFTED[mv.graph_digest] = formats.lift_weights(store.get(mv.graph_digest))
+            _LIFTED[mv.graph_digest] = lift_weights(store.get(mv.graph_digest))
         return _LIFTED[mv.graph_digest]
 
 
 def _merged_stage(store, stage: Stage):
-    """The one ONNX model of a fused stage: its steps' graphs merged (:func:`modelsql.formats.merge_steps`)."""
+    """The one ONNX model of a fused stage: its steps' graphs merged (:func:`modelsql.onnxformat.merge_steps`)."""
     parts = [(f"n{n}", artifacts.load_model_proto(store, node.model), stage.local_feeds(k))
              for k, (n, node) in enumerate(stage.nodes)]
     local = {n: k for k, (n, _) in enumerate(stage.nodes)}
-    return formats.merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
+    return merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
 
 
 def _cuda_stage(store, steps, stage: Stage, device: str) -> tuple[object, str]:

@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from modelsql.errors import DataError
-from modelsql.formats.python_program import close, first_line, quiet, take, to_args, to_numpy
+from modelsql.converters.python_program import close, first_line, quiet, take, to_args, to_numpy
 
 __all__ = ["OnnxSubgraphs", "PythonProgramModel", "graph_breaks", "CHUNK_ROWS", "BUCKETS"]
 

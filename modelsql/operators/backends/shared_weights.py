@@ -63,7 +63,8 @@ import numpy as np
 import onnxruntime as ort
 
 from modelsql.errors import DataError
-from modelsql.formats.onnx_io import join_model, shareable_initializers, stored_tensors, with_external_locations
+from modelsql.onnxformat.shareable import shareable_initializers, with_external_locations
+from modelsql.onnxformat.split import join_model, stored_tensors
 from modelsql.operators.backends import SESSIONS
 from modelsql.operators.backends.onnxruntime import OrtModel
 
@@ -229,7 +230,7 @@ def shared_model(
     """An :class:`OrtModel` of a stored model whose large initializers are shared through ``pool``.
 
     Args:
-        graph: the stripped graph blob (:func:`modelsql.formats.split_model`'s first output).
+        graph: the stripped graph blob (:func:`modelsql.onnxformat.split_model`'s first output).
         fetch: ``digest -> payload bytes`` (verified by the caller, e.g. ``BlobStore.get``) for
             every tensor that is not shared: small, string, subgraph and attribute tensors.
         label: ``'model "m" version v'`` for error messages.
@@ -238,7 +239,7 @@ def shared_model(
         intra_op_threads: threads per run (default 1: many small sessions share the cores).
         min_bytes: the smallest initializer (bytes) to share (:data:`SHARE_MIN_BYTES`).
         transform: a rewrite of the serialized model applied before loading
-            (e.g. :func:`modelsql.formats.onnx_io.column_major_inputs`); the shared
+            (e.g. :func:`modelsql.onnxformat.column_major.column_major_inputs`); the shared
             initializers stay external references through it.
         prepack: keep ONNX Runtime's weight prepacking: each session then holds its own packed
             copy of its MatMul/Gemm/Conv weights, but runs faster (measured on a [2560, 2048]
@@ -274,7 +275,7 @@ def shared_model(
 
 
 def _values(shared, pool: WeightPool, path_of: PathOf, label: str) -> dict[str, ort.OrtValue]:
-    """Initializer name -> the pool's value, for each :class:`~modelsql.formats.onnx_io.ShareableTensor`."""
+    """Initializer name -> the pool's value, for each :class:`~modelsql.onnxformat.shareable.ShareableTensor`."""
     values = {}
     for t in shared:
         try:

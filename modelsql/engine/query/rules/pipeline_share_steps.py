@@ -3,7 +3,7 @@
 Rewrite: the steps of several pipelines (and single models, as one-step
 pipelines) that run over the same input become one graph of *distinct* steps:
 two steps are one node when they compute the same thing (equal content digest,
-:func:`modelsql.formats.identity.content_digest`) from the same sources (the
+:func:`modelsql.onnxformat.identity.content_digest`) from the same sources (the
 same pipeline input, or the same output of the same node). So the common
 prefix of the pipelines (a featurizer they share, a scaler and a PCA) is
 computed once per batch, and each pipeline's own steps only on its own rows.

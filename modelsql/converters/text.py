@@ -11,7 +11,7 @@ This module builds those steps as ONNX graphs that agree with scikit-learn:
 * :func:`linear_head_onnx`: a fitted linear classifier / regressor -> ``MatMul + Add`` (+
   ``Softmax`` / ``Sigmoid``, ``ArgMax``, label ``Gather``) with its weights as initializers, so a
   store can share and memory-map them across sessions (research notes, section 4);
-* :func:`convert` / :func:`supports`: the hook ``formats.sklearn.from_sklearn`` calls first;
+* :func:`convert` / :func:`supports`: the hook ``converters.sklearn.from_sklearn`` calls first;
   :func:`register_skl2onnx` makes skl2onnx itself use the exact featurizer inside any pipeline.
 
 The graphs are built node by node (skl2onnx is not used), which corrects what skl2onnx 1.20 gets
@@ -59,7 +59,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from modelsql.errors import NotSupportedError, ProgrammingError
-from modelsql.formats._graph_edit import BATCH_DIM
+from modelsql.converters.graph_edit import BATCH_DIM
 
 __all__ = [
     "text_featurizer_onnx",
@@ -157,7 +157,7 @@ def _model(g: _Graph, inputs: list, outputs: list, graph_name: str, doc: str,
 
 ROWS_INDEPENDENT_KEY = "modelsql.rows_independent"
 """``metadata_props`` key by which a model declares each output row a function of its own input row
-alone, where :func:`modelsql.formats.batch_axis.batch_dependence` cannot follow the graph."""
+alone, where :func:`modelsql.analyses.batch_axis.batch_dependence` cannot follow the graph."""
 
 
 def rows_independent(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -172,7 +172,7 @@ def rows_independent(model: onnx.ModelProto) -> onnx.ModelProto:
         if p.key == ROWS_INDEPENDENT_KEY:
             return model
     entry = model.metadata_props.add()
-    entry.key, entry.value = ROWS_INDEPENDENT_KEY, "modelsql.formats.text: each row is tokenized and counted alone"
+    entry.key, entry.value = ROWS_INDEPENDENT_KEY, "modelsql.converters.text: each row is tokenized and counted alone"
     return model
 
 

@@ -21,8 +21,8 @@ import time
 from typing import Optional
 
 from modelsql.errors import NotSupportedError
-from modelsql.formats.python_program import Program, call, close, row_dependence, take, to_numpy
-from modelsql.formats.whole_graph import GateResult, cases
+from modelsql.converters.python_program import Program, call, close, row_dependence, take, to_numpy
+from modelsql.converters.whole_graph import GateResult, cases
 
 __all__ = ["check_deterministic", "batching", "PER_ROW_BUDGET_S"]
 

@@ -1,5 +1,9 @@
-"""Bringing models in: ONNX loading and checks, scikit-learn and torch conversion to ONNX,
-and the graph/tensor split used by the content-addressed store.
+"""Bringing models in as ONNX: :func:`to_onnx` takes anything modelsql imports (an ONNX file, bytes or
+ModelProto, a fitted scikit-learn estimator or pipeline, a torch module), and the converters behind it:
+scikit-learn (sklearn.py, the pipeline split into steps in sklearn_steps.py, exact text featurizers and
+linear heads in text.py, the conversion check in conversion_check.py), torch (torch.py), Python programs
+(python_program.py, the whole-graph attempt in whole_graph.py), a study's labels as a model output
+(label_values.py) and the graph edits they share (graph_edit.py).
 
 Only this package imports converters (skl2onnx, torch.onnx); both are imported
 lazily, so modelsql works without them (docs/architecture.md).
@@ -12,58 +16,25 @@ from typing import Any, Optional, Sequence
 
 from onnx import ModelProto
 
+from modelsql.converters.conversion_check import ConversionCheck, check_conversion
+from modelsql.converters.sklearn import from_sklearn, is_sklearn_estimator
+from modelsql.converters.sklearn_steps import check_chain, split_pipeline
+from modelsql.converters.torch import from_torch, is_torch_module
 from modelsql.errors import ProgrammingError
-from modelsql.formats.batch_axis import batch_dependence
-from modelsql.formats.compose import merge_pipeline, merge_steps
-from modelsql.formats.identity import architecture_fingerprint, content_digest, lift_weights
-from modelsql.formats.metadata import metadata_features, write_metadata
-from modelsql.formats.conversion_check import ConversionCheck, check_conversion
-from modelsql.formats.onnx_io import (
-    BLOB_LOCATION_PREFIX,
-    ModelSource,
-    check_model,
-    join_model,
-    load_model,
-    opset,
-    param_count,
-    referenced_digests,
-    signature,
-    split_model,
-    stored_tensors,
-)
-from modelsql.formats.sklearn import from_sklearn, is_sklearn_estimator
-from modelsql.formats.sklearn_steps import check_chain, split_pipeline
-from modelsql.formats.torch import from_torch, is_torch_module
+from modelsql.onnxformat.describe import signature
+from modelsql.onnxformat.load import load_model
+from modelsql.onnxformat.metadata import metadata_features
 
 __all__ = [
-    "architecture_fingerprint",
     "to_onnx",
-    "batch_dependence",
-    "content_digest",
-    "lift_weights",
-    "merge_pipeline",
-    "merge_steps",
     "split_pipeline",
     "check_chain",
-    "metadata_features",
-    "write_metadata",
-    "load_model",
-    "check_model",
-    "signature",
-    "opset",
-    "split_model",
-    "join_model",
-    "stored_tensors",
-    "referenced_digests",
-    "param_count",
     "from_sklearn",
     "check_conversion",
     "ConversionCheck",
     "from_torch",
     "is_sklearn_estimator",
     "is_torch_module",
-    "ModelSource",
-    "BLOB_LOCATION_PREFIX",
 ]
 
 

@@ -23,8 +23,8 @@ from typing import Optional, Any, Sequence
 import onnx
 
 from modelsql.errors import NotSupportedError, ProgrammingError
-from modelsql.formats._graph_edit import BATCH_DIM, dedupe_opsets
-from modelsql.formats.onnx_io import check_model
+from modelsql.converters.graph_edit import BATCH_DIM, dedupe_opsets
+from modelsql.onnxformat.load import check_model
 
 __all__ = ["from_torch", "is_torch_module", "DEFAULT_OPSET"]
 

@@ -1016,7 +1016,7 @@ def batch_dependence(model: ModelProto) -> Optional[str]:
     model that happens to be row-independent) costs speed, never correctness.
     A model that declares itself row-independent in its ``metadata_props``
     (``modelsql.rows_independent``, which modelsql's own text featurizers carry:
-    :func:`modelsql.formats.text.rows_independent`) is taken at its word.
+    :func:`modelsql.converters.text.rows_independent`) is taken at its word.
     """
     if any(p.key == "modelsql.rows_independent" for p in model.metadata_props):
         return None

@@ -2,7 +2,7 @@
 System Performance through Program Analysis and Modeling", 2010; nn-Meter, MobiSys 2021, for the
 per-operator-class view of DL inference).
 
-From :func:`~modelsql.formats.static_features.node_costs` at the batch size (ONNX shape inference on a
+From :func:`~modelsql.analyses.static_features.node_costs` at the batch size (ONNX shape inference on a
 copy whose first symbolic input dimension is the batch and every other one 1): per operator class,
 its node count, FLOPs and bytes moved (inputs plus outputs of known shape), so a model can learn
 roofline-like terms per class (compute-bound products, memory-bound data movement) and a per-node
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from modelsql.formats.static_features import node_costs
+from modelsql.analyses.static_features import node_costs
 
 __all__ = ["OP_CLASSES", "cost_features", "feature_names"]
 
@@ -34,7 +34,7 @@ OP_CLASSES: dict[str, frozenset[str]] = {
                        "Range", "ScatterND", "Resize", "DepthToSpace", "SpaceToDepth"}),
 }
 """Operator classes besides the matrix products (``conv``, ``gemm``, ``matmul``, from
-:class:`~modelsql.formats.static_features.NodeCost`); anything else is ``other``."""
+:class:`~modelsql.analyses.static_features.NodeCost`); anything else is ``other``."""
 
 _CLASSES = ("conv", "gemm", "matmul", *OP_CLASSES, "other")
 
@@ -54,7 +54,7 @@ def _class_of(op_type: str, product: str) -> str:
 def cost_features(model: onnx.ModelProto, batch_size: int) -> dict[str, float]:
     """The features (:func:`feature_names`) of running ``model`` (full or stripped: only shapes and
     initializer dims are read) on ``batch_size`` rows. FLOPs as
-    :func:`~modelsql.formats.static_features.graph_flops` counts them; bytes in bytes."""
+    :func:`~modelsql.analyses.static_features.graph_flops` counts them; bytes in bytes."""
     out = dict.fromkeys(feature_names(), 0.0)
     costs = node_costs(model, batch_size)
     for cost in costs:

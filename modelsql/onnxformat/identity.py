@@ -4,7 +4,7 @@ Two conversions of one fitted scikit-learn step are not byte-identical:
 skl2onnx writes a random uuid4 into ``graph.name``; producers stamp their
 version; node names and doc strings are free text. None of that changes what a
 graph computes. :func:`content_digest` hashes the *whole* stripped graph (see
-:mod:`modelsql.formats.onnx_io`: nodes, attributes, types and shapes, and each
+:mod:`modelsql.onnxformat.split`: nodes, attributes, types and shapes, and each
 initializer's SHA-256 in place of its data) with those free-text fields set to
 constants, so identical steps of different pipelines get one digest and are
 recognised as identical: stored, loaded and computed once (PRETZEL, Lee et al.,
@@ -68,7 +68,7 @@ def content_digest(graph_bytes: bytes) -> str:
     """SHA-256 (hex) of :func:`normalized` ``graph_bytes``, serialized deterministically.
 
     Args:
-        graph_bytes: a serialized stripped ModelProto, as :func:`~modelsql.formats.onnx_io.split_model`
+        graph_bytes: a serialized stripped ModelProto, as :func:`~modelsql.onnxformat.split.split_model`
             gives (initializer data replaced by digests).
 
     Raises:
@@ -83,16 +83,16 @@ def lift_weights(graph_bytes: bytes):
     every model of one structure (PRETZEL's physical stages: one implementation, many parameters).
 
     Args:
-        graph_bytes: a stripped graph (:func:`~modelsql.formats.onnx_io.split_model`).
+        graph_bytes: a stripped graph (:func:`~modelsql.onnxformat.split.split_model`).
 
     Returns:
         ``(fingerprint, lifted graph bytes, lifted tensors)``: the content digest of the lifted graph
         (equal for models that differ only in the lifted values: the remaining initializers, e.g.
         class labels, count by their digests), the serialized stripped graph whose inputs now
-        include the lifted tensors, and the :class:`~modelsql.formats.onnx_io.ShareableTensor` of
+        include the lifted tensors, and the :class:`~modelsql.onnxformat.shareable.ShareableTensor` of
         each lifted tensor (to be fed from its blob). None when there is nothing to lift.
     """
-    from modelsql.formats.onnx_io import shareable_initializers
+    from modelsql.onnxformat.shareable import shareable_initializers
 
     lifted = [t for t in shareable_initializers(graph_bytes, 1) if t.dtype.kind == "f"]
     if not lifted:
@@ -124,7 +124,7 @@ def architecture_fingerprint(graph_bytes: bytes) -> str:
     structure and count by value.
 
     Args:
-        graph_bytes: a serialized stripped ModelProto (:func:`~modelsql.formats.onnx_io.split_model`).
+        graph_bytes: a serialized stripped ModelProto (:func:`~modelsql.onnxformat.split.split_model`).
     """
     m = normalized(graph_bytes)
     g = m.graph

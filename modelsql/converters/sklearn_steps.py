@@ -16,9 +16,9 @@ its own:
   then a ``Concat`` step; the remainder is handled the same way;
 * a text vectorizer (``TfidfVectorizer``, ``CountVectorizer``) or a linear
   head (logistic regression, linear SVM, ridge, ...): the exact converters of
-  :mod:`modelsql.formats.text` (a head's weights become initializers, which the
+  :mod:`modelsql.converters.text` (a head's weights become initializers, which the
   server memory-maps and shares); any other estimator:
-  :func:`modelsql.formats.sklearn.from_sklearn`.
+  :func:`modelsql.converters.sklearn.from_sklearn`.
 
 Each step's example input is the example pushed through scikit-learn itself,
 so every converted step is checked against its estimator on those rows (the
@@ -232,10 +232,10 @@ def _is_predictor(est) -> bool:
 
 
 def _convert(est: Any, x: Any, input_name: str, features) -> onnx.ModelProto:
-    """A text vectorizer or a linear head: modelsql's exact graphs (:mod:`modelsql.formats.text`: a
+    """A text vectorizer or a linear head: modelsql's exact graphs (:mod:`modelsql.converters.text`: a
     linear head's weights are initializers, shareable and memory-mapped); anything else: skl2onnx."""
-    from modelsql.formats import sklearn as sk
-    from modelsql.formats import text
+    from modelsql.converters import sklearn as sk
+    from modelsql.converters import text
 
     width = np.asarray(x).shape[1] if np.ndim(x) == 2 else None
     if _is_text(est):

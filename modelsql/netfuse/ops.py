@@ -1,10 +1,10 @@
-"""NetFuse's per-operator rewrites (see :mod:`modelsql.formats.netfuse` for the paper and the
-interface, :mod:`modelsql.formats.netfuse_layout` for the layouts R, K, S and C).
+"""NetFuse's per-operator rewrites (see :mod:`modelsql.netfuse` for the paper and the
+interface, :mod:`modelsql.netfuse.layout` for the layouts R, K, S and C).
 
 Each handler ``f(merger, node, values, where)`` writes the merged counterpart of one node
 whose inputs include at least one per-instance tensor (nodes over shared values only are
 copied by the merger; nodes over constants only are replicated per member) and registers
-its outputs' layouts, or raises :class:`~modelsql.formats.netfuse_layout.Declined` naming
+its outputs' layouts, or raises :class:`~modelsql.netfuse.layout.Declined` naming
 ``where`` and the reason. ``OPS`` maps ONNX operator types to handlers.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from modelsql.formats.netfuse_layout import INT64_MAX, Declined, Value
+from modelsql.netfuse.layout import INT64_MAX, Declined, Value
 
 __all__ = ["OPS"]
 

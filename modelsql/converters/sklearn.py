@@ -34,8 +34,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from modelsql.errors import NotSupportedError, ProgrammingError
-from modelsql.formats._graph_edit import BATCH_DIM, dedupe_opsets, name_batch_dim, rename_value
-from modelsql.formats.onnx_io import check_model
+from modelsql.converters.graph_edit import BATCH_DIM, dedupe_opsets, name_batch_dim, rename_value
+from modelsql.onnxformat.load import check_model
 
 __all__ = ["from_sklearn", "is_sklearn_estimator", "DEFAULT_OPSET", "ML_OPSET"]
 
@@ -306,7 +306,7 @@ def from_sklearn(
     except TypeError as exc:
         raise ProgrammingError(f"{cls_name} is not a scikit-learn estimator: {exc}", code="unsupported_model") from None
 
-    from modelsql.formats import text  # exact text featurizers and initializer-based linear heads (PRETZEL)
+    from modelsql.converters import text  # exact text featurizers and initializer-based linear heads (PRETZEL)
 
     if text.supports(estimator) and not hasattr(estimator, "n_features_in_"):  # string input: a text featurizer
         return text.convert(estimator, input_name="input"), None

@@ -17,8 +17,8 @@ result. It works on the graph only: the members' weights are referenced as
 they are (their own initializers, combined by Concat/Reshape/Transpose nodes that
 ONNX Runtime folds when the session loads), so a merged graph stored beside its
 members shares their blobs. The layouts of the merged tensors are described in
-:mod:`modelsql.formats.netfuse_layout`; the per-operator rewrites live in
-:mod:`modelsql.formats.netfuse_ops`. An operator it cannot rewrite exactly makes it
+:mod:`modelsql.netfuse.layout`; the per-operator rewrites live in
+:mod:`modelsql.netfuse.ops`. An operator it cannot rewrite exactly makes it
 decline (:class:`MergeDeclined` names the node and the reason): never a merged
 graph that computes something else.
 
@@ -38,7 +38,7 @@ import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from modelsql.errors import NotSupportedError
-from modelsql.formats.netfuse_layout import Declined, GraphBuilder, Value, tensor_type
+from modelsql.netfuse.layout import Declined, GraphBuilder, Value, tensor_type
 
 __all__ = ["merge_models", "MergeDeclined", "MIN_OPSET", "DENSE_LOWERINGS"]
 
@@ -73,7 +73,7 @@ def merge_models(models: Sequence[ModelProto], *, shared_input: bool = False,
 
     Args:
         models: N >= 1 members with one topology (equal node lists, attributes, input and
-            output signatures; see :func:`modelsql.formats.identity.architecture_fingerprint`).
+            output signatures; see :func:`modelsql.onnxformat.identity.architecture_fingerprint`).
             Their initializers may be full tensors or the store's stripped ones (the merge reads
             no weight data: equal weights are recognised by their stored digest or bytes).
         shared_input: every member reads the same input rows (``[B, ...]`` instead of
@@ -267,7 +267,7 @@ class _Merger:
 
     # ------------------------------------------------------------------- run
     def run(self) -> ModelProto:
-        from modelsql.formats.netfuse_ops import OPS
+        from modelsql.netfuse.ops import OPS
 
         g0 = self.models[0].graph
         init_names = {t.name for t in g0.initializer}

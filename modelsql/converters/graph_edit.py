@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from onnx import ModelProto, ValueInfoProto
 
-from modelsql.formats.onnx_io import all_graphs
+from modelsql.onnxformat.walk import all_graphs
 
 BATCH_DIM = "N"
 """Symbolic name given to the batch (first) dimension of converted models."""

@@ -18,7 +18,7 @@ every rule of :func:`whole_graph` holds, in order:
    parameter changes across two eager calls (the graph would freeze it);
 5. ``onnx_export_failed``: the dynamo ONNX exporter succeeds;
 6. ``differential_test``: ONNX Runtime agrees with eager PyTorch (within
-   :data:`~modelsql.formats.python_program.RTOL` / ``ATOL``) at batches 1, 7, 8, 32 and 1000 drawn from
+   :data:`~modelsql.converters.python_program.RTOL` / ``ATOL``) at batches 1, 7, 8, 32 and 1000 drawn from
    the example, on the example scaled by 10 and negated, on integer inputs moved below and above the
    example's range (where eager raises, ONNX Runtime must refuse too: ONNX's Gather takes a negative
    index that PyTorch refuses), and on the user's sample rows when given.
@@ -36,8 +36,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from modelsql.errors import DataError
-from modelsql.formats._graph_edit import BATCH_DIM
-from modelsql.formats.python_program import Program, as_tuple, call, close, first_line, quiet, to_numpy
+from modelsql.converters.graph_edit import BATCH_DIM
+from modelsql.converters.python_program import Program, as_tuple, call, close, first_line, quiet, to_numpy
 
 __all__ = ["GateResult", "whole_graph", "differential_test", "cases", "DIFFERENTIAL_BATCHES", "RULES"]
 

@@ -77,7 +77,7 @@ def check_conversion(
 
     Args:
         estimator: the fitted scikit-learn estimator or Pipeline ``model`` was converted from.
-        model: its conversion by :func:`modelsql.formats.from_sklearn`: one input
+        model: its conversion by :func:`modelsql.converters.from_sklearn`: one input
             ``"input"`` ``[N, n_features]``, or (a pipeline selecting columns by name)
             one ``[N, 1]`` input per column, named after it.
         sample: the rows to compare on. For a single 2-D input: a 2-D array-like
@@ -177,7 +177,7 @@ def _prepare(estimator: Any, ort_model: Any, sample: Any, features: Optional[Seq
 
     A pipeline selecting columns by name gets one ``[rows, 1]`` feed per model input, from
     the table's column of that name; any other model one ``[rows, n]`` feed."""
-    from modelsql.formats.sklearn import selects_columns_by_name
+    from modelsql.converters.sklearn import selects_columns_by_name
 
     names = ort_model.input_names
     sample = _at_most(sample, MAX_SAMPLE_ROWS)

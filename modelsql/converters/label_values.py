@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from modelsql.errors import NotSupportedError
-from modelsql.formats._graph_edit import BATCH_DIM
+from modelsql.converters.graph_edit import BATCH_DIM
 
 __all__ = ["with_label_values"]
 
