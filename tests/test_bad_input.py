@@ -432,7 +432,7 @@ def test_malformed_statement_points_at_the_text(env, sql, line, column, offendin
     assert (err.line, err.column) == (line, column), str(err)
     text = str(err)
     assert f"LINE {line}:" in text
-    excerpt_line, caret_line = [l for l in text.splitlines() if l.startswith(f"LINE {line}:") or set(l.strip()) == {"^"}][-2:]
+    excerpt_line, caret_line = [ln for ln in text.splitlines() if ln.startswith(f"LINE {line}:") or set(ln.strip()) == {"^"}][-2:]
     prefix = len(f"LINE {line}: ")
     caret = caret_line.index("^") - prefix
     assert excerpt_line[prefix:].startswith(sql.splitlines()[line - 1][:10]) or "..." in excerpt_line
@@ -466,11 +466,11 @@ def test_unknown_predict_option(env):
     raises(con, db, modelsql.ProgrammingError, "SELECT * FROM PREDICT(MODEL lin, TABLE t, on_nul = 'skip')",
            code="unknown_option", contains=('"on_nul"', 'Did you mean "on_null"?'))
     raises(con, db, modelsql.ProgrammingError, "SELECT * FROM PREDICT(MODEL lin, TABLE t, on_null = 'ignore')",
-           code="bad_option", contains=("on_null",))
+           code="invalid_option", contains=("on_null",))
     raises(con, db, modelsql.ProgrammingError, "SELECT * FROM PREDICT(MODEL lin, TABLE t, batch_size = 0)",
-           code="bad_option", contains=("batch_size",))
-    raises(con, db, modelsql.NotSupportedError, "SELECT * FROM PREDICT(MODEL lin, TABLE t, backend = 'nope')",
-           code="backend_not_supported")
+           code="invalid_option", contains=("batch_size",))
+    raises(con, db, modelsql.ProgrammingError, "SELECT * FROM PREDICT(MODEL lin, TABLE t, backend = 'nope')",
+           code="invalid_option", contains=("backend", "'onnxruntime', 'tvm'"))
 
 
 def test_predict_in_a_view_is_refused(env):

@@ -205,7 +205,7 @@ def test_bad_execution_option(con):
     con.execute("CREATE TABLE t AS SELECT 1.0::DOUBLE AS a, 1.0::DOUBLE AS b")
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute("SELECT * FROM PREDICT(MODEL lin, TABLE t, execution = 'fast')")
-    assert info.value.code == "bad_option" and "'auto', 'stream', 'batch'" in str(info.value)
+    assert info.value.code == "invalid_option" and "'auto', 'stream', 'batch'" in str(info.value)
 
 
 def test_column_major_inputs_gives_the_same_outputs(digits, digits_pipe):

@@ -314,16 +314,26 @@ def test_explain_plan_is_shown_whole(tmp_path):
 
 
 def test_help_documents_predict_options_and_explain(tmp_path):
-    from modelsql.engine.query.bind_predict import KNOWN_OPTIONS
+    from modelsql.engine.options.declared import STATEMENTS
 
     r = run_cli(tmp_path, "-d", ":memory:", stdin=".help\n")
     assert r.returncode == 0, r.stderr
     for option in ("on_null", "features", "batch_size", "backend", "execution"):
         assert re.search(rf"^  {option} = ", r.stdout, re.M), option  # each with its values
-    known = re.search(r"this version knows: ([^;]*);", " ".join(r.stdout.split())).group(1)
-    assert known.split(", ") == list(KNOWN_OPTIONS)
+    flat = " ".join(r.stdout.split())
+    for options in STATEMENTS:  # every statement's options, from their declarations
+        assert f"{options.statement}: {', '.join(options.names)}" in flat, options.statement
     assert "EXPLAIN [ANALYZE]" in r.stdout and ".mode" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
+def test_help_of_a_statement_lists_its_options(tmp_path):
+    r = run_cli(tmp_path, "-d", ":memory:", stdin=".help serve\n.help TUNE\n")
+    assert r.returncode == 0, r.stderr
+    assert "Options of SERVE" in r.stdout and "  max_batch_size (integer; default 32)" in r.stdout
+    assert "[from 1 to 1,048,576]" in r.stdout and "Options of TUNE MODEL" in r.stdout
+    r = run_cli(tmp_path, "-d", ":memory:", stdin=".help nothing\n")
+    assert r.returncode == 1 and "statements with options: PREDICT" in r.stderr
 
 
 # ----------------------------------------------------------------------- helpers (in process)

@@ -75,10 +75,10 @@ def test_device_option_is_normalised(text, device):
 
 
 @pytest.mark.parametrize("text", ["gpu", "cpu:0", "cuda:", "cuda:x", "", None, 3])
-def test_a_bad_device_is_bad_option(text):
+def test_a_bad_device_is_invalid_option(text):
     with pytest.raises(ProgrammingError) as e:
         devices.parse(text, "PREDICT(MODEL m)")
-    assert e.value.code == "bad_option" and "PREDICT(MODEL m)" in str(e.value) and "'cuda:N'" in str(e.value)
+    assert e.value.code == "invalid_option" and "PREDICT(MODEL m)" in str(e.value) and "'cuda:N'" in str(e.value)
 
 
 def test_cpu_is_always_available_and_first():
@@ -105,7 +105,7 @@ def test_device_null_and_unknown_are_refused(cnn_db):
     for bad in ("NULL", "'tpu'"):
         with pytest.raises(ProgrammingError) as e:
             cur.execute(f"SELECT id FROM PREDICT(MODEL cnn, TABLE imgs, device = {bad})")
-        assert e.value.code == "bad_option"
+        assert e.value.code == "invalid_option"
 
 
 def test_cpu_device_gives_the_answers_of_the_default_plan(cnn_db, cpu_only):
@@ -278,7 +278,7 @@ def test_profile_measures_the_devices_present_and_refuses_absent_ones(cnn_db, cp
     assert e.value.code == "device_not_available"
     with pytest.raises(ProgrammingError) as e:
         cur.execute("PROFILE MODEL cnn WITH (devices = ('cpu', 'cpu'), batch_sizes = 1, repeat = 2)")
-    assert e.value.code == "bad_option"
+    assert e.value.code == "invalid_option"
     assert cur.execute("SELECT count(*) FROM modelsql.traces").fetchone()[0] == before
     cur.execute("PROFILE MODEL cnn WITH (batch_sizes = (1, 2), repeat = 2, operators = false, "
                 "train_cost_model = false)")
@@ -330,7 +330,7 @@ def test_a_bad_modelsql_devices_is_an_environment_error_for_every_statement(cnn_
 def test_odd_device_values_are_refused_as_written(cnn_db, value, shown):
     with pytest.raises(ProgrammingError) as e:
         cnn_db.cursor().execute(f"SELECT id FROM PREDICT(MODEL cnn, TABLE imgs, device = {value})")
-    assert e.value.code == "bad_option" and shown in str(e.value)
+    assert e.value.code == "invalid_option" and shown in str(e.value)
 
 
 def test_a_trainable_factory_takes_no_device(tmp_path):
@@ -338,7 +338,7 @@ def test_a_trainable_factory_takes_no_device(tmp_path):
     cur = conn.cursor()
     with pytest.raises(ProgrammingError) as e:
         cur.execute("CREATE MODEL tm FROM PYTHON 'modelsql.zoo:mlp' WITH (hidden = 4, device = 'cpu')")
-    assert e.value.code == "bad_option" and "TUNE" in str(e.value)
+    assert e.value.code == "invalid_option" and "TUNE" in str(e.value)
     assert cur.execute("SELECT count(*) FROM modelsql.trainables").fetchone()[0] == 0
     conn.close()
 

@@ -1,6 +1,6 @@
 """Training on a device (issue 24): the ``device`` option of TUNE, FINETUNE and ``CREATE MODEL ... FROM PYTHON``.
 
-Everywhere: the option is parsed and checked before anything trains or is stored (``bad_option``;
+Everywhere: the option is parsed and checked before anything trains or is stored (``invalid_option``;
 ``device_not_available`` for a GPU that is absent or hidden by ``MODELSQL_DEVICES=cpu``, the catalog
 unchanged), a CPU study's stage-tree key is what it was before devices existed, and the zoo's networks
 compute on the CPU exactly what they did.
@@ -73,7 +73,7 @@ def test_tune_with_a_bad_device_names_the_option(con, device):
     before = _counts(con)
     with pytest.raises(ProgrammingError) as err:
         con.execute(GRID_SQL.format(extra=f", device = '{device}'"))
-    assert err.value.code == "bad_option"
+    assert err.value.code == "invalid_option"
     assert "TUNE option device" in str(err.value) and "device = " in str(err.value)  # points at the option
     assert _counts(con) == before
 
@@ -130,7 +130,7 @@ def test_finetune_refuses_an_absent_gpu_and_a_bad_device(pipeline_db, no_gpu):
     assert err.value.code == "device_not_available" and "FINETUNE PIPELINE p option device" in str(err.value)
     with pytest.raises(ProgrammingError) as err:
         cur.execute("FINETUNE PIPELINE p ON TABLE train TARGET label WITH (device = 'gpu0')")
-    assert err.value.code == "bad_option" and "FINETUNE" in str(err.value)
+    assert err.value.code == "invalid_option" and "FINETUNE" in str(err.value)
     assert _versions(cur) == before
 
 
@@ -147,7 +147,7 @@ def test_a_python_program_on_an_absent_gpu_is_refused(tmp_path, no_gpu):
     with modelsql.connect(str(tmp_path / "p.duckdb")) as con:
         cur = con.cursor()
         for device, cls, code in (("cuda", NotSupportedError, "device_not_available"),
-                                  ("cuda:one", ProgrammingError, "bad_option")):
+                                  ("cuda:one", ProgrammingError, "invalid_option")):
             with pytest.raises(cls) as err:
                 cur.execute("CREATE MODEL loop FROM PYTHON 'modelsql.datasets.programs:WhileLoop' "
                             f"WITH (execution = 'eager', device = '{device}')")

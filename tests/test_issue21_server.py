@@ -19,7 +19,6 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import os
 import socket
 import threading
 import time
@@ -395,7 +394,7 @@ def test_serve_defaults_to_loopback_and_needs_a_token_for_a_wildcard(catalog, mo
         assert info.value.code == "unauthenticated_host" and "allow_unauthenticated" in str(info.value)
     with pytest.raises(errors.ProgrammingError) as info:
         cur.execute("SERVE MODEL b ON PORT 0 WITH (token = 'has space')")
-    assert info.value.code == "bad_option"
+    assert info.value.code == "invalid_option"
     cur.execute("SERVE MODEL b ON HOST '0.0.0.0' PORT 0 WITH (allow_unauthenticated = true)")
     port = int(cur.fetchall()[0][0].rsplit(":", 1)[1])
     assert get("127.0.0.1", port, "/v2/models/b")[0] == 200

@@ -163,7 +163,7 @@ def test_finetune_features_option(con):
              (", features = (sepal_length, sepal_width, petal_length, petal_widht)", "column_not_found",
               'Did you mean "petal_width"'),
              (", features = (sepal_length, label)", "invalid_option", "TARGET column 'label'"),
-             (", features = (sepal_length, SEPAL_LENGTH)", "invalid_option", "'sepal_length' twice")]
+             (", features = (sepal_length, SEPAL_LENGTH)", "invalid_option", 'column "SEPAL_LENGTH" twice')]
     for extra, code, words in cases:
         with pytest.raises(ProgrammingError) as ei:
             cur.execute(FINETUNE.format(extra=extra))

@@ -194,7 +194,7 @@ def test_bad_routed_input_gets_clear_errors_and_changes_nothing(db):
         ("SELECT * FROM PREDICT(MODELS (m0, m1) ROUTE BY input, TABLE req)", errors.ProgrammingError,
          "route_column_fed", "input"),
         ("SELECT * FROM PREDICT(MODELS (m0) ROUTE BY model_name, TABLE req, merge = 'sometimes')",
-         errors.ProgrammingError, "bad_option", "merge"),
+         errors.ProgrammingError, "invalid_option", "merge"),
         ("SELECT * FROM PREDICT(MODELS (m0, m1) ROUTE BY model_name, (SELECT model_name, id AS input FROM req))",
          errors.ProgrammingError, "wrong_column_type", "PREDICT(MODELS (m0, m1) ROUTE BY model_name)"),
         ("SELECT * FROM PREDICT(MODELS FAMILY ROUTE BY model_name, TABLE req)", errors.ProgrammingError,

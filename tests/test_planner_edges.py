@@ -64,7 +64,7 @@ def test_prepare_of_a_predict_is_refused(two):
 def test_batch_size_out_of_range_is_refused(two, value):
     with pytest.raises(modelsql.ProgrammingError) as info:
         two.execute(f"SELECT y FROM PREDICT(MODEL m1, TABLE t, batch_size = {value})").fetchall()
-    assert info.value.code == "bad_option" and "batch_size" in str(info.value)
+    assert info.value.code == "invalid_option" and "batch_size" in str(info.value)
 
 
 def test_a_file_read_by_name_is_planned_every_time(two, tmp_path):

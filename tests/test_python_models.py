@@ -520,7 +520,7 @@ def test_bad_examples_and_names_are_clear_errors(traps) -> None:
     assert err.value.code == "program_failed" and "boom" in str(err.value)
     with pytest.raises(modelsql.ProgrammingError) as err:
         cur.execute(f"CREATE MODEL m FROM PYTHON '{traps}:ValueBranch' WITH (outputs = (x))")
-    assert err.value.code == "bad_option" and '"x"' in str(err.value)
+    assert err.value.code == "invalid_option" and '"x"' in str(err.value)
     cur.execute("CREATE TABLE empty (x FLOAT[4])")
     with pytest.raises(modelsql.ProgrammingError) as err:
         cur.execute(f"CREATE MODEL m FROM PYTHON '{traps}:ValueBranch' WITH (example = empty)")

@@ -220,7 +220,7 @@ def test_serve_statement_errors(served):
     assert ei.value.code == "unknown_option" and "max_batch_size" in str(ei.value)
     with pytest.raises(errors.ProgrammingError) as ei:
         cur.execute("SERVE PIPELINE a ON PORT 0 WITH (max_batch_size = 0)")
-    assert ei.value.code == "bad_option"
+    assert ei.value.code == "invalid_option"
     with pytest.raises(errors.ProgrammingError) as ei:
         cur.execute("SERVE PIPELINE a, PIPELINE a ON PORT 0")
     assert ei.value.code == "duplicate_served_name"

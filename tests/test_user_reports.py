@@ -66,7 +66,7 @@ def test_reexecute_does_not_read_the_rest_of_a_huge_result(lin):
 def test_features_named_twice_in_predict_are_refused(lin):
     with pytest.raises(modelsql.ProgrammingError) as info:
         lin.execute("SELECT * FROM PREDICT(MODEL m, TABLE t, features = (a, a, c))")
-    assert info.value.code == "bad_option" and '"a"' in str(info.value)
+    assert info.value.code == "invalid_option" and '"a"' in str(info.value)
 
 
 def test_options_given_twice_are_refused(lin, tmp_path):
@@ -176,7 +176,7 @@ def test_switching_autocommit_on_commits_the_open_transaction(db):
 def test_import_features_must_be_column_names(con, features):
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.import_model("m", linear_model(np.ones((3, 1), dtype=np.float32)), features=features)
-    assert info.value.code == "bad_option"
+    assert info.value.code == "invalid_option"
     assert con.execute("SELECT count(*) FROM modelsql.model_versions").fetchone() == (0,)
 
 
@@ -184,7 +184,7 @@ def test_import_features_as_numbers_in_sql(con, tmp_path):
     path = save(linear_model(np.ones((3, 1), dtype=np.float32)), tmp_path / "x.onnx")
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute(f"IMPORT MODEL m FROM '{path}' WITH (features = (1, 2, 3))")
-    assert info.value.code == "bad_option"
+    assert info.value.code == "invalid_option"
 
 
 def test_model_without_outputs_is_refused(con, tmp_path):

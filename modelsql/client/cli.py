@@ -319,6 +319,7 @@ Options are named arguments after the input (=, := or =>), among them:
                                         NULL outputs, or leave them out
   isolate_rows = true | false           run a batch-dependent model one row
                                         at a time (default true)
+Every statement's options (docs/options.md describes each):
 {known}
 
 {dot_commands}
@@ -326,7 +327,7 @@ Ctrl-C clears the statement being typed (or stops the one running);
 a multi-line statement is one history entry."""
 
 DOT_COMMANDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
-    ((".help",), "", "this text"),
+    ((".help",), "[STATEMENT]", "this text; with a statement (PREDICT, SERVE, TUNE MODEL ...), its options"),
     ((".mode",), "[MODE]", 'show or set how results print: table (default), line (one "column = value" line '
                            "each: what a table hides), csv, json"),
     ((".tables",), "", "list tables"),
@@ -365,19 +366,17 @@ def statement_forms() -> list[str]:
 
 
 def help_text() -> str:
-    """:data:`HELP` with the statements of the registry (:func:`statement_forms`), the PREDICT options this
-    version knows (more may come; the README describes each) and the dot commands (:data:`DOT_COMMANDS`)."""
-    from modelsql.engine.query.bind_predict import KNOWN_OPTIONS
+    """:data:`HELP` with the statements of the registry (:func:`statement_forms`), each statement's options from
+    their declarations (:mod:`modelsql.engine.options.declared`) and the dot commands (:data:`DOT_COMMANDS`)."""
+    from modelsql.engine.options.docs import statement_lines
 
     statements = "\n".join(textwrap.fill(form, 78, initial_indent="  ", subsequent_indent="      ",
                                          break_on_hyphens=False) for form in statement_forms())
-    known = f"All the options this version knows: {', '.join(KNOWN_OPTIONS)}; the README describes each."
     dots = []
     for names, args, what in DOT_COMMANDS:
         head = ", ".join(names) + (f" {args}" if args else "")
         dots.append(textwrap.fill(what, 78, initial_indent=f"{head:<18}", subsequent_indent=" " * 18))
-    return HELP.format(statements=statements, dot_commands="\n".join(dots),
-                       known=textwrap.fill(known, 78, initial_indent="  ", subsequent_indent="  "))
+    return HELP.format(statements=statements, dot_commands="\n".join(dots), known="\n".join(statement_lines()))
 
 
 class Shell:
@@ -530,7 +529,7 @@ class Shell:
         if word == ".quit":
             return False
         if word == ".help":
-            self.runner.console.print(help_text(), highlight=False, markup=False)
+            self._help(rest)
         elif word == ".mode":
             self._mode(rest)
         elif word == ".tables":
@@ -552,6 +551,19 @@ class Shell:
             )
             self.failed = True
         return None
+
+    def _help(self, statement: str) -> None:
+        """``.help``: :func:`help_text`; ``.help STATEMENT``: that statement's options."""
+        if not statement:
+            self.runner.console.print(help_text(), highlight=False, markup=False)
+            return
+        from modelsql.engine.options.docs import option_help
+
+        try:
+            self.runner.console.print(option_help(statement), highlight=False, markup=False)
+        except KeyError as exc:
+            self.runner.err.print(escape(exc.args[0]), highlight=False)
+            self.failed = True
 
     def _mode(self, mode: str) -> None:
         """``.mode`` prints the display mode, ``.mode MODE`` sets it (one of :data:`FORMATS`)."""

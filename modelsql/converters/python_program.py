@@ -136,7 +136,7 @@ def program(module, example, *, output_names: Optional[Sequence[str]] = None, in
     Raises:
         ProgrammingError: ``unsupported_input`` (an input that is not a batch tensor or a list of str),
             ``input_count_mismatch``, ``unsupported_output`` (an output that is not a tensor with one row
-            per input row), ``bad_option`` (``output_names`` of the wrong length).
+            per input row), ``invalid_option`` (``output_names`` of the wrong length, or a name used twice).
         DataError: ``program_failed`` (the program raised on its own example).
     """
     import torch
@@ -161,12 +161,12 @@ def program(module, example, *, output_names: Optional[Sequence[str]] = None, in
     names_out = list(output_names) if output_names else (["output"] if len(outs) == 1 else
                                                          [f"output{k}" for k in range(len(outs))])
     if len(names_out) != len(outs):
-        raise ProgrammingError(f"{label}: {len(names_out)} output names for {len(outs)} outputs.", code="bad_option")
+        raise ProgrammingError(f"{label}: {len(names_out)} output names for {len(outs)} outputs.", code="invalid_option")
     clash = [nm for k, nm in enumerate(names_out) if nm.lower() in {x.lower() for x in names_out[:k]} or
              nm.lower() in {x.lower() for x in names}]
     if clash:
         raise ProgrammingError(f'{label}: output name "{clash[0]}" is used twice (an output or an input has it).',
-                               code="bad_option")
+                               code="invalid_option")
     outputs = tuple(_spec(nm, o, label) for nm, o in zip(names_out, outs))
     return Program(module, args, inputs, outputs)
 

@@ -16,43 +16,37 @@ those columns by name.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from sqlglot import exp
 
 from modelsql.errors import ProgrammingError, did_you_mean
 from modelsql.engine.query.bind_predict import looks_like_key
 from modelsql.engine.query.binder import key_columns_of
-from modelsql.engine.tune.checks import option_error
+from modelsql.engine.options.schema import option_error
 
 __all__ = ["feature_option", "input_keys", "training_features"]
 
 
-def feature_option(raw: Any, target: str, statement: str = "TUNE") -> Optional[tuple[str, ...]]:
-    """The ``features`` option's value as column names (None when not given).
+def feature_option(names: Optional[tuple[str, ...]], target: str, statement: str = "TUNE") -> Optional[tuple[str, ...]]:
+    """The ``features`` option's column names, as the statement's schema read them (None when not given), checked
+    against the TARGET.
 
     Args:
-        raw: the option's Python value: a name, or a tuple of names (``features = (a, b)``).
+        names: the names (:func:`modelsql.engine.options.schema.column_names` checked them: at least one, none
+            twice).
         target: the TARGET column.
         statement: the statement's name, for the messages (``"TUNE"``, ``"FINETUNE PIPELINE p"``).
 
     Raises:
-        ProgrammingError: ``invalid_option`` (its ``option`` attribute is ``"features"``): not names, empty,
-            a name given twice, or the TARGET column (a model must not be fed what it predicts).
+        ProgrammingError: ``invalid_option`` (its ``option`` attribute is ``"features"``): the TARGET column is
+            among them (a model must not be fed what it predicts).
     """
-    if raw is None:
+    if names is None:
         return None
-    names = (raw,) if isinstance(raw, str) else raw
-    if not isinstance(names, tuple) or not names or not all(isinstance(n, str) and n for n in names):
-        raise option_error("features", f"{statement} option features must name columns, e.g. features = (a, b); "
-                                       f"got {raw!r}")
-    lowered = [n.lower() for n in names]
-    if target.lower() in lowered:
+    if target.lower() in (n.lower() for n in names):
         raise option_error("features", f"{statement} option features names the TARGET column {target!r}: a model "
                                        "must not be fed what it predicts")
-    twice = sorted({n for n in lowered if lowered.count(n) > 1})
-    if twice:
-        raise option_error("features", f"{statement} option features names {twice[0]!r} twice")
     return tuple(names)
 
 

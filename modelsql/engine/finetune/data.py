@@ -16,19 +16,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from sqlglot import exp
 
-from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
-from modelsql.engine.options import no_repeats, value
+from modelsql.errors import DataError, Error, ProgrammingError
+from modelsql.engine.options.declared import FINETUNE
 from modelsql.engine.training_features import feature_option, input_keys
 from modelsql.engine.tune.statements import relation_sql
-from modelsql.engine.tune.checks import number_option, training_device
+from modelsql.engine.tune.checks import training_device
 from modelsql.engine.tune.data import feature_columns, feature_matrix, read_table, split_rows, target_values
 
 __all__ = ["OPTIONS", "FinetuneData", "finetune_options", "read_data", "read_test"]
 
-OPTIONS = ("epochs", "temperature", "lr", "seed", "eval_every", "validation_fraction", "test", "device", "features")
-"""Options of FINETUNE PIPELINE."""
+OPTIONS = FINETUNE
+"""Options of FINETUNE PIPELINE (:data:`modelsql.engine.options.declared.FINETUNE`)."""
 
 
 @dataclass(frozen=True)
@@ -58,45 +57,19 @@ def renamed(err: Error) -> Error:
 
 
 def finetune_options(stmt, params: list) -> dict:
-    """The WITH options, checked (epochs, eval_every and seed integers; lr and temperature >= 0; ``features``
-    column names, None when not given: see :func:`~modelsql.engine.training_features.feature_option`).
+    """The WITH options (:data:`OPTIONS`), checked; ``device`` resolved (:func:`~modelsql.engine.tune.checks.
+    training_device`), ``features`` column names or None, not the TARGET (see
+    :func:`~modelsql.engine.training_features.feature_option`).
 
     Raises:
-        ProgrammingError: ``unknown_option``, ``invalid_option``.
-        NotSupportedError: ``parameter_not_supported`` (a ``?`` in an option).
+        ProgrammingError: ``duplicate_option``, ``unknown_option``, ``invalid_option``.
+        NotSupportedError: ``parameter_not_supported`` (a ``?`` in an option), ``device_not_available``.
     """
-    name = stmt.this.model_name
-    no_repeats(stmt.args.get("options"), f"FINETUNE PIPELINE {name}")
-    given = {}
-    for key, node in stmt.option_values.items():
-        if key not in OPTIONS:
-            raise ProgrammingError(f'FINETUNE PIPELINE {name}: unknown option "{key}".{did_you_mean(key, OPTIONS)} '
-                                   f"Options are: {', '.join(OPTIONS)}.", code="unknown_option")
-        if node.find(exp.Placeholder) is not None:
-            raise NotSupportedError(f"FINETUNE PIPELINE {name}: a parameter (?) in option {key!r}: parameters are "
-                                    "supported only inside ON (query) and VALIDATE ON (query)",
-                                    code="parameter_not_supported")
-        given[key] = node.name if key == "test" and isinstance(node, exp.Identifier) else value(node, params)
-    for key in ("epochs", "eval_every", "seed"):
-        if key in given and (isinstance(given[key], bool) or not isinstance(given[key], int)):
-            raise ProgrammingError(f"FINETUNE PIPELINE {name} option {key} must be an integer, got {given[key]!r}",
-                                   code="invalid_option")
-    device = training_device(given.get("device", "auto"), f"FINETUNE PIPELINE {name}")
-    features = feature_option(given.get("features"), stmt.args["target"].name, f"FINETUNE PIPELINE {name}")
-    if "test" in given and not isinstance(given["test"], str):
-        raise ProgrammingError(f"FINETUNE PIPELINE {name} option test names a table, e.g. test = holdout; got "
-                               f"{given['test']!r}", code="invalid_option")
-    try:
-        return {"test": given.get("test"), "device": device, "features": features,
-                "epochs": int(number_option(given, "epochs", 300, low=1, high=100_000, open_low=False)),
-                "temperature": float(number_option(given, "temperature", 0.1, low=0.0, high=100.0, open_low=False)),
-                "lr": float(number_option(given, "lr", 3e-3, low=0.0, high=10.0, open_low=False)),
-                "seed": int(number_option(given, "seed", 0, low=0, high=2**32 - 1, open_low=False)),
-                "eval_every": int(number_option(given, "eval_every", 10, low=1, high=100_000, open_low=False)),
-                "validation_fraction": float(number_option(given, "validation_fraction", 0.2, low=0.0, high=1.0))}
-    except ProgrammingError as err:  # the shared option checks speak of TUNE
-        raise ProgrammingError(str(err).replace("TUNE option", f"FINETUNE PIPELINE {name} option"),
-                               code=err.code) from None
+    where = f"FINETUNE PIPELINE {stmt.this.model_name}"
+    options = dict(OPTIONS.parse(stmt, params, where=where))
+    options["device"] = training_device(options["device"], where)
+    options["features"] = feature_option(options["features"], stmt.args["target"].name, where)
+    return options
 
 
 def _targets(values: np.ndarray, classes: Optional[list], what: str) -> np.ndarray:

@@ -27,14 +27,14 @@ import copy
 import hashlib
 import statistics
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
 from modelsql.duckdb_errors import translate
-from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.errors import DataError, NotSupportedError, ProgrammingError
 from modelsql.analyses.program_checks import batching, check_deterministic
 from modelsql.converters.python_program import Program, program, forward_inputs, quiet, to_feeds
 from modelsql.converters.whole_graph import whole_graph
@@ -47,20 +47,22 @@ from modelsql.engine.models import statements as ddl
 from modelsql.engine.artifacts import trust
 from modelsql.engine.query.bind_predict import looks_like_key
 from modelsql.engine.training_features import input_keys
-from modelsql.engine.options import no_repeats, value
+from modelsql.engine.options import value
+from modelsql.engine.options.declared import CREATE_MODEL_FROM_PYTHON
 from modelsql.engine.artifacts.python_programs import StoredProgram, helper_sources, program_code, program_digest, program_module, state_tensors
 from modelsql.engine.result import Result
 
 __all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model", "store_program"]
 
-OPTIONS = ("example", "outputs", "description", "execution", "row_independent", "device")
-"""Options of an importable ``CREATE MODEL ... FROM PYTHON``. ``device`` (``'auto'``, the default, and ``'cpu'``:
-the CPU; ``'cuda'`` / ``'cuda:N'``: that GPU) is where PREDICT runs a program kept as Python (co-executed or
-eager; on a GPU it runs eagerly, since co-execution's subgraphs are ONNX Runtime CPU sessions). ``'auto'``
-stays on the CPU: the import's checks ran there and a GPU's floats differ in the last digits, so the GPU is
-used only when asked for. A program imported as a whole graph is an ONNX model: PREDICT places it like any."""
+OPTIONS = CREATE_MODEL_FROM_PYTHON
+"""Options of an importable ``CREATE MODEL ... FROM PYTHON`` (:data:`modelsql.engine.options.declared.
+CREATE_MODEL_FROM_PYTHON`). ``device`` (``'auto'``, the default, and ``'cpu'``: the CPU; ``'cuda'`` /
+``'cuda:N'``: that GPU) is where PREDICT runs a program kept as Python (co-executed or eager; on a GPU it runs
+eagerly, since co-execution's subgraphs are ONNX Runtime CPU sessions). ``'auto'`` stays on the CPU: the
+import's checks ran there and a GPU's floats differ in the last digits, so the GPU is used only when asked
+for. A program imported as a whole graph is an ONNX model: PREDICT places it like any."""
 
-EXECUTIONS = ("auto", "whole_graph", "coexecute", "eager")
+EXECUTIONS = OPTIONS["execution"].choices
 """``execution``: ``auto`` (the default: a whole graph if the gate passes, else co-execution or eager,
 whichever was faster); ``whole_graph`` (a whole graph or an error naming the failed rule); ``coexecute`` and
 ``eager`` (skip the whole graph)."""
@@ -88,7 +90,7 @@ def create_python_model(stmt: ImportModel, session, params: list) -> Result:
     session's progress hook (:mod:`modelsql.progress`, kind ``create_model``).
 
     Raises:
-        ProgrammingError: ``unknown_option``, ``bad_option``, ``not_a_module``, ``factory_not_found``,
+        ProgrammingError: ``unknown_option``, ``invalid_option``, ``not_a_module``, ``factory_not_found``,
             ``example_missing``, ``unsupported_input`` / ``unsupported_output`` (what no column carries).
         NotSupportedError: ``whole_graph_refused`` (``execution = 'whole_graph'`` and a gate rule failed).
         IntegrityError: ``duplicate_model``.
@@ -160,28 +162,16 @@ def _create(stmt: ImportModel, session, params: list, stage) -> Result:
 
 
 def _options(stmt: ImportModel, params: list, name: str) -> dict:
-    no_repeats(stmt.args.get("options"), f"CREATE MODEL {name}")
-    raw = stmt.option_values
-    unknown = [k for k in raw if k not in OPTIONS]
-    if unknown:
-        raise ProgrammingError(f'CREATE MODEL {name} FROM PYTHON: unknown option "{unknown[0]}".'
-                               f"{did_you_mean(unknown[0], OPTIONS)} Options are: {', '.join(OPTIONS)}.",
-                               code="unknown_option")
-    out: dict[str, Any] = {}
-    for key, node in raw.items():
-        if key == "example" and node.__class__.__name__ == "Identifier":
-            out[key] = ("table", node.name)
-        elif key == "outputs":
-            items = node.expressions if node.__class__.__name__ == "Tuple" else [node]
-            out[key] = [str(value(i, params)) if i.__class__.__name__ != "Identifier" else i.name for i in items]
-        else:
-            out[key] = value(node, params)
-    if out.get("execution", "auto") not in EXECUTIONS:
-        raise ProgrammingError(f"CREATE MODEL {name}: execution must be one of {', '.join(EXECUTIONS)}, not "
-                               f"{out['execution']!r}.", code="bad_option")
-    where = f"CREATE MODEL {name} FROM PYTHON option device"
-    out["device"] = devices.require(devices.parse(out.get("device", "auto"), where), where)
-    return out
+    """The statement's options (:data:`OPTIONS`), ``device`` checked against the machine.
+
+    Raises:
+        ProgrammingError: ``duplicate_option``, ``unknown_option``, ``invalid_option``.
+        NotSupportedError: ``device_not_available``.
+    """
+    where = f"CREATE MODEL {name} FROM PYTHON"
+    out = dict(OPTIONS.parse(stmt, params, where=where))
+    out["device"] = devices.require(out["device"], f"{where} option device")
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _example(session, module, given, name: str):

@@ -17,7 +17,7 @@ from modelsql.analyses.batch_axis import batch_dependence
 from modelsql.analyses.static_features import static_features
 from modelsql.catalog.entries import ModelVersion
 from modelsql.converters import check_conversion, is_sklearn_estimator, to_onnx
-from modelsql.errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError, did_you_mean
+from modelsql.errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError
 from modelsql.onnxformat.describe import param_count, signature
 from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
 from modelsql.onnxformat.metadata import outputs_entry, write_metadata
@@ -27,13 +27,15 @@ from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
 from modelsql.engine.query.bind_predict import bind_outputs, check_feature_names, check_signature, row_shape, row_width
 from modelsql.engine.handlers import handles
-from modelsql.engine.options import no_repeats, value
+from modelsql.engine.options import value
+from modelsql.engine.options.declared import IMPORT_MODEL
 from modelsql.engine.models.plans import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
 from modelsql.engine.result import Result
 
-IMPORT_OPTIONS = ("features", "description")
-"""Options of ``IMPORT MODEL ... WITH (...)``: ``features`` (the columns feeding a single
-input, in order) and ``description`` (free text kept in the catalog)."""
+IMPORT_OPTIONS = IMPORT_MODEL
+"""Options of ``IMPORT MODEL ... WITH (...)`` (:data:`modelsql.engine.options.declared.IMPORT_MODEL`):
+``features`` (the columns feeding a single input, in order) and ``description`` (free text kept in the
+catalog)."""
 
 TRAINABLE_HANDLERS: dict = {}
 """Handlers of ``CREATE MODEL ... FROM PYTHON`` (``"python"``), ``FROM STUDY`` (``"study"``) and ``DROP MODEL`` of
@@ -50,30 +52,21 @@ def bind_import(stmt: ImportModel, params: list) -> CreateModel:
     """The :class:`CreateModel` plan of an ``IMPORT MODEL`` / ``CREATE MODEL`` statement.
 
     Raises:
-        ProgrammingError: contradictory clauses (``parse_error``), an option twice or unknown.
+        ProgrammingError: contradictory clauses (``parse_error``), an option twice, unknown or of a bad value
+            (``duplicate_option``, ``unknown_option``, ``invalid_option``).
     """
     if stmt.args.get("replace") and stmt.args.get("exists"):
         raise ProgrammingError(
             "CREATE OR REPLACE MODEL and IF NOT EXISTS contradict each other; use one of them.",
             code="parse_error",
         )
-    no_repeats(stmt.args.get("options"), f"IMPORT MODEL {stmt.this.model_name}")
-    options = {k: value(v, params) for k, v in stmt.option_values.items()}
-    unknown = [k for k in options if k not in IMPORT_OPTIONS]
-    if unknown:
-        raise ProgrammingError(
-            f'IMPORT MODEL {stmt.this.model_name}: unknown option "{unknown[0]}".'
-            f"{did_you_mean(unknown[0], IMPORT_OPTIONS)} Options are: {', '.join(IMPORT_OPTIONS)}.",
-            code="unknown_option",
-        )
-    features = options.pop("features", None)
-    if isinstance(features, str):
-        features = tuple(f.strip() for f in features.split(","))
+    options = IMPORT_OPTIONS.parse(stmt, params, where=f"IMPORT MODEL {stmt.this.model_name}")
+    features = options["features"]
+    given = {k: v for k, v in options.items() if k != "features" and v is not None}
     return CreateModel(
         name=stmt.this.model_name, source=str(value(stmt.args["source"], params)),
         replace=bool(stmt.args.get("replace")), if_not_exists=bool(stmt.args.get("exists")),
-        features=tuple(features) if features is not None and not isinstance(features, str) else features,
-        options=tuple(sorted((k, str(v)) for k, v in options.items())),
+        features=features, options=tuple(sorted((k, str(v)) for k, v in given.items())),
     )
 
 
@@ -384,7 +377,7 @@ def _feature_names(features: Any, model: str) -> tuple[str, ...]:
         raise ProgrammingError(
             f'Model "{model}": features must be a list of column names, e.g. features=["a", "b"], '
             f"not {type(features).__name__} {features!r}.",
-            code="bad_option",
+            code="invalid_option",
         )
     return check_feature_names(features, f'Model "{model}"')
 

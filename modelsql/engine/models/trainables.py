@@ -56,7 +56,7 @@ def create_trainable(stmt: ImportModel, session, params: list) -> Result:
     if "device" in {k.lower() for k in stmt.option_values}:
         raise ProgrammingError(f"CREATE MODEL {name} FROM PYTHON '{ref}' registers a trainable factory: where it "
                                "trains is TUNE's option (TUNE ... WITH (device = 'cuda')), not a hyper-parameter of "
-                               "the factory.", code="bad_option")
+                               "the factory.", code="invalid_option")
     options = tuple(sorted((k, json.dumps(constant(v, k))) for k, v in stmt.option_values.items()))
     key = trust.signing_key()  # before anything is written
     resolve_factory(ref)

@@ -28,18 +28,20 @@ import re
 from typing import Callable, Optional, Sequence
 
 from modelsql.catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
-from modelsql.errors import IntegrityError, ProgrammingError, did_you_mean
+from modelsql.errors import IntegrityError, ProgrammingError
 from modelsql.sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.statements import retrying
 from modelsql.engine.models.exports import check_export_target, write_export
 from modelsql.engine.handlers import handles
-from modelsql.engine.options import no_repeats, value
+from modelsql.engine.options import value
+from modelsql.engine.options.declared import CREATE_PIPELINE
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, DropPipelinePlan, StepSpec
 from modelsql.engine.result import Result
 
-PIPELINE_OPTIONS = ("description",)
-"""Options of ``CREATE PIPELINE ... WITH (...)``: ``description`` (free text kept in the catalog)."""
+PIPELINE_OPTIONS = CREATE_PIPELINE
+"""Options of ``CREATE PIPELINE ... WITH (...)`` (:data:`modelsql.engine.options.declared.CREATE_PIPELINE`):
+``description`` (free text kept in the catalog)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -57,20 +59,15 @@ def bind_create(stmt: CreatePipeline, params: list) -> CreatePipelinePlan:
     """The plan of a ``CREATE PIPELINE`` statement.
 
     Raises:
-        ProgrammingError: contradictory clauses (``parse_error``), an unknown option, a step name twice.
+        ProgrammingError: contradictory clauses (``parse_error``), an option twice, unknown or of a bad value
+            (``duplicate_option``, ``unknown_option``, ``invalid_option``), a step name twice.
     """
     name = stmt.this.name
     if stmt.args.get("replace") and stmt.args.get("exists"):
         raise ProgrammingError("CREATE OR REPLACE PIPELINE and IF NOT EXISTS contradict each other; use one of them.",
                                code="parse_error")
-    no_repeats(stmt.args.get("options"), f"CREATE PIPELINE {name}")
-    options = {k: value(v, params) for k, v in stmt.option_values.items()}
-    unknown = [k for k in options if k not in PIPELINE_OPTIONS]
-    if unknown:
-        raise ProgrammingError(
-            f'CREATE PIPELINE {name}: unknown option "{unknown[0]}".{did_you_mean(unknown[0], PIPELINE_OPTIONS)} '
-            f"Options are: {', '.join(PIPELINE_OPTIONS)}.", code="unknown_option",
-        )
+    options = {k: v for k, v in PIPELINE_OPTIONS.parse(stmt, params, where=f"CREATE PIPELINE {name}").items()
+               if v is not None}
     steps = tuple(
         StepSpec(s.this.model_name, s.this.version_number, s.args["alias"].name if s.args.get("alias") else None)
         for s in stmt.expressions

@@ -21,13 +21,15 @@ from modelsql.sql.nodes import CompileModel
 from modelsql.engine.artifacts import trust
 from modelsql.engine.artifacts.compiled import compile_version, library_code, schedules_of, tvm_target
 from modelsql.engine.handlers import catalog_write, handles
-from modelsql.engine.options import given_options, value
+from modelsql.engine.options import option_error, value
+from modelsql.engine.options.declared import COMPILE
 from modelsql.engine.result import Result
 
 __all__ = ["COMPILE_OPTIONS"]
 
-COMPILE_OPTIONS = {"tune_trials": 0, "batch_size": None, "threads": None}
-"""COMPILE's options and their defaults (threads None: every core this process may use)."""
+COMPILE_OPTIONS = COMPILE
+"""COMPILE's options and their defaults (:data:`modelsql.engine.options.declared.COMPILE`; threads None: every
+core this process may use)."""
 
 _COLUMNS = (("model", "VARCHAR"), ("version", "INTEGER"), ("backend", "VARCHAR"), ("target", "VARCHAR"),
             ("batch_size", "INTEGER"), ("status", "VARCHAR"), ("reason", "VARCHAR"), ("max_abs_diff", "DOUBLE"),
@@ -35,16 +37,10 @@ _COLUMNS = (("model", "VARCHAR"), ("version", "INTEGER"), ("backend", "VARCHAR")
 
 
 def _options(stmt: CompileModel, params: list) -> dict:
-    given = given_options(stmt, params, COMPILE_OPTIONS, f"COMPILE MODEL {stmt.this.model_name}")
-    options = dict(COMPILE_OPTIONS, **given)
-    for key, low in (("tune_trials", 0), ("batch_size", 1), ("threads", 1)):
-        v = options[key]
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
-            raise ProgrammingError(f"COMPILE option {key} must be an integer >= {low}, got {v!r}",
-                                   code="invalid_option")
+    options = COMPILE_OPTIONS.parse(stmt, params, where=f"COMPILE MODEL {stmt.this.model_name}")
     if options["tune_trials"] and options["batch_size"] is None:
-        raise ProgrammingError("COMPILE ... WITH (tune_trials = n) needs batch_size = b: MetaSchedule tunes fixed "
-                               "shapes, one artifact per batch size", code="invalid_option")
+        raise option_error("tune_trials", "COMPILE ... WITH (tune_trials = n) needs batch_size = b: MetaSchedule "
+                                          "tunes fixed shapes, one artifact per batch size")
     return options
 
 
@@ -62,7 +58,7 @@ def _compile(stmt: CompileModel, session, params: list) -> Result:
     options = _options(stmt, params)
     kind = value(stmt.args["target"], params)
     if not isinstance(kind, str):
-        raise ProgrammingError(f"COMPILE ... FOR: the target must be a string, got {kind!r}", code="invalid_option")
+        raise ProgrammingError(f"COMPILE ... FOR: the target must be a string, got {kind!r}", code="invalid_target")
     target = tvm_target(kind, options["threads"])
     session.check_writable()
     key = trust.signing_key()  # the library built here is signed with its user's key (modelsql.engine.artifacts.trust)

@@ -37,69 +37,34 @@ from modelsql.engine.artifacts.compiled import tvm_session
 from modelsql.engine.profile.cost_model import retrain, trace_features
 from modelsql.engine.artifacts.merge_cost import CONV_MAX_ROWS
 from modelsql.engine.handlers import catalog_write, handles
-from modelsql.engine.options import given_options
+from modelsql.engine.options.declared import PROFILE
 from modelsql.engine.query.handler import run_query
 from modelsql.engine.result import Result
 from modelsql.engine.profile.run_traces import run_trace_rows
 
 __all__ = ["PROFILE_OPTIONS"]
 
-PROFILE_OPTIONS = {"batch_sizes": (1, 8, 64), "threads": (1,), "repeat": 20, "warmup": 2,
-                   "backends": ("onnxruntime",), "operators": True,
-                   "train_cost_model": True, "merge_factors": (1,), "devices": ("auto",)}
-"""PROFILE's options and their defaults."""
-
-
-_HIGHEST = {"batch_sizes": 1 << 20, "threads": 256, "merge_factors": 64, "repeat": 10_000, "warmup": 100}
-"""The largest value of each integer option (a larger one is a typo that would run for hours)."""
-
-
-def _ints(options: dict, key: str, low: int = 1) -> tuple[int, ...]:
-    raw = options[key]
-    values = raw if isinstance(raw, (tuple, list)) else (raw,)
-    high = _HIGHEST[key]
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high for v in values):
-        raise ProgrammingError(f"PROFILE option {key} must be integers from {low} to {high:,}, got {raw!r}",
-                               code="invalid_option")
-    if len(set(values)) < len(values):
-        raise ProgrammingError(f"PROFILE option {key} names a value twice: {raw!r}", code="invalid_option")
-    return tuple(values)
+PROFILE_OPTIONS = PROFILE
+"""PROFILE's options and their defaults (:data:`modelsql.engine.options.declared.PROFILE`)."""
 
 
 def _options(stmt: ProfileModel, params: list) -> dict[str, Any]:
-    given = given_options(stmt, params, PROFILE_OPTIONS, f"PROFILE MODEL {stmt.this.model_name}")
-    options = dict(PROFILE_OPTIONS, **given)
-    options["given"] = frozenset(given)
-    backends = options["backends"] if isinstance(options["backends"], (tuple, list)) else (options["backends"],)
-    backends = tuple(str(b).lower() for b in backends)
-    if not backends or any(b not in ("onnxruntime", "tvm") for b in backends) or len(set(backends)) < len(backends):
-        raise ProgrammingError(f"PROFILE: backends {options['backends']!r}: the backends are 'onnxruntime' and "
-                               "'tvm' (a checked artifact: COMPILE MODEL first), each at most once",
-                               code="invalid_option")
-    options["backends"] = backends
-    options["devices"] = _devices(options["devices"])
-    for flag in ("operators", "train_cost_model"):
-        if not isinstance(options[flag], bool):
-            raise ProgrammingError(f"PROFILE option {flag} must be true or false, got {options[flag]!r}",
-                                   code="invalid_option")
-    return options
+    options = PROFILE_OPTIONS.parse(stmt, params, where=f"PROFILE MODEL {stmt.this.model_name}")
+    out = dict(options, given=options.given)
+    out["devices"] = _devices(options["devices"])
+    return out
 
 
-def _devices(raw) -> tuple[str, ...]:
-    """PROFILE's ``devices``: ``'auto'`` (every device present: :func:`~modelsql.operators.backends.devices.available`)
-    or a list of ``'cpu'`` / ``'cuda'`` / ``'cuda:N'``.
+def _devices(named: tuple[str, ...]) -> tuple[str, ...]:
+    """PROFILE's ``devices`` (read by the schema): ``'auto'`` (every device present:
+    :func:`~modelsql.operators.backends.devices.available`) or the devices named, each there.
 
     Raises:
-        ProgrammingError: ``bad_option`` for a bad or repeated name; NotSupportedError:
-            ``device_not_available``.
+        NotSupportedError: ``device_not_available``.
     """
-    named = raw if isinstance(raw, (tuple, list)) else (raw,)
-    parsed = tuple(devices.parse(d, "PROFILE option devices") for d in named)
-    if not parsed or len(set(parsed)) < len(parsed):
-        raise ProgrammingError(f"PROFILE option devices must name each device once, got {raw!r}", code="bad_option")
-    if "auto" in parsed:
+    if "auto" in named:
         return devices.available()
-    return tuple(devices.require(d, "PROFILE") for d in parsed)
+    return tuple(devices.require(d, "PROFILE") for d in named)
 
 
 def _operators(data: bytes, trace: LatencyTrace) -> tuple[OperatorRow, ...]:
@@ -162,27 +127,27 @@ def fixed_batch(proto) -> "int | None":
 def _planned_runs(options: dict, tvm: int, cuda: int) -> int:
     """The model runs (warm-up included) :func:`_synthetic` makes of one model with ``tvm`` TVM runners and
     ``cuda`` CUDA devices: what PROFILE's progress counts."""
-    per_config = _ints(options, "warmup", low=0)[0] + _ints(options, "repeat")[0]
-    ort = len(_ints(options, "threads")) + cuda if "onnxruntime" in options["backends"] else 0
+    per_config = options["warmup"] + options["repeat"]
+    ort = len(options["threads"]) + cuda if "onnxruntime" in options["backends"] else 0
     return sum(len(batches) * (ort + (tvm if n == 1 else 0)) * per_config
-               for n in _ints(options, "merge_factors") for _, batches in _lowerings(n, _ints(options, "batch_sizes")))
+               for n in options["merge_factors"] for _, batches in _lowerings(n, options["batch_sizes"]))
 
 
 def _synthetic(session, mv, options: dict, meter: Meter) -> tuple[list[TraceRow], list[int]]:
     """Traces of ``mv`` on synthetic inputs, per (merge factor, backend, threads, batch size); ``meter`` counts
     the model runs (its total grows by this model's when it starts)."""
-    warmup, repeat = _ints(options, "warmup", low=0)[0], _ints(options, "repeat")[0]
+    warmup, repeat = options["warmup"], options["repeat"]
     proto = load_model_proto(session.store, mv)
     fixed = fixed_batch(proto)
     if fixed is not None and "batch_sizes" not in options["given"]:
         options = dict(options, batch_sizes=(fixed,))  # the default sizes would all be refused
     rows, factors = [], []
-    threads, backends = _ints(options, "threads"), options["backends"]
+    threads, backends = options["threads"], options["backends"]
     tvm = [("tvm", t, tvm_session(session, mv, intra=t)) for t in threads] if "tvm" in backends else []
     cuda = [d for d in options["devices"] if d != "cpu"] if "onnxruntime" in backends else []
     meter.grow(_planned_runs(options, len(tvm), len(cuda)))
-    for n in _ints(options, "merge_factors"):
-        for dense, batches in _lowerings(n, _ints(options, "batch_sizes")):
+    for n in options["merge_factors"]:
+        for dense, batches in _lowerings(n, options["batch_sizes"]):
             data = proto.SerializeToString() if n == 1 else _merged(proto, n, dense, mv.label)
             traces = profile_latency(data, batch_sizes=batches, threads=threads, repeat=repeat, warmup=warmup,
                                      others=tvm if n == 1 else (), onnxruntime="onnxruntime" in backends,
@@ -209,12 +174,12 @@ def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict,
     source_sql = (f"TABLE {source.sql(dialect=ModelSQL)}" if isinstance(source, exp.Table)
                   else source.sql(dialect=ModelSQL))
     rows = []
-    configs = list(itertools.product(options["backends"], _ints(options, "batch_sizes"), options["devices"]))
+    configs = list(itertools.product(options["backends"], options["batch_sizes"], options["devices"]))
     meter.grow(len(configs) * _QUERIES)
     for i, (backend, b, device) in enumerate(configs):
         sql = (f'SELECT * FROM PREDICT(MODEL "{mv.name}" VERSION {mv.version}, {source_sql}, '
                f"batch_size = {b}, backend = '{backend}', device = '{device}')")
-        runs, threads = _query_runs(session, sql, params, _ints(options, "repeat")[0], meter)
+        runs, threads = _query_runs(session, sql, params, options["repeat"], meter)
         meter.update((i + 1) * _QUERIES)
         rows += run_trace_rows(session, mv, runs, backend, threads, "profile", sizes=None, device=device)
     return rows, [1] * len(rows)

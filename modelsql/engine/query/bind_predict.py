@@ -44,23 +44,23 @@ from modelsql.errors import NotSupportedError, ProgrammingError, did_you_mean
 from modelsql.operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
 from modelsql.operators.backends import devices
 from modelsql.operators.scan import quote
+from modelsql.engine.options.declared import PREDICT as PREDICT_OPTIONS
+from modelsql.engine.options.schema import column_names
 
 NUMERIC_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
     "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
     "FLOAT", "DOUBLE", "REAL",
 }
-ON_NULL_MODES = ("error", "skip", "null")
-ON_ERROR_MODES = ("error", "null", "skip")
-KNOWN_OPTIONS = ("on_null", "on_error", "features", "backend", "batch_size", "execution", "isolate_rows", "merge",
-                 "device")
-EXECUTION_MODES = ("auto", "stream", "batch")
-MERGE_MODES = ("auto", "always", "never")
+ON_NULL_MODES = PREDICT_OPTIONS["on_null"].choices
+ON_ERROR_MODES = PREDICT_OPTIONS["on_error"].choices
+KNOWN_OPTIONS = PREDICT_OPTIONS.names
+"""PREDICT's options, declared in :data:`modelsql.engine.options.declared.PREDICT`."""
+EXECUTION_MODES = PREDICT_OPTIONS["execution"].choices
+MERGE_MODES = PREDICT_OPTIONS["merge"].choices
 """``merge``: whether models of one family run as one NetFuse-merged graph (routed PREDICTs, and
 PREDICTs of one statement over one input): where the measured rule expects a gain, always, or never."""
-BACKENDS = ("onnxruntime", "tvm")
-MAX_BATCH_SIZE = 2**31 - 1
-"""Largest ``batch_size`` (rows per model run) a PREDICT accepts."""
+BACKENDS = PREDICT_OPTIONS["backend"].choices
 MAX_ARRAY = 100_000
 """DuckDB's largest fixed ``ARRAY`` size: a wider flat input row is passed as a list."""
 
@@ -140,73 +140,24 @@ class Binding:
 
 
 def parse_options(options: dict[str, object], model_name: str) -> PredictOptions:
-    # model_name: how the PREDICT names its model, "MODEL m" or "PIPELINE p" (messages quote it)
-    """Validate the named arguments of a PREDICT.
+    """The named arguments of a PREDICT, read by its schema (:data:`modelsql.engine.options.declared.PREDICT`).
 
     Args:
         options: option name (lower case) -> Python value (str, int, float,
             bool, or tuple of str for ``features``).
+        model_name: how the PREDICT names its model, ``MODEL m`` or ``PIPELINE p`` (messages quote it).
 
     Raises:
-        ProgrammingError: unknown option (with "did you mean") or bad value.
-        NotSupportedError: a backend that is not available.
+        ProgrammingError: ``unknown_option`` (with "did you mean"), ``invalid_option``.
+        NotSupportedError: ``device_not_available``.
     """
-    for key in options:
-        if key not in KNOWN_OPTIONS:
-            raise ProgrammingError(
-                f'PREDICT({model_name}): unknown option "{key}".{did_you_mean(key, KNOWN_OPTIONS)}'
-                f" Options are: {', '.join(KNOWN_OPTIONS)}.",
-                code="unknown_option",
-            )
-    on_null = _one_of(options, "on_null", ON_NULL_MODES, model_name)
-    features = options.get("features")
-    if features is not None:
-        if isinstance(features, str):
-            features = tuple(f.strip() for f in features.split(","))
-        features = check_feature_names(features, f"PREDICT({model_name})")
-    backend = str(options.get("backend", "onnxruntime")).lower()
-    if backend not in BACKENDS:
-        raise NotSupportedError(
-            f"PREDICT({model_name}): backend '{backend}' is not available; available: {', '.join(BACKENDS)}.",
-            code="backend_not_supported",
-        )
-    batch_size = options.get("batch_size")
-    if "batch_size" in options:
-        if (not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 0 < batch_size <= MAX_BATCH_SIZE):
-            raise ProgrammingError(
-                f"PREDICT({model_name}): batch_size must be an integer from 1 to {MAX_BATCH_SIZE:,}, "
-                f"not {batch_size!r}.", code="bad_option")
-    execution = _one_of(options, "execution", EXECUTION_MODES, model_name)
-    on_error = _one_of(options, "on_error", ON_ERROR_MODES, model_name)
-    isolate_rows = options.get("isolate_rows", True)
-    if not isinstance(isolate_rows, bool):
-        raise ProgrammingError(
-            f"PREDICT({model_name}): isolate_rows must be true or false, not {isolate_rows!r}.", code="bad_option"
-        )
     where = f"PREDICT({model_name})"
-    device = devices.require(devices.parse(options.get("device", "auto"), where), where)
-    return PredictOptions(on_null=on_null, features=features, backend=backend, batch_size=batch_size,
-                          execution=execution, on_error=on_error, isolate_rows=isolate_rows,
-                          merge=_one_of(options, "merge", MERGE_MODES, model_name),
-                          backend_given="backend" in options, device=device)
-
-
-def _one_of(options: dict, key: str, choices: tuple[str, ...], model_name: str) -> str:
-    """The lower-cased value of a PREDICT option that takes one of ``choices`` (the first is the default
-    when the option is not given).
-
-    Raises:
-        ProgrammingError: code ``"bad_option"``, listing the choices, also for NULL.
-    """
-    listed = ", ".join(f"'{c}'" for c in choices)
-    if key in options and options[key] is None:
-        raise ProgrammingError(f"PREDICT({model_name}): {key} must be one of {listed}, not NULL.", code="bad_option")
-    value = str(options.get(key) or choices[0]).lower()
-    if value not in choices:
-        raise ProgrammingError(
-            f"PREDICT({model_name}): {key} must be one of {listed}, not '{value}'.", code="bad_option"
-        )
-    return value
+    opts = PREDICT_OPTIONS.parse(options, where=where)
+    return PredictOptions(on_null=opts["on_null"], features=opts["features"], backend=opts["backend"],
+                          batch_size=opts["batch_size"], execution=opts["execution"], on_error=opts["on_error"],
+                          isolate_rows=opts["isolate_rows"], merge=opts["merge"],
+                          backend_given="backend" in opts.given,
+                          device=devices.require(opts["device"], where))
 
 
 def check_feature_names(names, where: str) -> tuple[str, ...]:
@@ -214,21 +165,10 @@ def check_feature_names(names, where: str) -> tuple[str, ...]:
     (case-insensitive, as columns are matched).
 
     Raises:
-        ProgrammingError: code ``"bad_option"``, naming the offending entry.
+        ProgrammingError: code ``"invalid_option"``, naming the offending entry.
     """
-    names = tuple(names)
-    if not names:
-        raise ProgrammingError(f"{where}: features must name at least one column.", code="bad_option")
-    seen: set[str] = set()
-    for f in names:
-        if not isinstance(f, str) or not f.strip():
-            raise ProgrammingError(f"{where}: features must be non-empty column names (text); got {f!r}.", code="bad_option")
-        if f.lower() in seen:
-            raise ProgrammingError(
-                f'{where}: feature "{f}" is named twice; each feature column feeds one position.', code="bad_option"
-            )
-        seen.add(f.lower())
-    return names
+    iterable = hasattr(names, "__iter__") and not isinstance(names, (str, bytes))
+    return column_names(tuple(names) if iterable else names, "features", where)
 
 
 def row_shape(spec: TensorSpec) -> Optional[tuple[int, ...]]:

@@ -39,12 +39,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from modelsql.catalog import Catalog
-from modelsql.errors import Error, NotSupportedError, OperationalError, ProgrammingError, did_you_mean
+from modelsql.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from modelsql.sql.nodes import Serve, ShowServers, StopServer
 from modelsql.operators.backends import devices
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.handlers import handles
-from modelsql.engine.options import no_repeats, value
+from modelsql.engine.options import OptionValues, option_error, sql_text, value
+from modelsql.engine.options.declared import SERVE, SERVE_ITEM
 from modelsql.engine.profile.run_traces import record_served_traces
 from modelsql.engine.result import Result
 from modelsql.engine.serve.repository import CatalogRepository
@@ -56,12 +57,10 @@ TOKEN_ENV = "MODELSQL_SERVE_TOKEN"
 _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 
 DEFAULT_PORT = 8000
-SERVE_OPTIONS = {"max_batch_size": (1, 1 << 20, 32), "max_queue_delay_ms": (0.0, 60_000.0, None),
-                 "threads": (1, 1024, None), "max_request_mb": (1, 1 << 14, 64),
-                 "memory_budget_mb": (0.0, float(1 << 24), None), "share_structures": (0, 1, 0),
-                 "merge_families": (0, 1, 1), "allow_unauthenticated": (0, 1, 0)}
-"""Statement options: name -> (lowest, highest, default)."""
-ITEM_OPTIONS = {"reserved_threads": (1, 1024, 0)}
+SERVE_OPTIONS = SERVE
+"""Statement options (:data:`modelsql.engine.options.declared.SERVE`)."""
+ITEM_OPTIONS = SERVE_ITEM
+"""Options of a served name, in parentheses after it (:data:`modelsql.engine.options.declared.SERVE_ITEM`)."""
 
 
 @dataclass
@@ -79,31 +78,6 @@ SERVERS: dict[int, RunningServer] = {}
 _LOCK = threading.Lock()
 
 
-def _number(options: dict, key: str, spec: tuple, where: str):
-    low, high, default = spec
-    if key not in options:
-        return default
-    v = options[key]
-    if isinstance(v, bool) and (low, high) == (0, 1):  # a switch
-        return int(v)
-    kind = float if isinstance(low, float) else int
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()) \
-            or not low <= v <= high:
-        raise ProgrammingError(f"{where}: {key} must be {'a number' if kind is float else 'an integer'} from "
-                               f"{low} to {high}, not {v!r}.", code="bad_option")
-    return kind(v)
-
-
-def _options(given: dict, allowed: dict, where: str, text: tuple = ()) -> dict:
-    """The numeric options of ``allowed`` (defaults filled in); ``text`` names options read elsewhere."""
-    known = [*allowed, *text]
-    unknown = [k for k in given if k not in known]
-    if unknown:
-        raise ProgrammingError(f'{where}: unknown option "{unknown[0]}".{did_you_mean(unknown[0], known)} '
-                               f"Options are: {', '.join(known)}.", code="unknown_option")
-    return {k: _number(given, k, spec, where) for k, spec in allowed.items()}
-
-
 def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
     """Each item's catalog entry and reserved threads (lookup errors point at the name)."""
     out = []
@@ -113,14 +87,12 @@ def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
         pipeline = bool(ref.args.get("pipeline"))
         entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=pipeline, models=models)
         word = "PIPELINE" if pipeline else "MODEL"
-        no_repeats(item.args.get("options"), f"SERVE {word} {entry.name}")
-        given = {o.this.name.lower(): value(o.expression, params) for o in item.args.get("options") or []}
-        opts = _options(given, ITEM_OPTIONS, f"SERVE {word} {entry.name}")
+        opts = ITEM_OPTIONS.parse(item.args.get("options"), params, where=f"SERVE {word} {entry.name}")
         cores = artifacts.default_threads()
         if (opts["reserved_threads"] or 0) > cores:
-            raise session.pointed(ProgrammingError(
+            raise session.pointed(option_error("reserved_threads",
                 f"SERVE {word} {entry.name}: reserved_threads = {opts['reserved_threads']} is more than this "
-                f"machine's {cores} cores; reserve at most {cores}.", code="bad_option"), ref)
+                f"machine's {cores} cores; reserve at most {cores}."), ref)
         _refuse_programs(entry, word, session, ref)
         out.append((entry, opts["reserved_threads"] or 0))
     names = [e.name for e, _ in out]
@@ -189,7 +161,8 @@ def _port(stmt, params: list) -> Optional[int]:
         return None
     port = value(node, params)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ProgrammingError(f"PORT must be an integer from 0 to 65535, not {port!r}.", code="bad_option")
+        raise ProgrammingError(f"PORT must be an integer from 0 to 65535, not {sql_text(port)}.",
+                               code="invalid_option")
     return port
 
 
@@ -202,13 +175,11 @@ _SERVED_COLUMNS = [(n, t, None, None, None, None, True) for n, t in
 def _serve(stmt: Serve, session, params: list) -> Result:
     action = stmt.args.get("action") or "start"
     port = _port(stmt, params)
-    given = {k: value(v, params) for k, v in stmt.option_values.items()}
-    no_repeats(stmt.args.get("options"), "SERVE")
     if action == "start":
-        return _start(stmt, session, params, port, given)
-    if given:
-        raise ProgrammingError(f"SERVE {action.upper()}: server options are given when it starts, not here.",
-                               code="bad_option")
+        return _start(stmt, session, params, port, SERVE_OPTIONS.parse(stmt, params, where="SERVE"))
+    if stmt.args.get("options"):
+        raise option_error(stmt.args["options"][0].this.name.lower(), f"SERVE {action.upper()}: server options are "
+                           "given when it starts, not here.")
     running = _server_at(port, f"SERVE {action.upper()}")
     rows = []
     if action == "add":
@@ -224,15 +195,14 @@ def _serve(stmt: Serve, session, params: list) -> Result:
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
 
 
-def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict) -> Result:
+def _start(stmt: Serve, session, params: list, port: Optional[int], opts: OptionValues) -> Result:
     from modelsql.serving import InferenceServer
 
-    opts = _options(given, SERVE_OPTIONS, "SERVE", text=("device", "token"))
-    device = _device(given)
-    token = _token(given)
+    device = _device(opts["device"])
+    token = _token(opts)
     port = DEFAULT_PORT if port is None else port
     host = stmt.args["host"].this if stmt.args.get("host") is not None else "127.0.0.1"
-    _check_exposure(host, token, bool(opts["allow_unauthenticated"]))
+    _check_exposure(host, token, opts["allow_unauthenticated"])
     with _LOCK:
         if port and port in SERVERS:
             raise OperationalError(f"SERVE: this process already serves on port {port} ({SERVERS[port].server.url}); "
@@ -241,14 +211,14 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
     budget = opts["memory_budget_mb"]
     repo = CatalogRepository(session.store, _resolver(session), threads=opts["threads"] or artifacts.default_threads(),
                              budget_bytes=None if budget is None else int(budget * (1 << 20)),
-                             share_structures=bool(opts["share_structures"]),
-                             merge_families=bool(opts["merge_families"]), device=device)
+                             share_structures=opts["share_structures"], merge_families=opts["merge_families"],
+                             device=device)
     try:
         repo.add_many([(entry, reserved, entry.name) for entry, reserved in entries])
         server = InferenceServer(repo, host=host, port=port, max_batch_size=opts["max_batch_size"],
                                  max_queue_delay_ms=opts["max_queue_delay_ms"],
                                  max_request_bytes=opts["max_request_mb"] << 20, token=token,
-                                 allow_unauthenticated=bool(opts["allow_unauthenticated"]))
+                                 allow_unauthenticated=opts["allow_unauthenticated"])
         repo.on_step = server.metrics.observe_step
         server.start()
     except OSError as exc:
@@ -265,19 +235,19 @@ def _start(stmt: Serve, session, params: list, port: Optional[int], given: dict)
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
 
 
-def _token(given: dict) -> Optional[str]:
+def _token(opts: OptionValues) -> Optional[str]:
     """SERVE's bearer token: the ``token`` option, else :data:`TOKEN_ENV`, else None.
 
     Raises:
-        ProgrammingError: ``bad_option``, a token that is not RFC 6750 token characters.
+        ProgrammingError: ``invalid_option``, a token that is not RFC 6750 token characters.
     """
-    token = given.get("token", os.environ.get(TOKEN_ENV) or None)
+    token = opts["token"] if "token" in opts.given else os.environ.get(TOKEN_ENV) or None
     if token is None:
         return None
-    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
-        where = "token" if "token" in given else TOKEN_ENV
-        raise ProgrammingError(f"SERVE: {where} must be a bearer token: letters, digits and - . _ ~ + / "
-                               "(then = signs), not empty.", code="bad_option")
+    if not _TOKEN.fullmatch(token):
+        where = "token" if "token" in opts.given else TOKEN_ENV
+        raise option_error("token", f"SERVE: {where} must be a bearer token: letters, digits and - . _ ~ + / "
+                                    "(then = signs), not empty.")
     return token
 
 
@@ -297,14 +267,14 @@ def _check_exposure(host: str, token: Optional[str], allowed: bool) -> None:
         "Authorization: Bearer <token>), or say WITH (allow_unauthenticated = true).", code="unauthenticated_host")
 
 
-def _device(given: dict) -> str:
-    """SERVE's ``device`` option: ``'cpu'`` (the default: ``'auto'`` means it too, since serving runs small
-    batches whose device the cost function has no traces for), ``'cuda'`` or ``'cuda:N'``.
+def _device(device: str) -> str:
+    """SERVE's ``device`` option (read by the schema): ``'cpu'`` (the default: ``'auto'`` means it too, since
+    serving runs small batches whose device the cost function has no traces for), ``'cuda'`` or ``'cuda:N'``.
 
     Raises:
-        ProgrammingError: ``bad_option``. NotSupportedError: ``device_not_available``.
+        NotSupportedError: ``device_not_available``.
     """
-    device = devices.require(devices.parse(given.get("device", "cpu"), "SERVE"), "SERVE")
+    device = devices.require(device, "SERVE")
     return "cpu" if device == "auto" else device
 
 

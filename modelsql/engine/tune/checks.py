@@ -13,16 +13,16 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 from modelsql.errors import Error, NotSupportedError, ProgrammingError
 from modelsql.operators.backends import devices
 from modelsql.tuning.space import Space
 from modelsql.tuning.training import check_epoch, check_factory
+from modelsql.engine.options.schema import option_error
 from modelsql.engine.tune.spec import TRAINING_NAMES
 
-__all__ = ["check_space_values", "probe_factory", "check_threads", "number_option", "option_error",
-           "training_device", "MAX_PROBES"]
+__all__ = ["check_space_values", "probe_factory", "check_threads", "training_device", "MAX_PROBES"]
 
 MAX_PROBES = 16
 """Most factory argument combinations built to check a study (each builds one model)."""
@@ -92,7 +92,7 @@ def training_device(value: Any, statement: str, *, executor: str = "local", tree
         statement: ``"TUNE"`` or ``"FINETUNE PIPELINE p"``, for the messages.
 
     Raises:
-        ProgrammingError: ``bad_option`` (not 'auto', 'cpu', 'cuda' or 'cuda:N').
+        ProgrammingError: ``invalid_option`` (not 'auto', 'cpu', 'cuda' or 'cuda:N').
         NotSupportedError: ``device_not_available`` (that device is not on this machine, or hidden by
             ``MODELSQL_DEVICES``), ``device_not_supported`` (CUDA asked for a table of trees or Ray).
         Each error's ``option`` attribute is ``"device"``.
@@ -112,29 +112,3 @@ def training_device(value: Any, statement: str, *, executor: str = "local", tree
         err.option = "device"
         raise err
     return device
-
-
-def option_error(key: str, message: str, code: str = "invalid_option") -> ProgrammingError:
-    """A ProgrammingError about ``WITH`` option ``key`` (its ``option`` attribute names it, so the statement's
-    error can point at it in the SQL)."""
-    err = ProgrammingError(message, code=code)
-    err.option = key
-    return err
-
-
-def number_option(options: dict, key: str, default: Any, *, low: float, high: Optional[float] = None,
-                  open_low: bool = True) -> Any:
-    """A numeric option in (low, high) (or [low, ...) with ``open_low`` false).
-
-    Raises:
-        ProgrammingError: ``invalid_option`` naming it and what it must be.
-    """
-    raw = options.get(key, default)
-    if raw is None:
-        return None
-    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == raw
-    ok = ok and (raw > low if open_low else raw >= low) and (high is None or raw < high)
-    if not ok:
-        bounds = f"{'>' if open_low else '>='} {low}" + (f" and < {high}" if high is not None else "")
-        raise option_error(key, f"TUNE option {key} must be a number {bounds}, got {raw!r}")
-    return raw

@@ -28,6 +28,7 @@ from modelsql.catalog.studies import StudyRow, Trainable
 from modelsql.errors import ProgrammingError
 from modelsql.tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
 from modelsql.tuning.stage_tree import EpochHP
+from modelsql.engine.options.declared import TUNE
 
 __all__ = ["TRAINING_NAMES", "COMMON_OPTIONS", "StudySpec", "bind_space", "TRAINER_VERSION",
            "frozen", "trainable_defaults", "digest_of", "device_part", "constant"]
@@ -38,9 +39,8 @@ TRAINING_NAMES = frozenset({"lr", "momentum", "weight_decay", "batch_size", "opt
 TRAINER_VERSION = "1"
 """Part of every tree key: bump it when a change to training would change its numbers."""
 
-COMMON_OPTIONS = ("max_epochs", "seed", "metric", "mode", "workers", "threads", "executor", "address",
-                  "validation_fraction", "features", "time_budget_s", "study_name", "execution", "device")
-"""``WITH`` options of TUNE that are not the algorithm's."""
+COMMON_OPTIONS = TUNE.names
+"""``WITH`` options of TUNE that are not the algorithm's (:data:`modelsql.engine.options.declared.TUNE`)."""
 
 _DIMENSIONS = {"CHOICE": None, "UNIFORM": Uniform, "LOGUNIFORM": LogUniform, "INTEGER": IntRange}
 _SCHEDULES = {"STEP_DECAY": (StepDecay, ("initial", "milestones", "gamma", "warmup")),

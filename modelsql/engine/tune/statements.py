@@ -14,26 +14,26 @@ import json
 import math
 import re
 import threading
-from typing import Any
 
 from sqlglot import exp
 
 from modelsql.recursive.trees import Trees
-from modelsql.errors import Error, NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.errors import Error, NotSupportedError, ProgrammingError
 from modelsql.sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
-from modelsql.tuning.algorithms import make_algorithm
+from modelsql.tuning.algorithms import ALGORITHMS, make_algorithm
 from modelsql.tuning.space import Space
 from modelsql.engine.handlers import handles
-from modelsql.engine.options import no_repeats, value
+from modelsql.engine.options import OptionValues, option_error, sql_text
+from modelsql.engine.options.declared import TUNE as TUNE_OPTIONS
 from modelsql.engine.tune.round_plan import RoundPlan
 from modelsql.engine.result import Result
 from modelsql.engine.tune.stage_tree import tune_stage_tree
 from modelsql.engine.models.trainables import register, trainable_for_tune
 from modelsql.engine.training_features import feature_option, input_keys
-from modelsql.engine.tune.checks import check_space_values, check_threads, number_option, option_error, probe_factory, training_device
+from modelsql.engine.tune.checks import check_space_values, check_threads, probe_factory, training_device
 from modelsql.engine.tune.data import load_study_data
 from modelsql.engine.tune.run import StudyRun, load_tree
-from modelsql.engine.tune.spec import COMMON_OPTIONS, TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
+from modelsql.engine.tune.spec import TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
 
 __all__ = ["bind_tune", "explain_tune", "relation_sql", "RUNNING"]
 
@@ -62,52 +62,51 @@ def relation_sql(node: exp.Expression, what: str, statement: str = "TUNE") -> st
     return f"SELECT * FROM {node.sql(dialect='duckdb')}"
 
 
-def _options(stmt: TuneModel, params: list) -> dict[str, Any]:
-    no_repeats(stmt.args.get("options"), f"TUNE MODEL {stmt.this.model_name}")
-    placeholders = [k for k, v in stmt.option_values.items() if v.find(exp.Placeholder) is not None]
-    placeholders += [i.this.name for i in stmt.args["search"] if i.expression.find(exp.Placeholder) is not None]
-    if placeholders:
-        raise NotSupportedError(f"TUNE: a parameter (?) in {placeholders[0]!r}: parameters are supported only "
+def _options(stmt: TuneModel, params: list) -> OptionValues:
+    """The ``WITH`` options: those of every algorithm (:data:`TUNE_OPTIONS`) checked, the algorithm's own in
+    ``.rest`` (its builder checks them).
+
+    Raises:
+        ProgrammingError: ``duplicate_option``, ``unknown_option`` (neither TUNE's nor the algorithm's),
+            ``invalid_option``.
+        NotSupportedError: ``parameter_not_supported`` (a ``?`` in an option or in SEARCH).
+    """
+    algorithm = stmt.args["algorithm"].name.lower()
+    # an unknown algorithm is make_algorithm's error (unknown_algorithm): accept every algorithm's options until then
+    own = ALGORITHMS[algorithm][0] if algorithm in ALGORITHMS else {k for d, _ in ALGORITHMS.values() for k in d}
+    options = TUNE_OPTIONS.parse(stmt, params, where="TUNE", extra=own)
+    search = [i.this.name for i in stmt.args["search"] if i.expression.find(exp.Placeholder) is not None]
+    if search:
+        raise NotSupportedError(f"TUNE: a parameter (?) in {search[0]!r}: parameters are supported only "
                                 "inside ON (query) and VALIDATE ON (query); write the value itself",
                                 code="parameter_not_supported")
-    return {k.lower(): value(v, params) for k, v in stmt.option_values.items()}
+    return options
 
 
-def _int_option(options: dict, key: str, default: int, low: int = 1, high: int = 2**31 - 1) -> int:
-    raw = options.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
-        raise option_error(key, f"TUNE option {key} must be an integer in [{low}, {high}], got {raw!r}")
-    return raw
-
-
-def _choice_option(options: dict, key: str, default: str, allowed: tuple[str, ...], what: str) -> str:
-    raw = options.get(key, default)
-    if not isinstance(raw, str) or raw.lower() not in allowed:
-        raise option_error(key, f"TUNE option {key} must be {what}, got {raw!r}")
-    return raw.lower()
-
-
-def _max_epochs(common: dict, options: dict) -> int:
-    if "max_t" in options and "max_epochs" in common and options["max_t"] != common["max_epochs"]:
-        raise option_error("max_t", f"TUNE options max_t = {options['max_t']!r} and max_epochs = {common['max_epochs']!r} "
+def _max_epochs(options: OptionValues) -> int:
+    max_t = options.rest.get("max_t")
+    if max_t is not None and "max_epochs" in options.given and max_t != options["max_epochs"]:
+        raise option_error("max_t", f"TUNE options max_t = {max_t!r} and max_epochs = {options['max_epochs']!r} "
                            "contradict each other (max_t is ASHA's and Hyperband's name for max_epochs); give one")
-    return _int_option(common, "max_epochs", options.get("max_t", 10), 1, MAX_EPOCHS)
+    if options["max_epochs"] is not None:
+        return options["max_epochs"]
+    return TUNE_OPTIONS["max_epochs"].check(10 if max_t is None else max_t, "TUNE (max_t)")
 
 
-def _study_name(common: dict, trainable) -> str:
-    name = common.get("study_name", f"{trainable.name}_study")
-    if not isinstance(name, str) or not _NAME.match(name):
+def _study_name(options: OptionValues, trainable) -> str:
+    name = f"{trainable.name}_study" if options["study_name"] is None else options["study_name"]
+    if not _NAME.match(name):
         raise option_error("study_name", "TUNE option study_name must be a name (letters, digits and underscores, "
-                                         f"starting with a letter), got {name!r}")
+                                         f"starting with a letter), not {sql_text(name)}.")
     return name.lower()
 
 
-def _metric(common: dict, task: str) -> tuple[str, str]:
-    metric = _choice_option(common, "metric", "val_loss", tuple(_METRICS), " or ".join(map(repr, _METRICS)))
+def _metric(options: OptionValues, task: str) -> tuple[str, str]:
+    metric = options["metric"]
     if metric == "val_accuracy" and task == "regression":
         raise option_error("metric", "TUNE option metric = 'val_accuracy' needs a class label TARGET; this TARGET is "
                                      "a number (regression): use 'val_loss'")
-    return metric, _choice_option(common, "mode", _METRICS[metric], ("min", "max"), "'min' or 'max'")
+    return metric, options["mode"] or _METRICS[metric]
 
 
 def bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
@@ -145,32 +144,26 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
     ref = stmt.this
     trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
     options = _options(stmt, params)
-    common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
-    training_device(common.get("device", "auto"), "TUNE")  # a device that is not there fails before the data is read
-    max_epochs = _max_epochs(common, options)
+    training_device(options["device"], "TUNE")  # a device that is not there fails before the data is read
+    max_epochs = _max_epochs(options)
     space = bind_space(stmt.args["search"])
     space.validate(max_epochs)
     _check_schedulable(space, max_epochs)
     check_space_values(space, max_epochs)
-    seed = _int_option(common, "seed", 0, 0, 2**32 - 1)
+    seed = options["seed"]
     target = stmt.args["target"].name
-    features = feature_option(common.get("features"), target)
+    features = feature_option(options["features"], target)
     validate = stmt.args.get("validate")
     train_sql = relation_sql(stmt.args["train"], "ON")
     validate_sql = relation_sql(validate, "VALIDATE ON") if validate is not None else None
-    fraction = number_option(common, "validation_fraction", 0.2, low=0.0, high=1.0)
-    data = load_study_data(session, train_sql, validate_sql, target, features, fraction, seed, params,
-                           input_keys(session, stmt.args["train"]))
-    metric, mode = _metric(common, data.data.task)
-    workers = _int_option(common, "workers", 1, 1, 1024)
-    threads = _int_option(common, "threads", 1, 1, 1024)
-    execution = _choice_option(common, "execution", "stages", ("stages", "trials"),
-                               "'stages' (the stage tree) or 'trials' (every trial on its own, the baseline)")
-    executor = _choice_option(common, "executor", "local", ("local", "ray"), "'local' or 'ray'")
+    data = load_study_data(session, train_sql, validate_sql, target, features, options["validation_fraction"], seed,
+                           params, input_keys(session, stmt.args["train"]))
+    metric, mode = _metric(options, data.data.task)
+    workers, threads = options["workers"], options["threads"]
+    execution, executor = options["execution"], options["executor"]
     check_threads(threads, workers, executor)
-    device = training_device(common.get("device", "auto"), "TUNE", executor=executor,
-                             trees=isinstance(data.data.x, Trees))
-    budget = number_option(common, "time_budget_s", None, low=0.0)
+    device = training_device(options["device"], "TUNE", executor=executor, trees=isinstance(data.data.x, Trees))
+    budget = options["time_budget_s"]
     defaults = trainable_defaults(trainable)
     probe_factory(space, trainable.factory, defaults, data.data.x.shape[1], data.data.n_outputs,
                   trees=isinstance(data.data.x, Trees))
@@ -178,12 +171,13 @@ def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
     tree = digest_of("tree", TRAINER_VERSION, trainable.name, trainable.version, trainable.code_digest,
                      trainable.factory, list(trainable.options), data.digest, seed, threads, *device_part(device))
     spec = StudySpec(
-        name=_study_name(common, trainable), trainable=trainable, algorithm=algorithm, algorithm_options=options,
+        name=_study_name(options, trainable), trainable=trainable, algorithm=algorithm,
+        algorithm_options=dict(options.rest),
         space=space, max_epochs=max_epochs, seed=seed, metric=metric, mode=mode, threads=threads, workers=workers,
-        executor=executor, address=common.get("address"), sharing=execution == "stages", train_sql=train_sql,
+        executor=executor, address=options["address"], sharing=execution == "stages", train_sql=train_sql,
         validate_sql=validate_sql, target=target, features=data.features, data=data.data, labels=data.labels,
         base_params=tuple(sorted(defaults.items())), time_budget_s=budget, statement=session.text, tree=tree,
-        definition=digest_of(tree, space.to_json(), algorithm, sorted(options.items()), max_epochs, metric, mode,
+        definition=digest_of(tree, space.to_json(), algorithm, sorted(options.rest.items()), max_epochs, metric, mode,
                              execution),
         change_points=frozenset(space.change_points(max_epochs)), device=device)
     _check_algorithm(spec)
@@ -203,16 +197,9 @@ def _check_schedulable(space: Space, max_epochs: int) -> None:
 
 
 def _check_algorithm(spec: StudySpec) -> None:
-    try:
-        make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode, seed=spec.seed,
-                       study_name=spec.name, options=spec.algorithm_options)
-    except ProgrammingError as err:
-        if err.code != "unknown_option":
-            raise
-        unknown = next((k for k in spec.algorithm_options if f"'{k}'" in str(err)), "")
-        hint = did_you_mean(unknown, COMMON_OPTIONS) if unknown else ""
-        raise option_error(unknown, f"{err}{hint} Options of every algorithm: {', '.join(COMMON_OPTIONS)}.",
-                           "unknown_option") from None
+    """The algorithm builds with its options (their values are checked by its builder: ``invalid_option``)."""
+    make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode, seed=spec.seed,
+                   study_name=spec.name, options=spec.algorithm_options)
 
 
 # ---------------------------------------------------------------- executing

@@ -39,13 +39,13 @@ def parse(value: object, where: str) -> str:
         where: what the option belongs to, for the message (``"PREDICT(MODEL m)"``).
 
     Raises:
-        ProgrammingError: code ``"bad_option"`` for anything else, listing the choices.
+        ProgrammingError: code ``"invalid_option"`` for anything else, listing the choices.
     """
     text = str(value).strip().lower()
     m = _PATTERN.match(text) if value is not None else None
     if not m or (m.group(2) is not None and m.group(1) != "cuda"):
         raise ProgrammingError(f"{where}: device must be one of {', '.join(repr(c) for c in DEVICE_CHOICES)}, "
-                               f"not {_sql_text(value)}.", code="bad_option")
+                               f"not {_sql_text(value)}.", code="invalid_option")
     if m.group(1) == "cuda":
         return f"cuda:{int(m.group(2) or 0)}"
     return m.group(1)

@@ -1,0 +1,189 @@
+"""Every statement's options, declared once (:class:`~.schema.OptionSet`): the statements read their
+options with these, and ``docs/options.md``, README's PREDICT table and the shell's ``.help`` are generated
+from them (:mod:`.docs`). To add an option: declare it here, read it in the statement, run
+``python -m modelsql.engine.options.docs`` (``tests/test_options.py`` fails until the documents match)."""
+
+from __future__ import annotations
+
+from modelsql.engine.options.schema import Option, OptionSet
+
+__all__ = ["PREDICT", "IMPORT_MODEL", "CREATE_MODEL_FROM_PYTHON", "CREATE_PIPELINE", "PROFILE", "COMPILE",
+           "TUNE", "FINETUNE", "SERVE", "SERVE_ITEM", "STATEMENTS", "MAX_BATCH_SIZE"]
+
+MAX_BATCH_SIZE = 2**31 - 1
+"""Largest ``batch_size`` (rows per model run) a PREDICT accepts."""
+
+PREDICT = OptionSet(
+    "PREDICT",
+    Option("on_null", "choice", "error", choices=("error", "skip", "null"),
+           doc="a NULL in a column fed to the model is an error naming the column and the number of NULL rows; "
+               "`'skip'` leaves those rows out; `'null'` returns them with NULL outputs"),
+    Option("on_error", "choice", "error", choices=("error", "null", "skip"),
+           doc="rows ONNX Runtime fails on (a `OneHotEncoder` meeting an unseen category): an error naming the "
+               "column, its value and how many rows of the failing batch; `'null'` returns those rows with NULL "
+               "outputs; `'skip'` leaves them out"),
+    Option("features", "names", doc="the columns that feed a single input, in order",
+           default_doc="the model's feature names, else by name or position"),
+    Option("backend", "choice", "onnxruntime", choices=("onnxruntime", "tvm"), default_doc="the planner's choice",
+           doc="`'tvm'`: the model's checked TVM artifact (`COMPILE MODEL` first); unset, the planner runs ONNX "
+               "Runtime unless a checked artifact is estimated 1.5x faster"),
+    Option("batch_size", "int", min=1, max=MAX_BATCH_SIZE, default_doc="the planner's choice",
+           doc="at most this many rows per model run (inputs arrive in DuckDB chunks of at most 2,048 rows)"),
+    Option("execution", "choice", "auto", choices=("auto", "stream", "batch"),
+           doc="how the model runs (see [How PREDICT runs](#how-predict-runs))"),
+    Option("isolate_rows", "bool", True,
+           doc="a batch-dependent model (see [Rows that depend on each other](#rows-that-depend-on-each-other)) "
+               "runs one row at a time, so each row gets the answer it gets alone; `false` lets it see whole "
+               "batches"),
+    Option("merge", "choice", "auto", choices=("auto", "always", "never"),
+           doc="models of one family (a routed `PREDICT(MODELS ... ROUTE BY c, ...)`, or PREDICTs of one "
+               "statement over one input) run as one NetFuse-merged graph where the measured rule expects a "
+               "gain, always, or never (see [Model families](#model-families-netfuse))"),
+    Option("device", "device", "auto",
+           doc="where the model runs: `'auto'` lets the cost function choose among the devices present (see "
+               "[Devices](#devices)); a device that is not there is `device_not_available`"),
+    doc="Named arguments after the input: `PREDICT(MODEL m, TABLE t, on_null = 'skip')` (`=`, `:=` or `=>`).",
+)
+
+IMPORT_MODEL = OptionSet(
+    "IMPORT MODEL",
+    Option("features", "names", doc="the columns that feed the model's single input, in order (PREDICT binds "
+                                    "them by name)", default_doc="scikit-learn's `feature_names_in_`, if any"),
+    Option("description", "text", doc="free text kept in the catalog"),
+    doc="`IMPORT MODEL m FROM 'file.onnx' WITH (...)`, and `CREATE [OR REPLACE] MODEL m FROM 'file.onnx' "
+        "WITH (...)`.",
+)
+
+CREATE_MODEL_FROM_PYTHON = OptionSet(
+    "CREATE MODEL FROM PYTHON",
+    Option("example", "example", default_doc="the module's `example()`",
+           doc="the example input: a `'package.module:name'` reference (a value, or a function returning one) or "
+               "a table whose rows are the example"),
+    Option("outputs", "names", default_doc="`output`, or `output0`, `output1`, ...", doc="the names of the program's outputs"),
+    Option("description", "text", doc="free text kept in the catalog"),
+    Option("execution", "choice", "auto", choices=("auto", "whole_graph", "coexecute", "eager"),
+           doc="`'auto'`: a whole graph if the safety gate passes, else co-execution or eager, whichever was "
+               "faster; `'whole_graph'`: a whole graph or an error naming the rule that refused it; "
+               "`'coexecute'`, `'eager'`: skip the whole graph"),
+    Option("row_independent", "bool", False,
+           doc="assert that a row's outputs never depend on the other rows of its batch (for the cases testing "
+               "cannot prove; never against a measurement)"),
+    Option("device", "device", "auto",
+           doc="where PREDICT runs a program kept as Python: `'auto'` and `'cpu'` the CPU, `'cuda'` / `'cuda:N'` "
+               "that GPU (eagerly)"),
+    doc="Importing a `torch.nn.Module` for PREDICT (see [Models written as Python programs]"
+        "(#models-written-as-python-programs)). A trainable factory's `WITH (...)` holds its default "
+        "arguments instead, any names (TUNE's SEARCH may override them).",
+)
+
+CREATE_PIPELINE = OptionSet(
+    "CREATE PIPELINE",
+    Option("description", "text", doc="free text kept in the catalog"),
+)
+
+PROFILE = OptionSet(
+    "PROFILE MODEL",
+    Option("batch_sizes", "int", (1, 8, 64), min=1, max=1 << 20, many=True,
+           default_doc="(1, 8, 64), or the model's fixed batch", doc="rows per model run to time"),
+    Option("threads", "int", (1,), min=1, max=256, many=True, doc="ONNX Runtime intra-op threads to time"),
+    Option("repeat", "int", 20, min=1, max=10_000, doc="timed runs per configuration (with `ON`: per batch size)"),
+    Option("warmup", "int", 2, min=0, max=100, doc="untimed runs before them"),
+    Option("backends", "choice", ("onnxruntime",), choices=("onnxruntime", "tvm"), many=True,
+           doc="`'tvm'` times the checked TVM artifact (`COMPILE MODEL` first)"),
+    Option("devices", "device", ("auto",), many=True,
+           doc="`'auto'`: every device present; or the devices named"),
+    Option("merge_factors", "int", (1,), min=1, max=64, many=True,
+           doc="N > 1 also times an N-way NetFuse merge of the model on a shared input"),
+    Option("operators", "bool", True, doc="record ONNX Runtime's per-operator kernel times"),
+    Option("train_cost_model", "bool", True, doc="retrain the learned cost model on every trace"),
+    doc="`PROFILE MODEL | PIPELINE m [ON TABLE t | ON (query)] WITH (...)`; with `ON` only `batch_sizes`, "
+        "`repeat`, `backends`, `devices` and `train_cost_model` apply. Large values are refused: they would "
+        "run for hours.",
+)
+
+COMPILE = OptionSet(
+    "COMPILE MODEL",
+    Option("tune_trials", "int", 0, min=0, doc="MetaSchedule trials (0: untuned); needs `batch_size`; "
+                                               "refused `FOR 'cuda'`"),
+    Option("batch_size", "int", min=1, default_doc="none: a symbolic batch",
+           doc="the batch to compile and tune for (one artifact per batch bucket)"),
+    Option("threads", "int", min=1, default_doc="the cores this process may use", doc="the target's threads"),
+    doc="`COMPILE MODEL m FOR 'llvm' | 'cuda' | 'cuda:N' WITH (...)`.",
+)
+
+TUNE = OptionSet(
+    "TUNE MODEL",
+    Option("max_epochs", "int", min=1, max=100_000, default_doc="`max_t`, else 10",
+           doc="epochs of a fully trained trial"),
+    Option("seed", "int", 0, min=0, max=2**32 - 1, doc="the study seed: the same seed makes the same study"),
+    Option("metric", "choice", "val_loss", choices=("val_loss", "val_accuracy", "train_loss"),
+           doc="what the algorithm optimizes (`'val_accuracy'` needs a class label TARGET)"),
+    Option("mode", "choice", choices=("min", "max"), default_doc="the metric's", doc="whether lower or higher is better"),
+    Option("workers", "int", 1, min=1, max=1024, doc="stages trained at once"),
+    Option("threads", "int", 1, min=1, max=1024, doc="threads per worker (local workers: at most the cores)"),
+    Option("executor", "choice", "local", choices=("local", "ray"), doc="worker processes here, or Ray tasks"),
+    Option("address", "text", doc="the Ray cluster's address (`executor = 'ray'`)"),
+    Option("execution", "choice", "stages", choices=("stages", "trials"),
+           doc="`'stages'`: the stage tree; `'trials'`: every trial on its own (the baseline)"),
+    Option("validation_fraction", "number", 0.2, min=0, max=1, min_open=True, max_open=True,
+           doc="rows held out for validation without `VALIDATE ON`"),
+    Option("features", "names", default_doc="every column but the TARGET and the keys",
+           doc="the columns fed to the model, in order"),
+    Option("time_budget_s", "number", min=0, min_open=True, default_doc="none", doc="stop the study after this long"),
+    Option("study_name", "text", default_doc="`<model>_study`", doc="the study's name (letters, digits, underscores)"),
+    Option("device", "device", "auto", doc="where trials train (`'auto'`: the GPU when there is one)"),
+    doc="`TUNE MODEL m ... USING algorithm WITH (...)`: these options, and the algorithm's own (`trials`, "
+        "`grace_period` ...: docs/options.md lists them). Values are written, never parameters.",
+    parameters=False,
+)
+
+FINETUNE = OptionSet(
+    "FINETUNE PIPELINE",
+    Option("epochs", "int", 300, min=1, max=100_000, doc="full-batch Adam steps"),
+    Option("temperature", "number", 0.1, min=0, max=100, doc="soft trees' temperature"),
+    Option("lr", "number", 3e-3, min=0, max=10, doc="learning rate"),
+    Option("seed", "int", 0, min=0, max=2**32 - 1, doc="the seed (the same options give the same result)"),
+    Option("eval_every", "int", 10, min=1, max=100_000, doc="steps between validation metrics"),
+    Option("validation_fraction", "number", 0.2, min=0, max=1, min_open=True, max_open=True,
+           doc="rows held out for validation without `VALIDATE ON`"),
+    Option("test", "text", doc="a held-out table: the result reports the metric on it before and after"),
+    Option("device", "device", "auto", doc="where training runs (`'auto'`: the GPU when there is one)"),
+    Option("features", "names", default_doc="the pipeline's features, else every column but the TARGET and the keys",
+           doc="the columns fed to the pipeline, in order"),
+    doc="`FINETUNE PIPELINE p ON TABLE t [VALIDATE ON ...] TARGET y WITH (...)`. Values are written, never "
+        "parameters.",
+    parameters=False,
+)
+
+SERVE = OptionSet(
+    "SERVE",
+    Option("max_batch_size", "int", 32, min=1, max=1 << 20, doc="rows per batch"),
+    Option("max_queue_delay_ms", "number", min=0, max=60_000, default_doc="none: adaptive",
+           doc="a fixed batching delay; without it a request runs at once while a thread is free"),
+    Option("threads", "int", min=1, max=1024, default_doc="the cores",
+           doc="worker threads shared by the unreserved pipelines"),
+    Option("max_request_mb", "int", 64, min=1, max=1 << 14, doc="largest request body"),
+    Option("memory_budget_mb", "number", min=0, max=1 << 24, default_doc="no limit",
+           doc="the most the loaded steps may take; the least recently used idle steps are unloaded past it"),
+    Option("share_structures", "bool", False,
+           doc="models that differ only in their floating-point weights run on one session"),
+    Option("merge_families", "bool", True,
+           doc="models of one architecture batch together, as one NetFuse-merged graph where it pays"),
+    Option("device", "device", "cpu", doc="where every stage runs (`'auto'` means `'cpu'`)"),
+    Option("token", "text", default_doc="`$MODELSQL_SERVE_TOKEN`, else none",
+           doc="a bearer token every request but `/v2/health/*` must carry"),
+    Option("allow_unauthenticated", "bool", False,
+           doc="listen on an address other machines reach without a token"),
+    doc="`SERVE ... [ON [HOST h] PORT n] WITH (...)`: the server's options, given when it starts.",
+)
+
+SERVE_ITEM = OptionSet(
+    "SERVE item",
+    Option("reserved_threads", "int", min=1, max=1024, default_doc="none",
+           doc="threads no other pipeline uses (at most the cores)"),
+    doc="In parentheses after a served name: `SERVE PIPELINE p (reserved_threads = 1)`.",
+)
+
+STATEMENTS = (PREDICT, IMPORT_MODEL, CREATE_MODEL_FROM_PYTHON, CREATE_PIPELINE, PROFILE, COMPILE, TUNE, FINETUNE,
+              SERVE, SERVE_ITEM)
+"""Every option set, in the documentation's order."""
