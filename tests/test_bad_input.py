@@ -402,7 +402,7 @@ def test_torch_module_that_cannot_be_exported(env, torch_mlp):
     with unchanged(con, db):
         with pytest.raises(modelsql.ProgrammingError) as info:
             con.import_model("bad", net)  # no example input
-    assert info.value.code == "example_input_required"
+    assert info.value.code == "example_missing"
 
 
 def test_invalid_model_name(env):

@@ -177,10 +177,10 @@ def test_sklearn_feature_names_given_and_mismatch() -> None:
     assert features == tuple(names)
     with pytest.raises(ProgrammingError) as info:
         from_sklearn(clf, feature_names=["a", "b"])
-    assert info.value.code == "feature_count_mismatch"
+    assert info.value.code == "feature_mismatch"
     with pytest.raises(ProgrammingError) as info:
         from_sklearn(clf, n_features=7)
-    assert info.value.code == "feature_count_mismatch"
+    assert info.value.code == "feature_mismatch"
 
 
 def test_sklearn_not_fitted() -> None:
@@ -504,10 +504,10 @@ def test_to_onnx_dispatch(tmp_path, mlp, mlp_onnx, digits_pipeline) -> None:
 
     with pytest.raises(ProgrammingError) as info:
         to_onnx(mlp)
-    assert info.value.code == "example_input_required"
+    assert info.value.code == "example_missing"
     with pytest.raises(ProgrammingError) as info:
         to_onnx(mlp_onnx, feature_names=["a", "b"])
-    assert info.value.code == "feature_count_mismatch"
+    assert info.value.code == "feature_mismatch"
     for bad in (42, {"a": 1}, np.zeros(3)):
         with pytest.raises(ProgrammingError) as info:
             to_onnx(bad)

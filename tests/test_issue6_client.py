@@ -96,7 +96,7 @@ def test_error_from_len_or_getitem_reaches_the_user(con):
 def test_parameters_that_cannot_be_indexed_or_are_a_mapping(con):
     with pytest.raises(modelsql.ProgrammingError, match="must be a sequence") as exc:
         con.execute("SELECT ?", {"a": 1}.values())  # sized and iterable, not indexable
-    assert exc.value.code == "bad_parameters"
+    assert exc.value.code == "invalid_argument"
     with pytest.raises(modelsql.NotSupportedError, match="qmark") as exc:
         con.execute("SELECT ?", {"a": 1})
     assert exc.value.code == "paramstyle"

@@ -292,7 +292,7 @@ def test_import_pipeline_refuses_what_it_cannot_split(con):
     est = Pipeline([("clf", LogisticRegression(max_iter=1000))]).fit(IRIS_X, IRIS_Y)
     with pytest.raises(errors.ProgrammingError) as ei:
         con.import_pipeline("p", est, example_input=[])
-    assert ei.value.code == "example_required"
+    assert ei.value.code == "example_missing"
     ct = ColumnTransformer([("a", StandardScaler(), [0])], transformer_weights={"a": 2.0})
     fu = Pipeline([("u", FeatureUnion([("s", StandardScaler())], transformer_weights={"s": 2.0})),
                    ("clf", LogisticRegression(max_iter=1000))]).fit(IRIS_X, IRIS_Y)

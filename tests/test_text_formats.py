@@ -332,7 +332,7 @@ def test_supports_and_convert_leave_other_estimators_to_skl2onnx(corpus, feature
         text.linear_head_onnx(forest)
     with pytest.raises(ProgrammingError) as info:
         text.linear_head_onnx(lm.Ridge().fit(x_train, corpus[1]), n_features=7)
-    assert info.value.code == "feature_count_mismatch"
+    assert info.value.code == "feature_mismatch"
 
 
 # ---------------------------------------------------------------------------------------------

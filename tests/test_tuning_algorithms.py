@@ -227,7 +227,7 @@ def test_round_protocol_errors() -> None:
     assert e.value.code == "unexpected_tell"
     with pytest.raises(errors.ProgrammingError) as e:
         alg.status(99)
-    assert e.value.code == "unknown_trial"
+    assert e.value.code == "trial_not_found"
 
 
 def test_unknown_and_invalid_options() -> None:

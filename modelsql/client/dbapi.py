@@ -676,7 +676,7 @@ class Cursor:
         """
         self._check_open()
         if not isinstance(operation, str):
-            raise ProgrammingError("operation must be a str of SQL.", code="bad_operation")
+            raise ProgrammingError("operation must be a str of SQL.", code="invalid_argument")
         if isinstance(parameters, Mapping):
             # checked first: a dict has __len__, and list(dict) would silently bind its keys
             raise NotSupportedError("paramstyle is qmark: pass parameters as a sequence, not a mapping.", code="paramstyle")
@@ -684,7 +684,7 @@ class Cursor:
             isinstance(parameters, (str, bytes, bytearray, set, frozenset))
             or not hasattr(parameters, "__len__") or not hasattr(parameters, "__getitem__")
         ):
-            raise ProgrammingError("parameters must be a sequence (list or tuple).", code="bad_parameters")
+            raise ProgrammingError("parameters must be a sequence (list or tuple).", code="invalid_argument")
         values = _python_values(parameters) if parameters is not None else None
         conn = self.connection
         self._discard()  # this cursor's own unread rows are dropped, never fetched
@@ -752,7 +752,7 @@ class Cursor:
         self._check_result()
         n = self.arraysize if size is None else size
         if n < 0:
-            raise ProgrammingError("fetchmany size must be >= 0.", code="bad_size")
+            raise ProgrammingError("fetchmany size must be >= 0.", code="invalid_argument")
         if self._buffer is not None:
             rows = self._buffer[self._pos : self._pos + n]
             self._pos += len(rows)

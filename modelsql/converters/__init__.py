@@ -45,7 +45,7 @@ def _check_feature_count(model: ModelProto, features: tuple[str, ...], what: str
         if isinstance(n, int) and n != len(features):
             raise ProgrammingError(
                 f"{len(features)} feature names given but {what} takes {n} features",
-                code="feature_count_mismatch",
+                code="feature_mismatch",
             )
 
 
@@ -61,7 +61,7 @@ def _features_from_metadata(model: ModelProto, source: str) -> Optional[tuple[st
         raise ProgrammingError(
             f"{hint}, but the model has {len(inputs)} inputs (features apply to a model with one input); "
             "name the features at import to override the entry.",
-            code="feature_count_mismatch",
+            code="feature_mismatch",
         )
     try:
         _check_feature_count(model, features, source)
@@ -99,8 +99,8 @@ def to_onnx(
 
     Raises:
         ProgrammingError: code ``unsupported_model`` for other objects,
-            ``example_input_required`` for a torch module without example input,
-            ``file_not_found``, ``not_fitted``, ``feature_count_mismatch``.
+            ``example_missing`` for a torch module without example input,
+            ``file_not_found``, ``not_fitted``, ``feature_mismatch``.
         DataError: code ``invalid_onnx``.
         NotSupportedError: codes ``missing_dependency``, ``conversion_failed``.
     """
@@ -126,7 +126,7 @@ def to_onnx(
             raise ProgrammingError(
                 f"importing the torch module {type(obj).__name__} needs an example input "
                 "(a tensor with the batch on dimension 0)",
-                code="example_input_required",
+                code="example_missing",
             )
         names = {}
         if input_names is not None:

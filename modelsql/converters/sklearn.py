@@ -282,7 +282,7 @@ def from_sklearn(
             converts a multi-output classifier to outputs without one row per input row.
         ProgrammingError: code ``not_fitted`` for an unfitted estimator;
             ``n_features_required`` if the feature count is unknown;
-            ``feature_count_mismatch`` if the names or ``n_features`` disagree with it.
+            ``feature_mismatch`` if the names or ``n_features`` disagree with it.
     """
     try:
         from skl2onnx import convert_sklearn, get_latest_tested_opset_version
@@ -324,7 +324,7 @@ def from_sklearn(
         if n_features is not None and int(n_features) != n:
             raise ProgrammingError(
                 f"n_features={n_features} but the {cls_name} was fitted on {n} features",
-                code="feature_count_mismatch",
+                code="feature_mismatch",
             )
 
     features: Optional[tuple[str, ...]] = None
@@ -336,7 +336,7 @@ def from_sklearn(
     if features is not None and len(features) != n:
         raise ProgrammingError(
             f"{len(features)} feature names given but the {cls_name} takes {n} features",
-            code="feature_count_mismatch",
+            code="feature_mismatch",
         )
 
     if text.supports(estimator):  # a linear head: MatMul + Add, weights as initializers

@@ -366,14 +366,14 @@ def split_pipeline(estimator: Any, example_input: Any, *, input_name: str = "inp
         the steps in an order where every step comes after the steps that feed it.
 
     Raises:
-        ProgrammingError: no example rows (``example_required``).
+        ProgrammingError: no example rows (``example_missing``).
         NotSupportedError: a part that cannot be split or converted (``conversion_failed``).
         DataError: a converted step disagrees with its estimator (``conversion_mismatch``).
     """
     if example_input is None or len(example_input) == 0:
         raise ProgrammingError("import_pipeline needs example_input: at least one row the pipeline accepts "
                                "(each step is converted for, and checked on, those rows pushed through it)",
-                               code="example_required")
+                               code="example_missing")
     if not isinstance(input_name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", input_name):
         raise ProgrammingError(f"input_name must be a column name (letters, digits and underscores, starting with a "
                                f"letter), not {input_name!r}", code="invalid_name")

@@ -472,7 +472,7 @@ def _weights(est: Any, n_features: Optional[int]) -> tuple[np.ndarray, np.ndarra
     width = coef.shape[1]
     if n_features is not None and int(n_features) != width:
         raise ProgrammingError(f"n_features={n_features} but the {type(est).__name__} was fitted on {width} features",
-                               code="feature_count_mismatch")
+                               code="feature_mismatch")
     bias = np.broadcast_to(np.asarray(getattr(est, "intercept_", 0.0), dtype=np.float64).reshape(-1), (coef.shape[0],))
     return np.ascontiguousarray(coef.T, dtype=np.float32), np.asarray(bias, dtype=np.float32)
 
@@ -579,7 +579,7 @@ def linear_head_onnx(estimator: Any, n_features: Optional[int] = None, input_nam
     Raises:
         NotSupportedError: code ``conversion_failed`` for other estimators, multi-label
             classifiers, labels that are neither integers nor strings.
-        ProgrammingError: codes ``not_fitted``, ``feature_count_mismatch``.
+        ProgrammingError: codes ``not_fitted``, ``feature_mismatch``.
     """
     kind = _head_kind(estimator)
     w, b = _weights(estimator, n_features)

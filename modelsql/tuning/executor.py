@@ -91,9 +91,9 @@ def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
         try:
             result = train_stage(stage, data, state)
         except BaseException as exc:  # noqa: BLE001 - reported to the study, which marks the trials failed
-            code = getattr(exc, "code", type(exc).__name__)
-            message = str(exc) if getattr(exc, "code", None) else "".join(
-                traceback.format_exception_only(type(exc), exc)).strip()
+            ours = isinstance(getattr(exc, "code", None), str)  # a modelsql error: its code is registered
+            code = exc.code if ours else "trial_failed"
+            message = str(exc) if ours else "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return TaskOutcome(tuple(results), (_pep249_class(exc), code, message), _worker_name())
         results.append(result)
         state = result.checkpoint

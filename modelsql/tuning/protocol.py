@@ -159,10 +159,10 @@ class RoundAlgorithm:
         """The trial's status, one of :data:`STATUSES`.
 
         Raises:
-            modelsql.errors.ProgrammingError: code ``unknown_trial`` for a trial never requested.
+            modelsql.errors.ProgrammingError: code ``trial_not_found`` for a trial never requested.
         """
         if trial not in self.statuses:
-            raise errors.ProgrammingError(f"There is no trial {trial}.", code="unknown_trial")
+            raise errors.ProgrammingError(f"There is no trial {trial}.", code="trial_not_found")
         return self.statuses[trial]
 
     def trials(self) -> dict[int, Mapping[str, Any]]:

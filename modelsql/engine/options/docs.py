@@ -2,8 +2,9 @@
 statement's table), README's tables between ``<!-- options: STATEMENT -->`` and ``<!-- /options -->``, and
 the shell's per-statement option lists (``.help``).
 
-``python -m modelsql.engine.options.docs`` rewrites ``docs/options.md`` and README's tables;
-``tests/test_options.py`` fails when one differs from what the schema generates.
+``python -m modelsql.engine.options.docs`` rewrites ``docs/options.md``, README's tables and
+``docs/errors.md`` (the error codes, :func:`modelsql.errors.codes_markdown`); ``tests/test_options.py`` and
+``tests/test_error_codes.py`` fail when one differs from what it is generated from.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def options_md() -> str:
              "hand. An option given twice is `duplicate_option`, an unknown one `unknown_option` (with a \"did "
              "you mean\"), a value of the wrong type, out of range or not among the choices `invalid_option`, each "
              "naming the statement and the option. SQL NULL is no option's value; leave the option out for its "
-             "default.\n"]
+             "default. Error codes: [errors.md](errors.md).\n"]
     for s in STATEMENTS:
         parts.append(f"## {s.statement}\n")
         if s.doc:
@@ -125,12 +126,14 @@ def option_help(name: str, width: int = 78) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Write ``docs/options.md`` and README's option tables (under the repository root: ``argv[0]``, else the
-    current folder); ``--check`` only says whether they differ (exit status 1)."""
+    """Write ``docs/options.md``, README's option tables and ``docs/errors.md`` (under the repository root:
+    ``argv[0]``, else the current folder); ``--check`` only says whether they differ (exit status 1)."""
+    from modelsql.errors import codes_markdown
+
     check = "--check" in argv
     paths = [a for a in argv if a != "--check"]
     root = Path(paths[0] if paths else ".")
-    wanted = {root / "docs" / "options.md": options_md()}
+    wanted = {root / "docs" / "options.md": options_md(), root / "docs" / "errors.md": codes_markdown()}
     readme = root / "README.md"
     wanted[readme] = with_readme_tables(readme.read_text())
     stale = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
