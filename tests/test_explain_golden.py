@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import modelsql
 from conftest import linear_model
 
 HERE = Path(__file__).parent / "golden"

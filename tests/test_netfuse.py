@@ -65,7 +65,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("torch")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidGraph  # noqa: E402
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument  # noqa: E402
 
 from modelsql.datasets import architectures as A  # noqa: E402
 from modelsql.errors import NotSupportedError  # noqa: E402

@@ -447,7 +447,7 @@ def test_to_duckdb_sql():
 def caret_column(message: str) -> tuple[str, int]:
     """Return (LINE text, 1-based column of the first caret) from an error message."""
     lines = message.splitlines()
-    (index,) = [i for i, l in enumerate(lines) if l.startswith("LINE ")]
+    (index,) = [i for i, ln in enumerate(lines) if ln.startswith("LINE ")]
     source, caret = lines[index], lines[index + 1]
     prefix = source.index(": ") + 2
     return source, caret.index("^") - prefix + 1

@@ -20,6 +20,7 @@ user's closing ``COMMIT`` still has a transaction to end.
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from typing import Optional, Sequence
@@ -451,21 +452,24 @@ def _specs_text(specs) -> str:
                                                    else "") for s in specs)
 
 
-def register_handlers() -> None:
-    """Import the modules that register the statement handlers (:mod:`modelsql.engine.handlers`): on the
-    first text that mentions models, so plain SQL never imports the converters, ONNX, TVM or the server."""
-    from modelsql.engine.profile import compile as compile_model
-    from modelsql.engine.models import statements as ddl
-    from modelsql.engine import explain
-    from modelsql.engine.finetune import statement as finetune
-    from modelsql.engine.pipelines import statements as pipelines
-    from modelsql.engine.profile import statements as profile
-    from modelsql.engine.query import handler as query
-    from modelsql.engine.serve import statements as serve
-    from modelsql.engine.models import trainables
-    from modelsql.engine.models import trust_statement as trust_model
-    from modelsql.engine.tune import statements as tune  # noqa: F401
+HANDLER_MODULES = (
+    "modelsql.engine.query.handler", "modelsql.engine.explain", "modelsql.engine.models.statements",
+    "modelsql.engine.models.trainables", "modelsql.engine.models.trust_statement",
+    "modelsql.engine.pipelines.statements", "modelsql.engine.serve.statements", "modelsql.engine.tune.statements",
+    "modelsql.engine.profile.statements", "modelsql.engine.profile.compile", "modelsql.engine.finetune.statement",
+)
+"""The modules that register statement handlers (:mod:`modelsql.engine.handlers`) when imported."""
 
+
+def register_handlers() -> None:
+    """Import :data:`HANDLER_MODULES`: on the first text that mentions models, so plain SQL never imports the
+    converters, ONNX, TVM or the server; then refuse to go on while a statement node has no handler.
+
+    Raises:
+        InternalError: ``internal_error`` naming the statement nodes without a handler.
+    """
+    for module in HANDLER_MODULES:
+        importlib.import_module(module)
     missing = handlers.missing_handlers(STATEMENT_NODES)
     if missing:
         raise InternalError("statements without a handler: " + ", ".join(n.__name__ for n in missing),

@@ -33,9 +33,10 @@ from modelsql.engine.query.column_names import name_columns
 from modelsql.engine.options import no_repeats, value
 from modelsql.engine.query.plan import Placement, PredictScan, QueryPlan, Relation, ScanRef
 from modelsql.engine.query.references import referenced_names
+from modelsql.engine.query.context import PlanningContext
 
 
-def bind_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
+def bind_query(stmt: exp.Expression, session: PlanningContext, params: list) -> QueryPlan:
     """The plan of one statement containing PREDICTs.
 
     Raises:
@@ -76,7 +77,7 @@ def _programs(mv) -> list:
     return [m for m in getattr(mv, "members", ()) if getattr(m, "kind", None) == "python"]
 
 
-def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[PredictScan],
+def bind_scan(p: PredictTable, index: int, params: list, session: PlanningContext, bound: list[PredictScan],
               used: Optional[set[str]]) -> PredictScan:
     """One PREDICT as a :class:`PredictScan` (``bound``: the scans bound before it, which its input may read)."""
     ref = p.this
@@ -109,7 +110,7 @@ def bind_scan(p: PredictTable, index: int, params: list, session, bound: list[Pr
     )
 
 
-def input_relation(p: PredictTable, bound: list[PredictScan], session) -> tuple[Relation, list[str]]:
+def input_relation(p: PredictTable, bound: list[PredictScan], session: PlanningContext) -> tuple[Relation, list[str]]:
     """The :class:`Relation` a PREDICT reads, and the key columns of its table (never fed to a model)."""
     source = p.args["expression"]
     key_columns: list[str] = []
@@ -186,7 +187,7 @@ def _ref_text(ref) -> str:
     return ("PIPELINE " if ref.args.get("pipeline") else "MODEL ") + ref.model_name
 
 
-def describe(session, input_sql: str, params: list, model: str) -> list[Column]:
+def describe(session: PlanningContext, input_sql: str, params: list, model: str) -> list[Column]:
     """The columns of the input relation (DuckDB binds it with ``LIMIT 0``: no row is read).
 
     Raises:
@@ -202,7 +203,7 @@ def describe(session, input_sql: str, params: list, model: str) -> list[Column]:
     return [Column(d[0], str(d[1])) for d in desc]
 
 
-def key_columns_of(session, table: exp.Table) -> list[str]:
+def key_columns_of(session: PlanningContext, table: exp.Table) -> list[str]:
     """The PRIMARY KEY and UNIQUE columns of ``table`` (never fed to a model by position), resolved as
     DuckDB resolves the name: the database and schema written, else a temporary table of that name,
     else the current database and schema."""
@@ -231,7 +232,7 @@ def key_columns_of(session, table: exp.Table) -> list[str]:
     return [c for r in rows if (r[0].lower(), r[1].lower()) == want for c in (r[2] or [])]
 
 
-def estimate_rows(session, input_sql: str, params: list) -> Optional[int]:
+def estimate_rows(session: PlanningContext, input_sql: str, params: list) -> Optional[int]:
     """DuckDB's estimated cardinality of the input, or None when it gives none."""
     try:
         row = session.duck.execute(f"EXPLAIN (FORMAT JSON) {input_sql}", params or None).fetchall()

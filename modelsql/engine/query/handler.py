@@ -23,15 +23,16 @@ from modelsql.engine.query.plan import QueryPlan
 from modelsql.engine.query.predict_errors import predict_error
 from modelsql.engine.result import Result
 from modelsql.engine.query.rules import apply_rules
+from modelsql.engine.query.context import QueryRunner
 
 
-def plan_query(stmt: exp.Expression, session, params: list) -> QueryPlan:
+def plan_query(stmt: exp.Expression, session: QueryRunner, params: list) -> QueryPlan:
     """The logical plan after the rules (none when ``session.optimize`` is False)."""
     plan = bind_query(stmt, session, params)
     return apply_rules(plan) if session.optimize else plan
 
 
-def run_query(stmt: exp.Expression, session, params: list, *, prefix: str = "", dry: bool = False,
+def run_query(stmt: exp.Expression, session: QueryRunner, params: list, *, prefix: str = "", dry: bool = False,
               cache_key: Optional[tuple] = None) -> tuple[Result, QueryPlan, Physical]:
     """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement.
 
@@ -64,7 +65,7 @@ _FILE_NAME = re.compile(r"[./\\:*]")
 """A table name DuckDB reads as a file (``'data.parquet'``, ``'s3://...'``, ``'*.csv'``) rather than a table."""
 
 
-def reads_outside_the_catalog(stmt: exp.Expression, session) -> bool:
+def reads_outside_the_catalog(stmt: exp.Expression, session: QueryRunner) -> bool:
     """Whether ``stmt`` reads a table function (``read_parquet('f')``, ``range(n)``) or a view: what they
     return can change with no statement on this database (a file rewritten), so no plan of it is kept."""
     tables = list(stmt.find_all(exp.Table))
@@ -99,7 +100,7 @@ def table_arguments(stmt: exp.Expression) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def run_cached(entry: CachedPlan, session, params: list) -> Result:
+def run_cached(entry: CachedPlan, session: QueryRunner, params: list) -> Result:
     """Execute a cached plan with new parameter values."""
     if entry.sql is None:
         return _run(entry.plan, entry.choices, session, params)[0]
@@ -122,7 +123,7 @@ def run_cached(entry: CachedPlan, session, params: list) -> Result:
     return out
 
 
-def _run(plan: QueryPlan, choices: dict, session, params: list, *, prefix: str = "", dry: bool = False,
+def _run(plan: QueryPlan, choices: dict, session: QueryRunner, params: list, *, prefix: str = "", dry: bool = False,
          keep: Optional[dict] = None) -> tuple[Result, Physical]:
     session.begin_if_needed()
     held = Result(session.duck)
@@ -163,7 +164,7 @@ def _run(plan: QueryPlan, choices: dict, session, params: list, *, prefix: str =
 
 
 @handles(exp.Expression, reads_only=lambda stmt: isinstance(stmt, exp.Select))
-def _query(stmt: exp.Expression, session, params: list) -> Result:
+def _query(stmt: exp.Expression, session: QueryRunner, params: list) -> Result:
     if isinstance(stmt, exp.Command):
         raise NotSupportedError(
             f"PREDICT cannot be used in {str(stmt.this).upper()}: modelsql plans the statement when it runs. "

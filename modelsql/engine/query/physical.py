@@ -28,6 +28,7 @@ from modelsql.engine.artifacts import merged as merged_models
 from modelsql.engine.query.bind_routed import ROUTE_INPUT
 from modelsql.engine.query.plan import PredictScan, QueryPlan, ScanRef
 from modelsql.engine.result import Result
+from modelsql.engine.query.context import PlanningContext
 
 _TOKEN = "__msql_scan_" + uuid.uuid4().hex[:8] + "_"
 
@@ -72,7 +73,7 @@ def choose(plan: QueryPlan) -> dict:
     return choices
 
 
-def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *, dry: bool = False,
+def build(plan: QueryPlan, choices: dict, session: PlanningContext, params: list, held: Result, *, dry: bool = False,
           keep: Optional[dict] = None) -> Physical:
     """Set up every scan's operator as ``choices`` say; batch operators run here unless ``dry`` (plain EXPLAIN).
 
@@ -135,7 +136,7 @@ def build(plan: QueryPlan, choices: dict, session, params: list, held: Result, *
     return phys
 
 
-def predict_meter(session, scan: PredictScan, execution: str) -> Optional[Meter]:
+def predict_meter(session: PlanningContext, scan: PredictScan, execution: str) -> Optional[Meter]:
     """A meter of the rows ``scan`` scores, of DuckDB's estimate of its input's rows, for the session's progress
     hook (:mod:`modelsql.progress`); None when there is no hook."""
     if session.progress is None:
@@ -156,7 +157,7 @@ def shared_threads(cores: int, duck_threads: int) -> int:
     return max(1, cores // max(1, duck_threads))
 
 
-def family_members(plan: QueryPlan, session, duck_threads: int, phys: Physical) -> dict:
+def family_members(plan: QueryPlan, session: PlanningContext, duck_threads: int, phys: Physical) -> dict:
     """scan id -> its :class:`~modelsql.operators.backends.routed.FamilyMember`, for the share groups the
     plan merges (:class:`~modelsql.engine.query.plan.FamilyShare`); a declined merge is noted in ``phys.families``."""
     out = {}
@@ -173,7 +174,7 @@ def family_members(plan: QueryPlan, session, duck_threads: int, phys: Physical) 
     return out
 
 
-def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, model=None,
+def stream_operator(scan: PredictScan, session: PlanningContext, duck_threads: int, memo=None, model=None,
                     backend: str = "onnxruntime", device: str = "cpu") -> StreamPredict:
     """A :class:`StreamPredict` with the cached session of the scan's model on ``device`` (threads:
     :func:`cost.stream_threads`); a pipeline of a :class:`~modelsql.engine.query.plan.StepShare` gets its group's step
@@ -191,7 +192,7 @@ def stream_operator(scan: PredictScan, session, duck_threads: int, memo=None, mo
     return StreamPredict(scan, model, session.duck)
 
 
-def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str, ...] = (),
+def scan_session(scan: PredictScan, session: PlanningContext, intra: int, column_major: tuple[str, ...] = (),
                  backend: str = "onnxruntime", device: str = "cpu"):
     """The loaded model a scan runs on ``backend`` and ``device``: its checked TVM artifact
     (:func:`~modelsql.engine.artifacts.compiled.tvm_session`), or the ONNX Runtime session (on a CUDA device: a
@@ -202,7 +203,7 @@ def scan_session(scan: PredictScan, session, intra: int, column_major: tuple[str
     return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major, device=device)
 
 
-def routed_model(scan: PredictScan, session, intra: int, device: str = "cpu"):
+def routed_model(scan: PredictScan, session: PlanningContext, intra: int, device: str = "cpu"):
     """The routed model of a ``MODELS (...) ROUTE BY`` scan on ``device``: merged when its :class:`RoutePlan`
     says so (a declined merge is kept on the model as ``declined`` for EXPLAIN)."""
     route = scan.route
@@ -214,7 +215,7 @@ def routed_model(scan: PredictScan, session, intra: int, device: str = "cpu"):
     return model
 
 
-def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duck_threads: int,
+def batch_operator(scan: PredictScan, session: PlanningContext, input_sql: str, params: list, duck_threads: int,
                    run_rows: Optional[int] = None, backend: str = "onnxruntime",
                    threads: Optional[int] = None, device: str = "cpu") -> BatchPredict:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows;
@@ -244,7 +245,7 @@ def batch_operator(scan: PredictScan, session, input_sql: str, params: list, duc
     )
 
 
-def begin_snapshot(session, held: Result) -> None:
+def begin_snapshot(session: PlanningContext, held: Result) -> None:
     """A batch operator's input runs before the statement: one transaction gives both one snapshot
     (one may be open though the session did not begin it: a BEGIN inside a multi-statement text)."""
     if not session.in_transaction and not held.own_snapshot and not session.catalog.in_transaction():
@@ -252,12 +253,12 @@ def begin_snapshot(session, held: Result) -> None:
         held.own_snapshot = True
 
 
-def _register(session, held: Result, name: str, table) -> None:
+def _register(session: PlanningContext, held: Result, name: str, table) -> None:
     session.duck.register(name, table)
     held.sources.append(name)
 
 
-def session_threads(session) -> int:
+def session_threads(session: PlanningContext) -> int:
     """DuckDB's thread setting on the session's connection."""
     try:
         return int(session.duck.execute("SELECT current_setting('threads')").fetchall()[0][0])
