@@ -148,7 +148,7 @@ def test_tune_refuses_a_bad_tree_naming_its_row(tuned_trees) -> None:
                    SELECT [1.0, 2.0]::FLOAT[], [-1, -1]::BIGINT[], 0""")
     with pytest.raises(modelsql.DataError) as err:
         cur.execute("""TUNE MODEL tl ON (SELECT * FROM bad) VALIDATE ON TABLE val TARGET label
-            SEARCH (lr = 0.01, batch_size = 32) USING GRID WITH (max_epochs = 1, seed = 0, name = bad_study)""")
+            SEARCH (lr = 0.01, batch_size = 32) USING GRID WITH (max_epochs = 1, seed = 0, study_name = bad_study)""")
     assert err.value.code == "invalid_tree" and "row 300" in str(err.value)
 
 
@@ -161,7 +161,7 @@ def test_tune_refuses_null_elements_of_a_tree(tuned_trees, bad_row, code) -> Non
     cur = con.cursor()
     with pytest.raises(modelsql.DataError) as err:
         cur.execute(f"""TUNE MODEL tl ON (SELECT * FROM train UNION ALL SELECT {bad_row}) VALIDATE ON TABLE val
-            TARGET label SEARCH (lr = 0.01, batch_size = 32) USING GRID WITH (max_epochs = 1, name = nulls)""")
+            TARGET label SEARCH (lr = 0.01, batch_size = 32) USING GRID WITH (max_epochs = 1, study_name = nulls)""")
     assert err.value.code == code and "row 300" in str(err.value)
 
 
