@@ -371,7 +371,7 @@ CODES: dict[str, str] = {
     "unsupported_type": "a tensor type the Open Inference Protocol cannot carry",
     "type_mismatch": "pipeline steps joined by values of different types or shapes",
 }
-"""Every error code modelsql raises, with what it means (``tests/test_error_codes.py`` checks the source raises
+"""Every error code modelsql raises, with what it means (``tests/engine/test_error_codes.py`` checks the source raises
 no other and that ``docs/errors.md`` is :func:`codes_markdown`)."""
 
 

@@ -1,6 +1,7 @@
-"""Shared set-up of the TUNE tests: a real DuckDB file holding scikit-learn's digits (8x8 images,
-64 pixel columns p0..p63 scaled to [0, 1] and a ``label``), split into ``train`` and ``val`` tables,
-and a trainable ``mlp`` (``modelsql.zoo:mlp``)."""
+"""Shared set-up of the TUNE tests (tests/tune/, tests/client/test_shell.py): a real DuckDB file holding
+scikit-learn's digits (8x8 images, 64 pixel columns p0..p63 scaled to [0, 1] and a ``label``), split into
+``train`` and ``val`` tables, and a trainable ``mlp`` (``modelsql.zoo:mlp``); the statements and the child
+process the fault tests share."""
 
 from __future__ import annotations
 
@@ -16,6 +17,30 @@ GRID_SQL = """TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label
 SEARCH (lr = STEP_DECAY(initial => CHOICE(0.2, 0.1), milestones => CHOICE((2,), (3,)), gamma => 0.1),
         batch_size = 64)
 USING GRID WITH (max_epochs = 4, seed = 0{extra})"""
+
+
+# a longer GRID study (6 trials, 8 epochs, one worker) for the fault tests: long enough to be killed part-way
+LONG_SQL = """TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label
+SEARCH (lr = STEP_DECAY(initial => CHOICE(0.3, 0.2, 0.1), milestones => CHOICE((3,), (6,)), gamma => 0.1),
+        batch_size = 64)
+USING GRID WITH (max_epochs = 8, seed = 0, workers = 1)"""
+
+# a child process (``sys.executable -c``; format it with ``tests``, the tests folder, and ``db``) that runs
+# LONG_SQL on ``db`` slowly, printing "stage" and the epochs trained at each progress report and
+# "finished" at the end
+CHILD = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import modelsql
+from tune_fixtures import LONG_SQL
+con = modelsql.connect({db!r})
+def progress(p):
+    print("stage", p["epochs_trained"], flush=True)
+    time.sleep(0.4)  # slow the study's process down, so the kill lands part-way
+con.tune_progress = progress
+con.execute(LONG_SQL)
+print("finished", flush=True)
+"""
 
 
 def digits_table() -> pa.Table:

@@ -1,5 +1,6 @@
-"""Small torch models as ONNX for the TVM tests (tests/test_tvm_backend.py, tests/test_tvm_tune.py,
-tests/test_compile.py; benchmarks/gpu/tvm_cuda_probe.py builds the same two)."""
+"""Small torch models as ONNX for the TVM tests (tests/profile/test_tvm_backend.py,
+tests/profile/test_tvm_tune.py, tests/profile/test_compile.py, tests/client/test_progress.py;
+benchmarks/gpu/tvm_cuda_probe.py builds the same two)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ This module builds those steps as ONNX graphs that agree with scikit-learn:
   :func:`register_skl2onnx` makes skl2onnx itself use the exact featurizer inside any pipeline.
 
 The graphs are built node by node (skl2onnx is not used), which corrects what skl2onnx 1.20 gets
-wrong on text (found by ``tests/test_text_formats.py``):
+wrong on text (found by ``tests/models/test_text_converters.py``):
 
 * ``analyzer='char_wb'`` is refused by skl2onnx; here each whitespace-separated word becomes one
   cell ``' ' + word + ' '`` (``Tokenizer`` -> ``StringConcat`` x2) tokenized into characters, so
@@ -35,7 +35,7 @@ wrong on text (found by ``tests/test_text_formats.py``):
 * skl2onnx puts a random uuid4 in ``graph.name``; here every name is a constant, so two
   conversions of one fitted object serialize (``deterministic=True``) byte-identically.
 
-Exactness (checked by ``tests/test_text_formats.py`` on generated reviews with odd rows, batched
+Exactness (checked by ``tests/models/test_text_converters.py`` on generated reviews with odd rows, batched
 and one row at a time): token counts are exact; TF-IDF values are float32 (sklearn: float64), so
 ``|onnx - sklearn| <= 1e-6 * max(1, |sklearn|)`` (measured <= 2.2e-7); labels equal ``predict``;
 probabilities agree within 1e-5 (measured <= 3.1e-6; LogisticRegression <= 2.4e-7). Known
@@ -165,7 +165,7 @@ def rows_independent(model: onnx.ModelProto) -> onnx.ModelProto:
 
     A featurizer here appends one constant row to every batch and drops it again (ONNX Runtime's
     string ops refuse zero rows) and pads tokens to the batch's longest row; neither changes a
-    row's features (batched and one-row-at-a-time outputs are equal, ``tests/test_text_formats.py``),
+    row's features (batched and one-row-at-a-time outputs are equal, ``tests/models/test_text_converters.py``),
     but the batch-axis analysis cannot prove it from the operators' semantics.
     """
     for p in model.metadata_props:

@@ -575,7 +575,7 @@ class ModelSQLGenerator(TuneGenerating, PipelineGenerating, ServeGenerating, Duc
     """DuckDB's generator plus one ``<key>_sql`` method per node of ours."""
 
     # Every node of ours -> its `<key>_sql` method, found by name (a node without
-    # one fails when generated, and in tests/test_sql_parse.py).
+    # one fails when generated, and in tests/sql/test_sql_parse.py).
     TRANSFORMS = {
         **DuckDBGenerator.TRANSFORMS,
         **{node: lambda self, e: getattr(self, f"{e.key}_sql")(e) for node in MODEL_NODES},

@@ -6,7 +6,7 @@ hyper-parameters agree on a prefix share the stages that train it, and a branch 
 from the checkpoint where they part. That is only sound when a trial reached through shared
 stages is *bit for bit* the trial trained from scratch in one go, so a stage restores every
 piece of state that the next epoch reads (measured when this was written; leaving out any one
-of them breaks exactness at the first resumed epoch, which ``tests/test_tuning_training.py`` checks):
+of them breaks exactness at the first resumed epoch, which ``tests/tune/test_tuning_training.py`` checks):
 
 * the model and optimizer state (momentum buffers, Adam moments);
 * torch's global RNG (dropout), the data-order ``torch.Generator``, numpy's and Python's

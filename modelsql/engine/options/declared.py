@@ -1,7 +1,7 @@
 """Every statement's options, declared once (:class:`~.schema.OptionSet`): the statements read their
 options with these, and ``docs/options.md``, README's PREDICT table and the shell's ``.help`` are generated
 from them (:mod:`.docs`). To add an option: declare it here, read it in the statement, run
-``python -m modelsql.engine.options.docs`` (``tests/test_options.py`` fails until the documents match)."""
+``python -m modelsql.engine.options.docs`` (``tests/engine/test_options.py`` fails until the documents match)."""
 
 from __future__ import annotations
 

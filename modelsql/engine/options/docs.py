@@ -3,8 +3,8 @@ statement's table), README's tables between ``<!-- options: STATEMENT -->`` and 
 the shell's per-statement option lists (``.help``).
 
 ``python -m modelsql.engine.options.docs`` rewrites ``docs/options.md``, README's tables and
-``docs/errors.md`` (the error codes, :func:`modelsql.errors.codes_markdown`); ``tests/test_options.py`` and
-``tests/test_error_codes.py`` fail when one differs from what it is generated from.
+``docs/errors.md`` (the error codes, :func:`modelsql.errors.codes_markdown`); ``tests/engine/test_options.py`` and
+``tests/engine/test_error_codes.py`` fail when one differs from what it is generated from.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the query package may ask of the statement's session: :class:`PlanningContext` for binding, the
 rules' inputs and physical lowering, :class:`QueryRunner` for the query handler that runs the plan.
 
-The query package never imports the session (``tests/test_architecture.py``): it is handed an object
+The query package never imports the session (``tests/engine/test_layout.py``): it is handed an object
 that satisfies these protocols (:class:`modelsql.engine.session.Session` does, and mypy checks the query
 package against them, not against the session's other members).
 """

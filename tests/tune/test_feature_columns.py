@@ -1,0 +1,192 @@
+"""The feature columns of statements that train (TUNE, FINETUNE, CREATE MODEL ... FROM PYTHON; issue 22, item 1):
+they are bound by PREDICT's rules. Keys (``id``, ``*_id``, a table's PRIMARY KEY and UNIQUE columns) are never
+fed, ``features = (...)`` names the columns, and the columns used are recorded: ``DESCRIBE STUDY``'s
+``features``, the features of the model made from the study or by FINETUNE, which PREDICT then binds by name.
+Real DuckDB files, real training, iris data."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from sklearn.datasets import load_iris  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+import modelsql  # noqa: E402
+from modelsql.errors import ProgrammingError  # noqa: E402
+
+NAMES = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
+ROWS = np.random.RandomState(0).permutation(150)
+TUNE = ("TUNE MODEL mlp ON {on} TARGET label SEARCH (lr = 0.05, batch_size = 32) USING GRID "
+        "WITH (max_epochs = 1, seed = 0{extra})")
+
+
+def _flowers(con, name: str, rows: np.ndarray) -> None:
+    """Table ``name``: ``id`` (PRIMARY KEY), ``customer_id``, ``code`` (UNIQUE, a name no rule calls a key), the
+    four iris measurements and ``label``."""
+    x, y = load_iris(return_X_y=True)
+    cols = {"id": rows.astype(np.int32), "customer_id": (rows % 7).astype(np.int32),
+            "code": (rows * 3 + 1).astype(np.int32)}
+    cols.update({n: x[rows, i].astype(np.float32) for i, n in enumerate(NAMES)})
+    cols["label"] = y[rows].astype(np.int64)
+    con.register(f"{name}_arrow", pa.table(cols))
+    cur = con.cursor()
+    cur.execute(f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, customer_id INTEGER, code INTEGER UNIQUE, "
+                + ", ".join(f"{n} FLOAT" for n in NAMES) + ", label BIGINT)")
+    cur.execute(f"INSERT INTO {name} SELECT * FROM {name}_arrow")
+    con.commit()
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = modelsql.connect(str(tmp_path / "issue22.duckdb"))
+    _flowers(c, "flowers", ROWS[:100])
+    _flowers(c, "flowers_val", ROWS[100:])
+    c.cursor().execute("CREATE MODEL mlp FROM PYTHON 'modelsql.zoo:mlp' WITH (hidden = 8)")
+    yield c
+    c.close()
+
+
+def _study_features(cur, study: str) -> list[str]:
+    rows = cur.execute(f"DESCRIBE STUDY {study}").fetchall()
+    column = [d[0] for d in cur.description].index("features")
+    assert len({tuple(r[column]) for r in rows}) == 1  # the same on every trial's row
+    return list(rows[0][column])
+
+
+def _model_input(cur, model: str) -> tuple[str, str]:
+    """(shape, detail) of the model's one input in DESCRIBE MODEL."""
+    rows = cur.execute(f"DESCRIBE MODEL {model}").fetchall()
+    inputs = [r for r in rows if r[0] == "input"]
+    assert len(inputs) == 1
+    return inputs[0][4], inputs[0][5]
+
+
+def test_tune_never_feeds_keys_and_records_its_columns(con):
+    cur = con.cursor()
+    cur.execute(TUNE.format(on="TABLE flowers", extra=""))
+    assert cur.fetchone()[1] == "finished"
+    options = json.loads(cur.execute("SELECT options FROM modelsql.studies").fetchone()[0])
+    # id and customer_id by their names, code as the table's UNIQUE column
+    assert options["features"] == NAMES and options["in_features"] == 4
+    assert _study_features(cur, "mlp_study") == NAMES
+    cur.execute("CREATE MODEL best FROM STUDY mlp_study")
+    assert _model_input(cur, "best") == ("[N, 4]", "features: " + ", ".join(NAMES))
+    # PREDICT binds exactly those columns by name: the keys pass through, in any column order
+    cur.execute("SELECT id, customer_id, code, label FROM PREDICT(MODEL best, (SELECT petal_width, code, id, "
+                "sepal_length, customer_id, petal_length, sepal_width FROM flowers_val))")
+    rows = cur.fetchall()
+    assert len(rows) == 50 and {r[0] for r in rows} == {int(i) for i in ROWS[100:]}
+
+
+def test_a_query_input_leaves_out_key_names_and_validate_on_reads_the_same_columns(con):
+    cur = con.cursor()
+    cur.execute(TUNE.format(on="(SELECT id, customer_id, sepal_length, petal_length, label FROM flowers) "
+                               "VALIDATE ON TABLE flowers_val", extra=""))
+    assert cur.fetchone()[1] == "finished"
+    assert _study_features(cur, "mlp_study") == ["sepal_length", "petal_length"]
+
+
+def test_features_option_names_the_columns_in_order(con):
+    cur = con.cursor()
+    cur.execute(TUNE.format(on="TABLE flowers", extra=", features = (petal_width, PETAL_LENGTH), study_name = 'two'"))
+    assert _study_features(cur, "two") == ["petal_width", "petal_length"]
+    cur.execute("CREATE MODEL two FROM STUDY two")
+    assert _model_input(cur, "two") == ("[N, 2]", "features: petal_width, petal_length")
+    assert cur.execute("SELECT count(*) FROM PREDICT(MODEL two, TABLE flowers_val)").fetchone() == (50,)
+
+
+@pytest.mark.parametrize("features,code,words", [
+    ("(petal_length, petal_widht)", "column_not_found", ['"petal_widht" not found', 'Did you mean "petal_width"']),
+    ("3", "invalid_option", ["must name columns"]),
+])
+def test_bad_features_are_the_statements_error(con, features, code, words):
+    cur = con.cursor()
+    with pytest.raises(ProgrammingError) as ei:
+        cur.execute(TUNE.format(on="TABLE flowers", extra=f", features = {features}"))
+    assert ei.value.code == code and all(w in str(ei.value) for w in words), str(ei.value)
+    assert "LINE 1:" in str(ei.value)  # it points at the option
+    assert cur.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (0,)
+
+
+def test_only_keys_left_is_an_error_naming_them(con):
+    cur = con.cursor()
+    with pytest.raises(ProgrammingError) as ei:
+        cur.execute(TUNE.format(on="(SELECT id, customer_id, label FROM flowers)", extra=""))
+    assert ei.value.code == "invalid_feature" and "id, customer_id" in str(ei.value) and "features" in str(ei.value)
+
+
+def _pipeline(con) -> None:
+    """An under-fitted scaler + logistic regression on the training rows' measurements (fit on an array, so the
+    catalog knows no feature names)."""
+    x, y = load_iris(return_X_y=True)
+    pipe = make_pipeline(StandardScaler(), LogisticRegression(C=0.02)).fit(x[ROWS[:100]].astype(np.float32),
+                                                                           y[ROWS[:100]])
+    con.import_pipeline("pl", pipe, example_input=x[:20].astype(np.float32))
+
+
+FINETUNE = ("FINETUNE PIPELINE pl ON TABLE flowers VALIDATE ON TABLE flowers_val TARGET label "
+            "WITH (epochs = 60, lr = 0.05, seed = 0, device = 'cpu'{extra})")
+
+
+def test_finetune_leaves_keys_out_and_its_model_records_the_columns(con):
+    _pipeline(con)
+    cur = con.cursor()
+    cur.execute(FINETUNE.format(extra=""))  # code (UNIQUE) fed too would be 5 columns for a 4-wide pipeline
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    assert row["chosen"] == "finetuned" and row["version"] == 2
+    assert _model_input(cur, "pl_finetuned") == ("[N, 4]", "features: " + ", ".join(NAMES))
+    # PREDICT of the new version binds the recorded columns by name, whatever their order
+    cur.execute("SELECT id, label FROM PREDICT(PIPELINE pl, (SELECT petal_width, id, petal_length, sepal_width, "
+                "sepal_length FROM flowers_val))")
+    assert len(cur.fetchall()) == 50
+
+
+def test_finetune_features_option(con):
+    _pipeline(con)
+    cur = con.cursor()
+    cur.execute("CREATE TABLE shuffled AS SELECT label, petal_width AS pw, sepal_length AS sl, sepal_width AS sw, "
+                "petal_length AS pl, id FROM flowers")
+    cur.execute("FINETUNE PIPELINE pl ON TABLE shuffled TARGET label WITH (epochs = 60, lr = 0.05, seed = 0, "
+                "device = 'cpu', features = (sl, sw, pl, pw))")
+    assert cur.fetchone()[2] == "finetuned"
+    assert _model_input(cur, "pl_finetuned") == ("[N, 4]", "features: sl, sw, pl, pw")
+    cases = [(", features = (petal_length)", "feature_mismatch", "1 feature columns"),
+             (", features = (sepal_length, sepal_width, petal_length, petal_widht)", "column_not_found",
+              'Did you mean "petal_width"'),
+             (", features = (sepal_length, label)", "invalid_option", "TARGET column 'label'"),
+             (", features = (sepal_length, SEPAL_LENGTH)", "invalid_option", 'column "SEPAL_LENGTH" twice')]
+    for extra, code, words in cases:
+        with pytest.raises(ProgrammingError) as ei:
+            cur.execute(FINETUNE.format(extra=extra))
+        assert ei.value.code == code and words in str(ei.value), str(ei.value)
+
+
+def test_a_python_programs_example_table_leaves_its_keys_out(con, tmp_path, monkeypatch):
+    (tmp_path / "issue22_net.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 2)
+
+            def forward(self, x):
+                return self.lin(x)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cur = con.cursor()
+    cur.execute("CREATE TABLE measured AS SELECT code, " + ", ".join(NAMES) + " FROM flowers")
+    cur.execute("ALTER TABLE measured ADD PRIMARY KEY (code)")
+    # code, the PRIMARY KEY, is no input: the example is the four measurements, as PREDICT feeds them
+    cur.execute("CREATE MODEL net FROM PYTHON 'issue22_net:Net' WITH (example = measured)")
+    assert cur.execute("SELECT count(*) FROM PREDICT(MODEL net, TABLE measured)").fetchone() == (100,)
