@@ -445,13 +445,13 @@ def _catalog_state(tmp_path):
     return models, storage, blobs
 
 
-SCRIPT = shutil.which("modelsql", path=str(Path(sys.executable).parent)) or shutil.which("modelsql")
+CONSOLE_SCRIPT = shutil.which("modelsql", path=str(Path(sys.executable).parent)) or shutil.which("modelsql")
 """The console script of this environment (beside its Python, also when the environment is not activated)."""
 
 
-@pytest.mark.skipif(SCRIPT is None, reason="console script not installed")
+@pytest.mark.skipif(CONSOLE_SCRIPT is None, reason="console script not installed")
 def test_console_script(tmp_path):
-    r = subprocess.run([SCRIPT, "--version"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    r = subprocess.run([CONSOLE_SCRIPT, "--version"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("modelsql ")
 
 
