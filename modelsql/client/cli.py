@@ -347,12 +347,12 @@ def says_words(text: str, words: Sequence[str]) -> bool:
 
 
 def statement_forms() -> list[str]:
-    """How each statement of the registry (:data:`modelsql.sql.nodes.STATEMENT_NODES`) is written: the
+    """How each statement of the registry (:data:`modelsql.sql.registry.STATEMENT_NODES`) is written: the
     ````...```` forms that open its node's docstring (one line per node when they fit), and the words of a
     sequence none of them says, so a new statement is in ``.help`` the day it is registered."""
     import inspect
 
-    from modelsql.sql.nodes import STATEMENT_NODES
+    from modelsql.sql.registry import STATEMENT_NODES
 
     forms: list[str] = []
     for node in STATEMENT_NODES:

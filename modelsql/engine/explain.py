@@ -15,13 +15,15 @@ Rows ``(explain_key, explain_value)``, as DuckDB's EXPLAIN gives them:
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sqlglot import exp
 
 from modelsql import sql as msql
+from modelsql.catalog.entries import RoutedModels
 from modelsql.errors import NotSupportedError, ProgrammingError
-from modelsql.sql.nodes import STATEMENT_NODES, TuneModel
+from modelsql.sql.registry import STATEMENT_NODES
+from modelsql.sql.tune import TuneModel
 from modelsql.engine.query import cost
 from modelsql.engine.handlers import handles, run_default
 from modelsql.engine.query.bind_routed import ROUTE_INPUT
@@ -30,6 +32,9 @@ from modelsql.engine.query.handler import run_query
 from modelsql.engine.profile.run_traces import record_query_traces
 from modelsql.engine.result import Result
 from modelsql.engine.tune.statements import explain_tune
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 _PREFIX = re.compile(r"\s*(ANALYZE\b|\([^()]*\))", re.I)
 
@@ -47,7 +52,7 @@ def explain_parts(stmt: exp.Expression) -> Optional[tuple[str, str]]:
     return f"EXPLAIN {m.group(1)} ", body[m.end():]
 
 
-def reads_only_explain(stmt: exp.Command) -> bool:
+def reads_only_explain(stmt: exp.Expression) -> bool:
     """Whether an EXPLAIN leaves cached plans valid: a plain EXPLAIN of a query (EXPLAIN ANALYZE runs its
     statement, which may write; another command is not ours to judge)."""
     parts = explain_parts(stmt)
@@ -58,7 +63,7 @@ def reads_only_explain(stmt: exp.Command) -> bool:
 
 
 @handles(exp.Command, reads_only=reads_only_explain)
-def _explain(stmt: exp.Command, session, params: list) -> Result:
+def _explain(stmt: exp.Command, session: Session, params: list) -> Result:
     parts = explain_parts(stmt)
     if parts is None:
         return run_default(stmt, session, params)
@@ -74,7 +79,7 @@ def _explain(stmt: exp.Command, session, params: list) -> Result:
         return explain_tune(inner[0], session, params)
     if isinstance(inner[0], tuple(STATEMENT_NODES)):
         raise NotSupportedError(
-            f"EXPLAIN {' '.join(type(inner[0]).WORDS[0])} is not supported: model statements have no plan to show; "
+            f"EXPLAIN {' '.join(getattr(type(inner[0]), 'WORDS')[0])} is not supported: model statements have no plan to show; "
             "EXPLAIN a query (SELECT, INSERT, CREATE TABLE AS ...) with PREDICT.",
             code="explain_not_supported",
         )
@@ -113,8 +118,8 @@ def render_plan(plan: QueryPlan, phys=None, *, analyze: bool = False) -> str:
         memo = phys.memos.get(share.group) if phys is not None else None
         if analyze and memo is not None:
             lines.append(f"    measured: {memo.hits:,} step runs answered from the shared steps' memo")
-    for share in plan.family_shares:
-        lines += _family_lines(plan, share, phys, analyze)
+    for family in plan.family_shares:
+        lines += _family_lines(plan, family, phys, analyze)
     for name in plan.materialized:
         lines.append(f"  MaterializedCTE {name}: its PREDICTs run once, however often it is read")
     lines += [f"  note: {n}" for n in plan.notes]
@@ -133,7 +138,7 @@ def _shared_step_lines(plan: QueryPlan, share) -> list[str]:
     return lines
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -203,7 +208,7 @@ def _program_line(model) -> Optional[str]:
         return None
     how = {"whole_graph": "one ONNX graph (torch.export, safety gate passed)",
            "coexecute": "co-executed (torch.compile, captured graphs on ONNX Runtime, Python between them)",
-           "eager": "eager PyTorch (co-execution was slower at import)"}.get(options.get("execution"), "?")
+           "eager": "eager PyTorch (co-execution was slower at import)"}.get(str(options.get("execution")), "?")
     rows = "; one row per call (batch-dependent)" if getattr(model, "batch_dependence", None) and \
         options.get("execution") != "whole_graph" else ""
     timing = f"; {options['timing']}" if "timing" in options else ""
@@ -226,6 +231,7 @@ def _family_lines(plan: QueryPlan, share, phys, analyze: bool) -> list[str]:
 def _route_lines(s: PredictScan, op, analyze: bool, pad: str) -> list[str]:
     """How a routed PREDICT runs its members: merged or not, and why (rule ``predict_merge_family``)."""
     models = s.model
+    assert isinstance(models, RoutedModels)  # a scan of kind "models"
     lines = [f"{pad}  routed by {models.route} to {len(models.members)} models: {', '.join(models.names)}"]
     if s.route is None:
         lines.append(f"{pad}  merge: no, the members run separately (rules off: connection.optimize = False)")

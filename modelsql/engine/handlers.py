@@ -1,11 +1,11 @@
 """The statement registry: which handler carries out each statement node, whether it only reads, and the
 write preamble of the statements that write the catalog.
 
-A handler registers next to its code, naming its node (a class of :data:`modelsql.sql.nodes.STATEMENT_NODES`,
+A handler registers next to its code, naming its node (a class of :data:`modelsql.sql.registry.STATEMENT_NODES`,
 or one of sqlglot's) and whether it leaves every cached plan valid::
 
     @handles(ShowModels, reads_only=True)
-    def _show(stmt: ShowModels, session, params: list) -> Result: ...
+    def _show(stmt: ShowModels, session: Session, params: list) -> Result: ...
 
 :func:`run_statement` dispatches on the node's class (its nearest registered base class: a DuckDB query
 that contains ``PREDICT`` is claimed by no node of ours and goes to the query handler, registered for
@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
 
 from sqlglot import exp
 
 from modelsql.errors import InternalError
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
            "missing_handlers", "catalog_write"]
@@ -75,12 +78,12 @@ def handler_of(node: type) -> Handler:
     raise InternalError(f"no handler for {node.__name__}", code="internal_error")
 
 
-def run_statement(stmt: exp.Expression, session, params: list):
+def run_statement(stmt: exp.Expression, session: Session, params: list):
     """Carry out one parsed statement; returns a :class:`~modelsql.engine.result.Result`."""
     return handler_of(type(stmt)).run(stmt, session, params)
 
 
-def run_default(stmt: exp.Expression, session, params: list):
+def run_default(stmt: exp.Expression, session: Session, params: list):
     """Run ``stmt`` with the handler of ``exp.Expression`` (for a handler that declines a node of its class)."""
     return handler_of(exp.Expression).run(stmt, session, params)
 
@@ -102,7 +105,7 @@ def missing_handlers(nodes: Iterable[type]) -> list[type]:
 
 
 @contextlib.contextmanager
-def catalog_write(session) -> Iterator:
+def catalog_write(session: Session) -> Iterator:
     """The write preamble: raise ``read_only`` on a read-only connection, commit the session's open
     transaction, yield the catalog inside one catalog transaction of its own (committed when the block
     ends, rolled back if it raises), then mark cached plans stale.
@@ -118,13 +121,13 @@ def catalog_write(session) -> Iterator:
 
 
 @handles(exp.Transaction, exp.Commit, exp.Rollback)
-def _transaction(stmt: exp.Expression, session, params: list):
+def _transaction(stmt: exp.Expression, session: Session, params: list):
     """BEGIN / COMMIT / ROLLBACK among modelsql statements: as plain SQL (the session follows them)."""
     return session.passthrough(stmt.sql(dialect="duckdb"), None)
 
 
 @handles(exp.Column)
-def _end_or_abort(stmt: exp.Column, session, params: list):
+def _end_or_abort(stmt: exp.Column, session: Session, params: list):
     """``END`` / ``ABORT`` parse as a bare column name: the transaction statements they are."""
     if not stmt.table and stmt.name.upper() in ("END", "ABORT"):
         return session.passthrough(stmt.sql(dialect="duckdb"), None)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import duckdb
 from sqlglot import exp
@@ -33,7 +33,7 @@ from modelsql.catalog import Catalog
 from modelsql.catalog.entries import RoutedModels
 from modelsql.duckdb_errors import translate
 from modelsql.errors import Error, InternalError, OperationalError, ProgrammingError, excerpt, position_of
-from modelsql.sql.nodes import STATEMENT_NODES
+from modelsql.sql.registry import STATEMENT_NODES
 from modelsql.storage import BlobStore
 from modelsql.storage.files import os_error
 from modelsql.engine.models import database_dump
@@ -91,7 +91,7 @@ class Session:
         """The text numbered its parameters ``?`` (DuckDB then names a ``?`` column by its place)."""
         self.plans = PlanCache(duck)
         """Plans of the statement texts run before (see :mod:`modelsql.engine.plan_cache`)."""
-        self.progress = None
+        self.progress: Optional[Callable[[dict], Any]] = None
         """The progress hook (``Connection.progress``): called with a dict per message of a long statement
         (:mod:`modelsql.progress`), or None."""
         self.cache_key: Optional[tuple] = None
@@ -390,6 +390,7 @@ class Session:
         text = self.text
         if err.line is not None or start is None or not text or "\nLINE " in str(err):
             return err
+        assert ref is not None  # start is None without it
         line, column = position_of(text, start)
         return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
 

@@ -5,7 +5,8 @@ Only this package imports sqlglot's parser internals (see docs/architecture.md).
 Public API:
 
 * :class:`ModelSQL` — the sqlglot dialect (``Tokenizer`` / ``Parser`` /
-  ``Generator`` subclasses of DuckDB's); nodes in :mod:`modelsql.sql.nodes`.
+  ``Generator`` subclasses of DuckDB's), assembled from one file per statement family
+  (nodes, parser entries and generator methods together; the registry in :mod:`modelsql.sql.registry`).
 * :func:`parse` — text -> statement trees; syntax errors -> ``ProgrammingError``.
 * :func:`mentions_models` — a tokenizer-only check: does the text need our parser?
 * :func:`number_placeholders` — ``?`` -> ``$1``, ``$2``, ... leaving all else byte-identical.
@@ -32,29 +33,11 @@ from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of
-from modelsql.sql.dialect import (
-    TEXT_TOKENS,
-    ModelSQL,
-    ModelSQLGenerator,
-    ModelSQLParser,
-    ModelSQLTokenizer,
-    ml_predict_at,
-    predict_shaped,
-    statement_at,
-)
-from modelsql.sql.nodes import (
-    MODEL_NODES,
-    STATEMENT_NODES,
-    DescribeModel,
-    DropModel,
-    ExportModel,
-    ImportModel,
-    ModelRef,
-    ModelSet,
-    PredictTable,
-    ShowModels,
-    VacuumModels,
-)
+from modelsql.sql.dialect import ModelSQL, ModelSQLGenerator, ModelSQLParser, ModelSQLTokenizer, statement_at
+from modelsql.sql.grammar import ModelRef
+from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
+from modelsql.sql.predict import ModelSet, PredictTable, ml_predict_at, predict_shaped
+from modelsql.sql.registry import MODEL_NODES, STATEMENT_NODES, TEXT_TOKENS
 
 # sqlglot logs a warning whenever it keeps a statement as an opaque Command
 # (EXPLAIN, PRAGMA ...); modelsql handles those itself, so the warning is noise.
@@ -142,7 +125,7 @@ def parse(sql: str) -> list[exp.Expression]:
 
     Returns:
         One tree per non-empty statement, in order: our nodes
-        (:data:`modelsql.sql.nodes.STATEMENT_NODES`) for our statements,
+        (:data:`modelsql.sql.registry.STATEMENT_NODES`) for our statements,
         sqlglot's DuckDB trees for everything else (``PredictTable`` inside them
         as ``exp.Table(this=PredictTable)``). Empty text gives ``[]``.
 
@@ -219,7 +202,7 @@ def mentions_models(sql: str) -> bool:
 
     Tokenizer only (no parse), so it is cheap. True when the words of a
     registered statement (each node's ``WORDS`` in
-    :data:`~modelsql.sql.nodes.STATEMENT_NODES`: ``IMPORT MODEL``,
+    :data:`~modelsql.sql.registry.STATEMENT_NODES`: ``IMPORT MODEL``,
     ``CREATE [OR REPLACE] MODEL``, ``DROP MODEL``, ``SHOW MODELS``,
     ``DESCRIBE MODEL <name>``, ``EXPORT MODEL``, ``VACUUM MODELS``) start a
     statement as unquoted words, matched by the parser's own dispatch

@@ -27,7 +27,7 @@ import pytest
 
 import modelsql
 from modelsql.client.cli import DOT_COMMANDS
-from modelsql.sql.nodes import STATEMENT_NODES
+from modelsql.sql.registry import STATEMENT_NODES
 
 from conftest import save, scale_model
 from tune_fixtures import GRID_SQL, make_db

@@ -13,7 +13,7 @@ from modelsql import sql as msql
 from modelsql.engine import handlers, session as session_module
 from modelsql.engine.plan_cache import database_key, generation
 from modelsql.errors import InternalError
-from modelsql.sql.nodes import STATEMENT_NODES
+from modelsql.sql.registry import STATEMENT_NODES
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,8 +40,8 @@ def test_a_statement_node_without_a_handler_is_named_when_the_handlers_load(monk
 
 def test_one_node_has_one_handler():
     with pytest.raises(ValueError, match="ShowModels already has a handler"):
-        handlers.handles(msql.nodes.ShowModels)(lambda stmt, session, params: None)
-    assert handlers.registered()[msql.nodes.ShowModels].run.__module__ == "modelsql.engine.models.statements"
+        handlers.handles(msql.ShowModels)(lambda stmt, session, params: None)
+    assert handlers.registered()[msql.ShowModels].run.__module__ == "modelsql.engine.models.statements"
 
 
 @pytest.mark.parametrize("text, reads", [

@@ -35,8 +35,13 @@ from modelsql.sql import (
     to_duckdb_sql,
 )
 from modelsql.sql.dialect import DEMOTED_COMMANDS, statement_at
-from modelsql.sql.nodes import (CreatePipeline, CompileModel, FinetunePipeline, ProfileModel, DescribePipeline, DescribeStudy, DropPipeline, DropStudy, ExportPipeline,
-                                Serve, ShowPipelines, ShowServers, ShowStudies, StopServer, TrustModel, TuneModel, statement)
+from modelsql.sql.finetune import FinetunePipeline
+from modelsql.sql.models import TrustModel
+from modelsql.sql.pipelines import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
+from modelsql.sql.profile import CompileModel, ProfileModel
+from modelsql.sql.registry import statement
+from modelsql.sql.serve import Serve, ShowServers, StopServer
+from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 
 
 def parse_one(sql: str) -> exp.Expression:

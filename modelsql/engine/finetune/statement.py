@@ -27,12 +27,14 @@ back to the CPU before it is exported.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from modelsql.errors import DataError, IntegrityError, NotSupportedError
 from modelsql.operators.backends.onnxruntime import OrtModel
 from modelsql.progress import Meter
-from modelsql.sql.nodes import FinetunePipeline
+from modelsql.sql.finetune import FinetunePipeline
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.finetune.data import finetune_options, read_data, read_test
@@ -40,6 +42,9 @@ from modelsql.engine.handlers import handles
 from modelsql.engine.pipelines.statements import create_pipeline
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, StepSpec
 from modelsql.engine.result import Result
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["EXACT"]
 
@@ -52,7 +57,7 @@ _COLUMNS = (("pipeline", "VARCHAR"), ("version", "INTEGER"), ("chosen", "VARCHAR
 
 
 @handles(FinetunePipeline)
-def _finetune(stmt: FinetunePipeline, session, params: list) -> Result:
+def _finetune(stmt: FinetunePipeline, session: Session, params: list) -> Result:
     import torch
 
     from modelsql.finetune.train import evaluate
@@ -146,7 +151,7 @@ def _classes(net, pv):
         return None
 
 
-def _check_exact(session, pv, net, x: np.ndarray) -> None:
+def _check_exact(session: Session, pv, net, x: np.ndarray) -> None:
     """The translated program (hard) agrees with ONNX Runtime running the pipeline's steps on ``x``."""
     import torch
 
@@ -165,7 +170,7 @@ def _check_exact(session, pv, net, x: np.ndarray) -> None:
                                     code="translation_not_exact")
 
 
-def _register(session, pv, net, x_val, options: dict, features) -> int:
+def _register(session: Session, pv, net, x_val, options: dict, features) -> int:
     """Export the fine-tuned program, check it, then import it as ``<p>_finetuned`` (its features: the columns
     it was trained on, so PREDICT feeds it those) and as the pipeline's next version (the catalog is untouched
     when the name is taken or the export disagrees)."""

@@ -27,7 +27,7 @@ import copy
 import hashlib
 import statistics
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +41,7 @@ from modelsql.converters.whole_graph import whole_graph
 from modelsql.operators.backends import devices
 from modelsql.operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
 from modelsql.progress import Meter
-from modelsql.sql.nodes import ImportModel
+from modelsql.sql.models import ImportModel
 from modelsql.tuning.training import resolve_reference, source_file
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.artifacts import trust
@@ -51,6 +51,9 @@ from modelsql.engine.options import value
 from modelsql.engine.options.declared import CREATE_MODEL_FROM_PYTHON
 from modelsql.engine.artifacts.python_programs import StoredProgram, helper_sources, program_code, program_digest, program_module, state_tensors
 from modelsql.engine.result import Result
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["OPTIONS", "EXECUTIONS", "wants_import", "create_python_model", "store_program"]
 
@@ -85,7 +88,7 @@ def wants_import(stmt: ImportModel, params: list) -> bool:
     return isinstance(obj, torch.nn.Module) or (isinstance(obj, type) and issubclass(obj, torch.nn.Module))
 
 
-def create_python_model(stmt: ImportModel, session, params: list) -> Result:
+def create_python_model(stmt: ImportModel, session: Session, params: list) -> Result:
     """Import the program ``stmt`` names (see the module docstring), reporting its :data:`STAGES` to the
     session's progress hook (:mod:`modelsql.progress`, kind ``create_model``).
 
@@ -121,7 +124,7 @@ STAGES = ("running the example", "checking determinism", "trying a whole graph",
 imported as a whole graph ends after the third)."""
 
 
-def _create(stmt: ImportModel, session, params: list, stage) -> Result:
+def _create(stmt: ImportModel, session: Session, params: list, stage) -> Result:
     """:func:`create_python_model`'s work; ``stage(i)`` is called as :data:`STAGES` ``[i]`` begins."""
     name = stmt.this.model_name
     ref = str(value(stmt.args["source"], params))
@@ -174,7 +177,7 @@ def _options(stmt: ImportModel, params: list, name: str) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _example(session, module, given, name: str):
+def _example(session: Session, module, given, name: str):
     """The example batch: from a reference, a table, or the module's ``example()``."""
     if isinstance(given, tuple) and given[0] == "table":
         return _table_example(session, module, given[1], name)
@@ -201,7 +204,7 @@ def _called(fn, what: str):
         raise DataError(f"the example {what} failed: {type(exc).__name__}: {exc}", code="program_failed") from exc
 
 
-def _table_example(session, module, table: str, name: str) -> tuple:
+def _table_example(session: Session, module, table: str, name: str) -> tuple:
     """The rows of ``table`` as arguments of ``forward``: a column per parameter of that name, else (one
     parameter) the numeric columns that are not keys (PREDICT's rule: key-like names, the table's PRIMARY KEY and
     UNIQUE columns) as a float32 matrix."""
@@ -230,7 +233,7 @@ def _table_example(session, module, table: str, name: str) -> tuple:
         matrix = np.column_stack([np.asarray(frame.column(c).to_numpy(), dtype=np.float64) for c in numeric]
                                  ).astype(np.float32)
         return (torch.from_numpy(matrix),)
-    out = []
+    out: list[Any] = []
     for p in params:
         col = frame.column(columns[p.lower()]).to_pylist()
         if col and isinstance(col[0], str):
@@ -241,7 +244,7 @@ def _table_example(session, module, table: str, name: str) -> tuple:
     return tuple(out)
 
 
-def store_program(session, stmt: ImportModel, ref: str, prog: Program, execution: str, described: dict,
+def store_program(session: Session, stmt: ImportModel, ref: str, prog: Program, execution: str, described: dict,
                   params: Optional[dict] = None, *, row_reason: Optional[str] = None, state=None) -> None:
     """Store a program that is not a whole graph (kind ``"python"``): co-executed or eager, whichever was
     faster at import (or as ``execution`` says). ``params``: the arguments ``ref`` is built with;
@@ -334,7 +337,7 @@ def _crossover(sizes: tuple, eager: list, coexec: list):
     return next(b for b in BUCKETS if b >= rows)
 
 
-def _timing(sizes: tuple, eager: list, coexec: list = None) -> str:
+def _timing(sizes: tuple, eager: list, coexec: Optional[list] = None) -> str:
     parts = []
     for k, n in enumerate(sizes):
         text = f"{n} row{'s' if n > 1 else ''}: eager {eager[k]:.0f} us"

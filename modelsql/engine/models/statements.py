@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from modelsql.analyses.batch_axis import batch_dependence
 from modelsql.analyses.static_features import static_features
@@ -22,7 +22,7 @@ from modelsql.onnxformat.describe import param_count, signature
 from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
 from modelsql.onnxformat.metadata import outputs_entry, write_metadata
 from modelsql.onnxformat.split import split_model
-from modelsql.sql.nodes import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
+from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
 from modelsql.engine.query.bind_predict import bind_outputs, check_feature_names, check_signature, row_shape, row_width
@@ -31,6 +31,9 @@ from modelsql.engine.options import value
 from modelsql.engine.options.declared import IMPORT_MODEL
 from modelsql.engine.models.plans import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
 from modelsql.engine.result import Result
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 IMPORT_OPTIONS = IMPORT_MODEL
 """Options of ``IMPORT MODEL ... WITH (...)`` (:data:`modelsql.engine.options.declared.IMPORT_MODEL`):
@@ -74,7 +77,7 @@ def bind_import(stmt: ImportModel, params: list) -> CreateModel:
 
 
 @handles(ImportModel)
-def _import(stmt: ImportModel, session, params: list) -> Result:
+def _import(stmt: ImportModel, session: Session, params: list) -> Result:
     if stmt.args.get("python") or stmt.args.get("study") is not None:
         return TRAINABLE_HANDLERS["python" if stmt.args.get("python") else "study"](stmt, session, params)
     plan = bind_import(stmt, params)
@@ -84,7 +87,7 @@ def _import(stmt: ImportModel, session, params: list) -> Result:
 
 
 @handles(DropModel)
-def _drop(stmt: DropModel, session, params: list) -> Result:
+def _drop(stmt: DropModel, session: Session, params: list) -> Result:
     session.check_writable()
     ref = stmt.this
     plan = DropModelPlan(ref.model_name.lower(), ref.version_number, bool(stmt.args.get("exists")))
@@ -106,14 +109,14 @@ def _drop(stmt: DropModel, session, params: list) -> Result:
 
 
 @handles(ShowModels, reads_only=True)
-def _show(stmt: ShowModels, session, params: list) -> Result:
+def _show(stmt: ShowModels, session: Session, params: list) -> Result:
     session.begin_if_needed()
     session.run(session.catalog.show_models_sql(), None)
     return session.duckdb_result("SELECT")
 
 
 @handles(DescribeModel, reads_only=True)
-def _describe(stmt: DescribeModel, session, params: list) -> Result:
+def _describe(stmt: DescribeModel, session: Session, params: list) -> Result:
     ref = stmt.this
     plan = DescribeModelPlan(session.get_model(ref.model_name, ref.version_number, ref))
     session.begin_if_needed()
@@ -123,7 +126,7 @@ def _describe(stmt: DescribeModel, session, params: list) -> Result:
 
 
 @handles(ExportModel, reads_only=True)
-def _export(stmt: ExportModel, session, params: list) -> Result:
+def _export(stmt: ExportModel, session: Session, params: list) -> Result:
     ref = stmt.this
     plan = ExportModelPlan(session.get_model(ref.model_name, ref.version_number, ref),
                            str(value(stmt.args["target"], params)))
@@ -135,7 +138,7 @@ def _export(stmt: ExportModel, session, params: list) -> Result:
 
 
 @handles(VacuumModels)
-def _vacuum(stmt: VacuumModels, session, params: list) -> Result:
+def _vacuum(stmt: VacuumModels, session: Session, params: list) -> Result:
     session.check_writable()
     session.run("SELECT 1", None)  # an aborted transaction says so here; COMMIT would end it silently
     session.duck.fetchall()
@@ -161,7 +164,7 @@ def _static(proto) -> dict:
 
 
 def import_model(
-    session,
+    session: Session,
     name: str,
     model: Any,
     *,
@@ -207,7 +210,7 @@ def import_model(
             session.changed()  # a plan of "the latest version" is stale
 
 
-def prepare_model(session, name: str, model: Any, *, example_input: Any = None,
+def prepare_model(session: Session, name: str, model: Any, *, example_input: Any = None,
                   features: Optional[Sequence[str]] = None, input_names: Optional[Sequence[str]] = None,
                   output_names: Optional[Sequence[str]] = None, options: Optional[dict] = None,
                   accept_mismatch: bool = False, provenance: Optional[tuple[str, str]] = None,
@@ -324,7 +327,7 @@ def retrying(catalog, write, attempts: int = 60):
     raise AssertionError("unreachable")
 
 
-def existing_model(session, name: str, replace: bool, if_not_exists: bool) -> bool:
+def existing_model(session: Session, name: str, replace: bool, if_not_exists: bool) -> bool:
     """True when model ``name`` exists and IF NOT EXISTS says to leave it; False when a new version may be
     added (the name is free, or OR REPLACE).
 

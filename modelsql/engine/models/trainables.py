@@ -16,13 +16,13 @@ on a read-only one.
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from modelsql.catalog.studies import Trainable
 from modelsql.errors import IntegrityError, ProgrammingError
 from modelsql.converters import from_torch
 from modelsql.converters.label_values import with_label_values
-from modelsql.sql.nodes import ImportModel
+from modelsql.sql.models import ImportModel
 from modelsql.tuning.training import factory_digest, for_inference, load_trained, resolve_factory
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.artifacts import trust
@@ -32,11 +32,14 @@ from modelsql.engine.result import Result
 from modelsql.engine.tune.spec import TRAINING_NAMES, constant, frozen, trainable_defaults
 from modelsql.engine.handlers import catalog_write
 
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
 __all__ = ["create_trainable", "trainable_for_tune", "register", "create_from_study", "drop_trainable",
            "trainable_code"]
 
 
-def create_trainable(stmt: ImportModel, session, params: list) -> Result:
+def create_trainable(stmt: ImportModel, session: Session, params: list) -> Result:
     """``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] m FROM PYTHON 'pkg.mod:factory' [WITH (...)]``.
 
     Raises:
@@ -87,7 +90,7 @@ def trainable_code(trainable: Trainable) -> trust.CodeArtifact:
                               trainable.name, trainable.version, what)
 
 
-def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> Trainable:
+def trainable_for_tune(session: Session, name: str, version: Optional[int], ref=None) -> Trainable:
     """The trainable TUNE trains: version ``version``, or the latest one, or (when its factory's source
     changed since) the next version, not yet in the catalog: :func:`register` records it when the study
     starts. Raises ProgrammingError ``model_not_found`` (naming an ONNX model of that name as not
@@ -112,14 +115,14 @@ def trainable_for_tune(session, name: str, version: Optional[int], ref=None) -> 
     return Trainable(found.name, found.version + 1, found.factory, digest, found.options)
 
 
-def register(session, trainable: Trainable) -> None:
+def register(session: Session, trainable: Trainable) -> None:
     """Record ``trainable`` when the catalog does not have that version yet (a changed factory source)."""
     if session.catalog.studies.trainable(trainable.name, trainable.version) is None:
         with session.catalog.transaction(join=False):
             session.catalog.studies.add_trainable(trainable)
 
 
-def create_from_study(stmt: ImportModel, session, params: list) -> Result:
+def create_from_study(stmt: ImportModel, session: Session, params: list) -> Result:
     """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]``: the trial's final weights (the study's best
     trial by default), exported to ONNX through :mod:`modelsql.converters.torch` and imported as a model
     version whose features are the study's feature columns (or, for a study over one array column, whose
@@ -148,7 +151,7 @@ def create_from_study(stmt: ImportModel, session, params: list) -> Result:
     return Result(session.duck, rowcount=1)
 
 
-def _import_trained(session, stmt: ImportModel, study, trial) -> None:
+def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
     """Export the trial's network to ONNX and import it as model ``stmt.this``'s next version (a network over
     trees is stored as a Python program instead: :func:`_import_trained_program`)."""
     import numpy as np
@@ -156,9 +159,9 @@ def _import_trained(session, stmt: ImportModel, study, trial) -> None:
     if json.loads(study.options).get("trees"):
         return _import_trained_program(session, stmt, study, trial)
     module, features, in_features = _trained_module(session, study, trial)
-    example = np.zeros((1, in_features), np.float32)
+    example: Optional[np.ndarray] = np.zeros((1, in_features), np.float32)
     input_names = [features[0]] if len(features) != in_features else None  # an array column: bound by name
-    outputs = _output_names(study)
+    outputs: Optional[list[str]] = _output_names(study)
     labels = json.loads(study.options).get("labels")
     if labels is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
         # text or boolean labels: the exported index output is mapped to the labels themselves
@@ -171,7 +174,7 @@ def _import_trained(session, stmt: ImportModel, study, trial) -> None:
                      options={"study": study.name, "trial": str(trial.trial)})
 
 
-def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
+def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -> None:
     """A trial of a study over trees as a Python program (:class:`~modelsql.tuning.inference.TrainedNetwork`
     rebuilt from the factory and its arguments, the trial's weights loaded), run eagerly: the level-batched
     executor is already one batch per tree height. Its inputs are named after the study's two columns.
@@ -208,7 +211,7 @@ def _import_trained_program(session, stmt: ImportModel, study, trial) -> None:
                    "trial": str(trial.trial)}, args, row_reason=batching(prog, None))
 
 
-def _trained_network(session, study, trial):
+def _trained_network(session: Session, study, trial):
     """(the trial's trained network, its factory arguments, the trainable)."""
     options = json.loads(study.options)
     trainable = session.catalog.studies.trainable(study.model, study.model_version)
@@ -237,7 +240,7 @@ def _trained_network(session, study, trial):
     return model, params, trainable
 
 
-def _trained_module(session, study, trial):
+def _trained_module(session: Session, study, trial):
     options = json.loads(study.options)
     model, _, _ = _trained_network(session, study, trial)
     labels = options.get("labels")
@@ -250,7 +253,7 @@ def _output_names(study) -> list[str]:
     return ["label", "probabilities"] if json.loads(study.options).get("labels") is not None else ["prediction"]
 
 
-def drop_trainable(plan, session) -> Result:
+def drop_trainable(plan, session: Session) -> Result:
     """``DROP MODEL [IF EXISTS] m [VERSION n]`` of a trainable: its versions (or version ``n``) leave the catalog;
     the studies that tuned it stay (their trained models are ONNX models of their own).
 

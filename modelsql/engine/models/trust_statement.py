@@ -9,14 +9,19 @@ already). A user runs it after looking at the code (``DESCRIBE MODEL m``; the ro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from modelsql.errors import Error, ProgrammingError
-from modelsql.sql.nodes import TrustModel
+from modelsql.sql.models import TrustModel
 from modelsql.engine.artifacts import trust
 from modelsql.engine.artifacts.compiled import library_code
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.artifacts.python_programs import program_code, read_program
 from modelsql.engine.result import Result
 from modelsql.engine.models.trainables import trainable_code
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["code_of", "COLUMNS"]
 
@@ -25,7 +30,7 @@ COLUMNS = (("model", "VARCHAR"), ("version", "INTEGER"), ("kind", "VARCHAR"), ("
 """The result's columns."""
 
 
-def code_of(session, name: str, version=None) -> list[trust.CodeArtifact]:
+def code_of(session: Session, name: str, version=None) -> list[trust.CodeArtifact]:
     """The code artifacts of model (or trainable) ``name``: every version's, or version ``version``'s.
 
     Raises:
@@ -53,7 +58,7 @@ def code_of(session, name: str, version=None) -> list[trust.CodeArtifact]:
 
 
 @handles(TrustModel)
-def _trust(stmt: TrustModel, session, params: list) -> Result:
+def _trust(stmt: TrustModel, session: Session, params: list) -> Result:
     """Sign the code of ``stmt``'s model with the user's key (see the module docstring).
 
     Raises:

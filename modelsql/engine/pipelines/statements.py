@@ -25,11 +25,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from modelsql.catalog.entries import ModelVersion, PipelineStep, PipelineVersion, StepFeed, TensorSpec
 from modelsql.errors import IntegrityError, ProgrammingError
-from modelsql.sql.nodes import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
+from modelsql.sql.pipelines import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.statements import retrying
 from modelsql.engine.models.exports import check_export_target, write_export
@@ -38,6 +38,9 @@ from modelsql.engine.options import value
 from modelsql.engine.options.declared import CREATE_PIPELINE
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, DropPipelinePlan, StepSpec
 from modelsql.engine.result import Result
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 PIPELINE_OPTIONS = CREATE_PIPELINE
 """Options of ``CREATE PIPELINE ... WITH (...)`` (:data:`modelsql.engine.options.declared.CREATE_PIPELINE`):
@@ -154,7 +157,7 @@ def pipeline_digest(steps: Sequence[PipelineStep]) -> str:
 # ---------------------------------------------------------------- create
 
 
-def create_pipeline(session, plan: CreatePipelinePlan, explicit: Optional[dict] = None,
+def create_pipeline(session: Session, plan: CreatePipelinePlan, explicit: Optional[dict] = None,
                     add_steps: Optional[Callable[[], Sequence[StepSpec]]] = None) -> PipelineVersion:
     """Resolve, wire and catalog a pipeline version (see ``Connection.import_pipeline``).
 
@@ -217,13 +220,13 @@ def _pipeline_taken(pipelines, key: str, plan: CreatePipelinePlan) -> bool:
     )
 
 
-def _named_steps(session, key: str, specs: Sequence[StepSpec]) -> list[tuple[str, ModelVersion]]:
+def _named_steps(session: Session, key: str, specs: Sequence[StepSpec]) -> list[tuple[str, ModelVersion]]:
     """``(step name, model version)`` of each spec, in order.
 
     Raises:
         ProgrammingError: a missing model or version; ``duplicate_step``.
     """
-    named = []
+    named: list[tuple[str, ModelVersion]] = []
     for spec in specs:
         mv = session.get_model(spec.model, spec.version)
         step = (spec.name or mv.name).lower()
@@ -240,13 +243,13 @@ def _named_steps(session, key: str, specs: Sequence[StepSpec]) -> list[tuple[str
 
 
 @handles(CreatePipeline)
-def _create(stmt: CreatePipeline, session, params: list) -> Result:
+def _create(stmt: CreatePipeline, session: Session, params: list) -> Result:
     create_pipeline(session, bind_create(stmt, params))
     return Result(session.duck, rowcount=1)
 
 
 @handles(DropPipeline)
-def _drop(stmt: DropPipeline, session, params: list) -> Result:
+def _drop(stmt: DropPipeline, session: Session, params: list) -> Result:
     session.check_writable()
     ref = stmt.this
     plan = DropPipelinePlan(ref.model_name.lower(), ref.version_number, bool(stmt.args.get("exists")))
@@ -262,21 +265,21 @@ def _drop(stmt: DropPipeline, session, params: list) -> Result:
 
 
 @handles(ShowPipelines, reads_only=True)
-def _show(stmt: ShowPipelines, session, params: list) -> Result:
+def _show(stmt: ShowPipelines, session: Session, params: list) -> Result:
     session.begin_if_needed()
     session.run(session.catalog.pipelines.show_sql(), None)
     return session.duckdb_result("SELECT")
 
 
 @handles(DescribePipeline, reads_only=True)
-def _describe(stmt: DescribePipeline, session, params: list) -> Result:
+def _describe(stmt: DescribePipeline, session: Session, params: list) -> Result:
     ref = stmt.this
     pv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=True)
     return Result(session.duck, description=list(_DESCRIBE_COLUMNS), rows=session.catalog.pipelines.describe_rows(pv))
 
 
 @handles(ExportPipeline, reads_only=True)
-def _export(stmt: ExportPipeline, session, params: list) -> Result:
+def _export(stmt: ExportPipeline, session: Session, params: list) -> Result:
     from modelsql.onnxformat.compose import merge_pipeline
     from modelsql.engine.models.statements import write_catalog_metadata
 

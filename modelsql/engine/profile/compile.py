@@ -15,15 +15,20 @@ result's last column, ``schedules``, says how the code was scheduled.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from modelsql.errors import ProgrammingError
 from modelsql.progress import Meter
-from modelsql.sql.nodes import CompileModel
+from modelsql.sql.profile import CompileModel
 from modelsql.engine.artifacts import trust
 from modelsql.engine.artifacts.compiled import compile_version, library_code, schedules_of, tvm_target
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import option_error, value
 from modelsql.engine.options.declared import COMPILE
 from modelsql.engine.result import Result
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["COMPILE_OPTIONS"]
 
@@ -44,7 +49,7 @@ def _options(stmt: CompileModel, params: list) -> dict:
     return options
 
 
-def _meter(session, mv, target, options: dict) -> Meter:
+def _meter(session: Session, mv, target, options: dict) -> Meter:
     """COMPILE's progress meter (:mod:`modelsql.progress`, kind ``compile``): MetaSchedule's trials measured of
     those given (none when the compile is untuned)."""
     return Meter(session.progress, "compile", total=options["tune_trials"], label=mv.label, target=target.kind,
@@ -52,7 +57,7 @@ def _meter(session, mv, target, options: dict) -> Meter:
 
 
 @handles(CompileModel)
-def _compile(stmt: CompileModel, session, params: list) -> Result:
+def _compile(stmt: CompileModel, session: Session, params: list) -> Result:
     ref = stmt.this
     mv = session.get_model(ref.model_name, ref.version_number, ref)
     options = _options(stmt, params)

@@ -16,7 +16,7 @@ learns when merging pays.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 from onnx import numpy_helper
@@ -29,7 +29,7 @@ from modelsql.errors import NotSupportedError, ProgrammingError
 from modelsql.netfuse import MergeDeclined, merge_models
 from modelsql.sql.dialect import ModelSQL
 from modelsql.operators.backends.profiling import LatencyTrace, operator_times, profile_latency
-from modelsql.sql.nodes import ProfileModel
+from modelsql.sql.profile import ProfileModel
 from modelsql.operators.backends import devices
 from modelsql.progress import Meter
 from modelsql.engine.artifacts.sessions import load_model_proto
@@ -41,6 +41,9 @@ from modelsql.engine.options.declared import PROFILE
 from modelsql.engine.query.handler import run_query
 from modelsql.engine.result import Result
 from modelsql.engine.profile.run_traces import run_trace_rows
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["PROFILE_OPTIONS"]
 
@@ -133,7 +136,7 @@ def _planned_runs(options: dict, tvm: int, cuda: int) -> int:
                for n in options["merge_factors"] for _, batches in _lowerings(n, options["batch_sizes"]))
 
 
-def _synthetic(session, mv, options: dict, meter: Meter) -> tuple[list[TraceRow], list[int]]:
+def _synthetic(session: Session, mv, options: dict, meter: Meter) -> tuple[list[TraceRow], list[int]]:
     """Traces of ``mv`` on synthetic inputs, per (merge factor, backend, threads, batch size); ``meter`` counts
     the model runs (its total grows by this model's when it starts)."""
     warmup, repeat = options["warmup"], options["repeat"]
@@ -160,7 +163,7 @@ def _synthetic(session, mv, options: dict, meter: Meter) -> tuple[list[TraceRow]
 _ON_INPUT_ONLY = ("batch_sizes", "repeat", "backends", "train_cost_model", "devices")
 
 
-def _on_input(stmt: ProfileModel, session, params: list, mv, options: dict,
+def _on_input(stmt: ProfileModel, session: Session, params: list, mv, options: dict,
               meter: Meter) -> tuple[list[TraceRow], list[int]]:
     """Traces of ``mv`` on the rows of ``ON ...``: per batch size and backend, the PREDICT run as the planner
     plans it with that ``batch_size``, its model runs timed (one warm-up query, then queries until ``repeat``
@@ -189,7 +192,7 @@ _QUERIES = 6
 """Queries PROFILE ... ON runs per configuration at most: one warm-up, then up to five timed."""
 
 
-def _query_runs(session, sql: str, params: list, repeat: int, meter: Meter) -> tuple[list, int]:
+def _query_runs(session: Session, sql: str, params: list, repeat: int, meter: Meter) -> tuple[list, int]:
     """The model runs (rows, seconds) of a one-PREDICT query run up to five times after a warm-up; ``meter``
     counts the queries."""
     runs, threads = [], 1
@@ -221,12 +224,13 @@ def _steps(entry) -> list:
     return out
 
 
-def _traces(stmt: ProfileModel, session, params: list, entry, options: dict, meter: Meter):
+def _traces(stmt: ProfileModel, session: Session, params: list, entry, options: dict, meter: Meter):
     """(trace rows, merge factor of each): on the rows of ``ON ...`` or on synthetic inputs (each step of a
     pipeline); ``meter`` counts the queries or the model runs."""
     if stmt.args.get("source") is not None:
         return _on_input(stmt, session, params, entry, options, meter)
-    rows, factors = [], []
+    rows: list[TraceRow] = []
+    factors: list[int] = []
     for mv in _steps(entry):
         r, f = _synthetic(session, mv, options, meter)
         rows, factors = rows + r, factors + f
@@ -234,7 +238,7 @@ def _traces(stmt: ProfileModel, session, params: list, entry, options: dict, met
 
 
 @handles(ProfileModel)
-def _profile(stmt: ProfileModel, session, params: list) -> Result:
+def _profile(stmt: ProfileModel, session: Session, params: list) -> Result:
     ref = stmt.this
     options = _options(stmt, params)
     entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))

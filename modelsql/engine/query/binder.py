@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -24,10 +24,11 @@ from modelsql.engine.artifacts.python_programs import check_source
 from modelsql import sql as msql
 from modelsql.duckdb_errors import translate
 from modelsql.errors import Error, NotSupportedError
-from modelsql.catalog.entries import RoutedModels
-from modelsql.sql.nodes import ModelSet, PredictTable
+from modelsql.catalog.entries import ModelVersion, PipelineVersion, RoutedModels
+from modelsql.sql.grammar import ModelRef
+from modelsql.sql.predict import ModelSet, PredictTable
 from modelsql.engine.artifacts import compiled
-from modelsql.engine.query.bind_predict import Column, bind_predict, parse_options, quote
+from modelsql.engine.query.bind_predict import Column, PredictModel, bind_predict, parse_options, quote
 from modelsql.engine.query.bind_routed import bind_routed
 from modelsql.engine.query.column_names import name_columns
 from modelsql.engine.options import no_repeats, value
@@ -36,7 +37,7 @@ from modelsql.engine.query.references import referenced_names
 from modelsql.engine.query.context import PlanningContext
 
 
-def bind_query(stmt: exp.Expression, session: PlanningContext, params: list) -> QueryPlan:
+def bind_query(stmt: exp.Expression, session: PlanningContext, params: list[object]) -> QueryPlan:
     """The plan of one statement containing PREDICTs.
 
     Raises:
@@ -67,20 +68,20 @@ def bind_query(stmt: exp.Expression, session: PlanningContext, params: list) -> 
     return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt), costs=session.costs())
 
 
-def _programs(mv) -> list:
+def _programs(mv: PredictModel) -> list[ModelVersion]:
     """The Python-program versions a PREDICT of ``mv`` runs: itself, a pipeline's steps, a model set's members."""
-    kind = getattr(mv, "kind", None)
-    if kind == "python":
-        return [mv]
-    if kind == "pipeline":
+    if isinstance(mv, PipelineVersion):
         return [s.model for s in mv.steps if s.model.kind == "python"]
-    return [m for m in getattr(mv, "members", ()) if getattr(m, "kind", None) == "python"]
+    if isinstance(mv, RoutedModels):
+        return [m for m in mv.members if m.kind == "python"]
+    return [mv] if mv.kind == "python" else []
 
 
-def bind_scan(p: PredictTable, index: int, params: list, session: PlanningContext, bound: list[PredictScan],
-              used: Optional[set[str]]) -> PredictScan:
+def bind_scan(p: PredictTable, index: int, params: list[object], session: PlanningContext,
+              bound: list[PredictScan], used: Optional[set[str]]) -> PredictScan:
     """One PREDICT as a :class:`PredictScan` (``bound``: the scans bound before it, which its input may read)."""
     ref = p.this
+    mv: PredictModel
     if isinstance(ref, ModelSet):
         mv = session.get_model_set(ref)
     else:
@@ -158,7 +159,7 @@ def referenced_ctes(tree: exp.Expression, ctes: list[exp.CTE]) -> list[exp.CTE]:
     return [c for c in ctes if c.alias_or_name.lower() in wanted]
 
 
-def stand_in_tree(tree: exp.Expression, scans) -> exp.Expression:
+def stand_in_tree(tree: exp.Expression, scans: Sequence[PredictScan]) -> exp.Expression:
     """A copy of ``tree`` in which each :class:`ScanRef` reads a typed empty stand-in of its scan:
     the scan's input columns and its outputs as NULLs of their types, no rows (nothing runs)."""
     by_id = {s.id: s for s in scans}
@@ -167,13 +168,15 @@ def stand_in_tree(tree: exp.Expression, scans) -> exp.Expression:
         scan = by_id[ref.scan_id]
         outs = ", ".join(f"CAST(NULL AS {o.duckdb_type}) AS {quote(o.column)}" for o in scan.outputs)
         stand_in = sqlglot.parse_one(f'SELECT *, {outs} FROM __msql_input AS "__msql_in" LIMIT 0', read="duckdb")
-        stand_in.find(exp.Table).replace(exp.Subquery(this=stand_in_tree(scan.input.tree, scans),
-                                                      alias=exp.TableAlias(this=exp.to_identifier("__msql_in", quoted=True))))
+        table = stand_in.find(exp.Table)
+        assert table is not None  # (the FROM item of the text above)
+        table.replace(exp.Subquery(this=stand_in_tree(scan.input.tree, scans),
+                                   alias=exp.TableAlias(this=exp.to_identifier("__msql_in", quoted=True))))
         put_in_place(ref, stand_in)
     return tree
 
 
-def put_in_place(ref: ScanRef, tree: exp.Expression) -> None:
+def put_in_place(ref: ScanRef, tree: exp.Expr) -> None:
     """Replace the marker ``ref`` by the subquery ``tree`` (keeping the alias of a ``FROM`` item)."""
     parent = ref.parent
     if isinstance(parent, exp.Table) and parent.this is ref:
@@ -182,12 +185,14 @@ def put_in_place(ref: ScanRef, tree: exp.Expression) -> None:
         ref.replace(exp.Subquery(this=tree))
 
 
-def _ref_text(ref) -> str:
-    """``MODEL m`` or ``PIPELINE p``, as the PREDICT names it."""
+def _ref_text(ref: ModelRef | ModelSet) -> str:
+    """``MODEL m``, ``PIPELINE p`` or ``MODELS (a, b) ROUTE BY c``, as the PREDICT names its models."""
+    if isinstance(ref, ModelSet):
+        return ref.sql(dialect="duckdb")
     return ("PIPELINE " if ref.args.get("pipeline") else "MODEL ") + ref.model_name
 
 
-def describe(session: PlanningContext, input_sql: str, params: list, model: str) -> list[Column]:
+def describe(session: PlanningContext, input_sql: str, params: list[object], model: str) -> list[Column]:
     """The columns of the input relation (DuckDB binds it with ``LIMIT 0``: no row is read).
 
     Raises:
@@ -232,7 +237,7 @@ def key_columns_of(session: PlanningContext, table: exp.Table) -> list[str]:
     return [c for r in rows if (r[0].lower(), r[1].lower()) == want for c in (r[2] or [])]
 
 
-def estimate_rows(session: PlanningContext, input_sql: str, params: list) -> Optional[int]:
+def estimate_rows(session: PlanningContext, input_sql: str, params: list[object]) -> Optional[int]:
     """DuckDB's estimated cardinality of the input, or None when it gives none."""
     try:
         row = session.duck.execute(f"EXPLAIN (FORMAT JSON) {input_sql}", params or None).fetchall()
@@ -261,7 +266,7 @@ ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.J
 """Nodes that may stop a streaming PREDICT early or push into its input."""
 
 
-def placement_of(p: PredictTable, stmt: exp.Expression, columns, used: Optional[set[str]]) -> Placement:
+def placement_of(p: PredictTable, stmt: exp.Expr, columns: Sequence[Column], used: Optional[set[str]]) -> Placement:
     """Where ``p`` sits in ``stmt`` (see :class:`~modelsql.engine.query.plan.Placement`)."""
     kept = kept_columns(columns, used, stmt)
     return Placement(
@@ -273,7 +278,7 @@ def placement_of(p: PredictTable, stmt: exp.Expression, columns, used: Optional[
     )
 
 
-def _under_from_only(node: exp.Expression, stmt: exp.Expression) -> bool:
+def _under_from_only(node: exp.Expression, stmt: exp.Expr) -> bool:
     """``node`` is a FROM or JOIN item of the top-level SELECT itself (no subquery around it, so every
     CTE its input can name is one of the statement's own)."""
     table = node.parent
@@ -289,7 +294,7 @@ def _under_from_only(node: exp.Expression, stmt: exp.Expression) -> bool:
     return holder is stmt and isinstance(stmt, exp.Select)
 
 
-def in_top_level_from(node: exp.Expression, stmt: exp.Expression) -> bool:
+def in_top_level_from(node: exp.Expression, stmt: exp.Expr) -> bool:
     """Whether a PREDICT is read by the statement's own top-level FROM (so the statement consumes all of it):
     only FROM, table and FROM-subquery nodes lie between it and the top SELECT (of an INSERT or CTAS too)."""
     child, parent = node, node.parent
@@ -309,7 +314,7 @@ def in_top_level_from(node: exp.Expression, stmt: exp.Expression) -> bool:
     return True
 
 
-def kept_columns(columns, used: Optional[set[str]], stmt) -> list[Column]:
+def kept_columns(columns: Sequence[Column], used: Optional[set[str]], stmt: exp.Expr) -> list[Column]:
     """The input columns a batch-mode PREDICT passes through: all of them, or, when the statement's
     column references are known (:func:`~modelsql.engine.query.references.referenced_names`: ``USING`` names count,
     ``NATURAL`` joins make them unknown), only those it names (as the stream plan's projection pushdown would)."""
@@ -357,10 +362,11 @@ def predicts_in_order(tree: exp.Expression) -> list[PredictTable]:
     return out
 
 
-def ctes_in_scope(node: exp.Expression) -> list[exp.CTE]:
+def ctes_in_scope(node: exp.Expr) -> list[exp.CTE]:
     """The CTEs a table reference at ``node`` can name, outermost first (inner ones shadow outer ones)."""
     scopes: list[list[exp.CTE]] = []
-    child, parent = node, node.parent
+    child: exp.Expr = node
+    parent = node.parent
     while parent is not None:
         if isinstance(parent, exp.With):
             ctes = list(parent.expressions)

@@ -18,7 +18,7 @@ import duckdb
 from sqlglot import exp
 
 from modelsql import sql as msql
-from modelsql.sql.nodes import PredictTable
+from modelsql.sql.predict import PredictTable
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

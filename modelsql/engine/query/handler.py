@@ -13,7 +13,7 @@ from typing import Optional
 from sqlglot import exp
 
 from modelsql.errors import Error, NotSupportedError
-from modelsql.sql.nodes import PredictTable
+from modelsql.sql.predict import PredictTable
 from modelsql.engine.options import uses_parameters
 from modelsql.engine.plan_cache import CachedPlan
 from modelsql.engine.query.binder import bind_query

@@ -36,11 +36,12 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from modelsql.catalog import Catalog
+from modelsql.catalog.entries import ModelVersion, PipelineVersion
 from modelsql.errors import Error, NotSupportedError, OperationalError, ProgrammingError
-from modelsql.sql.nodes import Serve, ShowServers, StopServer
+from modelsql.sql.serve import Serve, ShowServers, StopServer
 from modelsql.operators.backends import devices
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.handlers import handles
@@ -49,6 +50,10 @@ from modelsql.engine.options.declared import SERVE, SERVE_ITEM
 from modelsql.engine.profile.run_traces import record_served_traces
 from modelsql.engine.result import Result
 from modelsql.engine.serve.repository import CatalogRepository
+
+if TYPE_CHECKING:
+    from modelsql.serving.server import InferenceServer
+    from modelsql.engine.session import Session
 
 __all__ = ["SERVERS", "DEFAULT_PORT", "SERVE_OPTIONS", "TOKEN_ENV", "stop_all"]
 
@@ -67,7 +72,7 @@ ITEM_OPTIONS = SERVE_ITEM
 class RunningServer:
     """A server this process runs and what it serves."""
 
-    server: object
+    server: InferenceServer
     repository: CatalogRepository
     database: str
     owner: int = 0  # id() of the session that started it: closing that connection stops the server
@@ -78,9 +83,9 @@ SERVERS: dict[int, RunningServer] = {}
 _LOCK = threading.Lock()
 
 
-def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
+def _entries(stmt: Serve, session: Session, params: list) -> list[tuple[Union[ModelVersion, PipelineVersion], int]]:
     """Each item's catalog entry and reserved threads (lookup errors point at the name)."""
-    out = []
+    out: list[tuple[Union[ModelVersion, PipelineVersion], int]] = []
     models: dict = {}  # model versions read once for the whole statement (pipelines share steps)
     for item in stmt.expressions:
         ref = item.this
@@ -104,7 +109,7 @@ def _entries(stmt: Serve, session, params: list) -> list[tuple[object, int]]:
     return out
 
 
-def _refuse_programs(entry, word: str, session, ref) -> None:
+def _refuse_programs(entry, word: str, session: Session, ref) -> None:
     """A Python program (or a pipeline with one as a step) has no ONNX graph for the server to run.
 
     Raises:
@@ -119,13 +124,13 @@ def _refuse_programs(entry, word: str, session, ref) -> None:
             code="no_onnx_graph"), ref)
 
 
-def _resolver(session):
+def _resolver(session: Session) -> Callable[[str, str], Union[ModelVersion, PipelineVersion]]:
     """``resolve(name, kind)`` on a cursor of its own (the protocol's repository load runs in a server thread)."""
     cursor = session.duck.cursor()
     lock = threading.Lock()
     opened: list = []
 
-    def resolve(name: str, kind: str):
+    def resolve(name: str, kind: str) -> Union[ModelVersion, PipelineVersion]:
         with lock:
             try:
                 if not opened:
@@ -172,7 +177,7 @@ _SERVED_COLUMNS = [(n, t, None, None, None, None, True) for n, t in
 
 
 @handles(Serve)
-def _serve(stmt: Serve, session, params: list) -> Result:
+def _serve(stmt: Serve, session: Session, params: list) -> Result:
     action = stmt.args.get("action") or "start"
     port = _port(stmt, params)
     if action == "start":
@@ -181,7 +186,7 @@ def _serve(stmt: Serve, session, params: list) -> Result:
         raise option_error(stmt.args["options"][0].this.name.lower(), f"SERVE {action.upper()}: server options are "
                            "given when it starts, not here.")
     running = _server_at(port, f"SERVE {action.upper()}")
-    rows = []
+    rows: list[tuple[str, str, Optional[str], Optional[str], str]] = []
     if action == "add":
         added = running.repository.add_many([(e, r, e.name) for e, r in _entries(stmt, session, params)])
         rows = [(running.server.url, se.name, se.kind, se.version, "added") for se in added]
@@ -195,7 +200,7 @@ def _serve(stmt: Serve, session, params: list) -> Result:
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
 
 
-def _start(stmt: Serve, session, params: list, port: Optional[int], opts: OptionValues) -> Result:
+def _start(stmt: Serve, session: Session, params: list, port: Optional[int], opts: OptionValues) -> Result:
     from modelsql.serving import InferenceServer
 
     device = _device(opts["device"])
@@ -279,7 +284,7 @@ def _device(device: str) -> str:
 
 
 @handles(StopServer)
-def _stop(stmt: StopServer, session, params: list) -> Result:
+def _stop(stmt: StopServer, session: Session, params: list) -> Result:
     running = _server_at(_port(stmt, params), "STOP SERVER")
     with _LOCK:
         SERVERS.pop(running.server.port, None)
@@ -309,7 +314,7 @@ _SHOW_COLUMNS = [(n, t, None, None, None, None, True) for n, t in (
 
 
 @handles(ShowServers, reads_only=True)
-def _show(stmt: ShowServers, session, params: list) -> Result:
+def _show(stmt: ShowServers, session: Session, params: list) -> Result:
     with _LOCK:
         running = sorted(SERVERS.items())
     rows = []

@@ -14,12 +14,14 @@ import json
 import math
 import re
 import threading
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from modelsql.recursive.trees import Trees
 from modelsql.errors import Error, NotSupportedError, ProgrammingError
-from modelsql.sql.nodes import DescribeStudy, DropStudy, PredictTable, ShowStudies, TuneModel
+from modelsql.sql.predict import PredictTable
+from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import ALGORITHMS, make_algorithm
 from modelsql.tuning.space import Space
 from modelsql.engine.handlers import handles
@@ -34,6 +36,9 @@ from modelsql.engine.tune.checks import check_space_values, check_threads, probe
 from modelsql.engine.tune.data import load_study_data
 from modelsql.engine.tune.run import StudyRun, load_tree
 from modelsql.engine.tune.spec import TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["bind_tune", "explain_tune", "relation_sql", "RUNNING"]
 
@@ -109,7 +114,7 @@ def _metric(options: OptionValues, task: str) -> tuple[str, str]:
     return metric, options["mode"] or _METRICS[metric]
 
 
-def bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
+def bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
     """The :class:`StudySpec` of a TUNE statement (reads the data; trains nothing, registers nothing); an error
     about an option, a hyper-parameter or the TARGET points at it in the SQL (a ``LINE n:`` excerpt)."""
     try:
@@ -131,7 +136,7 @@ def _node_of(stmt: TuneModel, err: Error):
     return None
 
 
-def _bind_tune(stmt: TuneModel, session, params: list) -> StudySpec:
+def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
     """The work of :func:`bind_tune`.
 
     Raises:
@@ -215,7 +220,7 @@ def _executor(spec: StudySpec):
     return local_executor(spec.workers)
 
 
-def _check_existing(session, spec: StudySpec, resume: bool) -> None:
+def _check_existing(session: Session, spec: StudySpec, resume: bool) -> None:
     studies = session.catalog.studies
     if spec.name in RUNNING:
         raise ProgrammingError(f'Study "{spec.name}" is running now (in this process).', code="study_running")
@@ -248,7 +253,7 @@ def _study_device(row) -> str:
 
 
 @handles(TuneModel)
-def _tune(stmt: TuneModel, session, params: list) -> Result:
+def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
     session.check_writable()
     session.commit()
     spec = bind_tune(stmt, session, params)
@@ -283,7 +288,7 @@ def _describe(*columns: tuple[str, str]) -> list[tuple]:
 # ---------------------------------------------------------------- EXPLAIN TUNE
 
 
-def explain_tune(stmt: TuneModel, session, params: list) -> Result:
+def explain_tune(stmt: TuneModel, session: Session, params: list) -> Result:
     """``EXPLAIN TUNE ...``: the stage tree of the study's first round, planned (nothing trains), with its
     estimated cost against trial-based execution (epochs, and time at the measured or a default rate)."""
     spec = bind_tune(stmt, session, params)
@@ -340,7 +345,7 @@ def _ratio(a: int, b: int) -> str:
 
 
 @handles(ShowStudies, reads_only=True)
-def _show(stmt: ShowStudies, session, params: list) -> Result:
+def _show(stmt: ShowStudies, session: Session, params: list) -> Result:
     session.begin_if_needed()
     session.run("SELECT s.name, s.model, s.algorithm, s.status, count(t.trial)::INTEGER AS trials, s.trials_done, "
                 "s.best_trial, s.best_metric, s.metric, s.epochs_trained, s.epochs_requested, "
@@ -351,7 +356,7 @@ def _show(stmt: ShowStudies, session, params: list) -> Result:
 
 
 @handles(DescribeStudy, reads_only=True)
-def _describe_study(stmt: DescribeStudy, session, params: list) -> Result:
+def _describe_study(stmt: DescribeStudy, session: Session, params: list) -> Result:
     """One row per trial: trial, status, epochs, metric, best_metric, config, error, and ``features``
     (VARCHAR[]: the columns the study fed its models, the same on every row)."""
     name = stmt.this.name.lower()
@@ -373,7 +378,7 @@ def _study_features(row) -> list[str]:
 
 
 @handles(DropStudy)
-def _drop_study(stmt: DropStudy, session, params: list) -> Result:
+def _drop_study(stmt: DropStudy, session: Session, params: list) -> Result:
     session.check_writable()
     name = stmt.this.name.lower()
     if name in RUNNING:

@@ -1,4 +1,4 @@
-"""Tests of the tuning grammar (modelsql.sql.tune_grammar): TUNE MODEL, SHOW / DESCRIBE / DROP STUDY,
+"""Tests of the tuning grammar (modelsql.sql.tune): TUNE MODEL, SHOW / DESCRIBE / DROP STUDY,
 and IMPORT / CREATE MODEL ... FROM PYTHON / FROM STUDY.
 
 The forms are also in tests/sql/test_sql_parse.py's STATEMENT_FORMS (registry and round-trip tests);
@@ -13,7 +13,9 @@ from sqlglot import exp
 
 from modelsql.errors import ProgrammingError
 from modelsql.sql import ModelSQL, mentions_models, parse
-from modelsql.sql.nodes import DescribeStudy, DropStudy, ImportModel, ModelRef, ShowStudies, TuneModel
+from modelsql.sql.grammar import ModelRef
+from modelsql.sql.models import ImportModel
+from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 
 DESIGN_EXAMPLE = (
     "TUNE MODEL cnn ON TABLE train VALIDATE ON TABLE val TARGET label "
