@@ -376,10 +376,10 @@ no other and that ``docs/errors.md`` is :func:`codes_markdown`)."""
 
 
 def codes_markdown() -> str:
-    """The text of ``docs/errors.md``: :data:`CODES` as a table (``python -m modelsql.engine.options.docs`` writes
+    """The text of ``docs/errors.md``: :data:`CODES` as a table (``python -m modelsql.engine.documents`` writes
     it with the option documents)."""
     rows = ["| code | meaning |", "|---|---|"] + [f"| `{c}` | {m} |" for c, m in sorted(CODES.items())]
     return ("# Error codes\n\nEvery modelsql error has a stable `code` (`exc.code`) that programs can match on, "
             "independent of the message. Generated from `modelsql.errors.CODES` by "
-            "`python -m modelsql.engine.options.docs`; do not edit by hand. Options: [options.md](options.md).\n\n" + "\n".join(rows) + "\n")
+            "`python -m modelsql.engine.documents`; do not edit by hand. Options: [options.md](options.md).\n\n" + "\n".join(rows) + "\n")
 

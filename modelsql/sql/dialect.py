@@ -47,14 +47,15 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.tokens import Token, TokenType
 
-from modelsql.sql.finetune import FinetuneGenerating, FinetuneParsing
+# the statement families, in the order the statement reference (docs/statements.md) lists them
 from modelsql.sql.models import ModelGenerating, ModelParsing
-from modelsql.sql.pipelines import PipelineGenerating, PipelineParsing
 from modelsql.sql.predict import PredictGenerating, PredictParsing
-from modelsql.sql.profile import ProfileGenerating, ProfileParsing
-from modelsql.sql.registry import MODEL_NODES, STATEMENT_NODES, word_at
+from modelsql.sql.pipelines import PipelineGenerating, PipelineParsing
 from modelsql.sql.serve import ServeGenerating, ServeParsing
 from modelsql.sql.tune import TuneGenerating, TuneParsing
+from modelsql.sql.profile import ProfileGenerating, ProfileParsing
+from modelsql.sql.finetune import FinetuneGenerating, FinetuneParsing
+from modelsql.sql.registry import MODEL_NODES, STATEMENT_NODES, word_at
 
 __all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "DEMOTED_COMMANDS", "statement_at"]
 

@@ -71,6 +71,11 @@ class PredictTable(exp.Expression):
         options: list of ``exp.EQ`` (see module docstring), or ``None``.
     """
 
+    EXAMPLES = (
+        "SELECT * FROM PREDICT(MODEL m, TABLE t)",
+        "SELECT p.* FROM PREDICT(PIPELINE p VERSION 2, (SELECT text FROM t WHERE day = ?), on_null = 'skip') AS p",
+        "SELECT * FROM PREDICT(MODELS FAMILY f ROUTE BY model_name, TABLE t)",
+    )
     arg_types = {"this": True, "expression": True, "options": False}
 
     @property

@@ -1,6 +1,6 @@
 """One registry of error codes (issue 23): every code modelsql raises is in ``modelsql.errors.CODES`` with its
 meaning, every code there is raised somewhere, and ``docs/errors.md`` documents each (it is what
-``codes_markdown`` generates: ``python -m modelsql.engine.options.docs`` rewrites it)."""
+``codes_markdown`` generates: ``python -m modelsql.engine.documents`` rewrites it)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_every_code_has_a_meaning():
 
 
 def test_docs_errors_md_documents_every_code():
-    """Regenerate with ``python -m modelsql.engine.options.docs``."""
+    """Regenerate with ``python -m modelsql.engine.documents``."""
     text = (ROOT / "docs" / "errors.md").read_text()
     assert text == errors.codes_markdown()
     for code in errors.CODES:

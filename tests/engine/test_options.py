@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from modelsql.errors import NotSupportedError, ProgrammingError
 from modelsql.engine.options import Option, OptionSet
+from modelsql.engine import documents
 from modelsql.engine.options import docs
 from modelsql.engine.options.declared import STATEMENTS
 
@@ -109,15 +110,15 @@ def test_no_statement_reads_its_options_by_hand():
 
 
 def test_docs_options_md_is_what_the_schema_generates():
-    """Regenerate with ``python -m modelsql.engine.options.docs``."""
+    """Regenerate with ``python -m modelsql.engine.documents``."""
     assert (ROOT / "docs" / "options.md").read_text() == docs.options_md()
 
 
 def test_readme_option_tables_are_what_the_schema_generates():
     text = (ROOT / "README.md").read_text()
     assert "<!-- options: PREDICT -->" in text and "docs/options.md" in text
-    assert text == docs.with_readme_tables(text), "run python -m modelsql.engine.options.docs"
-    assert docs.main([str(ROOT), "--check"]) == 0
+    assert text == docs.with_readme_tables(text), "run python -m modelsql.engine.documents"
+    assert documents.main([str(ROOT), "--check"]) == 0
 
 
 def test_every_statement_with_options_reads_them_with_its_declaration():

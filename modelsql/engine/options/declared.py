@@ -1,11 +1,19 @@
 """Every statement's options, declared once (:class:`~.schema.OptionSet`): the statements read their
 options with these, and ``docs/options.md``, README's PREDICT table and the shell's ``.help`` are generated
-from them (:mod:`.docs`). To add an option: declare it here, read it in the statement, run
-``python -m modelsql.engine.options.docs`` (``tests/engine/test_options.py`` fails until the documents match)."""
+from them (:mod:`.docs`). Each set names the SQL node whose options it holds (``node=``), so the statement
+reference finds it. To add an option: declare it here, read it in the statement, run
+``python -m modelsql.engine.documents`` (``tests/engine/test_options.py`` fails until the documents match)."""
 
 from __future__ import annotations
 
 from modelsql.engine.options.schema import Option, OptionSet
+from modelsql.sql.finetune import FinetunePipeline
+from modelsql.sql.models import ImportModel
+from modelsql.sql.pipelines import CreatePipeline
+from modelsql.sql.predict import PredictTable
+from modelsql.sql.profile import CompileModel, ProfileModel
+from modelsql.sql.serve import Serve, ServeItem
+from modelsql.sql.tune import TuneModel
 
 __all__ = ["PREDICT", "IMPORT_MODEL", "CREATE_MODEL_FROM_PYTHON", "CREATE_PIPELINE", "PROFILE", "COMPILE",
            "TUNE", "FINETUNE", "SERVE", "SERVE_ITEM", "STATEMENTS", "MAX_BATCH_SIZE"]
@@ -43,6 +51,7 @@ PREDICT = OptionSet(
            doc="where the model runs: `'auto'` lets the cost function choose among the devices present (see "
                "[Devices](#devices)); a device that is not there is `device_not_available`"),
     doc="Named arguments after the input: `PREDICT(MODEL m, TABLE t, on_null = 'skip')` (`=`, `:=` or `=>`).",
+    node=PredictTable,
 )
 
 IMPORT_MODEL = OptionSet(
@@ -52,6 +61,7 @@ IMPORT_MODEL = OptionSet(
     Option("description", "text", doc="free text kept in the catalog"),
     doc="`IMPORT MODEL m FROM 'file.onnx' WITH (...)`, and `CREATE [OR REPLACE] MODEL m FROM 'file.onnx' "
         "WITH (...)`.",
+    node=ImportModel,
 )
 
 CREATE_MODEL_FROM_PYTHON = OptionSet(
@@ -74,11 +84,13 @@ CREATE_MODEL_FROM_PYTHON = OptionSet(
     doc="Importing a `torch.nn.Module` for PREDICT (see [Models written as Python programs]"
         "(#models-written-as-python-programs)). A trainable factory's `WITH (...)` holds its default "
         "arguments instead, any names (TUNE's SEARCH may override them).",
+    node=ImportModel,
 )
 
 CREATE_PIPELINE = OptionSet(
     "CREATE PIPELINE",
     Option("description", "text", doc="free text kept in the catalog"),
+    node=CreatePipeline,
 )
 
 PROFILE = OptionSet(
@@ -99,6 +111,7 @@ PROFILE = OptionSet(
     doc="`PROFILE MODEL | PIPELINE m [ON TABLE t | ON (query)] WITH (...)`; with `ON` only `batch_sizes`, "
         "`repeat`, `backends`, `devices` and `train_cost_model` apply. Large values are refused: they would "
         "run for hours.",
+    node=ProfileModel,
 )
 
 COMPILE = OptionSet(
@@ -109,6 +122,7 @@ COMPILE = OptionSet(
            doc="the batch to compile and tune for (one artifact per batch bucket)"),
     Option("threads", "int", min=1, default_doc="the cores this process may use", doc="the target's threads"),
     doc="`COMPILE MODEL m FOR 'llvm' | 'cuda' | 'cuda:N' WITH (...)`.",
+    node=CompileModel,
 )
 
 TUNE = OptionSet(
@@ -135,6 +149,7 @@ TUNE = OptionSet(
     doc="`TUNE MODEL m ... USING algorithm WITH (...)`: these options, and the algorithm's own (`trials`, "
         "`grace_period` ...: docs/options.md lists them). Values are written, never parameters.",
     parameters=False,
+    node=TuneModel,
 )
 
 FINETUNE = OptionSet(
@@ -153,6 +168,7 @@ FINETUNE = OptionSet(
     doc="`FINETUNE PIPELINE p ON TABLE t [VALIDATE ON ...] TARGET y WITH (...)`. Values are written, never "
         "parameters.",
     parameters=False,
+    node=FinetunePipeline,
 )
 
 SERVE = OptionSet(
@@ -175,6 +191,7 @@ SERVE = OptionSet(
     Option("allow_unauthenticated", "bool", False,
            doc="listen on an address other machines reach without a token"),
     doc="`SERVE ... [ON [HOST h] PORT n] WITH (...)`: the server's options, given when it starts.",
+    node=Serve,
 )
 
 SERVE_ITEM = OptionSet(
@@ -182,6 +199,7 @@ SERVE_ITEM = OptionSet(
     Option("reserved_threads", "int", min=1, max=1024, default_doc="none",
            doc="threads no other pipeline uses (at most the cores)"),
     doc="In parentheses after a served name: `SERVE PIPELINE p (reserved_threads = 1)`.",
+    node=ServeItem,
 )
 
 STATEMENTS = (PREDICT, IMPORT_MODEL, CREATE_MODEL_FROM_PYTHON, CREATE_PIPELINE, PROFILE, COMPILE, TUNE, FINETUNE,

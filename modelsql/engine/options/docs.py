@@ -2,21 +2,18 @@
 statement's table), README's tables between ``<!-- options: STATEMENT -->`` and ``<!-- /options -->``, and
 the shell's per-statement option lists (``.help``).
 
-``python -m modelsql.engine.options.docs`` rewrites ``docs/options.md``, README's tables and
-``docs/errors.md`` (the error codes, :func:`modelsql.errors.codes_markdown`); ``tests/engine/test_options.py`` and
-``tests/engine/test_error_codes.py`` fail when one differs from what it is generated from.
+``python -m modelsql.engine.documents`` rewrites ``docs/options.md`` and README's tables with the other generated
+documents; ``tests/engine/test_options.py`` fails when one differs from what it is generated from.
 """
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 from modelsql.engine.options.declared import STATEMENTS
 from modelsql.engine.options.schema import OptionSet
 
-__all__ = ["table", "options_md", "with_readme_tables", "statement_lines", "option_help", "by_statement", "main"]
+__all__ = ["table", "options_md", "with_readme_tables", "statement_lines", "option_help", "by_statement"]
 
 _BLOCK = re.compile(r"(<!-- options: (?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!-- /options -->)", re.S)
 
@@ -62,6 +59,7 @@ def _algorithms() -> str:
 
     rows = ["| algorithm | its options (default) |", "|---|---|"]
     for name, (defaults, _) in ALGORITHMS.items():
+        assert isinstance(defaults, dict)  # ALGORITHMS is not annotated: its values read as tuple[object, ...]
         own = ", ".join(f"`{k}` ({'none' if v is None else v})" for k, v in defaults.items()) or "none"
         rows.append(f"| `{name.upper()}` | {own} |")
     return "\n".join(rows) + "\n"
@@ -71,7 +69,7 @@ def options_md() -> str:
     """The text of ``docs/options.md``."""
     parts = ["# Statement options\n",
              "Every statement's `WITH (...)` options (PREDICT's named arguments), generated from their declarations "
-             "in `modelsql/engine/options/declared.py` by `python -m modelsql.engine.options.docs`; do not edit by "
+             "in `modelsql/engine/options/declared.py` by `python -m modelsql.engine.documents`; do not edit by "
              "hand. An option given twice is `duplicate_option`, an unknown one `unknown_option` (with a \"did "
              "you mean\"), a value of the wrong type, out of range or not among the choices `invalid_option`, each "
              "naming the statement and the option. SQL NULL is no option's value; leave the option out for its "
@@ -123,27 +121,3 @@ def option_help(name: str, width: int = 78) -> str:
         lines += textwrap.wrap(re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", body), width, initial_indent="      ",
                                subsequent_indent="      ", break_on_hyphens=False)
     return "\n".join(lines)
-
-
-def main(argv: list[str]) -> int:
-    """Write ``docs/options.md``, README's option tables and ``docs/errors.md`` (under the repository root:
-    ``argv[0]``, else the current folder); ``--check`` only says whether they differ (exit status 1)."""
-    from modelsql.errors import codes_markdown
-
-    check = "--check" in argv
-    paths = [a for a in argv if a != "--check"]
-    root = Path(paths[0] if paths else ".")
-    wanted = {root / "docs" / "options.md": options_md(), root / "docs" / "errors.md": codes_markdown()}
-    readme = root / "README.md"
-    wanted[readme] = with_readme_tables(readme.read_text())
-    stale = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
-    if not check:
-        for p in stale:
-            p.write_text(wanted[p])
-    for p in stale:
-        print(("differs: " if check else "wrote ") + str(p))
-    return 1 if check and stale else 0
-
-
-if __name__ == "__main__":  # pragma: no cover - the documents' generator
-    sys.exit(main(sys.argv[1:]))

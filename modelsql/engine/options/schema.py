@@ -74,7 +74,7 @@ def no_repeats(options, where: str) -> None:
         key = o.this.name.lower()
         if key in seen:
             err = ProgrammingError(f'{where}: option "{key}" is given twice.', code="duplicate_option")
-            err.option = key
+            setattr(err, "option", key)  # Error declares no option attribute; readers use getattr(err, "option", None)
             raise err
         seen.add(key)
 
@@ -101,7 +101,7 @@ def option_error(key: str, message: str, code: str = "invalid_option") -> Progra
     """A ProgrammingError about option ``key`` (its ``option`` attribute names it, so the statement's error
     can point at it in the SQL)."""
     err = ProgrammingError(message, code=code)
-    err.option = key
+    setattr(err, "option", key)  # Error declares no option attribute; readers use getattr(err, "option", None)
     return err
 
 
@@ -208,7 +208,7 @@ class Option:
         if t == "text":
             return isinstance(v, str), v
         if t == "choice":
-            ok = isinstance(v, str) and v.lower() in self.choices
+            ok = isinstance(v, str) and v.lower() in (self.choices or ())
             return ok, v.lower() if ok else v
         if t == "device":
             try:
@@ -240,7 +240,7 @@ class Option:
     def allowed(self) -> str:
         """The values this option takes, in words (the documentation's "values" column, messages)."""
         if self.type == "choice":
-            return ", ".join(f"'{c}'" for c in self.choices)
+            return ", ".join(f"'{c}'" for c in self.choices or ())
         if self.type == "device":
             return ", ".join(f"'{c}'" for c in devices.DEVICE_CHOICES)
         if self.type == "bool":
@@ -301,10 +301,15 @@ class OptionSet:
         doc: one paragraph the documentation puts before the table.
         parameters: whether a value may be a ``?`` / ``$k`` parameter (TUNE's and FINETUNE's may not: a study
             records its definition).
+        node: the SQL node whose options these are (a class of :data:`modelsql.sql.registry.MODEL_NODES`:
+            a statement, or a part such as ``PredictTable``); the statement reference and the recipe test
+            find a statement's options by it.
     """
 
-    def __init__(self, statement: str, *options: Option, doc: str = "", parameters: bool = True) -> None:
+    def __init__(self, statement: str, *options: Option, doc: str = "", parameters: bool = True,
+                 node: Optional[type] = None) -> None:
         self.statement = statement
+        self.node = node
         self.options = options
         self.doc = doc
         self.parameters = parameters
@@ -371,7 +376,7 @@ class OptionSet:
                 err = NotSupportedError(f"{where}: a parameter (?) in option {key!r}: parameters are supported only "
                                         "inside ON (query) and VALIDATE ON (query); write the value itself",
                                         code="parameter_not_supported")
-                err.option = key
+                setattr(err, "option", key)  # see option_error
                 raise err
             option = self.by_name.get(key)
             out[key] = option.read(node, list(params)) if option is not None else value(node, list(params))
