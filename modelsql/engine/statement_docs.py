@@ -47,7 +47,8 @@ def heading(node: type[exp.Expression]) -> str:
     if names:
         return names[0]
     words: tuple[tuple[str, ...], ...] = getattr(node, "WORDS")
-    return " ".join(min((len(seq), seq) for seq in words)[1])
+    lengths = [len(seq) for seq in words]
+    return " ".join(words[lengths.index(min(lengths))])
 
 
 def _anchor(title: str) -> str:
