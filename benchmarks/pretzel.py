@@ -64,6 +64,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import proc_memory  # noqa: E402  (benchmarks/proc_memory.py)
+from http_load import closed_loop, infer_request, read_response  # noqa: E402  (benchmarks/http_load.py)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "pretzel.json"
@@ -322,53 +323,16 @@ def serve(variant: str, work: Path, info_path: Path, batch: int, delay: float) -
 
 def _request(name: str, spec: dict, rng: random.Random) -> bytes:
     if name.startswith("s"):
-        body = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [rng.choice(spec["texts"])]}]}
-    else:
-        body = {"inputs": [{"name": "input", "shape": [1, 10], "datatype": "FP32", "data": rng.choice(spec["rows"])}]}
-    data = json.dumps(body).encode()
-    return (f"POST /v2/models/{name}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
-
-
-async def _read_response(reader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":")[1])
-    await reader.readexactly(length)
-    return status
+        return infer_request(name, [{"name": "text", "shape": [1], "datatype": "BYTES",
+                                     "data": [rng.choice(spec["texts"])]}])
+    return infer_request(name, [{"name": "input", "shape": [1, 10], "datatype": "FP32", "data": rng.choice(spec["rows"])}])
 
 
 async def _load(port: int, spec: dict, clients: int, requests: int, warmup: int, seed: int) -> dict:
     rng = random.Random(seed)
     names = spec["served"]
     queue = [_request(rng.choice(names), spec, rng) for _ in range(requests + warmup)]
-    latencies: list[float] = []
-    errors = 0
-    next_i = 0
-
-    async def worker():
-        nonlocal next_i, errors
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        while next_i < len(queue):
-            i = next_i
-            next_i += 1
-            t = time.perf_counter()
-            writer.write(queue[i])
-            status = await _read_response(reader)
-            if i >= warmup:
-                latencies.append(time.perf_counter() - t)
-                errors += status != 200
-        writer.close()
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(clients)))
-    wall = time.perf_counter() - start
-    lat = np.array(latencies) * 1000
-    return {"p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-            "throughput_rps": len(latencies) / wall, "errors": errors, "requests": len(latencies)}
+    return await closed_loop(port, queue, clients, warmup)
 
 
 async def _cold(port: int, spec: dict) -> list[float]:
@@ -379,9 +343,9 @@ async def _cold(port: int, spec: dict) -> list[float]:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         t = time.perf_counter()
         writer.write(f"POST /v2/repository/models/{name}/load HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
-        assert await _read_response(reader) == 200, name
+        assert await read_response(reader) == 200, name
         writer.write(_request(name, spec, rng))
-        assert await _read_response(reader) == 200, name
+        assert await read_response(reader) == 200, name
         out.append((time.perf_counter() - t) * 1000)
         writer.close()
     return out

@@ -52,10 +52,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from http_load import closed_loop, infer_request  # noqa: E402  (benchmarks/http_load.py)
 RESULTS = HERE / "results" / "serving_latency.json"
 POLICIES = {"adaptive": "", "delay_0": ", max_queue_delay_ms = 0", "delay_1ms": ", max_queue_delay_ms = 1"}
 
@@ -115,44 +115,7 @@ def start_server(work: Path, batch: int) -> tuple[subprocess.Popen, dict]:
 
 
 def request(name: str, text: str) -> bytes:
-    body = json.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}]}).encode()
-    return (f"POST /v2/models/{name}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-
-
-async def read_response(reader: asyncio.StreamReader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    await reader.readexactly(length)
-    return int(head.split(b" ", 2)[1])
-
-
-async def load(port: int, queue: list[bytes], clients: int, warmup: int) -> dict:
-    """Send ``queue`` over ``clients`` connections (closed loop); latency of all but the first ``warmup``."""
-    latencies: list[float] = []
-    errors = 0
-    next_i = 0
-
-    async def worker():
-        nonlocal next_i, errors
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        while next_i < len(queue):
-            i = next_i
-            next_i += 1
-            t = time.perf_counter()
-            writer.write(queue[i])
-            status = await read_response(reader)
-            if i >= warmup:
-                latencies.append(time.perf_counter() - t)
-                errors += status != 200
-        writer.close()
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(clients)))
-    lat = np.array(latencies) * 1000
-    return {"p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-            "throughput_rps": len(lat) / (time.perf_counter() - start), "errors": errors}
+    return infer_request(name, [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}])
 
 
 # ---------------------------------------------------------------- orchestration
@@ -169,7 +132,7 @@ def measure(ports: dict, spec: dict, args) -> dict:
                 queue = [request(rng.choice(names), rng.choice(spec["texts"])) for _ in range(n + n // 10)]
                 order = list(POLICIES)[r % 3:] + list(POLICIES)[:r % 3]
                 for policy in order:
-                    res = asyncio.run(load(ports[f"{w}/{policy}"], queue, int(c), n // 10))
+                    res = asyncio.run(closed_loop(ports[f"{w}/{policy}"], queue, int(c), n // 10))
                     runs[w][c][policy].append(res)
                     print(f"round {r} pipelines {w:>3} c{c:<2} {policy:<9}: p50 {res['p50_ms']:.3f} ms, "
                           f"p99 {res['p99_ms']:.3f} ms, {res['throughput_rps']:.0f} req/s, errors {res['errors']}",
