@@ -11,9 +11,13 @@ MODELSQL MODELS`` (``VACUUM MODELSQL MODELS``) for modelsql's.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from modelsql import sql as msql
 from modelsql.errors import ProgrammingError, excerpt, position_of
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 _MAYBE = re.compile(r"\b(?:SHOW|VACUUM)\b", re.I)
 """A text without these words has no ambiguous statement (checked before tokenizing)."""
@@ -25,7 +29,7 @@ _DUCKDB_MEANING = {
 """First word -> what DuckDB's statement does to the table, and the spelling that is only DuckDB's."""
 
 
-def refuse_ambiguous(session, text: str) -> None:
+def refuse_ambiguous(session: Session, text: str) -> None:
     """Raise when a statement of ``text`` is modelsql's and, on a table that exists, DuckDB's too.
 
     Raises:

@@ -30,6 +30,7 @@ from sqlglot import exp
 from modelsql.errors import InternalError
 
 if TYPE_CHECKING:
+    from modelsql.catalog import Catalog
     from modelsql.engine.session import Session
 
 __all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
@@ -105,7 +106,7 @@ def missing_handlers(nodes: Iterable[type]) -> list[type]:
 
 
 @contextlib.contextmanager
-def catalog_write(session: Session) -> Iterator:
+def catalog_write(session: Session) -> Iterator[Catalog]:
     """The write preamble: raise ``read_only`` on a read-only connection, commit the session's open
     transaction, yield the catalog inside one catalog transaction of its own (committed when the block
     ends, rolled back if it raises), then mark cached plans stale.

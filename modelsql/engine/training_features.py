@@ -16,7 +16,7 @@ those columns by name.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from sqlglot import exp
 
@@ -24,6 +24,9 @@ from modelsql.errors import ProgrammingError, did_you_mean
 from modelsql.engine.query.bind_predict import looks_like_key
 from modelsql.engine.query.binder import key_columns_of
 from modelsql.engine.options.schema import option_error
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["feature_option", "input_keys", "training_features"]
 
@@ -50,7 +53,7 @@ def feature_option(names: Optional[tuple[str, ...]], target: str, statement: str
     return tuple(names)
 
 
-def input_keys(session, source: exp.Expression) -> list[str]:
+def input_keys(session: Session, source: exp.Expression) -> list[str]:
     """The PRIMARY KEY and UNIQUE columns of ``ON TABLE t`` (``source`` an ``exp.Table``); none for a query,
     whose keys are known by their names only (as PREDICT's)."""
     return key_columns_of(session, source) if isinstance(source, exp.Table) else []

@@ -31,13 +31,16 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from modelsql.catalog.compiled import CompiledArtifact
 from modelsql.errors import DataError, NotSupportedError, OperationalError
 from modelsql.operators.backends import SESSIONS, SessionKey
 from modelsql.engine.artifacts import trust
 from modelsql.engine.artifacts.sessions import default_threads, load_model_bytes
+
+if TYPE_CHECKING:
+    from modelsql.engine.artifacts.context import ArtifactContext
 
 __all__ = ["TvmTarget", "tvm_target", "compile_version", "require_artifact", "tvm_session", "tvm_device",
            "checked_artifacts", "cuda_missing", "schedules_of", "library_code"]
@@ -165,8 +168,8 @@ def tuning_dir(store, mv, target: TvmTarget, batch_size: int) -> Path:
     return Path(store.root) / "tvm-tuning" / key
 
 
-def compile_version(session, mv, target: TvmTarget, *, batch_size: Optional[int] = None, trials: int = 0,
-                    progress: Optional[Callable[[int, int], None]] = None) -> CompiledArtifact:
+def compile_version(session: ArtifactContext, mv, target: TvmTarget, *, batch_size: Optional[int] = None,
+                    trials: int = 0, progress: Optional[Callable[[int, int], None]] = None) -> CompiledArtifact:
     """Compile, check, store and record ``mv`` for ``target`` (module docstring); the recorded row.
 
     A failed import or check is not an error: the row is ``declined`` with the reason. On CUDA so is a build
@@ -191,11 +194,12 @@ def compile_version(session, mv, target: TvmTarget, *, batch_size: Optional[int]
     digest = session.store.put(lib) if lib is not None and reason is None else None
     return CompiledArtifact(
         mv.name, mv.version, "tvm", target.key, batch_size or 0, target.tvm_version, target.ffi_version,
-        "checked" if reason is None else "declined", reason, digest, len(lib) if digest else None,
+        "checked" if reason is None else "declined", reason, digest, len(lib) if digest and lib is not None else None,
         check.max_abs if check else None, check.max_rel if check else None, trials, time.perf_counter() - start)
 
 
-def _build(session, mv, data: bytes, target: TvmTarget, batch_size: Optional[int], trials: int, progress) -> bytes:
+def _build(session: ArtifactContext, mv, data: bytes, target: TvmTarget, batch_size: Optional[int], trials: int,
+           progress) -> bytes:
     """The library's bytes: tuned by MetaSchedule (CPU), built untuned in-process (CPU), or built in a child
     process under a time limit (CUDA)."""
     from modelsql.operators.backends import tvm_build, tvm_tune
@@ -207,6 +211,7 @@ def _build(session, mv, data: bytes, target: TvmTarget, batch_size: Optional[int
                                     code="invalid_target")
         return tvm_build.build_with_limit(data, target=target.spec, batch_size=batch_size)
     if trials:
+        assert batch_size is not None  # COMPILE refuses tune_trials without batch_size
         return tvm_tune.tune(data, target=target.spec, batch_size=batch_size, trials=trials,
                              work_dir=str(tuning_dir(session.store, mv, target, batch_size)), progress=progress)
     return _backend().compile_onnx(data, target=target.spec, batch_size=batch_size)
@@ -232,6 +237,7 @@ def _check(tvm_backend, data: bytes, lib: bytes, mv, target: TvmTarget, batch_si
 def library_code(row: CompiledArtifact) -> trust.CodeArtifact:
     """The code artifact of a compiled library (its blob), with how to rebuild it here."""
     target = "cuda" if '"kind":"cuda"' in row.target else "llvm"
+    assert row.digest is not None  # a usable row: only those have a library to trust
     return trust.CodeArtifact("compiled", row.digest, row.model, row.version,
                               f"the {row.backend.upper()} library compiled for {row.target}",
                               remedy=f"rebuild it here with COMPILE MODEL {row.model} VERSION {row.version} "
@@ -245,10 +251,14 @@ def _pick(rows: list[CompiledArtifact], batch_size: Optional[int]) -> Optional[C
     exact = [r for r in usable if batch_size and r.batch_size == batch_size]
     anyb = [r for r in usable if r.batch_size == 0]
     tuned = sorted((r for r in usable if r.tune_trials), key=lambda r: -r.tune_trials)
-    return (exact or anyb or tuned or [None])[0]
+    for group in (exact, anyb, tuned):
+        if group:
+            return group[0]
+    return None
 
 
-def require_artifact(session, mv, batch_size: Optional[int] = None, device: str = "auto") -> CompiledArtifact:
+def require_artifact(session: ArtifactContext, mv, batch_size: Optional[int] = None,
+                     device: str = "auto") -> CompiledArtifact:
     """The checked artifact ``PREDICT(..., backend = 'tvm')`` of ``mv`` runs on ``device`` (``"auto"``, ``"cpu"``
     or ``"cuda:N"``; see the module docstring), checked when the statement is planned, before anything runs.
 
@@ -261,7 +271,7 @@ def require_artifact(session, mv, batch_size: Optional[int] = None, device: str 
     return _resolve(session, mv, batch_size, device)[0]
 
 
-def tvm_device(session, mv, batch_size: Optional[int] = None, device: str = "auto") -> str:
+def tvm_device(session: ArtifactContext, mv, batch_size: Optional[int] = None, device: str = "auto") -> str:
     """Where ``PREDICT(..., backend = 'tvm')`` of ``mv`` runs: ``"cpu"`` or ``"cuda:N"`` (what EXPLAIN shows).
 
     Raises:
@@ -270,7 +280,7 @@ def tvm_device(session, mv, batch_size: Optional[int] = None, device: str = "aut
     return _resolve(session, mv, batch_size, device)[1]
 
 
-def _resolve(session, mv, batch_size: Optional[int], device: str) -> tuple[CompiledArtifact, str]:
+def _resolve(session: ArtifactContext, mv, batch_size: Optional[int], device: str) -> tuple[CompiledArtifact, str]:
     """The artifact and the device it runs on: the first target of :func:`_targets` with a usable artifact."""
     if mv.kind in ("pipeline", "models"):
         raise NotSupportedError(f"backend = 'tvm' runs one model; {mv.label} is a {mv.kind}: predict with "
@@ -294,7 +304,7 @@ def _resolve(session, mv, batch_size: Optional[int], device: str) -> tuple[Compi
         code="tvm_not_compiled")
 
 
-def _targets(session, mv, device: str) -> list[TvmTarget]:
+def _targets(session: ArtifactContext, mv, device: str) -> list[TvmTarget]:
     """The targets a PREDICT on ``device`` may run, in order of preference: ``cuda:N`` alone for that device;
     ``cpu`` alone; for ``auto``, CUDA device 0 first where the version has a CUDA artifact and CUDA is
     available here, then this CPU."""
@@ -310,7 +320,7 @@ def _targets(session, mv, device: str) -> list[TvmTarget]:
         return cpu
 
 
-def alternative(session, mv) -> tuple[Optional[CompiledArtifact], Optional[str]]:
+def alternative(session: ArtifactContext, mv) -> tuple[Optional[CompiledArtifact], Optional[str]]:
     """``(checked artifact, None)`` or ``(None, why declined)`` of ``mv`` for this CPU, for the cost function to
     weigh against ONNX Runtime; ``(None, None)`` when nothing was compiled (TVM is not even imported then)."""
     if mv.kind in ("pipeline", "models") or not session.catalog.present:
@@ -328,7 +338,7 @@ def alternative(session, mv) -> tuple[Optional[CompiledArtifact], Optional[str]]
     return chosen, (declined if chosen is None else None)
 
 
-def _trusted(session, row: CompiledArtifact) -> bool:
+def _trusted(session: ArtifactContext, row: CompiledArtifact) -> bool:
     """Whether the session trusts the library; a key file it cannot read trusts nothing (ONNX Runtime runs)."""
     try:
         return trust.trusted(session, library_code(row))
@@ -336,7 +346,7 @@ def _trusted(session, row: CompiledArtifact) -> bool:
         return False
 
 
-def tvm_session(session, mv, *, intra: int, batch_size: Optional[int] = None, device: str = "auto"):
+def tvm_session(session: ArtifactContext, mv, *, intra: int, batch_size: Optional[int] = None, device: str = "auto"):
     """The cached :class:`~modelsql.operators.backends.tvm.TvmModel` of :func:`require_artifact`, loaded on its
     device (:func:`tvm_device`).
 
@@ -345,12 +355,14 @@ def tvm_session(session, mv, *, intra: int, batch_size: Optional[int] = None, de
     """
     chosen, where = _resolve(session, mv, batch_size, device)
     tvm_backend = _backend()
-    key = SessionKey(chosen.digest, "tvm", where, (("threads", intra),))
+    digest = chosen.digest
+    assert digest is not None  # _resolve chooses a usable row
+    key = SessionKey(digest, "tvm", where, (("threads", intra),))
 
     def load():  # on a miss only: the signature needs the whole model read from the store
         trust.require_checked(library_code(chosen))  # _resolve passed it
         signature = tvm_backend.Signature.from_onnx(load_model_bytes(session.store, mv), chosen.batch_size or None)
-        return tvm_backend.load_library(session.store.get(chosen.digest), signature, mv.label,
+        return tvm_backend.load_library(session.store.get(digest), signature, mv.label,
                                         intra_op_threads=intra, device=where)
 
     return SESSIONS.get(key, load)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, cast
 
 import numpy as np
 import onnx
@@ -38,6 +38,9 @@ from modelsql.operators.backends.routed import FamilyMember, MergedRunner, Route
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.artifacts import merge_cost
 
+if TYPE_CHECKING:
+    from modelsql.engine.artifacts.context import ArtifactContext
+
 __all__ = ["merge_key", "merged_graph", "build_merged", "merged_runner", "runner_of", "routed_session",
            "shared_family", "cuda_merged", "symbolic_instances", "CHECK_REL_TOL"]
 
@@ -55,7 +58,7 @@ def merge_key(members: Sequence[ModelVersion], layout: str, dense: str) -> str:
     return hashlib.sha256("|".join(parts + [layout, dense, _VERSION]).encode()).hexdigest()
 
 
-def merged_graph(session, members: Sequence[ModelVersion], layout: str = "stacked",
+def merged_graph(session: ArtifactContext, members: Sequence[ModelVersion], layout: str = "stacked",
                  dense: str = "matmul") -> tuple[bytes, MergedGraph]:
     """The merged graph of ``members`` (stripped: its weights are the members' blobs) and its record.
 
@@ -88,7 +91,7 @@ def build_merged(store, members: Sequence[ModelVersion], layout: str = "stacked"
     return data, record
 
 
-def _remember(session, record: MergedGraph) -> None:
+def _remember(session: ArtifactContext, record: MergedGraph) -> None:
     """Record the merged graph in the catalog when it can be written (a read-only catalog just rebuilds it)."""
     if session.catalog.read_only or not session.catalog.present:
         return
@@ -160,7 +163,7 @@ def _rows(model, seed: int) -> dict[str, np.ndarray]:
     return feeds
 
 
-def merged_runner(session, members: Sequence[ModelVersion], layout: str, dense: str, intra: int,
+def merged_runner(session: ArtifactContext, members: Sequence[ModelVersion], layout: str, dense: str, intra: int,
                   device: str = "cpu") -> MergedRunner:
     """A :class:`~modelsql.operators.backends.routed.MergedRunner` over the cached session of the merged graph
     on ``device`` (on ``cuda:N``: a captured :class:`CudaModel`, rows per member padded to a bucket).
@@ -197,7 +200,7 @@ def cuda_merged(store, data: bytes, record: MergedGraph, members: Sequence[Model
         return CudaModel(whole, label, device, buckets=(len(members),) if stacked else BUCKETS)
 
     try:
-        return SESSIONS.get(key, build)
+        return cast(CudaModel, SESSIONS.get(key, build))  # a ("capture", True) key is only ever built by build()
     except DataError as exc:
         raise netfuse.MergeDeclined("graph", f"ONNX Runtime on {device} rejects the merged graph: {exc}") from None
 
@@ -216,7 +219,7 @@ def runner_of(store, data: bytes, record: MergedGraph, members: Sequence[ModelVe
     return MergedRunner(_session(store, data, record.graph_digest, record.merge_key, members, intra), len(members))
 
 
-def routed_session(session, models: RoutedModels, route_input: str, *, intra: int,
+def routed_session(session: ArtifactContext, models: RoutedModels, route_input: str, *, intra: int,
                    merge: Optional[tuple[str, str]] = None, always: bool = False,
                    costs=None, device: str = "cpu") -> tuple[RoutedModel, Optional[str]]:
     """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT on ``device``.
@@ -239,7 +242,7 @@ def routed_session(session, models: RoutedModels, route_input: str, *, intra: in
             declined = f"{exc.node}: {exc.reason}"
     choose = _chooser(models.first, costs, device, always)
     routed = RoutedModel(models.names, members, route_input, models.label, merged=runner, choose=choose)
-    routed.device = device
+    setattr(routed, "device", device)  # RoutedModel does not declare the device the other backend models carry
     return routed, declined
 
 
@@ -261,7 +264,8 @@ def _chooser(first: ModelVersion, costs, device: str, always: bool):
     return choose
 
 
-def shared_family(session, members: Sequence[ModelVersion], dense: str, intra: int, device: str = "cpu"):
+def shared_family(session: ArtifactContext, members: Sequence[ModelVersion], dense: str, intra: int,
+                  device: str = "cpu"):
     """One :class:`~modelsql.operators.backends.routed.FamilyMember` per member, over one merged graph
     with a shared input run once per chunk (rule ``predict_merge_family``'s FamilyShare), on ``device``
     (on ``cuda:N``: a captured :class:`CudaModel`, each chunk's rows padded to a bucket of at least N).

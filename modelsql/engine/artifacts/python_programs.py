@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from modelsql.operators.backends import devices
 from modelsql.operators.backends.coexec import PythonProgramModel
 from modelsql.tuning.training import factory_digest, resolve_reference
 from modelsql.engine.artifacts import trust
+
+if TYPE_CHECKING:
+    from modelsql.engine.artifacts.context import ArtifactContext
 
 __all__ = ["StoredProgram", "FORMAT", "program_module", "program_digest", "helper_sources", "changed_source", "check_source",
            "state_tensors", "python_session", "read_program", "program_device", "program_code"]
@@ -104,7 +107,7 @@ def helper_sources(reference: str) -> dict:
             owner = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", ""))
             if isinstance(owner, types.ModuleType):
                 stack.append(owner)
-    seen.pop(os.path.abspath(sys.modules[module_name].__file__), None)  # the reference's own file: source_digest
+    seen.pop(os.path.abspath(sys.modules[module_name].__file__ or ""), None)  # the reference's own file: source_digest
     return seen
 
 
@@ -201,7 +204,7 @@ def state_tensors(module) -> list[tuple[StoredTensor, bytes]]:
     return out
 
 
-def check_source(session, mv: ModelVersion) -> StoredProgram:
+def check_source(session: ArtifactContext, mv: ModelVersion) -> StoredProgram:
     """The stored program of ``mv``, after checking that ``session`` trusts it (before anything is imported)
     and that its sources are unchanged.
 

@@ -186,7 +186,8 @@ def pipeline_session(store: BlobStore, pv, *, intra: int, backend: str = "onnxru
         for f in step.feeds:
             if f.from_step is not None and f.from_name not in needed.setdefault(f.from_step, []):
                 needed[f.from_step].append(f.from_name)
-    plans, keys = [], []
+    plans: list[StepPlan] = []
+    keys: list[str] = []
     for step in pv.steps:
         model = model_session(store, step.model, intra=intra, backend=backend, device=device)
         order = [o.name for o in step.model.outputs if o.name in needed.get(step.position, ())]

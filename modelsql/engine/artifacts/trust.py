@@ -28,11 +28,14 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from modelsql.catalog.trust import CodeSignatures
 from modelsql.errors import NotSupportedError
 from modelsql.signing import Key, load_key, signature_of, verifies
+
+if TYPE_CHECKING:
+    from modelsql.engine.artifacts.context import ArtifactContext, PythonPolicy
 
 __all__ = ["CodeArtifact", "trainable_digest", "trusted", "require", "require_checked", "sign", "signing_key",
            "require_python_allowed"]
@@ -74,7 +77,7 @@ def trainable_digest(factory: str, options) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def trusted(session, artifact: CodeArtifact) -> bool:
+def trusted(session: ArtifactContext, artifact: CodeArtifact) -> bool:
     """Whether ``session`` may load ``artifact`` (the connection trusts code, or a signature verifies with the
     user's key).
 
@@ -90,7 +93,7 @@ def trusted(session, artifact: CodeArtifact) -> bool:
                for kid, sig in CodeSignatures(session.catalog).of(artifact.kind, artifact.digest))
 
 
-def require(session, artifact: CodeArtifact) -> None:
+def require(session: ArtifactContext, artifact: CodeArtifact) -> None:
     """Refuse ``artifact`` unless :func:`trusted`; called before anything of it is imported or loaded.
 
     Raises:
@@ -130,10 +133,12 @@ def signing_key() -> Key:
     Raises:
         OperationalError: ``bad_key_file``.
     """
-    return load_key(create=True)
+    key = load_key(create=True)
+    assert key is not None  # create=True makes the key when there is none
+    return key
 
 
-def sign(session, artifact: CodeArtifact, key: Optional[Key] = None) -> bool:
+def sign(session: ArtifactContext, artifact: CodeArtifact, key: Optional[Key] = None) -> bool:
     """Record ``key``'s (default: the user's) signature of ``artifact`` in the catalog, inside the caller's
     transaction; whether a row was added.
 
@@ -145,7 +150,7 @@ def sign(session, artifact: CodeArtifact, key: Optional[Key] = None) -> bool:
                                                signature_of(key, artifact.kind, artifact.digest), artifact.subject)
 
 
-def require_python_allowed(session, statement: str) -> None:
+def require_python_allowed(session: PythonPolicy, statement: str) -> None:
     """Refuse ``statement`` on a connection opened with ``allow_python=False``.
 
     Raises:

@@ -13,7 +13,7 @@ features.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from modelsql.engine.training_features import feature_option, input_keys
 from modelsql.engine.tune.statements import relation_sql
 from modelsql.engine.tune.checks import training_device
 from modelsql.engine.tune.data import feature_columns, feature_matrix, read_table, split_rows, target_values
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["OPTIONS", "FinetuneData", "finetune_options", "read_data", "read_test"]
 
@@ -91,7 +94,7 @@ def _targets(values: np.ndarray, classes: Optional[list], what: str) -> np.ndarr
     return out
 
 
-def read_data(session, stmt, pv, options: dict, params: list, classes: Optional[list]) -> FinetuneData:
+def read_data(session: Session, stmt, pv, options: dict, params: list, classes: Optional[list]) -> FinetuneData:
     """Training and validation rows of ``FINETUNE ... ON ... [VALIDATE ON ...] TARGET y`` (``classes``: the
     pipeline's classes, None for a regressor).
 
@@ -120,7 +123,7 @@ def read_data(session, stmt, pv, options: dict, params: list, classes: Optional[
     return FinetuneData(x, y, x_val, y_val, labels_val, tuple(features))
 
 
-def read_test(session, table: Optional[str], features: tuple, target: str, classes: Optional[list]):
+def read_test(session: Session, table: Optional[str], features: tuple, target: str, classes: Optional[list]):
     """(x, targets, label values or None) of the ``test`` table, read by the training features, or None."""
     if table is None:
         return None

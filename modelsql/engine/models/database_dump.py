@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import duckdb
 
@@ -36,6 +36,9 @@ from modelsql.errors import DataError, NotSupportedError, OperationalError, Prog
 from modelsql.storage import BlobStore
 from modelsql.storage.files import read_regular_file, write_atomically
 from modelsql.engine.result import Result
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 FOLDER = "modelsql"
 """The sub-folder of an export that holds the catalog and its blobs."""
@@ -60,7 +63,7 @@ def is_dump(stype: str, text: str) -> bool:
         (stype == "PRAGMA" and _IMPORT_RE.match(body) is not None)
 
 
-def run_dump(session, text: str) -> Result:
+def run_dump(session: Session, text: str) -> Result:
     """Carry out ``EXPORT DATABASE`` / ``IMPORT DATABASE`` (see the module's docstring).
 
     Raises:
@@ -74,13 +77,15 @@ def run_dump(session, text: str) -> Result:
     m = _EXPORT_RE.match(body)
     if m is not None:
         return _export(session, text, m.group(1), _unquote(m.group(2)))
-    return _import(session, text, _unquote(_IMPORT_RE.match(body).group(1)))
+    m = _IMPORT_RE.match(body)
+    assert m is not None  # is_dump read the text as EXPORT or IMPORT DATABASE
+    return _import(session, text, _unquote(m.group(1)))
 
 
 # ---------------------------------------------------------------- EXPORT DATABASE
 
 
-def _export(session, text: str, name: Optional[str], folder: str) -> Result:
+def _export(session: Session, text: str, name: Optional[str], folder: str) -> Result:
     if name is not None and _ident(name) != session.catalog.database:
         if _has_catalog(session, _ident(name)):
             raise ProgrammingError(
@@ -122,7 +127,7 @@ def _strip_catalog(folder: str) -> None:
         write_atomically(path, "".join(kept).encode(), f'"{path}"')
 
 
-def _write_catalog(session, folder: str) -> None:
+def _write_catalog(session: Session, folder: str) -> None:
     """The catalog tables as Parquet, the referenced blobs, then the manifest."""
     os.makedirs(folder, exist_ok=True)
     tables = _catalog_tables(session)
@@ -143,7 +148,7 @@ def _write_catalog(session, folder: str) -> None:
 # ---------------------------------------------------------------- IMPORT DATABASE
 
 
-def _import(session, text: str, folder: str) -> Result:
+def _import(session: Session, text: str, folder: str) -> Result:
     path = os.path.join(folder, FOLDER, MANIFEST)
     if not os.path.exists(path):
         if os.path.isdir(os.path.join(folder, FOLDER)):
@@ -157,7 +162,7 @@ def _import(session, text: str, folder: str) -> Result:
     manifest = _manifest(path)
     _check_importable(session, manifest, folder)
     src = BlobStore(os.path.join(folder, FOLDER, "blobs"))
-    session.commit()  # like every model statement that writes
+    session.commit()  # like every model statement that writes (not catalog_write: DuckDB's IMPORT joins its writes)
     with session.store.writing():
         for d in src.digests():
             session.store.put(src.get(d))  # get verifies the digest
@@ -174,7 +179,7 @@ def _import(session, text: str, folder: str) -> Result:
     return Result(session.duck)
 
 
-def _check_blobs(session, folder: str) -> None:
+def _check_blobs(session: Session, folder: str) -> None:
     """Every blob the imported catalog references is in this database's store (else nothing is imported).
 
     Raises:
@@ -211,7 +216,7 @@ def _manifest(path: str) -> dict:
     return manifest
 
 
-def _check_importable(session, manifest: dict, folder: str) -> None:
+def _check_importable(session: Session, manifest: dict, folder: str) -> None:
     ours = _schema_version(session)
     if manifest.get("schema_version") != ours:
         raise OperationalError(
@@ -230,7 +235,7 @@ def _check_importable(session, manifest: dict, folder: str) -> None:
             "database.", code="import_target_not_empty")
 
 
-def _load_catalog(session, folder: str, tables: list) -> None:
+def _load_catalog(session: Session, folder: str, tables: list) -> None:
     s = session.catalog.qualified_schema
     for table in tables:
         if table not in _catalog_tables(session):
@@ -244,25 +249,25 @@ def _load_catalog(session, folder: str, tables: list) -> None:
 # ---------------------------------------------------------------- helpers
 
 
-def _catalog_tables(session) -> list:
+def _catalog_tables(session: Session) -> list:
     rows = session.duck.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = ? ORDER BY table_name",
         [session.catalog.database, _S]).fetchall()
     return [r[0] for r in rows]
 
 
-def _schema_version(session) -> Optional[int]:
+def _schema_version(session: Session) -> Optional[int]:
     rows = session.duck.execute(f"SELECT value FROM {session.catalog.qualified_schema}.meta "
                                 "WHERE key = 'schema_version'").fetchall()
     return int(rows[0][0]) if rows else None
 
 
-def _has_catalog(session, database: str) -> bool:
+def _has_catalog(session: Session, database: str) -> bool:
     return bool(session.duck.execute("SELECT count(*) FROM duckdb_schemas() WHERE database_name = ? AND "
                                      "schema_name = ?", [database, _S]).fetchall()[0][0])
 
 
-def _rollback(session) -> None:
+def _rollback(session: Session) -> None:
     try:
         session.duck.execute("ROLLBACK")
     except duckdb.Error:

@@ -13,17 +13,20 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from modelsql.errors import ProgrammingError
 from modelsql.storage.files import file_identity, guarded_by, write_atomically
 from modelsql.engine import open_databases
 
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
 _STORE_SUFFIX = ".blobs"
 """The blob store of database ``x.duckdb`` is the folder ``x.duckdb.blobs`` (see ``BlobStore.for_database``)."""
 
 
-def _database_files(session) -> Iterator[tuple[str, str]]:
+def _database_files(session: Session) -> Iterator[tuple[str, str]]:
     """``(path, what)`` of every file of every database attached to the session's connection."""
     rows = session.duck.execute(
         "SELECT database_name, path FROM duckdb_databases() WHERE path IS NOT NULL AND NOT internal").fetchall()
@@ -38,7 +41,7 @@ def _database_files(session) -> Iterator[tuple[str, str]]:
         yield path + ".wal", f'the write-ahead log of database "{name}"'
 
 
-def check_export_target(session, target: str, statement: str) -> None:
+def check_export_target(session: Session, target: str, statement: str) -> None:
     """Refuse to write ``target`` when it is a file of a database attached to the connection (the
     database file or its ``.wal``), or lies in a blob store (this connection's, or an attached
     database's ``.blobs`` folder). Files are compared by identity (``st_dev``, ``st_ino``).
@@ -64,7 +67,7 @@ def check_export_target(session, target: str, statement: str) -> None:
         )
 
 
-def _linked_blob(session, target: str) -> Optional[str]:
+def _linked_blob(session: Session, target: str) -> Optional[str]:
     """The store's blob file that ``target`` is a hard link of, or None (a file with one link is none)."""
     try:
         st = os.stat(target)
@@ -83,7 +86,7 @@ def _linked_blob(session, target: str) -> Optional[str]:
     return str(blob) if file_identity(blob) == (st.st_dev, st.st_ino) else None
 
 
-def write_export(session, target: str, proto, statement: str) -> None:
+def write_export(session: Session, target: str, proto, statement: str) -> None:
     """Check ``target`` (:func:`check_export_target`) and write the ONNX model ``proto`` there atomically.
 
     Raises:

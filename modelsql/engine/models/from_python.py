@@ -44,6 +44,7 @@ from modelsql.progress import Meter
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.training import resolve_reference, source_file
 from modelsql.engine.models import statements as ddl
+from modelsql.engine.handlers import catalog_write
 from modelsql.engine.artifacts import trust
 from modelsql.engine.query.bind_predict import looks_like_key
 from modelsql.engine.training_features import input_keys
@@ -267,7 +268,6 @@ def store_program(session: Session, stmt: ImportModel, ref: str, prog: Program, 
         graph_digest = session.store.put(blob)
         for t, data in tensors:
             session.store.put(data)
-        session.commit()
         content = hashlib.sha256(blob + b"".join(t.digest.encode() for t, _ in tensors)).hexdigest()
         fields = dict(name=stmt.this.model_name.lower(), graph_digest=graph_digest, graph_bytes=len(blob), opset=0,
                       inputs=prog.inputs, outputs=prog.outputs, tensors=tuple(t for t, _ in tensors),
@@ -276,9 +276,9 @@ def store_program(session: Session, stmt: ImportModel, ref: str, prog: Program, 
                       content_digest=content)
         kinds = {graph_digest: "graph", stored.source_blob: "graph", **{t.digest: "tensor" for t, _ in tensors}}
         code = program_code(stored, graph_digest, fields["name"], None)
-        with session.catalog.transaction(join=False):  # signed first (by content): no reader sees it unsigned
+        with catalog_write(session):  # signed first (by content): no reader sees it unsigned
             trust.sign(session, code, key)
-        try:
+        try:  # (the version in a transaction of its own, retried on a conflict: ddl.add_version)
             ddl.add_version(session.catalog, fields, kinds, replace=bool(stmt.args.get("replace")),
                             if_not_exists=bool(stmt.args.get("exists")))
         finally:

@@ -101,7 +101,7 @@ def _drop(stmt: DropModel, session: Session, params: list) -> Result:
         if plan.if_exists and plan.version not in session.catalog.versions(plan.name):
             return Result(session.duck, rowcount=0)
         session.get_model(plan.name, plan.version, ref)
-    session.commit()
+    session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
     removed = retrying(session.catalog, lambda: session.catalog.drop(plan.name, plan.version,
                                                                      missing_ok=plan.if_exists))
     session.changed()
@@ -142,7 +142,7 @@ def _vacuum(stmt: VacuumModels, session: Session, params: list) -> Result:
     session.check_writable()
     session.run("SELECT 1", None)  # an aborted transaction says so here; COMMIT would end it silently
     session.duck.fetchall()
-    session.commit()
+    session.commit()  # (no catalog write: the store's sweep alone, so not catalog_write)
     # read under the store's sweep lock, after its pending writes: a writer that committed before is seen,
     # one that has not is pending (BlobStore.collect), so no blob a writer may still commit is deleted
     removed, freed = session.store.collect(session.catalog.referenced_digests)
@@ -203,7 +203,7 @@ def import_model(
         fields, kinds = prepare_model(session, name, model, example_input=example_input, features=features,
                                       input_names=input_names, output_names=output_names, options=options,
                                       accept_mismatch=accept_mismatch, provenance=provenance, checked=checked)
-        session.commit()
+        session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
         try:
             return add_version(session.catalog, fields, kinds, replace=replace, if_not_exists=if_not_exists)
         finally:

@@ -73,12 +73,10 @@ def create_trainable(stmt: ImportModel, session: Session, params: list) -> Resul
         raise IntegrityError(f'Model "{name}" already exists (a trainable, {existing.factory}); use CREATE OR '
                              "REPLACE MODEL for a new version.", code="duplicate_model")
     version = existing.version + 1 if existing is not None else 1
-    session.commit()
     trainable = Trainable(name, version, ref, factory_digest(ref), options)
-    with session.catalog.transaction(join=False):
-        session.catalog.studies.add_trainable(trainable)
+    with catalog_write(session) as catalog:
+        catalog.studies.add_trainable(trainable)
         trust.sign(session, trainable_code(trainable), key)
-    session.changed()
     return Result(session.duck, rowcount=1)
 
 
@@ -118,8 +116,8 @@ def trainable_for_tune(session: Session, name: str, version: Optional[int], ref=
 def register(session: Session, trainable: Trainable) -> None:
     """Record ``trainable`` when the catalog does not have that version yet (a changed factory source)."""
     if session.catalog.studies.trainable(trainable.name, trainable.version) is None:
-        with session.catalog.transaction(join=False):
-            session.catalog.studies.add_trainable(trainable)
+        with catalog_write(session) as catalog:
+            catalog.studies.add_trainable(trainable)
 
 
 def create_from_study(stmt: ImportModel, session: Session, params: list) -> Result:
@@ -161,11 +159,12 @@ def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
     module, features, in_features = _trained_module(session, study, trial)
     example: Optional[np.ndarray] = np.zeros((1, in_features), np.float32)
     input_names = [features[0]] if len(features) != in_features else None  # an array column: bound by name
-    outputs: Optional[list[str]] = _output_names(study)
+    names = _output_names(study)
+    outputs: Optional[list[str]] = names
     labels = json.loads(study.options).get("labels")
     if labels is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
         # text or boolean labels: the exported index output is mapped to the labels themselves
-        proto = from_torch(module, example, input_names=input_names, output_names=outputs)
+        proto = from_torch(module, example, input_names=input_names, output_names=names)
         module, example, input_names, outputs = with_label_values(proto, "label", labels), None, None, None
     ddl.import_model(session, stmt.this.model_name, module, example_input=example,
                      features=features if len(features) == in_features else None, input_names=input_names,

@@ -59,7 +59,6 @@ def _algorithms() -> str:
 
     rows = ["| algorithm | its options (default) |", "|---|---|"]
     for name, (defaults, _) in ALGORITHMS.items():
-        assert isinstance(defaults, dict)  # ALGORITHMS is not annotated: its values read as tuple[object, ...]
         own = ", ".join(f"`{k}` ({'none' if v is None else v})" for k, v in defaults.items()) or "none"
         rows.append(f"| `{name.upper()}` | {own} |")
     return "\n".join(rows) + "\n"

@@ -11,7 +11,7 @@ pipeline is created with the split's own wiring.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from modelsql.catalog.entries import ModelVersion, PipelineVersion
 from modelsql.converters import check_chain, split_pipeline
@@ -22,6 +22,9 @@ from modelsql.engine.models.statements import prepare_model
 from modelsql.engine.pipelines.statements import create_pipeline
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, StepSpec
 
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
 __all__ = ["import_pipeline"]
 
 
@@ -29,7 +32,7 @@ def _model_name(pipeline: str, path: str) -> str:
     return f"{pipeline}__" + re.sub(r"\W+", "_", path.replace(".", "__")).strip("_").lower()
 
 
-def _prepare_step(session, pipeline: str, step, prepared: dict) -> tuple:
+def _prepare_step(session: Session, pipeline: str, step, prepared: dict) -> tuple:
     """One split step: ``("reuse", model version)`` of an identical one already in the catalog or earlier in
     this pipeline, or ``("new", name, fields, kinds)`` with its blobs stored (under the caller's lease)."""
     graph, _ = split_model(step.model)
@@ -65,9 +68,10 @@ def _add_steps(catalog, steps, prepared: list) -> tuple[StepSpec, ...]:
     return tuple(specs)
 
 
-def import_pipeline(session, name: str, pipeline: Any, *, example_input: Any, features: Optional[Sequence[str]] = None,
-                    input_name: str = "input", replace: bool = False, if_not_exists: bool = False,
-                    description: Optional[str] = None, accept_mismatch: bool = False) -> PipelineVersion:
+def import_pipeline(session: Session, name: str, pipeline: Any, *, example_input: Any,
+                    features: Optional[Sequence[str]] = None, input_name: str = "input", replace: bool = False,
+                    if_not_exists: bool = False, description: Optional[str] = None,
+                    accept_mismatch: bool = False) -> PipelineVersion:
     """Split, convert, check and catalog ``pipeline`` (see ``Connection.import_pipeline``).
 
     Atomic: the new step model versions and the pipeline version are written in one catalog transaction,

@@ -184,7 +184,7 @@ def create_pipeline(session: Session, plan: CreatePipelinePlan, explicit: Option
         return pipelines.get(key)
     if add_steps is None:
         wire(key, _named_steps(session, key, plan.steps), explicit)  # errors before anything commits
-    session.commit()
+    session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
 
     def write() -> Optional[int]:
         if _pipeline_taken(pipelines, key, plan):
@@ -258,7 +258,7 @@ def _drop(stmt: DropPipeline, session: Session, params: list) -> Result:
             plan.version is not None and plan.version not in pipelines.versions(plan.name))):
         return Result(session.duck, rowcount=0)
     session.get_model(ref.model_name, plan.version, ref, pipeline=True)  # not found: an error naming it as written
-    session.commit()
+    session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
     removed = retrying(session.catalog, lambda: pipelines.drop(plan.name, plan.version, missing_ok=plan.if_exists))
     session.changed()
     return Result(session.duck, rowcount=removed)

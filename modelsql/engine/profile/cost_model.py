@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import onnx
@@ -30,6 +30,10 @@ from modelsql.costmodel.features import FEATURES, Config, model_features, row
 from modelsql.costmodel.mantis import CostModel
 from modelsql.errors import Error
 from modelsql.engine.query.learned_costs import NO_COSTS, Costs, merged_static
+from modelsql.engine.handlers import catalog_write
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["COST_MODEL", "MIN_TRACES", "retrain", "costs_for", "trace_features", "feature_row"]
 
@@ -67,7 +71,7 @@ def feature_row(features: dict) -> dict:
     return row(static, config)
 
 
-def _training_set(session) -> tuple[list[dict], list[float], list[tuple], int]:
+def _training_set(session: Session) -> tuple[list[dict], list[float], list[tuple], int]:
     """``(rows, median ms, seconds of each trace, last trace number)`` of every trace whose model is known
     (features missing from catalog schema 6 traces are computed now and stored)."""
     rows, medians, runs, last = [], [], [], -1
@@ -88,7 +92,7 @@ def _training_set(session) -> tuple[list[dict], list[float], list[tuple], int]:
     return rows, medians, runs, last
 
 
-def _missing_features(session, graphs: dict, model: str, version: int, batch: int, backend: str,
+def _missing_features(session: Session, graphs: dict, model: str, version: int, batch: int, backend: str,
                       threads: int) -> Optional[dict]:
     key = (model, version)
     if key not in graphs:
@@ -121,12 +125,12 @@ def cross_validated(rows: list[dict], medians: list[float]) -> tuple[Optional[fl
     for k in range(FOLDS):
         test = order[k::FOLDS]
         train = np.setdiff1d(order, test)
-        model = CostModel().fit([rows[i] for i in train], y[train])
+        model = CostModel().fit([rows[i] for i in train], y[train].tolist())
         predicted[test] = model.predict([rows[i] for i in test])
-    return within(predicted, y), median_relative_error(predicted, y)
+    return within(predicted.tolist(), medians), median_relative_error(predicted.tolist(), medians)
 
 
-def retrain(session) -> Optional[CostModelFit]:
+def retrain(session: Session) -> Optional[CostModelFit]:
     """Fit the cost model on every trace and store it as a new version of :data:`COST_MODEL` (module
     docstring); None (nothing stored) with fewer than :data:`MIN_TRACES` usable traces. Runs outside any
     open transaction (it commits like an IMPORT MODEL)."""
@@ -141,9 +145,8 @@ def retrain(session) -> Optional[CostModelFit]:
     mv = import_model(session, COST_MODEL, model.to_onnx(), features=list(FEATURES),
                       replace=session.catalog.exists(COST_MODEL), provenance=("cost_model", "modelsql:mantis"))
     fit = CostModelFit(mv.version, len(rows), last, model.to_json(), held_out, error, noise_ceiling(runs))
-    with session.catalog.transaction(join=False):
-        session.catalog.traces.add_fit(fit)
-    session.changed()
+    with catalog_write(session) as catalog:
+        catalog.traces.add_fit(fit)
     return fit
 
 
@@ -158,7 +161,7 @@ def describe_fit(fit: CostModelFit) -> str:
     return f"cost model {COST_MODEL} version {fit.version} ({'; '.join(parts)})"
 
 
-def costs_for(session) -> Costs:
+def costs_for(session: Session) -> Costs:
     """The planner's :class:`~modelsql.engine.query.learned_costs.Costs` of the session's catalog: its latest fit, or
     :data:`~modelsql.engine.query.learned_costs.NO_COSTS` (no fit, or no catalog yet)."""
     if not session.catalog.present:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import onnx
 
 from modelsql.catalog.traces import TraceRow
 from modelsql.operators.backends.profiling import LatencyTrace
 from modelsql.engine.profile.cost_model import trace_features
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["SAMPLE_EVERY", "MAX_SAMPLES", "MIN_RUNS", "TraceSampler", "run_trace_rows", "record_query_traces",
            "record_served_traces"]
@@ -64,7 +67,7 @@ class TraceSampler:
         return taken
 
 
-def run_trace_rows(session, mv, runs: list, backend: str, threads: int, source: str,
+def run_trace_rows(session: Session, mv, runs: list, backend: str, threads: int, source: str,
                    sizes: Optional[int] = 4, device: str = "cpu") -> list[TraceRow]:
     """One :class:`~modelsql.catalog.traces.TraceRow` per rows-per-run of ``runs`` (``(rows, seconds)``) seen at
     least :data:`MIN_RUNS` times, the most frequent first, at most ``sizes`` of them (None: all), each with its
@@ -86,18 +89,18 @@ def run_trace_rows(session, mv, runs: list, backend: str, threads: int, source: 
     return out
 
 
-def _record(session, rows: list[TraceRow]) -> list[int]:
+def _record(session: Session, rows: list[TraceRow]) -> list[int]:
     if not rows:
         return []
     with session.catalog.transaction():
         return session.catalog.traces.add(rows)
 
 
-def _writable(session) -> bool:
+def _writable(session: Session) -> bool:
     return not (session.read_only or session.catalog.read_only or not session.catalog.present)
 
 
-def record_query_traces(session, plan, phys, source: str = "explain_analyze") -> list[int]:
+def record_query_traces(session: Session, plan, phys, source: str = "explain_analyze") -> list[int]:
     """Record, as latency traces of ``source``, the model runs a query's PREDICTs made: :func:`run_trace_rows`
     per scan, for single models only (a pipeline's or a merged family's runs are not one graph's). Joins the
     session's transaction; nothing is recorded on a read-only catalog. Returns the trace numbers."""
@@ -115,7 +118,7 @@ def record_query_traces(session, plan, phys, source: str = "explain_analyze") ->
     return _record(session, rows)
 
 
-def record_served_traces(session, sampler: TraceSampler, device: str = "cpu") -> list[int]:
+def record_served_traces(session: Session, sampler: TraceSampler, device: str = "cpu") -> list[int]:
     """Record what a stopping server sampled as traces of source ``serve`` (its stage sessions run one
     thread on ONNX Runtime, on the server's ``device``), in the session's transaction; nothing on a read-only
     catalog."""

@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from modelsql.onnxformat.compose import merge_steps
 from modelsql.onnxformat.identity import lift_weights
@@ -35,6 +35,9 @@ from modelsql.operators.backends.cuda import CudaModel
 from modelsql.operators.backends.onnxruntime import OrtModel
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.query.rules.pipeline_share_steps import SharedNode, SharedSteps
+
+if TYPE_CHECKING:
+    from modelsql.engine.serve.resident_steps import ResidentStep, ResidentSteps
 
 __all__ = ["Stage", "fuse_stages", "stage_model", "LiftedStep"]
 
@@ -70,7 +73,7 @@ class Stage:
     def local_feeds(self, position: int) -> list[tuple[str, Optional[int], str]]:
         """The feeds of its ``position``-th step as :func:`~modelsql.onnxformat.merge_steps` takes them."""
         index = {n: k for k, (n, _) in enumerate(self.nodes)}
-        out = []
+        out: list[tuple[str, Optional[int], str]] = []
         for inp, (src, name) in self.nodes[position][1].feeds:
             out.append((inp, index[src], name) if src in index else (inp, None, _external(src, name)))
         return out
@@ -162,7 +165,7 @@ def _merged_stage(store, stage: Stage):
     return merge_steps(parts, [(local[n], o, e) for n, o, e in stage.outputs], "stage")
 
 
-def _cuda_stage(store, steps, stage: Stage, device: str) -> tuple[object, str]:
+def _cuda_stage(store, steps: ResidentSteps, stage: Stage, device: str) -> tuple[ResidentStep, str]:
     """A stage's CUDA session (see :func:`stage_model`) and its key."""
     if not stage.fused:
         mv = stage.nodes[0][1].model
@@ -184,7 +187,7 @@ class LiftedStep:
     fixed_batch = None
     intra_op_threads = 1
 
-    def __init__(self, session, weights: dict, path_of) -> None:
+    def __init__(self, session: ResidentStep, weights: dict, path_of) -> None:
         self.session = session
         self._weights = weights  # input name -> (digest, dtype, dims)
         self._path_of = path_of
@@ -200,8 +203,8 @@ class LiftedStep:
         return self.session.run({**feeds, **self._arrays}, outputs)
 
 
-def stage_model(store, steps, stage: Stage, *, share_structures: bool = False,
-                device: str = "cpu") -> tuple[object, str]:
+def stage_model(store, steps: ResidentSteps, stage: Stage, *, share_structures: bool = False,
+                device: str = "cpu") -> tuple[Union[ResidentStep, LiftedStep], str]:
     """The backend model a stage runs as, registered with ``steps``
     (:class:`~modelsql.engine.serve.resident_steps.ResidentSteps`), and the key of the session it runs on:
 
@@ -245,7 +248,7 @@ def stage_model(store, steps, stage: Stage, *, share_structures: bool = False,
     label = f'the structure of model "{mv.name}" version {mv.version}'
     lifted_names = {t.name for t in tensors}
 
-    def load():
+    def load_shared():
         model = shared_weights.shared_model(graph, fetch, label, path_of=store.path, intra_op_threads=1)
         # the weight inputs have no batch axis: only the model's own inputs say whether its batch is fixed
         fixed = {shape[0] for name, shape in model.input_shapes.items()
@@ -253,5 +256,5 @@ def stage_model(store, steps, stage: Stage, *, share_structures: bool = False,
         model.fixed_batch = min(fixed) if fixed else None
         return model
 
-    session = steps.proxy(key, f"structure of {stage.name}", load, len(graph))
+    session = steps.proxy(key, f"structure of {stage.name}", load_shared, len(graph))
     return LiftedStep(session, {t.name: (t.digest, t.dtype, t.dims) for t in tensors}, store.path), key

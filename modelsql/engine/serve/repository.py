@@ -40,7 +40,7 @@ import concurrent.futures
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Hashable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -56,6 +56,12 @@ from modelsql.engine.serve.resident_steps import ResidentSteps
 from modelsql.engine.profile.run_traces import TraceSampler
 from modelsql.engine.serve.fused_steps import fuse_stages, stage_model
 from modelsql.engine.query.rules.pipeline_share_steps import SharedSteps, share_steps
+
+if TYPE_CHECKING:
+    from modelsql.operators.backends import BackendModel
+    from modelsql.operators.backends.routed import MergedRunner
+    from modelsql.engine.serve.fused_steps import LiftedStep
+    from modelsql.engine.serve.resident_steps import ResidentStep
 
 __all__ = ["ServedEntry", "CatalogRepository", "as_pipeline", "ONNX_TO_OIP", "HEALTH_CHECK_S"]
 
@@ -96,7 +102,7 @@ class ServedEntry:
     pipeline: PipelineVersion = field(compare=False)
     kind: str = "pipeline"
     reserved_threads: int = 0
-    runner: object = field(default=None, compare=False, repr=False)
+    runner: Optional[_Group] = field(default=None, compare=False, repr=False)
     """The group that runs this entry (set when it is swapped in)."""
 
 
@@ -126,8 +132,8 @@ class _Family:
     """A group of served models of one family and its merged graph."""
 
     names: list[str]  # served names, in merge order
-    runner: object  # MergedRunner
-    cost: object  # merge_cost.MemberCost
+    runner: MergedRunner
+    cost: merge_cost.MemberCost
     outputs: list[str]
     merged_runs: int = 0
     separate_batches: int = 0
@@ -165,7 +171,7 @@ class CatalogRepository:
         self._lock = threading.RLock()
         self._entries: dict[str, ServedEntry] = {}
         self._unloaded: dict[str, str] = {}  # name -> why
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[Hashable, _Group] = {}
         self._store = store
         self._swap = threading.Lock()  # the swap of entries and groups, and the batches' counts of their group
         self._retired: list[_Group] = []  # replaced groups that batches still run on
@@ -217,7 +223,8 @@ class CatalogRepository:
         plans = _group_members(entries, self.merge_families)
         shares = {key: share_steps([(m, entries[m].pipeline) for m in members]) for key, members in plans.items()}
         fused = {key: fuse_stages(shared) for key, shared in shares.items()}
-        proxies, session_of = {}, {}
+        proxies: dict[str, Union[ResidentStep, LiftedStep]] = {}
+        session_of: dict[str, str] = {}
         for stages, _ in fused.values():
             for stage in stages:
                 if stage.key not in proxies:
@@ -225,7 +232,7 @@ class CatalogRepository:
                         self._store, self.steps, stage, share_structures=self.share_structures, device=self.device)
                     if not self.steps.loaded(session_of[stage.key]):
                         proxies[stage.key].load()  # only the sessions not resident yet
-        groups = {}
+        groups: dict[Hashable, _Group] = {}
         for key, members in plans.items():
             shared, reserved = shares[key], entries[members[0]].reserved_threads
             stages, member_outputs = fused[key]
@@ -236,16 +243,18 @@ class CatalogRepository:
                 executor, own = concurrent.futures.ThreadPoolExecutor(reserved, thread_name_prefix=f"modelsql-{key}"), True
             else:
                 executor, own = self._pool, False
-            graph = StepGraph([GraphNode(st.name, proxies[st.key], st.feeds, tuple(e for _, _, e in st.outputs),
-                                         st.members) for st in stages], member_outputs, on_step=self._observe)
+            # (a resident step is run by GraphNode, which calls its run() alone: not a whole BackendModel)
+            graph = StepGraph([GraphNode(st.name, cast("BackendModel", proxies[st.key]), st.feeds,
+                                         tuple(e for _, _, e in st.outputs), st.members) for st in stages],
+                              member_outputs, on_step=self._observe)
             stage_of = {node.key: session_of[st.key] for st in stages for _, node in st.nodes}
             for st in stages:
                 if not st.fused and st.nodes[0][1].model.kind not in ("pipeline", "models"):
                     self.sampler.watch(st.name, st.nodes[0][1].model)
             family = old.family if old is not None and old.members == members else self._family(key, entries, members)
             groups[key] = _Group(key, members, shared, graph, executor, own, stage_of, family)
-        for key, old in self._groups.items():
-            if old.own_executor and (key not in groups or groups[key].executor is not old.executor):
+        for gkey, old in self._groups.items():
+            if old.own_executor and (gkey not in groups or groups[gkey].executor is not old.executor):
                 old.executor.shutdown(wait=False)
         swapped = {n: replace(e, group=key, runner=groups[key]) for key, members in plans.items()
                    for n, e in entries.items() if n in members}
@@ -274,7 +283,7 @@ class CatalogRepository:
             return None
         return _Family(list(members), runner, merge_cost.member_cost(models[0]), [o.name for o in models[0].outputs])
 
-    def family_stats(self) -> dict[str, dict]:
+    def family_stats(self) -> dict[Hashable, dict]:
         """Group key -> its family's members and how its batches ran (merged / separately)."""
         with self._lock:
             return {k: {"members": g.family.names, "merged_runs": g.family.merged_runs,
@@ -549,11 +558,11 @@ def _group_members(entries: dict[str, ServedEntry], families: bool = True) -> di
         for name, e in sorted(entries.items()):
             if e.reserved_threads or not _one_family([e, e]):
                 continue
-            key = (tuple(sorted((m.name, m.datatype) for m in e.inputs)), e.pipeline.steps[0].model.fingerprint)
-            if key in first_of:
-                parent[find(name)] = find(first_of[key])
+            family = (tuple(sorted((m.name, m.datatype) for m in e.inputs)), e.pipeline.steps[0].model.fingerprint)
+            if family in first_of:
+                parent[find(name)] = find(first_of[family])
             else:
-                first_of[key] = name
+                first_of[family] = name
     groups: dict[str, list[str]] = {}
     for name in sorted(entries):
         groups.setdefault(find(name), []).append(name)

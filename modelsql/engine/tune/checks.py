@@ -40,7 +40,7 @@ def check_space_values(space: Space, max_epochs: int) -> None:
                 check_epoch(tuple((k, v) for k, v in hp if k in TRAINING_NAMES))
             except ProgrammingError as err:
                 out = ProgrammingError(f"SEARCH: {err} (at epoch {epoch})", code=err.code)
-                out.hyperparameter = getattr(err, "hyperparameter", None)
+                setattr(out, "hyperparameter", getattr(err, "hyperparameter", None))  # Error declares no such attribute
                 raise out from None
 
 
@@ -101,14 +101,14 @@ def training_device(value: Any, statement: str, *, executor: str = "local", tree
     try:
         device = devices.require(devices.parse(value, where), where)
     except Error as err:
-        err.option = "device"
+        setattr(err, "option", "device")  # Error declares no option attribute; readers use getattr
         raise
     if device == "auto":
         return "cuda:0" if devices.cuda_available() and not trees and executor == "local" else devices.CPU
     if device != devices.CPU and (trees or executor != "local"):
         what = "a table of trees" if trees else f"executor = '{executor}'"
-        err = NotSupportedError(f"{where}: {what} trains on the CPU only; device = '{device}' is not supported "
-                                "there (use device = 'cpu')", code="device_not_supported")
-        err.option = "device"
-        raise err
+        refused = NotSupportedError(f"{where}: {what} trains on the CPU only; device = '{device}' is not supported "
+                                    "there (use device = 'cpu')", code="device_not_supported")
+        setattr(refused, "option", "device")
+        raise refused
     return device

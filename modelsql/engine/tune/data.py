@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,9 @@ from modelsql.errors import DataError, ProgrammingError
 from modelsql.recursive.trees import Trees
 from modelsql.tuning.training import TrainData
 from modelsql.engine.training_features import training_features
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["StudyData", "load_study_data", "read_table", "feature_columns", "feature_matrix", "target_values",
            "split_rows"]
@@ -42,7 +45,7 @@ class StudyData:
     digest: str
 
 
-def read_table(session, sql: str, params: Sequence, what: str) -> pa.Table:
+def read_table(session: Session, sql: str, params: Sequence, what: str) -> pa.Table:
     try:
         return session.duck.sql(sql, params=list(params) or None).to_arrow_table()
     except Exception as exc:  # noqa: BLE001 - the DuckDB error, named for the clause it came from
@@ -52,7 +55,7 @@ def read_table(session, sql: str, params: Sequence, what: str) -> pa.Table:
         raise type(err)(f"TUNE {what}: {err}", code=err.code) from None
 
 
-def load_study_data(session, train_sql: str, validate_sql: Optional[str], target: str,
+def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str], target: str,
                     features: Optional[Sequence[str]], validation_fraction: float, seed: int,
                     params: Sequence = (), keys: Sequence[str] = ()) -> StudyData:
     """Read and check the data of a study. ``features``: the ``features`` option's columns, or None for every

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from modelsql.catalog import Catalog
 from modelsql.catalog.owners import HEARTBEAT_SECONDS, this_process
@@ -41,6 +41,9 @@ from modelsql.tuning.stage_tree import EpochHP, Node, StageTree
 from modelsql.engine.tune.round_plan import RoundPlan, StageTask
 from modelsql.engine.tune.stage_tree import tune_stage_tree
 from modelsql.engine.tune.spec import TRAINING_NAMES, StudySpec, frozen
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
 __all__ = ["StudyRun", "hp_json", "hp_from_json", "load_tree"]
 
@@ -84,7 +87,7 @@ class StudyRun:
             and round and when the run ends, or None.
     """
 
-    def __init__(self, session, spec: StudySpec, executor, progress: Optional[Callable[[dict], None]] = None):
+    def __init__(self, session: Session, spec: StudySpec, executor, progress: Optional[Callable[[dict], None]] = None):
         self.session, self.spec, self.executor, self.progress = session, spec, executor, progress
         self.meter = Meter(progress, "tune", label=f"study {spec.name}", interval=0, study=spec.name, trials=0, trials_done=0,
                            best_trial=None, best_metric=None, epochs_trained=0, epochs_requested=0)
@@ -128,14 +131,16 @@ class StudyRun:
     def _copy_from_donor(self, tree: StageTree, request: Request) -> None:
         """Trial-based PBT: an exploit copies the donor's checkpoint (as Ray Tune does), recorded as a stage
         of the trial's own tree that trained nothing."""
+        assert request.donor is not None  # _target copies for an exploit only
         prefix = request.sequence[:request.branch_epoch]
-        if tree.find(prefix) is not None and tree.find(prefix).restorable:
+        found = tree.find(prefix)
+        if found is not None and found.restorable:
             return
         donor = self.tree(self.tree_key(request.donor)).find(prefix)
         if donor is None or not donor.restorable:
             return  # the donor's state is gone: the trial trains the prefix itself
         stage = self._new_stage(tree.key)
-        metrics = [n.metrics for n in donor.path()]
+        metrics = [_trained_metrics(n) for n in donor.path()]
         tree.record_stage(stage, None, prefix, metrics, donor.checkpoint, donor.checkpoint_bytes)
         self._put_stage(StageRow(tree.key, stage, None, 0, len(prefix), hp_json(prefix), json.dumps(metrics), "done",
                                  donor.checkpoint, donor.checkpoint_bytes, self.spec.name, "copy", 0.0))
@@ -192,7 +197,7 @@ class StudyRun:
         if status == "finished" and self.trials and all(t.status == "failed" for t in self.trials.values()):
             error = self.trials[min(self.trials)].error
             self._write_study("failed", error=error)
-            raise _every_trial_failed(spec.name, self.failures.get(error), error)
+            raise _every_trial_failed(spec.name, self.failures.get(error) if error is not None else None, error)
         if status == "finished":
             self._collect_checkpoints()
         return self._write_study(status, stopped=status == "stopped")
@@ -226,7 +231,11 @@ class StudyRun:
         for request in requests:
             trial = self.trials.get(request.trial)
             previous = trial.request.sequence if trial else ()
-            base = request.branch_epoch if request.donor is not None else len(previous)
+            if request.donor is not None:
+                assert request.branch_epoch is not None  # an exploit names the epoch it branches at
+                base = request.branch_epoch
+            else:
+                base = len(previous)
             self.requested += max(len(request.sequence) - base, 0)
             self.trials[request.trial] = _Trial(request, len(previous), "running")
             target = self._target(request)
@@ -270,10 +279,10 @@ class StudyRun:
     def _submit(self, key: str, task: StageTask) -> tuple[cf.Future, list[int], Optional[int]]:
         tree = self.trees[key]
         start = task.stages[0].start
-        parent = None if start.is_root else self.store.get(start.checkpoint)
-        first_factory = self.spec.factory_params_of(task.stages[0].nodes[0].hp)
+        parent = None if start.is_root else self.store.get(_checkpoint_of(start))
+        first_factory = self.spec.factory_params_of(_hp(task.stages[0].nodes[0]))
         spec = TaskSpec(self.spec.trainable.factory, first_factory, self.spec.seed, self.spec.threads,
-                        tuple((s.nodes[0].epoch, tuple(_training(n.hp) for n in s.nodes)) for s in task.stages),
+                        tuple((s.nodes[0].epoch, tuple(_training(_hp(n)) for n in s.nodes)) for s in task.stages),
                         self.spec.device)
         numbers = [self._new_stage(key) for _ in task.stages]
         parent_stage = tree.stage_of(start)
@@ -342,6 +351,7 @@ class StudyRun:
         for request in sorted(requests, key=lambda r: r.trial):
             trial = self.trials[request.trial]
             node = self.tree(self.tree_key(request.trial)).find(request.sequence)
+            assert node is not None  # _target inserted the request's sequence into its tree
             path = node.path()
             missing = next((n for n in path if not n.trained), None)
             if missing is not None:
@@ -433,9 +443,10 @@ class StudyRun:
         with self._txn():
             for key, tree in self.trees.items():
                 gone = [n for n in tree.nodes() if n.checkpoint and n.checkpoint not in keep]
-                self.catalog.studies.forget_checkpoints(key, [n.stage for n in gone if tree.stage_of(n) is not None])
+                self.catalog.studies.forget_checkpoints(key, [s for s in map(tree.stage_of, gone) if s is not None])
                 for node in gone:
-                    dropped.append(node.checkpoint)
+                    if node.checkpoint:  # (every node of gone has one)
+                        dropped.append(node.checkpoint)
                     node.checkpoint = node.checkpoint_bytes = None
             for number in self.trials:
                 self._put_trial(number)
@@ -503,6 +514,24 @@ def _every_trial_failed(study: str, failure: Optional[tuple[str, str, str]], tex
 
 def _training(hp: EpochHP) -> EpochHP:
     return tuple((k, v) for k, v in hp if k in TRAINING_NAMES)
+
+
+def _hp(node: Node) -> EpochHP:
+    """The hyper-parameters of an epoch's node (only the root has none, and no stage holds it)."""
+    assert node.hp is not None
+    return node.hp
+
+
+def _checkpoint_of(node: Node) -> str:
+    """The checkpoint a task starts from (a task starts at the root or at a restorable node)."""
+    assert node.checkpoint is not None
+    return node.checkpoint
+
+
+def _trained_metrics(node: Node) -> Mapping[str, float]:
+    """The metrics of a trained epoch (the donor's path up to a restorable node is trained)."""
+    assert node.metrics is not None
+    return node.metrics
 
 
 def _metric(metrics, name: str) -> float:

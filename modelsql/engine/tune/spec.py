@@ -43,6 +43,7 @@ COMMON_OPTIONS = TUNE.names
 """``WITH`` options of TUNE that are not the algorithm's (:data:`modelsql.engine.options.declared.TUNE`)."""
 
 _DIMENSIONS = {"CHOICE": None, "UNIFORM": Uniform, "LOGUNIFORM": LogUniform, "INTEGER": IntRange}
+_FLOAT_RANGES: dict[str, type[Uniform] | type[LogUniform]] = {"UNIFORM": Uniform, "LOGUNIFORM": LogUniform}
 _SCHEDULES = {"STEP_DECAY": (StepDecay, ("initial", "milestones", "gamma", "warmup")),
               "PIECEWISE": (Piecewise, ("values", "milestones", "warmup"))}
 
@@ -150,7 +151,7 @@ def bind_space(items: list[exp.EQ]) -> Space:
 
 def _bad(name: str, why: str) -> ProgrammingError:
     err = ProgrammingError(f'SEARCH: hyper-parameter "{name}": {why}', code="invalid_search_space")
-    err.hyperparameter = name
+    setattr(err, "hyperparameter", name)  # Error declares no such attribute; readers use getattr
     return err
 
 
@@ -181,7 +182,7 @@ def _bind_dimension(fn: str, node: exp.Anonymous, name: str) -> Any:
         if not all(isinstance(v, int) for v in values):
             raise _bad(name, f"INTEGER takes two integers, got {node.sql()}")
         return IntRange(values[0], values[1])
-    return _DIMENSIONS[fn](float(values[0]), float(values[1]))
+    return _FLOAT_RANGES[fn](float(values[0]), float(values[1]))
 
 
 def _bind_schedule(fn: str, node: exp.Anonymous, name: str) -> Any:

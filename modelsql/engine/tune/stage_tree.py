@@ -77,7 +77,7 @@ def _build_task(first: Node, start: Node, after: Optional[int], work: dict[int, 
                 change_points: frozenset[int], tasks: list[StageTask], counter: list[int]) -> None:
     """Add the task whose first stage trains from ``start`` through ``first`` onwards, and its successors."""
     task_id = len(tasks)
-    tasks.append(None)  # type: ignore[arg-type]  (its place, so successors number after it)
+    tasks.append(StageTask(task_id, (), after, 0))  # its place (replaced below), so successors number after it
     stages: list[StagePlan] = []
     node, begin = first, start
     while True:

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from sqlglot import exp
 
@@ -24,7 +24,7 @@ from modelsql.sql.predict import PredictTable
 from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import ALGORITHMS, make_algorithm
 from modelsql.tuning.space import Space
-from modelsql.engine.handlers import handles
+from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import OptionValues, option_error, sql_text
 from modelsql.engine.options.declared import TUNE as TUNE_OPTIONS
 from modelsql.engine.tune.round_plan import RoundPlan
@@ -78,7 +78,8 @@ def _options(stmt: TuneModel, params: list) -> OptionValues:
     """
     algorithm = stmt.args["algorithm"].name.lower()
     # an unknown algorithm is make_algorithm's error (unknown_algorithm): accept every algorithm's options until then
-    own = ALGORITHMS[algorithm][0] if algorithm in ALGORITHMS else {k for d, _ in ALGORITHMS.values() for k in d}
+    own: Iterable[str] = (ALGORITHMS[algorithm][0] if algorithm in ALGORITHMS
+                          else {k for d, _ in ALGORITHMS.values() for k in d})
     options = TUNE_OPTIONS.parse(stmt, params, where="TUNE", extra=own)
     search = [i.this.name for i in stmt.args["search"] if i.expression.find(exp.Placeholder) is not None]
     if search:
@@ -224,7 +225,7 @@ def _check_existing(session: Session, spec: StudySpec, resume: bool) -> None:
     studies = session.catalog.studies
     if spec.name in RUNNING:
         raise ProgrammingError(f'Study "{spec.name}" is running now (in this process).', code="study_running")
-    with session.catalog.transaction(join=False):
+    with catalog_write(session):
         studies.mark_interrupted(sorted(RUNNING))
     old = studies.study(spec.name)
     if old is None:
@@ -254,6 +255,8 @@ def _study_device(row) -> str:
 
 @handles(TuneModel)
 def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
+    # (not catalog_write: a long run that holds no catalog transaction; it writes in many of its own, then marks
+    # cached plans stale in the finally below)
     session.check_writable()
     session.commit()
     spec = bind_tune(stmt, session, params)
@@ -387,11 +390,10 @@ def _drop_study(stmt: DropStudy, session: Session, params: list) -> Result:
         if stmt.args.get("exists"):
             return Result(session.duck, rowcount=0)
         raise session.catalog.studies.not_found(name)
-    session.commit()
-    with session.catalog.transaction(join=False):
-        digests = session.catalog.studies.drop_study(name)
+    with catalog_write(session) as catalog:
+        digests = catalog.studies.drop_study(name)
+    assert digests is not None  # the study was there (checked above)
     # after the commit (the catalog never names a missing blob); the references are read under the store's sweep
     # lock, after the pending blobs, so a blob another connection commits meanwhile is kept
     session.store.discard(digests, session.catalog.referenced_digests)
-    session.changed()
     return Result(session.duck, rowcount=1)
