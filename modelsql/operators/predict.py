@@ -36,13 +36,16 @@ import inspect
 import math
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from modelsql.errors import DataError
 from modelsql.operators import row_errors
+
+if TYPE_CHECKING:
+    from modelsql.progress import Meter
 
 class NullInput(DataError):
     """Raised inside a PREDICT on a NULL fed to a model (``on_null = 'error'``).
@@ -246,7 +249,7 @@ class PredictFunction:
         self.runs: list[tuple[int, float]] = []
         """``(rows, seconds)`` of the model's first :data:`RUN_SAMPLES` runs (EXPLAIN ANALYZE records them as
         latency traces for the cost model)."""
-        self.progress = None
+        self.progress: Optional[Meter] = None
         """The :class:`~modelsql.progress.Meter` counting the rows scored (None: no progress hook), set by the
         planner for each execution; :meth:`end_progress` sends its final message."""
 

@@ -22,13 +22,16 @@ import itertools
 import re
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import duckdb
 import pyarrow as pa
 
 from modelsql.errors import InternalError
 from modelsql.operators.predict import ColumnBlock, PredictFunction
+
+if TYPE_CHECKING:
+    from modelsql.operators.base import StreamOperator
 
 _COUNTER = itertools.count()
 
@@ -127,7 +130,7 @@ class StreamPredict:
         return {"rows": str(f.rows), "calls": str(f.calls), "time": f"{f.seconds * 1000:.3f} ms"}
 
 
-def shared_scan_sql(members: list[StreamPredict], source_sql: str) -> tuple[str, list[str]]:
+def shared_scan_sql(members: Sequence[StreamOperator[Any]], source_sql: str) -> tuple[str, list[str]]:
     """One scan of ``source_sql`` calling every member's function on the same chunks.
 
     Returns the scan's SQL and, per member, the name of its result struct column.
@@ -141,7 +144,7 @@ def shared_scan_sql(members: list[StreamPredict], source_sql: str) -> tuple[str,
     return f'SELECT *, {calls} FROM {source_sql} AS "__msql_in"', names
 
 
-def shared_member_sql(member: StreamPredict, names: list[str], own: str, cte: str) -> str:
+def shared_member_sql(member: StreamOperator[Any], names: list[str], own: str, cte: str) -> str:
     """A member of a shared scan: the input's columns and its own outputs, read from the shared CTE."""
     excluded = ", ".join(quote(n) for n in names)
     return f"SELECT * EXCLUDE ({excluded}), unnest({quote(own)}) FROM {quote(cte)}"

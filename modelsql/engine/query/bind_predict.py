@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
 
-from modelsql.catalog.entries import ModelVersion, TensorSpec
+from modelsql.catalog.entries import ModelVersion, PipelineVersion, RoutedModels, TensorSpec
 from modelsql.converters.python_program import is_ragged
 from modelsql.errors import NotSupportedError, ProgrammingError, did_you_mean
 from modelsql.operators.predict import ONNX_TO_DUCKDB, ONNX_TO_NUMPY, InputArg, OutputCol, row_fit
@@ -63,6 +64,10 @@ PREDICTs of one statement over one input): where the measured rule expects a gai
 BACKENDS = PREDICT_OPTIONS["backend"].choices
 MAX_ARRAY = 100_000
 """DuckDB's largest fixed ``ARRAY`` size: a wider flat input row is passed as a list."""
+
+PredictModel = Union[ModelVersion, PipelineVersion, RoutedModels]
+"""What a PREDICT runs: a model version, a pipeline version, or routed models (``MODELS (...) ROUTE BY c``);
+each has ``inputs``, ``outputs``, ``features``, ``label`` and ``ref_sql``, and binds alike."""
 
 
 @dataclass(frozen=True)
@@ -160,15 +165,16 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
                           device=devices.require(opts["device"], where))
 
 
-def check_feature_names(names, where: str) -> tuple[str, ...]:
+def check_feature_names(names: object, where: str) -> tuple[str, ...]:
     """Feature names as a tuple: at least one, each a non-empty string, no name twice
     (case-insensitive, as columns are matched).
 
     Raises:
         ProgrammingError: code ``"invalid_option"``, naming the offending entry.
     """
-    iterable = hasattr(names, "__iter__") and not isinstance(names, (str, bytes))
-    return column_names(tuple(names) if iterable else names, "features", where)
+    if isinstance(names, Iterable) and not isinstance(names, (str, bytes)):
+        return column_names(tuple(names), "features", where)
+    return column_names(names, "features", where)
 
 
 def row_shape(spec: TensorSpec) -> Optional[tuple[int, ...]]:
@@ -200,6 +206,8 @@ def array_dims(type_text: str) -> tuple[str, tuple[Optional[int], ...]]:
     values, so its sizes are ``(224, 224, 3)``; ``FLOAT[224][224][3]`` holds rows of ``(3, 224, 224)``.
     """
     m = re.match(r"^(.*?)((?:\[\d*\])+)$", type_text)
+    if m is None:
+        raise ValueError(f"not an array or list type: {type_text}")
     sizes = re.findall(r"\[(\d*)\]", m.group(2))
     return m.group(1), tuple(int(k) if k else None for k in reversed(sizes))
 
@@ -234,14 +242,15 @@ def _array_target(col: Column, spec: TensorSpec, shape: tuple[int, ...], width: 
             f"({spec.elem_type}); arrays of numbers or booleans are cast to {spec.elem_type}, other types are not.",
             code="wrong_column_type",
         )
-    if None not in dims:
-        if width is not None and math.prod(dims) != width:
+    fixed = tuple(d for d in dims if d is not None)
+    if len(fixed) == len(dims):  # no list level
+        if width is not None and math.prod(fixed) != width:
             raise ProgrammingError(
                 f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes '
                 f"{width} values per row ({spec.elem_type}{_shape_text(spec)}).",
                 code="wrong_column_type",
             )
-        if row_fit(dims, shape) is None:
+        if row_fit(fixed, shape) is None:
             hint = f"store them as {base}{''.join(f'[{d}]' for d in reversed(shape))}, or" if -1 not in shape else "use"
             raise ProgrammingError(
                 f'{where}: column "{col.name}" has type {col.type}, which holds rows of shape {list(dims)} (DuckDB '
@@ -258,12 +267,14 @@ def _array_target(col: Column, spec: TensorSpec, shape: tuple[int, ...], width: 
 
 
 def bind_predict(
-    model: ModelVersion,
+    model: PredictModel,
     columns: Sequence[Column],
     options: PredictOptions,
     key_columns: Sequence[str] = (),
 ) -> Binding:
-    """Bind one PREDICT (see module docstring for the rules).
+    """Bind one PREDICT (see module docstring for the rules): the strategy the columns and the model's
+    signature call for (:func:`_bind_features`, :func:`_bind_by_name`, :func:`_bind_numeric_columns`), or the
+    error saying why none applies.
 
     Raises:
         ProgrammingError: a missing or misnamed column (code ``"column_not_found"``),
@@ -275,146 +286,192 @@ def bind_predict(
     if not inputs:
         raise ProgrammingError(f'{model.label[0].upper()}{model.label[1:]} has no inputs to feed.', code="model_without_inputs")
     by_name = {c.name.lower(): c for c in columns}
-    where = f'PREDICT({model.ref_sql})'
+    fed = _Arguments(f'PREDICT({model.ref_sql})')
     features = options.features or model.features
-    args: list[InputArg] = []
-    arg_sql: list[str] = []
-    arg_types: list[str] = []
-
-    def need_numeric(col: Column, spec: TensorSpec, allow_bool: bool) -> None:
-        if spec.elem_type == "STRING":
-            if col.type != "VARCHAR":
-                raise ProgrammingError(
-                    f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes text (STRING).',
-                    code="wrong_column_type",
-                )
-            return
-        if not (col.is_numeric or (allow_bool and col.type == "BOOLEAN")):
-            raise ProgrammingError(
-                f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes numbers '
-                f"({spec.elem_type}); numeric columns are cast to {spec.elem_type}, other types are not.",
-                code="wrong_column_type",
-            )
-
-    def matrix(spec: TensorSpec, cols: list[Column], shape: tuple[int, ...], allow_bool: bool) -> None:
-        for col in cols:
-            need_numeric(col, spec, allow_bool)
-        duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
-        items = ", ".join(quote(c.name) if c.type == duck else f"CAST({quote(c.name)} AS {duck})" for c in cols)
-        args.append(InputArg(spec.name, "matrix", shape, spec.elem_type, tuple(c.name for c in cols)))
-        arg_sql.append(f"CAST([{items}] AS {duck}[{len(cols)}])")
-        arg_types.append(f"{duck}[{len(cols)}]")
-
     if features is not None:
-        if len(inputs) != 1:
-            raise ProgrammingError(
-                f"{where}: features = (...) applies to a model with one input; this model has "
-                f"{len(inputs)} ({', '.join(i.name for i in inputs)}), which bind to columns of the same names.",
-                code="feature_mismatch",
-            )
-        spec = inputs[0]
-        shape = row_shape(spec)
-        width = row_width(shape)
-        if width is not None and width != len(features):
-            raise ProgrammingError(
-                f'{where}: input "{spec.name}" takes {width} values per row, but {len(features)} features are named.',
-                code="feature_mismatch",
-            )
-        cols = []
-        for f in features:
-            col = by_name.get(f.lower())
-            if col is None:
-                raise ProgrammingError(
-                    f'{where}: feature column "{f}" is not in the input.{did_you_mean(f, [c.name for c in columns])}'
-                    f" Columns: {', '.join(c.name for c in columns)}.",
-                    code="column_not_found",
-                )
-            cols.append(col)
-        if shape is None or width is None:
-            shape = (len(cols),)
-        matrix(spec, cols, shape, allow_bool=True)
+        _bind_features(inputs, features, columns, by_name, fed)
     elif all(i.name.lower() in by_name for i in inputs):
-        for spec in inputs:
-            col = by_name[spec.name.lower()]
-            shape = row_shape(spec) or ()
-            width = row_width(shape)
-            duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
-            if col.is_array:
-                target = _array_target(col, spec, shape, width, where)
-                kind = "ragged" if is_ragged(spec) else "array"
-                args.append(InputArg(spec.name, kind, shape, spec.elem_type, (col.name,)))
-                arg_sql.append(f"CAST({quote(col.name)} AS {target})")
-                arg_types.append(target)
-            else:
-                if width not in (1, None) or (width is None and shape):
-                    raise ProgrammingError(
-                        f'{where}: model input "{spec.name}" takes {width or "several"} values per row, but column '
-                        f'"{col.name}" is a scalar ({col.type}); give an array column or name the features.',
-                        code="wrong_column_type",
-                    )
-                need_numeric(col, spec, allow_bool=True)
-                args.append(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,)))
-                arg_sql.append(f"CAST({quote(col.name)} AS {duck})")
-                arg_types.append(duck)
+        _bind_by_name(inputs, by_name, fed)
     elif len(inputs) == 1 and inputs[0].elem_type == "STRING":
-        seen = ", ".join(f"{c.name} {c.type}" for c in columns) or "none"
-        raise ProgrammingError(
-            f'{where}: input "{inputs[0].name}" takes text (STRING{_shape_text(inputs[0])}), so it is fed by the '
-            f'VARCHAR column named "{inputs[0].name}", and the input has none. Columns seen: {seen}. Rename the '
-            f'text column in a subquery, e.g. (SELECT body AS "{inputs[0].name}" FROM t).',
-            code="column_not_found",
-        )
+        raise _no_text_column(inputs[0], columns, fed.where)
     elif len(inputs) == 1:
-        spec = inputs[0]
-        shape = row_shape(spec)
-        width = row_width(shape)
-        numeric = [c for c in columns if c.is_numeric]
-        keys = [c for c in numeric if looks_like_key(c.name, key_columns)]
-        candidates = [c for c in numeric if c not in keys]
-        if width is None or len(candidates) != width:
-            seen = ", ".join(f"{c.name} {c.type}" for c in columns) or "none"
-            key_note = (
-                f" Key-like columns ({', '.join(c.name for c in keys)}) are never fed to a model." if keys else ""
-            )
-            want = f"{width} numeric columns" if width is not None else "a known number of features"
-            raise ProgrammingError(
-                f'{where}: cannot bind input "{spec.name}" ({spec.elem_type}{_shape_text(spec)}): the model\'s feature '
-                f"names are unknown, so it needs exactly {want}, and the query has {len(candidates)} usable "
-                f"numeric columns. Columns seen: {seen}.{key_note} Name the features in the query, e.g. "
-                f"PREDICT({model.ref_sql}, TABLE t, features = (col_a, col_b, ...)), or at import with "
-                f"WITH (features = (...)), or select exactly the feature columns in a subquery.",
-                code="feature_mismatch",
-            )
-        matrix(spec, candidates, shape, allow_bool=False)
+        _bind_numeric_columns(inputs[0], columns, key_columns, model.ref_sql, fed)
     else:
-        missing = [i.name for i in inputs if i.name.lower() not in by_name]
-        names = [c.name for c in columns]
-        raise ProgrammingError(
-            f"{where}: model inputs bind to columns of the same name; missing column(s) "
-            + ", ".join(f'"{m}"{did_you_mean(m, names)}' for m in missing)
-            + f". Columns: {', '.join(names) or 'none'}.",
-            code="column_not_found",
-        )
-
+        raise _missing_columns(inputs, columns, by_name, fed.where)
     outputs = bind_outputs(model, [c.name for c in columns])
-    fed = [c for a in args for c in a.columns]
-    null_filter = None
-    if fed:
-        parts = []
-        for a, sql in zip(args, arg_sql):
-            if a.kind == "array":
-                parts.append(array_not_null_sql(a.columns[0], by_name[a.columns[0].lower()].type))
-            else:
-                parts.extend(f"{quote(c)} IS NOT NULL" for c in a.columns)
-        null_filter = " AND ".join(parts)
     return Binding(
         columns=tuple(columns),
-        args=tuple(args),
-        arg_sql=tuple(arg_sql),
-        arg_types=tuple(arg_types),
+        args=tuple(fed.args),
+        arg_sql=tuple(fed.sql),
+        arg_types=tuple(fed.types),
         outputs=outputs,
-        null_filter=null_filter,
+        null_filter=_null_filter(fed, by_name),
     )
+
+
+@dataclass
+class _Arguments:
+    """The PREDICT function's arguments as a binding strategy adds them: how each feeds a model input
+    (``args``), its DuckDB SQL over the input's columns (``sql``) and its type (``types``).
+    ``where``: ``PREDICT(MODEL m)``, how messages name the PREDICT."""
+
+    where: str
+    args: list[InputArg] = field(default_factory=list)
+    sql: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+
+    def add(self, arg: InputArg, sql: str, type_text: str) -> None:
+        self.args.append(arg)
+        self.sql.append(sql)
+        self.types.append(type_text)
+
+    def matrix(self, spec: TensorSpec, cols: Sequence[Column], shape: tuple[int, ...], allow_bool: bool) -> None:
+        """Feed ``cols``, packed in order into one ``T[F]`` array, to ``spec``."""
+        for col in cols:
+            _need_numeric(col, spec, allow_bool, self.where)
+        duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
+        items = ", ".join(quote(c.name) if c.type == duck else f"CAST({quote(c.name)} AS {duck})" for c in cols)
+        self.add(InputArg(spec.name, "matrix", shape, spec.elem_type, tuple(c.name for c in cols)),
+                 f"CAST([{items}] AS {duck}[{len(cols)}])", f"{duck}[{len(cols)}]")
+
+
+def _need_numeric(col: Column, spec: TensorSpec, allow_bool: bool, where: str) -> None:
+    """Refuse a column that cannot feed ``spec``: text for a STRING input, numbers (or, with ``allow_bool``,
+    booleans) for any other (``wrong_column_type``)."""
+    if spec.elem_type == "STRING":
+        if col.type != "VARCHAR":
+            raise ProgrammingError(
+                f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes text (STRING).',
+                code="wrong_column_type",
+            )
+        return
+    if not (col.is_numeric or (allow_bool and col.type == "BOOLEAN")):
+        raise ProgrammingError(
+            f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes numbers '
+            f"({spec.elem_type}); numeric columns are cast to {spec.elem_type}, other types are not.",
+            code="wrong_column_type",
+        )
+
+
+def _bind_features(inputs: Sequence[TensorSpec], features: Sequence[str], columns: Sequence[Column],
+                   by_name: dict[str, Column], fed: _Arguments) -> None:
+    """Rule 1: the named ``features`` (the PREDICT's, else the catalog's) feed the model's single input, in order."""
+    where = fed.where
+    if len(inputs) != 1:
+        raise ProgrammingError(
+            f"{where}: features = (...) applies to a model with one input; this model has "
+            f"{len(inputs)} ({', '.join(i.name for i in inputs)}), which bind to columns of the same names.",
+            code="feature_mismatch",
+        )
+    spec = inputs[0]
+    shape = row_shape(spec)
+    width = row_width(shape)
+    if width is not None and width != len(features):
+        raise ProgrammingError(
+            f'{where}: input "{spec.name}" takes {width} values per row, but {len(features)} features are named.',
+            code="feature_mismatch",
+        )
+    cols = []
+    for f in features:
+        col = by_name.get(f.lower())
+        if col is None:
+            raise ProgrammingError(
+                f'{where}: feature column "{f}" is not in the input.{did_you_mean(f, [c.name for c in columns])}'
+                f" Columns: {', '.join(c.name for c in columns)}.",
+                code="column_not_found",
+            )
+        cols.append(col)
+    if shape is None or width is None:
+        shape = (len(cols),)
+    fed.matrix(spec, cols, shape, allow_bool=True)
+
+
+def _bind_by_name(inputs: Sequence[TensorSpec], by_name: dict[str, Column], fed: _Arguments) -> None:
+    """Rule 2: each input binds to the column of its own name: an array or list column for a wide input,
+    a scalar column for an input of one value per row."""
+    for spec in inputs:
+        col = by_name[spec.name.lower()]
+        shape = row_shape(spec) or ()
+        width = row_width(shape)
+        if col.is_array:
+            target = _array_target(col, spec, shape, width, fed.where)
+            kind = "ragged" if is_ragged(spec) else "array"
+            fed.add(InputArg(spec.name, kind, shape, spec.elem_type, (col.name,)),
+                    f"CAST({quote(col.name)} AS {target})", target)
+            continue
+        if width not in (1, None) or (width is None and shape):
+            raise ProgrammingError(
+                f'{fed.where}: model input "{spec.name}" takes {width or "several"} values per row, but column '
+                f'"{col.name}" is a scalar ({col.type}); give an array column or name the features.',
+                code="wrong_column_type",
+            )
+        _need_numeric(col, spec, True, fed.where)
+        duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
+        fed.add(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,)), f"CAST({quote(col.name)} AS {duck})",
+                duck)
+
+
+def _bind_numeric_columns(spec: TensorSpec, columns: Sequence[Column], key_columns: Sequence[str], ref_sql: str,
+                          fed: _Arguments) -> None:
+    """Rule 3: the input's numeric columns but key-like ones (:func:`looks_like_key`), in order, feed the single
+    input, when they number exactly its width."""
+    shape = row_shape(spec)
+    width = row_width(shape)
+    numeric = [c for c in columns if c.is_numeric]
+    keys = [c for c in numeric if looks_like_key(c.name, key_columns)]
+    candidates = [c for c in numeric if c not in keys]
+    if shape is None or width is None or len(candidates) != width:  # (no width without a shape)
+        seen = ", ".join(f"{c.name} {c.type}" for c in columns) or "none"
+        key_note = (
+            f" Key-like columns ({', '.join(c.name for c in keys)}) are never fed to a model." if keys else ""
+        )
+        want = f"{width} numeric columns" if width is not None else "a known number of features"
+        raise ProgrammingError(
+            f'{fed.where}: cannot bind input "{spec.name}" ({spec.elem_type}{_shape_text(spec)}): the model\'s feature '
+            f"names are unknown, so it needs exactly {want}, and the query has {len(candidates)} usable "
+            f"numeric columns. Columns seen: {seen}.{key_note} Name the features in the query, e.g. "
+            f"PREDICT({ref_sql}, TABLE t, features = (col_a, col_b, ...)), or at import with "
+            f"WITH (features = (...)), or select exactly the feature columns in a subquery.",
+            code="feature_mismatch",
+        )
+    fed.matrix(spec, candidates, shape, allow_bool=False)
+
+
+def _no_text_column(spec: TensorSpec, columns: Sequence[Column], where: str) -> ProgrammingError:
+    """The error for a single text input that no column of its name feeds (text is never fed by position)."""
+    seen = ", ".join(f"{c.name} {c.type}" for c in columns) or "none"
+    return ProgrammingError(
+        f'{where}: input "{spec.name}" takes text (STRING{_shape_text(spec)}), so it is fed by the '
+        f'VARCHAR column named "{spec.name}", and the input has none. Columns seen: {seen}. Rename the '
+        f'text column in a subquery, e.g. (SELECT body AS "{spec.name}" FROM t).',
+        code="column_not_found",
+    )
+
+
+def _missing_columns(inputs: Sequence[TensorSpec], columns: Sequence[Column], by_name: dict[str, Column],
+                     where: str) -> ProgrammingError:
+    """The error for a model of several inputs some of which no column of their name feeds."""
+    missing = [i.name for i in inputs if i.name.lower() not in by_name]
+    names = [c.name for c in columns]
+    return ProgrammingError(
+        f"{where}: model inputs bind to columns of the same name; missing column(s) "
+        + ", ".join(f'"{m}"{did_you_mean(m, names)}' for m in missing)
+        + f". Columns: {', '.join(names) or 'none'}.",
+        code="column_not_found",
+    )
+
+
+def _null_filter(fed: _Arguments, by_name: dict[str, Column]) -> Optional[str]:
+    """SQL keeping the rows with no NULL in a fed column (``on_null = 'skip'``), or None when nothing is fed."""
+    if not any(a.columns for a in fed.args):
+        return None
+    parts = []
+    for a in fed.args:
+        if a.kind == "array":
+            parts.append(array_not_null_sql(a.columns[0], by_name[a.columns[0].lower()].type))
+        else:
+            parts.extend(f"{quote(c)} IS NOT NULL" for c in a.columns)
+    return " AND ".join(parts)
 
 
 _MAP_OUTPUT = re.compile(r"^SEQUENCE\(MAP\((INT64|STRING), (FLOAT|DOUBLE|INT64)\)\)$")
@@ -462,7 +519,7 @@ def check_signature(model_name: str, inputs: Sequence[TensorSpec], outputs: Sequ
             )
 
 
-def bind_outputs(model: ModelVersion, input_columns: Sequence[str]) -> tuple[OutputCol, ...]:
+def bind_outputs(model: PredictModel, input_columns: Sequence[str]) -> tuple[OutputCol, ...]:
     """Decide the column name and type of each output (see :func:`output_kind`)."""
     taken = {c.lower() for c in input_columns}
     result = []

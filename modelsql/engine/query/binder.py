@@ -188,7 +188,7 @@ def put_in_place(ref: ScanRef, tree: exp.Expr) -> None:
 def _ref_text(ref: ModelRef | ModelSet) -> str:
     """``MODEL m``, ``PIPELINE p`` or ``MODELS (a, b) ROUTE BY c``, as the PREDICT names its models."""
     if isinstance(ref, ModelSet):
-        return ref.sql(dialect="duckdb")
+        return ref.sql(dialect=msql.DIALECT)
     return ("PIPELINE " if ref.args.get("pipeline") else "MODEL ") + ref.model_name
 
 

@@ -3,41 +3,43 @@ rules' inputs and physical lowering, :class:`QueryRunner` for the query handler 
 
 The query package never imports the session (``tests/engine/test_layout.py``): it is handed an object
 that satisfies these protocols (:class:`modelsql.engine.session.Session` does, and mypy checks the query
-package against them, not against the session's other members).
+package against them, not against the session's other members). A planning context is also the
+:class:`~modelsql.engine.artifacts.context.ArtifactContext` binding and lowering hand to the artifacts package
+(a Python program's source and a TVM library checked for trust, sessions loaded, merged graphs built).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, Union
 
+from modelsql.engine.artifacts.context import ArtifactContext
+
 if TYPE_CHECKING:
     import duckdb
     from sqlglot import exp
 
-    from modelsql.catalog import Catalog
     from modelsql.catalog.entries import ModelVersion, PipelineVersion, RoutedModels
     from modelsql.engine.plan_cache import PlanCache
     from modelsql.engine.query.learned_costs import Costs
     from modelsql.engine.result import Result
     from modelsql.errors import Error
-    from modelsql.storage.blobstore import BlobStore
 
 __all__ = ["PlanningContext", "QueryRunner"]
 
 
-class PlanningContext(Protocol):
-    """What binding and lowering read: the DuckDB connection, the catalog and the store, the models a
-    statement names, the learned costs, and how to point an error at the statement's text."""
+class PlanningContext(ArtifactContext, Protocol):
+    """What binding and lowering read: the DuckDB connection, the catalog and the store (and whether stored
+    code may load: :class:`ArtifactContext`), the models a statement names, the learned costs, and how to
+    point an error at the statement's text."""
 
     duck: "duckdb.DuckDBPyConnection"
-    catalog: "Catalog"
-    store: "BlobStore"
     optimize: bool
     """Whether the rewrite rules run (``Connection.optimize``)."""
     qmark_style: bool
     """Whether the statement's parameters were written as ``?`` (numbered ``$k`` internally)."""
     in_transaction: bool
-    progress: Optional[Callable[[dict], Any]]
+    progress: Optional[Callable[[dict[str, Any]], Any]]
+    """The connection's progress hook (:mod:`modelsql.progress`), or None."""
 
     def costs(self) -> "Costs":
         """The learned cost model's answers for this database (defaults when there is none)."""
@@ -63,7 +65,7 @@ class QueryRunner(PlanningContext, Protocol):
 
     text: str
     plans: "PlanCache"
-    cache_key: Optional[tuple]
+    cache_key: Optional[tuple[object, ...]]
 
     def generation(self) -> int:
         """The database's generation, which cached plans are valid in."""
@@ -73,7 +75,8 @@ class QueryRunner(PlanningContext, Protocol):
         """Open the PEP 249 implicit transaction if one is due."""
         ...
 
-    def run(self, text: str, params: Optional[Sequence], on_error: Any = None) -> None:
+    def run(self, text: str, params: Optional[Sequence[object]],
+            on_error: Optional[Callable[[BaseException], "Error"]] = None) -> None:
         """Run SQL on DuckDB, turning its errors into modelsql's."""
         ...
 

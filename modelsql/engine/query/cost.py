@@ -22,10 +22,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from modelsql.catalog.entries import ModelVersion, RoutedModels
 from modelsql.errors import NotSupportedError
 from modelsql.operators.backends import devices
 from modelsql.operators.backends.cuda import MAX_BUCKET
-from modelsql.operators.predict import ONNX_TO_DUCKDB
+from modelsql.operators.predict import ONNX_TO_DUCKDB, InputArg
 from modelsql.engine.artifacts.sessions import default_threads
 from modelsql.engine.artifacts.python_programs import program_device
 from modelsql.engine.artifacts import merge_cost
@@ -239,9 +240,9 @@ def choose_device(scan: PredictScan, costs: Costs, choice: Choice) -> tuple[str,
     gpus = [d for d in present if d != "cpu"]
     if not gpus:
         return "cpu", "", ()
-    if scan.model.kind == "models":
+    if isinstance(scan.model, RoutedModels):
         return routed_device(scan, costs)
-    if scan.model.kind == "python":
+    if isinstance(scan.model, ModelVersion) and scan.model.kind == "python":
         own = program_device(scan.model)
         return own, "auto: the program's own device (CREATE MODEL ... FROM PYTHON ... WITH (device = ...))", ()
     if scan.model.kind not in GPU_KINDS or choice.backend != "onnxruntime":
@@ -275,13 +276,14 @@ def routed_device(scan: PredictScan, costs: Costs = NO_COSTS) -> tuple[str, str,
     gpus = [d for d in devices.available() if d != "cpu"]
     if not gpus:
         return "cpu", "", ()
-    return _cheapest({d: _routed_ms(scan, costs, d) for d in ["cpu"] + gpus})
-
-
-def _routed_ms(scan: PredictScan, costs: Costs, device: str) -> float:
-    """Estimated ms of a routed scan's model runs on ``device``: its calls times the cheapest policy of one
-    call (merged only for a family of one architecture)."""
     models = scan.model
+    assert isinstance(models, RoutedModels), "routed_device: a scan of MODELS (...) ROUTE BY c"
+    return _cheapest({d: _routed_ms(scan, models, costs, d) for d in ["cpu"] + gpus})
+
+
+def _routed_ms(scan: PredictScan, models: RoutedModels, costs: Costs, device: str) -> float:
+    """Estimated ms of a routed scan's (``models``') runs on ``device``: its calls times the cheapest policy of
+    one call (merged only for a family of one architecture)."""
     rows = _rows(scan)
     per_call = min(rows, CHUNK_ROWS)
     n = len(models.members)
@@ -396,7 +398,7 @@ _TYPE_BYTES = {
 }
 
 
-def arg_bytes(arg, type_text: str) -> int:
+def arg_bytes(arg: InputArg, type_text: str) -> int:
     """Rough bytes per row of one PREDICT argument: its type's, or its input's per-row size (a list's is a guess)."""
     known = [d for d in arg.shape if d > 0]
     return max(type_bytes(type_text), type_bytes(ONNX_TO_DUCKDB.get(arg.elem_type, "FLOAT")) * math.prod(known))

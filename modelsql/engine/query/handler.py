@@ -19,21 +19,23 @@ from modelsql.engine.plan_cache import CachedPlan
 from modelsql.engine.query.binder import bind_query
 from modelsql.engine.handlers import handles
 from modelsql.engine.query.physical import Physical, build, choose, predict_meter
-from modelsql.engine.query.plan import QueryPlan
+from modelsql.engine.query.cost import Choice
+from modelsql.engine.query.plan import PredictScan, QueryPlan
 from modelsql.engine.query.predict_errors import predict_error
 from modelsql.engine.result import Result
 from modelsql.engine.query.rules import apply_rules
 from modelsql.engine.query.context import QueryRunner
+from modelsql.operators.base import StreamOperator
 
 
-def plan_query(stmt: exp.Expression, session: QueryRunner, params: list) -> QueryPlan:
+def plan_query(stmt: exp.Expression, session: QueryRunner, params: list[object]) -> QueryPlan:
     """The logical plan after the rules (none when ``session.optimize`` is False)."""
     plan = bind_query(stmt, session, params)
     return apply_rules(plan) if session.optimize else plan
 
 
-def run_query(stmt: exp.Expression, session: QueryRunner, params: list, *, prefix: str = "", dry: bool = False,
-              cache_key: Optional[tuple] = None) -> tuple[Result, QueryPlan, Physical]:
+def run_query(stmt: exp.Expression, session: QueryRunner, params: list[object], *, prefix: str = "",
+              dry: bool = False, cache_key: Optional[tuple[object, ...]] = None) -> tuple[Result, QueryPlan, Physical]:
     """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement.
 
     With ``cache_key`` the plan is kept in the session's :class:`~modelsql.engine.plan_cache.PlanCache`
@@ -52,9 +54,10 @@ def run_query(stmt: exp.Expression, session: QueryRunner, params: list, *, prefi
         by_value = table_arguments(stmt)
         entry = CachedPlan(plan, choices, generation, session.text, session.qmark_style, by_value,
                            tuple(params[k - 1] for k in by_value))
-    keep = {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None
+    keep: Optional[dict[str, StreamOperator[PredictScan]]] = (
+        {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None)
     out, phys = _run(plan, choices, session, params, prefix=prefix, dry=dry, keep=keep)
-    if entry is not None:
+    if entry is not None and cache_key is not None:  # (an entry is made only with a key)
         if keep is not None:
             entry.persistent, entry.sql, entry.params = keep, phys.sql, phys.params
         session.plans.put(cache_key, entry)
@@ -82,7 +85,7 @@ def reads_outside_the_catalog(stmt: exp.Expression, session: QueryRunner) -> boo
             [sorted(names)]).fetchall()[0][0]
     except Exception:
         return True
-    return views > 0
+    return int(views) > 0
 
 
 def table_arguments(stmt: exp.Expression) -> tuple[int, ...]:
@@ -100,13 +103,13 @@ def table_arguments(stmt: exp.Expression) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def run_cached(entry: CachedPlan, session: QueryRunner, params: list) -> Result:
+def run_cached(entry: CachedPlan, session: QueryRunner, params: list[object]) -> Result:
     """Execute a cached plan with new parameter values."""
     if entry.sql is None:
         return _run(entry.plan, entry.choices, session, params)[0]
     session.begin_if_needed()
     out = None
-    ops = list(entry.persistent.values())
+    ops: list[StreamOperator[PredictScan]] = list(entry.persistent.values())
     for op in ops:
         op.reset([params[k - 1] for k in op.param_numbers])
         op.function.progress = predict_meter(session, op.scan, op.execution)
@@ -123,8 +126,8 @@ def run_cached(entry: CachedPlan, session: QueryRunner, params: list) -> Result:
     return out
 
 
-def _run(plan: QueryPlan, choices: dict, session: QueryRunner, params: list, *, prefix: str = "", dry: bool = False,
-         keep: Optional[dict] = None) -> tuple[Result, Physical]:
+def _run(plan: QueryPlan, choices: dict[int, Choice], session: QueryRunner, params: list[object], *, prefix: str = "",
+         dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None) -> tuple[Result, Physical]:
     session.begin_if_needed()
     held = Result(session.duck)
 
@@ -164,7 +167,7 @@ def _run(plan: QueryPlan, choices: dict, session: QueryRunner, params: list, *, 
 
 
 @handles(exp.Expression, reads_only=lambda stmt: isinstance(stmt, exp.Select))
-def _query(stmt: exp.Expression, session: QueryRunner, params: list) -> Result:
+def _query(stmt: exp.Expression, session: QueryRunner, params: list[object]) -> Result:
     if isinstance(stmt, exp.Command):
         raise NotSupportedError(
             f"PREDICT cannot be used in {str(stmt.this).upper()}: modelsql plans the statement when it runs. "

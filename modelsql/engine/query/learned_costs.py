@@ -14,12 +14,17 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import onnx
 
+from modelsql.catalog.entries import ModelVersion, PipelineVersion
 from modelsql.costmodel.features import model_features
 from modelsql.engine.artifacts import merge_cost
+
+if TYPE_CHECKING:
+    from modelsql.engine.query.bind_predict import PredictModel
+    from modelsql.storage.blobstore import BlobStore
 
 __all__ = ["Costs", "NO_COSTS", "static_at", "merged_static", "LEARNED_MIN_GAIN"]
 
@@ -28,15 +33,19 @@ LEARNED_MIN_GAIN = 1.25
 (streaming) or merges a family: its median error on held-out traces is about 20% here
 (``benchmarks/results/cost_model.json``), so smaller estimated gains are within its error."""
 
-_STATIC: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
+FeatureRow = dict[str, object]
+"""One configuration as the cost model reads it: a version's static features at a batch size, the batch size,
+backend, device, threads and merge factor (the JSON objects of ``modelsql.traces.features``)."""
+
+_STATIC: "OrderedDict[tuple[str, int], dict[str, float]]" = OrderedDict()
 _STATIC_LOCK = threading.Lock()
 _STATIC_SIZE = 512
 
 
-def static_at(store, mv, batch: int) -> Optional[dict]:
+def static_at(store: BlobStore, mv: PredictModel, batch: int) -> Optional[dict[str, float]]:
     """The cost features of ``mv``'s graph at ``batch`` rows (cached by graph digest), or None for a version
     that is not one ONNX graph (a pipeline, a set of models)."""
-    if getattr(mv, "kind", None) in ("pipeline", "models") or not getattr(mv, "graph_digest", None):
+    if not isinstance(mv, ModelVersion) or not mv.graph_digest:
         return None
     key = (mv.graph_digest, int(batch))
     with _STATIC_LOCK:
@@ -52,7 +61,7 @@ def static_at(store, mv, batch: int) -> Optional[dict]:
     return features
 
 
-def merged_static(static: dict, n: int) -> dict:
+def merged_static(static: dict[str, float], n: int) -> dict[str, float]:
     """The features of a NetFuse merge of ``n`` copies of a graph with features ``static`` on a shared input:
     the work (FLOPs, bytes, parameters) of ``n`` members in the node count of one (one merged operator per
     node), the input read once."""
@@ -77,12 +86,12 @@ class Costs:
             decide merges.
     """
 
-    predict: Optional[Callable[[list], list]] = None
-    store: object = None
+    predict: Optional[Callable[[list[FeatureRow]], Sequence[float]]] = None
+    store: Optional[BlobStore] = None
     source: str = "defaults, no profile traces yet"
     confidence: str = ""
     merge_traces: bool = False
-    memo: dict = field(default_factory=dict, compare=False, repr=False)
+    memo: dict[tuple[object, ...], Optional[float]] = field(default_factory=dict, compare=False, repr=False)
     """Predictions already made, by configuration (a routed PREDICT asks again for every batch)."""
 
     @property
@@ -90,15 +99,15 @@ class Costs:
         """Whether a fitted cost model answers."""
         return self.predict is not None
 
-    def run_ms(self, mv, batch: int, *, threads: int, backend: str = "onnxruntime",
+    def run_ms(self, mv: PredictModel, batch: int, *, threads: int, backend: str = "onnxruntime",
                merge_factor: int = 1, device: str = "cpu") -> Optional[float]:
         """Predicted milliseconds of one run of ``mv`` on ``batch`` rows on ``device`` (``"cpu"`` or
         ``"cuda:N"``, a feature of the cost model: PROFILE traces each device present) (a pipeline: the sum
         of its steps'), or None (no fit, no traces of that device, or a version the model cannot describe)."""
         if self.predict is None:
             return None
-        ident = (("pipeline", mv.name, mv.version) if getattr(mv, "kind", None) == "pipeline"
-                 else getattr(mv, "graph_digest", None))
+        ident: object = (("pipeline", mv.name, mv.version) if isinstance(mv, PipelineVersion)
+                         else mv.graph_digest if isinstance(mv, ModelVersion) else None)
         if ident is None:
             return None
         key = (ident, int(batch), int(threads), backend, int(merge_factor), device)
@@ -109,26 +118,28 @@ class Costs:
                                           device=device)
         return self.memo[key]
 
-    def _run_ms(self, mv, batch: int, *, threads: int, backend: str, merge_factor: int,
+    def _run_ms(self, mv: PredictModel, batch: int, *, threads: int, backend: str, merge_factor: int,
                 device: str) -> Optional[float]:
-        if getattr(mv, "kind", None) == "pipeline" and merge_factor == 1:  # its steps run one after another
+        if isinstance(mv, PipelineVersion) and merge_factor == 1:  # its steps run one after another
             steps = [self.run_ms(step.model, batch, threads=threads, backend=backend, device=device)
                      for step in mv.steps]
-            return None if any(t is None for t in steps) else sum(steps)
-        static = static_at(self.store, mv, batch)
-        if static is None:
+            known = [t for t in steps if t is not None]
+            return None if len(known) < len(steps) else sum(known)
+        predict, store = self.predict, self.store
+        static = static_at(store, mv, batch) if predict is not None and store is not None else None
+        if predict is None or static is None:
             return None
         if merge_factor > 1:
             static = merged_static(static, merge_factor)
-        row = dict(static, batch_size=int(batch), backend=backend, device=device.split(":")[0],
-                   threads=int(threads), merge_factor=int(merge_factor))
+        row: FeatureRow = {**static, "batch_size": int(batch), "backend": backend, "device": device.split(":")[0],
+                           "threads": int(threads), "merge_factor": int(merge_factor)}
         try:
-            return float(self.predict([row])[0])
+            return float(predict([row])[0])
         except LookupError:  # the fit has no traces of that backend
             return None
 
 
-    def device_runs(self, mv, device: str) -> Optional[Callable[[float, int], Optional[float]]]:
+    def device_runs(self, mv: PredictModel, device: str) -> Optional[Callable[[float, int], Optional[float]]]:
         """``(rows, merge factor) -> ms`` of one one-thread run of ``mv`` on the CUDA ``device`` by the learned
         cost model (None where it has no traces of that device), or None without a fit or on the CPU: what
         :func:`~modelsql.engine.artifacts.merge_cost.estimate` takes as ``learned``."""
@@ -139,7 +150,8 @@ class Costs:
             return self.run_ms(mv, max(1, int(round(rows))), threads=1, merge_factor=factor, device=device)
         return runs
 
-    def merge_estimate(self, member, n: int, rows: list) -> Optional["merge_cost.MergeEstimate"]:
+    def merge_estimate(self, member: ModelVersion, n: int, rows: Sequence[float]
+                       ) -> Optional["merge_cost.MergeEstimate"]:
         """Whether an ``n``-way NetFuse merge pays for a run giving member ``i`` ``rows[i]`` rows, by the learned
         cost model (the present members' separate one-thread runs against one run of the merge, every
         member padded to the most rows), or None when it has seen no merged runs or cannot describe the model."""
@@ -149,9 +161,10 @@ class Costs:
         widest = max(present)
         ones = [self.run_ms(member, r, threads=1) for r in sorted(set(present))]
         merged = self.run_ms(member, widest, threads=1, merge_factor=n)
-        if merged is None or any(o is None for o in ones):
+        known = [o for o in ones if o is not None]
+        if merged is None or len(known) < len(ones):
             return None
-        by_rows = dict(zip(sorted(set(present)), ones))
+        by_rows = dict(zip(sorted(set(present)), known))
         separate = sum(by_rows[r] for r in present)
         gain = separate / merged if merged > 0 else 0.0
         verdict = gain >= LEARNED_MIN_GAIN

@@ -6,31 +6,37 @@ cost function (:mod:`modelsql.engine.query.cost`) chooses the operator
 :class:`~modelsql.operators.scan.BatchPredict`); a batch operator runs here,
 before the statement, and a stream operator registers its function. Each
 scan's :class:`~modelsql.engine.query.plan.ScanRef` is then replaced by the SQL that
-reads the operator, and the statement is generated once as DuckDB SQL (the
-lowered pieces are spliced into that text, never parsed again).
+reads the operator, and the statement is generated once as DuckDB SQL
+(:mod:`modelsql.engine.query.render_sql`: the lowered pieces are spliced into that text, never parsed again).
+
+This module wires the operators; it is typed against the operator protocols of
+:mod:`modelsql.operators.base` (:class:`~modelsql.operators.base.StreamOperator`,
+:class:`~modelsql.operators.base.BatchOperator`), which declare every call it makes on them.
 """
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field, replace
-from typing import Optional
-from sqlglot import exp
+from typing import Optional, Union
 
-from modelsql import sql as msql
-from modelsql.operators.backends.pipeline import StepMemo
-from modelsql.progress import Meter
-from modelsql.operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
-from modelsql.engine.artifacts import sessions as artifacts
+import pyarrow as pa
+
+from modelsql.catalog.entries import ModelVersion, PipelineVersion, RoutedModels
 from modelsql.engine.artifacts import compiled
-from modelsql.engine.query import cost
 from modelsql.engine.artifacts import merged as merged_models
+from modelsql.engine.artifacts import sessions as artifacts
+from modelsql.engine.query import cost
 from modelsql.engine.query.bind_routed import ROUTE_INPUT
-from modelsql.engine.query.plan import PredictScan, QueryPlan, ScanRef
-from modelsql.engine.result import Result
 from modelsql.engine.query.context import PlanningContext
-
-_TOKEN = "__msql_scan_" + uuid.uuid4().hex[:8] + "_"
+from modelsql.engine.query.plan import PredictScan, QueryPlan, ShareGroup
+from modelsql.engine.query.render_sql import Lowered, SharedCte, from_item, render
+from modelsql.engine.result import Result
+from modelsql.operators.backends import BackendModel
+from modelsql.operators.backends.pipeline import StepMemo
+from modelsql.operators.backends.routed import FamilyMember, RoutedModel, SharedFamily
+from modelsql.operators.base import BatchOperator, Operator, StreamOperator
+from modelsql.operators.scan import BatchPredict, StreamPredict, shared_member_sql, shared_scan_sql
+from modelsql.progress import Meter
 
 
 @dataclass
@@ -47,15 +53,15 @@ class Physical:
             the text of why its merge was declined.
     """
 
-    operators: dict = field(default_factory=dict)
-    choices: dict = field(default_factory=dict)
-    memos: dict = field(default_factory=dict)
-    families: dict = field(default_factory=dict)
+    operators: dict[int, Operator[PredictScan]] = field(default_factory=dict)
+    choices: dict[int, cost.Choice] = field(default_factory=dict)
+    memos: dict[int, StepMemo] = field(default_factory=dict)
+    families: dict[int, Union[SharedFamily, str, None]] = field(default_factory=dict)
     sql: str = ""
-    params: list = field(default_factory=list)
+    params: list[int] = field(default_factory=list)
 
 
-def choose(plan: QueryPlan) -> dict:
+def choose(plan: QueryPlan) -> dict[int, cost.Choice]:
     """Scan id -> the cost function's :class:`~modelsql.engine.query.cost.Choice` (nothing runs yet).
 
     Raises:
@@ -73,8 +79,36 @@ def choose(plan: QueryPlan) -> dict:
     return choices
 
 
-def build(plan: QueryPlan, choices: dict, session: PlanningContext, params: list, held: Result, *, dry: bool = False,
-          keep: Optional[dict] = None) -> Physical:
+@dataclass
+class _Lowering:
+    """One statement's lowering under way: what :func:`build` was given, and what it has built so far.
+
+    Attributes:
+        memos: scan id -> the step memo of its share group (rule ``pipeline_share_steps``).
+        family_models: scan id -> its member of a merged family (rule ``predict_merge_family``).
+        grouped: ids of the scans of share groups (rule ``predict_share_input``), lowered with their group.
+        streams: scan id -> its stream operator.
+        lowered: scan id -> the SQL reading its operator (see :data:`~modelsql.engine.query.render_sql.Lowered`).
+    """
+
+    plan: QueryPlan
+    session: PlanningContext
+    params: list[object]
+    held: Result
+    phys: Physical
+    duck_threads: int
+    dry: bool
+    keep: Optional[dict[str, StreamOperator[PredictScan]]]
+    memos: dict[int, StepMemo]
+    family_models: dict[int, FamilyMember]
+    grouped: set[int]
+    streams: dict[int, StreamOperator[PredictScan]] = field(default_factory=dict)
+    lowered: Lowered = field(default_factory=dict)
+
+
+def build(plan: QueryPlan, choices: dict[int, cost.Choice], session: PlanningContext, params: list[object],
+          held: Result, *, dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None
+          ) -> Physical:
     """Set up every scan's operator as ``choices`` say; batch operators run here unless ``dry`` (plain EXPLAIN).
 
     ``held`` collects what is registered (functions, Arrow tables, a snapshot) so the caller's
@@ -82,58 +116,93 @@ def build(plan: QueryPlan, choices: dict, session: PlanningContext, params: list
     (function name -> operator, kept registered by a cached plan). Raises what the operators raise.
     """
     phys = Physical(choices=dict(choices))
-    lowered: dict[int, tuple[str, set]] = {}
-    grouped = {m for g in plan.groups for m in g.members}
-    shared_ctes: list[tuple] = []
     duck_threads = session_threads(session)
-    memos = {}  # scan id -> the step memo of its share group (rule pipeline_share_steps)
+    low = _Lowering(plan, session, params, held, phys, duck_threads, dry, keep, memos=step_memos(plan, phys),
+                    family_models=family_members(plan, session, duck_threads, phys),
+                    grouped={m for g in plan.groups for m in g.members})
+    for scan in plan.scans:
+        _lower_scan(low, scan, choices[scan.id])
+    shared_ctes = [_lower_group(low, g) for g in plan.groups]
+    phys.sql, phys.params = render(plan.tree, low.lowered, materialized=plan.materialized, extra_ctes=shared_ctes)
+    return phys
+
+
+def step_memos(plan: QueryPlan, phys: Physical) -> dict[int, StepMemo]:
+    """Scan id -> the :class:`StepMemo` its share group's pipelines share (rule ``pipeline_share_steps``); each
+    group's memo is kept in ``phys.memos``."""
+    memos = {}
     for share in plan.step_shares:
         memo = phys.memos[share.group] = StepMemo()
         memos.update({m: memo for m in plan.groups[share.group].members})
-    family_models = family_members(plan, session, duck_threads, phys)
-    for scan in plan.scans:
-        choice = choices[scan.id]
-        input_sql, numbers = render(scan.input.tree, lowered)
-        in_params = [params[k - 1] for k in numbers]
-        sub = None
-        if choice.execution == "batch":
-            begin_snapshot(session, held)
-            op = batch_operator(scan, session, input_sql, in_params, duck_threads, run_rows=choice.run_rows,
-                                backend=choice.backend, threads=choice.threads, device=choice.device)
-            # read once: the statement's own top-level FROM, with nothing that could read it twice
-            op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
-            op.function.progress = predict_meter(session, scan, "batch")
-            held.operators.append(op)
-            sub = op.run(lambda name, table: _register(session, held, name, table), dry=dry)
-            if sub is not None:
-                phys.operators[scan.id] = op
-                lowered[scan.id] = (sub, set())
-                continue
-            held.operators.remove(op)
-        op = stream_operator(scan, session, duck_threads, memo=memos.get(scan.id), model=family_models.get(scan.id),
-                             backend=choice.backend, device=choice.device)
-        op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
-        op.function.progress = predict_meter(session, scan, "stream")
-        name = op.register()
-        if keep is None:
-            held.functions.append(name)
-        else:
-            keep[name] = op
-        held.operators.append(op)
-        phys.operators[scan.id] = op
-        if scan.id not in grouped:
-            source, numbers = from_item(scan.input.source, lowered)
-            lowered[scan.id] = (op.sql(source), numbers)
-    for g in plan.groups:
-        members = [phys.operators[m] for m in g.members]
-        source, numbers = from_item(plan.scan(g.members[0]).input.source, lowered)
-        body, names = shared_scan_sql(members, source)
-        cte = f"__msql_shared_{g.id}"
-        shared_ctes.append((cte, body, numbers))
-        for m, name in zip(members, names):
-            lowered[m.scan.id] = (shared_member_sql(m, names, name, cte), set())
-    phys.sql, phys.params = render(plan.tree, lowered, materialized=plan.materialized, extra_ctes=shared_ctes)
-    return phys
+    return memos
+
+
+def _lower_scan(low: _Lowering, scan: PredictScan, choice: cost.Choice) -> None:
+    """Set up ``scan``'s operator: a batch operator run now where ``choice`` says so, else (or when it gave up)
+    a stream operator registered."""
+    input_sql, numbers = render(scan.input.tree, low.lowered)
+    in_params = [low.params[k - 1] for k in numbers]
+    if choice.execution == "batch" and _run_batch(low, scan, choice, input_sql, in_params):
+        return
+    _register_stream(low, scan, choice, input_sql, in_params, numbers)
+
+
+def _run_batch(low: _Lowering, scan: PredictScan, choice: cost.Choice, input_sql: str,
+               in_params: list[object]) -> bool:
+    """Run ``scan``'s batch operator (on no rows when ``low.dry``) and lower the scan to the SQL reading its
+    result; False when it outgrew its memory limit (the scan then streams)."""
+    session, held = low.session, low.held
+    begin_snapshot(session, held)
+    op = batch_operator(scan, session, input_sql, in_params, low.duck_threads, run_rows=choice.run_rows,
+                        backend=choice.backend, threads=choice.threads, device=choice.device)
+    # read once: the statement's own top-level FROM, with nothing that could read it twice
+    op.read_once = scan.placement.top_level_from and not scan.placement.row_dependent
+    op.function.progress = predict_meter(session, scan, "batch")
+    held.operators.append(op)
+
+    def register(name: str, table: Union[pa.Table, pa.RecordBatchReader]) -> None:
+        _register(session, held, name, table)
+
+    sub = op.run(register, dry=low.dry)
+    if sub is None:
+        held.operators.remove(op)
+        return False
+    low.phys.operators[scan.id] = op
+    low.lowered[scan.id] = (sub, set())
+    return True
+
+
+def _register_stream(low: _Lowering, scan: PredictScan, choice: cost.Choice, input_sql: str,
+                     in_params: list[object], numbers: list[int]) -> None:
+    """Register ``scan``'s stream operator and, unless a share group reads it, lower the scan to the SQL
+    calling it over its input as written."""
+    op = stream_operator(scan, low.session, low.duck_threads, memo=low.memos.get(scan.id),
+                         model=low.family_models.get(scan.id), backend=choice.backend, device=choice.device)
+    op.input_sql, op.params, op.param_numbers = input_sql, in_params, numbers
+    op.function.progress = predict_meter(low.session, scan, "stream")
+    name = op.register()
+    if low.keep is None:
+        low.held.functions.append(name)
+    else:
+        low.keep[name] = op
+    low.held.operators.append(op)
+    low.phys.operators[scan.id] = op
+    low.streams[scan.id] = op
+    if scan.id not in low.grouped:
+        source, source_numbers = from_item(scan.input.source, low.lowered)
+        low.lowered[scan.id] = (op.sql(source), source_numbers)
+
+
+def _lower_group(low: _Lowering, group: ShareGroup) -> SharedCte:
+    """The one scan of a share group's input calling every member's function, as a MATERIALIZED CTE; each
+    member is lowered to the SQL reading its own outputs from it."""
+    members = [low.streams[m] for m in group.members]
+    source, numbers = from_item(low.plan.scan(group.members[0]).input.source, low.lowered)
+    body, names = shared_scan_sql(members, source)
+    cte = f"__msql_shared_{group.id}"
+    for m, name in zip(members, names):
+        low.lowered[m.scan.id] = (shared_member_sql(m, names, name, cte), set())
+    return cte, body, numbers
 
 
 def predict_meter(session: PlanningContext, scan: PredictScan, execution: str) -> Optional[Meter]:
@@ -145,37 +214,41 @@ def predict_meter(session: PlanningContext, scan: PredictScan, execution: str) -
                  execution=execution)
 
 
-def from_item(source: exp.Expression, lowered: dict) -> tuple[str, set]:
-    """A PREDICT's input as written, as SQL to put after FROM (a table name, or a parenthesised query),
-    and the statement's parameter numbers it carries."""
-    sql, numbers = render(source, lowered, renumber_params=False)
-    return (sql if isinstance(source, exp.Table) else f"({sql})"), set(numbers)
-
-
 def shared_threads(cores: int, duck_threads: int) -> int:
     """Intra-op threads of a session that DuckDB's ``duck_threads`` workers call at once."""
     return max(1, cores // max(1, duck_threads))
 
 
-def family_members(plan: QueryPlan, session: PlanningContext, duck_threads: int, phys: Physical) -> dict:
+def family_members(plan: QueryPlan, session: PlanningContext, duck_threads: int, phys: Physical
+                   ) -> dict[int, FamilyMember]:
     """scan id -> its :class:`~modelsql.operators.backends.routed.FamilyMember`, for the share groups the
     plan merges (:class:`~modelsql.engine.query.plan.FamilyShare`); a declined merge is noted in ``phys.families``."""
-    out = {}
+    out: dict[int, FamilyMember] = {}
     intra = shared_threads(artifacts.default_threads(), duck_threads)
     for share in plan.family_shares:
         if not share.merge:
             continue
         chosen = {phys.choices[m].device for m in share.members if m in phys.choices}
         device = chosen.pop() if len(chosen) == 1 else "cpu"  # members chosen onto different devices: the CPU
-        members, declined = merged_models.shared_family(
-            session, [plan.scan(m).model for m in share.members], share.dense, intra, device)
+        models = [_one_model(plan.scan(m)) for m in share.members]
+        members: Optional[list[FamilyMember]]
+        declined: Optional[str]
+        members, declined = merged_models.shared_family(session, models, share.dense, intra, device)
         phys.families[share.group] = members[0].family if members else declined
         out.update(dict(zip(share.members, members or [])))
     return out
 
 
-def stream_operator(scan: PredictScan, session: PlanningContext, duck_threads: int, memo=None, model=None,
-                    backend: str = "onnxruntime", device: str = "cpu") -> StreamPredict:
+def _one_model(scan: PredictScan) -> ModelVersion:
+    """The model version of a scan that runs one (a member of a family share: never a pipeline or routed models)."""
+    if not isinstance(scan.model, ModelVersion):
+        raise TypeError(f"{scan.label} is not one model version")
+    return scan.model
+
+
+def stream_operator(scan: PredictScan, session: PlanningContext, duck_threads: int, memo: Optional[StepMemo] = None,
+                    model: Optional[FamilyMember] = None, backend: str = "onnxruntime", device: str = "cpu"
+                    ) -> StreamOperator[PredictScan]:
     """A :class:`StreamPredict` with the cached session of the scan's model on ``device`` (threads:
     :func:`cost.stream_threads`); a pipeline of a :class:`~modelsql.engine.query.plan.StepShare` gets its group's step
     ``memo``; ``model`` overrides the session (a member of a merged family)."""
@@ -183,47 +256,60 @@ def stream_operator(scan: PredictScan, session: PlanningContext, duck_threads: i
         return StreamPredict(scan, model, session.duck)
     cores = artifacts.default_threads()
     intra = cost.stream_threads(scan, duck_threads, cores) or shared_threads(cores, duck_threads)
+    loaded: BackendModel
     if memo is not None:
-        model = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo, device=device)
-    elif scan.model.kind == "models":
-        model = routed_model(scan, session, intra, device)
+        loaded = artifacts.pipeline_session(session.store, scan.model, intra=intra, memo=memo, device=device)
+    elif isinstance(scan.model, RoutedModels):
+        loaded = routed_model(scan, scan.model, session, intra, device)
     else:
-        model = scan_session(scan, session, intra, backend=backend, device=device)
-    return StreamPredict(scan, model, session.duck)
+        loaded = scan_session(scan, session, intra, backend=backend, device=device)
+    return StreamPredict(scan, loaded, session.duck)
 
 
 def scan_session(scan: PredictScan, session: PlanningContext, intra: int, column_major: tuple[str, ...] = (),
-                 backend: str = "onnxruntime", device: str = "cpu"):
+                 backend: str = "onnxruntime", device: str = "cpu") -> BackendModel:
     """The loaded model a scan runs on ``backend`` and ``device``: its checked TVM artifact
     (:func:`~modelsql.engine.artifacts.compiled.tvm_session`), or the ONNX Runtime session (on a CUDA device: a
-    :class:`~modelsql.operators.backends.cuda.CudaModel`)."""
+    :class:`~modelsql.operators.backends.cuda.CudaModel`; a pipeline's: its steps' sessions)."""
+    loaded: BackendModel
+    mv = scan.model
     if backend == "tvm":
-        return compiled.tvm_session(session, scan.model, intra=intra, batch_size=scan.options.batch_size,
-                                    device=device)
-    return artifacts.model_session(session.store, scan.model, intra=intra, column_major=column_major, device=device)
+        loaded = compiled.tvm_session(session, mv, intra=intra, batch_size=scan.options.batch_size, device=device)
+    elif isinstance(mv, PipelineVersion):  # (what model_session does with a pipeline version)
+        loaded = artifacts.pipeline_session(session.store, mv, intra=intra, device=device)
+    elif isinstance(mv, ModelVersion):
+        loaded = artifacts.model_session(session.store, mv, intra=intra, column_major=column_major, device=device)
+    else:
+        raise TypeError(f"{scan.label} runs through routed_model")
+    return loaded
 
 
-def routed_model(scan: PredictScan, session: PlanningContext, intra: int, device: str = "cpu"):
-    """The routed model of a ``MODELS (...) ROUTE BY`` scan on ``device``: merged when its :class:`RoutePlan`
-    says so (a declined merge is kept on the model as ``declined`` for EXPLAIN)."""
+def routed_model(scan: PredictScan, models: RoutedModels, session: PlanningContext, intra: int,
+                 device: str = "cpu") -> RoutedModel:
+    """The routed model of a ``MODELS (...) ROUTE BY`` scan (``models``: its model) on ``device``: merged when its
+    :class:`RoutePlan` says so (a declined merge is kept on the model as ``declined`` for EXPLAIN)."""
     route = scan.route
     merge = (route.layout, route.dense) if route is not None and route.merge else None
-    model, declined = merged_models.routed_session(session, scan.model, ROUTE_INPUT, intra=intra, merge=merge,
+    model: RoutedModel
+    declined: Optional[str]
+    model, declined = merged_models.routed_session(session, models, ROUTE_INPUT, intra=intra, merge=merge,
                                                    costs=session.costs(), device=device,
                                                    always=scan.options.merge == "always")
     model.declined = declined
     return model
 
 
-def batch_operator(scan: PredictScan, session: PlanningContext, input_sql: str, params: list, duck_threads: int,
-                   run_rows: Optional[int] = None, backend: str = "onnxruntime",
-                   threads: Optional[int] = None, device: str = "cpu") -> BatchPredict:
+def batch_operator(scan: PredictScan, session: PlanningContext, input_sql: str, params: list[object],
+                   duck_threads: int, run_rows: Optional[int] = None, backend: str = "onnxruntime",
+                   threads: Optional[int] = None, device: str = "cpu") -> BatchOperator[PredictScan]:
     """A :class:`BatchPredict` on every core; a ``matrix`` input is fed column-major when the model allows;
     ``run_rows``: rows per model run the cost model chose (None: the default, :func:`cost.default_run_rows`);
     ``threads``: the intra-op threads it chose for them (None: every core)."""
     cores = threads or artifacts.default_threads()
-    if scan.model.kind == "models":  # runs as it is: the routed model is never transposed
-        stream = model = routed_model(scan, session, cores, device)
+    stream: BackendModel
+    model: BackendModel
+    if isinstance(scan.model, RoutedModels):  # runs as it is: the routed model is never transposed
+        stream = model = routed_model(scan, scan.model, session, cores, device)
     else:
         stream = scan_session(scan, session, shared_threads(cores, duck_threads), backend=backend, device=device)
     b, o = scan.binding, scan.options
@@ -233,7 +319,7 @@ def batch_operator(scan: PredictScan, session: PlanningContext, input_sql: str, 
         a.input_name for a in b.args
         if transposable and a.kind == "matrix" and len(a.shape) == 1 and len(stream.input_shapes.get(a.input_name, ())) == 2
     )
-    if scan.model.kind != "models":
+    if not isinstance(scan.model, RoutedModels):
         model = scan_session(scan, session, cores, column_major, backend=backend, device=device)
     feature_bytes = sum(cost.arg_bytes(a, t) for a, t in zip(b.args, b.arg_types)) or 1
     rows_per_batch = max(64, min(cost.BATCH_ROWS, (32 << 20) // feature_bytes))
@@ -253,7 +339,7 @@ def begin_snapshot(session: PlanningContext, held: Result) -> None:
         held.own_snapshot = True
 
 
-def _register(session: PlanningContext, held: Result, name: str, table) -> None:
+def _register(session: PlanningContext, held: Result, name: str, table: Union[pa.Table, pa.RecordBatchReader]) -> None:
     session.duck.register(name, table)
     held.sources.append(name)
 
@@ -264,44 +350,3 @@ def session_threads(session: PlanningContext) -> int:
         return int(session.duck.execute("SELECT current_setting('threads')").fetchall()[0][0])
     except Exception:
         return 1
-
-
-def render(tree: exp.Expression, lowered: dict[int, tuple[str, set]], *, renumber_params: bool = True,
-           materialized: tuple[str, ...] = (), extra_ctes: tuple = ()) -> tuple[str, list[int]]:
-    """DuckDB SQL of ``tree`` with each :class:`ScanRef` read through its lowered SQL.
-
-    ``lowered``: scan id -> (its SQL, the statement's parameter numbers that SQL carries).
-    ``extra_ctes``: ``(name, body SQL, numbers)`` appended, MATERIALIZED, to the top-level WITH.
-    Returns the SQL and the statement's parameter numbers it uses; with ``renumber_params`` they
-    are renumbered ``$1..$m`` in the text (otherwise the statement's own ``$k`` are kept).
-    """
-    t = tree.copy()
-    used = {int(p.this) for p in t.find_all(exp.Placeholder) if str(p.this).isdigit()}
-    pieces: dict[str, str] = {}
-    for ref in list(t.find_all(ScanRef)):
-        sub, numbers = lowered[ref.scan_id]
-        token = f"{_TOKEN}{ref.scan_id}_"  # (the closing "_": no token is a prefix of another)
-        pieces[token] = f"({sub})"
-        used |= numbers
-        ref.replace(exp.to_identifier(token))
-    for cte in t.find_all(exp.CTE):
-        if cte.alias_or_name in materialized:
-            cte.set("materialized", True)
-    for name, body, numbers in extra_ctes:
-        token = f"{_TOKEN}cte_{name}_"
-        pieces[token] = body
-        used |= numbers
-        node = exp.CTE(this=exp.Table(this=exp.to_identifier(token)),
-                       alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)), materialized=True)
-        with_ = t.args.get("with_")
-        if with_ is None:
-            t.set("with_", exp.With(expressions=[node]))
-        else:
-            with_.append("expressions", node)
-    sql = msql.to_duckdb_sql(t)
-    for token, piece in pieces.items():
-        sql = sql.replace(token, piece)
-    numbers = sorted(used)
-    if renumber_params and numbers != list(range(1, len(numbers) + 1)):
-        sql = msql.renumber_placeholders(sql, {k: i + 1 for i, k in enumerate(numbers)})
-    return sql, numbers

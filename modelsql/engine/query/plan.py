@@ -21,13 +21,17 @@ Flow: text -> :func:`modelsql.sql.parse` (sqlglot trees) -> binding
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sqlglot import exp
 
-from modelsql.catalog.entries import ModelVersion
-from modelsql.engine.query.bind_predict import Binding, PredictOptions
+from modelsql.engine.query.bind_predict import Binding, Column, PredictModel, PredictOptions
 from modelsql.engine.query.learned_costs import NO_COSTS, Costs
+
+if TYPE_CHECKING:
+    from modelsql.catalog.compiled import CompiledArtifact
+    from modelsql.engine.query.rules.pipeline_share_steps import SharedSteps
+    from modelsql.operators.predict import OutputCol
 
 
 class ScanRef(exp.Expression):
@@ -65,7 +69,7 @@ class Relation:
     params: tuple[int, ...]
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[str, tuple[int, ...]]:
         """Two relations with equal keys give the same rows (same text, same parameters)."""
         return (self.sql, self.params)
 
@@ -88,8 +92,8 @@ class Placement:
     top_level_from: bool = False
     row_dependent: bool = True
     in_main_body: bool = False
-    kept_columns: tuple = ()
-    arrow_unsafe: tuple = ()
+    kept_columns: tuple[Column, ...] = ()
+    arrow_unsafe: tuple[Column, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,8 @@ class PredictScan:
 
     Attributes:
         id: its number in the statement (the :class:`ScanRef` markers carry it).
-        model: the catalog entry of the model version (immutable: keyed by its digests).
+        model: the catalog entry of the model version, pipeline version or routed models (immutable: keyed by
+            their digests).
         input: the input relation.
         binding: how columns feed inputs and which outputs come back (see :mod:`modelsql.engine.query.bind_predict`).
         options: the PREDICT's options.
@@ -131,16 +136,16 @@ class PredictScan:
     """
 
     id: int
-    model: ModelVersion
+    model: PredictModel
     input: Relation
     binding: Binding
     options: PredictOptions
-    used: Optional[frozenset] = None
+    used: Optional[frozenset[str]] = None
     placement: Placement = field(default_factory=Placement)
     estimated_rows: Optional[int] = None
     shared: Optional[int] = None
     route: Optional[RoutePlan] = None
-    tvm: Optional[object] = None
+    tvm: Optional[CompiledArtifact] = None
     tvm_declined: Optional[str] = None
 
     @property
@@ -148,7 +153,7 @@ class PredictScan:
         return self.model.label
 
     @property
-    def outputs(self):
+    def outputs(self) -> tuple[OutputCol, ...]:
         return self.binding.outputs
 
 
@@ -178,7 +183,7 @@ class StepShare:
     """
 
     group: int
-    shared: object
+    shared: "SharedSteps"
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,22 @@ is built from its type (:class:`~modelsql.operators.predict.NullInput`,
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Sequence
+
+import duckdb
 
 from modelsql.duckdb_errors import translate
 from modelsql.errors import DataError, Error, InternalError, OperationalError
+from modelsql.operators.base import Operator
 from modelsql.operators.predict import NullInput
-from modelsql.engine.query.bind_predict import array_not_null_sql, quote
+from modelsql.engine.query.bind_predict import Binding, array_not_null_sql, quote
+from modelsql.engine.query.plan import PredictScan
+
+Operators = Sequence[Operator[PredictScan]]
+"""The operators of the statement that raised."""
 
 
-def predict_error(exc: BaseException, operators, duck) -> Error:
+def predict_error(exc: BaseException, operators: Operators, duck: duckdb.DuckDBPyConnection) -> Error:
     """The modelsql error for ``exc``, raised while the statement of ``operators`` ran on ``duck``."""
     if isinstance(exc, Error) and not isinstance(exc, NullInput):
         return exc
@@ -38,7 +45,8 @@ def predict_error(exc: BaseException, operators, duck) -> Error:
     return wrong_length(str(exc), operators) or translate(exc)
 
 
-def null_error(op, duck, chunk_counts: Optional[dict] = None) -> DataError:
+def null_error(op: Operator[PredictScan], duck: duckdb.DuckDBPyConnection,
+               chunk_counts: Optional[dict[str, int]] = None) -> DataError:
     """The DataError for NULLs fed to a model: names each column with NULLs and its row count.
 
     The counts come from a query over the PREDICT's input. Outside autocommit mode the failed
@@ -49,20 +57,14 @@ def null_error(op, duck, chunk_counts: Optional[dict] = None) -> DataError:
     """
     scan = op.scan
     b = scan.binding
-    types = {c.name: c.type for c in b.columns}
-    preds: list[tuple[str, str]] = []
-    for a in b.args:
-        if a.kind == "array":
-            preds.append((a.columns[0], f"NOT {array_not_null_sql(a.columns[0], types[a.columns[0]])}"))
-        else:
-            preds.extend((col, f"{quote(col)} IS NULL") for col in a.columns)
     chunk_counts = dict(chunk_counts or {})
-    counts, rows_with_null = _count_nulls(duck, preds, op.input_sql, op.params, chunk_counts)
+    counted = _count_nulls(duck, _null_tests(b), op.input_sql, op.params, chunk_counts)
 
     def rows(n: int) -> str:
         return f"{n} row{'' if n == 1 else 's'}"
 
-    if counts is not None:
+    if counted is not None:
+        counts, rows_with_null = counted
         where = ", ".join(f'"{c}" ({rows(n)})' for c, n in counts.items())
         total = f"; in all, {rows(rows_with_null)} with a NULL input"
     elif chunk_counts:
@@ -79,10 +81,24 @@ def null_error(op, duck, chunk_counts: Optional[dict] = None) -> DataError:
     )
 
 
-def _count_nulls(duck, preds, input_sql: str, params: list, chunk_counts: dict):
-    """Per column, the input's rows with a NULL there, and the rows with any; (None, None) if unknown."""
+def _null_tests(b: Binding) -> list[tuple[str, str]]:
+    """``(column, SQL true where it holds a NULL)`` for each column fed to the model (an array or list column:
+    NULL or holding one at any depth)."""
+    types = {c.name: c.type for c in b.columns}
+    preds: list[tuple[str, str]] = []
+    for a in b.args:
+        if a.kind == "array":
+            preds.append((a.columns[0], f"NOT {array_not_null_sql(a.columns[0], types[a.columns[0]])}"))
+        else:
+            preds.extend((col, f"{quote(col)} IS NULL") for col in a.columns)
+    return preds
+
+
+def _count_nulls(duck: duckdb.DuckDBPyConnection, preds: list[tuple[str, str]], input_sql: str, params: list[object],
+                 chunk_counts: dict[str, int]) -> Optional[tuple[dict[str, int], int]]:
+    """Per column, the input's rows with a NULL there, and the rows with any; None if unknown."""
     if not preds or not input_sql:
-        return None, None
+        return None
     sql = (
         "SELECT " + ", ".join(f"count(*) FILTER (WHERE {p})" for _, p in preds)
         + f", count(*) FILTER (WHERE {' OR '.join(p for _, p in preds)})"
@@ -104,7 +120,7 @@ def _count_nulls(duck, preds, input_sql: str, params: list, chunk_counts: dict):
         found = {col: int(n) for (col, _), n in zip(preds, row) if n}
         if all(found.get(c, 0) >= n for c, n in chunk_counts.items()) and found:
             return found, int(row[-1])
-    return None, None
+    return None
 
 
 _LIST_TO_ARRAY = re.compile(
@@ -112,7 +128,7 @@ _LIST_TO_ARRAY = re.compile(
 )
 
 
-def wrong_length(text: str, operators) -> Optional[DataError]:
+def wrong_length(text: str, operators: Operators) -> Optional[DataError]:
     """The DataError for list rows of another length than the model input takes (DuckDB's cast of the
     column to the input's ``T[k]`` failed), naming the column, the lengths and the input; else None.
 

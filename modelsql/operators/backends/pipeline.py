@@ -109,7 +109,7 @@ class PipelineModel:
     its own runs).
     """
 
-    fixed_batch = None
+    fixed_batch: Optional[int] = None
 
     def __init__(self, steps: Sequence[StepPlan], input_shapes: dict, output_names: Sequence[str], label: str,
                  memo: Optional[StepMemo] = None):

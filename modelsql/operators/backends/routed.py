@@ -101,7 +101,7 @@ class RoutedModel:
         first = self.members[0]
         self.input_names = list(first.input_names) + [route_input]
         self.input_shapes = dict(first.input_shapes, **{route_input: []})
-        self.fixed_batch = None
+        self.fixed_batch: Optional[int] = None
         self.intra_op_threads = first.intra_op_threads
         self._index = {n: i for i, n in enumerate(self.names)}
         self._lock = threading.Lock()
@@ -109,6 +109,9 @@ class RoutedModel:
         """Batches run as one merged graph (EXPLAIN ANALYZE prints it)."""
         self.separate_runs = 0
         """Member runs made one model at a time."""
+        self.declined: Optional[str] = None
+        """Why the merge the plan asked for was declined (the members run separately), set by the planner
+        for EXPLAIN; None when it was not."""
 
     def _groups(self, routes: np.ndarray) -> list[Optional[np.ndarray]]:
         keys = np.array([str(r).lower() for r in routes], dtype=object)

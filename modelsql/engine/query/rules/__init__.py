@@ -10,16 +10,21 @@ that does not apply returns its input unchanged (it may add a line to
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 from modelsql.engine.query.plan import QueryPlan
 from modelsql.engine.query.rules.pipeline_share_steps import pipeline_share_steps
 from modelsql.engine.query.rules.predict_merge_family import predict_merge_family
 from modelsql.engine.query.rules.predict_prune_outputs import predict_prune_outputs
 from modelsql.engine.query.rules.predict_share_input import predict_share_input
 
-RULES = (predict_prune_outputs, predict_share_input, pipeline_share_steps, predict_merge_family)
+Rule = Callable[[QueryPlan], QueryPlan]
+"""A rewrite of the whole plan (returns its input itself when it does not apply)."""
+
+RULES: tuple[Rule, ...] = (predict_prune_outputs, predict_share_input, pipeline_share_steps, predict_merge_family)
 
 
-def apply_rules(plan: QueryPlan, rules=RULES) -> QueryPlan:
+def apply_rules(plan: QueryPlan, rules: Sequence[Rule] = RULES) -> QueryPlan:
     """``plan`` after every rule of ``rules``, in order."""
     for rule in rules:
         plan = rule(plan)

@@ -29,10 +29,8 @@ session (sessions are keyed by content digest), with or without the rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
-
-from dataclasses import replace
 
 from modelsql.catalog.entries import ModelVersion, PipelineVersion
 from modelsql.engine.artifacts.sessions import step_key
@@ -41,6 +39,9 @@ from modelsql.engine.query.plan import QueryPlan, StepShare
 __all__ = ["SharedNode", "SharedSteps", "share_steps", "pipeline_share_steps"]
 
 Source = tuple[Optional[int], str]
+"""What feeds a step input: ``(node index, output)``, or ``(None, pipeline input name)``."""
+NodeOutput = tuple[int, str]
+"""An output of a node: ``(node index, output name)``."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class SharedNode:
     model: ModelVersion
     feeds: tuple[tuple[str, Source], ...]
     outputs: tuple[str, ...]
-    members: frozenset
+    members: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,12 @@ class SharedSteps:
 
     Attributes:
         nodes: in an order where every node comes after the nodes feeding it.
-        member_outputs: member -> ``(output name, source)`` in the pipeline's output order.
+        member_outputs: member -> ``(output name, the node output it is)`` in the pipeline's output order.
         steps_total: the steps of all members counted separately.
     """
 
     nodes: tuple[SharedNode, ...]
-    member_outputs: dict
+    member_outputs: dict[str, tuple[tuple[str, NodeOutput], ...]]
     steps_total: int
 
     @property
@@ -88,12 +89,24 @@ class SharedSteps:
         return sum(n.model.logical_bytes * (len(n.members) - 1) for n in self.shared)
 
 
+@dataclass
+class _Node:
+    """A :class:`SharedNode` while :func:`share_steps` collects the members that need it and the outputs they read."""
+
+    key: str
+    name: str
+    model: ModelVersion
+    feeds: tuple[tuple[str, Source], ...]
+    outputs: list[str] = field(default_factory=list)
+    members: set[str] = field(default_factory=set)
+
+
 def share_steps(members: Sequence[tuple[str, PipelineVersion]]) -> SharedSteps:
     """The distinct-step graph of ``members`` (``(member name, pipeline version)`` pairs; see module docstring)."""
     keys: list[str] = []
     index: dict[str, int] = {}  # key -> node index
-    nodes: list[dict] = []
-    outputs: dict[str, tuple[tuple[str, Source], ...]] = {}
+    nodes: list[_Node] = []
+    outputs: dict[str, tuple[tuple[str, NodeOutput], ...]] = {}
     total = 0
     for member, pv in members:
         local: dict[int, int] = {}  # step position -> node index
@@ -105,29 +118,29 @@ def share_steps(members: Sequence[tuple[str, PipelineVersion]]) -> SharedSteps:
             if k not in index:
                 index[k] = len(keys)
                 keys.append(k)
-                nodes.append(dict(key=k, name=step.name, model=step.model, feeds=feeds, outputs=[], members=set()))
+                nodes.append(_Node(k, step.name, step.model, feeds))
             local[step.position] = index[k]
         last = local[pv.steps[-1].position]
         outputs[member] = tuple((o.name, (last, o.name)) for o in pv.outputs)
         _mark(nodes, member, last, [o.name for o in pv.outputs])
     return SharedSteps(
-        nodes=tuple(SharedNode(n["key"], n["name"], n["model"], n["feeds"], tuple(n["outputs"]),
-                               frozenset(n["members"])) for n in nodes),
+        nodes=tuple(SharedNode(n.key, n.name, n.model, n.feeds, tuple(n.outputs), frozenset(n.members))
+                    for n in nodes),
         member_outputs=outputs, steps_total=total,
     )
 
 
-def _mark(nodes: list[dict], member: str, last: int, wanted: list[str]) -> None:
+def _mark(nodes: list[_Node], member: str, last: int, wanted: list[str]) -> None:
     """Record that ``member`` needs node ``last`` (its outputs ``wanted``) and every node feeding it."""
     stack = [(last, wanted)]
     while stack:
         i, names = stack.pop()
         node = nodes[i]
-        node["members"].add(member)
+        node.members.add(member)
         for name in names:
-            if name not in node["outputs"]:
-                node["outputs"].append(name)
-        for _, (src, out) in node["feeds"]:
+            if name not in node.outputs:
+                node.outputs.append(name)
+        for _, (src, out) in node.feeds:
             if src is not None:
                 stack.append((src, [out]))
 
@@ -136,10 +149,11 @@ def pipeline_share_steps(plan: QueryPlan) -> QueryPlan:
     """Record the share groups whose pipelines share steps (see module docstring); notes say which."""
     shares, notes = list(plan.step_shares), list(plan.notes)
     for g in plan.groups:
-        members = [plan.scan(m) for m in g.members if plan.scan(m).model.kind == "pipeline"]
-        if len(members) < 2:
+        pipelines = [(f"#{s.id}", s.model) for s in (plan.scan(m) for m in g.members)
+                     if isinstance(s.model, PipelineVersion)]
+        if len(pipelines) < 2:
             continue
-        shared = share_steps([(f"#{s.id}", s.model) for s in members])
+        shared = share_steps(pipelines)
         if not shared.shared:
             notes.append(f"pipeline_share_steps: the pipelines of shared input #{g.id} have no step in common")
             continue

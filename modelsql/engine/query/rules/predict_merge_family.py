@@ -26,47 +26,49 @@ the first layers become one wide operator), each PREDICT taking its own outputs.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
+from modelsql.catalog.entries import ModelVersion, RoutedModels
 from modelsql.engine.query import cost
 from modelsql.engine.artifacts import merge_cost
-from modelsql.engine.query.learned_costs import NO_COSTS
-from modelsql.engine.query.plan import FamilyShare, QueryPlan, RoutePlan
+from modelsql.engine.query.learned_costs import NO_COSTS, Costs
+from modelsql.engine.query.plan import FamilyShare, PredictScan, QueryPlan, RoutePlan, ShareGroup
 
 __all__ = ["predict_merge_family"]
 
 
 def predict_merge_family(plan: QueryPlan) -> QueryPlan:
     """``plan`` with a :class:`RoutePlan` on each routed scan (module docstring)."""
-    scans = tuple(replace(s, route=route_plan(s, plan.costs)) if s.model.kind == "models" else s for s in plan.scans)
+    scans = tuple(replace(s, route=route_plan(s, s.model, plan.costs)) if isinstance(s.model, RoutedModels) else s
+                  for s in plan.scans)
     if not all(a is b for a, b in zip(scans, plan.scans)):
         plan = replace(plan, scans=scans)
     shares = tuple(f for f in (family_share(plan, g) for g in plan.groups) if f is not None)
     return replace(plan, family_shares=shares) if shares else plan
 
 
-def family_share(plan: QueryPlan, group) -> "FamilyShare | None":
+def family_share(plan: QueryPlan, group: ShareGroup) -> Optional[FamilyShare]:
     """The :class:`FamilyShare` of one share group, or None when it holds no two models of one family
     fed alike (then there is nothing to say)."""
-    by_fingerprint: dict = {}
+    by_fingerprint: dict[str, list[PredictScan]] = {}
     for scan in (plan.scan(m) for m in group.members):
-        fingerprint = getattr(scan.model, "fingerprint", None)
-        if fingerprint is not None and scan.model.kind != "models":
-            by_fingerprint.setdefault(fingerprint, []).append(scan)
-    family = max(by_fingerprint.values(), key=len, default=[])
+        if isinstance(scan.model, ModelVersion) and scan.model.fingerprint is not None:
+            by_fingerprint.setdefault(scan.model.fingerprint, []).append(scan)
+    family: list[PredictScan] = max(by_fingerprint.values(), key=len, default=[])
     same = [s for s in family if s.binding.args == family[0].binding.args
             and s.binding.arg_sql == family[0].binding.arg_sql and s.options == family[0].options]
     if len(same) < 2 or len({s.model.name for s in same}) < len(same):
         return None
     first, n = same[0], len(same)
+    assert isinstance(first.model, ModelVersion)  # (grouped by fingerprint: model versions alone)
     merge, dense, reason = _decide(first, first.model, n, float(_rows_per_call(first)),
                                    f"NetFuse merge of {n} models of one architecture on a shared input: ", "",
                                    plan.costs)
     return FamilyShare(group.id, tuple(s.id for s in same), merge, dense, reason)
 
 
-def route_plan(scan, costs=NO_COSTS) -> RoutePlan:
-    """The decision for one routed scan."""
-    models = scan.model
+def route_plan(scan: PredictScan, models: RoutedModels, costs: Costs = NO_COSTS) -> RoutePlan:
+    """The decision for one routed scan (``models``: its model)."""
     n = len(models.members)
     if n < 2:
         return RoutePlan(False, reason="one model: nothing to merge")
@@ -82,14 +84,14 @@ def route_plan(scan, costs=NO_COSTS) -> RoutePlan:
     return RoutePlan(merge, "stacked", dense, reason)
 
 
-def _rows_per_call(scan) -> int:
+def _rows_per_call(scan: PredictScan) -> int:
     """Rows one call of the scan's function sees: DuckDB's estimate of its input, at most one chunk."""
     rows = scan.estimated_rows if scan.estimated_rows is not None else cost.CHUNK_ROWS
     return min(rows, cost.CHUNK_ROWS)
 
 
-def _decide(scan, member, n: int, per_member: float, head: str, tail: str,
-            costs=NO_COSTS, device: str = "cpu") -> tuple[bool, str, str]:
+def _decide(scan: PredictScan, member: ModelVersion, n: int, per_member: float, head: str, tail: str,
+            costs: Costs = NO_COSTS, device: str = "cpu") -> tuple[bool, str, str]:
     """(merge, dense lowering, reason) for ``n`` members like ``member`` given ``per_member`` rows each: the
     learned cost model where it has seen merged runs, else the measured rule, on ``device`` (on a CUDA device
     the rule weighs members, members captured and merged, and the reason names the three), unless the scan's

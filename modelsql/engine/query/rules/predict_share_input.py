@@ -32,10 +32,11 @@ execution. Otherwise it returns the plan unchanged, with a note saying why.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable, Optional, Sequence
 
 from sqlglot import exp
 
-from modelsql.engine.query.plan import QueryPlan, ScanRef, ShareGroup
+from modelsql.engine.query.plan import PredictScan, QueryPlan, ScanRef, ShareGroup
 
 _STOPPERS = (exp.Limit, exp.Offset, exp.Fetch, exp.Qualify, exp.Pivot, exp.Summarize)
 _FILTERS = (exp.Where, exp.Having)
@@ -55,12 +56,12 @@ def _main_body(stmt: exp.Expression) -> exp.Expression:
     return body
 
 
-def _skips_rows(scan) -> bool:
+def _skips_rows(scan: PredictScan) -> bool:
     return scan.options.on_null == "skip" or scan.options.on_error == "skip"
 
 
 def _share_scans(plan: QueryPlan) -> QueryPlan:
-    by_input: dict[tuple, list] = {}
+    by_input: dict[tuple[str, tuple[int, ...]], list[PredictScan]] = {}
     body = _main_body(plan.tree)
     for scan in plan.scans:
         if scan.placement.in_main_body and not scan.input.inner and _outputs_read(body, scan):
@@ -86,7 +87,7 @@ def _share_scans(plan: QueryPlan) -> QueryPlan:
     return replace(plan, scans=tuple(scans[s.id] for s in plan.scans), groups=tuple(groups), notes=tuple(notes))
 
 
-def _outputs_read(body: exp.Expression, scan) -> bool:
+def _outputs_read(body: exp.Expression, scan: PredictScan) -> bool:
     """Whether the statement's main ``body`` reads one of ``scan``'s outputs: by a column qualified with
     its alias or unqualified (or through ``*``, when its reads are unknown)."""
     if scan.used is None:
@@ -115,7 +116,7 @@ def volatile(tree: exp.Expression) -> str:
     return ""
 
 
-def _why_not(plan: QueryPlan, body: exp.Expression, members) -> str:
+def _why_not(plan: QueryPlan, body: exp.Expression, members: Sequence[PredictScan]) -> str:
     """Why ``members`` cannot share their input ('' when they can); ``body``: the statement's main body."""
     if not isinstance(plan.tree, exp.Select):
         return "the statement is not a SELECT"
@@ -132,7 +133,7 @@ def _why_not(plan: QueryPlan, body: exp.Expression, members) -> str:
     return _only_reads(body, lambda t: isinstance(t.this, ScanRef) and t.this.scan_id in ids, outputs)
 
 
-def _only_reads(stmt: exp.Expression, is_member, outputs: set) -> str:
+def _only_reads(stmt: exp.Expression, is_member: Callable[[exp.Table], bool], outputs: set[str]) -> str:
     """'' when the FROM items of ``stmt`` are members alone (``is_member(table)``) and it filters and joins
     only on ``outputs`` or on equalities between two members; else why not."""
     for node in stmt.walk():
@@ -154,7 +155,7 @@ def _only_reads(stmt: exp.Expression, is_member, outputs: set) -> str:
     return ""
 
 
-def _joins_two_sides(condition: exp.Expression) -> bool:
+def _joins_two_sides(condition: exp.Expr) -> bool:
     """``a.x = b.y``: an equality of columns of two different FROM items (nothing to push into one side)."""
     if not isinstance(condition, exp.EQ):
         return False
@@ -194,11 +195,11 @@ def _materialize_ctes(plan: QueryPlan) -> QueryPlan:
     return replace(plan, materialized=tuple(marked), notes=tuple(notes))
 
 
-def _only_reads_cte(stmt: exp.Select, name: str, cte: exp.CTE, outputs: set) -> str:
+def _only_reads_cte(stmt: exp.Select, name: str, cte: exp.CTE, outputs: set[str]) -> str:
     return _only_reads(_main_body(stmt), lambda t: not t.db and t.name.lower() == name, outputs)
 
 
-def _inside(node: exp.Expression, ancestor: exp.Expression) -> bool:
+def _inside(node: Optional[exp.Expr], ancestor: exp.Expr) -> bool:
     while node is not None:
         if node is ancestor:
             return True
