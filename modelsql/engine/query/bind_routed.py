@@ -1,6 +1,7 @@
 """Binding ``PREDICT(MODELS (m1, m2, ...) ROUTE BY c, <input> [, options])``.
 
-The members share one signature (:func:`modelsql.engine.session.routed_models` checks it),
+The members share one signature (the session checks it when it builds them:
+:meth:`~modelsql.engine.query.context.PlanningContext.get_model_set`),
 so the input binds exactly as it binds to the first member (:func:`~modelsql.engine.query.bind_predict.bind_predict`);
 the ROUTE BY column is fed beside the model inputs, as text, under :data:`ROUTE_INPUT`, and passes
 through like every other input column. Each row's outputs come from the member its column names
