@@ -173,6 +173,7 @@ class Meter:
 
     def _send(self, final: bool, **extra: Any) -> None:
         self.last = time.perf_counter()
+        assert self.hook is not None  # every caller returns early without a hook
         self.hook({**self.message(final), **extra})
 
 

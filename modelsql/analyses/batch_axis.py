@@ -223,8 +223,9 @@ def _elementwise(g: _Graph, node: NodeProto) -> None:
     """Broadcasting aligns trailing axes: every batch-carrying input must put its batch at one output axis."""
     out_rank = g.rank(node.output[0])
     ranks = [g.rank(x) for x in node.input if x]
-    if out_rank is None and all(r is not None for r in ranks):
-        out_rank = max(ranks, default=0)
+    known = [r for r in ranks if r is not None]
+    if out_rank is None and len(known) == len(ranks):
+        out_rank = max(known, default=0)
     positions = set()
     for x in node.input:
         if x in g.axis:
@@ -465,7 +466,8 @@ def _gather(g: _Graph, node: NodeProto) -> None:
         if _has_batch(picked):
             g.shape_vals[node.output[0]] = picked
         elif all(isinstance(v, int) for v in picked):  # dims that are not the batch size: constants
-            g.consts[node.output[0]] = np.array(picked if np.ndim(idx) else picked[0], dtype=np.int64)
+            g.consts[node.output[0]] = np.array(picked if idx is not None and np.ndim(idx) else picked[0],
+                                                dtype=np.int64)
         return
     axis = _norm(_attr(node, "axis", 0), g.rank(data))
     if data in g.axis and indices in g.axis:
@@ -514,6 +516,7 @@ def _reshape(g: _Graph, node: NodeProto) -> None:
     out = _row_axis_after_reshape(g, x, pos, target, bool(_attr(node, "allowzero", 0))) if target else None
     if out is None:
         raise _Mixes("reshapes across the batch axis (rows may be merged or split)")
+    assert target is not None  # out is computed only from a target
     _set(g, node, out[0], fold=out[1])
     _target_shape(g, node.output[0], target)
 
@@ -636,6 +639,7 @@ def _shape(g: _Graph, node: NodeProto) -> None:
     if rank is None:
         raise _Mixes("reads the shape of a tensor of unknown rank, so where the batch size lands cannot be told")
     known = g.shapes[x]
+    assert known is not None  # its rank is known
     outer, inner = g.fold.get(x, (1, 1))
     vals = [_Batch(outer * inner) if i == g.axis[x] else known[i] for i in range(rank)]
     start, end = _attr(node, "start", 0), _attr(node, "end", rank)
@@ -799,13 +803,14 @@ def _einsum(g: _Graph, node: NodeProto) -> None:
     if "..." in equation or "->" not in equation:
         raise _Mixes("has an equation with an implicit output or ellipsis the analysis does not follow")
     operands, out = equation.split("->")
-    letters = set()
+    letters: set[Optional[str]] = set()
     for term, x in zip(operands.split(","), node.input):
         if x in g.axis:
             letters.add(term[g.axis[x]] if g.axis[x] < len(term) else None)
-    if len(letters) != 1 or None in letters or next(iter(letters)) not in out:
+    letter = next(iter(letters)) if len(letters) == 1 else None
+    if letter is None or letter not in out:
         raise _Mixes("sums over or mixes the batch axis")
-    _set(g, node, out.index(next(iter(letters))))
+    _set(g, node, out.index(letter))
     _record_rank(g, node.output[0], len(out))
 
 

@@ -164,6 +164,7 @@ class Catalog:
                 "SELECT current_database(), readonly FROM duckdb_databases() "
                 "WHERE database_name = current_database()"
             ).fetchone()
+        assert row is not None  # duckdb_databases() always lists the current database
         self.database: str = row[0]
         """The DuckDB database (catalog) name the modelsql schema lives in."""
         self.read_only: bool = bool(read_only or row[1])
@@ -774,6 +775,7 @@ class Catalog:
                 code="model_in_use",
             )
         self.raise_version_mark("model", key, self.version_mark("model", key))  # kept: numbers never return
+        params: list[Any]
         if version is None:
             where, params = "name = ?", [key]
             removed = len(self.versions(key))

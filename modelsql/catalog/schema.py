@@ -641,7 +641,7 @@ def create(con: duckdb.DuckDBPyConnection, qualified_schema: str, version: int =
     )
 
 
-_MODELS_VIEW_V2 = None  # set below: the models view as schema 2 and 3 had it (no fingerprint)
+_MODELS_VIEW_V2: str  # set below: the models view as schema 2 and 3 had it (no fingerprint)
 
 
 def _migrate_1_to_2(con: duckdb.DuckDBPyConnection) -> None:

@@ -93,6 +93,13 @@ class TrialRow:
     error: Optional[str] = None
 
 
+def _trial_row(r: Sequence[Any]) -> TrialRow:
+    """A ``modelsql.trials`` row (columns as ``_TRIAL_COLUMNS``) as a TrialRow, its metrics list as a tuple."""
+    fields = list(r)
+    fields[6] = tuple(fields[6])
+    return TrialRow(*fields)
+
+
 @dataclass(frozen=True)
 class StageRow:
     """One row of ``modelsql.stages``: ``configuration`` and ``metrics`` are JSON lists, one entry per epoch."""
@@ -221,7 +228,7 @@ class Studies:
         if not self._catalog.present or self._catalog.read_only:
             return 0
         me = this_process()
-        found = {"dead": [], "lost": []}
+        found: dict[str, list[tuple[str, Optional[Owner], Any]]] = {"dead": [], "lost": []}
         for name, pid, host, start, beat in self._rows(
                 "SELECT name, owner_pid, owner_host, owner_start, heartbeat_at FROM {s}.studies "
                 "WHERE status = 'running'"):
@@ -262,7 +269,7 @@ class Studies:
         """The trials of ``study``, by trial number."""
         rows = self._rows(f"SELECT {', '.join(_TRIAL_COLUMNS)} FROM {{s}}.trials WHERE study = ? ORDER BY trial",
                           [study.lower()])
-        return [TrialRow(*r[:6], tuple(r[6]), *r[7:]) for r in rows]
+        return [_trial_row(r) for r in rows]
 
     def put_trial(self, row: TrialRow) -> None:
         """Insert or replace one trial."""

@@ -128,7 +128,7 @@ def to_onnx(
                 "(a tensor with the batch on dimension 0)",
                 code="example_missing",
             )
-        names = {}
+        names: dict[str, Any] = {}
         if input_names is not None:
             names["input_names"] = input_names if isinstance(input_names, str) else tuple(input_names)
         if output_names is not None:

@@ -357,7 +357,7 @@ def _compare(answers: list, outs: dict, ok: np.ndarray, errors: dict, what: str)
     """Compare the estimator's answers with the ONNX outputs over the rows ONNX Runtime answered."""
     rows, ran = len(ok), np.flatnonzero(ok)
     mismatch = ~ok
-    labels: Optional[tuple[np.ndarray, np.ndarray]] = None
+    labels: Optional[tuple[np.ndarray, Optional[np.ndarray]]] = None
     max_diff = 0.0
     for method, output, values, is_label in answers:
         expected = _per_row(values, rows, f"{what}.{method}")
@@ -369,8 +369,9 @@ def _compare(answers: list, outs: dict, ok: np.ndarray, errors: dict, what: str)
                 code="conversion_failed",
             )
         if is_label:
-            labels = (expected, np.full(expected.shape, None, dtype=object))
-            labels[1][ran] = got
+            onnx_labels = np.full(expected.shape, None, dtype=object)
+            onnx_labels[ran] = got
+            labels = (expected, onnx_labels)
             mismatch[ran] |= ~_same_labels(expected[ran], got)
         else:
             max_diff = max(max_diff, _max_abs_diff(expected[ran].astype(np.float64), got.astype(np.float64)))

@@ -191,7 +191,7 @@ def to_args(feeds: dict, inputs: Sequence[TensorSpec]) -> tuple:
     """PREDICT's NumPy feeds (input name -> array, rows on axis 0) as the program's arguments."""
     import torch
 
-    out = []
+    out: list[Any] = []
     for spec in inputs:
         value = feeds[spec.name]
         if spec.elem_type == "STRING":
@@ -220,7 +220,7 @@ def to_feeds(args: tuple, inputs: Sequence[TensorSpec]) -> dict:
 
 def is_ragged(spec: TensorSpec) -> bool:
     """True for an input whose rows differ in length (dimension 1 named :data:`RAGGED`)."""
-    return bool(spec.shape) and len(spec.shape) > 1 and spec.shape[1] == RAGGED
+    return spec.shape is not None and len(spec.shape) > 1 and spec.shape[1] == RAGGED
 
 
 def to_numpy(result) -> list[np.ndarray]:

@@ -27,7 +27,7 @@ skl2onnx is imported lazily: it is an optional dependency
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -70,12 +70,12 @@ def _final_step(estimator: Any) -> Any:
     return estimator
 
 
-def selects_columns_by_name(estimator) -> Optional[dict]:
+def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
     """For an estimator containing a ColumnTransformer that selects columns by name:
     ``{"text": {columns fed to an encoder fitted on strings}}``; else None."""
     from sklearn.compose import ColumnTransformer
 
-    found = None
+    found: Optional[dict[str, set[str]]] = None
     stack = [estimator]
     while stack:
         est = stack.pop()
@@ -157,13 +157,14 @@ def _reshape_prediction(model: onnx.ModelProto, k: int) -> None:
         return
     g = model.graph
     producer = next((n for n in g.node if "prediction" in n.output), None)
-    op = producer.op_type if producer is not None else None
-    if op == "Reshape" and _constant(model, producer.input[1]) == [-1, 1]:
+    if producer is not None and producer.op_type == "Reshape" and _constant(model, producer.input[1]) == [-1, 1]:
         old = producer.input[1]
         producer.input[1] = _add_shape(model, k)
         if not any(old in n.input for n in g.node):
             g.initializer.remove(next(t for t in g.initializer if t.name == old))
-    elif not (op == "TreeEnsembleRegressor" and _int_attr(producer, "n_targets") == k):
+    elif not (
+        producer is not None and producer.op_type == "TreeEnsembleRegressor" and _int_attr(producer, "n_targets") == k
+    ):
         raw = _unused_name(model, "prediction_unshaped")
         rename_value(model, "prediction", raw)
         reshape = helper.make_node("Reshape", [raw, _add_shape(model, k)], ["prediction"])
@@ -247,11 +248,152 @@ def _bind_inputs_to_columns(model: onnx.ModelProto, columns: Sequence[str]) -> N
             model.graph.input.remove(v)
 
 
-def _subgraph_inputs(model: onnx.ModelProto):
+def _subgraph_inputs(model: onnx.ModelProto) -> Iterator[set[str]]:
+    """The names each subgraph of a main-graph node reads, one set per subgraph."""
     for node in model.graph.node:
         for a in node.attribute:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 yield {x for n in g.node for x in n.input}
+
+
+def _require_sklearn() -> None:
+    """Raise ``missing_dependency`` unless scikit-learn and skl2onnx can be imported."""
+    try:
+        from skl2onnx import convert_sklearn, get_latest_tested_opset_version  # noqa: F401
+        from skl2onnx.common.data_types import FloatTensorType  # noqa: F401
+        from sklearn.base import is_classifier, is_regressor  # noqa: F401
+        from sklearn.exceptions import NotFittedError  # noqa: F401
+        from sklearn.utils.validation import check_is_fitted  # noqa: F401
+    except ImportError as exc:
+        raise NotSupportedError(
+            f"converting scikit-learn models needs scikit-learn and skl2onnx ({exc}): {_INSTALL_HINT}",
+            code="missing_dependency",
+        ) from None
+
+
+def _check_fitted(estimator: Any, cls_name: str) -> None:
+    """Raise ``not_fitted`` for an unfitted estimator, ``unsupported_model`` for a non-estimator."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError:
+        raise ProgrammingError(
+            f"the {cls_name} is not fitted: call fit() before importing it", code="not_fitted"
+        ) from None
+    except TypeError as exc:
+        raise ProgrammingError(f"{cls_name} is not a scikit-learn estimator: {exc}", code="unsupported_model") from None
+
+
+def _text_model(estimator: Any, **kwargs: Any) -> onnx.ModelProto:
+    """modelsql's own conversion of an estimator :func:`text.supports` accepts, with input ``"input"``."""
+    from modelsql.converters import text
+
+    model = text.convert(estimator, input_name="input", **kwargs)
+    assert model is not None, "text.convert refused an estimator text.supports accepts"
+    return model
+
+
+def _feature_count(estimator: Any, n_features: Optional[int], cls_name: str) -> int:
+    """The estimator's number of input features: its ``n_features_in_``, else ``n_features``."""
+    fitted_n = getattr(estimator, "n_features_in_", None)
+    if fitted_n is None:
+        if n_features is None:
+            raise ProgrammingError(
+                f"the number of input features of the {cls_name} is unknown: pass n_features",
+                code="n_features_required",
+            )
+        return int(n_features)
+    n = int(fitted_n)
+    if n_features is not None and int(n_features) != n:
+        raise ProgrammingError(
+            f"n_features={n_features} but the {cls_name} was fitted on {n} features",
+            code="feature_mismatch",
+        )
+    return n
+
+
+def _feature_names(
+    estimator: Any, feature_names: Optional[Sequence[str]], n: int, cls_name: str
+) -> Optional[tuple[str, ...]]:
+    """The feature names from ``feature_names_in_``, else ``feature_names``, else None; checked against ``n``."""
+    features: Optional[tuple[str, ...]] = None
+    fitted_names = getattr(estimator, "feature_names_in_", None)
+    if fitted_names is not None:
+        features = tuple(str(f) for f in fitted_names)
+    elif feature_names is not None:
+        features = tuple(str(f) for f in feature_names)
+    if features is not None and len(features) != n:
+        raise ProgrammingError(
+            f"{len(features)} feature names given but the {cls_name} takes {n} features",
+            code="feature_mismatch",
+        )
+    return features
+
+
+def _column_input_types(
+    by_name: dict[str, set[str]], features: Optional[tuple[str, ...]], cls_name: str
+) -> list[tuple[str, Any]]:
+    """skl2onnx's initial types for a pipeline selecting columns by name: one ``[N, 1]`` input per column."""
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+
+    if features is None:
+        raise ProgrammingError(
+            f"the {cls_name} selects columns by name but has no feature_names_in_: fit it on a table "
+            "(a pyarrow Table or DataFrame) so its column names are known",
+            code="feature_names_required",
+        )
+    # One [N, 1] input per column, named after it: PREDICT binds each to its column,
+    # and skl2onnx can follow the ColumnTransformer's selection by name.
+    return [
+        (f, StringTensorType([None, 1]) if f in by_name["text"] else FloatTensorType([None, 1])) for f in features
+    ]
+
+
+def _convert(
+    estimator: Any, name: str, initial_types: list[tuple[str, Any]], classifier: bool, cls_name: str
+) -> onnx.ModelProto:
+    """Run skl2onnx (no ZipMap for a classifier), its failures raised as ``conversion_failed``."""
+    from skl2onnx import convert_sklearn, get_latest_tested_opset_version
+
+    options = {id(_final_step(estimator)): {"zipmap": False}} if classifier else None
+    target = {"": min(DEFAULT_OPSET, get_latest_tested_opset_version()), "ai.onnx.ml": ML_OPSET}
+    try:
+        try:
+            model = convert_sklearn(estimator, name, initial_types=initial_types, options=options, target_opset=target)
+        except NameError as exc:
+            if options is None or "Option 'zipmap' not in" not in str(exc):
+                raise
+            # a classifier whose converter has no ZipMap to turn off (LinearSVC): it returns tensors already
+            model = convert_sklearn(estimator, name, initial_types=initial_types, target_opset=target)
+    except Exception as exc:  # skl2onnx raises RuntimeError, MissingShapeCalculator, NameError ...
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NotSupportedError(
+            f"skl2onnx cannot convert the {cls_name}: {msg}", code="conversion_failed"
+        ) from None
+    return model
+
+
+def _name_outputs(model: onnx.ModelProto, classifier: bool, regressor: bool) -> None:
+    """Rename the outputs to ``label``/``probabilities`` or ``prediction``, and name every batch dim."""
+    outputs = [o.name for o in model.graph.output]
+    if classifier and len(outputs) == 2:
+        for old, new in zip(outputs, ("label", "probabilities")):
+            rename_value(model, old, new)
+    elif regressor and len(outputs) == 1:
+        rename_value(model, outputs[0], "prediction")
+    for v in list(model.graph.input) + list(model.graph.output):
+        name_batch_dim(v)
+
+
+def _shape_targets(model: onnx.ModelProto, estimator: Any, classifier: bool, regressor: bool, cls_name: str) -> None:
+    """For ``k > 1`` targets per row: reshape a regressor's ``prediction``, or check a classifier's outputs."""
+    k = _n_outputs(_final_step(estimator), regressor) if classifier or regressor else 1
+    if regressor and k > 1 and len(model.graph.output) == 1:
+        _reshape_prediction(model, k)
+    elif classifier and k > 1:
+        _check_multi_output_classifier(model, k, cls_name)
 
 
 def from_sklearn(
@@ -284,114 +426,33 @@ def from_sklearn(
             ``n_features_required`` if the feature count is unknown;
             ``feature_mismatch`` if the names or ``n_features`` disagree with it.
     """
-    try:
-        from skl2onnx import convert_sklearn, get_latest_tested_opset_version
-        from skl2onnx.common.data_types import FloatTensorType
-        from sklearn.base import is_classifier, is_regressor
-        from sklearn.exceptions import NotFittedError
-        from sklearn.utils.validation import check_is_fitted
-    except ImportError as exc:
-        raise NotSupportedError(
-            f"converting scikit-learn models needs scikit-learn and skl2onnx ({exc}): {_INSTALL_HINT}",
-            code="missing_dependency",
-        ) from None
-
-    cls_name = type(estimator).__name__
-    try:
-        check_is_fitted(estimator)
-    except NotFittedError:
-        raise ProgrammingError(
-            f"the {cls_name} is not fitted: call fit() before importing it", code="not_fitted"
-        ) from None
-    except TypeError as exc:
-        raise ProgrammingError(f"{cls_name} is not a scikit-learn estimator: {exc}", code="unsupported_model") from None
+    _require_sklearn()
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.base import is_classifier, is_regressor
 
     from modelsql.converters import text  # exact text featurizers and initializer-based linear heads (PRETZEL)
 
+    cls_name = type(estimator).__name__
+    _check_fitted(estimator, cls_name)
     if text.supports(estimator) and not hasattr(estimator, "n_features_in_"):  # string input: a text featurizer
-        return text.convert(estimator, input_name="input"), None
-
-    fitted_n = getattr(estimator, "n_features_in_", None)
-    if fitted_n is None:
-        if n_features is None:
-            raise ProgrammingError(
-                f"the number of input features of the {cls_name} is unknown: pass n_features",
-                code="n_features_required",
-            )
-        n = int(n_features)
-    else:
-        n = int(fitted_n)
-        if n_features is not None and int(n_features) != n:
-            raise ProgrammingError(
-                f"n_features={n_features} but the {cls_name} was fitted on {n} features",
-                code="feature_mismatch",
-            )
-
-    features: Optional[tuple[str, ...]] = None
-    fitted_names = getattr(estimator, "feature_names_in_", None)
-    if fitted_names is not None:
-        features = tuple(str(f) for f in fitted_names)
-    elif feature_names is not None:
-        features = tuple(str(f) for f in feature_names)
-    if features is not None and len(features) != n:
-        raise ProgrammingError(
-            f"{len(features)} feature names given but the {cls_name} takes {n} features",
-            code="feature_mismatch",
-        )
-
+        return _text_model(estimator), None
+    n = _feature_count(estimator, n_features, cls_name)
+    features = _feature_names(estimator, feature_names, n, cls_name)
     if text.supports(estimator):  # a linear head: MatMul + Add, weights as initializers
-        return text.convert(estimator, input_name="input", n_features=n, regressor_output="prediction"), features
+        return _text_model(estimator, n_features=n, regressor_output="prediction"), features
 
     classifier = bool(is_classifier(estimator))
     regressor = bool(is_regressor(estimator))
-    options = {id(_final_step(estimator)): {"zipmap": False}} if classifier else None
-    target = {"": min(DEFAULT_OPSET, get_latest_tested_opset_version()), "ai.onnx.ml": ML_OPSET}
-    initial_types = [("input", FloatTensorType([None, n]))]
+    initial_types: list[tuple[str, Any]] = [("input", FloatTensorType([None, n]))]
     by_name = selects_columns_by_name(estimator)
     if by_name:
-        if features is None:
-            raise ProgrammingError(
-                f"the {cls_name} selects columns by name but has no feature_names_in_: fit it on a table "
-                "(a pyarrow Table or DataFrame) so its column names are known",
-                code="feature_names_required",
-            )
-        # One [N, 1] input per column, named after it: PREDICT binds each to its column,
-        # and skl2onnx can follow the ColumnTransformer's selection by name.
-        from skl2onnx.common.data_types import StringTensorType
-
-        initial_types = [
-            (f, StringTensorType([None, 1]) if f in by_name["text"] else FloatTensorType([None, 1])) for f in features
-        ]
+        initial_types = _column_input_types(by_name, features, cls_name)
         features = None
-    try:
-        try:
-            model = convert_sklearn(estimator, name, initial_types=initial_types, options=options, target_opset=target)
-        except NameError as exc:
-            if options is None or "Option 'zipmap' not in" not in str(exc):
-                raise
-            # a classifier whose converter has no ZipMap to turn off (LinearSVC): it returns tensors already
-            model = convert_sklearn(estimator, name, initial_types=initial_types, target_opset=target)
-    except Exception as exc:  # skl2onnx raises RuntimeError, MissingShapeCalculator, NameError ...
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NotSupportedError(
-            f"skl2onnx cannot convert the {cls_name}: {msg}", code="conversion_failed"
-        ) from None
-
+    model = _convert(estimator, name, initial_types, classifier, cls_name)
     dedupe_opsets(model)
     if by_name:
-        _bind_inputs_to_columns(model, [name for name, _ in initial_types])
-    outputs = [o.name for o in model.graph.output]
-    if classifier and len(outputs) == 2:
-        for old, new in zip(outputs, ("label", "probabilities")):
-            rename_value(model, old, new)
-    elif regressor and len(outputs) == 1:
-        rename_value(model, outputs[0], "prediction")
-    for v in list(model.graph.input) + list(model.graph.output):
-        name_batch_dim(v)
-    k = _n_outputs(_final_step(estimator), regressor) if classifier or regressor else 1
-    if regressor and k > 1 and len(outputs) == 1:
-        _reshape_prediction(model, k)
-    elif classifier and k > 1:
-        _check_multi_output_classifier(model, k, cls_name)
+        _bind_inputs_to_columns(model, [column for column, _ in initial_types])
+    _name_outputs(model, classifier, regressor)
+    _shape_targets(model, estimator, classifier, regressor, cls_name)
     check_model(model, f"the ONNX graph converted from the {cls_name}")
     return model, features

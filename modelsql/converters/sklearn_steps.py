@@ -319,7 +319,9 @@ def check_chain(estimator: Any, steps: list[SplitStep], example_input: Any, inpu
     from modelsql.operators.backends.onnxruntime import OrtModel
 
     text = isinstance(example_input, (list, tuple)) and example_input and isinstance(example_input[0], str)
-    values = {(None, input_name): np.asarray(example_input, dtype=object if text else np.float32)}
+    values: dict[tuple[Optional[int], str], np.ndarray] = {
+        (None, input_name): np.asarray(example_input, dtype=object if text else np.float32)
+    }
     for i, st in enumerate(steps):
         m = OrtModel(st.model.SerializeToString(), f'step "{st.path}"', intra_op_threads=1)
         outs = m.run({inp: values[src] for inp, src in st.feeds})

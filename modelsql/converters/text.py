@@ -401,7 +401,9 @@ def union_onnx(parts: Sequence[onnx.ModelProto], input_name: str = "text",
         raise NotSupportedError("union_onnx needs at least one part", code="conversion_failed")
     first = _one_value(parts[0].graph.input, "input")
     g = _Graph()
-    outs, widths, opsets = [], [], {}
+    outs: list[str] = []
+    widths: list[Optional[int]] = []
+    opsets: dict[str, int] = {}
     for i, part in enumerate(parts):
         value = _one_value(part.graph.input, "input")
         if value.type != first.type:
@@ -424,7 +426,8 @@ def union_onnx(parts: Sequence[onnx.ModelProto], input_name: str = "text",
     inp.name = input_name
     rows = first.type.tensor_type.shape.dim[0]
     batch = rows.dim_value if rows.HasField("dim_value") else (rows.dim_param or BATCH_DIM)
-    total = sum(widths) if None not in widths else None
+    known = [w for w in widths if w is not None]
+    total = sum(known) if len(known) == len(widths) else None
     return rows_independent(_model(g, [inp], [_tensor(output_name, TensorProto.FLOAT, [batch, total])],
                   "modelsql_feature_union", f"union of {len(parts)} featurizers, F={total}", opsets))
 
@@ -454,7 +457,8 @@ def _head_kind(est: Any) -> str:
         return "softmax"
     if _is_sklearn(est, _SCORE_CLASSIFIERS):
         loss = getattr(est, "loss", None) if type(est).__name__ == "SGDClassifier" else None
-        return {"log_loss": "ovr", "modified_huber": "huber"}.get(loss, "scores")
+        kinds: dict[object, str] = {"log_loss": "ovr", "modified_huber": "huber"}
+        return kinds.get(loss, "scores")
     raise NotSupportedError(f"{type(est).__name__} is not a linear model linear_head_onnx converts",
                             code="conversion_failed")
 

@@ -113,7 +113,7 @@ def from_torch(
             f"{len(input_names)} input names for {len(args)} example inputs", code="input_count_mismatch"
         )
     dynamic_axes = {n: {0: BATCH_DIM} for n in input_names + output_names}
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         export_params=True,
         opset_version=opset,
         do_constant_folding=True,
@@ -132,12 +132,13 @@ def from_torch(
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", FutureWarning)
             try:
-                torch.onnx.export(module, args, buf, dynamo=False, **kwargs)
+                # torch annotates f as a path, but the TorchScript exporter writes to a file-like object too
+                torch.onnx.export(module, args, buf, dynamo=False, **kwargs)  # type: ignore[arg-type]
             except TypeError as exc:
                 if "dynamo" not in str(exc):
                     raise
                 buf = io.BytesIO()  # torch < 2.5: no `dynamo` argument, TorchScript is the default
-                torch.onnx.export(module, args, buf, **kwargs)
+                torch.onnx.export(module, args, buf, **kwargs)  # type: ignore[arg-type]  # f: as above
     except Exception as exc:
         text = str(exc).strip()
         msg = text.splitlines()[0] if text else type(exc).__name__

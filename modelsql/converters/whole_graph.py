@@ -213,6 +213,7 @@ def _to_onnx(ep, prog: Program):
     with quiet():
         onnx_program = torch.onnx.export(ep, dynamo=True, input_names=prog.input_names,
                                          output_names=prog.output_names, verbose=False)
+    assert onnx_program is not None, "torch.onnx.export(dynamo=True) returns its ONNXProgram"
     proto = onnx_program.model_proto
     for value in list(proto.graph.input) + list(proto.graph.output):
         dims = value.type.tensor_type.shape.dim

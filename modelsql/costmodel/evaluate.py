@@ -11,6 +11,7 @@ import math
 from typing import Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from modelsql.errors import DataError, ProgrammingError
 
@@ -18,7 +19,7 @@ __all__ = ["relative_errors", "within", "median_relative_error", "noise_ceiling"
            "evaluate_splits"]
 
 
-def _pair(predicted, measured) -> tuple[np.ndarray, np.ndarray]:
+def _pair(predicted: ArrayLike, measured: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     p, m = np.asarray(predicted, dtype=np.float64).ravel(), np.asarray(measured, dtype=np.float64).ravel()
     if p.shape != m.shape or p.size == 0:
         raise ProgrammingError(f"need two equally long non-empty arrays, got {p.size} and {m.size} values",
@@ -28,7 +29,7 @@ def _pair(predicted, measured) -> tuple[np.ndarray, np.ndarray]:
     return p, m
 
 
-def relative_errors(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray:
+def relative_errors(predicted: ArrayLike, measured: ArrayLike) -> np.ndarray:
     """float64 ``[n]``: ``|predicted - measured| / measured``, elementwise (same units on both sides).
 
     Raises:
@@ -39,13 +40,13 @@ def relative_errors(predicted: Sequence[float], measured: Sequence[float]) -> np
     return np.abs(p - m) / m
 
 
-def within(predicted: Sequence[float], measured: Sequence[float], tol: float = 0.10) -> float:
+def within(predicted: ArrayLike, measured: ArrayLike, tol: float = 0.10) -> float:
     """The share (0..1) of points whose prediction is within ``tol`` (relative) of the measurement: nn-Meter's
     "±10% accuracy". Raises as :func:`relative_errors`."""
     return float(np.mean(relative_errors(predicted, measured) <= tol + 1e-12))
 
 
-def median_relative_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+def median_relative_error(predicted: ArrayLike, measured: ArrayLike) -> float:
     """The median of :func:`relative_errors`. Raises as it."""
     return float(np.median(relative_errors(predicted, measured)))
 

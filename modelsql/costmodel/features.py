@@ -265,7 +265,7 @@ def _tree_work(node: onnx.NodeProto) -> tuple[float, float]:
         return 0.0, 0.0
     children = {(t, i): (a, b, m == b"LEAF") for t, i, a, b, m in zip(trees, ids, true_ids, false_ids, modes)}
     referenced = {(t, c) for (t, _), (a, b, leaf) in children.items() if not leaf for c in (a, b)}
-    roots = {}
+    roots: dict[int, int] = {}
     for key in children:
         if key not in referenced:
             roots.setdefault(key[0], key[1])

@@ -28,7 +28,7 @@ import io
 import logging
 import math
 import warnings
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -109,8 +109,14 @@ def _shortcut(cin: int, cout: int, stride: int) -> nn.Module | None:
 class _ResNet(nn.Module):
     """torchvision's ResNet: ``float32 [B, 3, H, W] -> float32 [B, num_classes]`` logits."""
 
-    def __init__(self, block: type, depths: tuple[int, ...], num_classes: int, width: int,
-                 groups: Callable[[int], tuple[int, int]] | None = None) -> None:
+    # the stages, set with setattr in __init__
+    layer1: nn.Module
+    layer2: nn.Module
+    layer3: nn.Module
+    layer4: nn.Module
+
+    def __init__(self, block: type[_BasicBlock] | type[_Bottleneck], depths: tuple[int, ...], num_classes: int,
+                 width: int, groups: Callable[[int], tuple[int, int]] | None = None) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
@@ -281,7 +287,7 @@ def randomize(module: nn.Module, seed: int) -> nn.Module:
     for sub in module.modules():
         for name, p in sub.named_parameters(recurse=False):
             p.copy_(_draw(p, g, isinstance(sub, _NORMS) and name == "weight"))
-        if isinstance(sub, _BATCH_NORMS) and sub.running_mean is not None:
+        if isinstance(sub, _BATCH_NORMS) and sub.running_mean is not None and sub.running_var is not None:
             sub.running_mean.copy_(0.1 * _randn(sub.running_mean, g))
             sub.running_var.copy_(0.5 + torch.rand(sub.running_var.shape, generator=g))
     return module.eval()
@@ -392,8 +398,9 @@ def export_onnx(module: nn.Module, example: np.ndarray, *, exporter: str = "lega
 def _export_legacy(module: nn.Module, args: tuple, dynamic_batch: bool, opset: int, names: dict) -> bytes:
     axes = {n: {0: "batch"} for n in names["input_names"] + names["output_names"]} if dynamic_batch else None
     buf = io.BytesIO()
-    torch.onnx.export(module, args, buf, dynamo=False, export_params=True, opset_version=opset,
-                      do_constant_folding=True, dynamic_axes=axes, **names)
+    # torch annotates f as a path, but the TorchScript exporter writes to a file-like object too
+    torch.onnx.export(module, args, buf, dynamo=False, export_params=True,  # type: ignore[arg-type]
+                      opset_version=opset, do_constant_folding=True, dynamic_axes=axes, **names)
     return buf.getvalue()
 
 
@@ -401,18 +408,19 @@ def _export_dynamo(module: nn.Module, args: tuple, dynamic_batch: bool, opset: i
     shapes = ({0: torch.export.Dim("batch")},) if dynamic_batch else None
     program = torch.onnx.export(module, args, dynamo=True, opset_version=opset, dynamic_shapes=shapes,
                                 external_data=False, optimize=True, report=False, verbose=False, **names)
+    assert program is not None, "torch.onnx.export(dynamo=True) returns its ONNXProgram"
     return program.model_proto.SerializeToString()
 
 
 def family(name: str, n: int, *, exporter: str = "legacy", dynamic_batch: bool = True, seed: int = 0,
-           **kwargs: object) -> list[bytes]:
+           **kwargs: Any) -> list[bytes]:
     """``n`` ONNX exports of architecture ``name``, member ``i`` with weights ``randomize(module, seed + i)``.
 
     ``kwargs`` go to the builder (``width``, ``num_classes``, ``vocab``, ``seq``, ``sizes`` ...);
     ``image_size`` (CNNs, default 32) only shapes the traced example, and ``seq`` (BERT) both.
     The traced example is ``example_input(name, 2, seed=seed, ...)``.
     """
-    image_size = int(kwargs.pop("image_size", 32))  # type: ignore[call-overload]
+    image_size = int(kwargs.pop("image_size", 32))
     example = example_input(name, 2, image_size=image_size, seed=seed, **kwargs)
     module = _builder(name)(**kwargs)
     return [export_onnx(randomize(module, seed + i), example, exporter=exporter, dynamic_batch=dynamic_batch)

@@ -19,7 +19,7 @@ Raises (every builder): NotSupportedError ``not_supported`` naming the step and 
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 import torch
@@ -131,9 +131,11 @@ def _binary(fn):
     return build
 
 
-for _name, _fn in {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div, "MatMul": torch.matmul,
-                   "Greater": torch.gt, "Less": torch.lt, "GreaterOrEqual": torch.ge, "LessOrEqual": torch.le,
-                   "Equal": torch.eq}.items():
+_BINARY: dict[str, Callable[..., Any]] = {
+    "Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div, "MatMul": torch.matmul,
+    "Greater": torch.gt, "Less": torch.lt, "GreaterOrEqual": torch.ge, "LessOrEqual": torch.le, "Equal": torch.eq,
+}
+for _name, _fn in _BINARY.items():
     OPS[("", _name)] = _binary(_fn)
 
 
@@ -334,7 +336,7 @@ class PipelineNet(nn.Module):
         self.input_names = [i.name for i in pipeline.inputs]
         self.output_names = [o.name for o in pipeline.outputs]
 
-    def forward(self, *inputs):
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         given = dict(zip(self.input_names, inputs))
         outs: list[dict] = []
         for step, feeds in zip(self.steps, self.feeds):
@@ -347,7 +349,7 @@ class PipelineNet(nn.Module):
         Raises:
             NotSupportedError: ``not_supported`` when no output of the last step is a label of known classes.
         """
-        last = self.steps[-1]
+        last = self.step_nets()[-1]
         for name in self.output_names:
             if name in last.classes:
                 return last.classes[name]
@@ -355,7 +357,11 @@ class PipelineNet(nn.Module):
                                 "label computed from its probabilities)", code="not_supported")
 
     def tree_modules(self) -> list[GemmTrees]:
-        return [t for s in self.steps for t in s.trees]
+        return [cast(GemmTrees, t) for s in self.step_nets() for t in s.trees]
+
+    def step_nets(self) -> list[StepNet]:
+        """The steps (``self.steps`` is an ``nn.ModuleList``, whose items are typed as plain modules)."""
+        return [cast(StepNet, s) for s in self.steps]
 
     def set_temperature(self, temperature: float) -> None:
         """0: hard trees (the original function); > 0: soft trees at that temperature."""

@@ -59,6 +59,14 @@ class GemmTrees(nn.Module):
         scale: multiplies the summed leaf values (1 / trees for an ``AVERAGE`` aggregate).
     """
 
+    # the registered buffers (nn.Module's attribute lookup types them as Tensor | Module)
+    features: torch.Tensor
+    strict: torch.Tensor
+    go_true: torch.Tensor
+    go_false: torch.Tensor
+    path_length: torch.Tensor
+    sigma: torch.Tensor
+
     def __init__(self, features, thresholds, strict, go_true, go_false, leaf_values, base, n_features: int,
                  scale: float = 1.0) -> None:
         super().__init__()
@@ -139,7 +147,7 @@ def tree_ensemble(node, n_features: int) -> tuple[GemmTrees, dict]:
     if not (classifier and n_out == 2 and columns == 1):  # one column of a binary classifier: the positive class
         columns = max(columns, n_out)
     leaf_values = np.zeros((len(leaves), columns), np.float32)
-    sums = defaultdict(float)
+    sums: defaultdict[tuple[int, int], float] = defaultdict(float)
     for t, n, k, w in zip(a[f"{prefix}_treeids"], a[f"{prefix}_nodeids"], ids, weights):
         sums[(pos_leaf[index[(t, n)]], k)] += w
     for (leaf, k), w in sums.items():

@@ -68,6 +68,16 @@ class Value:
     const: bool = False
     elem: Optional[int] = None
 
+    def merged(self) -> str:
+        """``name``: the one merged tensor of an R, S or C value."""
+        assert self.name is not None, f"a value in layout {self.layout} has no merged tensor"
+        return self.name
+
+    def per_member(self) -> tuple[str, ...]:
+        """``members``: the N per-member tensors of a K value."""
+        assert self.members is not None, f"a value in layout {self.layout} has no per-member tensors"
+        return self.members
+
 
 class GraphBuilder:
     """The merged graph being written: nodes, initializers, fresh names and layout conversions.
@@ -127,11 +137,12 @@ class GraphBuilder:
     # ------------------------------------------------------------ constants
     def member_inputs(self, v: Value) -> list[str]:
         """The N per-member names of a constant (an R constant repeats its one name)."""
-        return list(v.members) if v.layout == "K" else [v.name] * self.n
+        return list(v.per_member()) if v.layout == "K" else [v.merged()] * self.n
 
     def stacked(self, v: Value, rank: int) -> str:
         """A constant (R or K) as S, broadcast-ready against S tensors of original rank ``rank``:
         ``[N, 1, ..., 1, *dims]`` (foldable: ONNX Runtime folds it when the session loads)."""
+        assert v.dims is not None, "a constant's dims are known"
         dims = list(v.dims)
         shape = self.const([1] * (1 + rank - len(dims)) + dims)
         parts = [self.one("Reshape", [m, shape]) for m in self.member_inputs(v)]
@@ -146,16 +157,15 @@ class GraphBuilder:
     def to_s(self, v: Value, where: str) -> str:
         """``v`` in layout S (``[N, *dims]``)."""
         if v.layout == "S":
-            return v.name
+            return v.merged()
         if v.layout == "K" or (v.layout == "R" and v.const):
-            self._need_rank(v, where)
-            return self.stacked(v, v.rank)
-        key = (v.name, "S")
+            return self.stacked(v, self._need_rank(v, where))
+        key = (v.merged(), "S")
         if key not in self._converted:
-            self._need_rank(v, where)
+            rank = self._need_rank(v, where)
             if v.layout == "R":
-                x = self.unsqueeze(v.name, [0])
-                out = self.one("Expand", [x, self.const([self.n] + [1] * v.rank)])
+                x = self.unsqueeze(v.merged(), [0])
+                out = self.one("Expand", [x, self.const([self.n] + [1] * rank)])
             else:
                 out = self._c_to_s(v, where)
             self._converted[key] = out
@@ -164,16 +174,15 @@ class GraphBuilder:
     def to_c(self, v: Value, where: str) -> str:
         """``v`` in layout C (``[d0, N*d1, ...]``); needs rank >= 2 and a known channel dim."""
         if v.layout == "C":
-            return v.name
-        self._need_rank(v, where)
-        if v.rank < 2:
+            return v.merged()
+        if self._need_rank(v, where) < 2:
             raise Declined(where, "a tensor of rank < 2 has no channel axis")
         if v.layout == "K" or (v.layout == "R" and v.const):
             return self.concat_on(v, 1)
-        key = (v.name, "C")
+        key = (v.merged(), "C")
         if key not in self._converted:
             if v.layout == "R":
-                out = self.one("Concat", [v.name] * self.n, axis=1) if self.n > 1 else v.name
+                out = self.one("Concat", [v.merged()] * self.n, axis=1) if self.n > 1 else v.merged()
             else:
                 out = self._s_to_c(v, where)
             self._converted[key] = out
@@ -187,15 +196,15 @@ class GraphBuilder:
 
     def _s_to_c(self, v: Value, where: str) -> str:
         c = self._channels(v, where)
-        perm = [1, 0] + list(range(2, v.rank + 1))
-        t = self.one("Transpose", [v.name], perm=perm)  # [d0, N, d1, ...]
+        perm = [1, 0] + list(range(2, self._need_rank(v, where) + 1))
+        t = self.one("Transpose", [v.merged()], perm=perm)  # [d0, N, d1, ...]
         head = [0, self.n * c]
         return self.one("Reshape", [t, self._shape_with(t, head, v, 3)])
 
     def _c_to_s(self, v: Value, where: str) -> str:
         c = self._channels(v, where)
-        t = self.one("Reshape", [v.name, self._shape_with(v.name, [0, self.n, c], v, 2)])  # [d0, N, d1, ...]
-        perm = [1, 0] + list(range(2, v.rank + 1))
+        t = self.one("Reshape", [v.merged(), self._shape_with(v.merged(), [0, self.n, c], v, 2)])  # [d0, N, d1, ...]
+        perm = [1, 0] + list(range(2, self._need_rank(v, where) + 1))
         return self.one("Transpose", [t], perm=perm)
 
     def _shape_with(self, x: str, head: list[int], v: Value, tail_from: int) -> str:
@@ -207,14 +216,16 @@ class GraphBuilder:
         return self.one("Concat", [self.const(head), self.shape_slice(x, tail_from)], axis=0)
 
     @staticmethod
-    def _need_rank(v: Value, where: str) -> None:
+    def _need_rank(v: Value, where: str) -> int:
+        """``v``'s rank; Declined when it is unknown (or a K value's dims are)."""
         if v.rank is None or (v.layout in ("K",) and v.dims is None):
             raise Declined(where, "the rank of an input is unknown (shape inference could not tell)")
+        return v.rank
 
 
 def tensor_type(elem_type: int, dims: Sequence) -> "helper.TypeProto":
     """A tensor TypeProto with ``dims`` (int, str or None each)."""
-    return helper.make_tensor_type_proto(elem_type, [d if d is not None else None for d in dims])
+    return helper.make_tensor_type_proto(elem_type, list(dims))
 
 
 def elem_of(dtype: int) -> np.dtype:
@@ -222,4 +233,3 @@ def elem_of(dtype: int) -> np.dtype:
 
 
 __all__ += ["tensor_type", "elem_of"]
-_ = TensorProto

@@ -161,6 +161,7 @@ class _Merger:
         self.n = len(models)
         self.opset = _default_opset(models[0])
         self._check_members()
+        assert self.opset is not None  # _check_members declined a graph without one
         self.b = GraphBuilder(self.n, self.opset)
         self.info = _shape_info(reference)
         self.ref_values = _reference_values(reference)
@@ -237,9 +238,9 @@ class _Merger:
         if len({_tensor_key(t, i) for i, t in enumerate(tensors)}) == 1:
             self.b.initializers.append(_renamed(tensors[0], name))
             return Value("R", name, rank=len(dims), dims=dims, const=True, elem=tensors[0].data_type)
-        names = tuple(f"{name}@m{i}" for i in range(self.n))
-        self.b.initializers.extend(_renamed(t, nm) for t, nm in zip(tensors, names))
-        return Value("K", members=names, rank=len(dims), dims=dims, const=True, elem=tensors[0].data_type)
+        member_names = tuple(f"{name}@m{i}" for i in range(self.n))
+        self.b.initializers.extend(_renamed(t, nm) for t, nm in zip(tensors, member_names))
+        return Value("K", members=member_names, rank=len(dims), dims=dims, const=True, elem=tensors[0].data_type)
 
     def const_value(self, v: Optional[Value], what: str, where: str) -> Optional[np.ndarray]:
         """The value of an R constant known at merge time (a shape, axes); Declined otherwise."""
@@ -338,7 +339,7 @@ class _Merger:
         if not x:
             return ""
         v = self.values[x]
-        return v.members[i] if v.layout == "K" else v.name
+        return v.per_member()[i] if v.layout == "K" else v.merged()
 
     def _constant(self, index: int, node) -> None:
         tensors = [_constant_tensor(m.graph.node[index]) for m in self.models]
@@ -516,7 +517,7 @@ _ORT_ELEMS = {"tensor(float)": TensorProto.FLOAT, "tensor(int64)": TensorProto.I
 
 
 def _probe_run(sess, size: int) -> dict:
-    feeds = {}
+    feeds: dict[str, np.ndarray] = {}
     for i in sess.get_inputs():
         shape = [d if isinstance(d, int) else size for d in i.shape]
         dtype = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int32)": np.int32,

@@ -93,7 +93,11 @@ def merge_steps(steps: Sequence[tuple[str, ModelProto, Sequence[Feed]]], outputs
     """
     opsets = _opsets([m for _, m, _ in steps])
     default = opsets.get("", opsets.get("ai.onnx"))
-    nodes, inits, infos, inputs, functions = [], [], [], {}, {}
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    infos: list[onnx.ValueInfoProto] = []
+    inputs: dict[str, onnx.ValueInfoProto] = {}
+    functions: dict[tuple[str, str], onnx.FunctionProto] = {}
     for step, model, feeds in steps:
         m = onnx.compose.add_prefix(_at_opset(model, default, step) if default else model, f"{step}/")
         mapping = {}

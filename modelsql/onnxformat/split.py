@@ -205,9 +205,10 @@ _ATTR_KINDS = {
 
 
 def _fill_attribute(attr: AttributeProto, payload: bytes, encoding: str) -> None:
-    field, expected, _, dtype = _ATTR_KINDS.get(attr.type, (None, None, None, None))
-    if encoding != expected:
+    kind = _ATTR_KINDS.get(attr.type)
+    if kind is None or encoding != kind[1]:
         raise DataError(f"attribute {attr.name!r} has unexpected encoding {encoding!r}", code="invalid_onnx")
+    field, _, _, dtype = kind
     getattr(attr, field).extend(np.frombuffer(payload, dtype=dtype).tolist())
 
 
@@ -268,7 +269,7 @@ def split_model(model: ModelProto) -> tuple[bytes, list[tuple[StoredTensor, byte
             if stored is not None:
                 tensors.append(stored)
         else:
-            tensors.append(_strip_tensor(slot.tensor, slot.name))
+            tensors.append(_strip_tensor(slot.data_tensor(), slot.name))
     return m.SerializeToString(deterministic=True), tensors
 
 
@@ -290,7 +291,7 @@ def stored_tensors(graph: Union[bytes, ModelProto]) -> list[StoredTensor]:
         entries = slot.entries()
         if entries is None:
             continue
-        t = slot.attr.t if slot.attr is not None else slot.tensor
+        t = slot.attr.t if slot.attr is not None else slot.data_tensor()
         out.append(
             StoredTensor(
                 name=slot.name,
@@ -346,7 +347,7 @@ def join_model(graph_bytes: Union[bytes, ModelProto], payloads: Mapping[str, byt
             slot.attr.ClearField("t")
             _fill_attribute(slot.attr, payload, entries[KEY_ENCODING])
         else:
-            t = slot.tensor
+            t = slot.data_tensor()
             del t.external_data[:]
             t.ClearField("data_location")
             if KEY_LOCATION_SET in entries:

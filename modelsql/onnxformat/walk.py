@@ -57,11 +57,16 @@ class Slot:
     is_attribute: bool = False
     counted: bool = True  # counted by param_count (sparse indices are not)
 
+    def data_tensor(self) -> TensorProto:
+        """``tensor``: the data of a slot that is not a FLOATS/INTS attribute (those hold ``attr``)."""
+        assert self.tensor is not None, f"slot {self.name!r} holds an attribute, not a tensor"
+        return self.tensor
+
     def entries(self) -> Optional[dict[str, str]]:
         """The external-data entries if this slot is stripped, else None."""
         if self.attr is not None:
             return stripped_entries(self.attr.t) if self.attr.HasField("t") else None
-        return stripped_entries(self.tensor)
+        return stripped_entries(self.data_tensor())
 
     def elements(self) -> int:
         if self.attr is not None:
@@ -69,7 +74,7 @@ class Slot:
                 return math.prod(self.attr.t.dims)
             values = self.attr.floats if self.attr.type == AttributeProto.FLOATS else self.attr.ints
             return len(values)
-        return math.prod(self.tensor.dims)
+        return math.prod(self.data_tensor().dims)
 
     def stored(self) -> bool:
         """Whether split_model stores this slot as a blob (or already did)."""

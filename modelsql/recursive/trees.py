@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -158,7 +158,7 @@ def _node_values(trees: Trees):
     return torch.from_numpy(np.ascontiguousarray(x, np.float32))
 
 
-def level_batched(cell: Callable, trees: Trees, state_shapes: Sequence[tuple], plan: Schedule = None):
+def level_batched(cell: Callable, trees: Trees, state_shapes: Sequence[tuple], plan: Optional[Schedule] = None):
     """Run ``cell`` over every node of ``trees``, one height at a time; the root states, in tree order.
 
     Args:

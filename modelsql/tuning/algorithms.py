@@ -11,7 +11,7 @@ tree, so configurations that repeat or share a schedule prefix are trained once.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from modelsql import errors
 
@@ -86,7 +86,7 @@ def _sampled(sampler: str) -> Any:
     return build
 
 
-ALGORITHMS = {
+ALGORITHMS: dict[str, tuple[Mapping[str, Any], Callable[..., Algorithm]]] = {
     "grid": ({}, _grid),
     "random": (SAMPLED_OPTIONS, _sampled("random")),
     "tpe": (SAMPLED_OPTIONS, _sampled("tpe")),

@@ -30,11 +30,14 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import IO, TYPE_CHECKING, Any, Optional
 
 from modelsql.errors import OperationalError
 from modelsql.tuning.stage_tree import EpochHP
 from modelsql.tuning.messages import read_message, write_message
+
+if TYPE_CHECKING:
+    from modelsql.tuning.training import StageResult
 
 __all__ = ["TaskSpec", "TaskOutcome", "run_task", "LocalExecutor", "local_executor", "IDLE_SECONDS"]
 
@@ -84,15 +87,16 @@ def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
     """
     from modelsql.tuning.training import StageSpec, train_stage
 
-    results = []
+    results: list[StageResult] = []
     state = parent
     for first, epochs in spec.stages:
         stage = StageSpec(spec.factory, spec.factory_params, epochs, first, spec.seed, spec.threads, spec.device)
         try:
             result = train_stage(stage, data, state)
         except BaseException as exc:  # noqa: BLE001 - reported to the study, which marks the trials failed
-            ours = isinstance(getattr(exc, "code", None), str)  # a modelsql error: its code is registered
-            code = exc.code if ours else "trial_failed"
+            exc_code = getattr(exc, "code", None)
+            ours = isinstance(exc_code, str)  # a modelsql error: its code is registered
+            code = exc_code if isinstance(exc_code, str) else "trial_failed"
             message = str(exc) if ours else "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return TaskOutcome(tuple(results), (_pep249_class(exc), code, message), _worker_name())
         results.append(result)
@@ -120,15 +124,18 @@ class _Worker:
         # would die with its own traceback (idle) or fail its task, instead of the study stopping it.
         self.proc = subprocess.Popen([sys.executable, "-m", "modelsql.tuning.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=worker_env(env[1]), start_new_session=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
         self.env = env
         self.data_key: Optional[str] = None
 
     def call(self, key: str, data, spec: TaskSpec, parent: Optional[bytes]) -> TaskOutcome:
         if self.data_key != key:
-            write_message(self.proc.stdin, ("data", key, data))
+            write_message(self.stdin, ("data", key, data))
             self.data_key = key
-        write_message(self.proc.stdin, ("task", key, spec, parent))
-        outcome = read_message(self.proc.stdout)
+        write_message(self.stdin, ("task", key, spec, parent))
+        outcome = read_message(self.stdout)
         if outcome is None:
             raise OperationalError(f"the training worker process {self.proc.pid} died "
                                    f"(exit status {self.proc.wait()})", code="worker_died")
@@ -142,7 +149,7 @@ class _Worker:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+            self.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         if self.proc.poll() is None:
@@ -202,6 +209,7 @@ class LocalExecutor:
             try:
                 item = self._queue.get(timeout=IDLE_SECONDS if worker is not None else None)
             except queue.Empty:  # idle: stop the process; the next task starts a fresh one
+                assert worker is not None  # without a worker the get has no timeout
                 worker.close()
                 worker = None
                 continue

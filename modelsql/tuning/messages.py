@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pickle
 import struct
-from typing import Any, BinaryIO, Optional
+from typing import IO, Any, Optional
 
 __all__ = ["write_message", "read_message"]
 
 _HEADER = struct.Struct("!Q")
-def write_message(stream: BinaryIO, message: Any) -> None:
+def write_message(stream: IO[bytes], message: Any) -> None:
     """Write one length-prefixed pickled message and flush."""
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_HEADER.pack(len(payload)))
@@ -18,7 +18,7 @@ def write_message(stream: BinaryIO, message: Any) -> None:
     stream.flush()
 
 
-def read_message(stream: BinaryIO) -> Optional[Any]:
+def read_message(stream: IO[bytes]) -> Optional[Any]:
     """Read one message; None at end of stream."""
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:

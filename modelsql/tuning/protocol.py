@@ -57,7 +57,9 @@ class Request:
 class Algorithm(Protocol):
     """A hyper-parameter search driven in rounds (see the module docstring)."""
 
-    finished: bool
+    @property
+    def finished(self) -> bool:
+        """True once the search has nothing more to ask."""
 
     def ask(self) -> list[Request]:
         """The next round's requests, sorted by trial; ``[]`` once finished."""

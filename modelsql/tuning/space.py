@@ -102,7 +102,7 @@ def is_dimension(value: Any) -> bool:
 
 def _invalid(leaf: str, why: str) -> errors.ProgrammingError:
     err = errors.ProgrammingError(f"Invalid search space: hyper-parameter {leaf!r}: {why}.", code="invalid_search_space")
-    err.hyperparameter = leaf  # the caller can point at it in the statement
+    setattr(err, "hyperparameter", leaf)  # the caller can point at it in the statement (it reads it with getattr)
     return err
 
 
@@ -404,12 +404,14 @@ class Space:
                 UNIFORM, LOGUNIFORM or INTEGER.
         """
         dims = self.dimensions()
+        choices: list[Choice] = []
         for leaf, d in dims.items():
             if not isinstance(d, Choice):
                 raise errors.ProgrammingError(
                     f"A grid search needs CHOICE for every searched hyper-parameter; {leaf!r} is "
                     f"{_describe_value(d)}.", code="grid_needs_choices")
-        combos = itertools.product(*(d.values for d in dims.values()))
+            choices.append(d)
+        combos = itertools.product(*(d.values for d in choices))
         return [self.resolve(dict(zip(dims, combo))) for combo in combos]
 
     def change_points(self, max_epochs: int) -> frozenset[int]:

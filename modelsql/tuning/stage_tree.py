@@ -42,7 +42,7 @@ class Node:
     def __init__(self, parent: Optional["Node"], hp: Optional[EpochHP]) -> None:
         self.parent = parent
         self.hp = hp
-        self.epoch = -1 if parent is None else parent.epoch + 1
+        self.epoch: int = -1 if parent is None else parent.epoch + 1
         self.children: dict[EpochHP, Node] = {}
         self.metrics: Optional[Mapping[str, float]] = None
         self.checkpoint: Optional[str] = None

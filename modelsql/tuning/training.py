@@ -331,7 +331,7 @@ def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str,
 
 def _invalid(name: str, value: Any, want: str) -> ProgrammingError:
     err = ProgrammingError(f"hyper-parameter {name} must be {want}, got {value!r}", code="invalid_hyperparameter")
-    err.hyperparameter = name
+    setattr(err, "hyperparameter", name)  # an attribute of its own, which readers get with getattr
     return err
 
 
@@ -468,7 +468,9 @@ def nondeterministic_error(exc: BaseException) -> Optional[NotSupportedError]:
 def _numpy_state() -> list[Any]:
     import torch
 
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = np.random.get_state()
+    assert isinstance(state, tuple)  # legacy=True (the default): MT19937's state as a tuple
+    kind, keys, pos, has_gauss, cached = state
     return [str(kind), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)]
 
 
@@ -677,8 +679,10 @@ def _targets(data: TrainData) -> tuple["torch.Tensor", "torch.Tensor"]:
     if data.task == "classification":
         if any(y.size and (y.min() < 0 or y.max() >= data.n_outputs) for y in ys):
             raise _bad_data(f"class indices must lie in [0, {data.n_outputs})")
-        return tuple(torch.as_tensor(y.astype(np.int64)) for y in ys)
-    return tuple(torch.as_tensor(y.astype(np.float32).reshape(-1, 1)) for y in ys)
+        train, val = (torch.as_tensor(y.astype(np.int64)) for y in ys)
+    else:
+        train, val = (torch.as_tensor(y.astype(np.float32).reshape(-1, 1)) for y in ys)
+    return train, val
 
 
 def _tree_tensors(data: TrainData) -> tuple:
@@ -821,5 +825,5 @@ def for_inference(model: "torch.nn.Module", task: str, labels: Optional[Sequence
         return _Regressor(model).eval()
     numeric = labels is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in labels)
     k = len(labels) if labels is not None else None
-    values = list(labels) if numeric else list(range(k if k is not None else 0))
+    values: list[Any] = list(labels) if labels is not None and numeric else list(range(k if k is not None else 0))
     return _Classifier(model, values).eval()
