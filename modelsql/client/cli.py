@@ -35,6 +35,7 @@ import re
 import sys
 import textwrap
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Optional, Sequence, TextIO
 
 from rich.console import Console
@@ -358,8 +359,9 @@ def statement_forms() -> list[str]:
     for node in STATEMENT_NODES:
         first = inspect.cleandoc(node.__doc__ or "").split("\n\n")[0]
         written = [" ".join(f.split()) for f in re.findall(r"``(.+?)``", first, re.S)]
-        own = [f for f in written if any(says_words(f, seq) and f.startswith(seq[0]) for seq in node.WORDS)]
-        own += [" ".join(seq) for seq in node.WORDS if not any(says_words(f, seq) for f in own)]
+        words: tuple[tuple[str, ...], ...] = getattr(node, "WORDS")  # declared by every registered node
+        own = [f for f in written if any(says_words(f, seq) and f.startswith(seq[0]) for seq in words)]
+        own += [" ".join(seq) for seq in words if not any(says_words(f, seq) for f in own)]
         joined = "  /  ".join(own)
         forms.extend([joined] if len(joined) <= 76 else own)
     return forms
@@ -393,7 +395,7 @@ class Shell:
         self.stdin = stdin
         self.interactive = stdin.isatty()
         self.failed = False
-        self._readline = None
+        self._readline: Optional[ModuleType] = None
         self._history_added = 0  # lines readline's input() added to the history for the statement being typed
 
     # -- input ---------------------------------------------------------------
@@ -418,6 +420,7 @@ class Shell:
 
     def _recode_history(self, old: str, new: str) -> None:
         readline = self._readline
+        assert readline is not None  # called once readline is set up
         for i in range(readline.get_current_history_length()):
             item = readline.get_history_item(i + 1)  # 1-based, where replace_history_item is 0-based
             if item and old in item:
@@ -725,7 +728,8 @@ def _run(args: argparse.Namespace, database: str, fmt: str, console: Console, er
         con.autocommit = True
         runner = Runner(con, console, err, fmt)
         if args.command is not None or script is not None:
-            texts = [(text, None) for text in args.command] if args.command is not None else [(script, source)]
+            texts = ([(text, None) for text in args.command] if args.command is not None
+                     else [(script, source)] if script is not None else [])
             if not all(runner.run_script(text, source=where) for text, where in texts):
                 return 1
             _serve_until_stopped(con, err)

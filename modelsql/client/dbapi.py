@@ -22,6 +22,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import duckdb
 
 from modelsql import duckdb_errors as _duckdb_errors
+from modelsql.engine.result import Result
 from modelsql.engine.session import Session
 from modelsql.progress import OnlyKinds
 from modelsql.storage.files import os_error as _os_error
@@ -428,7 +429,9 @@ class Connection:
         Raises:
             InterfaceError: ``connection_closed``."""
         self._check_open()
-        return bool(self._duck.execute("SELECT current_setting('enable_progress_bar_print')").fetchone()[0])
+        row = self._duck.execute("SELECT current_setting('enable_progress_bar_print')").fetchone()
+        assert row is not None  # a SELECT without FROM gives one row
+        return bool(row[0])
 
     @duckdb_progress_bar.setter
     def duckdb_progress_bar(self, on: bool) -> None:
@@ -624,7 +627,7 @@ class Cursor:
         self._pos = 0
         self._streaming = False
         self._lastrowid = None
-        self._result = None
+        self._result: Optional[Result] = None
         self._operation: Optional[str] = None
 
     # -- PEP 249 attributes -----------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 import threading
 import uuid
 from collections import deque
-from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TextIO, TypeGuard
 
 from rich.cells import cell_len
 from rich.console import Console, Group
@@ -23,6 +23,9 @@ from rich.table import Table
 from rich.text import Text
 
 from modelsql.progress import KINDS
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 MAX_ROWS = 50
 """At most this many rows of a result are printed as a table (first and last halves)."""
@@ -361,7 +364,7 @@ def _head(message: Mapping) -> str:
     return f"{title} {label}" if label else title
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -388,8 +391,9 @@ def _times(message: Mapping) -> str:
         return ""
     if message.get("final"):
         return ("done in " if message.get("ok", True) else "stopped after ") + _clock(elapsed)
-    left = _is_number(eta) and message.get("kind") != "create_model"  # its stages take unequal times
-    return f"{_clock(elapsed)} elapsed" + (f", {_clock(eta)} left" if left else "")
+    if _is_number(eta) and message.get("kind") != "create_model":  # its stages take unequal times
+        return f"{_clock(elapsed)} elapsed, {_clock(eta)} left"
+    return f"{_clock(elapsed)} elapsed"
 
 
 def _clock(seconds: float) -> str:
@@ -423,7 +427,8 @@ _DETAILS = {
 
 
 def _detail(message: Mapping) -> str:
-    render = _DETAILS.get(message.get("kind"))
+    kind = message.get("kind")
+    render = _DETAILS.get(kind) if isinstance(kind, str) else None
     try:
         return render(message) if render is not None else ""
     except (KeyError, TypeError, ValueError):  # a message of the right kind but the wrong shape
@@ -445,7 +450,7 @@ class ProgressDisplay:
     def __init__(self, console: Console, show_after_s: float = SHOW_AFTER_S) -> None:
         self.console, self.show_after_s = console, show_after_s
         self._lock = threading.Lock()
-        self._bars = None
+        self._bars: Optional[Progress] = None
         self._tasks: dict = {}
 
     def __call__(self, message: Any) -> None:
@@ -475,8 +480,9 @@ class ProgressDisplay:
         line = progress_line(message)
         head, _, text = line.partition(": ")
         total, done = message.get("total"), message.get("done")
-        fields = dict(description=head, text=text, total=total if _is_number(total) and total > 0 else None,
-                      completed=done if _is_number(done) else 0)
+        fields: dict[str, Any] = dict(description=head, text=text,
+                                      total=total if _is_number(total) and total > 0 else None,
+                                      completed=done if _is_number(done) else 0)
         if job not in self._tasks:
             self._tasks[job] = self._bars.add_task(**fields)
         else:
@@ -499,7 +505,7 @@ class ProgressDisplay:
         self._tasks = {}
 
 
-def _bars(console: Console):
+def _bars(console: Console) -> Progress:
     """A rich Progress on ``console`` that leaves nothing behind and leaves stdout alone."""
     from rich.progress import BarColumn, Progress, TextColumn
 

@@ -39,7 +39,7 @@ import re
 import shlex
 import tempfile
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -63,7 +63,7 @@ def snake_case(name: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", str(name).lower()).strip("_")
 
 
-def _need(module: str, extra: str):
+def _need(module: str, extra: str) -> Any:
     import importlib
 
     from modelsql.errors import NotSupportedError
@@ -180,8 +180,9 @@ def train_digits_mlp(X, y, progress: Progress, epochs: int = MLP_EPOCHS):
     """
     torch = _need("torch", "torch")
     nn = torch.nn
+    module_base: Any = nn.Module  # torch is imported on demand, so the base class is a value here
 
-    class DigitsMLP(nn.Module):
+    class DigitsMLP(module_base):
         def __init__(self) -> None:
             super().__init__()
             self.net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))

@@ -36,7 +36,7 @@ import inspect
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -330,9 +330,9 @@ class PredictFunction:
             return None, failed
         return run({k: v[~failed] for k, v in rows.items()}), failed
 
-    def _call(self, *arrays) -> pa.StructArray:
+    def _call(self, *inputs: Any) -> pa.StructArray:
         self.calls += 1
-        arrays = [a if isinstance(a, ColumnBlock) else _one_array(a) for a in arrays]
+        arrays = [a if isinstance(a, ColumnBlock) else _one_array(a) for a in inputs]
         n = len(arrays[0]) if arrays else 0
         self.rows += n
         null_rows = None
@@ -601,6 +601,7 @@ def _to_arrow(res: np.ndarray, o: OutputCol, n: int, where: str = "PREDICT") -> 
         )
     if res.dtype == np.float16:
         res = res.astype(np.float32)
+    flat: np.ndarray
     if o.kind == "scalar":
         flat = res.reshape(n)
         if o.elem_type == "STRING":

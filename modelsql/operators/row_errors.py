@@ -73,7 +73,7 @@ def failing_rows(run: Run, feeds: Feeds, n: int) -> np.ndarray:
 
 def _cells(args: Sequence, feeds: Feeds) -> list[tuple[str, str, Optional[int]]]:
     """``(column, input name, flat element or None for the whole row)`` for every fed column."""
-    cells = []
+    cells: list[tuple[str, str, Optional[int]]] = []
     for a in args:
         width = int(np.prod(feeds[a.input_name].shape[1:], dtype=np.int64))
         if a.kind == "matrix" and len(a.columns) == width:

@@ -22,9 +22,10 @@ import itertools
 import re
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Optional, Sequence
 
 import duckdb
+from duckdb.func import FunctionNullHandling, PythonUDFType
 import pyarrow as pa
 
 from modelsql.errors import InternalError
@@ -85,7 +86,8 @@ class StreamPredict:
         try:
             self.duck.create_function(
                 self.function_name, self.function, [duckdb.sqltype(t) for t in b.arg_types],
-                duckdb.sqltype(struct), type="arrow", null_handling="special", side_effects=True,
+                duckdb.sqltype(struct), type=PythonUDFType.ARROW, null_handling=FunctionNullHandling.SPECIAL,
+                side_effects=True,
             )
         except Exception as exc:
             raise InternalError(f"Cannot register PREDICT for {self.scan.label}: {exc}", code="udf_register") from exc
@@ -213,7 +215,7 @@ class BatchPredict:
         q = f'SELECT {", ".join(select)} FROM ({self.input_sql}) AS "__msql_in"{where}' + (" LIMIT 0" if dry else "")
         return q, slots
 
-    def execute(self, dry: bool = False) -> Iterator[pa.RecordBatch]:
+    def execute(self, dry: bool = False) -> Generator[pa.RecordBatch, None, None]:
         """The kept columns and the outputs, one record batch per model run."""
         query, slots = self.query(dry)
         kept = len(self.kept)

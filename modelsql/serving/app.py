@@ -153,7 +153,7 @@ class _Endpoints:
     """The request handlers of one server; ``batcher`` exists while the app runs (see ``lifespan``)."""
 
     def __init__(self, repository: Repository, metrics: ServerMetrics, version: str, batcher_factory: Callable[[], Batcher],
-                 max_request_bytes: int, body_timeout_s: float, budget: BodyBudget) -> None:
+                 max_request_bytes: int, body_timeout_s: Optional[float], budget: BodyBudget) -> None:
         self.repository = repository
         self.metrics = metrics
         self.version = version
@@ -180,6 +180,11 @@ class _Endpoints:
         finally:
             self.ready = False
             self.batcher.close()
+
+    def _batcher(self) -> Batcher:
+        """The batcher, which the lifespan creates before any request is served."""
+        assert self.batcher is not None, "a request before the app's lifespan started"
+        return self.batcher
 
     # -- server -------------------------------------------------------------------------------
 
@@ -225,7 +230,8 @@ class _Endpoints:
             s = self._servable(request)
         except Exception as exc:
             return _error(exc, request.path_params["name"])
-        return _json(model_config(s, self.batcher.max_batch_size, self.batcher.max_queue_delay_ms))
+        batcher = self._batcher()
+        return _json(model_config(s, batcher.max_batch_size, batcher.max_queue_delay_ms))
 
     async def stats(self, request: Request) -> Response:
         name = request.path_params.get("name")
@@ -243,6 +249,7 @@ class _Endpoints:
         else:
             servables = [self.repository.get(name, version)]  # LookupError: 404
         if version is not None:
+            assert name is not None  # only a model's routes give a version
             return [(name, servables[0].version)]
         return [(s.name, v) for s in servables for v in s.versions if self._served_or_none(s.name, v) is not None]
 
@@ -293,7 +300,7 @@ class _Endpoints:
             parsed = await _off_loop(len(body), parse_infer_request, body, servable, request.headers.get(HEADER_LENGTH))
             phases["compute_input"] = time.perf_counter_ns() - began
             del body  # the arrays are what is kept now
-            results = await self.batcher.submit(servable, parsed.inputs, parsed.rows, phases)
+            results = await self._batcher().submit(servable, parsed.inputs, parsed.rows, phases)
         size = sum(getattr(a, "nbytes", 0) for a in results.values()) if isinstance(results, dict) else 0
         began = time.perf_counter_ns()
         content, headers = await _off_loop(size, encode_infer_response, servable, parsed, results)
@@ -401,7 +408,8 @@ def _too_large(who: str, size: str, limit: int) -> ProtocolError:
                               "(max_request_bytes)")
 
 
-async def _http_error(request: Request, exc: HTTPException) -> Response:
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)  # the handler of HTTPException (Starlette types handlers by Exception)
     return _json({"error": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code)
 
 
@@ -426,6 +434,7 @@ class _Gate:
         """``Authorization: Bearer <token>``, the scheme in any case (RFC 7235, section 2.1)."""
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         scheme, _, credentials = given.partition(b" ")
+        assert self.expected is not None  # called only when a token is set
         return scheme.lower() == b"bearer" and hmac.compare_digest(credentials, self.expected)
 
 

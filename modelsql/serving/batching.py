@@ -158,6 +158,7 @@ class Batcher:
         none (a running batch's end flushes it)."""
         loop = asyncio.get_running_loop()
         if not self.adaptive:
+            assert self.max_queue_delay_ms is not None  # the fixed-delay policy (adaptive: no delay given)
             return loop.call_later(self.max_queue_delay_ms / 1000.0, self._flush, queue)
         if queue.running < _threads(self.repository.executor(group)) + AHEAD:
             return loop.call_soon(self._flush, queue)
@@ -197,13 +198,16 @@ class Batcher:
         if self.adaptive and queue.items and not self._closed:
             self._flush(queue)  # what arrived while the batch ran goes now, before these answers are sent
         outcome = _outcome(fut, len(items))
-        if not isinstance(outcome, BaseException):
-            outcome, ns = outcome
-            self.metrics.observe_execution([(i.servable, i.rows, r) for i, r in zip(items, outcome)], ns)
+        results: list | BaseException
+        if isinstance(outcome, BaseException):
+            results = outcome
+        else:
+            results, ns = outcome
+            self.metrics.observe_execution([(i.servable, i.rows, r) for i, r in zip(items, results)], ns)
             for item in items:
                 if item.timings is not None:
                     item.timings["compute_infer"] = ns
-        _deliver(items, outcome)
+        _deliver(items, results)
 
 
 def _threads(executor) -> int:

@@ -28,10 +28,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+if TYPE_CHECKING:
+    _Protocol = HttpToolsProtocol  # what _Guarded is mixed into: its super() and attributes (transport, loop ...)
+else:
+    _Protocol = object
 
 __all__ = ["ConnectionLimits", "ConnectionGuard"]
 
@@ -129,7 +134,7 @@ class ConnectionGuard:
         self._waiting.pop(conn, None)
 
 
-class _Guarded:
+class _Guarded(_Protocol):
     """The guard's additions to a uvicorn protocol (mixed in before ``HttpToolsProtocol``)."""
 
     guard: ConnectionGuard

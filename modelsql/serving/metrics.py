@@ -24,11 +24,14 @@ extension (:attr:`ServerMetrics.statistics`, :mod:`.statistics`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from modelsql.serving.statistics import Statistics
+
+if TYPE_CHECKING:
+    from modelsql.serving.repository import Servable
 
 __all__ = ["ServerMetrics", "CONTENT_TYPE"]
 
@@ -81,7 +84,7 @@ class ServerMetrics:
         """Record that a request for ``model`` waited ``seconds`` before its batch was dispatched."""
         self.queue_seconds.labels(model).observe(seconds)
 
-    def observe_execution(self, requests: Sequence[tuple[object, int, object]], ns: int) -> None:
+    def observe_execution(self, requests: Sequence[tuple[Servable, int, object]], ns: int) -> None:
         """Record one batch run of ``ns`` nanoseconds in the statistics' execution counts and batch
         sizes: ``requests`` are its (servable, rows, result); the rows of requests with outputs (not an
         exception) count. (A request's own compute time is recorded with its other phases when it is

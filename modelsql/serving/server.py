@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 import uvicorn
+from starlette.applications import Starlette
 
 from modelsql.serving.app import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES, build_app
 from modelsql.serving.connections import ConnectionGuard, ConnectionLimits
@@ -59,7 +60,7 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except OSError:
         return False
-    addresses = {info[4][0].split("%")[0] for info in infos}
+    addresses = {str(info[4][0]).split("%")[0] for info in infos}
     return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
 
@@ -116,7 +117,7 @@ class InferenceServer:
         self._port = port
         self._version = version
         self._metrics = ServerMetrics()
-        self._app = None
+        self._app: Optional[Starlette] = None
         self._server: Optional[uvicorn.Server] = None
         self._thread: Optional[threading.Thread] = None
         self._failure: Optional[BaseException] = None
@@ -186,6 +187,7 @@ class InferenceServer:
         server, thread = self._server, self._thread
         if server is None or thread is None or not thread.is_alive():
             return
+        assert self._app is not None  # built with the server
         self._app.state.endpoints.drain()
         self.guard.drain()
         if self._sock is not None:
@@ -234,7 +236,8 @@ class InferenceServer:
             # a backstop (503) for requests still running after their clients left; connections closed to make
             # room stay in uvicorn's count until the loop's next turn, hence the margin
             limit_concurrency=4 * self.guard.limits.max_connections,
-            timeout_keep_alive=self.timeout_keep_alive_s,
+            # uvicorn annotates int, but uses the seconds as a float (loop.call_later)
+            timeout_keep_alive=self.timeout_keep_alive_s,  # type: ignore[arg-type]
             lifespan="on",
             log_level="warning",
             log_config=None,  # leave the host process's logging configuration alone
@@ -244,10 +247,12 @@ class InferenceServer:
         )
 
     def _run(self, sock: socket.socket) -> None:
-        loop = (self._server.config.get_loop_factory() or asyncio.new_event_loop)()
+        server = self._server
+        assert server is not None  # start() creates it before the thread
+        loop = (server.config.get_loop_factory() or asyncio.new_event_loop)()
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(self._server.serve(sockets=[sock]))
+            loop.run_until_complete(server.serve(sockets=[sock]))
         except BaseException as exc:  # uvicorn raises SystemExit when the lifespan startup fails
             self._failure = exc
         finally:
@@ -256,8 +261,10 @@ class InferenceServer:
 
     def _wait_started(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive():
+        server, thread = self._server, self._thread
+        assert server is not None and thread is not None  # start() creates both first
+        while not server.started:
+            if not thread.is_alive():
                 raise RuntimeError(f"the server on {self.url} failed to start: {self._failure!r}")
             if time.monotonic() > deadline:
                 self.stop()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from dataclasses import dataclass
-from typing import Hashable, Optional, Sequence
+from typing import Hashable, Optional, Sequence, cast
 
 import numpy as np
 
@@ -115,7 +115,8 @@ class OrtRepository:
                 feeds.append(exc)
         good = [k for k, f in enumerate(feeds) if not isinstance(f, BaseException)]
         results: list = list(feeds)
-        for k, out in zip(good, self._run(self._models[group], [feeds[k] for k in good])):
+        model = self._models[cast(str, group)]  # this repository's groups are its model names
+        for k, out in zip(good, self._run(model, [feeds[k] for k in good])):
             results[k] = out
         return results
 
@@ -178,7 +179,7 @@ def _concat(feeds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([f[k] for f in feeds], axis=0) for k in feeds[0]}
 
 
-def _split(model: OrtModel, feed: dict[str, np.ndarray], rows: list[int]) -> list[dict[str, np.ndarray]]:
+def _split(model: OrtModel, feed: dict[str, np.ndarray], rows: list[int]) -> list[RunResult]:
     outs = model.run(feed)
     total = sum(rows)
     for name, out in zip(model.output_names, outs):

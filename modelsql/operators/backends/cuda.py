@@ -85,6 +85,7 @@ class CapturedGraph:
         self.label = label
         self.rows = next(iter(shapes.values()))[0]
         ordinal = devices.cuda_ordinal(device)
+        assert ordinal is not None, f"a CUDA graph needs a CUDA device, not {device!r}"
         first, second = _probe(shapes, dtypes, 0), _probe(shapes, dtypes, 1)
         names = list(output_names)
         expected = reference.run(second, names)

@@ -230,6 +230,7 @@ class OrtModel:
             DataError: code ``"wrong_output_shape"``, naming the output.
         """
         for name, out in zip(names, outs):
+            rows: Optional[int]
             if isinstance(out, list):
                 rows = len(out)  # a sequence of maps: one per row
             else:
@@ -243,7 +244,7 @@ class OrtModel:
                 )
 
     def _empty_outputs(self, names: Sequence[str]) -> list[np.ndarray]:
-        out = []
+        out: list[np.ndarray] = []
         by_name = {o.name: o for o in self.session.get_outputs()}
         for name in names:
             o = by_name[name]
@@ -277,7 +278,9 @@ def get_model(key, loader: Callable[[], bytes], label: str, *, intra_op_threads:
     """The cached session of ``key`` (a :class:`~modelsql.operators.backends.SessionKey` without the thread
     setting, which is added here), created from ``loader()`` bytes on a miss, on ``key.device``."""
     full = replace(key, options=tuple(sorted(key.options + (("intra_op_threads", intra_op_threads),))))
-    return SESSIONS.get(full, lambda: OrtModel(loader(), label, intra_op_threads=intra_op_threads, device=key.device))
+    model = SESSIONS.get(full, lambda: OrtModel(loader(), label, intra_op_threads=intra_op_threads, device=key.device))
+    assert isinstance(model, OrtModel)  # what this key's entry was made as
+    return model
 
 
 def clear_cache() -> None:

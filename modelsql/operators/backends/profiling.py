@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -159,13 +159,13 @@ def profile_latency(model: bytes, *, batch_sizes: Sequence[int], threads: Sequen
         if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
             raise ProgrammingError(f"profile option {what} must be positive integers, got {values!r}",
                                    code="invalid_option")
-    runners = [("onnxruntime", t, _session(model, t)) for t in threads]
-    feeds = {b: synthetic_feeds(runners[0][2], b, seed, dims) for b in batch_sizes}
-    runners = [(b, t, r, "cpu") for b, t, r in (runners if onnxruntime else [])]
+    sessions = [("onnxruntime", t, _session(model, t)) for t in threads]
+    feeds = {b: synthetic_feeds(sessions[0][2], b, seed, dims) for b in batch_sizes}
+    runners: list[tuple[str, int, Any, str]] = [(b, t, r, "cpu") for b, t, r in (sessions if onnxruntime else [])]
     runners += [(backend, t, _Runner(m), "cpu") for backend, t, m in others]
     runners += [("onnxruntime", 1, _Runner(CudaModel(model, "the profiled model", d)), d) for d in cuda]
     counted = progress or (lambda n: None)
-    configs = []
+    configs: list[tuple[str, int, int, Any, dict[str, np.ndarray], list[float], str]] = []
     for backend, t, runner, device in runners:
         for b in batch_sizes:
             for _ in range(warmup):

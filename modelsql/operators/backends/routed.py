@@ -43,7 +43,7 @@ class MergedRunner:
         self.fixed_rows = min(fixed) if fixed else None
         """Rows per member of one run when the members have a fixed batch dimension, else None."""
 
-    def run(self, parts: Sequence[Optional[dict[str, np.ndarray]]], outputs: Sequence[str]) -> list:
+    def run(self, parts: Sequence[Optional[dict[str, np.ndarray]]], outputs: Optional[Sequence[str]]) -> list:
         """One merged run: ``parts[i]`` are member ``i``'s feeds (None: no rows). Returns, per member, its
         outputs (a list of arrays, its own rows only) or None. Members with a fixed batch dimension ``b``
         run in rounds of ``b`` rows each."""
@@ -59,10 +59,11 @@ class MergedRunner:
                    for p, r in zip(parts, rows)]
             rounds.append(self._run_once(sub, [0 if q is None else min(b, r - start) for q, r in zip(sub, rows)],
                                          outputs, b))
+        n_outputs = len(outputs) if outputs is not None else len(self.model.output_names)  # None: all of them
         return [None if r == 0 else [np.concatenate([rd[i][k] for rd in rounds if rd[i] is not None], axis=0)
-                                     for k in range(len(outputs))] for i, r in enumerate(rows)]
+                                     for k in range(n_outputs)] for i, r in enumerate(rows)]
 
-    def _run_once(self, parts, rows: list[int], outputs: Sequence[str], widest: int) -> list:
+    def _run_once(self, parts, rows: list[int], outputs: Optional[Sequence[str]], widest: int) -> list:
         filler = next(p for p in parts if p is not None)
         feeds = {}
         for name in filler:
@@ -214,6 +215,7 @@ class SharedFamily:
 
     def _padded_run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         rows = len(next(iter(feeds.values())))
+        assert self.instances is not None  # _run pads only on a CUDA device
         padded = bucket_of(max(rows, self.instances), BUCKETS)
         grown = {k: np.concatenate([v, np.repeat(v[-1:], padded - rows, axis=0)]) if padded > rows else v
                  for k, v in feeds.items()}

@@ -50,6 +50,7 @@ Backends never import ``modelsql.storage``: the caller passes ``path_of(digest)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -134,7 +135,7 @@ class WeightPool:
             if value is None:
                 array = _map_verified(path_of(digest), digest, np.dtype(dtype), tuple(dims))
                 value = ort.OrtValue.ortvalue_from_numpy(array)
-                ref = weakref.ref(value, lambda r, key=key: self._forget(key, r))
+                ref = weakref.ref(value, functools.partial(self._forget, key))
                 self._entries[key] = (ref, array.nbytes)
             return value
 
@@ -190,7 +191,7 @@ def _map_verified(path: Path, digest: str, dtype: np.dtype, dims: tuple[int, ...
     if size != expected:
         raise DataError(f"blob {digest} is corrupt: it has {size} bytes, expected {expected}", code="blob_corrupt")
     flat = np.memmap(path, dtype=dtype, mode="r", shape=(math.prod(dims),))
-    actual = hashlib.sha256(flat.view(np.uint8)).hexdigest()
+    actual = hashlib.sha256(flat.view(np.uint8).data).hexdigest()
     if actual != digest:
         raise DataError(f"blob {digest} is corrupt: its {size} bytes hash to {actual}", code="blob_corrupt")
     return flat.reshape(dims)
@@ -304,8 +305,10 @@ def get_shared_model(
     options = key.options + (("intra_op_threads", intra_op_threads), ("prepack", prepack), ("shared_weights", True),
                              ("disabled_optimizers", tuple(disabled_optimizers)))
     full = replace(key, options=tuple(sorted(options)))
-    return SESSIONS.get(
+    model = SESSIONS.get(
         full,
         lambda: shared_model(graph(), fetch, label, path_of=path_of, intra_op_threads=intra_op_threads,
                              transform=transform, prepack=prepack, disabled_optimizers=disabled_optimizers),
     )
+    assert isinstance(model, OrtModel)  # what this key's entry was made as
+    return model
