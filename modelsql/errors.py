@@ -38,9 +38,14 @@ class Error(Exception):
     Attributes:
         code: stable machine-readable identifier of the error kind.
         line, column: 1-based position in the statement text, when known.
+        option: the statement option the error is about (``WITH (...)``, PREDICT's named arguments), when
+            one is; the statement points at it in the text.
+        hyperparameter: the SEARCH hyper-parameter of a TUNE the error is about, when one is.
     """
 
     code = "error"
+    option: Optional[str] = None
+    hyperparameter: Optional[str] = None
 
     def __init__(
         self,

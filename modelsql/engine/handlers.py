@@ -22,19 +22,27 @@ in one catalog transaction, and mark cached plans stale.
 from __future__ import annotations
 
 import contextlib
+import random
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar, Union
 
 from sqlglot import exp
 
-from modelsql.errors import InternalError
+from modelsql.errors import IntegrityError, InternalError, OperationalError
 
 if TYPE_CHECKING:
     from modelsql.catalog import Catalog
     from modelsql.engine.session import Session
 
 __all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
-           "missing_handlers", "catalog_write"]
+           "missing_handlers", "catalog_write", "catalog_write_retrying", "retrying"]
+
+T = TypeVar("T")
+
+#: Error codes of a catalog write that lost to another connection's (DuckDB's optimistic concurrency): the
+#: write is run again.
+CONFLICTS = ("transaction_error", "constraint_violation", "version_conflict")
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,44 @@ def catalog_write(session: Session) -> Iterator[Catalog]:
     with session.catalog.transaction(join=False):
         yield session.catalog
     session.changed()
+
+
+def catalog_write_retrying(session: Session, write: Callable[[], T], attempts: int = 60) -> T:
+    """The write preamble of a write that may lose to another connection's (DROP MODEL, DROP STUDY, a new
+    version): as :func:`catalog_write`, but ``write()`` runs in a catalog transaction per try, again after a
+    conflict (:func:`retrying`). Cached plans are marked stale whether it succeeds or not. Returns what
+    ``write`` returns.
+
+    Raises:
+        OperationalError: ``read_only``; ``transaction_error`` when the conflicts do not stop.
+        whatever ``write`` raises but a conflict.
+    """
+    session.check_writable()
+    session.commit()
+    try:
+        return retrying(session.catalog, write, attempts)
+    finally:
+        session.changed()
+
+
+def retrying(catalog: Catalog, write: Callable[[], T], attempts: int = 60) -> T:
+    """``write()`` in a catalog transaction of its own, run again when the commit (or a write) conflicts
+    with another connection's: a write-write conflict or a key another transaction took first
+    (:data:`CONFLICTS`), after a short random wait. Returns what ``write`` returns.
+
+    Raises:
+        whatever ``write`` raises but a conflict; the last conflict after ``attempts`` tries.
+    """
+    for attempt in range(attempts):
+        try:
+            with catalog.transaction(join=False):  # the caller's session just committed
+                return write()
+        except (IntegrityError, OperationalError) as exc:
+            if attempt == attempts - 1 or exc.code not in CONFLICTS:
+                raise
+            # The other writer may not have committed yet: wait a little (with jitter) first.
+            time.sleep(random.uniform(0.002, 0.01) * min(attempt + 1, 10))
+    raise AssertionError("unreachable")
 
 
 @handles(exp.Transaction, exp.Commit, exp.Rollback)

@@ -102,7 +102,7 @@ def is_dimension(value: Any) -> bool:
 
 def _invalid(leaf: str, why: str) -> errors.ProgrammingError:
     err = errors.ProgrammingError(f"Invalid search space: hyper-parameter {leaf!r}: {why}.", code="invalid_search_space")
-    setattr(err, "hyperparameter", leaf)  # the caller can point at it in the statement (it reads it with getattr)
+    err.hyperparameter = leaf
     return err
 
 

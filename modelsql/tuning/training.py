@@ -331,7 +331,7 @@ def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str,
 
 def _invalid(name: str, value: Any, want: str) -> ProgrammingError:
     err = ProgrammingError(f"hyper-parameter {name} must be {want}, got {value!r}", code="invalid_hyperparameter")
-    setattr(err, "hyperparameter", name)  # an attribute of its own, which readers get with getattr
+    err.hyperparameter = name
     return err
 
 

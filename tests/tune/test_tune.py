@@ -91,6 +91,35 @@ def test_catalog_tables_show_describe_and_sql_over_trials(con):
     cur.execute("DROP STUDY IF EXISTS mlp_study")
 
 
+def test_two_drops_of_one_study_at_once_drop_it_once(con):
+    """The study is looked up inside the dropping transaction: of two DROP STUDY IF EXISTS racing, one drops it
+    (rowcount 1) and the other finds nothing (rowcount 0); neither fails."""
+    _tune(con, GRID_SQL.format(extra=""))
+    con.commit()
+    path = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0]
+    barrier = threading.Barrier(2)
+    counts: list[int] = []
+    errors: list[BaseException] = []
+
+    def drop() -> None:
+        with modelsql.connect(path) as other:  # a connection per thread (threadsafety 1)
+            barrier.wait()
+            try:
+                counts.append(other.execute("DROP STUDY IF EXISTS mlp_study").rowcount)
+            except BaseException as exc:  # collected: the assertion below names it
+                errors.append(exc)
+
+    threads = [threading.Thread(target=drop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and sorted(counts) == [0, 1]
+    with pytest.raises(ProgrammingError) as ei:
+        con.execute("DROP STUDY mlp_study")
+    assert ei.value.code == "study_not_found"
+
+
 def test_best_trial_becomes_a_model_for_predict(con):
     _tune(con, GRID_SQL.format(extra=""))
     cur = con.cursor()

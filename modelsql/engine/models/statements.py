@@ -8,16 +8,14 @@ transaction of their own, so a model is never half in the catalog.
 
 from __future__ import annotations
 
-import random
 import re
-import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from modelsql.analyses.batch_axis import batch_dependence
 from modelsql.analyses.static_features import static_features
 from modelsql.catalog.entries import ModelVersion
 from modelsql.converters import check_conversion, is_sklearn_estimator, to_onnx
-from modelsql.errors import DataError, IntegrityError, InternalError, OperationalError, ProgrammingError
+from modelsql.errors import DataError, IntegrityError, InternalError, ProgrammingError
 from modelsql.onnxformat.describe import param_count, signature
 from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
 from modelsql.onnxformat.metadata import outputs_entry, write_metadata
@@ -26,7 +24,7 @@ from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportMod
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
 from modelsql.engine.query.bind_predict import bind_outputs, check_feature_names, check_signature, row_shape, row_width
-from modelsql.engine.handlers import handles
+from modelsql.engine.handlers import catalog_write_retrying, handles, retrying
 from modelsql.engine.options import value
 from modelsql.engine.options.declared import IMPORT_MODEL
 from modelsql.engine.models.plans import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
@@ -101,10 +99,8 @@ def _drop(stmt: DropModel, session: Session, params: list) -> Result:
         if plan.if_exists and plan.version not in session.catalog.versions(plan.name):
             return Result(session.duck, rowcount=0)
         session.get_model(plan.name, plan.version, ref)
-    session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
-    removed = retrying(session.catalog, lambda: session.catalog.drop(plan.name, plan.version,
-                                                                     missing_ok=plan.if_exists))
-    session.changed()
+    removed = catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, plan.version,
+                                                                           missing_ok=plan.if_exists))
     return Result(session.duck, rowcount=removed)
 
 
@@ -304,27 +300,6 @@ def add_version(catalog, fields: dict, kinds: dict, *, replace: bool = True,
 
     version = retrying(catalog, add)
     return catalog.get(key, version)
-
-
-def retrying(catalog, write, attempts: int = 60):
-    """``write()`` in a catalog transaction of its own, run again when the commit (or a write) conflicts
-    with another connection's: a write-write conflict or a key another transaction took first.
-    Returns what ``write`` returns.
-
-    Raises:
-        whatever ``write`` raises but a conflict; the last conflict after ``attempts`` tries.
-    """
-    for attempt in range(attempts):
-        try:
-            with catalog.transaction(join=False):  # the caller's session just committed
-                return write()
-        except (IntegrityError, OperationalError) as exc:
-            if attempt == attempts - 1 or exc.code not in ("transaction_error", "constraint_violation",
-                                                          "version_conflict"):
-                raise
-            # The other writer may not have committed yet: wait a little (with jitter) first.
-            time.sleep(random.uniform(0.002, 0.01) * min(attempt + 1, 10))
-    raise AssertionError("unreachable")
 
 
 def existing_model(session: Session, name: str, replace: bool, if_not_exists: bool) -> bool:

@@ -74,7 +74,7 @@ def no_repeats(options, where: str) -> None:
         key = o.this.name.lower()
         if key in seen:
             err = ProgrammingError(f'{where}: option "{key}" is given twice.', code="duplicate_option")
-            setattr(err, "option", key)  # Error declares no option attribute; readers use getattr(err, "option", None)
+            err.option = key
             raise err
         seen.add(key)
 
@@ -101,7 +101,7 @@ def option_error(key: str, message: str, code: str = "invalid_option") -> Progra
     """A ProgrammingError about option ``key`` (its ``option`` attribute names it, so the statement's error
     can point at it in the SQL)."""
     err = ProgrammingError(message, code=code)
-    setattr(err, "option", key)  # Error declares no option attribute; readers use getattr(err, "option", None)
+    err.option = key
     return err
 
 
@@ -376,7 +376,7 @@ class OptionSet:
                 err = NotSupportedError(f"{where}: a parameter (?) in option {key!r}: parameters are supported only "
                                         "inside ON (query) and VALIDATE ON (query); write the value itself",
                                         code="parameter_not_supported")
-                setattr(err, "option", key)  # see option_error
+                err.option = key
                 raise err
             option = self.by_name.get(key)
             out[key] = option.read(node, list(params)) if option is not None else value(node, list(params))

@@ -31,9 +31,8 @@ from modelsql.catalog.entries import ModelVersion, PipelineStep, PipelineVersion
 from modelsql.errors import IntegrityError, ProgrammingError
 from modelsql.sql.pipelines import CreatePipeline, DescribePipeline, DropPipeline, ExportPipeline, ShowPipelines
 from modelsql.engine.artifacts import sessions as artifacts
-from modelsql.engine.models.statements import retrying
 from modelsql.engine.models.exports import check_export_target, write_export
-from modelsql.engine.handlers import handles
+from modelsql.engine.handlers import catalog_write_retrying, handles
 from modelsql.engine.options import value
 from modelsql.engine.options.declared import CREATE_PIPELINE
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, DropPipelinePlan, StepSpec
@@ -184,7 +183,6 @@ def create_pipeline(session: Session, plan: CreatePipelinePlan, explicit: Option
         return pipelines.get(key)
     if add_steps is None:
         wire(key, _named_steps(session, key, plan.steps), explicit)  # errors before anything commits
-    session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
 
     def write() -> Optional[int]:
         if _pipeline_taken(pipelines, key, plan):
@@ -196,10 +194,7 @@ def create_pipeline(session: Session, plan: CreatePipelinePlan, explicit: Option
                                       source=plan.source, options=plan.options))
         return version
 
-    try:
-        version = retrying(session.catalog, write)
-    finally:
-        session.changed()
+    version = catalog_write_retrying(session, write)
     return pipelines.get(key, version)
 
 
@@ -258,9 +253,8 @@ def _drop(stmt: DropPipeline, session: Session, params: list) -> Result:
             plan.version is not None and plan.version not in pipelines.versions(plan.name))):
         return Result(session.duck, rowcount=0)
     session.get_model(ref.model_name, plan.version, ref, pipeline=True)  # not found: an error naming it as written
-    session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
-    removed = retrying(session.catalog, lambda: pipelines.drop(plan.name, plan.version, missing_ok=plan.if_exists))
-    session.changed()
+    removed = catalog_write_retrying(session, lambda: pipelines.drop(plan.name, plan.version,
+                                                                     missing_ok=plan.if_exists))
     return Result(session.duck, rowcount=removed)
 
 

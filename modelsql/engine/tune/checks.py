@@ -40,7 +40,7 @@ def check_space_values(space: Space, max_epochs: int) -> None:
                 check_epoch(tuple((k, v) for k, v in hp if k in TRAINING_NAMES))
             except ProgrammingError as err:
                 out = ProgrammingError(f"SEARCH: {err} (at epoch {epoch})", code=err.code)
-                setattr(out, "hyperparameter", getattr(err, "hyperparameter", None))  # Error declares no such attribute
+                out.hyperparameter = err.hyperparameter
                 raise out from None
 
 
@@ -101,7 +101,7 @@ def training_device(value: Any, statement: str, *, executor: str = "local", tree
     try:
         device = devices.require(devices.parse(value, where), where)
     except Error as err:
-        setattr(err, "option", "device")  # Error declares no option attribute; readers use getattr
+        err.option = "device"
         raise
     if device == "auto":
         return "cuda:0" if devices.cuda_available() and not trees and executor == "local" else devices.CPU
@@ -109,6 +109,6 @@ def training_device(value: Any, statement: str, *, executor: str = "local", tree
         what = "a table of trees" if trees else f"executor = '{executor}'"
         refused = NotSupportedError(f"{where}: {what} trains on the CPU only; device = '{device}' is not supported "
                                     "there (use device = 'cpu')", code="device_not_supported")
-        setattr(refused, "option", "device")
+        refused.option = "device"
         raise refused
     return device

@@ -151,7 +151,7 @@ def bind_space(items: list[exp.EQ]) -> Space:
 
 def _bad(name: str, why: str) -> ProgrammingError:
     err = ProgrammingError(f'SEARCH: hyper-parameter "{name}": {why}', code="invalid_search_space")
-    setattr(err, "hyperparameter", name)  # Error declares no such attribute; readers use getattr
+    err.hyperparameter = name
     return err
 
 

@@ -24,7 +24,7 @@ from modelsql.sql.predict import PredictTable
 from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import ALGORITHMS, make_algorithm
 from modelsql.tuning.space import Space
-from modelsql.engine.handlers import catalog_write, handles
+from modelsql.engine.handlers import catalog_write, catalog_write_retrying, handles
 from modelsql.engine.options import OptionValues, option_error, sql_text
 from modelsql.engine.options.declared import TUNE as TUNE_OPTIONS
 from modelsql.engine.tune.round_plan import RoundPlan
@@ -126,8 +126,8 @@ def bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
 
 def _node_of(stmt: TuneModel, err: Error):
     """The part of the statement ``err`` is about: a ``WITH`` option, a SEARCH item, or the TARGET."""
-    option = getattr(err, "option", None)
-    hp = getattr(err, "hyperparameter", None)
+    option = err.option
+    hp = err.hyperparameter
     if option is not None:
         return next((o for o in stmt.args.get("options") or [] if o.this.name.lower() == option.lower()), None)
     if hp is not None:
@@ -386,13 +386,12 @@ def _drop_study(stmt: DropStudy, session: Session, params: list) -> Result:
     name = stmt.this.name.lower()
     if name in RUNNING:
         raise ProgrammingError(f'Study "{name}" is running now.', code="study_running")
-    if session.catalog.studies.study(name) is None:
+    # looked up inside the write, retried when another connection's write conflicts (two DROPs at once)
+    digests = catalog_write_retrying(session, lambda: session.catalog.studies.drop_study(name))
+    if digests is None:
         if stmt.args.get("exists"):
             return Result(session.duck, rowcount=0)
         raise session.catalog.studies.not_found(name)
-    with catalog_write(session) as catalog:
-        digests = catalog.studies.drop_study(name)
-    assert digests is not None  # the study was there (checked above)
     # after the commit (the catalog never names a missing blob); the references are read under the store's sweep
     # lock, after the pending blobs, so a blob another connection commits meanwhile is kept
     session.store.discard(digests, session.catalog.referenced_digests)
