@@ -123,9 +123,10 @@ def test_the_engine_s_packages_import_nothing_above_them(room, above) -> None:
     assert not bad, bad
 
 
-def test_the_client_uses_only_the_session_and_import_model() -> None:
+def test_the_client_uses_only_the_session_its_results_and_import_model() -> None:
     used = {(t, tuple(n)) for t, n, _ in _imports(ROOT / "client/dbapi.py") if t.startswith("modelsql.engine")}
-    assert used <= {("modelsql.engine.session", ("Session",)), ("modelsql.engine.models.statements", ("import_model",)),
+    assert used <= {("modelsql.engine.session", ("Session",)), ("modelsql.engine.result", ("Result",)),
+                    ("modelsql.engine.models.statements", ("import_model",)),
                     ("modelsql.engine.pipelines.import_pipeline", ("import_pipeline",))}, used
 
 
