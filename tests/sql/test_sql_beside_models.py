@@ -209,6 +209,21 @@ def test_a_correlated_predict_is_named_a_known_limit_with_what_to_write(lin, sql
     lin.rollback()
 
 
+def test_a_correlated_routed_predict_is_named_a_known_limit_too(lin):
+    """A routed PREDICT over a correlated input: the same error (it raised AttributeError from inside the
+    planner)."""
+    lin.import_model("m2", linear_model(np.full((3, 1), 2.0, dtype=np.float32)))
+    lin.commit()
+    with pytest.raises(modelsql.NotSupportedError) as info:
+        lin.execute("SELECT * FROM t, LATERAL (SELECT * FROM PREDICT(MODELS (m, m2) ROUTE BY r, "
+                    "(SELECT t.a, t.b, t.c, 'm2' AS r)))")
+    assert info.value.code == "correlated_predict" and "known limit" in str(info.value)
+    lin.rollback()
+    rows = lin.execute("SELECT id, y FROM PREDICT(MODELS (m, m2) ROUTE BY r, (SELECT id, a, b, c, 'm2' AS r FROM t)) "
+                       "ORDER BY id").fetchall()
+    assert rows == [(0, 6.0), (1, 8.0), (2, 10.0)]
+
+
 def test_a_predict_typo_in_a_table_name_stays_a_binder_error(lin):
     with pytest.raises(modelsql.ProgrammingError) as info:
         lin.execute("SELECT * FROM PREDICT(MODEL m, (SELECT x.a, x.b, x.c FROM t))")
