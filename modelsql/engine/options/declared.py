@@ -185,7 +185,7 @@ SERVE = OptionSet(
            doc="models that differ only in their floating-point weights run on one session"),
     Option("merge_families", "bool", True,
            doc="models of one architecture batch together, as one NetFuse-merged graph where it pays"),
-    Option("device", "device", "cpu", doc="where every stage runs (`'auto'` means `'cpu'`)"),
+    Option("device", "device", "cpu", doc="where every step runs (`'auto'` means `'cpu'`)"),
     Option("token", "text", default_doc="`$MODELSQL_SERVE_TOKEN`, else none",
            doc="a bearer token every request but `/v2/health/*` must carry"),
     Option("allow_unauthenticated", "bool", False,

@@ -9,7 +9,7 @@ steps are one batching *group*, run by one
 :func:`~modelsql.engine.query.rules.pipeline_share_steps.share_steps`, so
 the shared steps run once per batch over the rows of every request in it, and
 each pipeline's own steps over its own rows. Steps needed by the same pipelines
-run fused into one session (PRETZEL's stages: :mod:`modelsql.engine.serve.fused_steps`). A pipeline served with
+run fused into one session (units, PRETZEL's stages: :mod:`modelsql.engine.serve.fused_steps`). A pipeline served with
 ``reserved_threads = k`` is a group of its own with ``k`` threads no other
 group uses (PRETZEL's reservation scheduling), sharing memory but not threads.
 
@@ -54,7 +54,7 @@ from modelsql.engine.artifacts import merge_cost
 from modelsql.engine.artifacts import merged as merged_models
 from modelsql.engine.serve.resident_steps import ResidentSteps
 from modelsql.engine.profile.run_traces import TraceSampler
-from modelsql.engine.serve.fused_steps import fuse_stages, stage_model
+from modelsql.engine.serve.fused_steps import fuse_units, unit_model
 from modelsql.engine.query.rules.pipeline_share_steps import SharedSteps, share_steps
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class _Group:
     graph: StepGraph
     executor: concurrent.futures.Executor
     own_executor: bool
-    stage_of: dict  # step key -> the key of the session running it
+    unit_of: dict  # step key -> the key of the session running it
     family: Optional["_Family"] = None
     busy: int = 0  # batches running on it now
 
@@ -122,7 +122,7 @@ class _Group:
     def session_users(self) -> dict:
         """Session key -> how many distinct steps of the group run on it."""
         out: dict = {}
-        for k in self.stage_of.values():
+        for k in self.unit_of.values():
             out[k] = out.get(k, 0) + 1
         return out
 
@@ -151,10 +151,10 @@ class CatalogRepository:
             ``"model"``), for the protocol's repository load; raises ``LookupError`` when absent.
         threads: worker threads shared by the groups that reserve none.
         budget_bytes: the most the loaded steps may take (None: no limit).
-        share_structures: run the one-step stages of one structure on one session, each fed its own
+        share_structures: run the one-step units of one structure on one session, each fed its own
             weights (:class:`~modelsql.engine.serve.fused_steps.LiftedStep`).
         merge_families: batch served models of one family together and run them merged where it pays.
-        device: ``"cpu"`` or ``"cuda:N"``: where every stage runs (on a CUDA device each stage is a
+        device: ``"cpu"`` or ``"cuda:N"``: where every unit runs (on a CUDA device each unit is a
             :class:`~modelsql.operators.backends.cuda.CudaModel`, replaying CUDA graphs captured per batch
             bucket: a batch of n rows is padded to the next bucket).
     """
@@ -181,7 +181,7 @@ class CatalogRepository:
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="modelsql-serve")
         self.on_step: Optional[Callable[[str, int, float], None]] = None
         self.sampler = TraceSampler()
-        """Sampled run times of single-model stages (:mod:`~modelsql.engine.profile.run_traces`)."""
+        """Sampled run times of single-model units (:mod:`~modelsql.engine.profile.run_traces`)."""
 
     # ------------------------------------------------------------ the resident set
 
@@ -222,20 +222,20 @@ class CatalogRepository:
         """Rebuild the groups for ``entries`` (loading missing steps first), then swap them in."""
         plans = _group_members(entries, self.merge_families)
         shares = {key: share_steps([(m, entries[m].pipeline) for m in members]) for key, members in plans.items()}
-        fused = {key: fuse_stages(shared) for key, shared in shares.items()}
+        fused = {key: fuse_units(shared) for key, shared in shares.items()}
         proxies: dict[str, Union[ResidentStep, LiftedStep]] = {}
         session_of: dict[str, str] = {}
-        for stages, _ in fused.values():
-            for stage in stages:
-                if stage.key not in proxies:
-                    proxies[stage.key], session_of[stage.key] = stage_model(
-                        self._store, self.steps, stage, share_structures=self.share_structures, device=self.device)
-                    if not self.steps.loaded(session_of[stage.key]):
-                        proxies[stage.key].load()  # only the sessions not resident yet
+        for units, _ in fused.values():
+            for unit in units:
+                if unit.key not in proxies:
+                    proxies[unit.key], session_of[unit.key] = unit_model(
+                        self._store, self.steps, unit, share_structures=self.share_structures, device=self.device)
+                    if not self.steps.loaded(session_of[unit.key]):
+                        proxies[unit.key].load()  # only the sessions not resident yet
         groups: dict[Hashable, _Group] = {}
         for key, members in plans.items():
             shared, reserved = shares[key], entries[members[0]].reserved_threads
-            stages, member_outputs = fused[key]
+            units, member_outputs = fused[key]
             old = self._groups.get(key)
             if old is not None and old.own_executor and old.members == members:
                 executor, own = old.executor, True
@@ -245,14 +245,14 @@ class CatalogRepository:
                 executor, own = self._pool, False
             # (a resident step is run by GraphNode, which calls its run() alone: not a whole BackendModel)
             graph = StepGraph([GraphNode(st.name, cast("BackendModel", proxies[st.key]), st.feeds,
-                                         tuple(e for _, _, e in st.outputs), st.members) for st in stages],
+                                         tuple(e for _, _, e in st.outputs), st.members) for st in units],
                               member_outputs, on_step=self._observe)
-            stage_of = {node.key: session_of[st.key] for st in stages for _, node in st.nodes}
-            for st in stages:
+            unit_of = {node.key: session_of[st.key] for st in units for _, node in st.nodes}
+            for st in units:
                 if not st.fused and st.nodes[0][1].model.kind not in ("pipeline", "models"):
                     self.sampler.watch(st.name, st.nodes[0][1].model)
             family = old.family if old is not None and old.members == members else self._family(key, entries, members)
-            groups[key] = _Group(key, members, shared, graph, executor, own, stage_of, family)
+            groups[key] = _Group(key, members, shared, graph, executor, own, unit_of, family)
         for gkey, old in self._groups.items():
             if old.own_executor and (gkey not in groups or groups[gkey].executor is not old.executor):
                 old.executor.shutdown(wait=False)
@@ -267,7 +267,7 @@ class CatalogRepository:
     def _release_retired(self) -> None:
         """Forget the replaced groups no batch runs on, and the sessions only they used (``_swap`` held)."""
         self._retired = [g for g in self._retired if g.busy]
-        needed = {k for g in [*self._groups.values(), *self._retired] for k in g.stage_of.values()}
+        needed = {k for g in [*self._groups.values(), *self._retired] for k in g.unit_of.values()}
         self.steps.retain(needed)
 
     def _family(self, key: str, entries: dict, members: list[str]) -> Optional[_Family]:
@@ -305,14 +305,14 @@ class CatalogRepository:
                 mine = [n for n in g.shared.nodes if name in n.members]
                 shared = [n for n in mine if len(n.members) > 1]
                 users = g.session_users
-                own = {g.stage_of[n.key] for n in mine if len(n.members) == 1 and users[g.stage_of[n.key]] == 1}
-                common = {g.stage_of[n.key] for n in mine} - own
+                own = {g.unit_of[n.key] for n in mine if len(n.members) == 1 and users[g.unit_of[n.key]] == 1}
+                common = {g.unit_of[n.key] for n in mine} - own
                 why = self._unready(e, fresh=True)
                 rows.append(dict(
                     name=name, kind=e.kind, version=e.version, group=e.group,
                     state="READY" if why is None else "UNAVAILABLE", reason=why or "",
                     steps=len(mine), shared_steps=len(shared),
-                    loaded_steps=sum(1 for n in mine if self.steps.loaded(g.stage_of[n.key])),
+                    loaded_steps=sum(1 for n in mine if self.steps.loaded(g.unit_of[n.key])),
                     own_bytes=sum(self.steps.bytes_of(k) for k in own),
                     shared_bytes=sum(self.steps.bytes_of(k) for k in common),
                     reserved_threads=e.reserved_threads, device=self.device,
@@ -325,10 +325,10 @@ class CatalogRepository:
             return rows
 
     def _captured(self, g: "_Group", nodes) -> Optional[str]:
-        """What the stages of ``nodes`` captured as CUDA graphs (None on the CPU)."""
+        """What the units of ``nodes`` captured as CUDA graphs (None on the CPU)."""
         if self.device == "cpu":
             return None
-        said = {self.steps.describe(g.stage_of[n.key]) for n in nodes}
+        said = {self.steps.describe(g.unit_of[n.key]) for n in nodes}
         return "; ".join(sorted(s for s in said if s)) or None
 
     def group_plan(self, key: str) -> SharedSteps:
