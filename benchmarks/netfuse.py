@@ -4,7 +4,7 @@ different weights against the N models run separately, and the planner's rule fo
 Claim: merging N members into one graph (``modelsql.netfuse.merge_models``) removes N - 1
 runtime calls, which pays for small models and few rows per instance; once each instance has real
 work the merged operators (batched MatMul, grouped Conv) are no faster than N dense ones, so the
-merge can lose. ``modelsql.engine.artifacts.merge_cost.estimate`` has to tell the two apart.
+merge can lose. ``modelsql.engine.artifacts.merge_gain.estimate`` has to tell the two apart.
 
 Workload: ``modelsql.datasets.architectures`` families with random weights (member ``i`` seeded
 ``--seed + i``), torch's legacy exporter, dynamic batch: ``mlp_tiny`` (MLP 32-64-64-4), ``mlp``
@@ -59,7 +59,7 @@ Also per (arch, N):
   references their data files) and ``merged_session_<lowering>_s`` (creating the merged session, which
   reads the weights and folds their concatenation), beside ``separate_sessions_s`` (the N sessions).
 
-Planner: for each (arch, N >= 2, batch) a query of ``merge_cost.estimate`` for N members like
+Planner: for each (arch, N >= 2, batch) a query of ``merge_gain.estimate`` for N members like
 member 0 (its static features and weight bytes), each with ``batch`` rows; its time is the measured
 merged time with the lowering it picks if it merges, else ``separate_seq_ms`` (the planner's separate
 execution runs the models in turn). Totals over the queries: ``planner_total_ms``,
@@ -88,7 +88,7 @@ CUDA sessions in turn, uncaptured), ``members_captured`` (each member a ``CudaMo
 per batch, in turn on one stream), ``merged`` (the merged graph as a ``CudaModel`` captured for N instances,
 both lowerings, the better kept; checked against the captured members, relative ``GPU_TOLERANCE``). Members
 on parallel CUDA streams are not measured: ONNX Runtime's Python API takes no stream per run. Each row has the
-planner's pick (``merge_cost.estimate`` on the device) and what it cost; ``planner_vs_best_fixed`` is its
+planner's pick (``merge_gain.estimate`` on the device) and what it cost; ``planner_vs_best_fixed`` is its
 total over the points with all three measured against the best fixed policy's. Top level:
 ``small_resnet_n32_b1_speedup``, ``bert_n32_b1_speedup``, ``resnet50_n32_b1_speedup`` (merged over members in
 turn at N = 32, one row). Every variant's failure is recorded in its row's ``errors``. N is run from the
@@ -125,7 +125,7 @@ import onnxruntime as ort  # noqa: E402
 
 from modelsql.datasets.architectures import example_input, family  # noqa: E402
 from modelsql.netfuse import merge_models  # noqa: E402
-from modelsql.engine.artifacts import merge_cost  # noqa: E402
+from modelsql.engine.artifacts import merge_gain  # noqa: E402
 import proc_memory  # noqa: E402  (benchmarks/proc_memory.py)
 
 HERE = Path(__file__).resolve().parent
@@ -277,30 +277,30 @@ def plan_phases(weight_gib: float, budget_gib: float) -> tuple[list[tuple], floa
 
 
 def planner_query(proto0: onnx.ModelProto, wbytes: int):
-    """``(query, features)``: ``query(n, rows)`` is the planner's ``merge_cost.estimate`` for ``n`` members
+    """``(query, features)``: ``query(n, rows)`` is the planner's ``merge_gain.estimate`` for ``n`` members
     like ``proto0`` (weights ``wbytes``), whichever of its signatures this tree has (it reads the static
     features ``MemberCost``, or FLOPs per row and weight bytes before those); ``features`` what it read."""
-    params = inspect.signature(merge_cost.estimate).parameters
+    params = inspect.signature(merge_gain.estimate).parameters
     if "cost" in params:
         from modelsql.analyses.static_features import static_features
 
         f = static_features(proto0)
-        cost = merge_cost.MemberCost(f.flops, f.conv_flops, f.gemm_flops, f.nodes, wbytes)
-        return (lambda n, rows: merge_cost.estimate(cost, n, rows)), {
+        cost = merge_gain.MemberCost(f.flops, f.conv_flops, f.gemm_flops, f.nodes, wbytes)
+        return (lambda n, rows: merge_gain.estimate(cost, n, rows)), {
             "flops_per_row": f.flops, "conv_flops": f.conv_flops, "gemm_flops": f.gemm_flops, "nodes": f.nodes,
             "kind": cost.kind}
     try:
         from modelsql.analyses.static_features import graph_flops
     except ImportError:
-        graph_flops = merge_cost.graph_flops
+        graph_flops = merge_gain.graph_flops
     flops = graph_flops(proto0)
-    return (lambda n, rows: merge_cost.estimate(flops, wbytes, n, rows)), {"flops_per_row": flops}
+    return (lambda n, rows: merge_gain.estimate(flops, wbytes, n, rows)), {"flops_per_row": flops}
 
 
 def rule_constants() -> dict:
     """The rule's module-level constants (what the planner figures were computed with)."""
     return {k: (v if isinstance(v, (int, float)) else {str(kk): vv for kk, vv in v.items()})
-            for k, v in vars(merge_cost).items()
+            for k, v in vars(merge_gain).items()
             if k.isupper() and isinstance(v, (int, float, dict))}
 
 
@@ -740,7 +740,7 @@ def gpu_arch(arch: str, ns: list[int], batches: list[int], device: str, work: Pa
     estimate_on = "cuda:0" if device == "cpu" else device  # a dry run on the CPU still asks the GPU rule
 
     def gpu_query(n, rows):
-        return merge_cost.estimate(cost, n, rows, device=estimate_on)
+        return merge_gain.estimate(cost, n, rows, device=estimate_on)
     del proto0
     cwd = os.getcwd()
     os.chdir(folder)  # the members' and merged graphs' data files are found relative to the working folder
@@ -783,8 +783,8 @@ def gpu_arch(arch: str, ns: list[int], batches: list[int], device: str, work: Pa
     return rows
 
 
-def _cost_of(features: dict, wbytes: int) -> "merge_cost.MemberCost":
-    return merge_cost.MemberCost(features["flops_per_row"], features.get("conv_flops", 0.0),
+def _cost_of(features: dict, wbytes: int) -> "merge_gain.MemberCost":
+    return merge_gain.MemberCost(features["flops_per_row"], features.get("conv_flops", 0.0),
                                  features.get("gemm_flops", 0.0), features.get("nodes", 10), wbytes)
 
 

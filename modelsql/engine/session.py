@@ -112,8 +112,8 @@ class Session:
         return self._database_key
 
     def costs(self):
-        """The learned cost model the planner asks (:func:`~modelsql.engine.profile.cost_model.costs_for`)."""
-        from modelsql.engine.profile.cost_model import costs_for  # cost_model reaches ddl, which reaches the session's handlers
+        """The learned cost model the planner asks (:func:`~modelsql.engine.profile.fit_cost_model.costs_for`)."""
+        from modelsql.engine.profile.fit_cost_model import costs_for  # cost_model reaches ddl, which reaches the session's handlers
 
         return costs_for(self)
 

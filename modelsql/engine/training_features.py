@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from modelsql.errors import ProgrammingError, did_you_mean
 from modelsql.engine.query.bind_predict import looks_like_key
-from modelsql.engine.query.binder import key_columns_of
+from modelsql.engine.query.bind_statement import key_columns_of
 from modelsql.engine.options.schema import option_error
 
 if TYPE_CHECKING:

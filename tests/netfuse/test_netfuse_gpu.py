@@ -1,5 +1,5 @@
 """NetFuse on a CUDA device (issue 24, part 4): the device reaches the routed and shared-family runners,
-``merge_cost.estimate`` weighs members, members captured and merged on the device, and, where there is a
+``merge_gain.estimate`` weighs members, members captured and merged on the device, and, where there is a
 GPU (tests marked ``gpu``), routed PREDICTs on ``cuda`` answer as on the CPU with captured merged runs.
 
 The CPU tests hide any GPU with ``MODELSQL_DEVICES=cpu`` so they check the same thing on every machine.
@@ -18,7 +18,7 @@ import modelsql
 from modelsql.datasets import architectures as A
 from modelsql.errors import NotSupportedError
 from modelsql.operators.backends import devices
-from modelsql.engine.artifacts import merge_cost
+from modelsql.engine.artifacts import merge_gain
 
 CUDA_RTOL = 1e-3
 """Largest relative difference accepted between a routed PREDICT on CUDA and on the CPU."""
@@ -90,28 +90,28 @@ def test_the_device_reaches_the_routed_runner(db, monkeypatch):
     assert seen and set(seen) == {"cpu"}
 
 
-SMALL_RESNET = merge_cost.MemberCost(flops=5.55e6, conv_flops=5.53e6, gemm_flops=2560.0, nodes=49,
+SMALL_RESNET = merge_gain.MemberCost(flops=5.55e6, conv_flops=5.53e6, gemm_flops=2560.0, nodes=49,
                                      param_bytes=700_000)
 """Static features of a width-16 ResNet-18 at 32x32 (``static_features`` of the benchmark's member)."""
-RESNET50 = merge_cost.MemberCost(flops=8.2e9, conv_flops=8.1e9, gemm_flops=4.1e6, nodes=122, param_bytes=102_000_000)
+RESNET50 = merge_gain.MemberCost(flops=8.2e9, conv_flops=8.1e9, gemm_flops=4.1e6, nodes=122, param_bytes=102_000_000)
 
 
 def test_gpu_rule_merges_32_small_models_at_one_row():
-    est = merge_cost.estimate(SMALL_RESNET, 32, [1.0] * 32, device="cuda:0")
+    est = merge_gain.estimate(SMALL_RESNET, 32, [1.0] * 32, device="cuda:0")
     assert est.merge and est.policy == "merged" and est.device == "cuda:0"
     costs = dict(est.estimates)
-    assert set(costs) == set(merge_cost.GPU_POLICIES)
+    assert set(costs) == set(merge_gain.GPU_POLICIES)
     assert costs["merged"] < costs["members_captured"] < costs["members"]
     assert "members_captured" in est.reason and "members " in est.reason  # EXPLAIN names the rejected ones
 
 
 def test_gpu_rule_keeps_big_members_apart_and_the_cpu_rule_is_unchanged():
-    est = merge_cost.estimate(RESNET50, 32, [8.0] * 32, device="cuda:0")
+    est = merge_gain.estimate(RESNET50, 32, [8.0] * 32, device="cuda:0")
     assert not est.merge and est.policy == "members_captured"
-    one = merge_cost.estimate(SMALL_RESNET, 1, [1.0], device="cuda:0")
+    one = merge_gain.estimate(SMALL_RESNET, 1, [1.0], device="cuda:0")
     assert not one.merge
-    cpu = merge_cost.estimate(SMALL_RESNET, 32, [1.0] * 32)
-    assert cpu == merge_cost.estimate(SMALL_RESNET, 32, [1.0] * 32, device="cpu") and cpu.device == "cpu"
+    cpu = merge_gain.estimate(SMALL_RESNET, 32, [1.0] * 32)
+    assert cpu == merge_gain.estimate(SMALL_RESNET, 32, [1.0] * 32, device="cpu") and cpu.device == "cpu"
 
 
 def test_gpu_rule_takes_the_learned_traces_of_the_device():
@@ -121,7 +121,7 @@ def test_gpu_rule_takes_the_learned_traces_of_the_device():
         calls.append((rows, factor))
         return 0.1 if factor == 1 else 50.0  # merged runs traced slow on this device
 
-    est = merge_cost.estimate(SMALL_RESNET, 32, [1.0] * 32, device="cuda:0", learned=learned)
+    est = merge_gain.estimate(SMALL_RESNET, 32, [1.0] * 32, device="cuda:0", learned=learned)
     assert not est.merge and est.policy == "members_captured"
     assert (1.0, 32) in calls and "learned cost model" in est.reason
 

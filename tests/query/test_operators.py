@@ -10,7 +10,7 @@ import pytest
 from conftest import linear_model
 from modelsql.engine.query import cost
 from modelsql.engine.query import physical
-from modelsql.engine.query.binder import bind_query
+from modelsql.engine.query.bind_statement import bind_query
 from modelsql.engine.result import Result
 from modelsql.sql import parse
 

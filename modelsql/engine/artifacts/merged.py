@@ -12,7 +12,7 @@ On a CUDA device (the scan's device, ``"cuda:N"``) the checked graph is loaded w
 from the store) as a :class:`~modelsql.operators.backends.cuda.CudaModel` whose runs replay captured CUDA
 graphs (Nimble, Kwon et al., NeurIPS 2020), its instance axis made symbolic so the capture is per rows per
 member; the members run as their own captured CudaModels, and each batch takes the policy
-:func:`merge_cost.estimate` picks on that device. The check itself runs on the CPU.
+:func:`merge_gain.estimate` picks on that device. The check itself runs on the CPU.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from modelsql.operators.backends import shared_weights
 from modelsql.operators.backends.pipeline import StepMemo
 from modelsql.operators.backends.routed import FamilyMember, MergedRunner, RoutedModel, SharedFamily
 from modelsql.engine.artifacts import sessions as artifacts
-from modelsql.engine.artifacts import merge_cost
+from modelsql.engine.artifacts import merge_gain
 
 if TYPE_CHECKING:
     from modelsql.engine.artifacts.context import ArtifactContext
@@ -225,7 +225,7 @@ def routed_session(session: ArtifactContext, models: RoutedModels, route_input: 
     """The :class:`~modelsql.operators.backends.routed.RoutedModel` of a routed PREDICT on ``device``.
 
     ``merge``: ``(layout, dense)`` when the plan merges the family; each batch then runs merged when
-    the learned cost model (``costs``, where it has seen merged runs) or else :func:`merge_cost.estimate`
+    the learned cost model (``costs``, where it has seen merged runs) or else :func:`merge_gain.estimate`
     (for ``device``) expects a gain for its routing, or every batch with ``always``. On ``cuda:N`` the members
     and the merged graph are captured :class:`CudaModel` sessions.
     Returns the model and, when the merge was planned but declined, why (the members then run separately).
@@ -248,8 +248,8 @@ def routed_session(session: ArtifactContext, models: RoutedModels, route_input: 
 
 def _chooser(first: ModelVersion, costs, device: str, always: bool):
     """``rows per member -> merge?`` for one batch on ``device``: the learned cost model where it answers
-    (its merged runs on the CPU; its traces of a CUDA device), else :func:`merge_cost.estimate`."""
-    cost = merge_cost.member_cost(first)
+    (its merged runs on the CPU; its traces of a CUDA device), else :func:`merge_gain.estimate`."""
+    cost = merge_gain.member_cost(first)
     learned = costs.device_runs(first, device) if costs is not None else None
 
     def choose(rows: list[int]) -> bool:
@@ -257,9 +257,9 @@ def _chooser(first: ModelVersion, costs, device: str, always: bool):
             return True
         want = [float(r) for r in rows]
         if device != "cpu":
-            return merge_cost.estimate(cost, len(rows), want, device=device, learned=learned).merge
+            return merge_gain.estimate(cost, len(rows), want, device=device, learned=learned).merge
         by_traces = costs.merge_estimate(first, len(rows), want) if costs else None
-        return (by_traces or merge_cost.estimate(cost, len(rows), want)).merge
+        return (by_traces or merge_gain.estimate(cost, len(rows), want)).merge
 
     return choose
 

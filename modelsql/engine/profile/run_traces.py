@@ -18,7 +18,7 @@ import onnx
 
 from modelsql.catalog.traces import TraceRow
 from modelsql.operators.backends.profiling import LatencyTrace
-from modelsql.engine.profile.cost_model import trace_features
+from modelsql.engine.profile.fit_cost_model import trace_features
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session

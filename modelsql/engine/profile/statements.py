@@ -8,7 +8,7 @@ configuration in ``modelsql.traces`` (every run kept, with the configuration's c
 and, unless ``operators = false``, the per-operator kernel times ONNX Runtime's profiler reports in
 ``modelsql.trace_operators`` (:func:`~modelsql.operators.backends.profiling.operator_times`), then,
 unless ``train_cost_model = false``, retrains the learned cost model on every trace
-(:func:`~modelsql.engine.profile.cost_model.retrain`: Mantis, Chun et al., 2010), and returns the traces' summary. A merge factor N above 1 times a NetFuse merge of N copies of the model on a
+(:func:`~modelsql.engine.profile.fit_cost_model.retrain`: Mantis, Chun et al., 2010), and returns the traces' summary. A merge factor N above 1 times a NetFuse merge of N copies of the model on a
 shared input (as the planner would run N fine-tuned copies of it; Jeong et al., 2020), so the cost model
 learns when merging pays.
 """
@@ -34,8 +34,8 @@ from modelsql.operators.backends import devices
 from modelsql.progress import Meter
 from modelsql.engine.artifacts.sessions import load_model_proto
 from modelsql.engine.artifacts.compiled import tvm_session
-from modelsql.engine.profile.cost_model import retrain, trace_features
-from modelsql.engine.artifacts.merge_cost import CONV_MAX_ROWS
+from modelsql.engine.profile.fit_cost_model import retrain, trace_features
+from modelsql.engine.artifacts.merge_gain import CONV_MAX_ROWS
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options.declared import PROFILE
 from modelsql.engine.query.handler import run_query
@@ -79,7 +79,7 @@ def _operators(data: bytes, trace: LatencyTrace) -> tuple[OperatorRow, ...]:
 
 def _lowerings(n: int, batch_sizes: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
     """``(dense lowering, batch sizes)`` groups for merge factor ``n``: as the planner lowers a merge
-    (grouped 1x1 Conv up to :data:`~modelsql.engine.artifacts.merge_cost.CONV_MAX_ROWS` rows per member)."""
+    (grouped 1x1 Conv up to :data:`~modelsql.engine.artifacts.merge_gain.CONV_MAX_ROWS` rows per member)."""
     if n == 1:
         return [("", batch_sizes)]
     small = tuple(b for b in batch_sizes if b <= CONV_MAX_ROWS)

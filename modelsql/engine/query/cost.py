@@ -29,7 +29,7 @@ from modelsql.operators.backends.cuda import MAX_BUCKET
 from modelsql.operators.predict import ONNX_TO_DUCKDB, InputArg
 from modelsql.engine.artifacts.sessions import default_threads
 from modelsql.engine.artifacts.python_programs import program_device
-from modelsql.engine.artifacts import merge_cost
+from modelsql.engine.artifacts import merge_gain
 from modelsql.engine.query.learned_costs import LEARNED_MIN_GAIN, NO_COSTS, Costs
 from modelsql.engine.query.plan import PredictScan
 
@@ -267,7 +267,7 @@ def _cheapest(ms: dict[str, float]) -> tuple[str, str, tuple[tuple[str, str], ..
 def routed_device(scan: PredictScan, costs: Costs = NO_COSTS) -> tuple[str, str, tuple[tuple[str, str], ...]]:
     """``(device, why, rejected)`` for a routed scan (``MODELS (...) ROUTE BY c``): the one asked for; else, with
     ``device = 'auto'`` where a CUDA device is present, the device whose best NetFuse policy
-    (:func:`~modelsql.engine.artifacts.merge_cost.estimate`: members, members captured, merged) over the scan's calls
+    (:func:`~modelsql.engine.artifacts.merge_gain.estimate`: members, members captured, merged) over the scan's calls
     (:data:`CHUNK_ROWS` rows each, spread evenly over the members) is :data:`DEVICE_MIN_GAIN` times faster
     than the CPU's best; else the CPU."""
     asked = scan.options.device
@@ -288,7 +288,7 @@ def _routed_ms(scan: PredictScan, models: RoutedModels, costs: Costs, device: st
     per_call = min(rows, CHUNK_ROWS)
     n = len(models.members)
     want = [max(1.0, per_call / n)] * n
-    est = merge_cost.estimate(merge_cost.member_cost(models.first), n, want, device=device,
+    est = merge_gain.estimate(merge_gain.member_cost(models.first), n, want, device=device,
                               learned=costs.device_runs(models.first, device))
     options = [ms for policy, ms in est.estimates if policy != "merged" or models.one_architecture]
     return -(-rows // per_call) * min(options)

@@ -1,6 +1,6 @@
 """The query handler: a statement with PREDICTs, from tree to result.
 
-``bind`` (:mod:`~modelsql.engine.query.binder`) -> rules (:mod:`~modelsql.engine.query.rules`,
+``bind`` (:mod:`~modelsql.engine.query.bind_statement`) -> rules (:mod:`~modelsql.engine.query.rules`,
 unless ``session.optimize`` is off) -> physical operators and the DuckDB
 statement (:mod:`~modelsql.engine.query.physical`) -> run -> :class:`Result`.
 """
@@ -16,7 +16,7 @@ from modelsql.errors import Error, NotSupportedError
 from modelsql.sql.predict import PredictTable
 from modelsql.engine.options import uses_parameters
 from modelsql.engine.plan_cache import CachedPlan
-from modelsql.engine.query.binder import bind_query
+from modelsql.engine.query.bind_statement import bind_query
 from modelsql.engine.handlers import handles
 from modelsql.engine.query.physical import Physical, build, choose, predict_meter
 from modelsql.engine.query.cost import Choice

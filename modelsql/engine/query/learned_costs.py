@@ -1,7 +1,7 @@
 """What the cost function asks of the learned cost model: one model version's run time in one configuration.
 
 :class:`Costs` is the planner's view of the catalog's latest cost-model fit (the catalog model
-``modelsql_cost``, trained by :mod:`modelsql.engine.profile.cost_model` from ``modelsql.traces``): given a
+``modelsql_cost``, trained by :mod:`modelsql.engine.profile.fit_cost_model` from ``modelsql.traces``): given a
 model version, a batch size, a thread count, a backend and a merge factor, the predicted milliseconds
 of one run, from the version's static features at that batch
 (:func:`~modelsql.costmodel.features.model_features`) and the configuration. With no fit (no traces
@@ -20,7 +20,7 @@ import onnx
 
 from modelsql.catalog.entries import ModelVersion, PipelineVersion
 from modelsql.costmodel.features import model_features
-from modelsql.engine.artifacts import merge_cost
+from modelsql.engine.artifacts import merge_gain
 
 if TYPE_CHECKING:
     from modelsql.engine.query.bind_predict import PredictModel
@@ -142,7 +142,7 @@ class Costs:
     def device_runs(self, mv: PredictModel, device: str) -> Optional[Callable[[float, int], Optional[float]]]:
         """``(rows, merge factor) -> ms`` of one one-thread run of ``mv`` on the CUDA ``device`` by the learned
         cost model (None where it has no traces of that device), or None without a fit or on the CPU: what
-        :func:`~modelsql.engine.artifacts.merge_cost.estimate` takes as ``learned``."""
+        :func:`~modelsql.engine.artifacts.merge_gain.estimate` takes as ``learned``."""
         if not self.learned or device == "cpu":
             return None
 
@@ -151,7 +151,7 @@ class Costs:
         return runs
 
     def merge_estimate(self, member: ModelVersion, n: int, rows: Sequence[float]
-                       ) -> Optional["merge_cost.MergeEstimate"]:
+                       ) -> Optional["merge_gain.MergeEstimate"]:
         """Whether an ``n``-way NetFuse merge pays for a run giving member ``i`` ``rows[i]`` rows, by the learned
         cost model (the present members' separate one-thread runs against one run of the merge, every
         member padded to the most rows), or None when it has seen no merged runs or cannot describe the model."""
@@ -168,12 +168,12 @@ class Costs:
         separate = sum(by_rows[r] for r in present)
         gain = separate / merged if merged > 0 else 0.0
         verdict = gain >= LEARNED_MIN_GAIN
-        dense = "conv" if widest <= merge_cost.CONV_MAX_ROWS else "matmul"
+        dense = "conv" if widest <= merge_gain.CONV_MAX_ROWS else "matmul"
         reason = (f"estimated {separate:.3f} ms for {len(present)} separate runs against {merged:.3f} ms merged "
                   f"({n} instances x {widest} rows, {self.source}): "
                   + (f"merge ({gain:.2f}x)" if verdict else
                      f"run separately (merging would give {gain:.2f}x, under {LEARNED_MIN_GAIN}x)"))
-        return merge_cost.MergeEstimate(verdict, dense, separate, merged, reason)
+        return merge_gain.MergeEstimate(verdict, dense, separate, merged, reason)
 
 
 NO_COSTS = Costs()

@@ -13,7 +13,7 @@ Model and pipeline statements bind to their own small frozen nodes
 study's rounds to :mod:`modelsql.engine.tune.round_plan`.
 
 Flow: text -> :func:`modelsql.sql.parse` (sqlglot trees) -> binding
-(:mod:`modelsql.engine.query.binder`: :class:`QueryPlan`) -> rules (plan -> plan)
+(:mod:`modelsql.engine.query.bind_statement`: :class:`QueryPlan`) -> rules (plan -> plan)
 -> physical operators (:mod:`modelsql.engine.query.physical`, chosen by
 :mod:`modelsql.engine.query.cost`) -> :class:`~modelsql.engine.result.Result`.
 """

@@ -16,7 +16,7 @@ group uses (PRETZEL's reservation scheduling), sharing memory but not threads.
 Served models of one family (one architecture fingerprint, the same inputs) batch together too:
 their group keeps a NetFuse-merged graph (Jeong et al., 2020; :mod:`modelsql.engine.artifacts.merged`)
 and runs a batch with requests for several members as one merged run when the measured rule
-(:func:`modelsql.engine.artifacts.merge_cost.estimate`, asked per batch with its rows per member) expects a gain,
+(:func:`modelsql.engine.artifacts.merge_gain.estimate`, asked per batch with its rows per member) expects a gain,
 else one run per member.
 
 A served model is a one-step pipeline. Adding a pipeline loads only the steps
@@ -50,7 +50,7 @@ from modelsql.operators.step_graph import GraphNode, StepGraph
 from modelsql.serving.repository import TensorMetadata
 from modelsql.serving.simple import text_feed
 from modelsql.engine.artifacts import sessions as artifacts
-from modelsql.engine.artifacts import merge_cost
+from modelsql.engine.artifacts import merge_gain
 from modelsql.engine.artifacts import merged as merged_models
 from modelsql.engine.serve.resident_steps import ResidentSteps
 from modelsql.engine.profile.run_traces import TraceSampler
@@ -133,13 +133,13 @@ class _Family:
 
     names: list[str]  # served names, in merge order
     runner: MergedRunner
-    cost: merge_cost.MemberCost
+    cost: merge_gain.MemberCost
     outputs: list[str]
     merged_runs: int = 0
     separate_batches: int = 0
 
     def pays(self, rows: list[int]) -> bool:
-        return merge_cost.estimate(self.cost, len(rows), [float(r) for r in rows]).merge
+        return merge_gain.estimate(self.cost, len(rows), [float(r) for r in rows]).merge
 
 
 class CatalogRepository:
@@ -281,7 +281,7 @@ class CatalogRepository:
         except Error as exc:  # MergeDeclined, an unreadable blob: the members then run one by one
             self.family_notes[key] = str(exc)
             return None
-        return _Family(list(members), runner, merge_cost.member_cost(models[0]), [o.name for o in models[0].outputs])
+        return _Family(list(members), runner, merge_gain.member_cost(models[0]), [o.name for o in models[0].outputs])
 
     def family_stats(self) -> dict[Hashable, dict]:
         """Group key -> its family's members and how its batches ran (merged / separately)."""

@@ -10,7 +10,7 @@ LoRA adapters pays, the routed operator re-checks each batch.
 
 Matches (1): a scan whose model is :class:`~modelsql.catalog.entries.RoutedModels`. Rewrite:
 sets its :class:`~modelsql.engine.query.plan.RoutePlan` to merge when every member has one
-architecture fingerprint and :func:`modelsql.engine.artifacts.merge_cost.estimate` (the measured rule
+architecture fingerprint and :func:`modelsql.engine.artifacts.merge_gain.estimate` (the measured rule
 of ``benchmarks/netfuse.py``) expects a gain for the rows each member gets per call (DuckDB's
 estimate of the input spread evenly over the members, at most one chunk); otherwise to run
 the members separately, saying why. A merge the rewrite declines at build time (an operator
@@ -30,7 +30,7 @@ from typing import Optional
 
 from modelsql.catalog.entries import ModelVersion, RoutedModels
 from modelsql.engine.query import cost
-from modelsql.engine.artifacts import merge_cost
+from modelsql.engine.artifacts import merge_gain
 from modelsql.engine.query.learned_costs import NO_COSTS, Costs
 from modelsql.engine.query.plan import FamilyShare, PredictScan, QueryPlan, RoutePlan, ShareGroup
 
@@ -97,7 +97,7 @@ def _decide(scan: PredictScan, member: ModelVersion, n: int, per_member: float, 
     the rule weighs members, members captured and merged, and the reason names the three), unless the scan's
     ``merge = 'always' | 'never'`` decides."""
     est = (costs.merge_estimate(member, n, [per_member] * n) if device == "cpu" else None) \
-        or merge_cost.estimate(merge_cost.member_cost(member), n, [per_member] * n, device=device)
+        or merge_gain.estimate(merge_gain.member_cost(member), n, [per_member] * n, device=device)
     forced = {"always": True, "never": False}.get(scan.options.merge)
     if forced is None:
         return est.merge, est.dense, head + est.reason + tail
