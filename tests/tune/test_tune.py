@@ -91,6 +91,22 @@ def test_catalog_tables_show_describe_and_sql_over_trials(con):
     cur.execute("DROP STUDY IF EXISTS mlp_study")
 
 
+def test_a_tune_builds_its_search_algorithm_once(con, monkeypatch):
+    """Binding builds the algorithm (checking its options) and the run asks and tells that same object."""
+    from modelsql.engine.tune import statements
+
+    built = []
+    make = statements.make_algorithm
+
+    def counting(*args, **kwargs):
+        built.append(make(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(statements, "make_algorithm", counting)
+    row = _tune(con, GRID_SQL.format(extra=""))
+    assert row["status"] == "finished" and len(built) == 1 and built[0].finished
+
+
 def test_two_drops_of_one_study_at_once_drop_it_once(con):
     """The study is looked up inside the dropping transaction: of two DROP STUDY IF EXISTS racing, one drops it
     (rowcount 1) and the other finds nothing (rowcount 0); neither fails."""

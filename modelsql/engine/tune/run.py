@@ -35,7 +35,7 @@ from modelsql.catalog.studies import StageRow, StudyRow, TrialRow
 from modelsql import errors as errors_module
 from modelsql.errors import OperationalError
 from modelsql.progress import Meter
-from modelsql.tuning.algorithms import Request, make_algorithm
+from modelsql.tuning.algorithms import Request
 from modelsql.tuning.executor import TaskOutcome, TaskSpec
 from modelsql.tuning.stage_tree import EpochHP, Node, StageTree
 from modelsql.engine.tune.round_plan import RoundPlan, StageTask
@@ -169,8 +169,8 @@ class StudyRun:
 
     def _run(self) -> StudyRow:
         spec = self.spec
-        algorithm = make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode,
-                                   seed=spec.seed, study_name=spec.name, options=spec.algorithm_options)
+        algorithm = spec.search
+        assert algorithm is not None  # bind_tune builds it (once: building it checked its options)
         self._write_study("running")
         heartbeat = Heartbeat(self.session.duck.cursor(), spec.name, os.getpid())
         try:

@@ -26,6 +26,7 @@ from sqlglot import exp
 from modelsql.recursive.trees import Trees
 from modelsql.catalog.studies import StudyRow, Trainable
 from modelsql.errors import ProgrammingError
+from modelsql.tuning.algorithms import Algorithm
 from modelsql.tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
 from modelsql.tuning.stage_tree import EpochHP
 from modelsql.engine.options.declared import TUNE
@@ -65,6 +66,8 @@ class StudySpec:
         tree: the stage-tree key; ``definition`` the study's definition digest.
         time_budget_s: stop (resumably) after this many seconds, or None.
         device: where the stages train, ``"cpu"`` or ``"cuda:N"`` (the ``device`` option, ``'auto'`` resolved).
+        search: the search algorithm, built once when the statement is bound (building it checks its options);
+            the study's run asks and tells this object.
     """
 
     name: str
@@ -94,6 +97,7 @@ class StudySpec:
     definition: str = field(default="")
     change_points: frozenset = frozenset()
     device: str = "cpu"
+    search: Optional[Algorithm] = field(default=None, compare=False, repr=False)
 
     def factory_params_of(self, hp: EpochHP) -> tuple[tuple[str, Any], ...]:
         """The factory's keyword arguments for an epoch: the trainable's defaults, then the search's."""

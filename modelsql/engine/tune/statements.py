@@ -10,6 +10,7 @@ it runs (DuckDB lets one process write a database file). Re-running a study with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -22,7 +23,7 @@ from modelsql.recursive.trees import Trees
 from modelsql.errors import Error, NotSupportedError, ProgrammingError
 from modelsql.sql.predict import PredictTable
 from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
-from modelsql.tuning.algorithms import ALGORITHMS, make_algorithm
+from modelsql.tuning.algorithms import ALGORITHMS, Algorithm, make_algorithm
 from modelsql.tuning.space import Space
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying, handles
 from modelsql.engine.options import OptionValues, option_error, sql_text
@@ -186,8 +187,7 @@ def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
         definition=digest_of(tree, space.to_json(), algorithm, sorted(options.rest.items()), max_epochs, metric, mode,
                              execution),
         change_points=frozenset(space.change_points(max_epochs)), device=device)
-    _check_algorithm(spec)
-    return spec
+    return dataclasses.replace(spec, search=_build_algorithm(spec))
 
 
 def _check_schedulable(space: Space, max_epochs: int) -> None:
@@ -202,10 +202,10 @@ def _check_schedulable(space: Space, max_epochs: int) -> None:
                                    code="hyperparameter_not_schedulable")
 
 
-def _check_algorithm(spec: StudySpec) -> None:
-    """The algorithm builds with its options (their values are checked by its builder: ``invalid_option``)."""
-    make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode, seed=spec.seed,
-                   study_name=spec.name, options=spec.algorithm_options)
+def _build_algorithm(spec: StudySpec) -> Algorithm:
+    """The study's search algorithm, built once (its builder checks its options' values: ``invalid_option``)."""
+    return make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode, seed=spec.seed,
+                          study_name=spec.name, options=spec.algorithm_options)
 
 
 # ---------------------------------------------------------------- executing
@@ -295,9 +295,8 @@ def explain_tune(stmt: TuneModel, session: Session, params: list) -> Result:
     """``EXPLAIN TUNE ...``: the stage tree of the study's first round, planned (nothing trains), with its
     estimated cost against trial-based execution (epochs, and time at the measured or a default rate)."""
     spec = bind_tune(stmt, session, params)
-    algorithm = make_algorithm(spec.algorithm, spec.space, max_epochs=spec.max_epochs, mode=spec.mode,
-                               seed=spec.seed, study_name=spec.name, options=spec.algorithm_options)
-    requests = algorithm.ask()
+    assert spec.search is not None  # bind_tune builds it
+    requests = spec.search.ask()
     tree = load_tree(session.catalog, spec.tree)
     targets = tuple(tree.insert(r.sequence) for r in requests)
     plan = tune_stage_tree(RoundPlan(tree, targets, spec.change_points))
