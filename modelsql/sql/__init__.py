@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import typing as t
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -156,7 +157,8 @@ def parse(sql: str) -> list[exp.Expression]:
         ) from error
     except SqlglotError as error:  # pragma: no cover - defensive
         raise ProgrammingError(f"Parser Error: {error}", code="parse_error") from error
-    return [tree for tree in trees if tree is not None]
+    # every statement sqlglot returns is an exp.Expression (exp.Expr is the abstract base it declares)
+    return [t.cast(exp.Expression, tree) for tree in trees if tree is not None]
 
 
 # ----------------------------------------------------------- mentions_models
@@ -338,7 +340,8 @@ def number_placeholders(sql: str) -> tuple[str, int]:
         parts.append(sql[last:offset])
         parts.append(f"${number}")
         last = offset + 1
-        word = re.match(r"\S*", sql[last:]).group(0)
+        leading = re.match(r"\S*", sql[last:])  # always matches (maybe empty)
+        word = leading.group(0) if leading is not None else ""
         if "$" in word or "?" in word:
             # "$1,$2" would read as a dollar-quoted string: keep placeholders apart.
             parts.append(" ")

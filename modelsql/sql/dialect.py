@@ -122,7 +122,7 @@ class ModelSQLParser(ModelParsing, PredictParsing, PipelineParsing, ServeParsing
                     comments.extend(self._curr.comments or [])
                     self._advance()
                 self._prev_comments = []
-                stmt = getattr(self, f"_parse_{node.key}")(words)
+                stmt: exp.Expr = getattr(self, f"_parse_{node.key}")(words)
                 stmt.add_comments(comments, prepend=True)
                 return stmt
             if self._curr.token_type == TokenType.VAR and self._curr.text.upper() in DEMOTED_COMMANDS:
