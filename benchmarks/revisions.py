@@ -4,8 +4,9 @@ Claim (issue 23): a change that only moves code (the engine's feature packages, 
 the option schema) leaves the fixed cost of a statement and the cost of a large PREDICT where they were,
 within their spread.
 
-The revision before (``--before``, default the last commit before issue 23's redesign) is checked out in a
-temporary git worktree; each benchmark script (``--bench``, default ``statement_latency`` and
+The revision before (``--before``, default the last commit before issue 23's redesign) and the one after
+(``--after``, default ``HEAD``: never the working tree's uncommitted edits) are checked out in temporary git
+worktrees; each benchmark script (``--bench``, default ``statement_latency`` and
 ``predict_overhead``) is run from each revision's own checkout, that revision's ``modelsql`` first on
 ``PYTHONPATH``, alternately (before, after, after, before, ...) for ``--rounds`` rounds, so machine load
 falls on both alike. Every numeric top-level figure both revisions' scripts write is compared: the median
@@ -68,22 +69,25 @@ def compare(runs: dict[str, list[dict]]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", default=BEFORE, help="the revision to compare with (default: %(default)s)")
+    ap.add_argument("--after", default="HEAD", help="the revision measured (default: %(default)s, checked out apart "
+                                                     "from the working tree, so uncommitted edits never run)")
     ap.add_argument("--bench", nargs="+", default=list(HEADLINES), help="benchmark scripts (names in benchmarks/)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="fewer repeats and rows per run")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="revisions-"))
-    old = work / "before"
-    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), args.before], cwd=ROOT, check=True)
+    old, new = work / "before", work / "after"
+    for path, revision in ((old, args.before), (new, args.after)):
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(path), revision], cwd=ROOT, check=True)
     try:
-        result: dict = {"before": args.before, "after": _head(), "rounds": args.rounds, "quick": args.quick}
+        result: dict = {"before": args.before, "after": _head(new), "rounds": args.rounds, "quick": args.quick}
         for bench in args.bench:
             runs: dict[str, list[dict]] = {"before": [], "after": []}
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
                 for side in order:
-                    root = old if side == "before" else ROOT
+                    root = old if side == "before" else new
                     runs[side].append(run_once(root, bench, work / f"{bench}-{side}-{r}.json", args.quick))
                     print(f"round {r} {bench} {side} done", flush=True)
             figures = compare(runs)
@@ -92,14 +96,15 @@ def main() -> None:
                 if k in figures:
                     result[f"{bench}.{k}.ratio"] = figures[k]["ratio"]
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+        for path in (old, new):
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if isinstance(v, float)}, indent=2))
 
 
-def _head() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+def _head(checkout: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True,
                           check=True).stdout.strip()
 
 
