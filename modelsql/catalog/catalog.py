@@ -30,6 +30,7 @@ from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
 from modelsql.catalog.families import Families
 from modelsql.catalog.studies import Studies
 from modelsql.catalog.compiled import Compiled
+from modelsql.catalog.evaluations import Evaluations
 from modelsql.catalog.traces import Traces
 from modelsql.catalog.pipelines import Pipelines
 
@@ -124,6 +125,21 @@ def _normalize_version(version: Any) -> int:
         ) from None
 
 
+_EVALUATION_ORDER = ("accuracy", "precision", "recall", "f1_score", "log_loss", "roc_auc", "mean_absolute_error",
+                     "mean_squared_error", "root_mean_squared_error", "median_absolute_error", "r2_score",
+                     "explained_variance")
+"""The metrics DESCRIBE MODEL shows of the latest evaluation, in this order."""
+
+_LATEST_EVALUATION_SQL = (
+    "SELECT 'evaluation', 3, list_position(" + repr(list(_EVALUATION_ORDER)).replace('"', "'") + ", k) - 1, k, "
+    "NULL, NULL, (e.metrics ->> k) || ' on ' || e.input || ' (' || e.rows || ' rows, evaluation ' || e.evaluation "
+    "|| ')' FROM (SELECT * FROM {s}.evaluations WHERE kind = 'model' AND name = ? AND version = ? "
+    "ORDER BY evaluation DESC LIMIT 1) AS e, unnest(json_keys(e.metrics)) AS u(k) "
+    "WHERE list_contains(" + repr(list(_EVALUATION_ORDER)).replace('"', "'") + ", k) AND e.metrics ->> k IS NOT NULL"
+)
+"""DESCRIBE MODEL's rows of the latest evaluation of a version (parameters: name, version)."""
+
+
 class Catalog:
     """The modelsql catalog stored in the schema ``modelsql`` of a DuckDB database.
 
@@ -181,6 +197,8 @@ class Catalog:
         """The catalog's compiled artifacts (:class:`~modelsql.catalog.compiled.Compiled`)."""
         self.studies = Studies(self)
         """The catalog's trainables, studies, trials and stages (:class:`~modelsql.catalog.studies.Studies`)."""
+        self.evaluations = Evaluations(self)
+        """The catalog's recorded evaluations (:class:`~modelsql.catalog.evaluations.Evaluations`)."""
         self._reap_studies()
 
     def _reap_studies(self) -> None:
@@ -785,6 +803,7 @@ class Catalog:
         self.families.forget_model(key)
         self.compiled.forget_model(key, None if version is None else resolved)
         self.traces.forget_fits(key, None if version is None else resolved)
+        self.evaluations.forget("model", key, None if version is None else resolved)
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
         self._rows(
@@ -871,7 +890,8 @@ class Catalog:
         ``batch_dependence`` (why a row's outputs may depend on the other rows of
         its batch, or ``'none'``) and ``conversion_check`` (``'<rows> rows, max abs diff <d>,
         <k> label mismatches'``; NULL when not checked), then, for a model imported FROM PYTHON, those of
-        :data:`PROGRAM_PROPERTIES` it has.
+        :data:`PROGRAM_PROPERTIES` it has. Last, role ``'evaluation'``: each metric of the version's latest
+        EVALUATE (``modelsql.evaluations``), its value and what it was measured on in ``detail``.
 
         Args:
             name: model name (case-insensitive).
@@ -912,7 +932,7 @@ class Catalog:
             "SELECT 'output' AS role, 1 AS role_order, o.position, o.tensor_name AS name, o.elem_type, "
             f"{shape.replace('shape', 'o.shape')} AS shape, NULL AS detail "
             f"FROM {self._s}.model_outputs AS o WHERE o.name = ? AND o.version = ? "
-            f"UNION ALL {prop_sql}"
+            f"UNION ALL {prop_sql} UNION ALL {_LATEST_EVALUATION_SQL.replace('{s}', self._s)}"
             ") ORDER BY role_order, position"
         )
-        return sql, [key, version] * (2 + len(props) + len(PROGRAM_PROPERTIES))
+        return sql, [key, version] * (3 + len(props) + len(PROGRAM_PROPERTIES))

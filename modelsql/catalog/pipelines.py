@@ -193,6 +193,7 @@ class Pipelines:
         self._catalog.raise_version_mark("pipeline", key, self._catalog.version_mark("pipeline", key))
         for table in ("pipeline_feeds", "pipeline_steps", "pipeline_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
+        self._catalog.evaluations.forget("pipeline", key, None if version is None else resolved)
         return removed
 
     # ----------------------------------------------------------- SQL for users

@@ -41,6 +41,9 @@ DuckDB file as their tables), so it can be inspected with plain SQL
     The highest version number each model and pipeline name was ever given (a dropped version's number
     is never given again). Schema 9, which also adds each study's owner (``owner_host``, ``owner_start``)
     and ``heartbeat_at``.
+``modelsql.evaluations``
+    Every EVALUATE of a model or pipeline version: its metrics, the input it read (the text and a fingerprint
+    of the rows) and when. Schema 10.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
 ``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
@@ -68,7 +71,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -84,7 +87,7 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
           "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces",
-          "trace_operators", "compiled", "cost_models", "code_signatures", "version_marks")
+          "trace_operators", "compiled", "cost_models", "code_signatures", "version_marks", "evaluations")
 VIEWS = ("models", "storage", "pipelines", "families", "trainables")
 
 
@@ -423,6 +426,29 @@ COMMENT ON COLUMN {s}.code_signatures.subject IS 'What was signed, for people: t
 """
 """The code-signature table (schema 8), shared by :data:`DDL` and the migration to version 8."""
 
+EVALUATION_DDL = """
+CREATE TABLE {s}.evaluations (
+    evaluation   BIGINT PRIMARY KEY,
+    kind         VARCHAR NOT NULL CHECK (kind IN ('model', 'pipeline')),
+    name         VARCHAR NOT NULL,
+    version      INTEGER NOT NULL,
+    task         VARCHAR NOT NULL CHECK (task IN ('classification', 'regression')),
+    target       VARCHAR NOT NULL,
+    input        VARCHAR NOT NULL,
+    fingerprint  VARCHAR NOT NULL,
+    rows         BIGINT NOT NULL,
+    metrics      JSON NOT NULL,
+    options      JSON NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL
+);
+COMMENT ON TABLE {s}.evaluations IS 'Every EVALUATE of a model or pipeline version: the metrics of its predictions against the TARGET over the rows of its input.';
+COMMENT ON COLUMN {s}.evaluations.input IS 'The ON clause as written (TABLE t, or the query).';
+COMMENT ON COLUMN {s}.evaluations.fingerprint IS 'The rows read, order-independent: their count and the sum of their hashes (hex).';
+COMMENT ON COLUMN {s}.evaluations.metrics IS 'Metric name -> value (JSON): accuracy, precision, recall, f1_score, log_loss, roc_auc, labels, confusion_matrix; or mean_absolute_error, mean_squared_error, root_mean_squared_error, median_absolute_error, r2_score, explained_variance.';
+COMMENT ON COLUMN {s}.evaluations.options IS 'The statement''s options after defaults (average, positive, threshold, features).';
+"""
+"""The evaluations table (schema 10), shared by :data:`DDL` and the migration to version 10."""
+
 OWNERSHIP_DDL = """
 CREATE TABLE {s}.version_marks (
     kind         VARCHAR NOT NULL CHECK (kind IN ('model', 'pipeline')),
@@ -620,6 +646,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + PERF_DDL
     + TRUST_DDL
     + OWNERSHIP_DDL
+    + EVALUATION_DDL
 )
 
 
@@ -753,3 +780,11 @@ def _migrate_8_to_9(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[8] = _migrate_8_to_9
+
+
+def _migrate_9_to_10(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 10 adds ``evaluations`` (empty: nothing was evaluated before)."""
+    con.execute(EVALUATION_DDL.format(s=SCHEMA))
+
+
+MIGRATIONS[9] = _migrate_9_to_10

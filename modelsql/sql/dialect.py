@@ -50,6 +50,7 @@ from sqlglot.tokens import Token, TokenType
 # the statement families, in the order the statement reference (docs/statements.md) lists them
 from modelsql.sql.models import ModelGenerating, ModelParsing
 from modelsql.sql.predict import PredictGenerating, PredictParsing
+from modelsql.sql.evaluate import EvaluateGenerating, EvaluateParsing
 from modelsql.sql.pipelines import PipelineGenerating, PipelineParsing
 from modelsql.sql.serve import ServeGenerating, ServeParsing
 from modelsql.sql.tune import TuneGenerating, TuneParsing
@@ -104,8 +105,8 @@ class ModelSQLTokenizer(DuckDB.Tokenizer):
     KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k not in DEMOTED_COMMANDS}
 
 
-class ModelSQLParser(ModelParsing, PredictParsing, PipelineParsing, ServeParsing, TuneParsing, ProfileParsing,
-                     FinetuneParsing):
+class ModelSQLParser(ModelParsing, PredictParsing, EvaluateParsing, PipelineParsing, ServeParsing, TuneParsing,
+                     ProfileParsing, FinetuneParsing):
     """DuckDB's parser plus every statement family's entries, reached from :meth:`_parse_statement`."""
 
     def _parse_statement(self) -> exp.Expr | None:
@@ -165,8 +166,8 @@ class ModelSQLParser(ModelParsing, PredictParsing, PipelineParsing, ServeParsing
         )
 
 
-class ModelSQLGenerator(ModelGenerating, PredictGenerating, PipelineGenerating, ServeGenerating, TuneGenerating,
-                        ProfileGenerating, FinetuneGenerating):
+class ModelSQLGenerator(ModelGenerating, PredictGenerating, EvaluateGenerating, PipelineGenerating, ServeGenerating,
+                        TuneGenerating, ProfileGenerating, FinetuneGenerating):
     """DuckDB's generator plus one ``<key>_sql`` method per node of ours (in its family's mixin)."""
 
     # Every node of ours -> its `<key>_sql` method, found by name (a node without

@@ -93,8 +93,10 @@ class GrammarParser(DuckDBParser):
         """The text from token ``first`` to the last token consumed, exactly as written."""
         return self.sql[first.start : self._prev.end + 1]
 
-    def _parse_model_ref(self, allow_version: bool = True) -> ModelRef:
-        """``name [VERSION n]`` -> :class:`ModelRef` (positions of the name in ``meta``)."""
+    def _parse_model_ref(self, allow_version: bool = True,
+                         no_version: str = "the statement is about the model, not one version") -> ModelRef:
+        """``name [VERSION n]`` -> :class:`ModelRef` (positions of the name in ``meta``); without
+        ``allow_version`` a VERSION is an error saying why (``no_version``)."""
         token = self._curr
         name = self._parse_id_var(any_token=False)
         if not isinstance(name, exp.Identifier):
@@ -103,10 +105,7 @@ class GrammarParser(DuckDBParser):
         version = None
         if self._match_word("VERSION"):
             if not allow_version:
-                self._fail(
-                    "VERSION cannot be given here: versions are assigned when a model is imported",
-                    self._prev,
-                )
+                self._fail(f"VERSION cannot be given here: {no_version}", self._prev)
             if not (self._match(TokenType.NUMBER) and self._prev.text.isdigit()):
                 self._fail("Expected an integer version number after VERSION")
             version = exp.Literal.number(self._prev.text)

@@ -199,7 +199,8 @@ class ModelParsing(GrammarParser):
     def _parse_importmodel(self, words: tuple[str, ...]) -> ImportModel:
         # IMPORT MODEL / CREATE MODEL / CREATE OR REPLACE MODEL
         exists = self._parse_exists(not_=True)
-        ref = self._parse_model_ref(allow_version=False)
+        ref = self._parse_model_ref(allow_version=False,
+                                    no_version="versions are assigned when a model is imported")
         if not self._match(TokenType.FROM):
             self._fail(
                 "Expected FROM '<file>', FROM PYTHON 'package.module:function' or FROM STUDY <name> "

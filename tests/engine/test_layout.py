@@ -85,11 +85,11 @@ def test_no_import_cycles() -> None:
 
 
 LOWER = ("sql", "serving", "storage", "catalog", "operators", "converters", "onnxformat", "analyses", "netfuse",
-         "tuning", "costmodel", "recursive", "finetune", "datasets")
+         "tuning", "costmodel", "recursive", "finetune", "datasets", "metrics")
 """The packages below the engine: none imports ``modelsql.engine`` or ``modelsql.client`` at run time."""
 
 FAMILIES = ("modelsql.engine.models", "modelsql.engine.pipelines", "modelsql.engine.serve", "modelsql.engine.tune",
-            "modelsql.engine.profile", "modelsql.engine.finetune")
+            "modelsql.engine.profile", "modelsql.engine.finetune", "modelsql.engine.evaluate")
 """The statement families: each sits on the query and artifacts packages, never below them."""
 
 
@@ -105,7 +105,7 @@ def test_the_lower_packages_never_import_the_engine_or_the_client(room) -> None:
     assert not bad, bad
 
 
-@pytest.mark.parametrize("room", ["tuning", "costmodel", "recursive", "finetune"])
+@pytest.mark.parametrize("room", ["tuning", "costmodel", "recursive", "finetune", "metrics"])
 def test_the_pure_libraries_never_import_the_catalog(room) -> None:
     bad = [(m, t) for m, t in _runtime_imports(room) if t.startswith("modelsql.catalog")]
     assert not bad, bad
@@ -208,7 +208,7 @@ def test_no_module_or_document_names_a_file_outside_the_repository() -> None:
 
 TESTS = ROOT.parent / "tests"
 FEATURES = ("client", "sql", "engine", "query", "models", "pipelines", "serve", "tune", "profile", "netfuse",
-            "finetune")
+            "finetune", "evaluate")
 """The folders of tests/, one per feature (docs/architecture.md, "Tests")."""
 
 

@@ -25,7 +25,7 @@ RECIPE = (ROOT / "docs" / "architecture.md").read_text().split("## Adding a stat
 
 #: statement family (the file in sql/) -> the engine package holding its handlers
 ENGINE_PACKAGE = {"models": "models", "pipelines": "pipelines", "serve": "serve", "tune": "tune",
-                  "profile": "profile", "finetune": "finetune"}
+                  "profile": "profile", "finetune": "finetune", "evaluate": "evaluate"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,7 +63,11 @@ def test_the_handler_lives_in_the_engine_package_of_its_family(node):
 
 @pytest.mark.parametrize("node", STATEMENT_NODES, ids=lambda n: n.__name__)
 def test_a_statement_with_options_has_its_option_sets(node):
-    assert bool(statement_docs.options_of(node)) == ("options" in node.arg_types), node
+    takes = "options" in node.arg_types
+    assert bool(statement_docs.options_of(node)) == takes, (
+        f"{node.__name__} takes options: declare them in engine/options/declared.py, an OptionSet(..., "
+        f"node={node.__name__}) listed in STATEMENTS" if takes else
+        f"{node.__name__} has an OptionSet (engine/options/declared.py) but no 'options' in its arg_types")
 
 
 def test_every_option_set_names_a_node_of_ours():
@@ -73,7 +77,9 @@ def test_every_option_set_names_a_node_of_ours():
 @pytest.mark.parametrize("node", STATEMENT_NODES, ids=lambda n: n.__name__)
 def test_the_statement_reference_has_its_section(node):
     text = (ROOT / "docs" / "statements.md").read_text()
-    section = text.split(f"\n### {statement_docs.heading(node)}\n", 1)[1].split("\n### ", 1)[0]
+    heading = f"\n### {statement_docs.heading(node)}\n"
+    assert heading in text, f"docs/statements.md has no section {heading.strip()!r}: run python -m modelsql.engine.documents"
+    section = text.split(heading, 1)[1].split("\n### ", 1)[0]
     assert node.EXAMPLES[0] in section and statement_docs.grammar_file(node) in section
     assert handlers.registered()[node].run.__qualname__ in section
 

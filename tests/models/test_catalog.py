@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 9
+    assert Catalog.SCHEMA_VERSION == 10
 
 
 def test_reopen_keeps_models(db):
@@ -468,8 +468,15 @@ def test_migration_runs_for_older_version(db, monkeypatch):
     con.close()
 
 
+def _to_schema_9(con) -> None:
+    """Take a current catalog back to schema 9: no evaluations."""
+    con.execute("DROP TABLE modelsql.evaluations")
+    con.execute("UPDATE modelsql.meta SET value = '9' WHERE key = 'schema_version'")
+
+
 def _to_schema_8(con) -> None:
     """Take a current catalog back to schema 8: no version marks, no study owners."""
+    _to_schema_9(con)
     con.execute("DROP TABLE modelsql.version_marks")
     for column in ("owner_host", "owner_start", "heartbeat_at"):
         con.execute(f"ALTER TABLE modelsql.studies DROP COLUMN {column}")
@@ -883,5 +890,17 @@ def test_real_migration_from_schema_8_keeps_version_marks(db):
     assert dict(con.execute("SELECT name, last_version FROM modelsql.version_marks").fetchall()) == {"m": 3, "n": 1}
     assert con.execute("SELECT count(*) FROM modelsql.meta WHERE key LIKE 'last%'").fetchone() == (0,)
     assert cat.next_version("m") == 4 and cat.next_version("n") == 2
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("9",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (
+        str(Catalog.SCHEMA_VERSION),)
+    con.close()
+
+
+def test_real_migration_from_schema_9_adds_an_empty_evaluations_table(db):
+    con = duckdb.connect(db)
+    cat = Catalog(con)
+    add(cat, make_mv(name="m"))
+    _to_schema_9(con)
+    Catalog(con)
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone() == (0,)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("10",)
     con.close()

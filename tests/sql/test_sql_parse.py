@@ -678,9 +678,8 @@ def test_every_registered_node_has_words_a_parser_entry_and_a_generator_method(n
     assert callable(getattr(ModelSQLGenerator, f"{node.key}_sql", None)), (
         f"ModelSQLGenerator needs a generator method {node.key}_sql(self, expression)"
     )
-    # a form of each node is in STATEMENT_FORMS, so it is parsed and round-tripped above
-    forms = [sql for sql, node_type in STATEMENT_FORMS if node_type is node]
-    assert forms, f"add a form of {node.__name__} to STATEMENT_FORMS"
+    # the node's EXAMPLES (the registry requires them) and any form of it in STATEMENT_FORMS round-trip
+    forms = [*node.EXAMPLES, *(sql for sql, node_type in STATEMENT_FORMS if node_type is node)]
     for sql in forms:
         tree = parse_one(sql)
         again = parse(tree.sql(dialect=DIALECT))
@@ -688,12 +687,9 @@ def test_every_registered_node_has_words_a_parser_entry_and_a_generator_method(n
 
 
 @pytest.mark.parametrize("node,words", STATEMENT_WORD_SEQUENCES)
-def test_every_word_sequence_has_a_form_that_parses_to_its_node(node, words):
-    forms = [
-        sql for sql, node_type in STATEMENT_FORMS
-        if node_type is node and tuple(sql.upper().split()[: len(words)]) == words
-    ]
-    assert forms, f"add a form starting {' '.join(words)} to STATEMENT_FORMS"
+def test_every_word_sequence_has_an_example_that_parses_to_its_node(node, words):
+    forms = [sql for sql in node.EXAMPLES if tuple(sql.upper().split()[: len(words)]) == words]
+    assert forms, f"add an example starting {' '.join(words)} to {node.__name__}.EXAMPLES"
 
 
 @pytest.mark.parametrize("node,words", STATEMENT_WORD_SEQUENCES)

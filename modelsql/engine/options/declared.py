@@ -7,6 +7,7 @@ reference finds it. To add an option: declare it here, read it in the statement,
 from __future__ import annotations
 
 from modelsql.engine.options.schema import Option, OptionSet
+from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.finetune import FinetunePipeline
 from modelsql.sql.models import ImportModel
 from modelsql.sql.pipelines import CreatePipeline
@@ -15,7 +16,7 @@ from modelsql.sql.profile import CompileModel, ProfileModel
 from modelsql.sql.serve import Serve, ServeItem
 from modelsql.sql.tune import TuneModel
 
-__all__ = ["PREDICT", "IMPORT_MODEL", "CREATE_MODEL_FROM_PYTHON", "CREATE_PIPELINE", "PROFILE", "COMPILE",
+__all__ = ["PREDICT", "EVALUATE", "IMPORT_MODEL", "CREATE_MODEL_FROM_PYTHON", "CREATE_PIPELINE", "PROFILE", "COMPILE",
            "TUNE", "FINETUNE", "SERVE", "SERVE_ITEM", "STATEMENTS", "MAX_BATCH_SIZE"]
 
 MAX_BATCH_SIZE = 2**31 - 1
@@ -52,6 +53,25 @@ PREDICT = OptionSet(
                "[Devices](#devices)); a device that is not there is `device_not_available`"),
     doc="Named arguments after the input: `PREDICT(MODEL m, TABLE t, on_null = 'skip')` (`=`, `:=` or `=>`).",
     node=PredictTable,
+)
+
+EVALUATE = OptionSet(
+    "EVALUATE",
+    Option("average", "choice", choices=("binary", "macro", "weighted", "micro"),
+           default_doc="`'binary'` for two classes, else `'macro'`",
+           doc="how precision, recall, F1 and ROC AUC combine over classes, as scikit-learn's `average`: "
+               "`'binary'` scores the positive class alone; `'macro'` the unweighted mean over the classes; "
+               "`'weighted'` the mean weighted by each class's rows; `'micro'` pools every class's counts "
+               "(ROC AUC: `'macro'` for `'micro'`)"),
+    Option("positive", "label", default_doc="`1` (or `true`) if a class, else the last class in sorted order",
+           doc="the positive class of a binary task (precision, recall, F1, ROC AUC, `threshold`)"),
+    Option("threshold", "number", min=0, max=1,
+           doc="a binary classifier's predicted class is the positive one when its probability is at least "
+               "this, instead of the model's own label", default_doc="the model's label"),
+    Option("features", "names", doc="the columns fed to the model, in order",
+           default_doc="as PREDICT binds them, never the TARGET"),
+    doc="`EVALUATE MODEL | PIPELINE m ON TABLE t | (query) TARGET y WITH (...)`.",
+    node=EvaluateModel,
 )
 
 IMPORT_MODEL = OptionSet(
@@ -202,6 +222,6 @@ SERVE_ITEM = OptionSet(
     node=ServeItem,
 )
 
-STATEMENTS = (PREDICT, IMPORT_MODEL, CREATE_MODEL_FROM_PYTHON, CREATE_PIPELINE, PROFILE, COMPILE, TUNE, FINETUNE,
+STATEMENTS = (PREDICT, EVALUATE, IMPORT_MODEL, CREATE_MODEL_FROM_PYTHON, CREATE_PIPELINE, PROFILE, COMPILE, TUNE, FINETUNE,
               SERVE, SERVE_ITEM)
 """Every option set, in the documentation's order."""

@@ -31,7 +31,8 @@ __all__ = ["TYPES", "Option", "OptionSet", "OptionValues", "value", "no_repeats"
            "column_names", "option_error", "sql_text"]
 
 TYPES = {"int": "integer", "number": "number", "bool": "boolean", "text": "text", "choice": "choice",
-         "names": "column names", "device": "device", "example": "reference or table"}
+         "names": "column names", "device": "device", "example": "reference or table",
+         "label": "class label"}
 """Option types and how the documentation names each."""
 
 
@@ -217,6 +218,8 @@ class Option:
                 return False, v
         if t == "example":
             return isinstance(v, str) or (isinstance(v, tuple) and v[:1] == ("table",)), v
+        if t == "label":
+            return isinstance(v, (int, str, bool)), v
         raise AssertionError(t)  # pragma: no cover - __post_init__ checked the type
 
     def _in_range(self, v: float) -> bool:
@@ -263,6 +266,8 @@ class Option:
             what = "true or false"
         elif t == "example":
             what = "a reference 'package.module:name' or a table name"
+        elif t == "label":
+            what = "a class label (an integer, a string or true / false)"
         else:
             what = "text"
         return f"be {what}"

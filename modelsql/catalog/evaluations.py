@@ -1,0 +1,71 @@
+"""Recorded evaluations (``modelsql.evaluations``; see :mod:`modelsql.catalog.schema`): every EVALUATE of a model
+or pipeline version, its metrics and what it read. :class:`Evaluations` is reached as ``Catalog.evaluations``;
+it runs its SQL through :meth:`Catalog.query` and never begins or commits."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = ["Evaluations", "EvaluationRow"]
+
+
+@dataclass(frozen=True)
+class EvaluationRow:
+    """One evaluation of ``kind`` (``"model"`` / ``"pipeline"``) ``name`` version ``version``.
+
+    ``metrics``: metric name -> value (floats; a confusion matrix as a list of lists, ``labels`` its classes);
+    ``input``: the ``ON`` clause as written; ``fingerprint``: an order-independent digest of the rows read
+    (their count and the sum of their hashes); ``options``: the statement's options."""
+
+    kind: str
+    name: str
+    version: int
+    task: str
+    target: str
+    input: str
+    fingerprint: str
+    rows: int
+    metrics: dict[str, Any]
+    options: dict[str, Any]
+    evaluation: int = 0
+    created_at: Optional[_dt.datetime] = None
+
+
+class Evaluations:
+    """The evaluations of one :class:`~modelsql.catalog.Catalog`."""
+
+    def __init__(self, catalog: Any) -> None:
+        self._catalog = catalog
+
+    def add(self, row: EvaluationRow) -> EvaluationRow:
+        """Record ``row``; returns it with its number and time. Runs in the caller's transaction."""
+        self._catalog.check_writable()
+        number = self._catalog.query("SELECT coalesce(max(evaluation), 0) + 1 FROM {s}.evaluations")[0][0]
+        now = _dt.datetime.now(_dt.timezone.utc)
+        self._catalog.query(
+            "INSERT INTO {s}.evaluations (evaluation, kind, name, version, task, target, input, fingerprint, rows, "
+            "metrics, options, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [number, row.kind, row.name, row.version, row.task, row.target, row.input, row.fingerprint, row.rows,
+             json.dumps(row.metrics, sort_keys=True, default=str), json.dumps(row.options, sort_keys=True,
+                                                                              default=str), now])
+        return EvaluationRow(**{**row.__dict__, "evaluation": number, "created_at": now})
+
+    def latest(self, kind: str, name: str, version: int) -> Optional[EvaluationRow]:
+        """The last evaluation recorded of that version, or None."""
+        rows = self._catalog.query(
+            "SELECT evaluation, kind, name, version, task, target, input, fingerprint, rows, metrics, options, "
+            "created_at FROM {s}.evaluations WHERE kind = ? AND name = ? AND version = ? "
+            "ORDER BY evaluation DESC LIMIT 1", [kind, name, version])
+        if not rows:
+            return None
+        (number, kind, name, version, task, target, text, fingerprint, count, metrics, options, created) = rows[0]
+        return EvaluationRow(kind, name, version, task, target, text, fingerprint, count, json.loads(metrics),
+                             json.loads(options), number, created)
+
+    def forget(self, kind: str, name: str, version: Optional[int] = None) -> None:
+        """Delete the evaluations of a dropped model or pipeline (every version, or ``version``)."""
+        where, params = ("", []) if version is None else (" AND version = ?", [version])
+        self._catalog.query("DELETE FROM {s}.evaluations WHERE kind = ? AND name = ?" + where, [kind, name, *params])

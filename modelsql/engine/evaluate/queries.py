@@ -1,0 +1,164 @@
+"""The one query an EVALUATE runs, and the metrics read from its single row.
+
+The model's predictions of the input's rows are a materialized CTE over ``PREDICT`` (computed once, never
+leaving DuckDB); the query aggregates them into what the metrics need, small whatever the row count:
+
+* classification: the confusion counts per (true, predicted) class; per (true class, probability position)
+  the sum of the clipped log-probabilities (log loss) and of the rows' average ranks by that position's
+  probability (ROC AUC by the Mann-Whitney statistic: ties count one half, as scikit-learn's trapezoids);
+  per probability position, each predicted class's rows (which position a class is); with a ``threshold``,
+  per (true class, position, whether the probability reaches it) the counts;
+* regression: the sums of the errors, their median and the variances.
+
+Every query also counts the rows whose target is NULL and fingerprints the rows read (the sum of their
+hashes). The metrics' definitions are :mod:`modelsql.metrics`'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+__all__ = ["Predicted", "classification_sql", "regression_sql", "EPS"]
+
+EPS = 2.220446049250313e-16
+"""The clip of probabilities in log loss: float64's machine epsilon (scikit-learn's ``log_loss``)."""
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What EVALUATE reads of ``PREDICT``: the PREDICT table function's SQL, the TARGET and the prediction
+    columns (quoted SQL), the probabilities column (or None) and the input's columns (for the fingerprint)."""
+
+    predict_sql: str
+    target: str
+    prediction: str
+    probabilities: Optional[str]
+    input_columns: Sequence[str]
+
+    def cte(self, target_cast: str = "") -> str:
+        probabilities = f", {self.probabilities}::DOUBLE[] AS s" if self.probabilities else ""
+        fingerprint = f"hash({', '.join(self.input_columns)})" if self.input_columns else "0"
+        return (f"WITH __msql_eval AS MATERIALIZED (SELECT {self.target}{target_cast} AS t, "
+                f"{self.prediction}{target_cast} AS p{probabilities}, {fingerprint} AS h FROM {self.predict_sql})")
+
+
+_COMMON = ("(SELECT count(*) FROM __msql_eval) AS n, "
+           "(SELECT count(*) FROM __msql_eval WHERE t IS NULL) AS null_targets, "
+           "(SELECT coalesce(sum(h::HUGEINT), 0) % 18446744073709551616 FROM __msql_eval)::UBIGINT AS fingerprint")
+
+
+def classification_sql(predicted: Predicted, threshold: Optional[float]) -> str:
+    """The query of a classifier: one row ``(n, null_targets, fingerprint, confusion, positions, ranks,
+    thresholded)``; the last three NULL without probabilities (``thresholded`` also without a threshold). A
+    row's rank by a position's probability is the average of its tied rows' ranks: (the first rank of the
+    ties + their last) / 2, the last being the count of rows up to the ties (the window's default frame)."""
+    parts = [_COMMON,
+             "(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
+             "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion"]
+    if predicted.probabilities is None:
+        parts += ["NULL AS positions", "NULL AS ranks", "NULL AS thresholded"]
+        return f"{predicted.cte()} SELECT {', '.join(parts)}"
+    parts += [
+        "(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, count(*) AS n "
+        "FROM __msql_eval GROUP BY ALL)) AS positions",
+        "(SELECT list({'t': t, 'i': i, 'n': n, 'ln': ln, 'r': r}) FROM (SELECT t, i, count(*) AS n, "
+        f"sum(ln(least(greatest(x, {EPS!r}), 1 - {EPS!r}))) AS ln, sum(r) AS r FROM __msql_ranked GROUP BY ALL)) "
+        "AS ranks",
+        ("(SELECT list({'t': t, 'i': i, 'hit': hit, 'n': n}) FROM (SELECT t, i, x >= " + repr(threshold)
+         + " AS hit, count(*) AS n FROM __msql_positions GROUP BY ALL)) AS thresholded")
+        if threshold is not None else "NULL AS thresholded",
+    ]
+    ranked = (", __msql_positions AS (SELECT t, unnest(s) AS x, unnest(range(1, len(s) + 1)) AS i FROM __msql_eval "
+              "WHERE t IS NOT NULL), __msql_ranked AS (SELECT t, i, x, (rank() OVER w + count(*) OVER w) / 2.0 AS r FROM __msql_positions "
+              "WINDOW w AS (PARTITION BY i ORDER BY x))")
+    return f"{predicted.cte()}{ranked} SELECT {', '.join(parts)}"
+
+
+def regression_sql(predicted: Predicted) -> str:
+    """The query of a regressor: one row ``(n, null_targets, fingerprint, abs_error_sum, squared_error_sum,
+    median_abs_error, target_var_pop, error_var_pop)`` over the rows with a target."""
+    where = "FROM __msql_eval WHERE t IS NOT NULL"
+    return (f"{predicted.cte('::DOUBLE')} SELECT {_COMMON}, "
+            f"(SELECT sum(abs(t - p)) {where}), (SELECT sum((t - p) * (t - p)) {where}), "
+            f"(SELECT median(abs(t - p)) {where}), (SELECT var_pop(t) {where}), (SELECT var_pop(t - p) {where})")
+
+
+def as_dicts(value: Any) -> list[dict[str, Any]]:
+    """A list of structs from DuckDB as a list of dicts (``[]`` for NULL)."""
+    return [dict(v) for v in value or []]
+
+
+# ---------------------------------------------------------------- reading the row
+
+
+def _sort_key(label: Any) -> tuple[str, Any]:
+    return (type(label).__name__, label)
+
+
+def labels_of(confusion: list[dict[str, Any]]) -> list[Any]:
+    """The classes of the rows, true or predicted, sorted (``sklearn.utils.multiclass.unique_labels``)."""
+    return sorted({c["t"] for c in confusion} | {c["p"] for c in confusion if c["p"] is not None}, key=_sort_key)
+
+
+def confusion_matrix(confusion: list[dict[str, Any]], labels: Sequence[Any]) -> list[list[int]]:
+    """``[true][predicted]`` counts in ``labels`` order."""
+    index = {label: k for k, label in enumerate(labels)}
+    out = [[0] * len(labels) for _ in labels]
+    for c in confusion:
+        if c["p"] is not None:
+            out[index[c["t"]]][index[c["p"]]] += int(c["n"])
+    return out
+
+
+def positions_of(labels: Sequence[Any], positions: list[dict[str, Any]], width: int) -> Optional[dict[Any, int]]:
+    """Which probability position (1-based) is each class: the sorted classes when the rows show as many as
+    there are positions (scikit-learn's ``classes_`` order), else each predicted class's most frequent
+    arg-max position; None when a class of the rows has none."""
+    if len(labels) == width:
+        return {label: k + 1 for k, label in enumerate(labels)}
+    best: dict[Any, tuple[int, int]] = {}
+    for entry in positions:
+        if entry["p"] is not None and entry["n"] > best.get(entry["p"], (0, 0))[0]:
+            best[entry["p"]] = (int(entry["n"]), int(entry["i"]))
+    found = {label: i for label, (_, i) in best.items()}
+    return found if all(label in found for label in labels) else None
+
+
+def log_loss(ranks: list[dict[str, Any]], where: dict[Any, int], rows: int) -> float:
+    """The mean of -ln(probability of the true class), clipped to [EPS, 1 - EPS]."""
+    return -sum(e["ln"] for e in ranks if where.get(e["t"]) == e["i"]) / rows
+
+
+def _auc(ranks: list[dict[str, Any]], label: Any, position: int) -> Optional[float]:
+    """One class against the rest, by the probabilities at ``position``: (the rank sum of its rows - n(n+1)/2)
+    / (its rows x the others); None when either side has no rows."""
+    at = [e for e in ranks if e["i"] == position]
+    n = sum(int(e["n"]) for e in at)
+    mine = [e for e in at if e["t"] == label]
+    n_pos = sum(int(e["n"]) for e in mine)
+    if n_pos == 0 or n_pos == n:
+        return None
+    return (sum(float(e["r"]) for e in mine) - n_pos * (n_pos + 1) / 2) / (n_pos * (n - n_pos))
+
+
+def roc_auc(ranks: list[dict[str, Any]], where: dict[Any, int], labels: Sequence[Any], positive: Any,
+            average: str) -> Optional[float]:
+    """Binary: the positive class's AUC. Multiclass: one-vs-rest, the mean over the classes (``weighted``: by
+    their rows; ``roc_auc_score(multi_class='ovr')``). None when a class has no rows or all of them."""
+    if len(labels) == 2:
+        return _auc(ranks, positive, where[positive])
+    each = [_auc(ranks, label, where[label]) for label in labels]
+    if any(a is None for a in each):
+        return None
+    weights = ([sum(int(e["n"]) for e in ranks if e["t"] == label and e["i"] == 1) for label in labels]
+               if average == "weighted" else [1] * len(labels))
+    return sum(w * a for w, a in zip(weights, each) if a is not None) / sum(weights)
+
+
+def thresholded_confusion(thresholded: list[dict[str, Any]], labels: Sequence[Any], positive: Any,
+                          where: dict[Any, int]) -> list[dict[str, Any]]:
+    """The confusion counts when the positive class is predicted where its probability reaches the threshold."""
+    negative = next(label for label in labels if label != positive)
+    return [{"t": e["t"], "p": positive if e["hit"] else negative, "n": e["n"]}
+            for e in thresholded if e["i"] == where[positive]]

@@ -1,0 +1,79 @@
+"""Classification metrics from a confusion matrix, as ``sklearn.metrics`` defines them.
+
+``confusion[i][j]`` counts the rows whose true class is ``labels[i]`` and whose predicted class is
+``labels[j]`` (``sklearn.metrics.confusion_matrix(y_true, y_pred, labels=labels)``); ``labels`` are the
+classes present in either, sorted (``sklearn.utils.multiclass.unique_labels``). A ratio whose denominator
+is zero is 0.0, as scikit-learn's default ``zero_division`` gives (it also warns).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+__all__ = ["AVERAGES", "classification_metrics", "default_positive", "per_class"]
+
+AVERAGES = ("binary", "macro", "weighted", "micro")
+"""How precision, recall and F1 combine over classes (``sklearn.metrics.precision_recall_fscore_support``'s
+``average``): ``binary`` reports the positive class alone."""
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else 0.0
+
+
+def per_class(confusion: Sequence[Sequence[int]]) -> list[tuple[int, int, int, int]]:
+    """``(tp, fp, fn, support)`` of each class, in ``labels`` order."""
+    n = len(confusion)
+    out = []
+    for k in range(n):
+        tp = confusion[k][k]
+        predicted = sum(confusion[i][k] for i in range(n))
+        support = sum(confusion[k])
+        out.append((tp, predicted - tp, support - tp, support))
+    return out
+
+
+def _scores(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
+    """Precision, recall and F1 of one class (F1 as scikit-learn computes F-beta: 2tp / (2tp + fp + fn))."""
+    return _ratio(tp, tp + fp), _ratio(tp, tp + fn), _ratio(2 * tp, 2 * tp + fp + fn)
+
+
+def default_positive(labels: Sequence[Any]) -> Any:
+    """The positive class of a binary task when none is named: ``1`` (or ``True``) when it is one of the
+    labels, as scikit-learn's ``pos_label=1``; else the last label in sorted order."""
+    for candidate in (1, True):
+        if any(type(label) is type(candidate) and label == candidate for label in labels):
+            return candidate
+    return sorted(labels)[-1]
+
+
+def classification_metrics(confusion: Sequence[Sequence[int]], labels: Sequence[Any], average: str,
+                           positive: Optional[Any] = None) -> dict[str, float]:
+    """``accuracy``, ``precision``, ``recall`` and ``f1_score`` under ``average`` (one of :data:`AVERAGES`).
+
+    ``binary`` scores the class ``positive`` (it must be one of ``labels``; when it is absent from both the
+    true and the predicted classes every score is 0.0, as scikit-learn gives); ``micro`` pools the counts of
+    every class (for single-label data each equals the accuracy).
+
+    Raises:
+        ValueError: an unknown ``average``, or ``positive`` missing for ``binary``.
+    """
+    classes = per_class(confusion)
+    total = sum(support for *_, support in classes)
+    accuracy = _ratio(sum(tp for tp, *_ in classes), total)
+    if average == "binary":
+        if positive is None:
+            raise ValueError("average 'binary' needs the positive class")
+        k = list(labels).index(positive) if positive in labels else None
+        precision, recall, f1 = _scores(*classes[k][:3]) if k is not None else (0.0, 0.0, 0.0)
+    elif average == "micro":
+        precision, recall, f1 = _scores(sum(c[0] for c in classes), sum(c[1] for c in classes),
+                                        sum(c[2] for c in classes))
+    elif average in ("macro", "weighted"):
+        each = [_scores(tp, fp, fn) for tp, fp, fn, _ in classes]
+        weights = [float(s) for *_, s in classes] if average == "weighted" else [1.0] * len(classes)
+        scale = sum(weights)
+        precision, recall, f1 = (_ratio(sum(w * s[i] for w, s in zip(weights, each)), scale) for i in range(3))
+    else:
+        raise ValueError(f"unknown average {average!r}: one of {', '.join(AVERAGES)}")
+    return {"accuracy": accuracy, "precision": precision, "recall": recall, "f1_score": f1}

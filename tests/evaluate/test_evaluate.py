@@ -1,0 +1,174 @@
+"""EVALUATE MODEL | PIPELINE (issue 25): metrics equal scikit-learn's (float64, 1e-9) on the predictions PREDICT
+gives for scikit-learn's shipped data sets, for every task and averaging; each evaluation is recorded in the
+catalog and DESCRIBE MODEL shows the latest; bad input is a clear error that records nothing."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from sklearn import metrics as M
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.linear_model import LogisticRegression, Ridge
+
+import modelsql
+
+
+def _table(con, name: str, x: np.ndarray, y: np.ndarray, target: str = "y") -> list[str]:
+    features = [f"f{i}" for i in range(x.shape[1])]
+    con.register(f"{name}_arrow", pa.table({**{f: x[:, i] for i, f in enumerate(features)}, target: y}))
+    con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
+    con.unregister(f"{name}_arrow")
+    return features
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory):
+    c = modelsql.connect(str(tmp_path_factory.mktemp("evaluate") / "e.duckdb"))
+    x, y = load_iris(return_X_y=True)
+    _table(c, "iris", x, y)
+    c.import_model("iris_lr", LogisticRegression(max_iter=500).fit(x, y))
+    x, y = load_breast_cancer(return_X_y=True)
+    _table(c, "cancer", x[300:], y[300:], target="malignant")
+    c.import_model("cancer_rf", RandomForestClassifier(n_estimators=20, max_depth=4, random_state=0)
+                   .fit(x[:300], y[:300]))
+    x, y = load_diabetes(return_X_y=True)
+    _table(c, "diabetes", x[300:], y[300:])
+    c.import_model("diabetes_ridge", Ridge().fit(x[:300], y[:300]))
+    c.commit()
+    yield c
+    c.close()
+
+
+def _evaluate(con, sql: str) -> dict:
+    cur = con.execute(sql)
+    return dict(zip([d[0] for d in cur.description], cur.fetchone()))
+
+
+def _predictions(con, model: str, table: str, target: str, columns: int) -> tuple[np.ndarray, ...]:
+    features = ", ".join(f"f{i}" for i in range(columns))
+    rows = con.execute(f"SELECT {target}, label, probabilities FROM PREDICT(MODEL {model}, TABLE {table}, "
+                       f"features = ({features}))").fetchall()
+    return (np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+            np.array([list(r[2]) for r in rows], dtype=np.float64))
+
+
+def _close(got: dict, want: dict) -> None:
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+@pytest.mark.parametrize("average", ["macro", "weighted", "micro"])
+def test_multiclass_metrics_equal_scikit_learn(con, average):
+    y, p, s = _predictions(con, "iris_lr", "iris", "y", 4)
+    got = _evaluate(con, f"EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = '{average}')")
+    kw = dict(average=average, zero_division=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # float32 probabilities do not sum to 1 exactly
+        log_loss = M.log_loss(y, s)
+    _close(got, {"accuracy": M.accuracy_score(y, p), "precision": M.precision_score(y, p, **kw),
+                 "recall": M.recall_score(y, p, **kw), "f1_score": M.f1_score(y, p, **kw), "log_loss": log_loss,
+                 "roc_auc": M.roc_auc_score(y, s, multi_class="ovr",
+                                            average="macro" if average == "micro" else average)})
+    assert got["confusion_matrix"] == M.confusion_matrix(y, p).tolist()
+    assert got["labels"] == ["0", "1", "2"] and got["task"] == "classification" and got["rows"] == 150
+
+
+@pytest.mark.parametrize("positive", [None, 0])
+def test_binary_metrics_equal_scikit_learn(con, positive):
+    y, p, s = _predictions(con, "cancer_rf", "cancer", "malignant", 30)
+    option = f" WITH (positive = {positive})" if positive is not None else ""
+    got = _evaluate(con, f"EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant{option}")
+    label = 1 if positive is None else positive
+    kw = dict(pos_label=label, zero_division=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        log_loss = M.log_loss(y, s)
+    _close(got, {"accuracy": M.accuracy_score(y, p), "precision": M.precision_score(y, p, **kw),
+                 "recall": M.recall_score(y, p, **kw), "f1_score": M.f1_score(y, p, **kw), "log_loss": log_loss,
+                 "roc_auc": M.roc_auc_score(y == label, s[:, label])})
+    assert got["average"] == "binary" and got["positive"] == str(label)
+
+
+def test_a_threshold_decides_the_binary_class_by_probability(con):
+    y, _, s = _predictions(con, "cancer_rf", "cancer", "malignant", 30)
+    p = (s[:, 1] >= 0.8).astype(int)
+    got = _evaluate(con, "EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant WITH (threshold = 0.8)")
+    _close(got, {"accuracy": M.accuracy_score(y, p), "precision": M.precision_score(y, p),
+                 "recall": M.recall_score(y, p), "f1_score": M.f1_score(y, p)})
+    assert got["confusion_matrix"] == M.confusion_matrix(y, p).tolist()
+
+
+def test_regression_metrics_equal_scikit_learn(con):
+    rows = con.execute("SELECT y, prediction FROM PREDICT(MODEL diabetes_ridge, TABLE diabetes, features = "
+                       "(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9))").fetchall()
+    y, p = np.array([r[0] for r in rows]), np.array([r[1] for r in rows], dtype=np.float64)
+    got = _evaluate(con, "EVALUATE MODEL diabetes_ridge ON (SELECT * FROM diabetes) TARGET y")
+    _close(got, {"mean_absolute_error": M.mean_absolute_error(y, p), "mean_squared_error": M.mean_squared_error(y, p),
+                 "root_mean_squared_error": M.root_mean_squared_error(y, p),
+                 "median_absolute_error": M.median_absolute_error(y, p), "r2_score": M.r2_score(y, p),
+                 "explained_variance": M.explained_variance_score(y, p)})
+    assert got["task"] == "regression" and got["rows"] == len(y)
+
+
+def test_each_evaluation_is_recorded_and_describe_model_shows_the_latest(con):
+    before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]
+    got = _evaluate(con, "EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE y < 2) TARGET y")
+    row = con.execute("SELECT kind, name, version, task, target, input, rows, metrics->>'accuracy', fingerprint "
+                      "FROM modelsql.evaluations WHERE evaluation = ?", [got["evaluation"]]).fetchone()
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0] == before + 1
+    assert row[:7] == ("model", "iris_lr", 1, "classification", "y", "(SELECT * FROM iris WHERE y < 2)", 100)
+    assert float(row[7]) == got["accuracy"] and row[8].startswith("100:")
+    described = {r[2]: r[5] for r in con.execute("DESCRIBE MODEL iris_lr").fetchall() if r[0] == "evaluation"}
+    assert described["accuracy"].startswith(repr(got["accuracy"])) and "(100 rows" in described["accuracy"]
+    again = _evaluate(con, "EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE y < 2) TARGET y")
+    fingerprints = con.execute("SELECT DISTINCT fingerprint FROM modelsql.evaluations WHERE evaluation IN (?, ?)",
+                               [got["evaluation"], again["evaluation"]]).fetchall()
+    assert len(fingerprints) == 1  # the same rows, the same fingerprint
+
+
+def test_the_predict_runs_once(con):
+    seen: list[dict] = []
+    con.progress = seen.append
+    try:
+        _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris TARGET y")
+    finally:
+        con.progress = None
+    final = [m for m in seen if m["kind"] == "predict" and m["final"]]
+    assert final and sum(m["done"] for m in final) == 150  # the model saw each row once (the descriptions: none)
+
+
+@pytest.mark.parametrize("sql, code, says", [
+    ("EVALUATE MODEL nope ON TABLE iris TARGET y", "model_not_found", 'Model "nope"'),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET yy", "column_not_found", 'Did you mean "y"'),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'binary')", "invalid_option", "3 classes"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'most')", "invalid_option", "average"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (threshold = 0.5)", "invalid_option", "two classes"),
+    ("EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant WITH (positive = 'yes')", "invalid_option",
+     "not a class"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (averag = 'macro')", "unknown_option", "average"),
+    ("EVALUATE MODEL diabetes_ridge ON (SELECT * REPLACE (y::VARCHAR AS y) FROM diabetes) TARGET y",
+     "invalid_target", "predicts numbers"),
+    ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (y::DOUBLE AS y) FROM iris) TARGET y", "invalid_target",
+     "class labels"),
+    ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN f0 > 5 THEN y END AS y) FROM iris) TARGET y",
+     "null_target", "NULL in"),
+    ("EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE false) TARGET y", "too_few_rows", "no rows"),
+])
+def test_bad_input_is_a_clear_error_and_records_nothing(con, sql, code, says):
+    before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]
+    with pytest.raises(modelsql.Error) as info:
+        con.execute(sql)
+    assert info.value.code == code and says in str(info.value), str(info.value)
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0] == before
+
+
+def test_dropping_a_model_drops_its_evaluations(con):
+    con.import_model("short_lived", LogisticRegression(max_iter=500).fit(*load_iris(return_X_y=True)))
+    _evaluate(con, "EVALUATE MODEL short_lived ON TABLE iris TARGET y")
+    con.execute("DROP MODEL short_lived")
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'short_lived'").fetchone() == (0,)
