@@ -332,15 +332,15 @@ def _accuracy_sql(model: str, table: str) -> str:
     )
 
 
+EVALUATE_SQL = "EVALUATE MODEL breast_cancer_logreg ON TABLE breast_cancer_test TARGET target;"
+
 OVERALL_SQL = """\
-SELECT 'digits_mlp' AS model, count(*) AS n, round(avg((label = target)::INT), 4) AS accuracy
-FROM PREDICT(MODEL digits_mlp, TABLE digits_test)
-UNION ALL
-SELECT 'breast_cancer_logreg', count(*), round(avg((label = target)::INT), 4)
-FROM PREDICT(MODEL breast_cancer_logreg, TABLE breast_cancer_test)
-UNION ALL
-SELECT 'iris_forest', count(*), round(avg((label = target)::INT), 4)
-FROM PREDICT(MODEL iris_forest, TABLE iris_test)
+EVALUATE MODEL digits_mlp ON TABLE digits_test TARGET target;
+EVALUATE MODEL iris_forest ON TABLE iris_test TARGET target;
+-- every evaluation is kept in the catalog: the latest of each model
+SELECT name AS model, rows AS n, round((metrics->>'accuracy')::DOUBLE, 4) AS accuracy
+FROM modelsql.evaluations
+QUALIFY row_number() OVER (PARTITION BY name ORDER BY evaluation DESC) = 1
 ORDER BY model;"""
 
 IRIS_SQL = """\
@@ -423,6 +423,7 @@ def run(database: str, console: Optional[Console] = None) -> None:
         show("Accuracy per digit", _accuracy_sql("digits_mlp", "digits_test"))
         show("Accuracy per class (0 = malignant, 1 = benign)", _accuracy_sql("breast_cancer_logreg", "breast_cancer_test"))
         show("Accuracy per species, joined with a lookup table", IRIS_SQL)
+        show("Evaluating a model: metrics by the task, as scikit-learn computes them", EVALUATE_SQL)
         overall = show("Overall test accuracy", OVERALL_SQL)
         show("Mistakes: predictions joined with the original table", MISTAKES_SQL)
         show("Probabilities are arrays", PROBABILITIES_SQL)
