@@ -114,6 +114,25 @@ def test_regression_metrics_equal_scikit_learn(con):
     assert got["task"] == "regression" and got["rows"] == len(y)
 
 
+def test_a_pipeline_is_evaluated_as_predict_runs_it(con):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = load_iris(return_X_y=True)
+    features = [f"f{i}" for i in range(4)]
+    con.import_pipeline("iris_scaled", make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y),
+                        example_input=x[:2].astype(np.float32), features=features)
+    rows = con.execute("SELECT y, label FROM PREDICT(PIPELINE iris_scaled, TABLE iris)").fetchall()
+    truth, predicted = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    got = _evaluate(con, "EVALUATE PIPELINE iris_scaled ON TABLE iris TARGET y")
+    _close(got, {"accuracy": M.accuracy_score(truth, predicted),
+                 "f1_score": M.f1_score(truth, predicted, average="macro")})
+    kind = con.execute("SELECT kind FROM modelsql.evaluations WHERE evaluation = ?", [got["evaluation"]]).fetchone()
+    assert kind == ("pipeline",)
+    con.execute("DROP PIPELINE iris_scaled")
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'iris_scaled'").fetchone() == (0,)
+
+
 def test_each_evaluation_is_recorded_and_describe_model_shows_the_latest(con):
     before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]
     got = _evaluate(con, "EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE y < 2) TARGET y")
