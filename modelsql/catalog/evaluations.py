@@ -41,9 +41,12 @@ class Evaluations:
         self._catalog = catalog
 
     def add(self, row: EvaluationRow) -> EvaluationRow:
-        """Record ``row``; returns it with its number and time. Runs in the caller's transaction."""
+        """Record ``row``; returns it with its number (from a sequence: two connections recording at once never
+        collide, and a rolled-back record's number is not given again) and time. Runs in the caller's
+        transaction."""
         self._catalog.check_writable()
-        number = self._catalog.query("SELECT coalesce(max(evaluation), 0) + 1 FROM {s}.evaluations")[0][0]
+        sequence = f"{self._catalog.qualified_schema}.evaluation_numbers".replace("'", "''")
+        number = self._catalog.query(f"SELECT nextval('{sequence}')")[0][0]
         now = _dt.datetime.now(_dt.timezone.utc)
         self._catalog.query(
             "INSERT INTO {s}.evaluations (evaluation, kind, name, version, task, target, input, fingerprint, rows, "

@@ -427,6 +427,7 @@ COMMENT ON COLUMN {s}.code_signatures.subject IS 'What was signed, for people: t
 """The code-signature table (schema 8), shared by :data:`DDL` and the migration to version 8."""
 
 EVALUATION_DDL = """
+CREATE SEQUENCE {s}.evaluation_numbers START 1;
 CREATE TABLE {s}.evaluations (
     evaluation   BIGINT PRIMARY KEY,
     kind         VARCHAR NOT NULL CHECK (kind IN ('model', 'pipeline')),

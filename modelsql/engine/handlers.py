@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
 __all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
-           "missing_handlers", "catalog_write", "catalog_write_retrying", "retrying"]
+           "missing_handlers", "catalog_write", "catalog_record", "catalog_write_retrying", "retrying"]
 
 T = TypeVar("T")
 
@@ -127,6 +127,22 @@ def catalog_write(session: Session) -> Iterator[Catalog]:
     with session.catalog.transaction(join=False):
         yield session.catalog
     session.changed()
+
+
+@contextlib.contextmanager
+def catalog_record(session: Session) -> Iterator[Catalog]:
+    """The write of a record that belongs to the statement's transaction, as DML does (EVALUATE's evaluation):
+    raise ``read_only`` on a read-only connection, open the PEP 249 implicit transaction if one is due, and
+    yield the catalog inside it, so the user's COMMIT or ROLLBACK decides (in autocommit, a transaction of
+    its own). Nothing the user did before is committed by it.
+
+    Raises:
+        OperationalError: ``read_only``.
+    """
+    session.check_writable()
+    session.begin_if_needed()
+    with session.catalog.transaction(join=True):
+        yield session.catalog
 
 
 def catalog_write_retrying(session: Session, write: Callable[[], T], attempts: int = 60) -> T:

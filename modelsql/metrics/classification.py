@@ -39,11 +39,13 @@ def _scores(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
 
 
 def default_positive(labels: Sequence[Any]) -> Any:
-    """The positive class of a binary task when none is named: ``1`` (or ``True``) when it is one of the
-    labels, as scikit-learn's ``pos_label=1``; else the last label in sorted order."""
-    for candidate in (1, True):
-        if any(type(label) is type(candidate) and label == candidate for label in labels):
-            return candidate
+    """The positive class of a binary task when none is named: ``1`` for integer classes and ``True`` for
+    booleans, as scikit-learn's ``pos_label=1`` (present or not: rows of one class 0 have no positive one);
+    for text, the last class in sorted order."""
+    if labels and all(isinstance(label, bool) for label in labels):
+        return True
+    if labels and all(isinstance(label, int) and not isinstance(label, bool) for label in labels):
+        return 1
     return sorted(labels)[-1]
 
 

@@ -83,7 +83,7 @@ from modelsql.onnxformat.load import parse_model
 from modelsql.onnxformat.walk import KEY_DIGEST, KEY_ENCODING, elem_name, slots
 from modelsql.storage.blobstore import BlobCorruptError, BlobMissingError
 
-__all__ = ["split_model", "join_model", "stored_tensors", "referenced_digests", "parse_graph",
+__all__ = ["split_model", "join_model", "stored_tensors", "referenced_digests", "parse_graph", "initializer_value",
            "BLOB_LOCATION_PREFIX", "DATA_FIELDS", "REPEATED_FIELDS", "KEY_LOCATION_SET"]
 
 BLOB_LOCATION_PREFIX = "modelsql-blob:"
@@ -354,3 +354,23 @@ def join_model(graph_bytes: Union[bytes, ModelProto], payloads: Mapping[str, byt
                 t.data_location = TensorProto.DEFAULT
             _fill(t, payload, entries[KEY_ENCODING])
     return m
+
+
+def initializer_value(graph: Union[bytes, ModelProto], name: str, payload: bytes) -> np.ndarray:
+    """The value of the stripped initializer ``name`` of a stored graph, from its payload alone (the graph's
+    other tensors are not needed).
+
+    Raises:
+        KeyError: the graph has no stripped initializer ``name``.
+        DataError: ``invalid_onnx`` for an encoding this module does not write.
+    """
+    m = parse_graph(graph)
+    tensor = next((t for t in m.graph.initializer if t.name == name and t.external_data), None)
+    if tensor is None:
+        raise KeyError(name)
+    entries = {e.key: e.value for e in tensor.external_data}
+    out = TensorProto()
+    out.data_type = tensor.data_type
+    out.dims.extend(tensor.dims)
+    _fill(out, payload, entries[KEY_ENCODING])
+    return numpy_helper.to_array(out)

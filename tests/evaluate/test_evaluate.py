@@ -45,7 +45,9 @@ def con(tmp_path_factory):
 
 def _evaluate(con, sql: str) -> dict:
     cur = con.execute(sql)
-    return dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    got = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    con.commit()  # the evaluation is recorded in the connection's transaction
+    return got
 
 
 def _predictions(con, model: str, table: str, target: str, columns: int) -> tuple[np.ndarray, ...]:
@@ -191,3 +193,123 @@ def test_dropping_a_model_drops_its_evaluations(con):
     _evaluate(con, "EVALUATE MODEL short_lived ON TABLE iris TARGET y")
     con.execute("DROP MODEL short_lived")
     assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'short_lived'").fetchone() == (0,)
+
+
+# ---------------------------------------------------------------- what a new user broke (issue 25)
+
+
+def test_the_record_is_part_of_the_users_transaction(con):
+    """EVALUATE commits nothing of the user's: a ROLLBACK discards their change and the evaluation alike."""
+    con.commit()
+    before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]
+    con.execute("DELETE FROM iris WHERE y = 2")
+    con.execute("EVALUATE MODEL iris_lr ON TABLE iris TARGET y")
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0] == before + 1
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM iris").fetchone() == (150,)
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0] == before
+
+
+def test_scores_that_are_not_probabilities_give_no_log_loss_or_roc_auc(con):
+    """A support vector machine without probability estimates outputs margins: not probabilities, so no log loss
+    or ROC AUC (rather than numbers computed as if they were), and no threshold."""
+    from sklearn.svm import SVC
+
+    x, y = load_breast_cancer(return_X_y=True)
+    con.import_model("cancer_svc", SVC().fit(x[:300], y[:300]))
+    got = _evaluate(con, "EVALUATE MODEL cancer_svc ON TABLE cancer TARGET malignant")
+    truth, predicted, _ = _predictions(con, "cancer_svc", "cancer", "malignant", 30)
+    assert got["log_loss"] is None and got["roc_auc"] is None
+    assert got["accuracy"] == pytest.approx(M.accuracy_score(truth, predicted), rel=1e-12)
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("EVALUATE MODEL cancer_svc ON TABLE cancer TARGET malignant WITH (threshold = 0.5)")
+    assert info.value.code == "invalid_option" and "probabilities" in str(info.value)
+    con.rollback()
+
+
+def test_two_connections_evaluating_at_once_both_record(con, tmp_path):
+    import threading
+
+    path = str(tmp_path / "two.duckdb")
+    with modelsql.connect(path) as first:
+        x, y = load_iris(return_X_y=True)
+        _table(first, "iris", x, y)
+        first.import_model("lr", LogisticRegression(max_iter=500).fit(x, y))
+        first.commit()
+    errors: list[BaseException] = []
+
+    def evaluate() -> None:
+        with modelsql.connect(path) as mine:
+            try:
+                for _ in range(4):
+                    mine.execute("EVALUATE MODEL lr ON TABLE iris TARGET y").fetchall()
+                    mine.commit()
+            except BaseException as exc:  # collected: the assertion names it
+                errors.append(exc)
+
+    threads = [threading.Thread(target=evaluate) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    with modelsql.connect(path) as check:
+        assert check.execute("SELECT count(*), count(DISTINCT evaluation) FROM modelsql.evaluations").fetchone() == (
+            12, 12)
+
+
+@pytest.mark.parametrize("sql, says", [
+    ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN f0 > 6 THEN 'nan'::DOUBLE ELSE f1 END AS f1) "
+     "FROM iris) TARGET y", "probabilities is NaN"),
+    ("EVALUATE MODEL diabetes_ridge ON (SELECT * REPLACE (CASE WHEN f0 > 0.05 THEN 'nan'::DOUBLE ELSE y END AS y) "
+     "FROM diabetes) TARGET y", "TARGET or the prediction is NaN"),
+    ("EVALUATE MODEL diabetes_ridge ON (SELECT * REPLACE (CASE WHEN f0 > 0.05 THEN 'inf'::DOUBLE ELSE y END AS y) "
+     "FROM diabetes) TARGET y", "infinite"),
+])
+def test_a_nan_or_infinite_number_is_an_error_not_a_metric(con, sql, says):
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute(sql)
+    assert info.value.code == "not_a_number" and says in str(info.value), str(info.value)
+    con.rollback()
+
+
+def test_a_class_the_model_does_not_know_gives_no_probability_metrics(con):
+    """Rows of a class the model was never trained on: the confusion-based metrics as scikit-learn computes
+    them; log loss and ROC AUC have no probability column for it (scikit-learn refuses them)."""
+    got = _evaluate(con, "EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN y = 2 THEN 7 ELSE y END AS y) "
+                         "FROM iris) TARGET y")
+    assert got["log_loss"] is None and got["roc_auc"] is None and got["labels"] == ["0", "1", "2", "7"]
+
+
+def test_rows_of_one_class_score_the_class_1_as_scikit_learn(con):
+    """Rows of class 0 only, all predicted 0: the positive class of the binary average is still 1 (scikit-learn's
+    pos_label), which no row has, so precision, recall and F1 are 0, not 1."""
+    got = _evaluate(con, "EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE y = 0) TARGET y")
+    assert got["accuracy"] == 1.0 and got["average"] == "macro"  # the model has three classes
+    binary = _evaluate(con, "EVALUATE MODEL cancer_rf ON (SELECT * FROM cancer WHERE malignant = 0 AND f0 > 20) "
+                            "TARGET malignant")
+    assert binary["positive"] == "1" and binary["precision"] == 0.0 and binary["recall"] == 0.0
+
+
+def test_a_boolean_target_of_a_classifier_fitted_on_booleans(con):
+    x, y = load_breast_cancer(return_X_y=True)
+    con.import_model("cancer_bool", LogisticRegression(max_iter=5000).fit(x[:300], y[:300].astype(bool)))
+    got = _evaluate(con, "EVALUATE MODEL cancer_bool ON (SELECT * REPLACE (malignant::BOOLEAN AS malignant) "
+                         "FROM cancer) TARGET malignant")
+    truth, predicted, _ = _predictions(con, "cancer_bool", "cancer", "malignant", 30)
+    assert got["accuracy"] == pytest.approx(M.accuracy_score(truth, predicted), rel=1e-12)
+
+
+def test_a_regressor_refuses_a_classifiers_options_and_far_targets_keep_their_digits(con):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("EVALUATE MODEL diabetes_ridge ON TABLE diabetes TARGET y WITH (average = 'macro')")
+    assert info.value.code == "invalid_option" and "classifier" in str(info.value)
+    con.rollback()
+    rows = con.execute("SELECT y, prediction FROM PREDICT(MODEL diabetes_ridge, (SELECT * REPLACE (y + 1e9 "
+                       "AS y) FROM diabetes), features = (f0, f1, f2, f3, f4, f5, f6, f7, f8, f9))").fetchall()
+    y, p = np.array([r[0] for r in rows]), np.array([r[1] for r in rows], dtype=np.float64)
+    got = _evaluate(con, "EVALUATE MODEL diabetes_ridge ON (SELECT * REPLACE (y + 1e9 AS y) FROM diabetes) TARGET y")
+    assert got["r2_score"] == pytest.approx(M.r2_score(y, p), rel=1e-9)
+    assert got["explained_variance"] == pytest.approx(M.explained_variance_score(y, p), rel=1e-9, abs=1e-9)
+    one = _evaluate(con, "EVALUATE MODEL diabetes_ridge ON (SELECT * FROM diabetes LIMIT 1) TARGET y")
+    assert one["r2_score"] is None  # scikit-learn: not defined for one row (NaN)

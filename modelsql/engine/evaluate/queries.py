@@ -10,8 +10,11 @@ leaving DuckDB); the query aggregates them into what the metrics need, small wha
   per (true class, position, whether the probability reaches it) the counts;
 * regression: the sums of the errors, their median and the variances.
 
-Every query also counts the rows whose target is NULL and fingerprints the rows read (the sum of their
-hashes). The metrics' definitions are :mod:`modelsql.metrics`'.
+Every query also counts the rows whose target is NULL, those with a number that is not one (NaN or infinite:
+a target or prediction of a regressor, a classifier's probability) and fingerprints the rows read (the sum of
+their hashes); a classifier's query gives its probabilities' range (probabilities lie in [0, 1]; scores that
+do not, such as a support vector machine's margins, give no log loss or ROC AUC). The metrics' definitions are
+:mod:`modelsql.metrics`'.
 """
 
 from __future__ import annotations
@@ -35,29 +38,39 @@ class Predicted:
     prediction: str
     probabilities: Optional[str]
     input_columns: Sequence[str]
+    target_cast: str = ""
 
-    def cte(self, target_cast: str = "") -> str:
+    def cte(self, cast: str = "") -> str:
+        """The materialized predictions: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each
+        cast to ``cast`` when given; a target read as a class label of integers is cast to BIGINT), ``h`` a
+        hash of the input row."""
         probabilities = f", {self.probabilities}::DOUBLE[] AS s" if self.probabilities else ""
         fingerprint = f"hash({', '.join(self.input_columns)})" if self.input_columns else "0"
-        return (f"WITH __msql_eval AS MATERIALIZED (SELECT {self.target}{target_cast} AS t, "
-                f"{self.prediction}{target_cast} AS p{probabilities}, {fingerprint} AS h FROM {self.predict_sql})")
+        target = f"{self.target}{cast or self.target_cast}"
+        return (f"WITH __msql_eval AS MATERIALIZED (SELECT {target} AS t, "
+                f"{self.prediction}{cast} AS p{probabilities}, {fingerprint} AS h FROM {self.predict_sql})")
 
 
 _COMMON = ("(SELECT count(*) FROM __msql_eval) AS n, "
            "(SELECT count(*) FROM __msql_eval WHERE t IS NULL) AS null_targets, "
-           "(SELECT coalesce(sum(h::HUGEINT), 0) % 18446744073709551616 FROM __msql_eval)::UBIGINT AS fingerprint")
+           "(SELECT coalesce(sum(h::HUGEINT), 0) % 18446744073709551616 FROM __msql_eval)::UBIGINT AS fingerprint, "
+           "(SELECT count(*) FROM __msql_eval WHERE {not_numbers}) AS not_numbers")
+_NOT_A_NUMBER = "isnan({0}) OR isinf({0})"
 
 
 def classification_sql(predicted: Predicted, threshold: Optional[float]) -> str:
-    """The query of a classifier: one row ``(n, null_targets, fingerprint, confusion, positions, ranks,
-    thresholded)``; the last three NULL without probabilities (``thresholded`` also without a threshold). A
+    """The query of a classifier: one row ``(n, null_targets, fingerprint, not_numbers, confusion, positions,
+    ranks, thresholded, lowest, highest)``; the last five NULL without probabilities (``thresholded`` also
+    without a threshold; ``lowest`` and ``highest`` are the probabilities' range). A
     row's rank by a position's probability is the average of its tied rows' ranks: (the first rank of the
     ties + their last) / 2, the last being the count of rows up to the ties (the window's default frame)."""
-    parts = [_COMMON,
+    not_numbers = ("list_bool_or(list_transform(s, x -> " + _NOT_A_NUMBER.format("x") + "))"
+                   if predicted.probabilities is not None else "false")
+    parts = [_COMMON.format(not_numbers=not_numbers),
              "(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
              "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion"]
     if predicted.probabilities is None:
-        parts += ["NULL AS positions", "NULL AS ranks", "NULL AS thresholded"]
+        parts += ["NULL AS positions", "NULL AS ranks", "NULL AS thresholded", "NULL AS lowest", "NULL AS highest"]
         return f"{predicted.cte()} SELECT {', '.join(parts)}"
     parts += [
         "(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, count(*) AS n "
@@ -68,6 +81,7 @@ def classification_sql(predicted: Predicted, threshold: Optional[float]) -> str:
         ("(SELECT list({'t': t, 'i': i, 'hit': hit, 'n': n}) FROM (SELECT t, i, x >= " + repr(threshold)
          + " AS hit, count(*) AS n FROM __msql_positions GROUP BY ALL)) AS thresholded")
         if threshold is not None else "NULL AS thresholded",
+        "(SELECT min(list_min(s)) FROM __msql_eval) AS lowest", "(SELECT max(list_max(s)) FROM __msql_eval) AS highest",
     ]
     ranked = (", __msql_positions AS (SELECT t, unnest(s) AS x, unnest(range(1, len(s) + 1)) AS i FROM __msql_eval "
               "WHERE t IS NOT NULL), __msql_ranked AS (SELECT t, i, x, (rank() OVER w + count(*) OVER w) / 2.0 AS r FROM __msql_positions "
@@ -76,12 +90,17 @@ def classification_sql(predicted: Predicted, threshold: Optional[float]) -> str:
 
 
 def regression_sql(predicted: Predicted) -> str:
-    """The query of a regressor: one row ``(n, null_targets, fingerprint, abs_error_sum, squared_error_sum,
-    median_abs_error, target_var_pop, error_var_pop)`` over the rows with a target."""
+    """The query of a regressor: one row ``(n, null_targets, fingerprint, not_numbers, abs_error_sum,
+    squared_error_sum, median_abs_error, target_var_pop, error_var_pop)`` over the rows with a target; the
+    variances are taken about means computed first (two passes over the materialized predictions, as
+    scikit-learn's ``np.average((y - y.mean()) ** 2)``: no cancellation for targets far from zero)."""
     where = "FROM __msql_eval WHERE t IS NOT NULL"
-    return (f"{predicted.cte('::DOUBLE')} SELECT {_COMMON}, "
+    centred = f"FROM __msql_eval, (SELECT avg(t) AS mt, avg(t - p) AS md {where}) WHERE t IS NOT NULL"
+    not_numbers = f"{_NOT_A_NUMBER.format('t')} OR {_NOT_A_NUMBER.format('p')}"
+    return (f"{predicted.cte('::DOUBLE')} SELECT {_COMMON.format(not_numbers=not_numbers)}, "
             f"(SELECT sum(abs(t - p)) {where}), (SELECT sum((t - p) * (t - p)) {where}), "
-            f"(SELECT median(abs(t - p)) {where}), (SELECT var_pop(t) {where}), (SELECT var_pop(t - p) {where})")
+            f"(SELECT median(abs(t - p)) {where}), (SELECT avg((t - mt) * (t - mt)) {centred}), "
+            f"(SELECT avg((t - p - md) * (t - p - md)) {centred})")
 
 
 def as_dicts(value: Any) -> list[dict[str, Any]]:
@@ -111,18 +130,25 @@ def confusion_matrix(confusion: list[dict[str, Any]], labels: Sequence[Any]) -> 
     return out
 
 
-def positions_of(labels: Sequence[Any], positions: list[dict[str, Any]], width: int) -> Optional[dict[Any, int]]:
-    """Which probability position (1-based) is each class: the sorted classes when the rows show as many as
-    there are positions (scikit-learn's ``classes_`` order), else each predicted class's most frequent
-    arg-max position; None when a class of the rows has none."""
-    if len(labels) == width:
-        return {label: k + 1 for k, label in enumerate(labels)}
+def positions_of(labels: Sequence[Any], positions: list[dict[str, Any]], width: int,
+                 classes: Optional[Sequence[Any]]) -> Optional[dict[Any, int]]:
+    """Which probability position (1-based) is each class of the rows: the model's own ``classes`` when its
+    graph names them (scikit-learn's ``classes_`` order); else each class's most frequent arg-max position
+    among the rows predicted as it, or the sorted classes when every class of the rows is predicted, as many as
+    there are positions, and the arg-max positions agree. None when a class of the rows has no position (a
+    class the model does not know, or one it never predicts with its classes unknown)."""
+    if classes is not None and len(classes) == width:
+        where = {label: k + 1 for k, label in enumerate(classes)}
+        return where if all(label in where for label in labels) else None
     best: dict[Any, tuple[int, int]] = {}
     for entry in positions:
         if entry["p"] is not None and entry["n"] > best.get(entry["p"], (0, 0))[0]:
             best[entry["p"]] = (int(entry["n"]), int(entry["i"]))
     found = {label: i for label, (_, i) in best.items()}
-    return found if all(label in found for label in labels) else None
+    if not all(label in found for label in labels):
+        return None
+    ordered = {label: k + 1 for k, label in enumerate(labels)}
+    return ordered if len(labels) == width and found == ordered else found
 
 
 def log_loss(ranks: list[dict[str, Any]], where: dict[Any, int], rows: int) -> float:

@@ -17,15 +17,19 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sqlglot import exp
 
+import onnx
+
 from modelsql import sql as msql
+from modelsql.analyses.class_labels import class_labels, label_table
 from modelsql.catalog.entries import ModelVersion
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.errors import DataError, ProgrammingError, did_you_mean
+from modelsql.onnxformat.split import initializer_value
 from modelsql.metrics import classification_metrics, default_positive, regression_metrics
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.predict import PredictTable
 from modelsql.engine.evaluate import queries
-from modelsql.engine.handlers import catalog_write, handles
+from modelsql.engine.handlers import catalog_record, handles
 from modelsql.engine.options.declared import EVALUATE
 from modelsql.engine.options.schema import OptionValues, option_error
 from modelsql.engine.query.handler import run_query
@@ -45,7 +49,8 @@ _VECTOR = re.compile(r"^(FLOAT|DOUBLE)\[(\d*)\]$")
 @dataclass(frozen=True)
 class EvaluatePlan:
     """A bound EVALUATE: the version (``kind`` ``"model"`` / ``"pipeline"``), the task, the columns read and
-    the options after defaults (``average`` and ``positive`` decided once the classes are known)."""
+    the options after defaults (``average`` and ``positive`` decided once the classes are known), and the
+    classes the model's graph names, in its probabilities' order (None when it names none)."""
 
     kind: str
     name: str
@@ -55,6 +60,7 @@ class EvaluatePlan:
     input_text: str
     predicted: queries.Predicted
     options: OptionValues
+    classes: Optional[list[Any]] = None
 
 
 def _where(stmt: EvaluateModel) -> str:
@@ -107,8 +113,11 @@ def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], t
     return None
 
 
-def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]], target_type: str) -> tuple[str, str, Optional[str]]:
-    """``(task, prediction SQL, probabilities SQL or None)`` from the PREDICT's output columns.
+def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
+                target_type: str) -> tuple[str, str, Optional[str], str]:
+    """``(task, prediction SQL, probabilities SQL or None, the target's cast)`` from the PREDICT's output
+    columns (a BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
+    booleans predicts).
 
     Raises:
         ProgrammingError: ``invalid_target``: a prediction of no class and no number, or a TARGET whose type
@@ -121,15 +130,16 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]], target_type
     if kind in ("FLOAT", "DOUBLE") or (vector and vector.group(2) == "1"):
         if not _NUMBER.match(target_type):
             raise _bad_target(stmt, f"the model predicts numbers ({name} {kind}), but TARGET is {target_type}")
-        return "regression", column + ("[1]" if vector else ""), None
+        return "regression", column + ("[1]" if vector else ""), None, ""
     if not (_INTEGER.match(kind) or kind in ("VARCHAR", "BOOLEAN")):
         raise _bad_target(stmt, f"the model's prediction {name} is {kind}: neither a class label nor a number")
-    if _family(kind) != _family(target_type):
+    cast = "::BIGINT" if _INTEGER.match(kind) and target_type == "BOOLEAN" else ""
+    if _family(kind) != _family(target_type) and not cast:
         raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
                                 f"{target_type}")
     probabilities = next((n for n, t in outputs if n != name and _VECTOR.match(t)), None)
     return "classification", column, (exp.to_identifier(probabilities, quoted=True).sql("duckdb")
-                                      if probabilities else None)
+                                      if probabilities else None), cast
 
 
 def _family(sql_type: str) -> str:
@@ -160,14 +170,41 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     predict_sql = predict.sql(dialect=msql.DIALECT)
     predicted_columns = _columns(session, f"SELECT * FROM {predict_sql}", params)
     inputs = {n for n, _ in columns}
-    task, prediction, probabilities = _prediction(stmt, [c for c in predicted_columns if c[0] not in inputs],
-                                                  target_type)
+    task, prediction, probabilities, cast = _prediction(stmt, [c for c in predicted_columns if c[0] not in inputs],
+                                                        target_type)
+    _check_task_options(stmt, task, options)
     quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  probabilities, quoted)
+                                  probabilities, quoted, cast)
     text = source.sql(dialect=msql.DIALECT)
+    classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
-                        f"TABLE {text}" if isinstance(source, exp.Table) else text, predicted, options)
+                        f"TABLE {text}" if isinstance(source, exp.Table) else text, predicted, options, classes)
+
+
+def _check_task_options(stmt: EvaluateModel, task: str, options: OptionValues) -> None:
+    """A classifier's options given to a regressor are an error, not silently ignored."""
+    if task == "regression":
+        given = next((k for k in ("average", "positive", "threshold") if options[k] is not None), None)
+        if given is not None:
+            raise option_error(given, f"{_where(stmt)} option {given} applies to a classifier; the model predicts "
+                                      "numbers.")
+
+
+def _model_classes(session: Session, entry: Any) -> Optional[list[Any]]:
+    """The classes a classifier names in its graph, in its probabilities' order: a classifier node's labels,
+    else the table its label is gathered from (one tensor read from the store); None when it names none."""
+    if not isinstance(entry, ModelVersion) or entry.kind == "python":
+        return None
+    graph = session.store.get(entry.graph_digest)
+    proto = onnx.ModelProto.FromString(graph)
+    named = class_labels(proto)
+    table = label_table(proto) if named is None else None
+    stored = next((t for t in entry.tensors if t.name == table), None) if table is not None else None
+    if stored is None:
+        return named
+    values = initializer_value(graph, stored.name, session.store.get(stored.digest))
+    return [v.decode("utf-8") if isinstance(v, bytes) else v.item() for v in values.ravel()]
 
 
 # ---------------------------------------------------------------- running
@@ -189,7 +226,12 @@ def _run(plan: EvaluatePlan, session: Session, params: list) -> tuple[Any, ...]:
     return tuple(row)
 
 
-def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets: int) -> None:
+def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets: int, not_numbers: int) -> None:
+    if not_numbers:
+        what = "the TARGET or the prediction" if plan.task == "regression" else "the model's probabilities"
+        raise DataError(f"{_where(stmt)}: {what} is NaN or infinite in {not_numbers} of {rows} rows (a NaN or "
+                        "infinite feature gives a NaN prediction): filter them out in the input.",
+                        code="not_a_number")
     if null_targets:
         raise DataError(f"{_where(stmt)}: TARGET {plan.target} is NULL in {null_targets} of {rows} rows: every "
                         "row evaluated needs its true value (filter them out in the input).", code="null_target")
@@ -198,14 +240,16 @@ def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets
 
 
 def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tuple[str, Any]:
-    """The ``average`` and the positive class, the options' or their defaults, checked against the classes."""
-    average = plan.options["average"] or ("binary" if len(labels) <= 2 else "macro")
+    """The ``average`` and the positive class, the options' or their defaults (from the model's classes when
+    its graph names them, else the rows'), checked against the classes."""
+    known = plan.classes if plan.classes is not None else labels
+    average = plan.options["average"] or ("binary" if len(known) <= 2 and len(labels) <= 2 else "macro")
     if average == "binary" and len(labels) > 2:
         raise option_error("average", f"{_where(stmt)} option average is 'binary' but the rows have {len(labels)} "
                                       f"classes: use 'macro', 'weighted' or 'micro'.")
     positive = plan.options["positive"]
     if positive is None:
-        positive = default_positive(labels)
+        positive = default_positive(known)
     elif not any(type(label) is type(positive) and label == positive for label in labels):
         raise option_error("positive", f"{_where(stmt)} option positive is {positive!r}, not a class of the rows "
                                        f"(classes: {', '.join(map(repr, labels))}).")
@@ -216,16 +260,18 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
 
 
 def _classification(stmt: EvaluateModel, plan: EvaluatePlan, row: tuple[Any, ...]) -> dict[str, Any]:
-    confusion, positions, ranks = (queries.as_dicts(v) for v in row[3:6])
+    confusion, positions, ranks = (queries.as_dicts(v) for v in row[4:7])
     labels = queries.labels_of(confusion)
     average, positive = _classes(stmt, plan, labels)
     width = max((int(e["i"]) for e in ranks), default=0)
-    where = queries.positions_of(labels, positions, width) if ranks else None
+    lowest, highest = row[8], row[9]
+    probabilities = bool(ranks) and lowest is not None and lowest >= 0.0 and highest <= 1.0
+    where = queries.positions_of(labels, positions, width, plan.classes) if probabilities else None
     if plan.options["threshold"] is not None:
         if where is None:
             raise option_error("threshold", f"{_where(stmt)} option threshold needs the model's probabilities of "
-                                            "each class.")
-        confusion = queries.thresholded_confusion(queries.as_dicts(row[6]), labels, positive, where)
+                                            "each class (values in [0, 1], each class's column known).")
+        confusion = queries.thresholded_confusion(queries.as_dicts(row[7]), labels, positive, where)
     matrix = queries.confusion_matrix(confusion, labels)
     metrics: dict[str, Any] = classification_metrics(matrix, labels, average, positive)
     rows = int(row[0])
@@ -237,7 +283,7 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan, row: tuple[Any, ...
 
 
 def _regression(row: tuple[Any, ...]) -> dict[str, Any]:
-    rows, _, _, abs_sum, squared_sum, median_abs, target_var, error_var = row
+    rows, _, _, _, abs_sum, squared_sum, median_abs, target_var, error_var = row
     return regression_metrics(rows=int(rows), abs_error_sum=float(abs_sum), squared_error_sum=float(squared_sum),
                               median_abs_error=float(median_abs), target_var_pop=float(target_var),
                               error_var_pop=float(error_var))
@@ -273,10 +319,10 @@ def _evaluate(stmt: EvaluateModel, session: Session, params: list) -> Result:
     plan = bind_evaluate(stmt, session, params)
     row = _run(plan, session, params)
     rows, null_targets, fingerprint = int(row[0]), int(row[1]), int(row[2])
-    _check_rows(stmt, plan, rows, null_targets)
+    _check_rows(stmt, plan, rows, null_targets, int(row[3]))
     metrics = _regression(row) if plan.task == "regression" else _classification(stmt, plan, row)
     options = {k: v for k, v in plan.options.items() if v is not None}
-    with catalog_write(session) as catalog:
+    with catalog_record(session) as catalog:  # in the user's transaction: their ROLLBACK discards it too
         record = catalog.evaluations.add(EvaluationRow(
             plan.kind, plan.name, plan.version, plan.task, plan.target, plan.input_text,
             f"{rows}:{fingerprint:016x}", rows, metrics, options))
