@@ -28,7 +28,7 @@ from modelsql.engine.query import cost
 from modelsql.engine.handlers import handles, run_default
 from modelsql.engine.query.bind_routed import ROUTE_INPUT
 from modelsql.engine.query.plan import PredictScan, QueryPlan
-from modelsql.engine.query.handler import run_query
+from modelsql.engine.query_handler import run_query
 from modelsql.engine.profile.run_traces import record_query_traces
 from modelsql.engine.result import Result
 from modelsql.engine.tune.statements import explain_tune

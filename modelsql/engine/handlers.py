@@ -9,7 +9,7 @@ or one of sqlglot's) and whether it leaves every cached plan valid::
 
 :func:`run_statement` dispatches on the node's class (its nearest registered base class: a DuckDB query
 that contains ``PREDICT`` is claimed by no node of ours and goes to the query handler, registered for
-``exp.Expression`` by :mod:`modelsql.engine.query.handler`). :func:`reads_only` tells the session whether a
+``exp.Expression`` by :mod:`modelsql.engine.query_handler`). :func:`reads_only` tells the session whether a
 statement can change what cached plans depend on. :func:`missing_handlers` names the statement nodes with no
 handler of their own; the session checks it when it imports the handler modules, so a statement without a
 handler fails at the first model statement, naming it, never as an ``InternalError`` when it is run.

@@ -32,7 +32,7 @@ from modelsql import sql as msql
 from modelsql.catalog import Catalog
 from modelsql.catalog.entries import RoutedModels
 from modelsql.duckdb_errors import translate
-from modelsql.errors import Error, InternalError, OperationalError, ProgrammingError, excerpt, position_of
+from modelsql.errors import Error, InternalError, OperationalError, ProgrammingError
 from modelsql.sql.registry import STATEMENT_NODES
 from modelsql.storage import BlobStore
 from modelsql.storage.files import os_error
@@ -43,6 +43,7 @@ from modelsql.engine import handlers
 from modelsql.engine.handlers import run_statement
 from modelsql.engine.plan_cache import PlanCache, bump, database_key, generation
 from modelsql.engine.result import Result
+from modelsql.engine.query import catalog_entries
 
 _NO_RESULT_TYPES = {
     "CREATE", "DROP", "ALTER", "TRANSACTION", "SET", "VARIABLE_SET", "ATTACH", "DETACH", "LOAD",
@@ -110,12 +111,6 @@ class Session:
     def database_key(self) -> str:
         """What names the session's database process-wide (see :func:`~modelsql.engine.plan_cache.database_key`)."""
         return self._database_key
-
-    def costs(self):
-        """The learned cost model the planner asks (:func:`~modelsql.engine.profile.fit_cost_model.costs_for`)."""
-        from modelsql.engine.profile.fit_cost_model import costs_for  # cost_model reaches ddl, which reaches the session's handlers
-
-        return costs_for(self)
 
     # ------------------------------------------------------------ transactions
 
@@ -220,7 +215,7 @@ class Session:
         key = PlanCache.key(text, params, self.optimize)
         entry = self.plans.get(key, self.generation(), params)
         if entry is not None:
-            from modelsql.engine.query.handler import run_cached
+            from modelsql.engine.query_handler import run_cached
 
             self.text, self.qmark_style = entry.text, entry.qmark_style
             return run_cached(entry, self, params or [])
@@ -384,77 +379,22 @@ class Session:
     # ------------------------------------------------------------ errors
 
     def pointed(self, err: Error, ref: Optional[exp.Expression]) -> Error:
-        """``err`` with a ``LINE n:`` excerpt under the model name of ``ref`` (unless it has a position);
-        ``dbapi.point_into`` then sets ``.line``/``.column`` in the user's own text."""
-        start = ref.this.meta.get("start") if ref is not None and ref.this is not None else None
-        text = self.text
-        if err.line is not None or start is None or not text or "\nLINE " in str(err):
-            return err
-        assert ref is not None  # start is None without it
-        line, column = position_of(text, start)
-        return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
+        """``err`` with a ``LINE n:`` excerpt under the name ``ref`` holds (:func:`catalog_entries.pointed`)."""
+        return catalog_entries.pointed(self.text, err, ref)
 
     def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,
                   pipeline: bool = False, models: Optional[dict] = None):
-        """The catalog entry (a model version, or with ``pipeline`` a pipeline version); a lookup
-        error points at the name in the statement text. ``models``: step model versions already read
-        by this statement (see :meth:`~modelsql.catalog.pipelines.Pipelines.get`)."""
-        try:
-            if pipeline:
-                return self.catalog.pipelines.get(name, version, models=models)
-            return self.catalog.get(name, version)
-        except Error as err:
-            raise self.pointed(err, ref) from None
+        """The catalog entry (a model version, or with ``pipeline`` a pipeline version); a lookup error points
+        at the name in the statement text (:func:`catalog_entries.entry_of`)."""
+        return catalog_entries.entry_of(self, name, version, ref, pipeline=pipeline, models=models)
 
     def get_model_set(self, node) -> "RoutedModels":
-        """The :class:`~modelsql.catalog.entries.RoutedModels` of a ``MODELS (...) ROUTE BY c`` /
-        ``MODELS FAMILY f ROUTE BY c`` node; errors point at the node in the statement text.
-
-        Raises:
-            ProgrammingError: a member does not exist (``model_not_found``), the family does not
-                (``family_not_found``), a model is listed twice (``duplicate_model``), or the members
-                differ in inputs, outputs or features (``model_set_mismatch``, naming the member).
-        """
-        try:
-            family = node.args.get("family")
-            if family is not None:
-                members = tuple(self.catalog.get(n) for n in self.catalog.families.members(family.name))
-            else:
-                members = tuple(self.catalog.get(r.model_name, r.version_number) for r in node.expressions)
-            return routed_models(members, node.args["route"].name, family.name if family is not None else None)
-        except Error as err:
-            raise self.pointed(err, node) from None
-
-
-def routed_models(members: tuple, route: str, family: Optional[str]) -> RoutedModels:
-    """Check that ``members`` can share one binding (see :meth:`Session.get_model_set`)."""
-    seen = set()
-    for m in members:
-        if m.name in seen:
-            raise ProgrammingError(f'Model "{m.name}" is listed twice in MODELS (...): each row names its model '
-                                   "by name, so each model may appear once.", code="duplicate_model")
-        seen.add(m.name)
-    first = members[0]
-    for m in members[1:]:
-        for what, a, b in (("inputs", first.inputs, m.inputs), ("outputs", first.outputs, m.outputs),
-                           ("features", first.features, m.features)):
-            if a != b:
-                raise ProgrammingError(
-                    f'MODELS (...): model "{m.name}" has other {what} than model "{first.name}" '
-                    f"({_specs_text(b)} against {_specs_text(a)}); routed models must share one signature.",
-                    code="model_set_mismatch")
-    return RoutedModels(members, route, family)
-
-
-def _specs_text(specs) -> str:
-    if specs is None:
-        return "none"
-    return ", ".join(getattr(s, "name", str(s)) + (f": {s.elem_type}{list(s.shape or [])}" if hasattr(s, "elem_type")
-                                                   else "") for s in specs)
+        """The members of a routed ``MODELS (...) ROUTE BY c`` (:func:`catalog_entries.model_set_of`)."""
+        return catalog_entries.model_set_of(self, node)
 
 
 HANDLER_MODULES = (
-    "modelsql.engine.query.handler", "modelsql.engine.explain", "modelsql.engine.models.statements",
+    "modelsql.engine.query_handler", "modelsql.engine.explain", "modelsql.engine.models.statements",
     "modelsql.engine.models.trainables", "modelsql.engine.models.trust_statement",
     "modelsql.engine.pipelines.statements", "modelsql.engine.serve.statements", "modelsql.engine.tune.statements",
     "modelsql.engine.profile.statements", "modelsql.engine.profile.compile", "modelsql.engine.finetune.statement",

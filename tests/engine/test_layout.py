@@ -112,7 +112,7 @@ def test_the_pure_libraries_never_import_the_catalog(room) -> None:
 
 
 @pytest.mark.parametrize("room, above", [
-    ("engine/query", FAMILIES + ("modelsql.engine.session", "modelsql.engine.explain")),
+    ("engine/query", FAMILIES + ("modelsql.engine.session", "modelsql.engine.explain", "modelsql.engine.query_handler")),
     ("engine/artifacts", FAMILIES + ("modelsql.engine.session", "modelsql.engine.explain", "modelsql.engine.query")),
     ("engine", ("modelsql.client",)),
 ])

@@ -165,7 +165,7 @@ def test_the_backend_rule_needs_a_clear_gain(lin):
 
     lin.execute("COMPILE MODEL lin FOR 'llvm'")
     session = lin._session
-    from modelsql.engine.query.handler import plan_query
+    from modelsql.engine.query_handler import plan_query
     from modelsql.sql import parse
 
     scan = plan_query(parse("SELECT * FROM PREDICT(MODEL lin, TABLE t)")[0], session, []).scans[0]

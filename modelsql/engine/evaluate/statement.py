@@ -32,7 +32,7 @@ from modelsql.engine.evaluate import queries
 from modelsql.engine.handlers import catalog_record, handles
 from modelsql.engine.options.declared import EVALUATE
 from modelsql.engine.options.schema import OptionValues, option_error
-from modelsql.engine.query.handler import run_query
+from modelsql.engine.query_handler import run_query
 from modelsql.engine.result import Result
 from modelsql.engine.training_features import feature_option, input_keys, training_features
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
@@ -26,26 +25,20 @@ import onnx
 
 from modelsql.catalog.traces import CostModelFit
 from modelsql.costmodel.evaluate import median_relative_error, within
-from modelsql.costmodel.features import FEATURES, Config, model_features, row
+from modelsql.costmodel.features import FEATURES, model_features
 from modelsql.costmodel.mantis import CostModel
 from modelsql.errors import Error
-from modelsql.engine.query.learned_costs import NO_COSTS, Costs, merged_static
+from modelsql.engine.query.learned_costs import COST_MODEL, MIN_TRACES, feature_row, merged_static
 from modelsql.engine.handlers import catalog_write
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["COST_MODEL", "MIN_TRACES", "retrain", "costs_for", "trace_features", "feature_row"]
+__all__ = ["COST_MODEL", "MIN_TRACES", "retrain", "trace_features", "feature_row"]
 
-COST_MODEL = "modelsql_cost"
-"""The catalog model the cost model is stored as."""
-MIN_TRACES = 8
-"""Traces needed before a cost model is fitted (fewer leave most terms unidentified)."""
 FOLDS = 5
 """Cross-validation folds of the held-out score."""
 
-_CACHE: dict = {}
-_LOCK = threading.Lock()
 
 
 def trace_features(proto: onnx.ModelProto, batch_size: int, *, backend: str, threads: int, device: str = "cpu",
@@ -59,16 +52,6 @@ def trace_features(proto: onnx.ModelProto, batch_size: int, *, backend: str, thr
         static = merged_static(static, merge_factor)
     return dict(static, batch_size=batch_size, backend=backend, device=device,
                 threads=threads, merge_factor=merge_factor)
-
-
-def feature_row(features: dict) -> dict:
-    """The cost model's input row (:func:`~modelsql.costmodel.features.row`) of a trace's ``features``."""
-    static = {k: v for k, v in features.items()
-              if k not in ("batch_size", "backend", "device", "threads", "merge_factor")}
-    config = Config(batch_size=int(features["batch_size"]), backend=features["backend"],
-                    threads=int(features["threads"]), merge_factor=int(features.get("merge_factor", 1)),
-                    device=features.get("device", "cpu"))
-    return row(static, config)
 
 
 def _training_set(session: Session) -> tuple[list[dict], list[float], list[tuple], int]:
@@ -148,53 +131,3 @@ def retrain(session: Session) -> Optional[CostModelFit]:
     with catalog_write(session) as catalog:
         catalog.traces.add_fit(fit)
     return fit
-
-
-def describe_fit(fit: CostModelFit) -> str:
-    """``cost model modelsql_cost version 3 (120 traces; 71% of held-out traces within 10%, median error 6%;
-    noise ceiling 80%)``."""
-    parts = [f"{fit.traces} traces"]
-    if fit.within_10pct is not None:
-        parts.append(f"{fit.within_10pct:.0%} of held-out traces within 10%, median error {fit.median_rel_error:.0%}")
-    if fit.noise_ceiling is not None:
-        parts.append(f"noise ceiling {fit.noise_ceiling:.0%}")
-    return f"cost model {COST_MODEL} version {fit.version} ({'; '.join(parts)})"
-
-
-def costs_for(session: Session) -> Costs:
-    """The planner's :class:`~modelsql.engine.query.learned_costs.Costs` of the session's catalog: its latest fit, or
-    :data:`~modelsql.engine.query.learned_costs.NO_COSTS` (no fit, or no catalog yet)."""
-    if not session.catalog.present:
-        return NO_COSTS
-    key = (session.database_key, session.generation())
-    with _LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-    fit = session.catalog.traces.latest_fit()
-    if fit is not None:
-        costs = _costs(fit, session.store, session.catalog.traces.merged_before(fit.last_trace))
-    else:
-        n = session.catalog.traces.count()
-        costs = NO_COSTS if not n else Costs(
-            source=f"defaults: {n} trace{'s' if n != 1 else ''}, no cost model fitted (PROFILE fits one from "
-                   f"{MIN_TRACES})")
-    with _LOCK:
-        if len(_CACHE) > 64:
-            _CACHE.clear()
-        _CACHE[key] = costs
-    return costs
-
-
-def _costs(fit: CostModelFit, store, merged: bool) -> Costs:
-    model = CostModel.from_json(fit.spec)
-    known = set(model.targets)
-
-    def predict(features: list[dict]) -> list:
-        if any(f"{f['backend']}_{f.get('device', 'cpu')}" not in known for f in features):
-            raise LookupError("no traces of that backend")
-        return list(model.predict([feature_row(f) for f in features]))
-
-    accuracy = describe_fit(fit)
-    return Costs(predict=predict, store=store, source=accuracy, merge_traces=merged,
-                 confidence=(f"{fit.within_10pct:.0%} of held-out traces within 10%"
-                             if fit.within_10pct is not None else "not cross-validated (too few traces)"))

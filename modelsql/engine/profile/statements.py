@@ -38,7 +38,7 @@ from modelsql.engine.profile.fit_cost_model import retrain, trace_features
 from modelsql.engine.artifacts.merge_gain import CONV_MAX_ROWS
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options.declared import PROFILE
-from modelsql.engine.query.handler import run_query
+from modelsql.engine.query_handler import run_query
 from modelsql.engine.result import Result
 from modelsql.engine.profile.run_traces import run_trace_rows
 

@@ -28,6 +28,8 @@ from modelsql.catalog.entries import ModelVersion, PipelineVersion, RoutedModels
 from modelsql.sql.grammar import ModelRef
 from modelsql.sql.predict import ModelSet, PredictTable
 from modelsql.engine.artifacts import compiled
+from modelsql.engine.query.catalog_entries import entry_of, model_set_of, pointed
+from modelsql.engine.query.learned_costs import costs_for
 from modelsql.engine.query.bind_predict import Column, PredictModel, bind_predict, parse_options, quote
 from modelsql.engine.query.bind_routed import bind_routed
 from modelsql.engine.query.column_names import name_columns
@@ -62,10 +64,10 @@ def bind_query(stmt: exp.Expression, session: PlanningContext, params: list[obje
         try:
             scan = bind_scan(p, i, params, session, scans, used)
         except Error as err:
-            raise session.pointed(correlated(err, p) or err, p.this) from None
+            raise pointed(session.text, correlated(err, p) or err, p.this) from None
         scans.append(scan)
         p.replace(ScanRef(this=exp.Literal.number(i)))
-    return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt), costs=session.costs())
+    return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt), costs=costs_for(session))
 
 
 def _programs(mv: PredictModel) -> list[ModelVersion]:
@@ -83,9 +85,9 @@ def bind_scan(p: PredictTable, index: int, params: list[object], session: Planni
     ref = p.this
     mv: PredictModel
     if isinstance(ref, ModelSet):
-        mv = session.get_model_set(ref)
+        mv = model_set_of(session, ref)
     else:
-        mv = session.get_model(ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
+        mv = entry_of(session, ref.model_name, ref.version_number, ref, pipeline=bool(ref.args.get("pipeline")))
     for program in _programs(mv):  # trusted and unchanged, refused now, before anything runs (the transaction stays usable)
         check_source(session, program)
     no_repeats(p.args.get("options"), f"PREDICT({mv.ref_sql})")

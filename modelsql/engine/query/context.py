@@ -1,30 +1,26 @@
-"""What the query package may ask of the statement's session: :class:`PlanningContext` for binding, the
-rules' inputs and physical lowering, :class:`QueryRunner` for the query handler that runs the plan.
+"""What the query package may read of the statement's session: :class:`PlanningContext`, for binding, the
+rules' inputs and physical lowering. Attributes only: the package calls no method of the session (the
+catalog entries a statement names are looked up by :mod:`.catalog_entries`, the learned costs loaded by
+:func:`.learned_costs.costs_for`), so nothing in it calls back up into the statement loop.
 
 The query package never imports the session (``tests/engine/test_layout.py``): it is handed an object
-that satisfies these protocols (:class:`modelsql.engine.session.Session` does, and mypy checks the query
-package against them, not against the session's other members). A planning context is also the
+that satisfies this protocol (:class:`modelsql.engine.session.Session` does, and mypy checks the query
+package against it, not against the session's other members). A planning context is also the
 :class:`~modelsql.engine.artifacts.context.ArtifactContext` binding and lowering hand to the artifacts package
 (a Python program's source and a TVM library checked for trust, sessions loaded, merged graphs built).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from modelsql.engine.artifacts.context import ArtifactContext
 
 if TYPE_CHECKING:
     import duckdb
-    from sqlglot import exp
 
-    from modelsql.catalog.entries import ModelVersion, PipelineVersion, RoutedModels
-    from modelsql.engine.plan_cache import PlanCache
-    from modelsql.engine.query.learned_costs import Costs
-    from modelsql.engine.result import Result
-    from modelsql.errors import Error
 
-__all__ = ["PlanningContext", "QueryRunner"]
+__all__ = ["PlanningContext"]
 
 
 class PlanningContext(ArtifactContext, Protocol):
@@ -40,46 +36,10 @@ class PlanningContext(ArtifactContext, Protocol):
     in_transaction: bool
     progress: Optional[Callable[[dict[str, Any]], Any]]
     """The connection's progress hook (:mod:`modelsql.progress`), or None."""
-
-    def costs(self) -> "Costs":
-        """The learned cost model's answers for this database (defaults when there is none)."""
-        ...
-
-    def get_model(self, name: str, version: Optional[int], ref: Optional["exp.Expression"] = None, *,
-                  pipeline: bool = False) -> Union["ModelVersion", "PipelineVersion"]:
-        """A catalog model (or pipeline) version; raises ``model_not_found`` pointed at ``ref``."""
-        ...
-
-    def get_model_set(self, node: "exp.Expression") -> "RoutedModels":
-        """The members of ``PREDICT(MODELS (...) ROUTE BY c, ...)``, checked to share one signature."""
-        ...
-
-    def pointed(self, err: "Error", ref: Optional["exp.Expression"]) -> "Error":
-        """``err`` with the position of ``ref`` in the statement's text."""
-        ...
-
-
-class QueryRunner(PlanningContext, Protocol):
-    """What the query handler also uses to run a plan and keep it: the statement's text, the plan cache,
-    the transaction, and DuckDB's result."""
-
     text: str
-    plans: "PlanCache"
-    cache_key: Optional[tuple[object, ...]]
+    """The statement's text (``?`` numbered): errors point into it (:func:`~.catalog_entries.pointed`)."""
 
-    def generation(self) -> int:
-        """The database's generation, which cached plans are valid in."""
-        ...
-
-    def begin_if_needed(self) -> None:
-        """Open the PEP 249 implicit transaction if one is due."""
-        ...
-
-    def run(self, text: str, params: Optional[Sequence[object]],
-            on_error: Optional[Callable[[BaseException], "Error"]] = None) -> None:
-        """Run SQL on DuckDB, turning its errors into modelsql's."""
-        ...
-
-    def duckdb_result(self, stype: str) -> "Result":
-        """The result of what :meth:`run` ran, for the cursor."""
+    @property
+    def database_key(self) -> str:
+        """What names the database process-wide: the learned costs and cached plans are kept per database."""
         ...

@@ -14,19 +14,24 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import onnx
 
 from modelsql.catalog.entries import ModelVersion, PipelineVersion
-from modelsql.costmodel.features import model_features
+from modelsql.catalog.traces import CostModelFit
+from modelsql.costmodel.features import Config, model_features, row
+from modelsql.costmodel.mantis import CostModel
+from modelsql.engine.plan_cache import generation
 from modelsql.engine.artifacts import merge_gain
 
 if TYPE_CHECKING:
+    from modelsql.engine.query.context import PlanningContext
     from modelsql.engine.query.bind_predict import PredictModel
     from modelsql.storage.blobstore import BlobStore
 
-__all__ = ["Costs", "NO_COSTS", "static_at", "merged_static", "LEARNED_MIN_GAIN"]
+__all__ = ["Costs", "NO_COSTS", "static_at", "merged_static", "LEARNED_MIN_GAIN", "costs_for", "feature_row",
+           "describe_fit", "COST_MODEL", "MIN_TRACES"]
 
 LEARNED_MIN_GAIN = 1.25
 """The estimated speedup the learned cost model must see before it moves a PREDICT off its default operator
@@ -178,3 +183,74 @@ class Costs:
 
 NO_COSTS = Costs()
 """No fitted cost model: every :meth:`Costs.run_ms` is None."""
+
+
+# ---------------------------------------------------------------- the catalog's fit, loaded for the planner
+
+COST_MODEL = "modelsql_cost"
+"""The catalog model the cost model is stored as."""
+MIN_TRACES = 8
+"""Traces needed before a cost model is fitted (fewer leave most terms unidentified)."""
+
+_CACHE: dict[tuple[str, int], Costs] = {}
+_LOCK = threading.Lock()
+
+
+def feature_row(features: dict[str, Any]) -> dict[str, Any]:
+    """The cost model's input row (:func:`~modelsql.costmodel.features.row`) of a trace's ``features``."""
+    static = {k: v for k, v in features.items()
+              if k not in ("batch_size", "backend", "device", "threads", "merge_factor")}
+    config = Config(batch_size=int(features["batch_size"]), backend=features["backend"],
+                    threads=int(features["threads"]), merge_factor=int(features.get("merge_factor", 1)),
+                    device=features.get("device", "cpu"))
+    return row(static, config)
+
+
+def describe_fit(fit: CostModelFit) -> str:
+    """``cost model modelsql_cost version 3 (120 traces; 71% of held-out traces within 10%, median error 6%;
+    noise ceiling 80%)``."""
+    parts = [f"{fit.traces} traces"]
+    if fit.within_10pct is not None:
+        parts.append(f"{fit.within_10pct:.0%} of held-out traces within 10%, median error {fit.median_rel_error:.0%}")
+    if fit.noise_ceiling is not None:
+        parts.append(f"noise ceiling {fit.noise_ceiling:.0%}")
+    return f"cost model {COST_MODEL} version {fit.version} ({'; '.join(parts)})"
+
+
+def costs_for(ctx: PlanningContext) -> Costs:
+    """The planner's :class:`~modelsql.engine.query.learned_costs.Costs` of the session's catalog: its latest fit, or
+    :data:`~modelsql.engine.query.learned_costs.NO_COSTS` (no fit, or no catalog yet)."""
+    if not ctx.catalog.present:
+        return NO_COSTS
+    key = (ctx.database_key, generation(ctx.database_key))
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    fit = ctx.catalog.traces.latest_fit()
+    if fit is not None:
+        costs = _costs(fit, ctx.store, ctx.catalog.traces.merged_before(fit.last_trace))
+    else:
+        n = ctx.catalog.traces.count()
+        costs = NO_COSTS if not n else Costs(
+            source=f"defaults: {n} trace{'s' if n != 1 else ''}, no cost model fitted (PROFILE fits one from "
+                   f"{MIN_TRACES})")
+    with _LOCK:
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        _CACHE[key] = costs
+    return costs
+
+
+def _costs(fit: CostModelFit, store: BlobStore, merged: bool) -> Costs:
+    model = CostModel.from_json(fit.spec)
+    known = set(model.targets)
+
+    def predict(features: list[dict[str, Any]]) -> list[float]:
+        if any(f"{f['backend']}_{f.get('device', 'cpu')}" not in known for f in features):
+            raise LookupError("no traces of that backend")
+        return list(model.predict([feature_row(f) for f in features]))
+
+    accuracy = describe_fit(fit)
+    return Costs(predict=predict, store=store, source=accuracy, merge_traces=merged,
+                 confidence=(f"{fit.within_10pct:.0%} of held-out traces within 10%"
+                             if fit.within_10pct is not None else "not cross-validated (too few traces)"))

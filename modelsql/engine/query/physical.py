@@ -26,6 +26,7 @@ from modelsql.engine.artifacts import compiled
 from modelsql.engine.artifacts import merged as merged_models
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.query import cost
+from modelsql.engine.query.learned_costs import costs_for
 from modelsql.engine.query.bind_routed import ROUTE_INPUT
 from modelsql.engine.query.context import PlanningContext
 from modelsql.engine.query.plan import PredictScan, QueryPlan, ShareGroup
@@ -293,7 +294,7 @@ def routed_model(scan: PredictScan, models: RoutedModels, session: PlanningConte
     model: RoutedModel
     declined: Optional[str]
     model, declined = merged_models.routed_session(session, models, ROUTE_INPUT, intra=intra, merge=merge,
-                                                   costs=session.costs(), device=device,
+                                                   costs=costs_for(session), device=device,
                                                    always=scan.options.merge == "always")
     model.declined = declined
     return model

@@ -1,4 +1,5 @@
-"""The query handler: a statement with PREDICTs, from tree to result.
+"""The query handler: a statement with PREDICTs, from tree to result (the statement family of queries: it
+sits on the query package, the PREDICT planner, and runs what it plans through the session).
 
 ``bind`` (:mod:`~modelsql.engine.query.bind_statement`) -> rules (:mod:`~modelsql.engine.query.rules`,
 unless ``session.optimize`` is off) -> physical operators and the DuckDB
@@ -8,7 +9,7 @@ statement (:mod:`~modelsql.engine.query.physical`) -> run -> :class:`Result`.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sqlglot import exp
 
@@ -24,17 +25,19 @@ from modelsql.engine.query.plan import PredictScan, QueryPlan
 from modelsql.engine.query.predict_errors import predict_error
 from modelsql.engine.result import Result
 from modelsql.engine.query.rules import apply_rules
-from modelsql.engine.query.context import QueryRunner
 from modelsql.operators.base import StreamOperator
 
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
 
-def plan_query(stmt: exp.Expression, session: QueryRunner, params: list[object]) -> QueryPlan:
+
+def plan_query(stmt: exp.Expression, session: Session, params: list[object]) -> QueryPlan:
     """The logical plan after the rules (none when ``session.optimize`` is False)."""
     plan = bind_query(stmt, session, params)
     return apply_rules(plan) if session.optimize else plan
 
 
-def run_query(stmt: exp.Expression, session: QueryRunner, params: list[object], *, prefix: str = "",
+def run_query(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str = "",
               dry: bool = False, cache_key: Optional[tuple[object, ...]] = None) -> tuple[Result, QueryPlan, Physical]:
     """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement.
 
@@ -68,7 +71,7 @@ _FILE_NAME = re.compile(r"[./\\:*]")
 """A table name DuckDB reads as a file (``'data.parquet'``, ``'s3://...'``, ``'*.csv'``) rather than a table."""
 
 
-def reads_outside_the_catalog(stmt: exp.Expression, session: QueryRunner) -> bool:
+def reads_outside_the_catalog(stmt: exp.Expression, session: Session) -> bool:
     """Whether ``stmt`` reads a table function (``read_parquet('f')``, ``range(n)``) or a view: what they
     return can change with no statement on this database (a file rewritten), so no plan of it is kept."""
     tables = list(stmt.find_all(exp.Table))
@@ -103,7 +106,7 @@ def table_arguments(stmt: exp.Expression) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def run_cached(entry: CachedPlan, session: QueryRunner, params: list[object]) -> Result:
+def run_cached(entry: CachedPlan, session: Session, params: list[object]) -> Result:
     """Execute a cached plan with new parameter values."""
     if entry.sql is None:
         return _run(entry.plan, entry.choices, session, params)[0]
@@ -126,7 +129,7 @@ def run_cached(entry: CachedPlan, session: QueryRunner, params: list[object]) ->
     return out
 
 
-def _run(plan: QueryPlan, choices: dict[int, Choice], session: QueryRunner, params: list[object], *, prefix: str = "",
+def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: list[object], *, prefix: str = "",
          dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None) -> tuple[Result, Physical]:
     session.begin_if_needed()
     held = Result(session.duck)
@@ -167,7 +170,7 @@ def _run(plan: QueryPlan, choices: dict[int, Choice], session: QueryRunner, para
 
 
 @handles(exp.Expression, reads_only=lambda stmt: isinstance(stmt, exp.Select))
-def _query(stmt: exp.Expression, session: QueryRunner, params: list[object]) -> Result:
+def _query(stmt: exp.Expression, session: Session, params: list[object]) -> Result:
     if isinstance(stmt, exp.Command):
         raise NotSupportedError(
             f"PREDICT cannot be used in {str(stmt.this).upper()}: modelsql plans the statement when it runs. "
