@@ -97,20 +97,16 @@ class Session:
         (:mod:`modelsql.progress`), or None."""
         self.cache_key: Optional[tuple] = None
         """The plan-cache key of the statement being run, when it may be cached."""
-        self._database_key = database_key(database, duck)
+        self.database_key: str = database_key(database, duck)
+        """What names the session's database process-wide (see :func:`~modelsql.engine.plan_cache.database_key`)."""
 
     def generation(self) -> int:
         """The database's generation: what cached plans were planned in (see :mod:`~modelsql.engine.plan_cache`)."""
-        return generation(self._database_key)
+        return generation(self.database_key)
 
     def changed(self) -> None:
         """Something cached plans may depend on changed (a table, a setting, a model, a registered object)."""
-        bump(self._database_key)
-
-    @property
-    def database_key(self) -> str:
-        """What names the session's database process-wide (see :func:`~modelsql.engine.plan_cache.database_key`)."""
-        return self._database_key
+        bump(self.database_key)
 
     # ------------------------------------------------------------ transactions
 

@@ -39,7 +39,5 @@ class PlanningContext(ArtifactContext, Protocol):
     text: str
     """The statement's text (``?`` numbered): errors point into it (:func:`~.catalog_entries.pointed`)."""
 
-    @property
-    def database_key(self) -> str:
-        """What names the database process-wide: the learned costs and cached plans are kept per database."""
-        ...
+    database_key: str
+    """What names the database process-wide: the learned costs and cached plans are kept per database."""
