@@ -469,8 +469,9 @@ def test_migration_runs_for_older_version(db, monkeypatch):
 
 
 def _to_schema_9(con) -> None:
-    """Take a current catalog back to schema 9: no evaluations."""
+    """Take a current catalog back to schema 9: no evaluations (and no sequence numbering them)."""
     con.execute("DROP TABLE modelsql.evaluations")
+    con.execute("DROP SEQUENCE modelsql.evaluation_numbers")
     con.execute("UPDATE modelsql.meta SET value = '9' WHERE key = 'schema_version'")
 
 
