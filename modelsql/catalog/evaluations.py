@@ -56,6 +56,13 @@ class Evaluations:
                                                                               default=str), now])
         return EvaluationRow(**{**row.__dict__, "evaluation": number, "created_at": now})
 
+    def number_after_rows(self) -> None:
+        """Start the numbering after the highest evaluation recorded (after IMPORT DATABASE filled the table,
+        whose sequence a new catalog starts at 1). Runs in the caller's transaction."""
+        last = self._catalog.query("SELECT coalesce(max(evaluation), 0) FROM {s}.evaluations")[0][0]
+        self._catalog.query("DROP SEQUENCE {s}.evaluation_numbers")
+        self._catalog.query(f"CREATE SEQUENCE {{s}}.evaluation_numbers START {int(last) + 1}")
+
     def latest(self, kind: str, name: str, version: int) -> Optional[EvaluationRow]:
         """The last evaluation recorded of that version, or None."""
         rows = self._catalog.query(

@@ -427,3 +427,22 @@ def test_external_data_must_be_the_size_its_tensor_needs(tmp_path):
         con.execute("IMPORT MODEL e FROM ?", [str(path)])
         con.execute("CREATE TABLE x AS SELECT [2.0]::FLOAT[1] AS x")
         assert con.execute("SELECT y FROM PREDICT(MODEL e, TABLE x)").fetchall() == [((2.0, 4.0, 6.0),)]
+
+
+def test_import_database_carries_the_evaluations_and_numbers_after_them(tmp_path):
+    from sklearn.linear_model import LinearRegression
+
+    src = str(tmp_path / "src.duckdb")
+    with modelsql.connect(src) as con:
+        con.autocommit = True
+        con.execute("CREATE TABLE d AS SELECT range::DOUBLE AS a, 2 * range::DOUBLE + 1 AS y FROM range(20)")
+        con.import_model("r", LinearRegression().fit(np.arange(20.0).reshape(-1, 1), 2 * np.arange(20.0) + 1))
+        for _ in range(3):
+            con.execute("EVALUATE MODEL r ON TABLE d TARGET y").fetchall()
+        con.execute(f"EXPORT DATABASE '{tmp_path / 'dump'}'")
+    with modelsql.connect(str(tmp_path / "copy.duckdb")) as con:
+        con.autocommit = True
+        con.execute(f"IMPORT DATABASE '{tmp_path / 'dump'}'")
+        assert con.execute("SELECT list(evaluation ORDER BY evaluation) FROM modelsql.evaluations").fetchone() == (
+            [1, 2, 3],)
+        assert con.execute("EVALUATE MODEL r ON TABLE d TARGET y").fetchone()[0] == 4

@@ -244,6 +244,7 @@ def _load_catalog(session: Session, folder: str, tables: list) -> None:
         if table == "meta":
             session.run(f"DELETE FROM {s}.meta", None)
         session.run(f"INSERT INTO {s}.{table} BY NAME SELECT * FROM read_parquet('{_quote(source)}')", None)
+    session.catalog.evaluations.number_after_rows()  # a sequence is not a table: it starts again at 1
 
 
 # ---------------------------------------------------------------- helpers
