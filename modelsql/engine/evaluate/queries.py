@@ -44,7 +44,7 @@ class Predicted:
         """The materialized predictions: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each
         cast to ``cast`` when given; a target read as a class label of integers is cast to BIGINT), ``h`` a
         hash of the input row."""
-        probabilities = f", {self.probabilities}::DOUBLE[] AS s" if self.probabilities else ""
+        probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
         fingerprint = f"hash({', '.join(self.input_columns)})" if self.input_columns else "0"
         target = f"{self.target}{cast or self.target_cast}"
         return (f"WITH __msql_eval AS MATERIALIZED (SELECT {target} AS t, "
@@ -76,12 +76,14 @@ def classification_sql(predicted: Predicted, threshold: Optional[float]) -> str:
         "(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, count(*) AS n "
         "FROM __msql_eval GROUP BY ALL)) AS positions",
         "(SELECT list({'t': t, 'i': i, 'n': n, 'ln': ln, 'r': r}) FROM (SELECT t, i, count(*) AS n, "
-        f"sum(ln(least(greatest(x, {EPS!r}), 1 - {EPS!r}))) AS ln, sum(r) AS r FROM __msql_ranked GROUP BY ALL)) "
+        f"sum(ln(least(greatest(x::DOUBLE, {EPS!r}), 1 - {EPS!r}))) AS ln, sum(r) AS r FROM __msql_ranked "
+        "GROUP BY ALL)) "
         "AS ranks",
-        ("(SELECT list({'t': t, 'i': i, 'hit': hit, 'n': n}) FROM (SELECT t, i, x >= " + repr(threshold)
+        ("(SELECT list({'t': t, 'i': i, 'hit': hit, 'n': n}) FROM (SELECT t, i, x::DOUBLE >= " + repr(threshold)
          + " AS hit, count(*) AS n FROM __msql_positions GROUP BY ALL)) AS thresholded")
         if threshold is not None else "NULL AS thresholded",
-        "(SELECT min(list_min(s)) FROM __msql_eval) AS lowest", "(SELECT max(list_max(s)) FROM __msql_eval) AS highest",
+        "(SELECT min(list_min(s))::DOUBLE FROM __msql_eval) AS lowest",
+        "(SELECT max(list_max(s))::DOUBLE FROM __msql_eval) AS highest",
     ]
     ranked = (", __msql_positions AS (SELECT t, unnest(s) AS x, unnest(range(1, len(s) + 1)) AS i FROM __msql_eval "
               "WHERE t IS NOT NULL), __msql_ranked AS (SELECT t, i, x, (rank() OVER w + count(*) OVER w) / 2.0 AS r FROM __msql_positions "
