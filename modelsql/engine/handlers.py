@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar, Union
 
@@ -32,11 +33,14 @@ from sqlglot import exp
 from modelsql.errors import IntegrityError, InternalError, OperationalError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from modelsql.catalog import Catalog
     from modelsql.engine.session import Session
 
 __all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
-           "missing_handlers", "catalog_write", "catalog_record", "catalog_write_retrying", "retrying"]
+           "missing_handlers", "catalog_write", "catalog_record", "catalog_write_retrying", "retrying", "computes",
+           "computed_tables"]
 
 T = TypeVar("T")
 
@@ -72,6 +76,42 @@ def handles(*nodes: type, reads_only: Union[bool, Callable[[exp.Expression], boo
             _REGISTRY[node] = Handler(node, run, reads_only)
         return run
     return register
+
+
+_COMPUTED: dict[type, Callable[..., "pa.Table"]] = {}
+
+
+def computes(node: type) -> Callable[[Callable[..., "pa.Table"]], Callable[..., "pa.Table"]]:
+    """Decorator: register ``f(node, session, params) -> pyarrow.Table`` as what a table function of ours that
+    is computed before planning gives (``EVALUATE(...)``: its family computes it; the query handler puts its rows
+    where the call was, :func:`computed_tables`).
+
+    Raises:
+        ValueError: a node that already has one.
+    """
+    def register(compute: Callable[..., "pa.Table"]) -> Callable[..., "pa.Table"]:
+        if node in _COMPUTED:
+            raise ValueError(f"{node.__name__} is already computed by {_COMPUTED[node].__module__}")
+        _COMPUTED[node] = compute
+        return compute
+    return register
+
+
+def computed_tables(stmt: exp.Expression, session: Session, params: list) -> tuple[exp.Expression, list[str]]:
+    """``stmt`` with every table function of ours registered by :func:`computes` replaced by a scan of its
+    rows, registered on the connection under a name of its own (returned, for the result to release); ``stmt``
+    itself when it has none (it is never modified)."""
+    found = [n for n in stmt.walk() if type(n) in _COMPUTED]
+    if not found:
+        return stmt, []
+    stmt = stmt.copy()
+    names = []
+    for node in [n for n in stmt.walk() if type(n) in _COMPUTED]:
+        name = f"__msql_computed_{uuid.uuid4().hex[:12]}"
+        session.duck.register(name, _COMPUTED[type(node)](node, session, params))
+        names.append(name)
+        node.replace(exp.to_identifier(name))
+    return stmt, names
 
 
 def handler_of(node: type) -> Handler:

@@ -18,7 +18,7 @@ from modelsql.sql.predict import PredictTable
 from modelsql.engine.options import uses_parameters
 from modelsql.engine.plan_cache import CachedPlan
 from modelsql.engine.query.bind_statement import bind_query
-from modelsql.engine.handlers import handles
+from modelsql.engine.handlers import computed_tables, handles
 from modelsql.engine.query.physical import Physical, build, choose, predict_meter
 from modelsql.engine.query.cost import Choice
 from modelsql.engine.query.plan import PredictScan, QueryPlan
@@ -45,9 +45,26 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
     (unless a PREDICT option is a parameter) and a plan whose every scan streams keeps its functions
     registered, so the next execution of the text only runs the statement (:func:`run_cached`).
 
+    Table functions computed before planning (``EVALUATE(...)``, :func:`~modelsql.engine.handlers.computes`)
+    are computed first and scanned where they were called; such a statement's plan is not kept.
+
     Returns the result (streaming when it has rows), the plan and its operators. On failure everything
     registered is released and a snapshot begun for the statement rolled back; the error is the modelsql error.
     """
+    stmt, computed = computed_tables(stmt, session, params)
+    try:
+        out, plan, phys = _plan_and_run(stmt, session, params, prefix=prefix, dry=dry,
+                                        cache_key=None if computed else cache_key)
+    except BaseException:
+        for name in computed:
+            session.duck.unregister(name)
+        raise
+    out.sources += computed
+    return out, plan, phys
+
+
+def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str, dry: bool,
+                  cache_key: Optional[tuple[object, ...]]) -> tuple[Result, QueryPlan, Physical]:
     generation = session.generation()
     plan = plan_query(stmt, session, params)
     choices = choose(plan)

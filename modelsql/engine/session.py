@@ -394,7 +394,7 @@ HANDLER_MODULES = (
     "modelsql.engine.models.trainables", "modelsql.engine.models.trust_statement",
     "modelsql.engine.pipelines.statements", "modelsql.engine.serve.statements", "modelsql.engine.tune.statements",
     "modelsql.engine.profile.statements", "modelsql.engine.profile.compile", "modelsql.engine.finetune.statement",
-    "modelsql.engine.evaluate.statement",
+    "modelsql.engine.evaluate.statement", "modelsql.engine.evaluate.table_functions",
 )
 """The modules that register statement handlers (:mod:`modelsql.engine.handlers`) when imported."""
 

@@ -16,6 +16,7 @@ from modelsql.engine import handlers
 from modelsql.engine.options.declared import STATEMENTS
 from modelsql.engine.options.schema import OptionSet
 from modelsql.engine.session import register_handlers
+from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
 from modelsql.sql.predict import PredictTable
 from modelsql.sql.registry import STATEMENT_NODES
 
@@ -23,7 +24,11 @@ __all__ = ["statements_md", "family_of", "grammar_file", "options_of", "heading"
 
 #: The table functions of ours (parts of a DuckDB query, carried out by the query handler), documented with
 #: the statements: name -> node.
-TABLE_FUNCTIONS: dict[str, type[exp.Expression]] = {"PREDICT(...)": PredictTable}
+TABLE_FUNCTIONS: dict[str, type[exp.Expression]] = {"PREDICT(...)": PredictTable,
+                                                   "EVALUATE(...), CONFUSION_MATRIX(...), ROC_CURVE(...)": EvaluationTable}
+
+#: A table function whose options are a statement's (plus ``target``): node -> that statement's node.
+_OPTIONS_OF: dict[type[exp.Expression], type[exp.Expression]] = {EvaluationTable: EvaluateModel}
 
 
 def family_of(node: type[exp.Expression]) -> str:
@@ -38,7 +43,7 @@ def grammar_file(node: type[exp.Expression]) -> str:
 
 def options_of(node: type[exp.Expression]) -> list[OptionSet]:
     """The option sets declared for ``node`` (by their ``node``), in the documentation's order."""
-    return [s for s in STATEMENTS if s.node is node]
+    return [s for s in STATEMENTS if s.node is _OPTIONS_OF.get(node, node)]
 
 
 def heading(node: type[exp.Expression]) -> str:
@@ -84,10 +89,11 @@ def statements_md() -> str:
              "`python -m modelsql.engine.documents`; do not edit by hand. Plain SQL is DuckDB's. Options: "
              "[options.md](options.md); error codes: [errors.md](errors.md); how to add a statement: "
              "[architecture.md](architecture.md#adding-a-statement).\n"]
-    family = None
-    for node in [*TABLE_FUNCTIONS.values(), *STATEMENT_NODES]:
-        if family_of(node) != family:
-            family = family_of(node)
-            parts.append(f"## {family}\n")
-        parts.extend(_section(node))
+    families: dict[str, list[type[exp.Expression]]] = {}
+    for node in [*TABLE_FUNCTIONS.values(), *STATEMENT_NODES]:  # each family once, in order of first mention
+        families.setdefault(family_of(node), []).append(node)
+    for family, nodes in families.items():
+        parts.append(f"## {family}\n")
+        for node in nodes:
+            parts.extend(_section(node))
     return "\n".join(parts)

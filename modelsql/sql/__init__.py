@@ -35,6 +35,7 @@ from sqlglot.tokens import Token, TokenType
 
 from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of
 from modelsql.sql.dialect import ModelSQL, ModelSQLGenerator, ModelSQLParser, ModelSQLTokenizer, statement_at
+from modelsql.sql.evaluate import EVALUATION_FUNCTIONS, EvaluationTable, evaluation_shaped
 from modelsql.sql.grammar import ModelRef
 from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.sql.predict import ModelSet, PredictTable, ml_predict_at, predict_shaped
@@ -189,6 +190,8 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
         if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
             continue  # modelsql.models, s.predict(...)
         if word == "PREDICT" and predict_shaped(tokens, i):
+            return True
+        if word in EVALUATION_FUNCTIONS and evaluation_shaped(tokens, i):
             return True
         if word == "ML" and ml_predict_at(tokens, i):
             return True  # BigQuery ML's spelling: our parser says what to write
@@ -436,6 +439,7 @@ __all__ = [
     "ExportModel",
     "VacuumModels",
     "PredictTable",
+    "EvaluationTable",
     "MODEL_NODES",
     "STATEMENT_NODES",
     "parse",

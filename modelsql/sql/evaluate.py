@@ -1,9 +1,16 @@
-"""The evaluation statement of the dialect: its node, parser entry and generator method::
+"""Evaluation in the dialect: the statement and the table functions, their nodes, parser entries and generator
+methods::
 
     EVALUATE MODEL | PIPELINE name [VERSION n] ON TABLE t | ON (query) TARGET column [WITH (opt, ...)]
+    ... FROM EVALUATE(MODEL | PIPELINE name [VERSION n], TABLE t | (query), target = column [, opt ...]) ...
+    ... FROM CONFUSION_MATRIX(MODEL ..., TABLE t | (query), target = column [, opt ...]) ...
+    ... FROM ROC_CURVE(MODEL ..., TABLE t | (query), target = column [, opt ...]) ...
 
-BigQuery ML's ``ML.EVALUATE``, as a statement: one row of the metrics the task calls for, computed over the
-model's predictions of the input's rows against the TARGET column.
+BigQuery ML's ``ML.EVALUATE``, ``ML.CONFUSION_MATRIX`` and ``ML.ROC_CURVE``: the statement gives (and records)
+one row of the metrics the task calls for, computed over the model's predictions of the input's rows against
+the TARGET column; the table functions give the same row, the confusion counts or the ROC curve as a table in
+any query (recording nothing). A call is ours only when shaped so (:func:`evaluation_shaped`: the name, ``(``,
+then ``MODEL`` or ``PIPELINE`` and a name), so a user's function of one of these names still works.
 """
 
 from __future__ import annotations
@@ -11,12 +18,16 @@ from __future__ import annotations
 import typing as t
 
 from sqlglot import exp
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
-from modelsql.sql.grammar import GrammarGenerator, GrammarParser
-from modelsql.sql.registry import option_dict, statement
+from modelsql.sql.grammar import BARE_NAME_TOKENS, GrammarGenerator, GrammarParser, ModelRef
+from modelsql.sql.registry import option_dict, part, statement, word_at
 
-__all__ = ["EvaluateModel", "EvaluateParsing", "EvaluateGenerating", "EVALUATE_FORM"]
+__all__ = ["EvaluateModel", "EvaluationTable", "EvaluateParsing", "EvaluateGenerating", "EVALUATE_FORM",
+           "EVALUATION_FUNCTIONS", "evaluation_shaped"]
+
+#: The table functions of evaluation.
+EVALUATION_FUNCTIONS = ("EVALUATE", "CONFUSION_MATRIX", "ROC_CURVE")
 
 #: The accepted form of EVALUATE, shown by its parse errors.
 EVALUATE_FORM = ("EVALUATE MODEL | PIPELINE name [VERSION n] ON TABLE t | ON (SELECT ...) TARGET column "
@@ -50,6 +61,43 @@ class EvaluateModel(exp.Expression):
         return option_dict(self.args.get("options"))
 
 
+def evaluation_shaped(tokens: t.Sequence[Token], i: int) -> bool:
+    """Whether ``tokens[i:]`` open a table function of ours: ``EVALUATE (``, ``CONFUSION_MATRIX (`` or
+    ``ROC_CURVE (`` (not after a dot), then ``MODEL`` or ``PIPELINE`` and a name."""
+    if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
+        return False
+    at = [tokens[k] if k < len(tokens) else None for k in range(i, i + 4)]
+    paren, name = at[1], at[3]
+    return (any(word_at(at[0], f) for f in EVALUATION_FUNCTIONS) and paren is not None
+            and paren.token_type == TokenType.L_PAREN and (word_at(at[2], "MODEL") or word_at(at[2], "PIPELINE"))
+            and name is not None and name.token_type in (BARE_NAME_TOKENS | {TokenType.IDENTIFIER}))
+
+
+@part
+class EvaluationTable(exp.Expression):
+    """The table functions ``EVALUATE(...)``, ``CONFUSION_MATRIX(...)`` and ``ROC_CURVE(...)``, wrapped as every
+    table function is (``exp.Table(this=EvaluationTable(...), alias=...)``).
+
+    Args:
+        this: ``ModelRef`` (``pipeline`` set for ``PIPELINE``).
+        expression: ``exp.Table`` for ``TABLE t`` or ``exp.Subquery`` for ``(SELECT ...)``.
+        function: the function's name, upper case (one of :data:`EVALUATION_FUNCTIONS`).
+        options: list of ``exp.EQ`` (``target`` and EVALUATE's options), or ``None``.
+    """
+
+    EXAMPLES = (
+        "SELECT * FROM EVALUATE(MODEL m, TABLE test, target = label)",
+        "SELECT * FROM CONFUSION_MATRIX(MODEL m VERSION 2, (SELECT * FROM test WHERE day > ?), target = label)",
+        "SELECT threshold, recall, false_positive_rate FROM ROC_CURVE(MODEL m, TABLE test, target = label)",
+    )
+    arg_types = {"this": True, "expression": True, "function": True, "options": False}
+
+    @property
+    def option_values(self) -> dict[str, exp.Expression]:
+        """Options keyed by lower-cased name (later duplicates win)."""
+        return option_dict(self.args.get("options"))
+
+
 class EvaluateParsing(GrammarParser):
     """Parser entry ``_parse_evaluatemodel(words)`` (the words consumed)."""
 
@@ -71,9 +119,45 @@ class EvaluateParsing(GrammarParser):
         node = EvaluateModel(this=ref, source=source, target=target, options=self._parse_with_options())
         return t.cast(EvaluateModel, self.expression(node))
 
+    def _parse_table_part(self, schema: bool = False) -> exp.Expr | None:
+        # A table position: EVALUATE(MODEL ...), CONFUSION_MATRIX(...), ROC_CURVE(...) are EvaluationTables.
+        if not schema and evaluation_shaped(self._tokens, self._index):
+            return self._parse_evaluation_table()
+        return super()._parse_table_part(schema=schema)
+
+    def _parse_evaluation_table(self) -> EvaluationTable:
+        token = self._curr
+        function = token.text.upper()
+        form = f"{function}(MODEL name [VERSION n], TABLE t | (SELECT ...), target = column [, option = value ...])"
+        self._advance(2)  # NAME (
+        pipeline = self._match_word("PIPELINE")
+        if not pipeline:
+            self._match_word("MODEL")
+        ref: ModelRef = self._parse_model_ref()
+        if pipeline:
+            ref.set("pipeline", True)
+        if not self._match(TokenType.COMMA):
+            self._fail(f"Expected the input after the model in {function}; the form is {form}")
+        source = self._parse_relation_input(f"as the input of {function}")
+        if source is None:
+            self._fail(f"Expected TABLE <name> or (SELECT ...) as the input of {function}; the form is {form}")
+        options = []
+        while self._match(TokenType.COMMA):
+            options.append(self._parse_model_option())
+        self._match_r_paren()
+        node = self.expression(EvaluationTable(this=ref, expression=source, function=function,
+                                               options=options or None))
+        return t.cast(EvaluationTable, node.update_positions(token))
+
 
 class EvaluateGenerating(GrammarGenerator):
-    """Generator method of EVALUATE."""
+    """Generator methods of EVALUATE and the evaluation table functions."""
+
+    def evaluationtable_sql(self, expression: EvaluationTable) -> str:
+        word = "PIPELINE" if expression.this.args.get("pipeline") else "MODEL"
+        options = self._options_sql(expression)
+        return (f"{expression.args['function']}({word} {self.sql(expression, 'this')}, "
+                f"{self._relation_input_sql(expression.expression)}" + (f", {options}" if options else "") + ")")
 
     def evaluatemodel_sql(self, expression: EvaluateModel) -> str:
         word = "PIPELINE" if expression.this.args.get("pipeline") else "MODEL"

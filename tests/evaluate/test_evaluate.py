@@ -313,3 +313,55 @@ def test_a_regressor_refuses_a_classifiers_options_and_far_targets_keep_their_di
     assert got["explained_variance"] == pytest.approx(M.explained_variance_score(y, p), rel=1e-9, abs=1e-9)
     one = _evaluate(con, "EVALUATE MODEL diabetes_ridge ON (SELECT * FROM diabetes LIMIT 1) TARGET y")
     assert one["r2_score"] is None  # scikit-learn: not defined for one row (NaN)
+
+
+# ---------------------------------------------------------------- the table functions
+
+
+def test_the_evaluate_table_function_gives_the_statements_row_and_records_nothing(con):
+    before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]
+    statement = _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'weighted')")
+    cur = con.execute("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y, average = 'weighted')")
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    for key in ("accuracy", "precision", "recall", "f1_score", "log_loss", "roc_auc", "confusion_matrix", "labels"):
+        assert row[key] == statement[key], key
+    assert row["evaluation"] is None
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0] == before + 1  # the statement's
+    joined = con.execute("SELECT e.accuracy > 0.9, m.name FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y) AS e "
+                         "JOIN modelsql.models AS m ON m.name = e.model").fetchall()
+    assert joined == [(True, "iris_lr")]
+
+
+def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):
+    y, p, s = _predictions(con, "cancer_rf", "cancer", "malignant", 30)
+    cells = con.execute("SELECT expected_label, predicted_label, rows FROM CONFUSION_MATRIX(MODEL cancer_rf, "
+                        "TABLE cancer, target = malignant) ORDER BY ALL").fetchall()
+    want = M.confusion_matrix(y, p)
+    assert cells == [(a, b, int(want[a][b])) for a in (0, 1) for b in (0, 1)]
+    curve = con.execute("SELECT threshold, recall, false_positive_rate, true_positives, false_positives "
+                        "FROM ROC_CURVE(MODEL cancer_rf, TABLE cancer, target = malignant)").fetchall()
+    fpr, tpr, thresholds = M.roc_curve(y, s[:, 1], drop_intermediate=False)
+    assert [c[0] for c in curve] == pytest.approx(list(thresholds[1:]), rel=1e-12)  # scikit-learn adds +inf first
+    assert [c[1] for c in curve] == pytest.approx(list(tpr[1:]), rel=1e-12)
+    assert [c[2] for c in curve] == pytest.approx(list(fpr[1:]), rel=1e-12)
+
+
+@pytest.mark.parametrize("sql, code, says", [
+    ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris)", "invalid_target", "target = column"),
+    ("SELECT * FROM ROC_CURVE(MODEL iris_lr, TABLE iris, target = y)", "invalid_target", "two classes"),
+    ("SELECT * FROM CONFUSION_MATRIX(MODEL diabetes_ridge, TABLE diabetes, target = y)", "invalid_target",
+     "predicts numbers"),
+    ("SELECT * FROM EVALUATE(MODEL nope, TABLE iris, target = y)", "model_not_found", "nope"),
+])
+def test_table_function_errors(con, sql, code, says):
+    with pytest.raises(modelsql.Error) as info:
+        con.execute(sql)
+    assert info.value.code == code and says in str(info.value), str(info.value)
+    con.rollback()
+
+
+def test_a_users_function_named_evaluate_is_left_alone(con):
+    con.execute("CREATE MACRO evaluate(a, b) AS a + b")
+    assert con.execute("SELECT evaluate(1, 2)").fetchone() == (3,)
+    con.execute("DROP MACRO evaluate")
+    con.commit()

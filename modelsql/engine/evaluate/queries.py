@@ -190,3 +190,21 @@ def thresholded_confusion(thresholded: list[dict[str, Any]], labels: Sequence[An
     negative = next(label for label in labels if label != positive)
     return [{"t": e["t"], "p": positive if e["hit"] else negative, "n": e["n"]}
             for e in thresholded if e["i"] == where[positive]]
+
+
+def roc_sql(predicted: Predicted, position: int, positive: Any) -> str:
+    """The query of ROC_CURVE: one row whose list holds, per distinct probability of the positive class at
+    ``position`` (highest first), the counts of rows at or above it (``sklearn.metrics.roc_curve``'s points,
+    none dropped): threshold, recall (true positive rate), false positive rate and the four counts."""
+    if isinstance(positive, str):
+        label = "'" + positive.replace("'", "''") + "'"
+    else:
+        label = str(positive).upper() if isinstance(positive, bool) else str(int(positive))
+    return (f"{predicted.cte()}, __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
+            "FROM __msql_eval WHERE t IS NOT NULL), __msql_points AS (SELECT x, count(*) FILTER (WHERE y) AS tp, "
+            "count(*) FILTER (WHERE NOT y) AS fp FROM __msql_scores GROUP BY x), __msql_totals AS (SELECT "
+            "sum(tp) AS p, sum(fp) AS n FROM __msql_points), __msql_curve AS (SELECT x, sum(tp) OVER w AS tp, "
+            "sum(fp) OVER w AS fp FROM __msql_points WINDOW w AS (ORDER BY x DESC)) "
+            "SELECT list({'threshold': x, 'recall': CASE WHEN p > 0 THEN tp / p END, 'false_positive_rate': "
+            "CASE WHEN n > 0 THEN fp / n END, 'true_positives': tp, 'false_positives': fp, 'true_negatives': n - fp, "
+            "'false_negatives': p - tp} ORDER BY x DESC) FROM __msql_curve, __msql_totals")

@@ -1,0 +1,201 @@
+"""Binding an evaluation (the statement's, or a table function's): the version, the options
+(:data:`~modelsql.engine.options.declared.EVALUATE`), the PREDICT of the input. The features are PREDICT's (a
+model fed by position gets every column but the TARGET and the keys,
+:func:`~modelsql.engine.training_features.training_features`). The task follows the model's prediction column:
+a class label (integer, text, boolean) is classification, a number regression.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import onnx
+from sqlglot import exp
+
+from modelsql import sql as msql
+from modelsql.analyses.class_labels import class_labels, label_table
+from modelsql.catalog.entries import ModelVersion
+from modelsql.errors import ProgrammingError, did_you_mean
+from modelsql.onnxformat.split import initializer_value
+from modelsql.sql.evaluate import EvaluateModel
+from modelsql.sql.predict import PredictTable
+from modelsql.engine.evaluate import queries
+from modelsql.engine.options.declared import EVALUATE
+from modelsql.engine.options.schema import OptionValues, option_error
+from modelsql.engine.query_handler import run_query
+from modelsql.engine.training_features import feature_option, input_keys, training_features
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
+__all__ = ["EvaluatePlan", "bind_evaluate", "where_of"]
+
+_INTEGER = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT)$")
+_NUMBER = re.compile(r"^(FLOAT|DOUBLE|DECIMAL.*|" + _INTEGER.pattern[2:-2] + r")$")
+_VECTOR = re.compile(r"^(FLOAT|DOUBLE)\[(\d*)\]$")
+
+
+@dataclass(frozen=True)
+class EvaluatePlan:
+    """A bound EVALUATE: the version (``kind`` ``"model"`` / ``"pipeline"``), the task, the columns read and
+    the options after defaults (``average`` and ``positive`` decided once the classes are known), and the
+    classes the model's graph names, in its probabilities' order (None when it names none)."""
+
+    kind: str
+    name: str
+    version: int
+    task: str
+    target: str
+    input_text: str
+    predicted: queries.Predicted
+    options: OptionValues
+    classes: Optional[list[Any]] = None
+
+
+def where_of(stmt: EvaluateModel) -> str:
+    """How messages name the statement: ``EVALUATE MODEL m``."""
+    ref = stmt.this
+    return f"EVALUATE {'PIPELINE' if ref.args.get('pipeline') else 'MODEL'} {ref.model_name}"
+
+
+def _columns(session: Session, sql: str, params: list) -> list[tuple[str, str]]:
+    """``(name, DuckDB type)`` of each column of ``sql`` (planned and described, nothing run)."""
+    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({sql}) LIMIT 0")[0], session, params)
+    try:
+        return [(str(d[0]), str(d[1])) for d in out.description or []]
+    finally:
+        session.duck.fetchall()
+        out.release()
+
+
+def _target(stmt: EvaluateModel, columns: list[tuple[str, str]], session: Session) -> tuple[str, str]:
+    """The TARGET column as the input spells it, and its type."""
+    node = stmt.args["target"]
+    found = [(n, t) for n, t in columns if n.lower() == node.name.lower()]
+    if not found:
+        names = [n for n, _ in columns]
+        raise session.pointed(ProgrammingError(
+            f'{where_of(stmt)}: TARGET column "{node.name}" not found.{did_you_mean(node.name, names)} Columns: '
+            f"{', '.join(names)}.", code="column_not_found"), exp.Column(this=node.copy()))
+    return found[0]
+
+
+def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]]) -> PredictTable:
+    ref = stmt.this.copy()
+    ref.set("version", exp.Literal.number(version))  # the version bound, whatever is added meanwhile
+    options = None
+    if features is not None:
+        options = [exp.EQ(this=exp.to_identifier("features"),
+                          expression=exp.Tuple(expressions=[exp.to_identifier(f, quoted=True) for f in features]))]
+    return PredictTable(this=ref, expression=stmt.args["source"].copy(), options=options)
+
+
+def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], target: str,
+              options: OptionValues, session: Session) -> Optional[list[str]]:
+    """The ``features`` PREDICT is given: the option's; for a model of one input whose feature names are
+    unknown (fed by position), every column but the TARGET and the keys; else None (bound by name)."""
+    given = feature_option(options["features"], target, where_of(stmt))
+    names = [n for n, _ in columns]
+    if given is not None:
+        return training_features(names, target, given, statement=where_of(stmt))
+    if isinstance(entry, ModelVersion) and not entry.features and len(entry.inputs) == 1:
+        return training_features(names, target, None, input_keys(session, stmt.args["source"]), where_of(stmt))
+    return None
+
+
+def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
+                target_type: str) -> tuple[str, str, Optional[str], str]:
+    """``(task, prediction SQL, probabilities SQL or None, the target's cast)`` from the PREDICT's output
+    columns (a BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
+    booleans predicts).
+
+    Raises:
+        ProgrammingError: ``invalid_target``: a prediction of no class and no number, or a TARGET whose type
+            does not fit the task.
+    """
+    named = dict(outputs)
+    name, kind = ("label", named["label"]) if "label" in named else outputs[0]
+    column = exp.to_identifier(name, quoted=True).sql("duckdb")
+    vector = _VECTOR.match(kind)
+    if kind in ("FLOAT", "DOUBLE") or (vector and vector.group(2) == "1"):
+        if not _NUMBER.match(target_type):
+            raise _bad_target(stmt, f"the model predicts numbers ({name} {kind}), but TARGET is {target_type}")
+        return "regression", column + ("[1]" if vector else ""), None, ""
+    if not (_INTEGER.match(kind) or kind in ("VARCHAR", "BOOLEAN")):
+        raise _bad_target(stmt, f"the model's prediction {name} is {kind}: neither a class label nor a number")
+    cast = "::BIGINT" if _INTEGER.match(kind) and target_type == "BOOLEAN" else ""
+    if _family(kind) != _family(target_type) and not cast:
+        raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
+                                f"{target_type}")
+    probabilities = next((n for n, t in outputs if n != name and _VECTOR.match(t)), None)
+    return "classification", column, (exp.to_identifier(probabilities, quoted=True).sql("duckdb")
+                                      if probabilities else None), cast
+
+
+def _family(sql_type: str) -> str:
+    return "integer" if _INTEGER.match(sql_type) else sql_type
+
+
+def _bad_target(stmt: EvaluateModel, why: str) -> ProgrammingError:
+    return ProgrammingError(f"{where_of(stmt)}: {why}.", code="invalid_target")
+
+
+def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> EvaluatePlan:
+    """The plan of an EVALUATE (nothing runs but DuckDB's description of the input and of the PREDICT).
+
+    Raises:
+        ProgrammingError: the options (``unknown_option``, ``invalid_option``), the model
+            (``model_not_found``, ``version_not_found``), the TARGET (``column_not_found``, ``invalid_target``),
+            the features (``column_not_found``, ``invalid_feature``) and PREDICT's binding errors.
+    """
+    ref = stmt.this
+    options = EVALUATE.parse(stmt, params, where=where_of(stmt))
+    pipeline = bool(ref.args.get("pipeline"))
+    entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=pipeline)
+    source = stmt.args["source"]
+    input_sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
+    columns = _columns(session, input_sql, params)
+    target, target_type = _target(stmt, columns, session)
+    predict = _predict_node(stmt, entry.version, _features(stmt, entry, columns, target, options, session))
+    predict_sql = predict.sql(dialect=msql.DIALECT)
+    predicted_columns = _columns(session, f"SELECT * FROM {predict_sql}", params)
+    inputs = {n for n, _ in columns}
+    task, prediction, probabilities, cast = _prediction(stmt, [c for c in predicted_columns if c[0] not in inputs],
+                                                        target_type)
+    _check_task_options(stmt, task, options)
+    quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
+    predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
+                                  probabilities, quoted, cast)
+    text = source.sql(dialect=msql.DIALECT)
+    classes = _model_classes(session, entry) if task == "classification" else None
+    return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
+                        f"TABLE {text}" if isinstance(source, exp.Table) else text, predicted, options, classes)
+
+
+def _check_task_options(stmt: EvaluateModel, task: str, options: OptionValues) -> None:
+    """A classifier's options given to a regressor are an error, not silently ignored."""
+    if task == "regression":
+        given = next((k for k in ("average", "positive", "threshold") if options[k] is not None), None)
+        if given is not None:
+            raise option_error(given, f"{where_of(stmt)} option {given} applies to a classifier; the model predicts "
+                                      "numbers.")
+
+
+def _model_classes(session: Session, entry: Any) -> Optional[list[Any]]:
+    """The classes a classifier names in its graph, in its probabilities' order: a classifier node's labels,
+    else the table its label is gathered from (one tensor read from the store); None when it names none."""
+    if not isinstance(entry, ModelVersion) or entry.kind == "python":
+        return None
+    graph = session.store.get(entry.graph_digest)
+    proto = onnx.ModelProto.FromString(graph)
+    named = class_labels(proto)
+    table = label_table(proto) if named is None else None
+    stored = next((t for t in entry.tensors if t.name == table), None) if table is not None else None
+    if stored is None:
+        return named
+    values = initializer_value(graph, stored.name, session.store.get(stored.digest))
+    return [v.decode("utf-8") if isinstance(v, bytes) else v.item() for v in values.ravel()]
+
+

@@ -1,0 +1,129 @@
+"""Running an evaluation's one query and reading its row into metrics (:mod:`modelsql.metrics`'
+definitions, BigQuery ML's names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from modelsql import sql as msql
+from modelsql.errors import DataError
+from modelsql.metrics import classification_metrics, default_positive, regression_metrics
+from modelsql.sql.evaluate import EvaluateModel
+from modelsql.engine.evaluate import queries
+from modelsql.engine.evaluate.binding import EvaluatePlan, where_of
+from modelsql.engine.options.schema import option_error
+from modelsql.engine.query_handler import run_query
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
+__all__ = ["Measured", "measure", "run_sql"]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """An evaluation's result: the rows evaluated, their fingerprint, the metrics, and (a classifier with
+    probabilities) which probability position is each class."""
+
+    rows: int
+    fingerprint: str
+    metrics: dict[str, Any]
+    where: Optional[dict[Any, int]] = None
+
+
+def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: list) -> Measured:
+    """Run the plan's query and read its metrics.
+
+    Raises:
+        DataError: ``null_target``, ``not_a_number``, ``too_few_rows``.
+        ProgrammingError: ``invalid_option`` (options that do not fit the classes found).
+    """
+    if plan.task == "regression":
+        row = run_sql(queries.regression_sql(plan.predicted), session, params)
+    else:
+        row = run_sql(queries.classification_sql(plan.predicted, plan.options["threshold"]), session, params)
+    rows, null_targets, fingerprint = int(row[0]), int(row[1]), int(row[2])
+    _check_rows(stmt, plan, rows, null_targets, int(row[3]))
+    if plan.task == "regression":
+        return Measured(rows, f"{rows}:{fingerprint:016x}", _regression(row))
+    metrics, where = _classification(stmt, plan, row)
+    return Measured(rows, f"{rows}:{fingerprint:016x}", metrics, where)
+
+
+def run_sql(sql: str, session: Session, params: list) -> tuple[Any, ...]:
+    """The first row of a query that may hold PREDICTs (planned and run as a query is)."""
+    out, _, _ = run_query(msql.parse(sql)[0], session, params)
+    try:
+        row = session.duck.fetchone()
+    finally:
+        session.duck.fetchall()
+        out.release()
+    assert row is not None  # an aggregate query has one row
+    return tuple(row)
+
+
+def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets: int, not_numbers: int) -> None:
+    if not_numbers:
+        what = "the TARGET or the prediction" if plan.task == "regression" else "the model's probabilities"
+        raise DataError(f"{where_of(stmt)}: {what} is NaN or infinite in {not_numbers} of {rows} rows (a NaN or "
+                        "infinite feature gives a NaN prediction): filter them out in the input.",
+                        code="not_a_number")
+    if null_targets:
+        raise DataError(f"{where_of(stmt)}: TARGET {plan.target} is NULL in {null_targets} of {rows} rows: every "
+                        "row evaluated needs its true value (filter them out in the input).", code="null_target")
+    if rows == 0:
+        raise DataError(f"{where_of(stmt)}: the input has no rows to evaluate.", code="too_few_rows")
+
+
+def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tuple[str, Any]:
+    """The ``average`` and the positive class, the options' or their defaults (from the model's classes when
+    its graph names them, else the rows'), checked against the classes."""
+    known = plan.classes if plan.classes is not None else labels
+    average = plan.options["average"] or ("binary" if len(known) <= 2 and len(labels) <= 2 else "macro")
+    if average == "binary" and len(labels) > 2:
+        raise option_error("average", f"{where_of(stmt)} option average is 'binary' but the rows have {len(labels)} "
+                                      f"classes: use 'macro', 'weighted' or 'micro'.")
+    positive = plan.options["positive"]
+    if positive is None:
+        positive = default_positive(known)
+    elif not any(type(label) is type(positive) and label == positive for label in labels):
+        raise option_error("positive", f"{where_of(stmt)} option positive is {positive!r}, not a class of the rows "
+                                       f"(classes: {', '.join(map(repr, labels))}).")
+    if plan.options["threshold"] is not None and len(labels) != 2:
+        raise option_error("threshold", f"{where_of(stmt)} option threshold applies to two classes; the rows have "
+                                        f"{len(labels)}.")
+    return average, positive
+
+
+def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
+                    row: tuple[Any, ...]) -> tuple[dict[str, Any], Optional[dict[Any, int]]]:
+    confusion, positions, ranks = (queries.as_dicts(v) for v in row[4:7])
+    labels = queries.labels_of(confusion)
+    average, positive = _classes(stmt, plan, labels)
+    width = max((int(e["i"]) for e in ranks), default=0)
+    lowest, highest = row[8], row[9]
+    probabilities = bool(ranks) and lowest is not None and lowest >= 0.0 and highest <= 1.0
+    where = queries.positions_of(labels, positions, width, plan.classes) if probabilities else None
+    if plan.options["threshold"] is not None:
+        if where is None:
+            raise option_error("threshold", f"{where_of(stmt)} option threshold needs the model's probabilities of "
+                                            "each class (values in [0, 1], each class's column known).")
+        confusion = queries.thresholded_confusion(queries.as_dicts(row[7]), labels, positive, where)
+    matrix = queries.confusion_matrix(confusion, labels)
+    metrics: dict[str, Any] = classification_metrics(matrix, labels, average, positive)
+    rows = int(row[0])
+    metrics["log_loss"] = queries.log_loss(ranks, where, rows) if where is not None else None
+    metrics["roc_auc"] = queries.roc_auc(ranks, where, labels, positive, average) if where is not None else None
+    metrics.update(labels=labels, confusion_matrix=matrix, average=average,
+                   positive=positive if average == "binary" else None, positive_class=positive)
+    return metrics, where
+
+
+def _regression(row: tuple[Any, ...]) -> dict[str, Any]:
+    rows, _, _, _, abs_sum, squared_sum, median_abs, target_var, error_var = row
+    return regression_metrics(rows=int(rows), abs_error_sum=float(abs_sum), squared_error_sum=float(squared_sum),
+                              median_abs_error=float(median_abs), target_var_pop=float(target_var),
+                              error_var_pop=float(error_var))
+
+
