@@ -349,6 +349,7 @@ CODES: dict[str, str] = {
     "invalid_value": "NaN, infinity or a value past float32 in training data",
     "null_value": "a NULL in training data",
     "null_target": "a NULL in the TARGET column of EVALUATE",
+    "alias_not_found": "a model has no alias of that name",
     "not_a_number": "a NaN or infinite number where EVALUATE needs one (a target, a prediction, a probability)",
     "too_few_rows": "too few rows to train and validate",
     "one_class": "a classification TARGET with one class",

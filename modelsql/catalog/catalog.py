@@ -30,6 +30,7 @@ from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
 from modelsql.catalog.families import Families
 from modelsql.catalog.studies import Studies
 from modelsql.catalog.compiled import Compiled
+from modelsql.catalog.aliases import Aliases
 from modelsql.catalog.evaluations import Evaluations
 from modelsql.catalog.traces import Traces
 from modelsql.catalog.pipelines import Pipelines
@@ -199,6 +200,8 @@ class Catalog:
         """The catalog's trainables, studies, trials and stages (:class:`~modelsql.catalog.studies.Studies`)."""
         self.evaluations = Evaluations(self)
         """The catalog's recorded evaluations (:class:`~modelsql.catalog.evaluations.Evaluations`)."""
+        self.aliases = Aliases(self)
+        """The aliases of the catalog's model versions (:class:`~modelsql.catalog.aliases.Aliases`)."""
         self._reap_studies()
 
     def _reap_studies(self) -> None:
@@ -804,6 +807,7 @@ class Catalog:
         self.compiled.forget_model(key, None if version is None else resolved)
         self.traces.forget_fits(key, None if version is None else resolved)
         self.evaluations.forget("model", key, None if version is None else resolved)
+        self.aliases.forget(key, None if version is None else resolved)
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
         self._rows(
@@ -853,7 +857,8 @@ class Catalog:
         Columns: name VARCHAR, version INTEGER (latest), versions BIGINT, kind VARCHAR,
         inputs VARCHAR, outputs VARCHAR (``'x: FLOAT[N, 64]'``, comma separated), features
         VARCHAR (the feature names, comma separated; NULL when unknown), param_count BIGINT,
-        logical_bytes BIGINT, created_at TIMESTAMPTZ; ordered by name. A trainable model (``CREATE MODEL
+        logical_bytes BIGINT, created_at TIMESTAMPTZ, aliases VARCHAR (``'champion = 3, challenger = 4'``; NULL
+        without one); ordered by name. A trainable model (``CREATE MODEL
         m FROM PYTHON``, trained by TUNE) that no version of a model of its name stands for yet is a row of
         kind ``'trainable'``, its factory in ``inputs`` (``'factory: pkg.mod:fn'``) and no shapes.
         When the catalog does not exist (read-only open), an empty result with the same columns.
@@ -863,15 +868,17 @@ class Catalog:
                 "SELECT NULL::VARCHAR AS name, NULL::INTEGER AS version, NULL::BIGINT AS versions, "
                 "NULL::VARCHAR AS kind, NULL::VARCHAR AS inputs, NULL::VARCHAR AS outputs, "
                 "NULL::VARCHAR AS features, NULL::BIGINT AS param_count, NULL::BIGINT AS logical_bytes, "
-                "NULL::TIMESTAMPTZ AS created_at WHERE false"
+                "NULL::TIMESTAMPTZ AS created_at, NULL::VARCHAR AS aliases WHERE false"
             )
         return (
             "SELECT name, version, versions, kind, inputs, outputs, array_to_string(features, ', ') AS features, "
-            f"param_count, logical_bytes, created_at FROM {self._s}.models "
+            f"param_count, logical_bytes, created_at, (SELECT string_agg(a.alias || ' = ' || a.version, ', ' "
+            f"ORDER BY a.alias) FROM {self._s}.model_aliases AS a WHERE a.name = m.name) AS aliases "
+            f"FROM {self._s}.models AS m "
             "UNION ALL "
             "SELECT t.name, t.version, (SELECT count(*) FROM "
             f"{self._s}.trainable_versions AS v WHERE v.name = t.name), 'trainable', 'factory: ' || t.factory, "
-            "NULL, NULL, NULL, NULL, t.created_at "
+            "NULL, NULL, NULL, NULL, t.created_at, NULL "
             f"FROM {self._s}.trainables AS t WHERE t.name NOT IN (SELECT name FROM {self._s}.models) "
             "ORDER BY name"
         )

@@ -41,9 +41,9 @@ DuckDB file as their tables), so it can be inspected with plain SQL
     The highest version number each model and pipeline name was ever given (a dropped version's number
     is never given again). Schema 9, which also adds each study's owner (``owner_host``, ``owner_start``)
     and ``heartbeat_at``.
-``modelsql.evaluations``
+``modelsql.evaluations``, ``modelsql.model_aliases``
     Every EVALUATE of a model or pipeline version: its metrics, the input it read (the text and a fingerprint
-    of the rows) and when. Schema 10.
+    of the rows) and when; and the aliases that name a model's versions. Schema 10.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
 ``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
@@ -87,7 +87,8 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
           "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces",
-          "trace_operators", "compiled", "cost_models", "code_signatures", "version_marks", "evaluations")
+          "trace_operators", "compiled", "cost_models", "code_signatures", "version_marks", "evaluations",
+          "model_aliases")
 VIEWS = ("models", "storage", "pipelines", "families", "trainables")
 
 
@@ -426,7 +427,7 @@ COMMENT ON COLUMN {s}.code_signatures.subject IS 'What was signed, for people: t
 """
 """The code-signature table (schema 8), shared by :data:`DDL` and the migration to version 8."""
 
-EVALUATION_DDL = """
+LIFECYCLE_DDL = """
 CREATE SEQUENCE {s}.evaluation_numbers START 1;
 CREATE TABLE {s}.evaluations (
     evaluation   BIGINT PRIMARY KEY,
@@ -447,8 +448,16 @@ COMMENT ON COLUMN {s}.evaluations.input IS 'The ON clause as written (TABLE t, o
 COMMENT ON COLUMN {s}.evaluations.fingerprint IS 'The rows read, order-independent: their count and the sum of their hashes (hex).';
 COMMENT ON COLUMN {s}.evaluations.metrics IS 'Metric name -> value (JSON): accuracy, precision, recall, f1_score, log_loss, roc_auc, labels, confusion_matrix; or mean_absolute_error, mean_squared_error, root_mean_squared_error, median_absolute_error, r2_score, explained_variance.';
 COMMENT ON COLUMN {s}.evaluations.options IS 'The statement''s options after defaults (average, positive, threshold, features).';
+CREATE TABLE {s}.model_aliases (
+    name         VARCHAR NOT NULL,
+    alias        VARCHAR NOT NULL,
+    version      INTEGER NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, alias)
+);
+COMMENT ON TABLE {s}.model_aliases IS 'Named versions of a model (ALTER MODEL m SET ALIAS a = VERSION n), as MLflow''s registry aliases: PREDICT(MODEL m ALIAS a, ...) runs the version the alias names now.';
 """
-"""The evaluations table (schema 10), shared by :data:`DDL` and the migration to version 10."""
+"""The evaluations and model aliases (schema 10), shared by :data:`DDL` and the migration to version 10."""
 
 OWNERSHIP_DDL = """
 CREATE TABLE {s}.version_marks (
@@ -647,7 +656,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + PERF_DDL
     + TRUST_DDL
     + OWNERSHIP_DDL
-    + EVALUATION_DDL
+    + LIFECYCLE_DDL
 )
 
 
@@ -784,8 +793,8 @@ MIGRATIONS[8] = _migrate_8_to_9
 
 
 def _migrate_9_to_10(con: duckdb.DuckDBPyConnection) -> None:
-    """Version 10 adds ``evaluations`` (empty: nothing was evaluated before)."""
-    con.execute(EVALUATION_DDL.format(s=SCHEMA))
+    """Version 10 adds ``evaluations`` and ``model_aliases`` (empty: nothing was evaluated or named before)."""
+    con.execute(LIFECYCLE_DDL.format(s=SCHEMA))
 
 
 MIGRATIONS[9] = _migrate_9_to_10

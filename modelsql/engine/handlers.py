@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar, Union
 
 from sqlglot import exp
 
-from modelsql.errors import IntegrityError, InternalError, OperationalError
+from modelsql.errors import IntegrityError, InternalError, NotSupportedError, OperationalError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,10 +100,20 @@ def computes(node: type) -> Callable[[Callable[..., "pa.Table"]], Callable[..., 
 def computed_tables(stmt: exp.Expression, session: Session, params: list) -> tuple[exp.Expression, list[str]]:
     """``stmt`` with every table function of ours registered by :func:`computes` replaced by a scan of its
     rows, registered on the connection under a name of its own (returned, for the result to release); ``stmt``
-    itself when it has none (it is never modified)."""
+    itself when it has none (it is never modified).
+
+    Raises:
+        NotSupportedError: ``predict_in_view`` for one in a stored definition (CREATE VIEW, MACRO, FUNCTION).
+    """
     found = [n for n in stmt.walk() if type(n) in _COMPUTED]
     if not found:
         return stmt, []
+    kind = str(stmt.args.get("kind") or "").upper() if isinstance(stmt, exp.Create) else ""
+    if kind in ("VIEW", "MACRO", "FUNCTION"):
+        name = found[0].args.get("function", type(found[0]).__name__)
+        raise NotSupportedError(f"{name}(...) cannot be used in CREATE {kind}: its rows are computed when the "
+                                "statement runs, and a definition would outlive them. Use CREATE TABLE ... AS "
+                                f"SELECT ... FROM {name}(...) to keep them.", code="predict_in_view")
     stmt = stmt.copy()
     names = []
     for node in [n for n in stmt.walk() if type(n) in _COMPUTED]:

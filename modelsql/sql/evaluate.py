@@ -36,7 +36,7 @@ EVALUATE_FORM = ("EVALUATE MODEL | PIPELINE name [VERSION n] ON TABLE t | ON (SE
 
 @statement
 class EvaluateModel(exp.Expression):
-    """``EVALUATE MODEL | PIPELINE name [VERSION n] ON TABLE t | ON (query) TARGET column [WITH (...)]``: the
+    """``EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (query) TARGET column [WITH (...)]``: the
     metrics of the model's (or pipeline's) predictions of the input's rows against the TARGET column, as one
     row, recorded in the catalog (``modelsql.evaluations``).
 
@@ -102,7 +102,7 @@ class EvaluateParsing(GrammarParser):
     """Parser entry ``_parse_evaluatemodel(words)`` (the words consumed)."""
 
     def _parse_evaluatemodel(self, words: tuple[str, ...]) -> EvaluateModel:
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(allow_alias=words[1] == "MODEL")
         if words[1] == "PIPELINE":
             ref.set("pipeline", True)
         if not self._match(TokenType.ON):
@@ -133,7 +133,7 @@ class EvaluateParsing(GrammarParser):
         pipeline = self._match_word("PIPELINE")
         if not pipeline:
             self._match_word("MODEL")
-        ref: ModelRef = self._parse_model_ref()
+        ref: ModelRef = self._parse_model_ref(allow_alias=not pipeline)
         if pipeline:
             ref.set("pipeline", True)
         if not self._match(TokenType.COMMA):

@@ -53,7 +53,13 @@ class ModelRef(exp.Expression):
         pipeline: ``True`` when it names a pipeline.
     """
 
-    arg_types = {"this": True, "version": False, "pipeline": False}
+    arg_types = {"this": True, "version": False, "pipeline": False, "alias": False}
+
+    @property
+    def alias_name(self) -> t.Optional[str]:
+        """The alias written (``MODEL m ALIAS champion``), lower case, or ``None``."""
+        alias = self.args.get("alias")
+        return str(alias.name).lower() if alias is not None else None
 
     @property
     def model_name(self) -> str:
@@ -94,9 +100,10 @@ class GrammarParser(DuckDBParser):
         return self.sql[first.start : self._prev.end + 1]
 
     def _parse_model_ref(self, allow_version: bool = True,
-                         no_version: str = "the statement is about the model, not one version") -> ModelRef:
-        """``name [VERSION n]`` -> :class:`ModelRef` (positions of the name in ``meta``); without
-        ``allow_version`` a VERSION is an error saying why (``no_version``)."""
+                         no_version: str = "the statement is about the model, not one version",
+                         allow_alias: bool = False) -> ModelRef:
+        """``name [VERSION n]`` (with ``allow_alias`` also ``name ALIAS a``) -> :class:`ModelRef` (positions of
+        the name in ``meta``); without ``allow_version`` a VERSION is an error saying why (``no_version``)."""
         token = self._curr
         name = self._parse_id_var(any_token=False)
         if not isinstance(name, exp.Identifier):
@@ -109,8 +116,17 @@ class GrammarParser(DuckDBParser):
             if not (self._match(TokenType.NUMBER) and self._prev.text.isdigit()):
                 self._fail("Expected an integer version number after VERSION")
             version = exp.Literal.number(self._prev.text)
+        alias = None
+        if self._match_word("ALIAS", advance=False) and (version is not None or not allow_alias):
+            self._fail("ALIAS cannot be given here: an alias names a model's version in PREDICT(MODEL ...), "
+                       "EVALUATE MODEL and DESCRIBE MODEL, instead of VERSION n")
+        if allow_alias and self._match_word("ALIAS"):
+            token = self._curr
+            alias = self._parse_id_var(any_token=False)
+            if not isinstance(alias, exp.Identifier):
+                self._fail("Expected an alias name after ALIAS", token)
 
-        ref = self.expression(ModelRef(this=name, version=version))
+        ref = self.expression(ModelRef(this=name, version=version, alias=alias))
         if name is not None:
             ref.update_positions(name)
         return ref
@@ -274,7 +290,9 @@ class GrammarGenerator(DuckDBGenerator):
 
     def modelref_sql(self, expression: ModelRef) -> str:
         version = self.sql(expression, "version")
-        return f"{self._name_sql(expression.this)}{f' VERSION {version}' if version else ''}"
+        alias = expression.args.get("alias")
+        return (f"{self._name_sql(expression.this)}{f' VERSION {version}' if version else ''}"
+                + (f" ALIAS {self._name_sql(alias)}" if alias is not None else ""))
 
     def _training_data_sql(self, words: str, expression: exp.Expr) -> list[str]:
         """``<words> name ON ... [VALIDATE ON ...] TARGET col`` (TUNE's and FINETUNE's head), as parts."""

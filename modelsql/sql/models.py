@@ -6,7 +6,8 @@
     DROP MODEL [IF EXISTS] name [VERSION n]
     TRUST MODEL name [VERSION n]
     SHOW [MODELSQL] MODELS
-    DESCRIBE MODEL name [VERSION n]
+    DESCRIBE MODEL name [VERSION n | ALIAS a]
+    ALTER MODEL name SET ALIAS a = VERSION n | DROP ALIAS [IF EXISTS] a
     EXPORT MODEL name [VERSION n] TO 'path.onnx'
     VACUUM [MODELSQL] MODELS
 
@@ -25,7 +26,7 @@ from sqlglot.tokens import TokenType
 from modelsql.sql.grammar import GrammarGenerator, GrammarParser
 from modelsql.sql.registry import option_dict, statement, undotted_name_at
 
-__all__ = ["ImportModel", "DropModel", "TrustModel", "ShowModels", "DescribeModel", "ExportModel", "VacuumModels",
+__all__ = ["AlterModel", "ImportModel", "DropModel", "TrustModel", "ShowModels", "DescribeModel", "ExportModel", "VacuumModels",
            "ModelParsing", "ModelGenerating"]
 
 #: ``'package.module:function'`` after ``FROM PYTHON`` (the part after ``:`` may be dotted, ``Class.method``).
@@ -193,8 +194,50 @@ class VacuumModels(exp.Expression):
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
+@statement
+class AlterModel(exp.Expression):
+    """``ALTER MODEL name SET ALIAS alias = VERSION n`` or ``ALTER MODEL name DROP ALIAS [IF EXISTS] alias``: name a
+    model's version (MLflow's registry aliases, such as ``champion``), so ``PREDICT(MODEL name ALIAS alias, ...)``,
+    ``EVALUATE MODEL name ALIAS alias`` and ``DESCRIBE MODEL name ALIAS alias`` use the version it names now.
+
+    Only when an undotted name follows MODEL (``ONLY_IF``, as for :class:`DescribeModel`).
+
+    Args:
+        this: ``ModelRef`` (no version).
+        alias: ``exp.Identifier``, the alias.
+        action: ``"set"`` or ``"drop"``.
+        version: ``exp.Literal`` integer for ``SET``; ``None`` for ``DROP``.
+        exists: ``True`` when ``DROP ALIAS IF EXISTS`` was written.
+    """
+
+    WORDS = (("ALTER", "MODEL"),)
+    ONLY_IF = staticmethod(undotted_name_at)
+    EXAMPLES = ("ALTER MODEL m SET ALIAS champion = VERSION 3", "ALTER MODEL m DROP ALIAS IF EXISTS challenger")
+    arg_types = {"this": True, "alias": True, "action": True, "version": False, "exists": False}
+
+
 class ModelParsing(GrammarParser):
     """Parser entries ``_parse_<key>(words)`` of the model statements (the words consumed)."""
+
+    def _parse_altermodel(self, words: tuple[str, ...]) -> AlterModel:
+        ref = self._parse_model_ref(allow_version=False, no_version="the alias names the version: SET ALIAS a = "
+                                                                    "VERSION n")
+        action = "set" if self._match(TokenType.SET) else "drop" if self._match(TokenType.DROP) else None
+        if action is None or not self._match_word("ALIAS"):
+            self._fail("Expected SET ALIAS alias = VERSION n or DROP ALIAS alias after the model name")
+        exists = bool(action == "drop" and self._parse_exists())
+        token = self._curr
+        alias = self._parse_id_var(any_token=False)
+        if not isinstance(alias, exp.Identifier):
+            self._fail("Expected an alias name after ALIAS", token)
+        version = None
+        if action == "set":
+            if not (self._match(TokenType.EQ) and self._match_word("VERSION")):
+                self._fail("Expected = VERSION n after the alias name")
+            if not (self._match(TokenType.NUMBER) and self._prev.text.isdigit()):
+                self._fail("Expected an integer version number after VERSION")
+            version = exp.Literal.number(self._prev.text)
+        return self.expression(AlterModel(this=ref, alias=alias, action=action, version=version, exists=exists))
 
     def _parse_importmodel(self, words: tuple[str, ...]) -> ImportModel:
         # IMPORT MODEL / CREATE MODEL / CREATE OR REPLACE MODEL
@@ -265,7 +308,7 @@ class ModelParsing(GrammarParser):
         return self.expression(ShowModels())
 
     def _parse_describemodel(self, words: tuple[str, ...]) -> DescribeModel:
-        return self.expression(DescribeModel(this=self._parse_model_ref()))
+        return self.expression(DescribeModel(this=self._parse_model_ref(allow_alias=True)))
 
     def _parse_exportmodel(self, words: tuple[str, ...]) -> ExportModel:
         ref = self._parse_model_ref()
@@ -280,6 +323,13 @@ class ModelParsing(GrammarParser):
 
 class ModelGenerating(GrammarGenerator):
     """Generator methods ``<key>_sql`` of the model statements."""
+
+    def altermodel_sql(self, expression: AlterModel) -> str:
+        alias = self._name_sql(expression.args["alias"])
+        if expression.args["action"] == "set":
+            return f"ALTER MODEL {self.sql(expression, 'this')} SET ALIAS {alias} = VERSION {self.sql(expression, 'version')}"
+        exists = " IF EXISTS" if expression.args.get("exists") else ""
+        return f"ALTER MODEL {self.sql(expression, 'this')} DROP ALIAS{exists} {alias}"
 
     def importmodel_sql(self, expression: ImportModel) -> str:
         head = "CREATE OR REPLACE MODEL" if expression.args.get("replace") else "IMPORT MODEL"

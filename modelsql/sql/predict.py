@@ -33,7 +33,7 @@ __all__ = ["ModelSet", "PredictTable", "PredictParsing", "PredictGenerating", "P
            "predict_shaped", "ml_predict_at"]
 
 #: The accepted form of PREDICT, shown by its parse errors.
-PREDICT_FORM = ("PREDICT(MODEL name [VERSION n] | PIPELINE name [VERSION n] | MODELS (name, ...) ROUTE BY column "
+PREDICT_FORM = ("PREDICT(MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] | MODELS (name, ...) ROUTE BY column "
                 "| MODELS FAMILY name ROUTE BY column, TABLE t | (SELECT ...) [, option = value ...])")
 
 
@@ -181,7 +181,7 @@ class PredictParsing(GrammarParser):
             pipeline = self._match_word("PIPELINE")
             if not pipeline and not self._match_word("MODEL"):
                 self._fail(f"Expected MODEL <name> as the first argument of PREDICT; the form is {PREDICT_FORM}")
-            ref = self._parse_model_ref()
+            ref = self._parse_model_ref(allow_alias=not pipeline)
             if pipeline:
                 ref.set("pipeline", True)
 

@@ -251,7 +251,7 @@ def test_show_models_fits_80_columns_and_names_hidden_ones(tmp_path, models_db):
     assert len(rows) == 1 and "digits" in rows[0], r.stdout  # one line: no value wraps
     shown = re.findall(r"┃ (\w+)\s", lines[1])
     footer = " ".join(lines[next(i for i, line in enumerate(lines) if line.startswith("└")) + 1:])
-    hidden = re.search(r"hidden: ([\w, ]+)\)", footer).group(1).split(", ")
+    hidden = [c.strip() for c in re.search(r"hidden: ([\w, ]+)\)", footer).group(1).split(",")]
     assert shown[0] == "name" and len(shown) >= 4, r.stdout
     assert sorted(shown + hidden) == sorted(_show_models_columns(tmp_path, models_db)), r.stdout
     assert ".mode line" in footer

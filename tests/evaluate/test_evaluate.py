@@ -365,3 +365,33 @@ def test_a_users_function_named_evaluate_is_left_alone(con):
     assert con.execute("SELECT evaluate(1, 2)").fetchone() == (3,)
     con.execute("DROP MACRO evaluate")
     con.commit()
+
+
+def test_what_a_new_user_broke_in_the_table_functions(con):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    with pytest.raises(modelsql.NotSupportedError) as info:  # its rows would be gone when the view is read
+        con.execute("CREATE VIEW v AS SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y)")
+    assert info.value.code == "predict_in_view" and "CREATE TABLE" in str(info.value)
+    con.rollback()
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM ROC_CURVE(MODEL diabetes_ridge, TABLE diabetes, target = y)")
+    assert info.value.code == "invalid_target" and "predicts numbers" in str(info.value)
+    con.rollback()
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, target = f0, target = y)")
+    assert info.value.code == "duplicate_option"
+    con.rollback()
+    # class labels that are text, three of them
+    x, y = load_iris(return_X_y=True)
+    species = np.array(["setosa", "versicolor", "virginica"])[y]
+    con.import_model("iris_named", LogisticRegression(max_iter=500).fit(x, species))
+    con.execute("CREATE OR REPLACE TABLE iris_named AS SELECT * REPLACE (['setosa', 'versicolor', 'virginica'][y + 1] "
+                "AS y) FROM iris")
+    got = _evaluate(con, "EVALUATE MODEL iris_named ON TABLE iris_named TARGET y")
+    assert got["labels"] == ["setosa", "versicolor", "virginica"] and got["roc_auc"] is not None
+    # a pipeline fed by position: the TARGET is not a feature
+    con.import_pipeline("iris_positional", make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y),
+                        example_input=x[:2].astype(np.float32))
+    assert _evaluate(con, "EVALUATE PIPELINE iris_positional ON TABLE iris TARGET y")["accuracy"] > 0.9

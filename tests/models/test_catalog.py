@@ -384,7 +384,7 @@ def test_show_models_sql(cat, con):
     cur = con.execute(cat.show_models_sql())
     assert [d[0] for d in cur.description] == [
         "name", "version", "versions", "kind", "inputs", "outputs", "features", "param_count", "logical_bytes",
-        "created_at",
+        "created_at", "aliases",
     ]
     rows = cur.fetchall()
     assert [r[0] for r in rows] == ["alpha", "zeta"]
@@ -472,6 +472,7 @@ def _to_schema_9(con) -> None:
     """Take a current catalog back to schema 9: no evaluations (and no sequence numbering them)."""
     con.execute("DROP TABLE modelsql.evaluations")
     con.execute("DROP SEQUENCE modelsql.evaluation_numbers")
+    con.execute("DROP TABLE modelsql.model_aliases")
     con.execute("UPDATE modelsql.meta SET value = '9' WHERE key = 'schema_version'")
 
 
@@ -708,7 +709,7 @@ def test_read_only_without_catalog_is_empty(db):
     assert ei.value.code == "model_not_found"
     cur = con.execute(cat.show_models_sql())
     assert cur.fetchall() == []
-    assert len(cur.description) == 10
+    assert len(cur.description) == 11  # name ... created_at, aliases
     with pytest.raises(errors.OperationalError) as ei:
         cat.add_version(make_mv(), {})
     assert ei.value.code == "read_only"

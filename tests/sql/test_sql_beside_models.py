@@ -242,7 +242,7 @@ def test_a_malformed_predict_shows_the_accepted_form(lin, sql):
     with pytest.raises(modelsql.ProgrammingError) as info:
         lin.execute(sql)
     assert info.value.code == "parse_error"
-    assert ("PREDICT(MODEL name [VERSION n] | PIPELINE name [VERSION n] | MODELS (name, ...) ROUTE BY column "
+    assert ("PREDICT(MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] | MODELS (name, ...) ROUTE BY column "
             "| MODELS FAMILY name ROUTE BY column, TABLE t | (SELECT ...)") in str(info.value)
     assert "Expected , TABLE" not in str(info.value)
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+import numpy as np
 import onnx
 from sqlglot import exp
 
@@ -85,6 +86,7 @@ def _target(stmt: EvaluateModel, columns: list[tuple[str, str]], session: Sessio
 def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]]) -> PredictTable:
     ref = stmt.this.copy()
     ref.set("version", exp.Literal.number(version))  # the version bound, whatever is added meanwhile
+    ref.set("alias", None)
     options = None
     if features is not None:
         options = [exp.EQ(this=exp.to_identifier("features"),
@@ -100,7 +102,7 @@ def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], t
     names = [n for n, _ in columns]
     if given is not None:
         return training_features(names, target, given, statement=where_of(stmt))
-    if isinstance(entry, ModelVersion) and not entry.features and len(entry.inputs) == 1:
+    if not entry.features and len(entry.inputs) == 1:  # a model or pipeline fed by position
         return training_features(names, target, None, input_keys(session, stmt.args["source"]), where_of(stmt))
     return None
 
@@ -196,6 +198,7 @@ def _model_classes(session: Session, entry: Any) -> Optional[list[Any]]:
     if stored is None:
         return named
     values = initializer_value(graph, stored.name, session.store.get(stored.digest))
-    return [v.decode("utf-8") if isinstance(v, bytes) else v.item() for v in values.ravel()]
+    return [v.decode("utf-8") if isinstance(v, bytes) else v.item() if isinstance(v, np.generic) else v
+            for v in values.ravel()]
 
 

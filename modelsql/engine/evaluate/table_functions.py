@@ -21,6 +21,7 @@ from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
 from modelsql.engine.evaluate.measure import Measured, measure, run_sql
 from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.handlers import computes
+from modelsql.engine.options.schema import option_error
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -38,6 +39,14 @@ def _as_statement(node: EvaluationTable) -> EvaluateModel:
         ProgrammingError: ``invalid_target`` when no ``target = column`` is given.
     """
     options = [o for o in node.args.get("options") or [] if o.this.name.lower() != "target"]
+    if sum(1 for o in node.args.get("options") or [] if o.this.name.lower() == "target") > 1:
+        raise option_error("target", f'{node.args["function"]}(...): option "target" is given twice.',
+                           code="duplicate_option")
+    if node.args["function"] == "ROC_CURVE":
+        unused = next((o.this.name for o in options if o.this.name.lower() in ("average", "threshold")), None)
+        if unused is not None:
+            raise option_error(unused, f"ROC_CURVE(...) option {unused} does not apply: the curve is every "
+                                       "threshold of the positive class.")
     target = node.option_values.get("target")
     if not isinstance(target, (exp.Identifier, exp.Column, exp.Literal)) or not target.name:
         raise ProgrammingError(f"{node.args['function']}(...) needs the column of true values: target = column",
@@ -78,10 +87,18 @@ def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
 
 
 def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: list) -> pa.Table:
+    if plan.task != "classification":
+        raise ProgrammingError(f"ROC_CURVE(...): {plan.name} predicts numbers, not classes", code="invalid_target")
+    if done.where is None:
+        raise ProgrammingError(f"ROC_CURVE(...): {plan.name} gives no probabilities of each class (scores outside "
+                               "[0, 1], or none)", code="invalid_target")
     matrix, labels, where = done.metrics.get("confusion_matrix") or [], done.metrics.get("labels") or [], done.where
     true = [label for label, counts in zip(labels, matrix) if sum(counts)]  # the TARGET's classes
+    if len(true) != 2:
+        raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes; its rows have "
+                               f"{', '.join(map(str, true)) or 'none'}", code="invalid_target")
     positive = plan.options["positive"] if plan.options["positive"] is not None else default_positive(true)
-    if plan.task != "classification" or len(true) != 2 or where is None or positive not in where:
+    if positive not in where:
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes and {plan.name} "
                                f"probabilities of each (classes: {', '.join(map(str, true)) or 'none'})",
                                code="invalid_target")

@@ -15,16 +15,16 @@ from modelsql.analyses.batch_axis import batch_dependence
 from modelsql.analyses.static_features import static_features
 from modelsql.catalog.entries import ModelVersion
 from modelsql.converters import check_conversion, is_sklearn_estimator, to_onnx
-from modelsql.errors import DataError, IntegrityError, InternalError, ProgrammingError
+from modelsql.errors import DataError, Error, IntegrityError, InternalError, ProgrammingError
 from modelsql.onnxformat.describe import param_count, signature
 from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
 from modelsql.onnxformat.metadata import outputs_entry, write_metadata
 from modelsql.onnxformat.split import split_model
-from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
+from modelsql.sql.models import AlterModel, DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
 from modelsql.engine.query.bind_predict import bind_outputs, check_feature_names, check_signature, row_shape, row_width
-from modelsql.engine.handlers import catalog_write_retrying, handles, retrying
+from modelsql.engine.handlers import catalog_write, catalog_write_retrying, handles, retrying
 from modelsql.engine.options import value
 from modelsql.engine.options.declared import IMPORT_MODEL
 from modelsql.engine.models.plans import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
@@ -102,6 +102,35 @@ def _drop(stmt: DropModel, session: Session, params: list) -> Result:
     removed = catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, plan.version,
                                                                            missing_ok=plan.if_exists))
     return Result(session.duck, rowcount=removed)
+
+
+@handles(AlterModel)
+def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
+    """ALTER MODEL m SET ALIAS a = VERSION n (moving the alias if it named another version) / DROP ALIAS a."""
+    ref, alias = stmt.this, stmt.args["alias"].name.lower()
+    name = ref.model_name.lower()
+    if stmt.args["action"] == "set":
+        version = int(stmt.args["version"].this)
+        session.get_model(ref.model_name, version, ref)  # model_not_found / version_not_found, pointed
+        with catalog_write(session) as catalog:
+            catalog.aliases.set(name, alias, version)
+        return Result(session.duck, rowcount=1)
+    session.get_model(ref.model_name, None, ref)
+    if alias not in session.catalog.aliases.of(name):
+        if stmt.args.get("exists"):
+            return Result(session.duck, rowcount=0)
+        raise session.pointed(_alias_error(session, name, alias), ref)
+    with catalog_write(session) as catalog:
+        catalog.aliases.drop(name, alias)
+    return Result(session.duck, rowcount=1)
+
+
+def _alias_error(session: Session, name: str, alias: str) -> Error:
+    try:
+        session.catalog.aliases.resolve(name, alias)
+    except Error as err:
+        return err
+    raise AssertionError("unreachable: the alias is missing")  # pragma: no cover
 
 
 @handles(ShowModels, reads_only=True)

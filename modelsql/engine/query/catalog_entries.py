@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from modelsql.catalog.entries import ModelVersion, PipelineVersion, RoutedModels
 from modelsql.errors import Error, ProgrammingError, excerpt, position_of
+from modelsql.sql.grammar import ModelRef
 
 if TYPE_CHECKING:
     from modelsql.engine.query.context import PlanningContext
@@ -34,15 +35,18 @@ def pointed(text: str, err: Error, ref: Optional[exp.Expression]) -> Error:
 def entry_of(ctx: PlanningContext, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,
              pipeline: bool = False, models: Optional[dict[Any, Any]] = None
              ) -> Union[ModelVersion, PipelineVersion]:
-    """The catalog entry (a model version, or with ``pipeline`` a pipeline version). ``models``: step model
-    versions already read by this statement (see :meth:`~modelsql.catalog.pipelines.Pipelines.get`).
+    """The catalog entry (a model version, or with ``pipeline`` a pipeline version); a model ``ref`` with an
+    alias (``MODEL m ALIAS champion``) is the version the alias names now. ``models``: step model versions
+    already read by this statement (see :meth:`~modelsql.catalog.pipelines.Pipelines.get`).
 
     Raises:
-        ProgrammingError: ``model_not_found``, ``version_not_found`` (pointed at ``ref``).
+        ProgrammingError: ``model_not_found``, ``version_not_found``, ``alias_not_found`` (pointed at ``ref``).
     """
     try:
         if pipeline:
             return ctx.catalog.pipelines.get(name, version, models=models)
+        if isinstance(ref, ModelRef) and ref.alias_name is not None:
+            version = ctx.catalog.aliases.resolve(name.lower(), ref.alias_name)
         return ctx.catalog.get(name, version)
     except Error as err:
         raise pointed(ctx.text, err, ref) from None

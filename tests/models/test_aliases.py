@@ -1,0 +1,86 @@
+"""Model aliases (issue 25): ALTER MODEL m SET ALIAS a = VERSION n / DROP ALIAS a, and MODEL m ALIAS a in PREDICT,
+EVALUATE and DESCRIBE MODEL naming the version the alias names now (MLflow's registry aliases)."""
+
+from __future__ import annotations
+
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+
+import modelsql
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = modelsql.connect(str(tmp_path / "a.duckdb"))
+    c.autocommit = True
+    x, y = load_iris(return_X_y=True)
+    c.execute("CREATE TABLE iris AS SELECT * FROM (SELECT unnest(?) AS f0, unnest(?) AS f1, unnest(?) AS f2, "
+              "unnest(?) AS f3, unnest(?) AS y)", [x[:, 0].tolist(), x[:, 1].tolist(), x[:, 2].tolist(),
+                                                  x[:, 3].tolist(), y.tolist()])
+    features = ["f0", "f1", "f2", "f3"]
+    c.import_model("m", LogisticRegression(max_iter=500).fit(x, y), features=features)
+    c.import_model("m", LogisticRegression(max_iter=500, C=0.001).fit(x, y), features=features, replace=True)
+    yield c
+    c.close()
+
+
+def _labels(con, ref: str) -> list:
+    return [r[0] for r in con.execute(f"SELECT label FROM PREDICT(MODEL {ref}, TABLE iris)").fetchall()]
+
+
+def test_an_alias_names_the_version_it_is_set_to_and_follows_when_moved(con):
+    one, two = _labels(con, "m VERSION 1"), _labels(con, "m VERSION 2")
+    assert one != two
+    con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")
+    sql = "SELECT label FROM PREDICT(MODEL m ALIAS champion, TABLE iris)"
+    assert [r[0] for r in con.execute(sql).fetchall()] == one
+    assert [r[0] for r in con.execute(sql).fetchall()] == one  # a cached plan
+    con.execute("ALTER MODEL m SET ALIAS champion = VERSION 2")
+    assert [r[0] for r in con.execute(sql).fetchall()] == two  # the cached plan followed the alias
+    assert con.execute("SHOW MODELS").fetchone()[-1] == "champion = 2"
+    got = con.execute("EVALUATE MODEL m ALIAS champion ON TABLE iris TARGET y").fetchone()
+    assert got[2] == 2  # the version column
+    described = con.execute("DESCRIBE MODEL m ALIAS champion").fetchall()
+    assert any(r[0] == "evaluation" for r in described)
+    table = con.execute("SELECT version FROM EVALUATE(MODEL m ALIAS champion, TABLE iris, target = y)").fetchone()
+    assert table == (2,)
+
+
+def test_drop_alias_and_dropping_its_version(con):
+    con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")
+    con.execute("ALTER MODEL m SET ALIAS challenger = VERSION 2")
+    assert con.execute("ALTER MODEL m DROP ALIAS challenger").rowcount == 1
+    assert con.execute("ALTER MODEL m DROP ALIAS IF EXISTS challenger").rowcount == 0
+    con.execute("DROP MODEL m VERSION 1")  # its aliases go with it
+    assert con.execute("SELECT count(*) FROM modelsql.model_aliases").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("sql, error, code, says", [
+    ("SELECT * FROM PREDICT(MODEL m ALIAS champ, TABLE iris)", modelsql.ProgrammingError, "alias_not_found",
+     'Did you mean "champion"'),
+    ("ALTER MODEL m SET ALIAS x = VERSION 9", modelsql.ProgrammingError, "version_not_found", "no version 9"),
+    ("ALTER MODEL m DROP ALIAS nope", modelsql.ProgrammingError, "alias_not_found", "champion (version 1)"),
+    ("ALTER MODEL nope SET ALIAS x = VERSION 1", modelsql.ProgrammingError, "model_not_found", "nope"),
+    ("DROP MODEL m ALIAS champion", modelsql.ProgrammingError, "parse_error", "ALIAS cannot be given here"),
+    ("SELECT * FROM PREDICT(MODEL m VERSION 1 ALIAS champion, TABLE iris)", modelsql.ProgrammingError,
+     "parse_error", "ALIAS cannot be given here"),
+    ("ALTER MODEL m SET ALIAS x = 2", modelsql.ProgrammingError, "parse_error", "= VERSION n"),
+])
+def test_bad_aliases_are_clear_errors_and_change_nothing(con, sql, error, code, says):
+    con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")
+    with pytest.raises(error) as info:
+        con.execute(sql)
+    assert info.value.code == code and says in str(info.value), str(info.value)
+    assert con.execute("SELECT alias, version FROM modelsql.model_aliases").fetchall() == [("champion", 1)]
+    assert con.execute("SELECT count(*) FROM modelsql.model_versions").fetchone() == (2,)
+
+
+def test_alias_statements_round_trip():
+    from modelsql.sql import ModelSQL, parse
+
+    for text in ("ALTER MODEL m SET ALIAS champion = VERSION 3", "ALTER MODEL \"M m\" DROP ALIAS IF EXISTS c",
+                 "SELECT * FROM PREDICT(MODEL m ALIAS champion, TABLE t)", "DESCRIBE MODEL m ALIAS c",
+                 "EVALUATE MODEL m ALIAS c ON TABLE t TARGET y"):
+        (tree,) = parse(text)
+        assert parse(tree.sql(dialect=ModelSQL)) == [tree]
