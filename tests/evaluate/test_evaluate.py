@@ -395,3 +395,14 @@ def test_what_a_new_user_broke_in_the_table_functions(con):
     con.import_pipeline("iris_positional", make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y),
                         example_input=x[:2].astype(np.float32))
     assert _evaluate(con, "EVALUATE PIPELINE iris_positional ON TABLE iris TARGET y")["accuracy"] > 0.9
+
+
+def test_messages_name_the_table_function_and_a_null_typed_target_is_null_target(con):
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (NULL AS y) FROM iris) TARGET y")
+    assert info.value.code == "null_target" and "every row" in str(info.value)
+    con.rollback()
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM CONFUSION_MATRIX(MODEL cancer_rf, TABLE cancer, target = malignant, positive = 7)")
+    assert "CONFUSION_MATRIX(MODEL cancer_rf)" in str(info.value) and "EVALUATE" not in str(info.value)
+    con.rollback()

@@ -18,7 +18,7 @@ from sqlglot import exp
 from modelsql import sql as msql
 from modelsql.analyses.class_labels import class_labels, label_table
 from modelsql.catalog.entries import ModelVersion
-from modelsql.errors import ProgrammingError, did_you_mean
+from modelsql.errors import DataError, ProgrammingError, did_you_mean
 from modelsql.onnxformat.split import initializer_value
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.predict import PredictTable
@@ -56,9 +56,12 @@ class EvaluatePlan:
 
 
 def where_of(stmt: EvaluateModel) -> str:
-    """How messages name the statement: ``EVALUATE MODEL m``."""
+    """How messages name the statement: ``EVALUATE MODEL m``, or the table function it stands for
+    (``ROC_CURVE(MODEL m)``, kept in ``stmt.meta["called_as"]``)."""
     ref = stmt.this
-    return f"EVALUATE {'PIPELINE' if ref.args.get('pipeline') else 'MODEL'} {ref.model_name}"
+    word = "PIPELINE" if ref.args.get("pipeline") else "MODEL"
+    called = stmt.meta.get("called_as")
+    return f"{called}({word} {ref.model_name})" if called else f"EVALUATE {word} {ref.model_name}"
 
 
 def _columns(session: Session, sql: str, params: list) -> list[tuple[str, str]]:
@@ -160,6 +163,9 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     input_sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
     columns = _columns(session, input_sql, params)
     target, target_type = _target(stmt, columns, session)
+    if target_type.strip('"') == "NULL":
+        raise DataError(f"{where_of(stmt)}: TARGET {target} is NULL in every row: every row evaluated needs its "
+                        "true value.", code="null_target")
     predict = _predict_node(stmt, entry.version, _features(stmt, entry, columns, target, options, session))
     predict_sql = predict.sql(dialect=msql.DIALECT)
     predicted_columns = _columns(session, f"SELECT * FROM {predict_sql}", params)

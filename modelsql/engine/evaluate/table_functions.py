@@ -52,7 +52,9 @@ def _as_statement(node: EvaluationTable) -> EvaluateModel:
         raise ProgrammingError(f"{node.args['function']}(...) needs the column of true values: target = column",
                                code="invalid_target")
     name = exp.to_identifier(target.name, quoted=isinstance(target, exp.Identifier) and target.quoted)
-    return EvaluateModel(this=node.this.copy(), source=node.expression.copy(), target=name, options=options or None)
+    stmt = EvaluateModel(this=node.this.copy(), source=node.expression.copy(), target=name, options=options or None)
+    stmt.meta["called_as"] = node.args["function"]  # messages name the function, not the statement
+    return stmt
 
 
 @computes(EvaluationTable)

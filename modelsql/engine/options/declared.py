@@ -58,7 +58,8 @@ PREDICT = OptionSet(
 EVALUATE = OptionSet(
     "EVALUATE",
     Option("average", "choice", choices=("binary", "macro", "weighted", "micro"),
-           default_doc="`'binary'` for two classes, else `'macro'`",
+           default_doc="`'binary'` for two classes (the model's, when its graph names them; else the rows'), "
+                       "else `'macro'`",
            doc="how precision, recall, F1 and ROC AUC combine over classes, as scikit-learn's `average`: "
                "`'binary'` scores the positive class alone; `'macro'` the unweighted mean over the classes; "
                "`'weighted'` the mean weighted by each class's rows; `'micro'` pools every class's counts "
