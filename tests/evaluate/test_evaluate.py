@@ -406,3 +406,14 @@ def test_messages_name_the_table_function_and_a_null_typed_target_is_null_target
         con.execute("SELECT * FROM CONFUSION_MATRIX(MODEL cancer_rf, TABLE cancer, target = malignant, positive = 7)")
     assert "CONFUSION_MATRIX(MODEL cancer_rf)" in str(info.value) and "EVALUATE" not in str(info.value)
     con.rollback()
+
+
+def test_on_null_skip_leaves_rows_with_a_null_feature_out(con):
+    sql = ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN f0 > 7 THEN NULL ELSE f1 END AS f1) FROM iris) "
+           "TARGET y{}")
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute(sql.format(""))
+    assert info.value.code == "null_input" and "on_null" in str(info.value)
+    con.rollback()
+    kept = con.execute("SELECT count(*) FROM iris WHERE NOT f0 > 7").fetchone()[0]
+    assert _evaluate(con, sql.format(" WITH (on_null = 'skip')"))["rows"] == kept

@@ -86,15 +86,19 @@ def _target(stmt: EvaluateModel, columns: list[tuple[str, str]], session: Sessio
     return found[0]
 
 
-def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]]) -> PredictTable:
+def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]], on_null: str) -> PredictTable:
+    """The PREDICT of the evaluation: the version bound (whatever is added meanwhile), its features and
+    ``on_null`` (PREDICT's: ``'skip'`` leaves rows with a NULL feature out)."""
     ref = stmt.this.copy()
-    ref.set("version", exp.Literal.number(version))  # the version bound, whatever is added meanwhile
+    ref.set("version", exp.Literal.number(version))
     ref.set("alias", None)
-    options = None
+    options = []
     if features is not None:
-        options = [exp.EQ(this=exp.to_identifier("features"),
-                          expression=exp.Tuple(expressions=[exp.to_identifier(f, quoted=True) for f in features]))]
-    return PredictTable(this=ref, expression=stmt.args["source"].copy(), options=options)
+        options.append(exp.EQ(this=exp.to_identifier("features"), expression=exp.Tuple(
+            expressions=[exp.to_identifier(f, quoted=True) for f in features])))
+    if on_null != "error":
+        options.append(exp.EQ(this=exp.to_identifier("on_null"), expression=exp.Literal.string(on_null)))
+    return PredictTable(this=ref, expression=stmt.args["source"].copy(), options=options or None)
 
 
 def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], target: str,
@@ -166,7 +170,8 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     if target_type.strip('"') == "NULL":
         raise DataError(f"{where_of(stmt)}: TARGET {target} is NULL in every row: every row evaluated needs its "
                         "true value.", code="null_target")
-    predict = _predict_node(stmt, entry.version, _features(stmt, entry, columns, target, options, session))
+    predict = _predict_node(stmt, entry.version, _features(stmt, entry, columns, target, options, session),
+                            options["on_null"])
     predict_sql = predict.sql(dialect=msql.DIALECT)
     predicted_columns = _columns(session, f"SELECT * FROM {predict_sql}", params)
     inputs = {n for n, _ in columns}

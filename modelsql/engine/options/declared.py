@@ -71,6 +71,9 @@ EVALUATE = OptionSet(
                "this, instead of the model's own label", default_doc="the model's label"),
     Option("features", "names", doc="the columns fed to the model, in order",
            default_doc="as PREDICT binds them, never the TARGET"),
+    Option("on_null", "choice", "error", choices=("error", "skip"),
+           doc="a NULL in a column fed to the model is an error naming the column (PREDICT's); `'skip'` leaves "
+               "those rows out of the evaluation"),
     doc="`EVALUATE MODEL | PIPELINE m ON TABLE t | (query) TARGET y WITH (...)`.",
     node=EvaluateModel,
 )
