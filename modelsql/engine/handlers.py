@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar, Union
 from sqlglot import exp
 
 from modelsql.errors import IntegrityError, InternalError, NotSupportedError, OperationalError
+from modelsql.sql import stored_definition
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,8 +109,8 @@ def computed_tables(stmt: exp.Expression, session: Session, params: list) -> tup
     found = [n for n in stmt.walk() if type(n) in _COMPUTED]
     if not found:
         return stmt, []
-    kind = str(stmt.args.get("kind") or "").upper() if isinstance(stmt, exp.Create) else ""
-    if kind in ("VIEW", "MACRO", "FUNCTION"):
+    kind = stored_definition(stmt)
+    if kind:
         name = found[0].args.get("function", type(found[0]).__name__)
         raise NotSupportedError(f"{name}(...) cannot be used in CREATE {kind}: its rows are computed when the "
                                 "statement runs, and a definition would outlive them. Use CREATE TABLE ... AS "

@@ -401,6 +401,16 @@ def statement_texts(sql: str) -> list[str]:
     return out
 
 
+# -------------------------------------------------------------- stored_definition
+
+
+def stored_definition(expression: exp.Expression) -> str:
+    """``"VIEW"``, ``"MACRO"`` or ``"FUNCTION"`` when ``expression`` is a ``CREATE`` of one (a definition DuckDB
+    keeps and runs later, which must not call what lives only as long as one statement); else ``""``."""
+    kind = str(expression.args.get("kind") or "").upper() if isinstance(expression, exp.Create) else ""
+    return kind if kind in ("VIEW", "MACRO", "FUNCTION") else ""
+
+
 # -------------------------------------------------------------- to_duckdb_sql
 
 
@@ -450,4 +460,5 @@ __all__ = [
     "table_words",
     "TableWord",
     "to_duckdb_sql",
+    "stored_definition",
 ]

@@ -136,15 +136,7 @@ class EvaluateParsing(GrammarParser):
         ref: ModelRef = self._parse_model_ref(allow_alias=not pipeline)
         if pipeline:
             ref.set("pipeline", True)
-        if not self._match(TokenType.COMMA):
-            self._fail(f"Expected the input after the model in {function}; the form is {form}")
-        source = self._parse_relation_input(f"as the input of {function}")
-        if source is None:
-            self._fail(f"Expected TABLE <name> or (SELECT ...) as the input of {function}; the form is {form}")
-        options = []
-        while self._match(TokenType.COMMA):
-            options.append(self._parse_model_option())
-        self._match_r_paren()
+        source, options = self._parse_table_function_rest(function, form)
         node = self.expression(EvaluationTable(this=ref, expression=source, function=function,
                                                options=options or None))
         return t.cast(EvaluationTable, node.update_positions(token))

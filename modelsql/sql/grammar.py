@@ -167,6 +167,20 @@ class GrammarParser(DuckDBParser):
         parsed: exp.Expr = parsers[token.token_type](self, token)
         return parsed
 
+    def _parse_table_function_rest(self, function: str, form: str) -> tuple[exp.Expr, list[exp.EQ]]:
+        """After a table function's model (PREDICT, EVALUATE ...): ``, TABLE t | (query) [, opt ...] )`` ->
+        ``(input, options)``; the errors name ``function`` and show its ``form``."""
+        if not self._match(TokenType.COMMA):
+            self._fail(f"Expected the input after the model in {function}; the form is {form}")
+        source = self._parse_relation_input(f"as the input of {function}")
+        if source is None:
+            self._fail(f"Expected TABLE <name> or (SELECT ...) as the input of {function}; the form is {form}")
+        options = []
+        while self._match(TokenType.COMMA):
+            options.append(self._parse_model_option())
+        self._match_r_paren()
+        return source, options
+
     def _parse_option_scalar(self) -> exp.Expr | None:
         if self._match_set(self.STRING_PARSERS):
             return self._token_parsed(self.STRING_PARSERS, self._prev)

@@ -185,20 +185,7 @@ class PredictParsing(GrammarParser):
             if pipeline:
                 ref.set("pipeline", True)
 
-        if not self._match(TokenType.COMMA):
-            self._fail(f"Expected the input after the model in PREDICT; the form is {PREDICT_FORM}")
-
-        source = self._parse_relation_input("as the input of PREDICT")
-        if source is None:
-            self._fail(
-                f"Expected TABLE <name> or (SELECT ...) as the input of PREDICT; the form is {PREDICT_FORM}"
-            )
-
-        options = []
-        while self._match(TokenType.COMMA):
-            options.append(self._parse_model_option())
-        self._match_r_paren()
-
+        source, options = self._parse_table_function_rest("PREDICT", PREDICT_FORM)
         node = self.expression(
             PredictTable(this=ref, expression=source, options=options or None)
         )

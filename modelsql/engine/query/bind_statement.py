@@ -48,8 +48,8 @@ def bind_query(stmt: exp.Expression, session: PlanningContext, params: list[obje
             pointing at the model name in the statement text.
     """
     stmt = stmt.copy()
-    kind = str(stmt.args.get("kind") or "").upper() if isinstance(stmt, exp.Create) else ""
-    if kind in ("VIEW", "MACRO", "FUNCTION") and stmt.find(PredictTable) is not None:
+    kind = msql.stored_definition(stmt)
+    if kind and stmt.find(PredictTable) is not None:
         # The PREDICT functions live only as long as one result: a stored
         # definition would call a function that no longer exists.
         raise NotSupportedError(
