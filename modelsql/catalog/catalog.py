@@ -42,6 +42,13 @@ PROGRAM_PROPERTIES = ("python", "execution", "batching", "whole_graph", "graph_b
 reference, how it runs (``whole_graph``, ``coexecute``, ``eager``), the safety gate's verdict, the graphs
 torch.compile captured, a rewrite that would make it one graph, and the timing behind the choice."""
 
+TRAINING_PROPERTIES = ("model_type", "estimator", "hyperparameters", "target", "query", "validation",
+                       "validation_fraction", "seed", "training_rows", "validation_rows", "rows_skipped", "fit_seconds")
+"""Options of a model trained by ``CREATE MODEL ... AS SELECT`` that DESCRIBE MODEL lists as properties (where
+present): what was trained, on which query's rows, how they were split and how long reading and fitting took."""
+
+_OPTION_PROPERTIES = PROGRAM_PROPERTIES + TRAINING_PROPERTIES
+
 _INT_RE = re.compile(r"^-?[0-9]+$")
 
 # The one DuckDB -> PEP 249 map (modelsql.duckdb_errors), in its catalog flavour: DuckDB's text prefixed
@@ -897,7 +904,7 @@ class Catalog:
         ``batch_dependence`` (why a row's outputs may depend on the other rows of
         its batch, or ``'none'``) and ``conversion_check`` (``'<rows> rows, max abs diff <d>,
         <k> label mismatches'``; NULL when not checked), then, for a model imported FROM PYTHON, those of
-        :data:`PROGRAM_PROPERTIES` it has. Last, role ``'evaluation'``: each metric of the version's latest
+        :data:`PROGRAM_PROPERTIES` it has, and for one trained in SQL those of :data:`TRAINING_PROPERTIES`. Last, role ``'evaluation'``: each metric of the version's latest
         EVALUATE (``modelsql.evaluations``), its value and what it was measured on in ``detail``.
 
         Args:
@@ -925,7 +932,7 @@ class Catalog:
         ) + "".join(
             f" UNION ALL SELECT 'property', 2, {len(props) + i}, '{p}', NULL, NULL, v.options['{p}'] FROM "
             f"{self._s}.model_versions AS v WHERE v.name = ? AND v.version = ? AND v.options['{p}'] IS NOT NULL"
-            for i, p in enumerate(PROGRAM_PROPERTIES)
+            for i, p in enumerate(_OPTION_PROPERTIES)
         )
         sql = (
             "SELECT role, position, name, elem_type, shape, detail FROM ("
@@ -942,4 +949,4 @@ class Catalog:
             f"UNION ALL {prop_sql} UNION ALL {_LATEST_EVALUATION_SQL.replace('{s}', self._s)}"
             ") ORDER BY role_order, position"
         )
-        return sql, [key, version] * (3 + len(props) + len(PROGRAM_PROPERTIES))
+        return sql, [key, version] * (3 + len(props) + len(_OPTION_PROPERTIES))

@@ -3,6 +3,7 @@
     IMPORT MODEL [IF NOT EXISTS] name FROM source [WITH (opt, ...)]
     CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name FROM source [WITH (opt, ...)]
         source := 'file.onnx' | ? | $n | PYTHON 'package.module:function' | STUDY name [TRIAL n]
+    CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name WITH | OPTIONS (model_type = ..., opt, ...) AS query
     DROP MODEL [IF EXISTS] name [VERSION n]
     TRUST MODEL name [VERSION n]
     SHOW [MODELSQL] MODELS
@@ -43,13 +44,18 @@ class ImportModel(exp.Expression):
         PYTHON 'package.module:function'       a Python function that builds the model
         STUDY s [TRIAL n]                      a tuning study's best trial, or trial n
 
+    and ``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name WITH (model_type = ..., ...) AS query``, a model
+    trained on the query's rows (BigQuery ML's ``CREATE MODEL ... OPTIONS (...) AS SELECT``, whose
+    ``OPTIONS (...)`` is read as ``WITH (...)``; the query is a ``SELECT``, ``WITH ... SELECT``, a set
+    operation or one in parentheses).
+
     ``CREATE MODEL`` without ``OR REPLACE`` is the same statement as
     ``IMPORT MODEL`` and generates as ``IMPORT MODEL``; ``CREATE OR REPLACE``
     (a new version of an existing model) generates as written. ``PYTHON`` and
     ``STUDY`` are words only right after ``FROM`` (a file path is always quoted
     or a placeholder).
 
-    Exactly one of ``source`` and ``study`` is set (the parser enforces it).
+    Exactly one of ``source``, ``study`` and ``query`` is set (the parser enforces it).
 
     Args:
         this: ``ModelRef`` (a ``VERSION`` is rejected by the parser).
@@ -66,6 +72,7 @@ class ImportModel(exp.Expression):
         study: ``exp.Identifier``, the study's name, for ``FROM STUDY s``; else ``None``.
         trial: ``exp.Literal`` integer (digits as written) for ``FROM STUDY s TRIAL n``;
             ``None`` when no ``TRIAL`` was written (the study's best trial) or not ``FROM STUDY``.
+        query: the query after ``AS`` (an ``exp.Query``) for a model trained in SQL; else ``None``.
     """
 
     WORDS = (("IMPORT", "MODEL"), ("CREATE", "MODEL"), ("CREATE", "OR", "REPLACE", "MODEL"))
@@ -74,6 +81,7 @@ class ImportModel(exp.Expression):
         "CREATE OR REPLACE MODEL m FROM 'm.onnx'",
         "CREATE MODEL m FROM PYTHON 'models.cnn:build'",
         'CREATE MODEL m FROM STUDY s TRIAL 3',
+        "CREATE OR REPLACE MODEL churn WITH (model_type = 'logistic_reg', target = churned) AS SELECT * FROM customers",
     )
     arg_types = {
         "this": True,
@@ -84,6 +92,7 @@ class ImportModel(exp.Expression):
         "python": False,
         "study": False,
         "trial": False,
+        "query": False,
     }
 
     @property
@@ -244,6 +253,8 @@ class ModelParsing(GrammarParser):
         exists = self._parse_exists(not_=True)
         ref = self._parse_model_ref(allow_version=False,
                                     no_version="versions are assigned when a model is imported")
+        if words[0] == "CREATE" and not self._match(TokenType.FROM, advance=False):
+            return self._parse_trained_model(ref, bool(exists), "REPLACE" in words)
         if not self._match(TokenType.FROM):
             self._fail(
                 "Expected FROM '<file>', FROM PYTHON 'package.module:function' or FROM STUDY <name> "
@@ -296,6 +307,25 @@ class ModelParsing(GrammarParser):
             )
         )
 
+    def _parse_trained_model(self, ref: exp.Expr, exists: bool, replace: bool) -> ImportModel:
+        """``WITH | OPTIONS (...) AS query`` after ``CREATE [OR REPLACE] MODEL name``."""
+        form = "CREATE MODEL m WITH (model_type = '...', target = y) AS SELECT ..."
+        options = None
+        if self._match_word("OPTIONS") or self._match(TokenType.WITH):  # OPTIONS: BigQuery ML's spelling
+            self._match_l_paren()
+            options = self._parse_csv(self._parse_model_option)
+            self._match_r_paren()
+        if not options or not self._match(TokenType.ALIAS):
+            self._fail(f"Expected FROM <source>, or WITH (model_type = ..., ...) AS <query> to train one; the form "
+                       f"is {form}")
+        token = self._curr
+        query = self._parse_set_operations(self._parse_select(nested=True, parse_subquery_alias=False))
+        if isinstance(query, exp.Subquery):
+            query = query.unnest()
+        if not isinstance(query, exp.Query):
+            self._fail(f"Expected a query (SELECT ...) after AS: the rows to train on; the form is {form}", token)
+        return self.expression(ImportModel(this=ref, exists=exists, replace=replace, options=options, query=query))
+
     def _parse_dropmodel(self, words: tuple[str, ...]) -> DropModel:
         exists = self._parse_exists()
         ref = self._parse_model_ref()
@@ -336,6 +366,10 @@ class ModelGenerating(GrammarGenerator):
         exists = " IF NOT EXISTS" if expression.args.get("exists") else ""
         options = self._options_sql(expression)
         options = f" WITH ({options})" if options else ""
+        query = expression.args.get("query")
+        if query is not None:
+            head = "CREATE OR REPLACE MODEL" if expression.args.get("replace") else "CREATE MODEL"
+            return f"{head}{exists} {self.sql(expression, 'this')}{options} AS {self.sql(query)}"
         study = expression.args.get("study")
         if study is not None:
             trial = expression.args.get("trial")

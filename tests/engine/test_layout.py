@@ -85,7 +85,7 @@ def test_no_import_cycles() -> None:
 
 
 LOWER = ("sql", "serving", "storage", "catalog", "operators", "converters", "onnxformat", "analyses", "netfuse",
-         "tuning", "costmodel", "recursive", "finetune", "datasets", "metrics")
+         "tuning", "costmodel", "recursive", "finetune", "datasets", "metrics", "estimators")
 """The packages below the engine: none imports ``modelsql.engine`` or ``modelsql.client`` at run time."""
 
 FAMILIES = ("modelsql.engine.models", "modelsql.engine.pipelines", "modelsql.engine.serve", "modelsql.engine.tune",
@@ -105,7 +105,7 @@ def test_the_lower_packages_never_import_the_engine_or_the_client(room) -> None:
     assert not bad, bad
 
 
-@pytest.mark.parametrize("room", ["tuning", "costmodel", "recursive", "finetune", "metrics"])
+@pytest.mark.parametrize("room", ["tuning", "costmodel", "recursive", "finetune", "metrics", "estimators"])
 def test_the_pure_libraries_never_import_the_catalog(room) -> None:
     bad = [(m, t) for m, t in _runtime_imports(room) if t.startswith("modelsql.catalog")]
     assert not bad, bad

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Measured", "measure", "run_sql"]
 
+_SLACK = 1e-5
+"""How far past [0, 1] a probability may lie and still be one: a tree ensemble's float32 sums reach 1.0000001."""
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -103,7 +106,7 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
     average, positive = _classes(stmt, plan, labels)
     width = max((int(e["i"]) for e in ranks), default=0)
     lowest, highest = row[8], row[9]
-    probabilities = bool(ranks) and lowest is not None and lowest >= 0.0 and highest <= 1.0
+    probabilities = bool(ranks) and lowest is not None and lowest >= -_SLACK and highest <= 1.0 + _SLACK
     where = queries.positions_of(labels, positions, width, plan.classes) if probabilities else None
     if plan.options["threshold"] is not None:
         if where is None:

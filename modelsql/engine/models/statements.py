@@ -40,7 +40,8 @@ catalog)."""
 
 TRAINABLE_HANDLERS: dict = {}
 """Handlers of ``CREATE MODEL ... FROM PYTHON`` (``"python"``), ``FROM STUDY`` (``"study"``) and ``DROP MODEL`` of
-a trainable (``"drop"``), registered by :mod:`modelsql.engine.models.trainables` (which builds on this module's
+a trainable (``"drop"``), registered by :mod:`modelsql.engine.models.trainables`, and of ``CREATE MODEL ... AS
+SELECT`` (``"query"``), registered by :mod:`modelsql.engine.models.train_statement` (both build on this module's
 :func:`import_model`)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -76,8 +77,9 @@ def bind_import(stmt: ImportModel, params: list) -> CreateModel:
 
 @handles(ImportModel)
 def _import(stmt: ImportModel, session: Session, params: list) -> Result:
-    if stmt.args.get("python") or stmt.args.get("study") is not None:
-        return TRAINABLE_HANDLERS["python" if stmt.args.get("python") else "study"](stmt, session, params)
+    if stmt.args.get("python") or stmt.args.get("study") is not None or stmt.args.get("query") is not None:
+        kind = "python" if stmt.args.get("python") else "study" if stmt.args.get("study") is not None else "query"
+        return TRAINABLE_HANDLERS[kind](stmt, session, params)
     plan = bind_import(stmt, params)
     import_model(session, plan.name, plan.source, features=plan.features, replace=plan.replace,
                  if_not_exists=plan.if_not_exists, options=dict(plan.options))

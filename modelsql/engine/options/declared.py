@@ -16,7 +16,7 @@ from modelsql.sql.profile import CompileModel, ProfileModel
 from modelsql.sql.serve import Serve, ServeItem
 from modelsql.sql.tune import TuneModel
 
-__all__ = ["PREDICT", "EVALUATE", "IMPORT_MODEL", "CREATE_MODEL_FROM_PYTHON", "CREATE_PIPELINE", "PROFILE", "COMPILE",
+__all__ = ["PREDICT", "EVALUATE", "IMPORT_MODEL", "CREATE_MODEL_FROM_PYTHON", "CREATE_MODEL_AS", "CREATE_PIPELINE", "PROFILE", "COMPILE",
            "TUNE", "FINETUNE", "SERVE", "SERVE_ITEM", "STATEMENTS", "MAX_BATCH_SIZE"]
 
 MAX_BATCH_SIZE = 2**31 - 1
@@ -108,6 +108,32 @@ CREATE_MODEL_FROM_PYTHON = OptionSet(
     doc="Importing a `torch.nn.Module` for PREDICT (see [Models written as Python programs]"
         "(#models-written-as-python-programs)). A trainable factory's `WITH (...)` holds its default "
         "arguments instead, any names (TUNE's SEARCH may override them).",
+    node=ImportModel,
+)
+
+CREATE_MODEL_AS = OptionSet(
+    "CREATE MODEL AS",
+    Option("model_type", "text", doc="what to train: a name of [Model types](#model-types) (`'logistic_reg'`, "
+                                     "`'boosted_tree_classifier'` ...) or a scikit-learn estimator class name "
+                                     "(`'ExtraTreesClassifier'`)", default_doc="required"),
+    Option("target", "text", doc="the column the model predicts (a clusterer takes none)",
+           default_doc="required but for a clusterer"),
+    Option("features", "names", doc="the columns that feed the model",
+           default_doc="every column but the target and the key-like ones, as PREDICT binds them"),
+    Option("validation", "split", "auto", choices=("auto", "random", "seq", "none"),
+           doc="the rows held out to evaluate the model: `'auto'` none under 500 rows, a random 20% up to 50,000, "
+               "else 10,000 random rows (BigQuery ML's `AUTO_SPLIT`); `'random'` or a fraction (`0.1`) random rows; "
+               "`'seq'` the last rows in the query's order; `'none'` every row trains"),
+    Option("validation_fraction", "number", 0.2, min=0, max=1, min_open=True, max_open=True,
+           doc="the fraction of `'random'` and `'seq'`"),
+    Option("seed", "int", 0, min=0, max=2**32 - 1,
+           doc="the random split's seed, and the estimator's `random_state` unless given"),
+    Option("on_null", "choice", "error", choices=("error", "skip"),
+           doc="a NULL in a feature or the target is an error naming the column; `'skip'` leaves those rows out"),
+    Option("description", "text", doc="free text kept in the catalog"),
+    doc="`CREATE [OR REPLACE] MODEL m WITH (model_type = ..., target = y, ...) AS SELECT ...` (see [Training models "
+        "in SQL](#training-models-in-sql)); any other option is a hyper-parameter of the estimator "
+        "(`max_depth = 4`, `hidden_layer_sizes = (64, 32)`), checked against its `get_params()`.",
     node=ImportModel,
 )
 
@@ -226,6 +252,6 @@ SERVE_ITEM = OptionSet(
     node=ServeItem,
 )
 
-STATEMENTS = (PREDICT, EVALUATE, IMPORT_MODEL, CREATE_MODEL_FROM_PYTHON, CREATE_PIPELINE, PROFILE, COMPILE, TUNE, FINETUNE,
+STATEMENTS = (PREDICT, EVALUATE, IMPORT_MODEL, CREATE_MODEL_FROM_PYTHON, CREATE_MODEL_AS, CREATE_PIPELINE, PROFILE, COMPILE, TUNE, FINETUNE,
               SERVE, SERVE_ITEM)
 """Every option set, in the documentation's order."""

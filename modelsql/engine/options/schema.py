@@ -10,7 +10,8 @@ checks across options, against the data or the machine. The same declarations re
 (:mod:`.docs`: ``docs/options.md``, README's PREDICT table, the shell's ``.help``).
 
 Types (``Option.type``): ``int``, ``number`` (int or float; read as float), ``bool``, ``text``, ``choice``
-(one of ``choices``, case-insensitive, read lower-cased), ``names`` (column names: ``(a, b)``, one name, or
+(one of ``choices``, case-insensitive, read lower-cased), ``split`` (one of ``choices``, or a number > 0 and
+< 1), ``names`` (column names: ``(a, b)``, one name, or
 ``'a, b'``; at least one, none twice), ``device`` (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'``, read as
 :func:`modelsql.operators.backends.devices.parse` normalises it) and ``example`` (a ``'package.module:name'``
 reference, read as text, or a table name, read as ``("table", name)``). ``many=True``: one value or a
@@ -32,7 +33,7 @@ __all__ = ["TYPES", "Option", "OptionSet", "OptionValues", "value", "no_repeats"
 
 TYPES = {"int": "integer", "number": "number", "bool": "boolean", "text": "text", "choice": "choice",
          "names": "column names", "device": "device", "example": "reference or table",
-         "label": "class label"}
+         "label": "class label", "split": "split method or fraction"}
 """Option types and how the documentation names each."""
 
 
@@ -162,8 +163,8 @@ class Option:
     def __post_init__(self) -> None:
         if self.type not in TYPES:
             raise ValueError(f"option {self.name}: unknown type {self.type!r}")
-        if (self.type == "choice") != (self.choices is not None):
-            raise ValueError(f"option {self.name}: choices go with type 'choice'")
+        if (self.type in ("choice", "split")) != (self.choices is not None):
+            raise ValueError(f"option {self.name}: choices go with type 'choice' or 'split'")
         if (self.min is not None or self.max is not None) and self.type not in ("int", "number"):
             raise ValueError(f"option {self.name}: a range needs type 'int' or 'number'")
 
@@ -220,6 +221,11 @@ class Option:
             return isinstance(v, str) or (isinstance(v, tuple) and v[:1] == ("table",)), v
         if t == "label":
             return isinstance(v, (int, str, bool)), v
+        if t == "split":
+            if isinstance(v, str):
+                ok = v.lower() in (self.choices or ())
+                return ok, v.lower() if ok else v
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1, v
         raise AssertionError(t)  # pragma: no cover - __post_init__ checked the type
 
     def _in_range(self, v: float) -> bool:
@@ -244,6 +250,8 @@ class Option:
         """The values this option takes, in words (the documentation's "values" column, messages)."""
         if self.type == "choice":
             return ", ".join(f"'{c}'" for c in self.choices or ())
+        if self.type == "split":
+            return ", ".join(f"'{c}'" for c in self.choices or ()) + ", or a fraction > 0 and < 1"
         if self.type == "device":
             return ", ".join(f"'{c}'" for c in devices.DEVICE_CHOICES)
         if self.type == "bool":
@@ -268,6 +276,8 @@ class Option:
             what = "a reference 'package.module:name' or a table name"
         elif t == "label":
             what = "a class label (an integer, a string or true / false)"
+        elif t == "split":
+            what = f"one of {self.allowed()}"
         else:
             what = "text"
         return f"be {what}"

@@ -1,0 +1,265 @@
+"""``CREATE [OR REPLACE] MODEL [IF NOT EXISTS] m WITH (model_type = ..., target = y, ...) AS SELECT ...``: a
+standard model trained in SQL (BigQuery ML's ``CREATE MODEL ... AS SELECT``, PostgresML's ``pgml.train``).
+
+The query runs (PREDICT in it too); its rows are bound (:mod:`.training_rows`) and split
+(:func:`modelsql.estimators.validation_rows`); the estimator of the model type
+(:func:`modelsql.estimators.resolve_model_type`) is fitted inside the automatic preprocessing
+(:func:`modelsql.estimators.build_pipeline`) on the training rows; the pipeline is converted, checked and
+stored as a new version (:func:`~modelsql.engine.models.statements.import_model`), and EVALUATE's metrics of it
+on the validation rows (on the training rows when nothing is held out) are recorded in ``modelsql.evaluations``
+(a classifier or regressor; a clusterer has no evaluation). The statement returns that evaluation's row, headed
+by the version and the row counts. A failure at any step leaves the catalog as it was.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from modelsql import sql as msql
+from modelsql.catalog.evaluations import EvaluationRow
+from modelsql.errors import DataError, Error, ProgrammingError
+from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
+from modelsql.sql.evaluate import EvaluateModel
+from modelsql.sql.grammar import ModelRef
+from modelsql.sql.models import ImportModel
+from modelsql.engine.evaluate.binding import bind_evaluate
+from modelsql.engine.evaluate.measure import measure
+from modelsql.engine.evaluate.statement import result_row
+from modelsql.engine.handlers import catalog_write, catalog_write_retrying
+from modelsql.engine.models import statements as ddl
+from modelsql.engine.models.training_rows import TrainingRows, training_rows
+from modelsql.engine.options.declared import CREATE_MODEL_AS
+from modelsql.engine.options.schema import option_error
+from modelsql.engine.query_handler import run_query
+from modelsql.engine.result import Result
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
+__all__ = ["TrainingPlan", "bind_training", "create_trained_model"]
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """A bound ``CREATE MODEL ... AS``: the model, what to train and how to split, the query's text."""
+
+    name: str
+    replace: bool
+    if_not_exists: bool
+    model_type: ModelType
+    hyperparameters: dict[str, Any]
+    target: Optional[str]
+    features: Optional[tuple[str, ...]]
+    validation: Any
+    fraction: float
+    seed: int
+    on_null: str
+    description: Optional[str]
+    query: str
+
+    @property
+    def where(self) -> str:
+        return f"CREATE MODEL {self.name}"
+
+
+def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
+    """The plan of ``CREATE MODEL ... AS`` (nothing runs).
+
+    Raises:
+        ProgrammingError: ``parse_error`` (OR REPLACE with IF NOT EXISTS), ``missing_option`` (no model_type, or a
+            classifier's or regressor's target), ``unknown_model_type``, ``unknown_hyperparameter``,
+            ``invalid_option`` (a clusterer given a target) and the option schema's errors.
+    """
+    name = stmt.this.model_name.lower()
+    where = f"CREATE MODEL {name}"
+    if stmt.args.get("replace") and stmt.args.get("exists"):
+        raise ProgrammingError("CREATE OR REPLACE MODEL and IF NOT EXISTS contradict each other; use one of them.",
+                               code="parse_error")
+    options = CREATE_MODEL_AS.parse(stmt, params, where=where, extra=_hyperparameter_names(stmt))
+    if options["model_type"] is None:
+        raise option_error("model_type", f"{where}: option model_type is required: what to train ('logistic_reg', "
+                                         "'random_forest_classifier', ... or a scikit-learn estimator class name).",
+                           code="missing_option")
+    model_type = resolve_model_type(options["model_type"])
+    _check_target(model_type, options["target"], where)
+    hyperparameters = model_type.hyperparameters(options.rest)  # unknown ones fail before the query runs
+    return TrainingPlan(name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists")), model_type,
+                        hyperparameters, options["target"], options["features"], options["validation"],
+                        options["validation_fraction"], options["seed"], options["on_null"], options["description"],
+                        stmt.args["query"].sql(dialect=msql.DIALECT))
+
+
+def _hyperparameter_names(stmt: ImportModel) -> list[str]:
+    return [o.this.name.lower() for o in stmt.args.get("options") or [] if o.this.name.lower() not in CREATE_MODEL_AS]
+
+
+def _check_target(model_type: ModelType, target: Optional[str], where: str) -> None:
+    if model_type.task == "clustering" and target is not None:
+        raise option_error("target", f"{where}: model_type {model_type.name!r} is a clusterer: it learns groups, not "
+                                     "a target; leave target out.")
+    if model_type.task != "clustering" and target is None:
+        raise option_error("target", f"{where}: option target is required: the column the {model_type.task} model "
+                                     "predicts (target = y).", code="missing_option")
+
+
+def create_trained_model(stmt: ImportModel, session: Session, params: list) -> Result:
+    """Carry out ``CREATE MODEL ... AS`` (see the module).
+
+    Raises:
+        the errors of :func:`bind_training`, of the query, of :func:`~.training_rows.training_rows`, of the split
+        (``too_few_rows``), ``one_class`` (a classifier's training rows of one class), ``training_failed`` (the
+        estimator's ``fit`` raised), the conversion's, and ``duplicate_model``.
+    """
+    plan = bind_training(stmt, params)
+    session.check_writable()
+    if ddl.existing_model(session, plan.name, plan.replace, plan.if_not_exists):
+        return Result(session.duck, rowcount=0)
+    started = time.perf_counter()
+    table = _query_rows(stmt.args["query"], session, params)
+    keys = _query_keys(stmt.args["query"], session)
+    rows = training_rows(table, task=plan.model_type.task, target=plan.target, features=plan.features, keys=keys,
+                         on_null=plan.on_null, statement=plan.where)
+    train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
+    pipeline = _fit(plan, rows, train)
+    fitted = time.perf_counter() - started
+    sample = rows.features_frame(train[np.linspace(0, len(train) - 1, min(len(train), 256)).astype(np.int64)])
+    version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
+                               options=_catalog_options(plan, rows, train, valid, fitted))
+    try:
+        record = _record_evaluation(session, plan, rows, version.version, valid if len(valid) else train,
+                                    "validation" if len(valid) else "training")
+    except BaseException:
+        catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, version.version, missing_ok=True))
+        raise
+    return _result(session, plan, version.version, len(train), len(valid), record)
+
+
+def _query_rows(query: exp.Expression, session: Session, params: list) -> pa.Table:
+    """The query's rows, read in a transaction of their own: a model write commits the connection's transaction
+    first (as :func:`~modelsql.engine.models.statements.import_model` does), and a query that fails is rolled back
+    rather than leaving the connection's transaction aborted."""
+    session.commit()
+    try:
+        out, _, _ = run_query(query, session, params)
+    except BaseException:
+        session.rollback()
+        raise
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
+            return session.duck.to_arrow_table()
+    finally:
+        out.release()
+
+
+def _query_keys(query: exp.Expression, session: Session) -> list[str]:
+    """The PRIMARY KEY and UNIQUE columns of a query that reads one table whole (``SELECT * FROM t``); none else."""
+    from modelsql.engine.training_features import input_keys
+
+    source = query.args.get("from_") or query.args.get("from")
+    if isinstance(query, exp.Select) and source is not None and isinstance(source.this, exp.Table) \
+            and not query.args.get("joins"):
+        return input_keys(session, source.this)
+    return []
+
+
+def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray) -> Any:
+    """The preprocessing and estimator fitted on the training rows.
+
+    Raises:
+        DataError: ``one_class``; ``training_failed`` with the estimator's message.
+        ProgrammingError: ``invalid_hyperparameter`` (scikit-learn's parameter validation, naming the value).
+    """
+    y = rows.y[train] if rows.y is not None else None
+    if plan.model_type.task == "classification" and y is not None and len(np.unique(y)) < 2:
+        raise DataError(f"{plan.where}: TARGET {rows.target} has one class ({y[0]!r}) in the {len(train)} training "
+                        "rows: a classifier needs at least two.", code="one_class")
+    pipeline = build_pipeline(rows.kinds, plan.model_type.build(plan.hyperparameters, plan.seed),
+                              plan.model_type.scaled)
+    frame = rows.features_frame(train)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # convergence and deprecation notes: the evaluation tells the quality
+            pipeline.fit(frame, y)
+    except Exception as exc:
+        raise _fit_error(plan, exc) from None
+    return pipeline
+
+
+def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    estimator = plan.model_type.estimator.split(":")[1]
+    if type(exc).__name__ == "InvalidParameterError":
+        return ProgrammingError(f"{plan.where}: {text}", code="invalid_hyperparameter")
+    return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
+
+
+def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, valid: np.ndarray,
+                     seconds: float) -> dict[str, str]:
+    """What the catalog keeps of the training (``DESCRIBE MODEL``'s options): the query, the estimator and its
+    hyper-parameters, the target, the split, the row counts and the seconds to read and fit."""
+    out = {"model_type": plan.model_type.name, "estimator": plan.model_type.estimator.replace(":", "."),
+           "hyperparameters": repr(dict(sorted(plan.hyperparameters.items()))), "query": plan.query,
+           "validation": str(plan.validation), "seed": str(plan.seed), "training_rows": str(len(train)),
+           "validation_rows": str(len(valid)), "fit_seconds": f"{seconds:.3f}"}
+    if plan.validation in ("random", "seq"):
+        out["validation_fraction"] = str(plan.fraction)
+    if rows.target is not None:
+        out["target"] = rows.target
+    if rows.skipped:
+        out["rows_skipped"] = str(rows.skipped)
+    if plan.description is not None:
+        out["description"] = plan.description
+    return out
+
+
+def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows, version: int, part: np.ndarray,
+                       which: str) -> Optional[EvaluationRow]:
+    """EVALUATE of the new version on ``part`` of the rows, recorded with the training query as its input and
+    ``{"rows": which, ...}`` among its options; None for a clusterer."""
+    if rows.target is None:
+        return None
+    name = f"__msql_{which}_{id(part):x}"
+    session.duck.register(name, rows.table.take(pa.array(part, pa.int64())))
+    try:
+        node = EvaluateModel(this=ModelRef(this=exp.to_identifier(plan.name),
+                                           version=exp.Literal.number(version)),
+                             source=exp.Subquery(this=exp.select("*").from_(exp.to_identifier(name, quoted=True))),
+                             target=exp.to_identifier(rows.target, quoted=True))
+        node.meta["called_as"] = f"CREATE MODEL {plan.name} (its {which} rows)"
+        bound = bind_evaluate(node, session, [])
+        done = measure(node, bound, session, [])
+    finally:
+        session.duck.unregister(name)
+    metrics = {k: v for k, v in done.metrics.items() if k != "positive_class"}
+    options = {"rows": which, "validation": plan.validation, "seed": plan.seed}
+    with catalog_write(session) as catalog:
+        return catalog.evaluations.add(EvaluationRow(
+            "model", plan.name, version, bound.task, rows.target, plan.query, done.fingerprint, done.rows, metrics,
+            options))
+
+
+def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,
+            record: Optional[EvaluationRow]) -> Result:
+    """One row: model, version, model_type, training_rows, validation_rows, then the evaluation's columns
+    (:func:`modelsql.engine.evaluate.statement.result_row`) past its model and version."""
+    head = [("model", "VARCHAR"), ("version", "INTEGER"), ("model_type", "VARCHAR"), ("training_rows", "BIGINT"),
+            ("validation_rows", "BIGINT")]
+    values: list[Any] = [plan.name, version, plan.model_type.name, trained, validated]
+    if record is not None:
+        columns, row = result_row(record)
+        keep = [i for i, (n, _) in enumerate(columns) if n not in ("model", "version")]
+        head += [columns[i] for i in keep]
+        values += [row[i] for i in keep]
+    description = [(n, kind, None, None, None, None, True) for n, kind in head]
+    return Result(session.duck, description=description, rows=[tuple(values)])
+
+
+ddl.TRAINABLE_HANDLERS["query"] = create_trained_model

@@ -1,0 +1,162 @@
+"""The rows a model trained in SQL learns from: the query's columns bound as features and target, as arrays.
+
+The feature columns are chosen by PREDICT's rules (:func:`~modelsql.engine.training_features.training_features`:
+``features = (...)``, else every column but the target and the key-like ones), each encoded by its type
+(:func:`modelsql.estimators.column_kind`); the target is read for the task: a classifier's class labels
+(integers, text, booleans as 0 / 1, or floats that are all whole numbers, read as integers), a regressor's
+numbers. A NULL in a feature or the target is an error naming the column (``on_null = 'skip'`` leaves those
+rows out), as PREDICT's and EVALUATE's are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
+from modelsql.estimators import ColumnKinds, column_kind
+from modelsql.estimators.preprocessing import MAX_CATEGORIES
+from modelsql.engine.training_features import feature_option, training_features
+
+__all__ = ["TrainingRows", "training_rows"]
+
+
+@dataclass(frozen=True)
+class TrainingRows:
+    """The query's rows as an estimator takes them.
+
+    Attributes:
+        table: the feature columns, then the target (when there is one), NULL-free (Arrow, the query's order).
+        kinds: the feature columns by encoding.
+        target: the target column's name as the query spells it, or None (clustering).
+        y: the target values (int64, float64 or object of ``str``), or None.
+        skipped: rows left out for a NULL (``on_null = 'skip'``).
+    """
+
+    table: pa.Table
+    kinds: ColumnKinds
+    target: Optional[str]
+    y: Optional[np.ndarray]
+    skipped: int
+
+    def features_frame(self, rows: np.ndarray) -> Any:
+        """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64, text as
+        ``str`` (what the pipeline is fitted on)."""
+        part = self.table.take(pa.array(rows, pa.int64()))
+        columns = {c: pc.cast(part.column(c), pa.float64()) for c in self.kinds.numeric}
+        columns.update({c: part.column(c).cast(pa.string()) if pa.types.is_dictionary(part.column(c).type)
+                        else part.column(c) for c in self.kinds.categorical})
+        frame = pa.table({c: columns[c] for c in self.kinds.columns}).to_pandas()
+        for c in self.kinds.categorical:
+            frame[c] = frame[c].astype(object)
+        return frame
+
+
+def _column(columns: list[str], name: str, statement: str, what: str) -> str:
+    found = next((c for c in columns if c.lower() == name.lower()), None)
+    if found is None:
+        raise ProgrammingError(f'{statement}: {what} column "{name}" not found.{did_you_mean(name, columns)} '
+                               f"Columns: {', '.join(columns)}.", code="column_not_found")
+    return found
+
+
+def _kinds(table: pa.Table, features: list[str], statement: str) -> ColumnKinds:
+    numeric: list[str] = []
+    categorical: list[str] = []
+    for name in features:
+        arrow_type = table.schema.field(name).type
+        kind = column_kind(arrow_type)
+        if kind is None:
+            raise NotSupportedError(
+                f'{statement}: column "{name}" is {arrow_type}, which no encoding takes (numbers, booleans and text '
+                "do): compute a number from it in the query (epoch(ts), len(list)) or leave it out with "
+                "features = (...).", code="wrong_column_type")
+        (numeric if kind == "numeric" else categorical).append(name)
+    for name in categorical:
+        distinct = len(pc.unique(table.column(name)))
+        if distinct > MAX_CATEGORIES:
+            raise DataError(f'{statement}: text column "{name}" has {distinct} distinct values, more than the '
+                            f"{MAX_CATEGORIES} one-hot encoding takes: it is free text or an identifier, not a category; "
+                            "leave it out with features = (...).", code="invalid_training_data")
+    return ColumnKinds(tuple(numeric), tuple(categorical))
+
+
+def _drop_nulls(table: pa.Table, columns: list[str], on_null: str, statement: str) -> tuple[pa.Table, int]:
+    nulls = {c: table.column(c).null_count for c in columns}
+    bad = next((c for c in columns if nulls[c]), None)
+    if bad is None:
+        return table, 0
+    if on_null != "skip":
+        raise DataError(f'{statement}: column "{bad}" is NULL in {nulls[bad]} of {table.num_rows} rows: write '
+                        "on_null = 'skip' to leave those rows out, or fill them in the query (coalesce).",
+                        code="null_value")
+    keep = pc.is_valid(table.column(columns[0]))
+    for c in columns[1:]:
+        keep = pc.and_(keep, pc.is_valid(table.column(c)))
+    kept = table.filter(keep)
+    return kept, table.num_rows - kept.num_rows
+
+
+def _classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray:
+    arrow_type = values.type
+    if pa.types.is_dictionary(arrow_type):
+        values, arrow_type = values.cast(arrow_type.value_type), arrow_type.value_type
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
+        return np.asarray(values.to_pylist(), dtype=object)
+    if pa.types.is_boolean(arrow_type) or pa.types.is_integer(arrow_type):
+        return np.asarray(pc.cast(values, pa.int64()).to_numpy(), dtype=np.int64)
+    if pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type):
+        numbers = np.asarray(pc.cast(values, pa.float64()).to_numpy(), dtype=np.float64)
+        fractional = numbers[~np.isfinite(numbers) | (numbers != np.round(numbers))]
+        if fractional.size:
+            raise DataError(f"{statement}: TARGET {target} has values that are not class labels ({fractional[0]!r} "
+                            "is not a whole number): a classifier predicts classes; train a regressor "
+                            "(model_type = 'linear_reg', ...) to predict numbers.", code="invalid_target")
+        return numbers.astype(np.int64)
+    raise DataError(f"{statement}: TARGET {target} is {arrow_type}; a classifier's classes are integers, text or "
+                    "booleans.", code="invalid_target")
+
+
+def _numbers(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray:
+    arrow_type = values.type
+    if not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type)):
+        raise DataError(f"{statement}: TARGET {target} is {arrow_type}; a regressor predicts numbers (train a "
+                        "classifier for classes).", code="invalid_target")
+    numbers = np.asarray(pc.cast(values, pa.float64()).to_numpy(), dtype=np.float64)
+    if not np.isfinite(numbers).all():
+        raise DataError(f"{statement}: TARGET {target} is NaN or infinite in {int((~np.isfinite(numbers)).sum())} "
+                        "rows: filter them out in the query.", code="invalid_value")
+    return numbers
+
+
+def training_rows(table: pa.Table, *, task: str, target: Optional[str], features: Optional[tuple[str, ...]],
+                  keys: list[str], on_null: str, statement: str) -> TrainingRows:
+    """Bind ``table`` (the query's rows) for an estimator of ``task``.
+
+    Raises:
+        ProgrammingError: ``column_not_found`` (the target, a feature), ``invalid_option`` (features naming the
+            target), ``invalid_feature`` (no feature left).
+        NotSupportedError: ``wrong_column_type`` (a feature of a type no encoding takes).
+        DataError: ``null_value`` (a NULL, ``on_null = 'error'``), ``invalid_target`` (a target of the wrong type),
+            ``invalid_value`` (a regressor's target NaN or infinite), ``invalid_training_data`` (too many
+            categories), ``too_few_rows`` (no row left).
+    """
+    columns = table.column_names
+    target_name = _column(columns, target, statement, "TARGET") if target is not None else None
+    chosen = training_features(columns, target_name or "", feature_option(features, target_name or "", statement)
+                               if features is not None else None, keys, statement)
+    table, skipped = _drop_nulls(table.select([*chosen, *([target_name] if target_name else [])]),
+                                 [*chosen, *([target_name] if target_name else [])], on_null, statement)
+    if table.num_rows == 0:
+        raise DataError(f"{statement}: the query has no rows to train on.", code="too_few_rows")
+    kinds = _kinds(table, chosen, statement)
+    y = None
+    if target_name is not None:
+        values = table.column(target_name)
+        y = _classes(values, target_name, statement) if task == "classification" else _numbers(values, target_name,
+                                                                                                 statement)
+    return TrainingRows(table, kinds, target_name, y, skipped)

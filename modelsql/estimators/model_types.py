@@ -1,0 +1,141 @@
+"""Model types: the names ``CREATE MODEL ... WITH (model_type = ...)`` takes, each a scikit-learn estimator.
+
+The names are BigQuery ML's (``logistic_reg``, ``linear_reg``, ``boosted_tree_classifier``, ``kmeans`` ...) where
+it has one, else scikit-learn's in snake case (``boosted_tree_*`` is scikit-learn's ``GradientBoosting*``: its
+``HistGradientBoosting*`` does not convert with skl2onnx 1.20); any estimator class name of scikit-learn's registry
+(``sklearn.utils.discovery.all_estimators``: ``'ExtraTreesClassifier'``, ``'Ridge'``) names its class too. An
+estimator is built with scikit-learn's defaults, except ``random_state`` (the statement's ``seed``) where it has
+one, and the hyper-parameters the statement gives, checked against the class's ``get_params()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from modelsql.errors import NotSupportedError, ProgrammingError, did_you_mean
+
+__all__ = ["MODEL_TYPES", "ModelType", "resolve_model_type"]
+
+#: Estimator modules whose models are insensitive to the scale of a numeric column (split thresholds, counts):
+#: their numeric inputs are passed through; every other estimator's are standardised.
+_SCALE_FREE = ("sklearn.tree", "sklearn.ensemble", "sklearn.naive_bayes", "sklearn.dummy")
+
+
+@dataclass(frozen=True)
+class ModelType:
+    """One model type.
+
+    Attributes:
+        name: the name written in ``model_type`` (a registry name, or the class name as written).
+        estimator: ``"module:Class"`` of the scikit-learn estimator.
+        task: ``"classification"``, ``"regression"`` or ``"clustering"`` (clustering takes no target).
+        scaled: numeric columns are standardised (``StandardScaler``) before the estimator.
+    """
+
+    name: str
+    estimator: str
+    task: str
+    scaled: bool
+
+    def estimator_class(self) -> type:
+        module, _, cls = self.estimator.partition(":")
+        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+
+    def parameters(self) -> dict[str, Any]:
+        """The estimator's hyper-parameters and their defaults (``get_params(deep=False)``)."""
+        return dict(self.estimator_class()().get_params(deep=False))
+
+    def hyperparameters(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """``given`` keyed by the estimator's own names: they match case-insensitively (SQL lower-cases ``C``); a
+        parenthesised list is a tuple (``hidden_layer_sizes = (64, 32)``).
+
+        Raises:
+            ProgrammingError: ``unknown_hyperparameter`` naming a name the class does not take, with a "did you
+                mean" and the names it takes.
+        """
+        known = {k.lower(): k for k in self.parameters()}
+        out = {}
+        for name, value in given.items():
+            if name.lower() not in known:
+                raise ProgrammingError(
+                    f"model_type {self.name!r} ({self.estimator.split(':')[1]}) has no hyper-parameter {name!r}."
+                    f"{did_you_mean(name, list(known.values()))} It takes: {', '.join(sorted(known.values()))}.",
+                    code="unknown_hyperparameter")
+            out[known[name.lower()]] = value
+        return out
+
+    def build(self, hyperparameters: Mapping[str, Any], seed: int) -> Any:
+        """An unfitted estimator: scikit-learn's defaults, ``random_state = seed`` where the class has one and the
+        statement does not set it, then ``hyperparameters`` (:meth:`hyperparameters` checks and names them).
+
+        Raises:
+            ProgrammingError: ``unknown_hyperparameter`` (see :meth:`hyperparameters`).
+        """
+        params = self.hyperparameters(hyperparameters)
+        if "random_state" in self.parameters() and "random_state" not in params:
+            params["random_state"] = seed
+        return self.estimator_class()(**params)
+
+
+def _types() -> dict[str, ModelType]:
+    rows = [
+        ("logistic_reg", "sklearn.linear_model:LogisticRegression", "classification"),
+        ("linear_reg", "sklearn.linear_model:LinearRegression", "regression"),
+        ("ridge_reg", "sklearn.linear_model:Ridge", "regression"),
+        ("decision_tree_classifier", "sklearn.tree:DecisionTreeClassifier", "classification"),
+        ("decision_tree_regressor", "sklearn.tree:DecisionTreeRegressor", "regression"),
+        ("random_forest_classifier", "sklearn.ensemble:RandomForestClassifier", "classification"),
+        ("random_forest_regressor", "sklearn.ensemble:RandomForestRegressor", "regression"),
+        ("boosted_tree_classifier", "sklearn.ensemble:GradientBoostingClassifier", "classification"),
+        ("boosted_tree_regressor", "sklearn.ensemble:GradientBoostingRegressor", "regression"),
+        ("knn_classifier", "sklearn.neighbors:KNeighborsClassifier", "classification"),
+        ("knn_regressor", "sklearn.neighbors:KNeighborsRegressor", "regression"),
+        ("mlp_classifier", "sklearn.neural_network:MLPClassifier", "classification"),
+        ("mlp_regressor", "sklearn.neural_network:MLPRegressor", "regression"),
+        ("naive_bayes", "sklearn.naive_bayes:GaussianNB", "classification"),
+        ("kmeans", "sklearn.cluster:KMeans", "clustering"),
+    ]
+    return {name: ModelType(name, est, task, not est.startswith(_SCALE_FREE)) for name, est, task in rows}
+
+
+MODEL_TYPES: dict[str, ModelType] = _types()
+"""The named model types (BigQuery ML's names where it has them); the README's table lists them."""
+
+
+def _registry_type(name: str) -> ModelType | None:
+    """The model type of a scikit-learn estimator class name (case as scikit-learn spells it), or None."""
+    from sklearn.base import ClassifierMixin, ClusterMixin, RegressorMixin
+    from sklearn.utils.discovery import all_estimators
+
+    for cls_name, cls in all_estimators():
+        if cls_name != name:
+            continue
+        task = ("classification" if issubclass(cls, ClassifierMixin) else "regression"
+                if issubclass(cls, RegressorMixin) else "clustering" if issubclass(cls, ClusterMixin) else None)
+        if task is None:
+            raise NotSupportedError(f"model_type {name!r} is a scikit-learn transformer, not a model that predicts "
+                                    "(a classifier, regressor or clusterer).", code="unknown_model_type")
+        module = cls.__module__
+        return ModelType(name, f"{module}:{cls_name}", task, not module.startswith(_SCALE_FREE))
+    return None
+
+
+def resolve_model_type(name: Any) -> ModelType:
+    """The model type ``name`` names: a key of :data:`MODEL_TYPES` (any case) or a scikit-learn estimator class name.
+
+    Raises:
+        ProgrammingError: ``unknown_model_type`` with a "did you mean" and the named types.
+        NotSupportedError: ``unknown_model_type`` for a scikit-learn class that does not predict (a transformer).
+    """
+    text = str(name)
+    found = MODEL_TYPES.get(text.lower()) or _registry_type(text)
+    if found is None:
+        from sklearn.utils.discovery import all_estimators
+
+        names = [*MODEL_TYPES, *(n for n, _ in all_estimators(type_filter=["classifier", "regressor", "cluster"]))]
+        raise ProgrammingError(
+            f"model_type {text!r} does not exist.{did_you_mean(text, names)} Model types: {', '.join(MODEL_TYPES)}, "
+            "or a scikit-learn estimator class name ('ExtraTreesClassifier').", code="unknown_model_type")
+    return found

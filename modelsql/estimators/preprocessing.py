@@ -1,0 +1,69 @@
+"""Automatic preprocessing (BigQuery ML's): a table's columns made an estimator's input, inside the model.
+
+A trained model is the scikit-learn ``Pipeline``::
+
+    Pipeline([("preprocess", ColumnTransformer([
+                  ("numeric", StandardScaler() | "passthrough", numeric columns),
+                  ("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=False), text columns)])),
+              ("model", estimator)])
+
+* numeric columns (integers, floats, decimals, booleans; read as float64) are standardised for estimators that
+  depend on scale (linear models, neighbours, neural networks, k-means) and passed through for trees;
+* text columns (``VARCHAR``, ``ENUM``) are one-hot encoded; a category PREDICT meets that training did not is all
+  zeros (``handle_unknown="ignore"``). A text column with more than :data:`MAX_CATEGORIES` distinct values is
+  refused: it is free text or an identifier, not a category.
+
+The preprocessing is converted with the estimator into one ONNX graph with one input per column, named as the
+column (:mod:`modelsql.converters.sklearn`), so PREDICT binds the columns by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pyarrow as pa
+
+__all__ = ["MAX_CATEGORIES", "ColumnKinds", "column_kind", "build_pipeline"]
+
+MAX_CATEGORIES = 1_000
+"""Most distinct values a text column may have to be one-hot encoded."""
+
+
+@dataclass(frozen=True)
+class ColumnKinds:
+    """The feature columns by how they are encoded, each in the query's order."""
+
+    numeric: tuple[str, ...]
+    categorical: tuple[str, ...]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*self.numeric, *self.categorical)
+
+
+def column_kind(arrow_type: pa.DataType) -> Optional[str]:
+    """``"numeric"``, ``"categorical"`` or None (a type no encoding takes: dates, lists, structs, blobs)."""
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type) \
+            or pa.types.is_boolean(arrow_type):
+        return "numeric"
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
+        return "categorical"
+    return None
+
+
+def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool) -> Any:
+    """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    parts: list[tuple[str, Any, list[str]]] = []
+    if kinds.numeric:
+        parts.append(("numeric", StandardScaler() if scaled else "passthrough", list(kinds.numeric)))
+    if kinds.categorical:
+        parts.append(("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=False),
+                      list(kinds.categorical)))
+    return Pipeline([("preprocess", ColumnTransformer(parts)), ("model", estimator)])

@@ -1,0 +1,210 @@
+"""CREATE MODEL ... WITH (model_type = ...) AS SELECT (issue 25, part 2): models trained in SQL predict what the
+same scikit-learn pipeline fitted by hand on the same rows predicts; the validation split is scikit-learn's; the
+validation evaluation is recorded; bad input is a clear error that leaves the catalog as it was."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from sklearn import metrics as M
+from sklearn.cluster import KMeans
+from sklearn.compose import ColumnTransformer
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
+from sklearn.ensemble import GradientBoostingRegressor, RandomForestClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+import modelsql
+
+
+def _load(con, name: str, x: np.ndarray, y: np.ndarray, extra: dict | None = None) -> list[str]:
+    features = [f"f{i}" for i in range(x.shape[1])]
+    data = {"id": np.arange(len(y)), **{f: x[:, i] for i, f in enumerate(features)}, **(extra or {}), "y": y}
+    con.register(f"{name}_arrow", pa.table(data))
+    con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow ORDER BY id")
+    con.unregister(f"{name}_arrow")
+    return features
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory):
+    c = modelsql.connect(str(tmp_path_factory.mktemp("trained") / "t.duckdb"))
+    x, y = load_breast_cancer(return_X_y=True)
+    _load(c, "cancer", x[:, :8], y)
+    x, y = load_iris(return_X_y=True)
+    colour = np.array(["red", "green", "blue"])[np.arange(len(y)) % 3]
+    _load(c, "iris", x, y, {"colour": colour})
+    x, y = load_diabetes(return_X_y=True)
+    _load(c, "diabetes", x, y)
+    yield c
+    c.close()
+
+
+def _hand(pipeline: Pipeline, frame, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pipeline.fit(frame, y)
+
+
+def _frame(con, table: str, columns: list[str]):
+    return con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id").fetch_arrow().to_pandas()
+
+
+def _predict(con, model: str, table: str, column: str = "label") -> np.ndarray:
+    return np.array([r[0] for r in con.execute(
+        f"SELECT {column} FROM PREDICT(MODEL {model}, TABLE {table}) ORDER BY id").fetchall()])
+
+
+def test_logistic_regression_predicts_as_the_hand_fitted_pipeline_and_records_its_validation(con) -> None:
+    row = con.execute("CREATE MODEL cancer_lr WITH (model_type = 'logistic_reg', target = y, C = 0.5, "
+                      "validation = 0.25, seed = 7) AS SELECT * FROM cancer ORDER BY id")
+    names = [d[0] for d in row.description]
+    result = dict(zip(names, row.fetchone()))
+    features = [f"f{i}" for i in range(8)]
+    frame = _frame(con, "cancer", features)
+    y = np.array([r[0] for r in con.execute("SELECT y FROM cancer ORDER BY id").fetchall()])
+    train, valid = train_test_split(np.arange(len(y)), test_size=0.25, random_state=7)
+    train.sort(), valid.sort()
+    hand = _hand(Pipeline([("preprocess", ColumnTransformer([("numeric", StandardScaler(), features)])),
+                           ("model", LogisticRegression(C=0.5, random_state=7))]), frame.iloc[train], y[train])
+    assert (result["model"], result["version"], result["training_rows"], result["validation_rows"]) == \
+        ("cancer_lr", 1, len(train), len(valid))
+    probabilities = np.array([list(p) for p in _predict(con, "cancer_lr", "cancer", "probabilities")])
+    np.testing.assert_allclose(probabilities, hand.predict_proba(frame), atol=1e-5)
+    sure = np.abs(hand.predict_proba(frame)[:, 1] - 0.5) > 1e-4
+    np.testing.assert_array_equal(_predict(con, "cancer_lr", "cancer")[sure], hand.predict(frame)[sure])
+    assert result["accuracy"] == pytest.approx(M.accuracy_score(y[valid], hand.predict(frame.iloc[valid])), abs=1e-9)
+    assert result["roc_auc"] == pytest.approx(M.roc_auc_score(y[valid], hand.predict_proba(frame.iloc[valid])[:, 1]),
+                                              abs=1e-4)
+    recorded = con.execute("SELECT input, rows, options->>'rows', fingerprint FROM modelsql.evaluations "
+                           "WHERE name = 'cancer_lr'").fetchall()
+    assert recorded == [("SELECT * FROM cancer ORDER BY id", len(valid), "validation", recorded[0][3])]
+    props = {r[2]: r[5] for r in con.execute("DESCRIBE MODEL cancer_lr").fetchall() if r[0] == "property"}
+    assert props["model_type"] == "logistic_reg" and props["target"] == "y" and props["training_rows"] == str(len(train))
+    assert props["hyperparameters"] == "{'C': 0.5}" and props["query"] == "SELECT * FROM cancer ORDER BY id"
+    inputs = [r[2] for r in con.execute("DESCRIBE MODEL cancer_lr").fetchall() if r[0] == "input"]
+    assert inputs == features  # the key column id is never fed
+
+
+def test_text_columns_are_one_hot_encoded_and_an_unseen_category_predicts(con) -> None:
+    con.execute("CREATE MODEL iris_rf WITH (model_type = 'random_forest_classifier', target = y, n_estimators = 15, "
+                "max_depth = 3, validation = 'none') AS SELECT * FROM iris")
+    columns = ["f0", "f1", "f2", "f3", "colour"]
+    frame = _frame(con, "iris", columns)
+    y = np.array([r[0] for r in con.execute("SELECT y FROM iris ORDER BY id").fetchall()]).astype(np.int64)
+    hand = _hand(Pipeline([("preprocess", ColumnTransformer([
+        ("numeric", "passthrough", columns[:4]),
+        ("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=False), ["colour"])])),
+        ("model", RandomForestClassifier(n_estimators=15, max_depth=3, random_state=0))]), frame, y)
+    np.testing.assert_array_equal(_predict(con, "iris_rf", "iris"), hand.predict(frame))
+    unseen = con.execute("SELECT label FROM PREDICT(MODEL iris_rf, (SELECT 5.1 AS f0, 3.5 AS f1, 1.4 AS f2, "
+                         "0.2 AS f3, 'purple' AS colour))").fetchone()[0]
+    probe = frame.iloc[:1].copy()
+    probe.loc[:, ["f0", "f1", "f2", "f3", "colour"]] = [5.1, 3.5, 1.4, 0.2, "purple"]
+    assert unseen == hand.predict(probe)[0]
+    assert con.execute("SELECT options->>'rows' FROM modelsql.evaluations WHERE name = 'iris_rf'").fetchall() == \
+        [("training",)]
+
+
+def test_a_regressor_with_a_sequential_split(con) -> None:
+    row = con.execute("CREATE MODEL diabetes_gb WITH (model_type = 'boosted_tree_regressor', target = y, "
+                      "n_estimators = 30, validation = 'seq') AS SELECT * FROM diabetes ORDER BY id").fetchone()
+    features = [f"f{i}" for i in range(10)]
+    frame = _frame(con, "diabetes", features)
+    y = np.array([r[0] for r in con.execute("SELECT y FROM diabetes ORDER BY id").fetchall()])
+    cut = len(y) - int(np.ceil(0.2 * len(y)))
+    hand = _hand(Pipeline([("preprocess", ColumnTransformer([("numeric", "passthrough", features)])),
+                           ("model", GradientBoostingRegressor(n_estimators=30, random_state=0))]),
+                 frame.iloc[:cut], y[:cut])
+    np.testing.assert_allclose(_predict(con, "diabetes_gb", "diabetes", "prediction").reshape(-1),
+                               hand.predict(frame), rtol=1e-5, atol=1e-3)
+    assert row[3:5] == (cut, len(y) - cut)
+
+
+def test_estimator_class_names_kmeans_and_mlp(con) -> None:
+    con.execute("CREATE MODEL iris_km WITH (model_type = 'kmeans', n_clusters = 3, n_init = 2, "
+                "features = (f0, f1, f2, f3)) AS SELECT * FROM iris")
+    frame = _frame(con, "iris", ["f0", "f1", "f2", "f3"])
+    hand = _hand(Pipeline([("preprocess", ColumnTransformer([("numeric", StandardScaler(), list(frame.columns))])),
+                           ("model", KMeans(n_clusters=3, n_init=2, random_state=0))]), frame, None)
+    np.testing.assert_array_equal(_predict(con, "iris_km", "iris"), hand.predict(frame))
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'iris_km'").fetchone() == (0,)
+    con.execute("CREATE MODEL iris_mlp WITH (model_type = 'MLPClassifier', target = y, hidden_layer_sizes = (8, 4), "
+                "max_iter = 50, validation = 'none', features = (f0, f1, f2, f3)) AS SELECT * FROM iris")
+    hand = _hand(Pipeline([("preprocess", ColumnTransformer([("numeric", StandardScaler(), list(frame.columns))])),
+                           ("model", MLPClassifier(hidden_layer_sizes=(8, 4), max_iter=50, random_state=0))]),
+                 frame, np.array([r[0] for r in con.execute("SELECT y FROM iris ORDER BY id").fetchall()]).astype(int))
+    assert (_predict(con, "iris_mlp", "iris") == hand.predict(frame)).mean() > 0.98
+
+
+def test_or_replace_makes_a_new_version_and_if_not_exists_trains_nothing(con) -> None:
+    sql = "MODEL iris_dt WITH (model_type = 'decision_tree_classifier', target = y, max_depth = 2) AS SELECT * FROM iris"
+    con.execute(f"CREATE {sql}")
+    assert con.execute(f"CREATE MODEL IF NOT EXISTS {sql.removeprefix('MODEL ')}").rowcount == 0
+    with pytest.raises(modelsql.IntegrityError) as err:
+        con.execute(f"CREATE {sql}")
+    assert err.value.code == "duplicate_model"
+    assert con.execute(f"CREATE OR REPLACE {sql}").fetchone()[:2] == ("iris_dt", 2)
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'iris_dt'").fetchone() == (2,)
+
+
+def test_a_parameter_in_the_query_and_rows_with_nulls_skipped(con) -> None:
+    con.execute("CREATE TABLE holes AS SELECT * REPLACE (CASE WHEN id % 10 = 0 THEN NULL ELSE f0 END AS f0) FROM iris")
+    with pytest.raises(modelsql.DataError) as err:
+        con.execute("CREATE MODEL holes_lr WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM holes")
+    assert err.value.code == "null_value" and '"f0"' in str(err.value) and "15 of 150" in str(err.value)
+    row = con.execute("CREATE MODEL holes_lr WITH (model_type = 'logistic_reg', target = y, on_null = 'skip', "
+                      "validation = 'none') AS SELECT * FROM holes WHERE f1 > ?", [2.5]).fetchone()
+    expected = con.execute("SELECT count(*) FROM holes WHERE f1 > 2.5 AND f0 IS NOT NULL").fetchone()[0]
+    assert row[3] == expected
+
+
+BAD = [
+    ("WITH (target = y) AS SELECT * FROM iris", modelsql.ProgrammingError, "missing_option", "model_type is required"),
+    ("WITH (model_type = 'logistc_reg', target = y) AS SELECT * FROM iris", modelsql.ProgrammingError,
+     "unknown_model_type", 'Did you mean "logistic_reg"'),
+    ("WITH (model_type = 'StandardScaler', target = y) AS SELECT * FROM iris", modelsql.NotSupportedError,
+     "unknown_model_type", "transformer"),
+    ("WITH (model_type = 'logistic_reg', target = y, depth = 3) AS SELECT * FROM iris", modelsql.ProgrammingError,
+     "unknown_hyperparameter", "has no hyper-parameter 'depth'"),
+    ("WITH (model_type = 'logistic_reg', target = y, C = -1) AS SELECT * FROM iris", modelsql.ProgrammingError,
+     "invalid_hyperparameter", "'C' parameter of LogisticRegression"),
+    ("WITH (model_type = 'logistic_reg') AS SELECT * FROM iris", modelsql.ProgrammingError, "missing_option",
+     "target is required"),
+    ("WITH (model_type = 'kmeans', target = y) AS SELECT * FROM iris", modelsql.ProgrammingError, "invalid_option",
+     "clusterer"),
+    ("WITH (model_type = 'logistic_reg', target = yy) AS SELECT * FROM iris", modelsql.ProgrammingError,
+     "column_not_found", 'Did you mean "y"'),
+    ("WITH (model_type = 'linear_reg', target = colour) AS SELECT * FROM iris", modelsql.DataError, "invalid_target",
+     "a regressor predicts numbers"),
+    ("WITH (model_type = 'logistic_reg', target = f0) AS SELECT * FROM iris", modelsql.DataError, "invalid_target",
+     "not a whole number"),
+    ("WITH (model_type = 'logistic_reg', target = y) AS SELECT *, DATE '2024-01-01' AS d FROM iris",
+     modelsql.NotSupportedError, "wrong_column_type", 'column "d" is date32'),
+    ("WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM iris WHERE y = 1", modelsql.DataError,
+     "one_class", "one class"),
+    ("WITH (model_type = 'logistic_reg', target = y, validation = 'random') AS SELECT * FROM iris LIMIT 1",
+     modelsql.DataError, "too_few_rows", "too few to hold out"),
+    ("WITH (model_type = 'logistic_reg', target = y, validation = 1.5) AS SELECT * FROM iris",
+     modelsql.ProgrammingError, "invalid_option", "or a fraction"),
+    ("WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM nowhere", modelsql.ProgrammingError,
+     "catalog_error", "nowhere"),
+]
+
+
+@pytest.mark.parametrize("body,cls,code,text", BAD, ids=[b[2] + str(i) for i, b in enumerate(BAD)])
+def test_bad_input_is_a_clear_error_that_changes_nothing(con, body: str, cls, code: str, text: str) -> None:
+    before = (con.execute("SELECT name, version FROM modelsql.model_versions ORDER BY ALL").fetchall(),
+              con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone())
+    with pytest.raises(cls) as err:
+        con.execute(f"CREATE MODEL bad {body}")
+    assert err.value.code == code and text in str(err.value), str(err.value)
+    after = (con.execute("SELECT name, version FROM modelsql.model_versions ORDER BY ALL").fetchall(),
+             con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone())
+    assert after == before
