@@ -32,6 +32,8 @@ from modelsql.catalog.studies import Studies
 from modelsql.catalog.compiled import Compiled
 from modelsql.catalog.aliases import Aliases
 from modelsql.catalog.evaluations import Evaluations
+from modelsql.catalog.lineage import Lineage
+from modelsql.catalog.tags import Tags
 from modelsql.catalog.traces import Traces
 from modelsql.catalog.pipelines import Pipelines
 
@@ -43,7 +45,8 @@ reference, how it runs (``whole_graph``, ``coexecute``, ``eager``), the safety g
 torch.compile captured, a rewrite that would make it one graph, and the timing behind the choice."""
 
 TRAINING_PROPERTIES = ("model_type", "estimator", "hyperparameters", "target", "query", "validation",
-                       "validation_fraction", "seed", "training_rows", "validation_rows", "rows_skipped", "fit_seconds")
+                       "validation_size", "seed", "training_rows", "validation_rows", "rows_skipped", "fit_seconds",
+                       "description")
 """Options of a model trained by ``CREATE MODEL ... AS SELECT`` that DESCRIBE MODEL lists as properties (where
 present): what was trained, on which query's rows, how they were split and how long reading and fitting took."""
 
@@ -147,6 +150,18 @@ _LATEST_EVALUATION_SQL = (
 )
 """DESCRIBE MODEL's rows of the latest evaluation of a version (parameters: name, version)."""
 
+_ORIGIN_AND_TAGS_SQL = (
+    "SELECT 'origin', 4, 0, o.origin, NULL, NULL, concat_ws(', ', o.source, o.digest, "
+    "CASE WHEN o.study IS NOT NULL THEN 'study ' || o.study || ' trial ' || o.trial END, "
+    "CASE WHEN o.parent_name IS NOT NULL THEN o.parent_kind || ' ' || o.parent_name || ' version ' "
+    "|| o.parent_version END) FROM {s}.model_origins AS o WHERE o.name = ? AND o.version = ? "
+    "UNION ALL SELECT 'tag', 5, (row_number() OVER (ORDER BY t.version, t.tag) - 1)::INTEGER, t.tag, NULL, NULL, "
+    "t.value || CASE WHEN t.version = 0 THEN ' (the model''s)' ELSE '' END "
+    "FROM {s}.model_tags AS t WHERE t.name = ? AND t.version IN (0, ?)"
+)
+"""DESCRIBE MODEL's rows of a version's origin and of its tags and the model's (parameters: name, version, name,
+version)."""
+
 
 class Catalog:
     """The modelsql catalog stored in the schema ``modelsql`` of a DuckDB database.
@@ -209,6 +224,10 @@ class Catalog:
         """The catalog's recorded evaluations (:class:`~modelsql.catalog.evaluations.Evaluations`)."""
         self.aliases = Aliases(self)
         """The aliases of the catalog's model versions (:class:`~modelsql.catalog.aliases.Aliases`)."""
+        self.lineage = Lineage(self)
+        """Where the catalog's model versions came from (:class:`~modelsql.catalog.lineage.Lineage`)."""
+        self.tags = Tags(self)
+        """The tags of the catalog's models and versions (:class:`~modelsql.catalog.tags.Tags`)."""
         self._reap_studies()
 
     def _reap_studies(self) -> None:
@@ -815,8 +834,12 @@ class Catalog:
         self.traces.forget_fits(key, None if version is None else resolved)
         self.evaluations.forget("model", key, None if version is None else resolved)
         self.aliases.forget(key, None if version is None else resolved)
+        self.lineage.forget(key, None if version is None else resolved)
+        self.tags.forget(key, None if version is None else resolved)
         for table in ("model_inputs", "model_outputs", "model_tensors", "model_versions"):
             self._rows(f"DELETE FROM {{s}}.{table} WHERE {where}", params)
+        if not self.versions(key):
+            self.tags.forget(key)  # the model's own tags go with its last version
         self._rows(
             "DELETE FROM {s}.blobs WHERE digest NOT IN "
             "(SELECT graph_digest FROM {s}.model_versions UNION SELECT digest FROM {s}.model_tensors "
@@ -904,8 +927,11 @@ class Catalog:
         ``batch_dependence`` (why a row's outputs may depend on the other rows of
         its batch, or ``'none'``) and ``conversion_check`` (``'<rows> rows, max abs diff <d>,
         <k> label mismatches'``; NULL when not checked), then, for a model imported FROM PYTHON, those of
-        :data:`PROGRAM_PROPERTIES` it has, and for one trained in SQL those of :data:`TRAINING_PROPERTIES`. Last, role ``'evaluation'``: each metric of the version's latest
-        EVALUATE (``modelsql.evaluations``), its value and what it was measured on in ``detail``.
+        :data:`PROGRAM_PROPERTIES` it has, and for one trained in SQL those of :data:`TRAINING_PROPERTIES`.
+        Then role ``'evaluation'``: each metric of the version's latest EVALUATE (``modelsql.evaluations``), its
+        value and what it was measured on in ``detail``; role ``'origin'`` (where the version came from,
+        ``modelsql.model_origins``: name the origin, detail its source, digest, study and trial or parent); last,
+        role ``'tag'`` (the version's tags and the model's: name the tag, detail its value).
 
         Args:
             name: model name (case-insensitive).
@@ -946,7 +972,8 @@ class Catalog:
             "SELECT 'output' AS role, 1 AS role_order, o.position, o.tensor_name AS name, o.elem_type, "
             f"{shape.replace('shape', 'o.shape')} AS shape, NULL AS detail "
             f"FROM {self._s}.model_outputs AS o WHERE o.name = ? AND o.version = ? "
-            f"UNION ALL {prop_sql} UNION ALL {_LATEST_EVALUATION_SQL.replace('{s}', self._s)}"
+            f"UNION ALL {prop_sql} UNION ALL {_LATEST_EVALUATION_SQL.replace('{s}', self._s)} "
+            f"UNION ALL {_ORIGIN_AND_TAGS_SQL.replace('{s}', self._s)}"
             ") ORDER BY role_order, position"
         )
-        return sql, [key, version] * (3 + len(props) + len(_OPTION_PROPERTIES))
+        return sql, [key, version] * (5 + len(props) + len(_OPTION_PROPERTIES))

@@ -44,6 +44,11 @@ DuckDB file as their tables), so it can be inspected with plain SQL
 ``modelsql.evaluations``, ``modelsql.model_aliases``
     Every EVALUATE of a model or pipeline version: its metrics, the input it read (the text and a fingerprint
     of the rows) and when; and the aliases that name a model's versions. Schema 10.
+``modelsql.model_origins``, ``modelsql.model_tags``, view ``modelsql.lineage``
+    Where each model version came from (a file and its digest, an object, a Python reference, the query and
+    rows it was trained on, a study's trial, the pipeline FINETUNE started from); tags on models and versions;
+    the lineage graph as edges (a version from its origin, a pipeline version from its step models).
+    Schema 11.
 
 Views: ``modelsql.models`` (one row per model, its latest version),
 ``modelsql.pipelines`` (one row per pipeline, its latest version), ``modelsql.trainables``
@@ -71,7 +76,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -88,8 +93,8 @@ with; it must not begin or commit, and may refer to the catalog as ``modelsql.<t
 TABLES = ("meta", "model_versions", "model_inputs", "model_outputs", "model_tensors", "blobs",
           "pipeline_versions", "pipeline_steps", "pipeline_feeds", "merged_graphs", "trainable_versions", "studies", "trials", "stages", "traces",
           "trace_operators", "compiled", "cost_models", "code_signatures", "version_marks", "evaluations",
-          "model_aliases")
-VIEWS = ("models", "storage", "pipelines", "families", "trainables")
+          "model_aliases", "model_origins", "model_tags")
+VIEWS = ("models", "storage", "pipelines", "families", "trainables", "lineage")
 
 
 def _io_table(table: str, role: str) -> str:
@@ -459,6 +464,47 @@ COMMENT ON TABLE {s}.model_aliases IS 'Named versions of a model (ALTER MODEL m 
 """
 """The evaluations and model aliases (schema 10), shared by :data:`DDL` and the migration to version 10."""
 
+LINEAGE_DDL = """
+CREATE TABLE {s}.model_origins (
+    name           VARCHAR NOT NULL,
+    version        INTEGER NOT NULL,
+    origin         VARCHAR NOT NULL CHECK (origin IN ('file', 'bytes', 'object', 'python', 'query', 'study',
+                                                     'finetune', 'cost_model')),
+    source         VARCHAR NOT NULL,
+    digest         VARCHAR,
+    study          VARCHAR,
+    trial          INTEGER,
+    parent_kind    VARCHAR CHECK (parent_kind IN ('model', 'pipeline')),
+    parent_name    VARCHAR,
+    parent_version INTEGER,
+    created_at     TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, version)
+);
+COMMENT ON TABLE {s}.model_origins IS 'Where each model version came from, recorded when it was made.';
+COMMENT ON COLUMN {s}.model_origins.origin IS 'file (IMPORT MODEL of a file), bytes, object (a Python object: an estimator, a module, a ModelProto), python (FROM PYTHON), query (CREATE MODEL ... AS SELECT), study (FROM STUDY), finetune (FINETUNE PIPELINE), cost_model (the learned cost model).';
+COMMENT ON COLUMN {s}.model_origins.source IS 'The file path, the object''s class, the Python reference, the training query, or the statement that made it.';
+COMMENT ON COLUMN {s}.model_origins.digest IS 'sha256:<hex> of the file or bytes read; rows:<count>:<hash> of the rows a query trained on.';
+CREATE TABLE {s}.model_tags (
+    name        VARCHAR NOT NULL,
+    version     INTEGER NOT NULL,
+    tag         VARCHAR NOT NULL,
+    value       VARCHAR NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, version, tag)
+);
+COMMENT ON TABLE {s}.model_tags IS 'Tags (ALTER MODEL m [VERSION n] SET TAG k = ''v''), as MLflow''s: version 0 tags the model, n its version n.';
+CREATE VIEW {s}.lineage AS
+SELECT 'model' AS kind, o.name, o.version, o.origin AS relation, o.source, o.digest, o.study, o.trial,
+       o.parent_kind, o.parent_name, o.parent_version, o.created_at
+FROM {s}.model_origins AS o
+UNION ALL
+SELECT 'pipeline', s.name, s.version, 'step', s.step, NULL, NULL, NULL, 'model', s.model, s.model_version,
+       p.created_at
+FROM {s}.pipeline_steps AS s JOIN {s}.pipeline_versions AS p ON p.name = s.name AND p.version = s.version;
+COMMENT ON VIEW {s}.lineage IS 'The lineage graph as edges: each model version from its origin (a file, a query, a study trial, the pipeline FINETUNE started from: parent_*), each pipeline version from the model versions of its steps.';
+"""
+"""The lineage and tags (schema 11), shared by :data:`DDL` and the migration to version 11."""
+
 OWNERSHIP_DDL = """
 CREATE TABLE {s}.version_marks (
     kind         VARCHAR NOT NULL CHECK (kind IN ('model', 'pipeline')),
@@ -657,6 +703,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + TRUST_DDL
     + OWNERSHIP_DDL
     + LIFECYCLE_DDL
+    + LINEAGE_DDL
 )
 
 
@@ -798,3 +845,12 @@ def _migrate_9_to_10(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[9] = _migrate_9_to_10
+
+
+def _migrate_10_to_11(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 11 adds ``model_origins``, ``model_tags`` and the ``lineage`` view; a version made before it has no
+    origin row (its ``model_versions.source`` still says where it came from)."""
+    con.execute(LINEAGE_DDL.format(s=SCHEMA))
+
+
+MIGRATIONS[10] = _migrate_10_to_11

@@ -391,7 +391,7 @@ class Session:
 
 HANDLER_MODULES = (
     "modelsql.engine.query_handler", "modelsql.engine.explain", "modelsql.engine.models.statements",
-    "modelsql.engine.models.trainables", "modelsql.engine.models.train_statement",
+    "modelsql.engine.models.trainables", "modelsql.engine.models.train_statement", "modelsql.engine.models.alter",
     "modelsql.engine.models.trust_statement",
     "modelsql.engine.pipelines.statements", "modelsql.engine.serve.statements", "modelsql.engine.tune.statements",
     "modelsql.engine.profile.statements", "modelsql.engine.profile.compile", "modelsql.engine.finetune.statement",

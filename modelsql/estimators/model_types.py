@@ -79,6 +79,15 @@ class ModelType:
         return self.estimator_class()(**params)
 
 
+_UNCONVERTIBLE = {
+    "HistGradientBoostingClassifier": "skl2onnx 1.20 cannot convert it (its tree attributes fail ONNX's checks); "
+                                      "use boosted_tree_classifier (GradientBoostingClassifier)",
+    "HistGradientBoostingRegressor": "skl2onnx 1.20 cannot convert it (its tree attributes fail ONNX's checks); "
+                                     "use boosted_tree_regressor (GradientBoostingRegressor)",
+}
+"""Estimators refused before fitting, with the reason: what they train could not be stored."""
+
+
 def _types() -> dict[str, ModelType]:
     rows = [
         ("logistic_reg", "sklearn.linear_model:LogisticRegression", "classification"),
@@ -110,15 +119,24 @@ def _registry_type(name: str) -> ModelType | None:
     from sklearn.utils.discovery import all_estimators
 
     for cls_name, cls in all_estimators():
-        if cls_name != name:
+        if cls_name.lower() != name.lower():
             continue
         task = ("classification" if issubclass(cls, ClassifierMixin) else "regression"
                 if issubclass(cls, RegressorMixin) else "clustering" if issubclass(cls, ClusterMixin) else None)
         if task is None:
-            raise NotSupportedError(f"model_type {name!r} is a scikit-learn transformer, not a model that predicts "
-                                    "(a classifier, regressor or clusterer).", code="unknown_model_type")
+            raise NotSupportedError(f"model_type {cls_name!r} is not a classifier, regressor or clusterer (it is a "
+                                    "transformer, an outlier detector or a density model): nothing to predict.",
+                                    code="unknown_model_type")
+        if cls_name in _UNCONVERTIBLE:
+            raise NotSupportedError(f"model_type {cls_name!r}: {_UNCONVERTIBLE[cls_name]}", code="unknown_model_type")
+        try:
+            cls()
+        except TypeError:
+            raise NotSupportedError(f"model_type {cls_name!r} is built from other estimators (its estimator or "
+                                    "estimators argument), which SQL cannot give: use a model type of its own.",
+                                    code="unknown_model_type") from None
         module = cls.__module__
-        return ModelType(name, f"{module}:{cls_name}", task, not module.startswith(_SCALE_FREE))
+        return ModelType(cls_name, f"{module}:{cls_name}", task, not module.startswith(_SCALE_FREE))
     return None
 
 

@@ -4,7 +4,7 @@ Methods (``validation``), BigQuery ML's ``data_split_method`` in modelsql's word
 
 * ``'auto'``: no split under 500 rows; a random 20% up to 50,000 rows; above that, 10,000 random rows
   (BigQuery ML's ``AUTO_SPLIT``);
-* ``'random'`` (or a fraction, ``validation = 0.1``): that fraction of the rows (``validation_fraction``,
+* ``'random'`` (or a fraction, ``validation = 0.1``): that fraction of the rows (``validation_size``,
   default 0.2), drawn as ``sklearn.model_selection.train_test_split(range(n), test_size=fraction,
   random_state=seed)`` draws them;
 * ``'seq'``: the last fraction of the rows in the query's order (``ORDER BY`` decides; ``shuffle=False``);
@@ -29,7 +29,7 @@ SPLITS = ("auto", "random", "seq", "none")
 """The named split methods (a number in (0, 1) is ``'random'`` with that fraction)."""
 
 DEFAULT_FRACTION = 0.2
-"""The validation fraction of ``'random'`` and ``'seq'`` when ``validation_fraction`` is not given."""
+"""The validation fraction of ``'random'`` and ``'seq'`` when ``validation_size`` is not given."""
 
 _AUTO_SMALL, _AUTO_LARGE, _AUTO_ROWS = 500, 50_000, 10_000
 

@@ -8,7 +8,8 @@
     TRUST MODEL name [VERSION n]
     SHOW [MODELSQL] MODELS
     DESCRIBE MODEL name [VERSION n | ALIAS a]
-    ALTER MODEL name SET ALIAS a = VERSION n | DROP ALIAS [IF EXISTS] a
+    ALTER MODEL name SET ALIAS a = VERSION n | BEST BY metric [ON input] | DROP ALIAS [IF EXISTS] a
+    ALTER MODEL name [VERSION n] SET TAG t = 'value' | DROP TAG [IF EXISTS] t
     EXPORT MODEL name [VERSION n] TO 'path.onnx'
     VACUUM [MODELSQL] MODELS
 
@@ -205,48 +206,82 @@ class VacuumModels(exp.Expression):
 
 @statement
 class AlterModel(exp.Expression):
-    """``ALTER MODEL name SET ALIAS alias = VERSION n`` or ``ALTER MODEL name DROP ALIAS [IF EXISTS] alias``: name a
-    model's version (MLflow's registry aliases, such as ``champion``), so ``PREDICT(MODEL name ALIAS alias, ...)``,
-    ``EVALUATE MODEL name ALIAS alias`` and ``DESCRIBE MODEL name ALIAS alias`` use the version it names now.
+    """``ALTER MODEL name SET ALIAS alias = VERSION n | BEST BY metric [ON TABLE t | ON (query)]``,
+    ``ALTER MODEL name DROP ALIAS [IF EXISTS] alias``, ``ALTER MODEL name [VERSION n] SET TAG tag = 'value'`` and
+    ``ALTER MODEL name [VERSION n] DROP TAG [IF EXISTS] tag``: name a model's version (MLflow's registry aliases,
+    such as ``champion``; ``BEST BY`` promotes the version whose recorded evaluations score best, as PostgresML
+    deploys the best model by a metric), so ``PREDICT(MODEL name ALIAS alias, ...)``, ``EVALUATE MODEL name ALIAS
+    alias`` and ``DESCRIBE MODEL name ALIAS alias`` use the version it names now; or tag the model or a version
+    (MLflow's tags).
 
     Only when an undotted name follows MODEL (``ONLY_IF``, as for :class:`DescribeModel`).
 
     Args:
-        this: ``ModelRef`` (no version).
-        alias: ``exp.Identifier``, the alias.
+        this: ``ModelRef`` (a version only with TAG: the tag is that version's; without, the model's).
         action: ``"set"`` or ``"drop"``.
-        version: ``exp.Literal`` integer for ``SET``; ``None`` for ``DROP``.
-        exists: ``True`` when ``DROP ALIAS IF EXISTS`` was written.
+        alias: ``exp.Identifier``, the alias (ALIAS forms); ``None`` for TAG forms.
+        tag: ``exp.Identifier``, the tag (TAG forms); ``None`` for ALIAS forms.
+        version: ``exp.Literal`` integer for ``SET ALIAS a = VERSION n``; else ``None``.
+        metric: ``exp.Identifier``, the metric of ``BEST BY metric``; else ``None``.
+        source: the input of ``BEST BY ... ON``: ``exp.Table`` or ``exp.Subquery``; else ``None``.
+        value: ``exp.Literal`` string for ``SET TAG t = 'value'``; else ``None``.
+        exists: ``True`` when ``DROP ALIAS IF EXISTS`` / ``DROP TAG IF EXISTS`` was written.
     """
 
     WORDS = (("ALTER", "MODEL"),)
     ONLY_IF = staticmethod(undotted_name_at)
-    EXAMPLES = ("ALTER MODEL m SET ALIAS champion = VERSION 3", "ALTER MODEL m DROP ALIAS IF EXISTS challenger")
-    arg_types = {"this": True, "alias": True, "action": True, "version": False, "exists": False}
+    EXAMPLES = ("ALTER MODEL m SET ALIAS champion = VERSION 3", "ALTER MODEL m DROP ALIAS IF EXISTS challenger",
+                "ALTER MODEL m SET ALIAS champion = BEST BY f1_score ON TABLE holdout",
+                "ALTER MODEL m VERSION 2 SET TAG stage = 'staging'", "ALTER MODEL m DROP TAG IF EXISTS owner")
+    arg_types = {"this": True, "action": True, "alias": False, "tag": False, "version": False, "metric": False,
+                 "source": False, "value": False, "exists": False}
 
 
 class ModelParsing(GrammarParser):
     """Parser entries ``_parse_<key>(words)`` of the model statements (the words consumed)."""
 
     def _parse_altermodel(self, words: tuple[str, ...]) -> AlterModel:
-        ref = self._parse_model_ref(allow_version=False, no_version="the alias names the version: SET ALIAS a = "
-                                                                    "VERSION n")
+        ref = self._parse_model_ref(no_version="an alias names the version: SET ALIAS a = VERSION n")
         action = "set" if self._match(TokenType.SET) else "drop" if self._match(TokenType.DROP) else None
-        if action is None or not self._match_word("ALIAS"):
-            self._fail("Expected SET ALIAS alias = VERSION n or DROP ALIAS alias after the model name")
+        kind = "ALIAS" if self._match_word("ALIAS") else "TAG" if self._match_word("TAG") else None
+        if action is None or kind is None:
+            self._fail("Expected SET ALIAS, DROP ALIAS, SET TAG or DROP TAG after the model name")
+        if kind == "ALIAS" and ref.args.get("version") is not None:
+            self._fail("An alias names a model's version: write ALTER MODEL m SET ALIAS a = VERSION n")
         exists = bool(action == "drop" and self._parse_exists())
         token = self._curr
-        alias = self._parse_id_var(any_token=False)
-        if not isinstance(alias, exp.Identifier):
-            self._fail("Expected an alias name after ALIAS", token)
-        version = None
-        if action == "set":
-            if not (self._match(TokenType.EQ) and self._match_word("VERSION")):
-                self._fail("Expected = VERSION n after the alias name")
-            if not (self._match(TokenType.NUMBER) and self._prev.text.isdigit()):
-                self._fail("Expected an integer version number after VERSION")
-            version = exp.Literal.number(self._prev.text)
-        return self.expression(AlterModel(this=ref, alias=alias, action=action, version=version, exists=exists))
+        name = self._parse_id_var(any_token=False)
+        if not isinstance(name, exp.Identifier):
+            self._fail(f"Expected {'an alias' if kind == 'ALIAS' else 'a tag'} name after {kind}", token)
+        node = AlterModel(this=ref, action=action, exists=exists, **{kind.lower(): name})
+        if action == "set" and kind == "ALIAS":
+            self._parse_alias_target(node)
+        elif action == "set":
+            if not (self._match(TokenType.EQ) and self._match(TokenType.STRING)):
+                self._fail("Expected = 'value' after the tag name (a quoted text)")
+            node.set("value", exp.Literal.string(self._prev.text))
+        return self.expression(node)
+
+    def _parse_alias_target(self, node: AlterModel) -> None:
+        """``= VERSION n`` or ``= BEST BY metric [ON TABLE t | ON (query)]`` after ``SET ALIAS a``."""
+        if not self._match(TokenType.EQ):
+            self._fail("Expected = VERSION n or = BEST BY metric after the alias name")
+        if self._match_word("BEST"):
+            if not self._match_word("BY"):
+                self._fail("Expected BY metric after BEST")
+            token = self._curr
+            metric = self._parse_id_var(any_token=False)
+            if not isinstance(metric, exp.Identifier):
+                self._fail("Expected a metric name after BEST BY (accuracy, f1_score, r2_score ...)", token)
+            node.set("metric", metric)
+            if self._match(TokenType.ON):
+                node.set("source", self._parse_input_after("ON"))
+            return
+        if not self._match_word("VERSION"):
+            self._fail("Expected = VERSION n or = BEST BY metric after the alias name")
+        if not (self._match(TokenType.NUMBER) and self._prev.text.isdigit()):
+            self._fail("Expected an integer version number after VERSION")
+        node.set("version", exp.Literal.number(self._prev.text))
 
     def _parse_importmodel(self, words: tuple[str, ...]) -> ImportModel:
         # IMPORT MODEL / CREATE MODEL / CREATE OR REPLACE MODEL
@@ -355,11 +390,20 @@ class ModelGenerating(GrammarGenerator):
     """Generator methods ``<key>_sql`` of the model statements."""
 
     def altermodel_sql(self, expression: AlterModel) -> str:
-        alias = self._name_sql(expression.args["alias"])
-        if expression.args["action"] == "set":
-            return f"ALTER MODEL {self.sql(expression, 'this')} SET ALIAS {alias} = VERSION {self.sql(expression, 'version')}"
-        exists = " IF EXISTS" if expression.args.get("exists") else ""
-        return f"ALTER MODEL {self.sql(expression, 'this')} DROP ALIAS{exists} {alias}"
+        head = f"ALTER MODEL {self.sql(expression, 'this')}"
+        kind = "ALIAS" if expression.args.get("alias") is not None else "TAG"
+        name = self._name_sql(expression.args[kind.lower()])
+        if expression.args["action"] == "drop":
+            exists = " IF EXISTS" if expression.args.get("exists") else ""
+            return f"{head} DROP {kind}{exists} {name}"
+        if kind == "TAG":
+            return f"{head} SET TAG {name} = {self.sql(expression, 'value')}"
+        metric = expression.args.get("metric")
+        if metric is None:
+            return f"{head} SET ALIAS {name} = VERSION {self.sql(expression, 'version')}"
+        source = expression.args.get("source")
+        on = f" ON {self._relation_input_sql(source)}" if source is not None else ""
+        return f"{head} SET ALIAS {name} = BEST BY {self._name_sql(metric)}{on}"
 
     def importmodel_sql(self, expression: ImportModel) -> str:
         head = "CREATE OR REPLACE MODEL" if expression.args.get("replace") else "IMPORT MODEL"

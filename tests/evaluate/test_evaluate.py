@@ -173,7 +173,7 @@ def test_the_predict_runs_once(con):
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (averag = 'macro')", "unknown_option", "average"),
     ("EVALUATE MODEL diabetes_ridge ON (SELECT * REPLACE (y::VARCHAR AS y) FROM diabetes) TARGET y",
      "invalid_target", "predicts numbers"),
-    ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (y::DOUBLE AS y) FROM iris) TARGET y", "invalid_target",
+    ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (y::VARCHAR AS y) FROM iris) TARGET y", "invalid_target",
      "class labels"),
     ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN f0 > 5 THEN y END AS y) FROM iris) TARGET y",
      "null_target", "NULL in"),
@@ -186,6 +186,13 @@ def test_bad_input_is_a_clear_error_and_records_nothing(con, sql, code, says):
     assert info.value.code == code and says in str(info.value), str(info.value)
     con.rollback()
     assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0] == before
+
+
+def test_a_whole_number_double_target_is_read_as_the_integer_classes(con):
+    whole = _evaluate(con, "EVALUATE MODEL iris_lr ON (SELECT * REPLACE (y::DOUBLE AS y) FROM iris) TARGET y")
+    integer = _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris TARGET y")
+    assert whole["accuracy"] == integer["accuracy"] and whole["confusion_matrix"] == integer["confusion_matrix"]
+    assert whole["log_loss"] == pytest.approx(integer["log_loss"], abs=1e-12)
 
 
 def test_dropping_a_model_drops_its_evaluations(con):

@@ -84,3 +84,39 @@ def test_alias_statements_round_trip():
                  "EVALUATE MODEL m ALIAS c ON TABLE t TARGET y"):
         (tree,) = parse(text)
         assert parse(tree.sql(dialect=ModelSQL)) == [tree]
+
+
+def test_best_by_promotes_the_version_that_scores_best_on_one_input(con):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy")
+    assert info.value.code == "no_evaluation"
+    accuracy = {v: con.execute(f"EVALUATE MODEL m VERSION {v} ON TABLE iris TARGET y").fetchone()[5] for v in (1, 2)}
+    best = max(accuracy, key=lambda v: (accuracy[v], v))
+    row = con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy").fetchone()
+    assert row[:5] == ("m", "champion", best, "accuracy", accuracy[best]) and row[5] == "TABLE iris" and row[7] == 2
+    assert con.execute("SELECT version FROM modelsql.model_aliases WHERE alias = 'champion'").fetchone() == (best,)
+    worst = con.execute("ALTER MODEL m SET ALIAS loser = BEST BY log_loss ON TABLE iris").fetchone()
+    losses = {r[0]: r[1] for r in con.execute("SELECT version, (metrics->>'log_loss')::DOUBLE FROM "
+                                              "modelsql.evaluations").fetchall()}
+    assert worst[2] == min(losses, key=lambda v: (losses[v], -v))  # lower is better for a loss
+    # an evaluation of other rows under the same input text is not compared with the older ones
+    con.execute("DELETE FROM iris WHERE y = 2")
+    con.execute("EVALUATE MODEL m VERSION 1 ON TABLE iris TARGET y")
+    assert con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy").fetchone()[2:3] == (1,)
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL m SET ALIAS champion = BEST BY acuracy")
+    assert info.value.code == "unknown_metric" and 'Did you mean "accuracy"' in str(info.value)
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy ON (SELECT * FROM iris)")
+    assert info.value.code == "no_evaluation"
+    assert con.execute("SELECT version FROM modelsql.model_aliases WHERE alias = 'champion'").fetchone() == (1,)
+
+
+def test_best_by_statements_round_trip():
+    from modelsql.sql import ModelSQL, parse
+
+    for text in ("ALTER MODEL m SET ALIAS c = BEST BY f1_score", "ALTER MODEL m SET ALIAS c = BEST BY r2_score ON "
+                 "(SELECT * FROM t WHERE a > 1)", "ALTER MODEL m VERSION 2 SET TAG stage = 'prod'",
+                 "ALTER MODEL m DROP TAG IF EXISTS stage"):
+        (tree,) = parse(text)
+        assert parse(tree.sql(dialect=ModelSQL)) == [tree]

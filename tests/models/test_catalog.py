@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 10
+    assert Catalog.SCHEMA_VERSION == 11
 
 
 def test_reopen_keeps_models(db):
@@ -468,8 +468,17 @@ def test_migration_runs_for_older_version(db, monkeypatch):
     con.close()
 
 
+def _to_schema_10(con) -> None:
+    """Take a current catalog back to schema 10: no origins, tags or lineage view."""
+    con.execute("DROP VIEW modelsql.lineage")
+    con.execute("DROP TABLE modelsql.model_origins")
+    con.execute("DROP TABLE modelsql.model_tags")
+    con.execute("UPDATE modelsql.meta SET value = '10' WHERE key = 'schema_version'")
+
+
 def _to_schema_9(con) -> None:
     """Take a current catalog back to schema 9: no evaluations (and no sequence numbering them)."""
+    _to_schema_10(con)
     con.execute("DROP TABLE modelsql.evaluations")
     con.execute("DROP SEQUENCE modelsql.evaluation_numbers")
     con.execute("DROP TABLE modelsql.model_aliases")
@@ -904,5 +913,18 @@ def test_real_migration_from_schema_9_adds_an_empty_evaluations_table(db):
     _to_schema_9(con)
     Catalog(con)
     assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("10",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("11",)
+    con.close()
+
+
+def test_real_migration_from_schema_10_adds_origins_tags_and_the_lineage_view(db):
+    con = duckdb.connect(db)
+    cat = Catalog(con)
+    add(cat, make_mv(name="m"))
+    _to_schema_10(con)
+    Catalog(con)
+    assert con.execute("SELECT count(*) FROM modelsql.model_origins").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM modelsql.model_tags").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM modelsql.lineage").fetchone() == (0,)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("11",)
     con.close()

@@ -186,7 +186,7 @@ BAD = [
     ("WITH (model_type = 'logistic_reg', target = f0) AS SELECT * FROM iris", modelsql.DataError, "invalid_target",
      "not a whole number"),
     ("WITH (model_type = 'logistic_reg', target = y) AS SELECT *, DATE '2024-01-01' AS d FROM iris",
-     modelsql.NotSupportedError, "wrong_column_type", 'column "d" is date32'),
+     modelsql.NotSupportedError, "wrong_column_type", 'column "d" is DATE'),
     ("WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM iris WHERE y = 1", modelsql.DataError,
      "one_class", "one class"),
     ("WITH (model_type = 'logistic_reg', target = y, validation = 'random') AS SELECT * FROM iris LIMIT 1",
@@ -198,13 +198,85 @@ BAD = [
 ]
 
 
+BAD += [
+    ("WITH (model_type = 'logistic_reg', target = y) AS SELECT f0 AS a, f1 AS \"A\", y FROM iris",
+     modelsql.ProgrammingError, "duplicate_column", 'two columns named "a" and "A"'),
+    ("WITH (model_type = 'VotingClassifier', target = y) AS SELECT * FROM iris", modelsql.NotSupportedError,
+     "unknown_model_type", "built from other estimators"),
+    ("WITH (model_type = 'histgradientboostingclassifier', target = y) AS SELECT * FROM iris",
+     modelsql.NotSupportedError, "unknown_model_type", "use boosted_tree_classifier"),
+    ("WITH (model_type = 'IsolationForest') AS SELECT * FROM iris", modelsql.NotSupportedError, "unknown_model_type",
+     "not a classifier, regressor or clusterer"),
+    ("WITH (model_type = 'linear_reg', target = y) AS SELECT f0 + 1.7e9 AS t, y FROM iris", modelsql.DataError,
+     "precision_loss", 'column "t" loses precision as float32'),
+    ("WITH (model_type = 'linear_reg', target = y) AS SELECT CASE WHEN id = 3 THEN 'nan'::DOUBLE ELSE f0 END AS f, "
+     "y FROM iris", modelsql.DataError, "invalid_value", 'column "f" is NaN'),
+    ("WITH (model_type = 'logistic_reg', target = y) AS SELECT f0 AS label, y FROM iris", modelsql.ProgrammingError,
+     "invalid_feature", 'may not be named "label"'),
+    ("WITH (model_type = 'logistic_reg', target = y) AS SELECT f0, uuid() AS u, y FROM iris",
+     modelsql.NotSupportedError, "wrong_column_type", 'column "u" is UUID'),
+    ("WITH (model_type = 'logistic_reg', target = y, validation_size = 0.3) AS SELECT * FROM iris",
+     modelsql.ProgrammingError, "invalid_option", "validation_size applies to validation = 'random' or 'seq'"),
+]
+
+
+def _catalog(con) -> tuple:
+    return (con.execute("SELECT name, version FROM modelsql.model_versions ORDER BY ALL").fetchall(),
+            con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone(),
+            con.execute("SELECT count(*) FROM modelsql.model_origins").fetchone())
+
+
 @pytest.mark.parametrize("body,cls,code,text", BAD, ids=[b[2] + str(i) for i, b in enumerate(BAD)])
 def test_bad_input_is_a_clear_error_that_changes_nothing(con, body: str, cls, code: str, text: str) -> None:
-    before = (con.execute("SELECT name, version FROM modelsql.model_versions ORDER BY ALL").fetchall(),
-              con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone())
+    before = _catalog(con)
+    con.commit()
     with pytest.raises(cls) as err:
         con.execute(f"CREATE MODEL bad {body}")
     assert err.value.code == code and text in str(err.value), str(err.value)
-    after = (con.execute("SELECT name, version FROM modelsql.model_versions ORDER BY ALL").fetchall(),
-             con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone())
-    assert after == before
+    con.rollback()  # a failed query aborts the transaction, as any failed statement does in DuckDB
+    assert _catalog(con) == before
+
+
+def test_a_failure_leaves_the_open_transaction_to_the_user(con) -> None:
+    con.execute("CREATE TABLE journal (x INTEGER)")
+    con.commit()
+    con.execute("INSERT INTO journal VALUES (1)")
+    with pytest.raises(modelsql.ProgrammingError):
+        con.execute("CREATE MODEL j WITH (model_type = 'logistic_reg', target = x) AS SELECT x FROM journal")
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM journal").fetchone() == (0,)
+
+
+def test_enum_features_and_whole_number_float_targets(con) -> None:
+    con.execute("CREATE TYPE shade AS ENUM ('red', 'green', 'blue')")
+    con.execute("CREATE TABLE shaded AS SELECT id, f0, f2, colour::shade AS colour, y::DOUBLE AS y FROM iris")
+    row = con.execute("CREATE MODEL shaded_lr WITH (model_type = 'logistic_reg', target = y) "
+                      "AS SELECT * FROM shaded").fetchone()
+    assert row[2] == "logistic_reg"
+    labels = con.execute("SELECT label FROM PREDICT(MODEL shaded_lr, TABLE shaded)").fetchall()
+    assert {r[0] for r in labels} <= {0, 1, 2}
+    metrics = con.execute("EVALUATE MODEL shaded_lr ON TABLE shaded TARGET y").fetchone()
+    assert 0.8 < metrics[5] <= 1.0  # accuracy
+
+
+def test_classes_that_are_never_predicted_still_give_log_loss_and_roc_auc(con) -> None:
+    con.execute("CREATE TABLE rare AS SELECT i AS id, (i * 0.37) % 1 AS a, (i * 0.61) % 1 AS b, (i % 20 = 0)::INT AS y "
+                "FROM range(600) r(i)")
+    cur = con.execute("CREATE MODEL rare_nb WITH (model_type = 'naive_bayes', target = y) AS SELECT * FROM rare")
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    assert row["log_loss"] is not None and row["roc_auc"] is not None
+
+
+def test_a_clusterer_is_not_evaluated_against_a_target(con) -> None:
+    con.execute("CREATE MODEL iris_km2 WITH (model_type = 'kmeans', n_clusters = 3, n_init = 1, "
+                "features = (f0, f1)) AS SELECT * FROM iris")
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        con.execute("EVALUATE MODEL iris_km2 ON TABLE iris TARGET y")
+    assert err.value.code == "invalid_target" and "clusterer" in str(err.value)
+
+
+def test_every_version_records_its_origin(con) -> None:
+    origin = con.execute("SELECT origin, source, digest FROM modelsql.model_origins WHERE name = 'cancer_lr'").fetchone()
+    assert origin[:2] == ("query", "SELECT * FROM cancer ORDER BY id") and origin[2].startswith("rows:569:")
+    edges = con.execute("SELECT kind, relation FROM modelsql.lineage WHERE name = 'cancer_lr'").fetchall()
+    assert edges == [("model", "query")]

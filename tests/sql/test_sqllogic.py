@@ -15,12 +15,14 @@ blank lines::
     ----
     <expected rows, one per line, values separated by a tab; NULL for None>
 
-``${MODELS}`` in SQL is replaced by a folder holding the ONNX models built by
+``${MODELS}`` in SQL (and in expected rows, with ``${SHA256:file}``, a built file's digest) is replaced by a folder holding the ONNX models built by
 :func:`_build_models` (plain onnx.helper graphs). Lines starting with ``#`` are comments.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +76,13 @@ def _cell(v) -> str:
     return str(v)
 
 
+def _expand(expected: str, models: Path) -> str:
+    """An expected row with ``${MODELS}`` and ``${SHA256:file}`` (the digest of a built model file) filled in."""
+    expected = re.sub(r"\$\{SHA256:([^}]+)\}",
+                      lambda m: hashlib.sha256((models / m.group(1)).read_bytes()).hexdigest(), expected)
+    return expected.replace("${MODELS}", str(models))
+
+
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_sqllogic(path: Path, tmp_path: Path) -> None:
     models = tmp_path / "models"
@@ -94,6 +103,6 @@ def test_sqllogic(path: Path, tmp_path: Path) -> None:
             else:
                 rows = con.execute(sql).fetchall()
                 got = ["\t".join(_cell(v) for v in row) for row in rows]
-                assert got == expected, where
+                assert got == [_expand(e, models) for e in expected], where
     finally:
         con.close()

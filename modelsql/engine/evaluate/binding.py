@@ -7,6 +7,7 @@ a class label (integer, text, boolean) is classification, a number regression.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
@@ -118,7 +119,8 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
                 target_type: str) -> tuple[str, str, Optional[str], str]:
     """``(task, prediction SQL, probabilities SQL or None, the target's cast)`` from the PREDICT's output
     columns (a BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
-    booleans predicts).
+    booleans predicts; a FLOAT, DOUBLE or DECIMAL one as a number, so 1.0 is the class 1 and 0.5 a class the
+    model never predicts; an ENUM target of a classifier of text labels as its text).
 
     Raises:
         ProgrammingError: ``invalid_target``: a prediction of no class and no number, or a TARGET whose type
@@ -134,7 +136,9 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
         return "regression", column + ("[1]" if vector else ""), None, ""
     if not (_INTEGER.match(kind) or kind in ("VARCHAR", "BOOLEAN")):
         raise _bad_target(stmt, f"the model's prediction {name} is {kind}: neither a class label nor a number")
-    cast = "::BIGINT" if _INTEGER.match(kind) and target_type == "BOOLEAN" else ""
+    cast = ("::BIGINT" if _INTEGER.match(kind) and target_type == "BOOLEAN" else
+            "::DOUBLE" if _INTEGER.match(kind) and _NUMBER.match(target_type) and not _INTEGER.match(target_type) else
+            "::VARCHAR" if kind == "VARCHAR" and target_type.startswith("ENUM(") else "")
     if _family(kind) != _family(target_type) and not cast:
         raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
                                 f"{target_type}")
@@ -163,6 +167,9 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     options = EVALUATE.parse(stmt, params, where=where_of(stmt))
     pipeline = bool(ref.args.get("pipeline"))
     entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=pipeline)
+    if dict(getattr(entry, "options", ()) or ()).get("task") == "clustering":
+        raise _bad_target(stmt, f"model {entry.name} version {entry.version} is a clusterer: its labels number "
+                                "clusters, not classes, so there is no TARGET to compare them with")
     source = stmt.args["source"]
     input_sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
     columns = _columns(session, input_sql, params)
@@ -201,6 +208,9 @@ def _model_classes(session: Session, entry: Any) -> Optional[list[Any]]:
     else the table its label is gathered from (one tensor read from the store); None when it names none."""
     if not isinstance(entry, ModelVersion) or entry.kind == "python":
         return None
+    recorded = dict(entry.options).get("classes")  # a model trained in SQL keeps its estimator's classes_
+    if recorded is not None:
+        return list(json.loads(recorded))
     graph = session.store.get(entry.graph_digest)
     proto = onnx.ModelProto.FromString(graph)
     named = class_labels(proto)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, IntegrityError, NotSupportedError
 from modelsql.operators.backends.onnxruntime import OrtModel
 from modelsql.progress import Meter
@@ -199,7 +200,9 @@ def _register(session: Session, pv, net, x_val, options: dict, features) -> int:
     _check_export(proto, pv, module, x_val)
     mv = ddl.import_model(session, name, proto, replace=True, features=features,
                           options={"finetuned_from": f"pipeline {pv.name} version {pv.version}",
-                                   "temperature": str(options["temperature"]), "epochs": str(options["epochs"])})
+                                   "temperature": str(options["temperature"]), "epochs": str(options["epochs"])},
+                          origin=Origin("finetune", f"FINETUNE PIPELINE {pv.name}", parent_kind="pipeline",
+                                        parent_name=pv.name, parent_version=pv.version))
     created = create_pipeline(session, CreatePipelinePlan(name=pv.name, steps=(StepSpec(mv.name, mv.version),),
                                                           replace=True, source=f"FINETUNE of version {pv.version}"))
     return created.version

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
+from modelsql.catalog.lineage import Origin
 from modelsql.duckdb_errors import translate
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
 from modelsql.analyses.program_checks import batching, check_deterministic
@@ -148,7 +149,7 @@ def _create(stmt: ImportModel, session: Session, params: list, stage) -> Result:
     if execution in ("auto", "whole_graph") and gate.proto is not None:
         ddl.import_model(session, name, gate.proto, replace=bool(stmt.args.get("replace")),
                          options={**described, "execution": "whole_graph", "whole_graph": gate.reason},
-                         provenance=("torch", f"python:{ref}"))
+                         provenance=("torch", f"python:{ref}"), origin=_python_origin(ref))
         return Result(session.duck, rowcount=1)
     if execution == "whole_graph":
         raise NotSupportedError(f'CREATE MODEL {name}: no whole graph of {ref}: rule "{gate.rule}" failed: '
@@ -246,11 +247,13 @@ def _table_example(session: Session, module, table: str, name: str) -> tuple:
 
 
 def store_program(session: Session, stmt: ImportModel, ref: str, prog: Program, execution: str, described: dict,
-                  params: Optional[dict] = None, *, row_reason: Optional[str] = None, state=None) -> None:
+                  params: Optional[dict] = None, *, row_reason: Optional[str] = None, state=None,
+                  origin: Optional[Origin] = None) -> None:
     """Store a program that is not a whole graph (kind ``"python"``): co-executed or eager, whichever was
     faster at import (or as ``execution`` says). ``params``: the arguments ``ref`` is built with;
     ``row_reason``: why it runs one row per call (:func:`~modelsql.analyses.program_checks.batching`), or None;
-    ``state``: its :func:`~.python_artifacts.state_tensors` (default: the module's now)."""
+    ``state``: its :func:`~.python_artifacts.state_tensors` (default: the module's now); ``origin``: where it
+    came from (default: the reference and its source's digest)."""
     if ddl.existing_model(session, stmt.this.model_name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
         return
     key = trust.signing_key()  # before anything is written: a key that cannot be made fails the statement first
@@ -280,9 +283,16 @@ def store_program(session: Session, stmt: ImportModel, ref: str, prog: Program, 
             trust.sign(session, code, key)
         try:  # (the version in a transaction of its own, retried on a conflict: ddl.add_version)
             ddl.add_version(session.catalog, fields, kinds, replace=bool(stmt.args.get("replace")),
-                            if_not_exists=bool(stmt.args.get("exists")))
+                            if_not_exists=bool(stmt.args.get("exists")), origin=origin or _python_origin(ref))
         finally:
             session.changed()
+
+
+def _python_origin(ref: str) -> Origin:
+    """The origin of a version imported FROM PYTHON: the reference and the digest of its module's source."""
+    path = source_file(ref)
+    digest = hashlib.sha256(open(path, "rb").read()).hexdigest() if path else None
+    return Origin("python", ref, f"sha256:{digest}" if digest else None)
 
 
 def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, int, str, str]:

@@ -8,23 +8,26 @@ transaction of their own, so a model is never half in the catalog.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from modelsql.analyses.batch_axis import batch_dependence
 from modelsql.analyses.static_features import static_features
 from modelsql.catalog.entries import ModelVersion
+from modelsql.catalog.lineage import Origin
 from modelsql.converters import check_conversion, is_sklearn_estimator, to_onnx
-from modelsql.errors import DataError, Error, IntegrityError, InternalError, ProgrammingError
+from modelsql.errors import DataError, IntegrityError, InternalError, ProgrammingError
 from modelsql.onnxformat.describe import param_count, signature
 from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
 from modelsql.onnxformat.metadata import outputs_entry, write_metadata
 from modelsql.onnxformat.split import split_model
-from modelsql.sql.models import AlterModel, DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
+from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
 from modelsql.engine.query.bind_predict import bind_outputs, check_feature_names, check_signature, row_shape, row_width
-from modelsql.engine.handlers import catalog_write, catalog_write_retrying, handles, retrying
+from modelsql.engine.handlers import catalog_write_retrying, handles, retrying
 from modelsql.engine.options import value
 from modelsql.engine.options.declared import IMPORT_MODEL
 from modelsql.engine.models.plans import CreateModel, DescribeModelPlan, DropModelPlan, ExportModelPlan
@@ -106,35 +109,6 @@ def _drop(stmt: DropModel, session: Session, params: list) -> Result:
     return Result(session.duck, rowcount=removed)
 
 
-@handles(AlterModel)
-def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
-    """ALTER MODEL m SET ALIAS a = VERSION n (moving the alias if it named another version) / DROP ALIAS a."""
-    ref, alias = stmt.this, stmt.args["alias"].name.lower()
-    name = ref.model_name.lower()
-    if stmt.args["action"] == "set":
-        version = int(stmt.args["version"].this)
-        session.get_model(ref.model_name, version, ref)  # model_not_found / version_not_found, pointed
-        with catalog_write(session) as catalog:
-            catalog.aliases.set(name, alias, version)
-        return Result(session.duck, rowcount=1)
-    session.get_model(ref.model_name, None, ref)
-    if alias not in session.catalog.aliases.of(name):
-        if stmt.args.get("exists"):
-            return Result(session.duck, rowcount=0)
-        raise session.pointed(_alias_error(session, name, alias), ref)
-    with catalog_write(session) as catalog:
-        catalog.aliases.drop(name, alias)
-    return Result(session.duck, rowcount=1)
-
-
-def _alias_error(session: Session, name: str, alias: str) -> Error:
-    try:
-        session.catalog.aliases.resolve(name, alias)
-    except Error as err:
-        return err
-    raise AssertionError("unreachable: the alias is missing")  # pragma: no cover
-
-
 @handles(ShowModels, reads_only=True)
 def _show(stmt: ShowModels, session: Session, params: list) -> Result:
     session.begin_if_needed()
@@ -205,12 +179,15 @@ def import_model(
     accept_mismatch: bool = False,
     provenance: Optional[tuple[str, str]] = None,
     checked: Optional[tuple[int, float, int]] = None,
+    origin: Optional[Origin] = None,
 ) -> ModelVersion:
     """Convert, check, store and catalog one model version (see ``Connection.import_model``).
 
     ``provenance``: ``(kind, source)`` to record instead of what the conversion reports (a
     pipeline step converted by :mod:`modelsql.converters.sklearn_steps` is ``("sklearn", "sklearn:<class>")``);
-    ``checked``: that conversion's check, ``(rows, max abs diff, label mismatches)``.
+    ``checked``: that conversion's check, ``(rows, max abs diff, label mismatches)``; ``origin``: where the
+    version came from, for ``modelsql.model_origins`` (default: the file and its digest, the bytes' digest, or
+    the object's class, :func:`origin_of`).
 
     The blobs are written (atomically, each fsynced, under a write lease of the store so no VACUUM
     deletes them) before the catalog transaction that references them commits, so a crash at any point
@@ -230,9 +207,11 @@ def import_model(
         fields, kinds = prepare_model(session, name, model, example_input=example_input, features=features,
                                       input_names=input_names, output_names=output_names, options=options,
                                       accept_mismatch=accept_mismatch, provenance=provenance, checked=checked)
+        origin = origin or origin_of(model, fields["source"])
         session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
         try:
-            return add_version(session.catalog, fields, kinds, replace=replace, if_not_exists=if_not_exists)
+            return add_version(session.catalog, fields, kinds, replace=replace, if_not_exists=if_not_exists,
+                               origin=origin)
         finally:
             session.changed()  # a plan of "the latest version" is stale
 
@@ -307,14 +286,30 @@ def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_
     )
 
 
+def origin_of(model: Any, source: str) -> Origin:
+    """The origin of a version imported from ``model``: a file path (``sha256:`` of its bytes), bytes (their
+    digest), else a Python object (``source``, what the conversion reports: ``sklearn:Pipeline``)."""
+    if isinstance(model, (str, os.PathLike)):
+        digest = hashlib.sha256()
+        with open(model, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return Origin("file", os.fspath(model), f"sha256:{digest.hexdigest()}")
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return Origin("bytes", source, f"sha256:{hashlib.sha256(bytes(model)).hexdigest()}")
+    return Origin("object", source)
+
+
 def add_version(catalog, fields: dict, kinds: dict, *, replace: bool = True,
-                if_not_exists: bool = False) -> ModelVersion:
+                if_not_exists: bool = False, origin: Optional[Origin] = None) -> ModelVersion:
     """Catalog the next version of ``fields["name"]`` (the blobs are stored) in one transaction that
     first checks the name is free (unless ``replace``), retrying when another connection writes the
     same rows first (DuckDB's optimistic concurrency refuses one commit).
 
     Returns:
         the new version; with ``if_not_exists``, the existing latest version when the name is taken.
+
+    ``origin`` is recorded with the version (``modelsql.model_origins``), in its transaction.
 
     Raises:
         IntegrityError: ``duplicate_model`` (the name is taken, by a model or a trainable).
@@ -327,6 +322,8 @@ def add_version(catalog, fields: dict, kinds: dict, *, replace: bool = True,
             return None
         version = catalog.next_version(key)
         catalog.add_version(ModelVersion(version=version, **fields), kinds)
+        if origin is not None:
+            catalog.lineage.add(key, version, origin)
         return version
 
     version = retrying(catalog, add)

@@ -13,6 +13,7 @@ by the version and the row counts. A failure at any step leaves the catalog as i
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
+from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError
 from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
 from modelsql.sql.evaluate import EvaluateModel
@@ -89,10 +91,13 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
                            code="missing_option")
     model_type = resolve_model_type(options["model_type"])
     _check_target(model_type, options["target"], where)
+    if "validation_size" in options.given and options["validation"] not in ("random", "seq"):
+        raise option_error("validation_size", f"{where}: option validation_size applies to validation = 'random' or "
+                                              f"'seq', not {options['validation']!r}.")
     hyperparameters = model_type.hyperparameters(options.rest)  # unknown ones fail before the query runs
     return TrainingPlan(name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists")), model_type,
                         hyperparameters, options["target"], options["features"], options["validation"],
-                        options["validation_fraction"], options["seed"], options["on_null"], options["description"],
+                        options["validation_size"], options["seed"], options["on_null"], options["description"],
                         stmt.args["query"].sql(dialect=msql.DIALECT))
 
 
@@ -118,20 +123,22 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         estimator's ``fit`` raised), the conversion's, and ``duplicate_model``.
     """
     plan = bind_training(stmt, params)
+    if plan.if_not_exists and session.catalog.exists(plan.name):
+        return Result(session.duck, rowcount=0)
     session.check_writable()
     if ddl.existing_model(session, plan.name, plan.replace, plan.if_not_exists):
         return Result(session.duck, rowcount=0)
     started = time.perf_counter()
-    table = _query_rows(stmt.args["query"], session, params)
-    keys = _query_keys(stmt.args["query"], session)
-    rows = training_rows(table, task=plan.model_type.task, target=plan.target, features=plan.features, keys=keys,
+    table, types = _query_rows(stmt.args["query"], session, params)
+    rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=plan.features,
                          on_null=plan.on_null, statement=plan.where)
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
     pipeline = _fit(plan, rows, train)
     fitted = time.perf_counter() - started
     sample = rows.features_frame(train[np.linspace(0, len(train) - 1, min(len(train), 256)).astype(np.int64)])
     version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
-                               options=_catalog_options(plan, rows, train, valid, fitted))
+                               options=_catalog_options(plan, rows, train, valid, fitted, pipeline),
+                               origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
     try:
         record = _record_evaluation(session, plan, rows, version.version, valid if len(valid) else train,
                                     "validation" if len(valid) else "training")
@@ -141,33 +148,19 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     return _result(session, plan, version.version, len(train), len(valid), record)
 
 
-def _query_rows(query: exp.Expression, session: Session, params: list) -> pa.Table:
-    """The query's rows, read in a transaction of their own: a model write commits the connection's transaction
-    first (as :func:`~modelsql.engine.models.statements.import_model` does), and a query that fails is rolled back
-    rather than leaving the connection's transaction aborted."""
-    session.commit()
+def _query_rows(query: exp.Expression, session: Session, params: list) -> tuple[pa.Table, dict[str, str]]:
+    """The query's rows and each column's DuckDB type, read in the connection's transaction (as a query is: the
+    statement commits only once it writes the version, as IMPORT MODEL does)."""
+    out, _, _ = run_query(query, session, params)
     try:
-        out, _, _ = run_query(query, session, params)
-    except BaseException:
-        session.rollback()
-        raise
-    try:
+        types = {str(d[0]): str(d[1]) for d in out.description or []}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
-            return session.duck.to_arrow_table()
+            table = session.duck.to_arrow_table()
+        session.duck.fetchall()  # DuckDB keeps the result open until a fetch returns nothing
+        return table, types
     finally:
         out.release()
-
-
-def _query_keys(query: exp.Expression, session: Session) -> list[str]:
-    """The PRIMARY KEY and UNIQUE columns of a query that reads one table whole (``SELECT * FROM t``); none else."""
-    from modelsql.engine.training_features import input_keys
-
-    source = query.args.get("from_") or query.args.get("from")
-    if isinstance(query, exp.Select) and source is not None and isinstance(source.this, exp.Table) \
-            and not query.args.get("joins"):
-        return input_keys(session, source.this)
-    return []
 
 
 def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray) -> Any:
@@ -179,7 +172,7 @@ def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray) -> Any:
     """
     y = rows.y[train] if rows.y is not None else None
     if plan.model_type.task == "classification" and y is not None and len(np.unique(y)) < 2:
-        raise DataError(f"{plan.where}: TARGET {rows.target} has one class ({y[0]!r}) in the {len(train)} training "
+        raise DataError(f"{plan.where}: TARGET {rows.target} has one class ({_text(y[0])}) in the {len(train)} training "
                         "rows: a classifier needs at least two.", code="one_class")
     pipeline = build_pipeline(rows.kinds, plan.model_type.build(plan.hyperparameters, plan.seed),
                               plan.model_type.scaled)
@@ -193,6 +186,11 @@ def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray) -> Any:
     return pipeline
 
 
+def _text(value: Any) -> str:
+    """A value as a message shows it (a numpy scalar as its Python value)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     estimator = plan.model_type.estimator.split(":")[1]
@@ -201,18 +199,40 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
     return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
 
 
+def _fingerprint(session: Session, table: pa.Table) -> str:
+    """``rows:<count>:<hash>`` of the rows trained on and validated with (EVALUATE's fingerprint: the sum of the
+    rows' hashes, order-independent)."""
+    cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
+    try:
+        cursor.register("__msql_rows", table)
+        columns = ", ".join(exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names)
+        row = cursor.execute(
+            f"SELECT count(*), (coalesce(sum(hash({columns})::HUGEINT), 0) % 18446744073709551616)::UBIGINT "
+            'FROM "__msql_rows"').fetchone()
+        assert row is not None  # an aggregate has one row
+        count, total = row
+    finally:
+        cursor.close()
+    return f"rows:{count}:{int(total):016x}"
+
+
 def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, valid: np.ndarray,
-                     seconds: float) -> dict[str, str]:
+                     seconds: float, pipeline: Any) -> dict[str, str]:
     """What the catalog keeps of the training (``DESCRIBE MODEL``'s options): the query, the estimator and its
-    hyper-parameters, the target, the split, the row counts and the seconds to read and fit."""
+    hyper-parameters, the target, the split, the row counts and the seconds to read and fit; the task and, for a
+    classifier, its classes in the order of its probabilities (``classes``, JSON: EVALUATE reads them when the
+    graph does not name them)."""
     out = {"model_type": plan.model_type.name, "estimator": plan.model_type.estimator.replace(":", "."),
+           "task": plan.model_type.task,
            "hyperparameters": repr(dict(sorted(plan.hyperparameters.items()))), "query": plan.query,
            "validation": str(plan.validation), "seed": str(plan.seed), "training_rows": str(len(train)),
            "validation_rows": str(len(valid)), "fit_seconds": f"{seconds:.3f}"}
     if plan.validation in ("random", "seq"):
-        out["validation_fraction"] = str(plan.fraction)
+        out["validation_size"] = str(plan.fraction)
     if rows.target is not None:
         out["target"] = rows.target
+    if plan.model_type.task == "classification":
+        out["classes"] = json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])
     if rows.skipped:
         out["rows_skipped"] = str(rows.skipped)
     if plan.description is not None:
@@ -233,7 +253,7 @@ def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows,
                                            version=exp.Literal.number(version)),
                              source=exp.Subquery(this=exp.select("*").from_(exp.to_identifier(name, quoted=True))),
                              target=exp.to_identifier(rows.target, quoted=True))
-        node.meta["called_as"] = f"CREATE MODEL {plan.name} (its {which} rows)"
+        node.meta["called_as"] = f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE"
         bound = bind_evaluate(node, session, [])
         done = measure(node, bound, session, [])
     finally:

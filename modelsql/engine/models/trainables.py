@@ -19,6 +19,7 @@ import json
 from typing import TYPE_CHECKING, Optional
 
 from modelsql.catalog.studies import Trainable
+from modelsql.catalog.lineage import Origin
 from modelsql.errors import IntegrityError, ProgrammingError
 from modelsql.converters import from_torch
 from modelsql.converters.label_values import with_label_values
@@ -170,7 +171,7 @@ def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
                      features=features if len(features) == in_features else None, input_names=input_names,
                      output_names=outputs, replace=bool(stmt.args.get("replace")),
                      if_not_exists=bool(stmt.args.get("exists")),
-                     options={"study": study.name, "trial": str(trial.trial)})
+                     options={"study": study.name, "trial": str(trial.trial)}, origin=study_origin(study, trial))
 
 
 def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -> None:
@@ -207,7 +208,14 @@ def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -
                    label=f'model "{name.lower()}" (study "{study.name}" trial {trial.trial})')
     store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
                   {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
-                   "trial": str(trial.trial)}, args, row_reason=batching(prog, None))
+                   "trial": str(trial.trial)}, args, row_reason=batching(prog, None),
+                  origin=study_origin(study, trial))
+
+
+def study_origin(study, trial) -> Origin:
+    """The origin of a version made FROM STUDY: the study, the trial, and the trainable it tuned."""
+    return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}", study=study.name,
+                  trial=trial.trial, parent_kind="model", parent_name=study.model, parent_version=study.model_version)
 
 
 def _trained_network(session: Session, study, trial):

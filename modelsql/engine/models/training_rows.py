@@ -4,7 +4,8 @@ The feature columns are chosen by PREDICT's rules (:func:`~modelsql.engine.train
 ``features = (...)``, else every column but the target and the key-like ones), each encoded by its type
 (:func:`modelsql.estimators.column_kind`); the target is read for the task: a classifier's class labels
 (integers, text, booleans as 0 / 1, or floats that are all whole numbers, read as integers), a regressor's
-numbers. A NULL in a feature or the target is an error naming the column (``on_null = 'skip'`` leaves those
+numbers. Features are numbers (finite, and exact enough as float32, the type PREDICT feeds) or text (VARCHAR,
+ENUM); the names of the trained graph's outputs are refused as feature names. A NULL in a feature or the target is an error naming the column (``on_null = 'skip'`` leaves those
 rows out), as PREDICT's and EVALUATE's are.
 """
 
@@ -56,6 +57,23 @@ class TrainingRows:
         return frame
 
 
+RESERVED = ("label", "probabilities", "prediction", "scores", "variable")
+"""Names a feature column may not have: the trained graph's outputs and skl2onnx's inner values."""
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_names(columns: list[str], statement: str) -> None:
+    """Column names are unique whatever their case (DuckDB's names are case-insensitive; PREDICT binds by name)."""
+    seen: dict[str, str] = {}
+    for c in columns:
+        if c.lower() in seen:
+            raise ProgrammingError(f'{statement}: the query has two columns named "{seen[c.lower()]}" and "{c}" '
+                                   "(names are case-insensitive): give one another name (AS ...).",
+                                   code="duplicate_column")
+        seen[c.lower()] = c
+
+
 def _column(columns: list[str], name: str, statement: str, what: str) -> str:
     found = next((c for c in columns if c.lower() == name.lower()), None)
     if found is None:
@@ -64,17 +82,57 @@ def _column(columns: list[str], name: str, statement: str, what: str) -> str:
     return found
 
 
-def _kinds(table: pa.Table, features: list[str], statement: str) -> ColumnKinds:
+def _kind(table: pa.Table, name: str, sql_type: str, statement: str) -> str:
+    """``"numeric"`` or ``"categorical"`` for a feature column of DuckDB type ``sql_type``.
+
+    Raises:
+        NotSupportedError: ``wrong_column_type`` (dates, lists, UUIDs, JSON ...).
+        ProgrammingError: ``invalid_feature`` (a name of :data:`RESERVED`).
+    """
+    kind = column_kind(table.schema.field(name).type)
+    if kind == "categorical" and not (sql_type == "VARCHAR" or sql_type.startswith("ENUM(")):
+        kind = None  # UUID, JSON ... arrive as Arrow strings but are not categories PREDICT can feed
+    if kind is None:
+        raise NotSupportedError(
+            f'{statement}: column "{name}" is {sql_type}, which no encoding takes (numbers, booleans, text and ENUMs '
+            "do): compute a number or a category from it in the query (epoch(ts), len(list)) or leave it out with "
+            "features = (...).", code="wrong_column_type")
+    if name.lower() in RESERVED:
+        raise ProgrammingError(f'{statement}: a feature column may not be named "{name}" (the trained model\'s '
+                               f"outputs and inner values use {', '.join(RESERVED)}): rename it in the query (AS ...).",
+                               code="invalid_feature")
+    return kind
+
+
+def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
+    """A numeric feature's values are finite and keep their differences as float32, the type PREDICT feeds the
+    model (a value of 1.7e9, an epoch in seconds, is rounded to a multiple of 128).
+
+    Raises:
+        DataError: ``invalid_value`` (NaN, infinite, past float32's range), ``precision_loss``.
+    """
+    values = np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(), dtype=np.float64)
+    bad = ~np.isfinite(values) | (np.abs(values) > _FLOAT32_MAX)
+    if bad.any():
+        raise DataError(f'{statement}: column "{name}" is NaN, infinite or past float32\'s range in {int(bad.sum())} '
+                        "rows: filter or fill them in the query.", code="invalid_value")
+    rounded = values.astype(np.float32).astype(np.float64)
+    spread = float(values.std())
+    error = float(np.abs(rounded - values).max())
+    if spread > 0 and error > 1e-3 * spread:
+        raise DataError(f'{statement}: column "{name}" loses precision as float32, the type the model reads '
+                        f"(values up to {float(np.abs(values).max()):.6g} round by up to {error:.3g}, against a spread "
+                        f"of {spread:.3g}): subtract an offset or scale it in the query ({name} - "
+                        f"{float(values.min()):.6g}).", code="precision_loss")
+
+
+def _kinds(table: pa.Table, features: list[str], types: dict[str, str], statement: str) -> ColumnKinds:
     numeric: list[str] = []
     categorical: list[str] = []
     for name in features:
-        arrow_type = table.schema.field(name).type
-        kind = column_kind(arrow_type)
-        if kind is None:
-            raise NotSupportedError(
-                f'{statement}: column "{name}" is {arrow_type}, which no encoding takes (numbers, booleans and text '
-                "do): compute a number from it in the query (epoch(ts), len(list)) or leave it out with "
-                "features = (...).", code="wrong_column_type")
+        kind = _kind(table, name, types.get(name, str(table.schema.field(name).type)), statement)
+        if kind == "numeric":
+            _check_numbers(table, name, statement)
         (numeric if kind == "numeric" else categorical).append(name)
     for name in categorical:
         distinct = len(pc.unique(table.column(name)))
@@ -113,7 +171,7 @@ def _classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
         numbers = np.asarray(pc.cast(values, pa.float64()).to_numpy(), dtype=np.float64)
         fractional = numbers[~np.isfinite(numbers) | (numbers != np.round(numbers))]
         if fractional.size:
-            raise DataError(f"{statement}: TARGET {target} has values that are not class labels ({fractional[0]!r} "
+            raise DataError(f"{statement}: TARGET {target} has values that are not class labels ({fractional[0].item()} "
                             "is not a whole number): a classifier predicts classes; train a regressor "
                             "(model_type = 'linear_reg', ...) to predict numbers.", code="invalid_target")
         return numbers.astype(np.int64)
@@ -133,30 +191,36 @@ def _numbers(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
     return numbers
 
 
-def training_rows(table: pa.Table, *, task: str, target: Optional[str], features: Optional[tuple[str, ...]],
-                  keys: list[str], on_null: str, statement: str) -> TrainingRows:
-    """Bind ``table`` (the query's rows) for an estimator of ``task``.
+def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: Optional[str],
+                  features: Optional[tuple[str, ...]], on_null: str, statement: str) -> TrainingRows:
+    """Bind ``table`` (the query's rows; ``types`` their DuckDB types) for an estimator of ``task``. Keys are
+    known by their names (as PREDICT's for a query: ``id``, ``*_id`` ...); the table's target column is
+    replaced by the values read (a whole-number DOUBLE target becomes BIGINT), so an evaluation compares them
+    with the model's classes.
 
     Raises:
-        ProgrammingError: ``column_not_found`` (the target, a feature), ``invalid_option`` (features naming the
-            target), ``invalid_feature`` (no feature left).
+        ProgrammingError: ``duplicate_column``, ``column_not_found`` (the target, a feature), ``invalid_option``
+            (features naming the target), ``invalid_feature`` (no feature left, or one of a reserved name).
         NotSupportedError: ``wrong_column_type`` (a feature of a type no encoding takes).
         DataError: ``null_value`` (a NULL, ``on_null = 'error'``), ``invalid_target`` (a target of the wrong type),
-            ``invalid_value`` (a regressor's target NaN or infinite), ``invalid_training_data`` (too many
-            categories), ``too_few_rows`` (no row left).
+            ``invalid_value`` (a feature or a regressor's target NaN or infinite), ``precision_loss`` (a feature
+            float32 would round), ``invalid_training_data`` (too many categories), ``too_few_rows`` (no row left).
     """
     columns = table.column_names
+    _check_names(columns, statement)
     target_name = _column(columns, target, statement, "TARGET") if target is not None else None
     chosen = training_features(columns, target_name or "", feature_option(features, target_name or "", statement)
-                               if features is not None else None, keys, statement)
+                               if features is not None else None, (), statement)
     table, skipped = _drop_nulls(table.select([*chosen, *([target_name] if target_name else [])]),
                                  [*chosen, *([target_name] if target_name else [])], on_null, statement)
     if table.num_rows == 0:
         raise DataError(f"{statement}: the query has no rows to train on.", code="too_few_rows")
-    kinds = _kinds(table, chosen, statement)
+    kinds = _kinds(table, chosen, types, statement)
     y = None
     if target_name is not None:
         values = table.column(target_name)
         y = _classes(values, target_name, statement) if task == "classification" else _numbers(values, target_name,
                                                                                                  statement)
+        if y.dtype != object:
+            table = table.set_column(table.column_names.index(target_name), target_name, pa.array(y))
     return TrainingRows(table, kinds, target_name, y, skipped)

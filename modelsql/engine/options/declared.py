@@ -124,8 +124,9 @@ CREATE_MODEL_AS = OptionSet(
            doc="the rows held out to evaluate the model: `'auto'` none under 500 rows, a random 20% up to 50,000, "
                "else 10,000 random rows (BigQuery ML's `AUTO_SPLIT`); `'random'` or a fraction (`0.1`) random rows; "
                "`'seq'` the last rows in the query's order; `'none'` every row trains"),
-    Option("validation_fraction", "number", 0.2, min=0, max=1, min_open=True, max_open=True,
-           doc="the fraction of `'random'` and `'seq'`"),
+    Option("validation_size", "number", 0.2, min=0, max=1, min_open=True, max_open=True,
+           doc="the fraction of the rows `'random'` and `'seq'` hold out (named apart from estimators' own "
+               "`validation_fraction`, a hyper-parameter here)"),
     Option("seed", "int", 0, min=0, max=2**32 - 1,
            doc="the random split's seed, and the estimator's `random_state` unless given"),
     Option("on_null", "choice", "error", choices=("error", "skip"),

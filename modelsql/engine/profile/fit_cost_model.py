@@ -27,6 +27,7 @@ from modelsql.catalog.traces import CostModelFit
 from modelsql.costmodel.evaluate import median_relative_error, within
 from modelsql.costmodel.features import FEATURES, model_features
 from modelsql.costmodel.mantis import CostModel
+from modelsql.catalog.lineage import Origin
 from modelsql.errors import Error
 from modelsql.engine.query.learned_costs import COST_MODEL, MIN_TRACES, feature_row, merged_static
 from modelsql.engine.handlers import catalog_write
@@ -126,7 +127,8 @@ def retrain(session: Session) -> Optional[CostModelFit]:
     held_out, error = cross_validated(rows, medians)
     model = CostModel().fit(rows, medians)
     mv = import_model(session, COST_MODEL, model.to_onnx(), features=list(FEATURES),
-                      replace=session.catalog.exists(COST_MODEL), provenance=("cost_model", "modelsql:mantis"))
+                      replace=session.catalog.exists(COST_MODEL), provenance=("cost_model", "modelsql:mantis"),
+                      origin=Origin("cost_model", "PROFILE: the learned cost model fitted on modelsql.traces"))
     fit = CostModelFit(mv.version, len(rows), last, model.to_json(), held_out, error, noise_ceiling(runs))
     with catalog_write(session) as catalog:
         catalog.traces.add_fit(fit)

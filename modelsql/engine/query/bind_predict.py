@@ -336,10 +336,10 @@ class _Arguments:
 
 
 def _need_numeric(col: Column, spec: TensorSpec, allow_bool: bool, where: str) -> None:
-    """Refuse a column that cannot feed ``spec``: text for a STRING input, numbers (or, with ``allow_bool``,
-    booleans) for any other (``wrong_column_type``)."""
+    """Refuse a column that cannot feed ``spec``: text (VARCHAR, or an ENUM, cast to its text) for a STRING input,
+    numbers (or, with ``allow_bool``, booleans) for any other (``wrong_column_type``)."""
     if spec.elem_type == "STRING":
-        if col.type != "VARCHAR":
+        if col.type != "VARCHAR" and not col.type.startswith("ENUM("):  # an ENUM is cast to its text
             raise ProgrammingError(
                 f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes text (STRING).',
                 code="wrong_column_type",

@@ -1,0 +1,86 @@
+"""Lineage and tags (issue 25, part 4): every model version records where it came from (a file and its digest,
+an object, a Python reference, the query and rows it was trained on, a study's trial, the pipeline FINETUNE started
+from) in modelsql.model_origins, the modelsql.lineage view gives the graph, DESCRIBE MODEL shows it; tags on models
+and versions (ALTER MODEL m [VERSION n] SET TAG / DROP TAG), as MLflow's registry keeps them."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+
+import modelsql
+from modelsql.converters import to_onnx
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = modelsql.connect(str(tmp_path / "l.duckdb"))
+    c.autocommit = True
+    x, y = load_iris(return_X_y=True)
+    c.execute("CREATE TABLE iris AS SELECT * FROM (SELECT unnest(?) AS f0, unnest(?) AS f1, unnest(?) AS y)",
+              [x[:, 0].tolist(), x[:, 1].tolist(), y.tolist()])
+    yield c
+    c.close()
+
+
+def test_each_way_in_records_its_origin(con, tmp_path):
+    x, y = load_iris(return_X_y=True)
+    estimator = LogisticRegression(max_iter=300).fit(x[:, :2], y)
+    con.import_model("m", estimator, features=["f0", "f1"])
+    proto, *_ = to_onnx(estimator, feature_names=["f0", "f1"])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(proto.SerializeToString())
+    con.execute(f"CREATE OR REPLACE MODEL m FROM '{path}' WITH (features = (f0, f1))")
+    con.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM iris")
+    rows = con.execute("SELECT version, origin, source, digest FROM modelsql.model_origins ORDER BY version").fetchall()
+    assert rows[0][:3] == (1, "object", "sklearn:LogisticRegression") and rows[0][3] is None
+    assert rows[1] == (2, "file", str(path), "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest())
+    assert rows[2][:3] == (3, "query", "SELECT * FROM iris") and rows[2][3].startswith("rows:150:")
+    described = {r[0]: r for r in con.execute("DESCRIBE MODEL m VERSION 2").fetchall()}
+    assert described["origin"][2] == "file" and str(path) in described["origin"][5]
+    con.execute("DROP MODEL m VERSION 2")
+    assert [r[0] for r in con.execute("SELECT version FROM modelsql.lineage WHERE name = 'm'").fetchall()] == [1, 3]
+
+
+def test_the_same_rows_give_the_same_fingerprint_and_other_rows_another(con):
+    for i in range(2):
+        con.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM iris")
+    con.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'logistic_reg', target = y) AS "
+                "SELECT * FROM iris WHERE f0 > 5")
+    digests = [r[0] for r in con.execute("SELECT digest FROM modelsql.model_origins ORDER BY version").fetchall()]
+    assert digests[0] == digests[1] != digests[2]
+
+
+def test_a_pipeline_version_links_to_its_step_versions(con):
+    x, y = load_iris(return_X_y=True)
+    con.import_model("head", LogisticRegression(max_iter=300).fit(x[:, :2], y), features=["f0", "f1"])
+    con.execute("CREATE PIPELINE p AS (head)")
+    edges = con.execute("SELECT kind, name, version, relation, parent_kind, parent_name, parent_version "
+                        "FROM modelsql.lineage WHERE kind = 'pipeline'").fetchall()
+    assert edges == [("pipeline", "p", 1, "step", "model", "head", 1)]
+
+
+def test_tags_on_models_and_versions(con):
+    x, y = load_iris(return_X_y=True)
+    con.import_model("m", LogisticRegression(max_iter=300).fit(x[:, :2], y), features=["f0", "f1"])
+    con.import_model("m", LogisticRegression(max_iter=300, C=0.1).fit(x[:, :2], y), features=["f0", "f1"],
+                     replace=True)
+    con.execute("ALTER MODEL m SET TAG owner = 'ana'")
+    con.execute("ALTER MODEL m VERSION 2 SET TAG stage = 'staging'")
+    con.execute("ALTER MODEL m VERSION 2 SET TAG stage = 'production'")  # replaced
+    tags = [(r[2], r[5]) for r in con.execute("DESCRIBE MODEL m VERSION 2").fetchall() if r[0] == "tag"]
+    assert tags == [("owner", "ana (the model's)"), ("stage", "production")]
+    assert [r for r in con.execute("DESCRIBE MODEL m VERSION 1").fetchall() if r[0] == "tag"][0][2] == "owner"
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL m VERSION 2 DROP TAG stag")
+    assert info.value.code == "tag_not_found" and 'Did you mean "stage"' in str(info.value)
+    assert con.execute("ALTER MODEL m VERSION 2 DROP TAG IF EXISTS stag").rowcount == 0
+    assert con.execute("ALTER MODEL m VERSION 2 DROP TAG stage").rowcount == 1
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL m VERSION 7 SET TAG a = 'b'")
+    assert info.value.code == "version_not_found"
+    con.execute("DROP MODEL m")
+    assert con.execute("SELECT count(*) FROM modelsql.model_tags").fetchone() == (0,)
