@@ -118,8 +118,9 @@ class GrammarParser(DuckDBParser):
             version = exp.Literal.number(self._prev.text)
         alias = None
         if self._match_word("ALIAS", advance=False) and (version is not None or not allow_alias):
-            self._fail("ALIAS cannot be given here: an alias names a model's version in PREDICT(MODEL ...), "
-                       "EVALUATE MODEL and DESCRIBE MODEL, instead of VERSION n")
+            self._fail("ALIAS cannot be given here: an alias names a model's version (instead of VERSION n) where a "
+                       "statement uses one version: PREDICT(MODEL ...), EVALUATE, DESCRIBE, EXPORT, TRUST, PROFILE, "
+                       "COMPILE, SERVE and pipeline steps")
         if allow_alias and self._match_word("ALIAS"):
             token = self._curr
             alias = self._parse_id_var(any_token=False)

@@ -367,7 +367,7 @@ class ModelParsing(GrammarParser):
         return self.expression(DropModel(this=ref, exists=bool(exists)))
 
     def _parse_trustmodel(self, words: tuple[str, ...]) -> TrustModel:
-        return self.expression(TrustModel(this=self._parse_model_ref()))
+        return self.expression(TrustModel(this=self._parse_model_ref(allow_alias=True)))
 
     def _parse_showmodels(self, words: tuple[str, ...]) -> ShowModels:
         return self.expression(ShowModels())
@@ -376,7 +376,7 @@ class ModelParsing(GrammarParser):
         return self.expression(DescribeModel(this=self._parse_model_ref(allow_alias=True)))
 
     def _parse_exportmodel(self, words: tuple[str, ...]) -> ExportModel:
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(allow_alias=True)
         if not self._match_word("TO"):
             self._fail("Expected TO '<file>' after the model name")
         target = self._parse_path_literal("TO")

@@ -134,7 +134,7 @@ class PipelineParsing(GrammarParser):
         return ref
 
     def _parse_pipeline_step(self) -> PipelineStepRef:
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(allow_alias=True)
         alias = None
         if self._match(TokenType.ALIAS):
             token = self._curr

@@ -70,7 +70,7 @@ class ProfileParsing(GrammarParser):
     """Parser entries ``_parse_<key>(words)`` of PROFILE and COMPILE (the words consumed)."""
 
     def _parse_profilemodel(self, words: tuple[str, ...]) -> ProfileModel:
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(allow_alias=words[1] == "MODEL")
         if words[1] == "PIPELINE":
             ref.set("pipeline", True)
         source = None
@@ -81,7 +81,7 @@ class ProfileParsing(GrammarParser):
         return self.expression(ProfileModel(this=ref, source=source, options=self._parse_with_options()))
 
     def _parse_compilemodel(self, words: tuple[str, ...]) -> CompileModel:
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(allow_alias=True)
         if not self._match(TokenType.FOR):
             self._fail("Expected FOR 'llvm' or FOR 'cuda' after the model (COMPILE MODEL m FOR 'llvm')")
         target = self._parse_placeholder()

@@ -21,7 +21,8 @@ __all__ = ["ServeItem", "Serve", "StopServer", "ShowServers", "ServeParsing", "S
 
 @part
 class ServeItem(exp.Expression):
-    """One thing ``SERVE`` serves: ``PIPELINE p [VERSION n] [(opt = v, ...)]`` or ``MODEL m ...``.
+    """One thing ``SERVE`` serves: ``PIPELINE p [VERSION n] [(opt = v, ...)]`` or ``MODEL m [VERSION n | ALIAS a]
+    ...`` (an alias serves the version it names when SERVE runs).
 
     Args:
         this: ``ModelRef`` (``pipeline`` true for a pipeline).
@@ -96,7 +97,7 @@ class ServeParsing(GrammarParser):
         pipeline = self._match_word("PIPELINE")
         if not pipeline and not self._match_word("MODEL"):
             self._fail("Expected PIPELINE <name> or MODEL <name> to serve")
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(allow_alias=not pipeline)
         if pipeline:
             ref.set("pipeline", True)
         options = None

@@ -120,3 +120,24 @@ def test_best_by_statements_round_trip():
                  "ALTER MODEL m DROP TAG IF EXISTS stage"):
         (tree,) = parse(text)
         assert parse(tree.sql(dialect=ModelSQL)) == [tree]
+
+
+def test_an_alias_names_the_version_in_pipelines_export_and_serve(con, tmp_path):
+    import json
+    import urllib.request
+
+    con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")
+    con.execute("CREATE PIPELINE p AS (m ALIAS champion AS head)")
+    assert con.execute("SELECT model, model_version FROM modelsql.pipeline_steps").fetchall() == [("m", 1)]
+    con.execute(f"EXPORT MODEL m ALIAS champion TO '{tmp_path / 'c.onnx'}'")
+    con.execute(f"EXPORT MODEL m VERSION 1 TO '{tmp_path / 'v1.onnx'}'")
+    assert (tmp_path / "c.onnx").read_bytes() == (tmp_path / "v1.onnx").read_bytes()
+    url = con.execute("SERVE MODEL m ALIAS champion ON PORT 0").fetchall()[0][0]
+    try:
+        with urllib.request.urlopen(f"{url}/v2/models/m", timeout=10) as reply:
+            assert json.loads(reply.read())["versions"] == ["1"]
+    finally:
+        con.execute("STOP SERVER")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("CREATE PIPELINE q AS (m ALIAS nope)")
+    assert info.value.code == "alias_not_found"

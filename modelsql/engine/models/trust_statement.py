@@ -68,6 +68,8 @@ def _trust(stmt: TrustModel, session: Session, params: list) -> Result:
     """
     ref = stmt.this
     name, version = ref.model_name.lower(), ref.version_number
+    if ref.alias_name is not None:
+        version = session.get_model(ref.model_name, None, ref).version  # alias_not_found, pointed
     trust.require_python_allowed(session, f"TRUST MODEL {name}")
     session.check_writable()
     try:

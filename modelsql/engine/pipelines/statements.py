@@ -22,6 +22,8 @@ the batch axis). The pipeline's outputs are its last step's.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import re
@@ -239,7 +241,10 @@ def _named_steps(session: Session, key: str, specs: Sequence[StepSpec]) -> list[
 
 @handles(CreatePipeline)
 def _create(stmt: CreatePipeline, session: Session, params: list) -> Result:
-    create_pipeline(session, bind_create(stmt, params))
+    plan = bind_create(stmt, params)
+    steps = tuple(dataclasses.replace(spec, version=session.get_model(s.this.model_name, None, s.this).version)
+                  if s.this.alias_name is not None else spec for spec, s in zip(plan.steps, stmt.expressions))
+    create_pipeline(session, dataclasses.replace(plan, steps=steps))  # a step's alias pins the version it names
     return Result(session.duck, rowcount=1)
 
 
