@@ -124,6 +124,16 @@ def test_finetune_registers_a_better_version_that_predict_runs(tmp_path) -> None
     rows = cur.fetchall()
     assert np.mean([r[names.index("label")] == r[names.index("predicted_label")] for r in rows]) == pytest.approx(
         row["test_before"])
+    # both versions EVALUATEd on the validation rows and recorded: one input, one fingerprint, so BEST BY compares them
+    cur.execute("SELECT version, options->>'finetune', (metrics->>'accuracy')::DOUBLE, input, fingerprint "
+                "FROM modelsql.evaluations WHERE kind = 'pipeline' AND name = 'pl' ORDER BY version")
+    recorded = cur.fetchall()
+    assert [r[:2] for r in recorded] == [(1, "before"), (2, "after")]
+    assert recorded[0][2] == pytest.approx(row["val_before"]) and recorded[1][2] == pytest.approx(row["val_after"])
+    assert recorded[0][3:] == recorded[1][3:] and "VALIDATE ON val" in recorded[0][3]
+    cur.execute("SELECT origin, parent_kind, parent_name, parent_version FROM modelsql.model_origins "
+                "WHERE name = 'pl_finetuned'")
+    assert cur.fetchall() == [("finetune", "pipeline", "pl", 1)]
 
 
 def test_finetune_keeps_the_original_when_nothing_beats_it() -> None:

@@ -81,6 +81,14 @@ def test_tune_never_feeds_keys_and_records_its_columns(con):
     assert _study_features(cur, "mlp_study") == NAMES
     cur.execute("CREATE MODEL best FROM STUDY mlp_study")
     assert _model_input(cur, "best") == ("[N, 4]", "features: " + ", ".join(NAMES))
+    # the version is EVALUATEd on the study's held-out rows and recorded: its log loss is the trial's val_loss
+    loss = cur.execute("SELECT metrics[-1] FROM modelsql.trials WHERE study = 'mlp_study'").fetchone()[0]
+    recorded = cur.execute("SELECT version, rows, (metrics->>'log_loss')::DOUBLE, options->>'study', input "
+                           "FROM modelsql.evaluations WHERE name = 'best'").fetchall()
+    assert len(recorded) == 1 and recorded[0][0] == 1 and recorded[0][3] == "mlp_study"
+    assert recorded[0][2] == pytest.approx(loss, rel=1e-4) and "held out of flowers" in recorded[0][4]
+    assert cur.execute("SELECT origin, study, trial FROM modelsql.model_origins WHERE name = 'best'").fetchone() == \
+        ("study", "mlp_study", 0)
     # PREDICT binds exactly those columns by name: the keys pass through, in any column order
     cur.execute("SELECT id, customer_id, code, label FROM PREDICT(MODEL best, (SELECT petal_width, code, id, "
                 "sepal_length, customer_id, petal_length, sepal_width FROM flowers_val))")

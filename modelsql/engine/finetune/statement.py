@@ -22,14 +22,17 @@ keys, as :mod:`~modelsql.engine.training_features` says), ``device``
 anything is read or trained, see :func:`~modelsql.engine.tune.checks.training_device`). The translation is
 checked and calibrated on the CPU; only the training (and the ``test`` metric after it) runs on the device,
 with deterministic kernels (:func:`~modelsql.tuning.training.deterministic_on`), and the chosen program comes
-back to the CPU before it is exported.
+back to the CPU before it is exported. The pipeline version it started from and the version it made are both
+EVALUATEd on the validation rows and recorded in ``modelsql.evaluations`` (``options->>'finetune'``: ``before``,
+``after``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+import pyarrow as pa
 
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, IntegrityError, NotSupportedError
@@ -39,6 +42,7 @@ from modelsql.sql.finetune import FinetunePipeline
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.finetune.data import finetune_options, read_data, read_test
+from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.handlers import handles
 from modelsql.engine.pipelines.statements import create_pipeline
 from modelsql.engine.pipelines.plans import CreatePipelinePlan, StepSpec
@@ -89,10 +93,30 @@ def _finetune(stmt: FinetunePipeline, session: Session, params: list) -> Result:
     meter.finish()
     features = data.features if len(data.features) == data.x.shape[1] else pv.steps[0].model.features
     version = _register(session, pv, net, x_val, options, features) if result.chosen == "finetuned" else None
+    _record(session, stmt, pv, version, data)
     row = (pv.name, version, result.chosen, result.best_step, options["epochs"],
            "val_accuracy" if task == "classification" else "val_mse", result.val_before, result.val_after,
            before_test, after_test)
     return Result(session.duck, description=[(n, k, None, None, None, None, True) for n, k in _COLUMNS], rows=[row])
+
+
+def _record(session: Session, stmt: FinetunePipeline, pv, version: Optional[int], data) -> None:
+    """EVALUATE, recorded, of the pipeline version FINETUNE started from and of the version it made (if any), on
+    the validation rows (one input text and one fingerprint, so ``BEST BY`` compares them); none when the
+    features are an array column (the rows are not a table of named columns)."""
+    if len(data.features) != data.x_val.shape[1]:
+        return
+    target = stmt.args["target"].name
+    truth = data.labels_val if data.labels_val is not None else data.y_val.astype(np.float64)
+    rows = pa.table({**{f: data.x_val[:, i] for i, f in enumerate(data.features)}, target: truth})
+    source = stmt.args.get("validate") or stmt.args["train"]
+    held = "VALIDATE ON" if stmt.args.get("validate") is not None else "validation rows held out of ON"
+    text = f"FINETUNE PIPELINE {pv.name} ({held} {source.sql(dialect='duckdb')})"
+    for number, which in ((pv.version, "before"), (version, "after")):
+        if number is not None:
+            record_evaluation(session, "pipeline", pv.name, number, rows, target, input_text=text,
+                              options={"finetune": which}, called_as=f"FINETUNE PIPELINE {pv.name}, evaluating "
+                                                                     f"version {number} with EVALUATE")
 
 
 def _train(net, tensors: tuple, test, task: str, labels_val, options: dict, meter: Meter):

@@ -28,13 +28,10 @@ from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError
 from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
-from modelsql.sql.evaluate import EvaluateModel
-from modelsql.sql.grammar import ModelRef
 from modelsql.sql.models import ImportModel
-from modelsql.engine.evaluate.binding import bind_evaluate
-from modelsql.engine.evaluate.measure import measure
+from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.evaluate.statement import result_row
-from modelsql.engine.handlers import catalog_write, catalog_write_retrying
+from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
 from modelsql.engine.options.declared import CREATE_MODEL_AS
@@ -246,24 +243,10 @@ def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows,
     ``{"rows": which, ...}`` among its options; None for a clusterer."""
     if rows.target is None:
         return None
-    name = f"__msql_{which}_{id(part):x}"
-    session.duck.register(name, rows.table.take(pa.array(part, pa.int64())))
-    try:
-        node = EvaluateModel(this=ModelRef(this=exp.to_identifier(plan.name),
-                                           version=exp.Literal.number(version)),
-                             source=exp.Subquery(this=exp.select("*").from_(exp.to_identifier(name, quoted=True))),
-                             target=exp.to_identifier(rows.target, quoted=True))
-        node.meta["called_as"] = f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE"
-        bound = bind_evaluate(node, session, [])
-        done = measure(node, bound, session, [])
-    finally:
-        session.duck.unregister(name)
-    metrics = {k: v for k, v in done.metrics.items() if k != "positive_class"}
-    options = {"rows": which, "validation": plan.validation, "seed": plan.seed}
-    with catalog_write(session) as catalog:
-        return catalog.evaluations.add(EvaluationRow(
-            "model", plan.name, version, bound.task, rows.target, plan.query, done.fingerprint, done.rows, metrics,
-            options))
+    return record_evaluation(session, "model", plan.name, version, rows.table.take(pa.array(part, pa.int64())),
+                             rows.target, input_text=plan.query,
+                             options={"rows": which, "validation": plan.validation, "seed": plan.seed},
+                             called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE")
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

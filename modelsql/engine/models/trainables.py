@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Optional
 
+import pyarrow as pa
+
 from modelsql.catalog.studies import Trainable
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import IntegrityError, ProgrammingError
@@ -25,7 +27,9 @@ from modelsql.converters import from_torch
 from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.training import factory_digest, for_inference, load_trained, resolve_factory
+from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.models import statements as ddl
+from modelsql.engine.tune.data import load_study_data
 from modelsql.engine.artifacts import trust
 from modelsql.engine.options import no_repeats, value
 from modelsql.engine.models.from_python import create_python_model, store_program, wants_import
@@ -146,8 +150,34 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
     if trial.checkpoint is None:
         raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
                                "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")
+    before = session.catalog.versions(stmt.this.model_name)
     _import_trained(session, stmt, study, trial)
+    made = [v for v in session.catalog.versions(stmt.this.model_name) if v not in before]
+    if made:
+        _record_validation(session, stmt.this.model_name.lower(), made[-1], study, trial)
     return Result(session.duck, rowcount=1)
+
+
+def _record_validation(session: Session, name: str, version: int, study, trial) -> None:
+    """EVALUATE, recorded, of the version made from a trial on the study's validation rows (VALIDATE ON, or the
+    rows TUNE held out with the study's seed); none for a study over trees or an array column, or one made before
+    studies kept their validation fraction."""
+    options = json.loads(study.options)
+    fraction = options.get("validation_fraction")
+    if options.get("trees") or len(options["features"]) != options.get("in_features") or (
+            study.validate_sql is None and fraction is None):
+        return
+    data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
+                           fraction or 0.2, study.seed)
+    x_val, y_val = data.data.x_val, data.data.y_val
+    truth = [data.labels[i] for i in y_val.tolist()] if data.labels is not None else y_val.astype("float64")
+    rows = pa.table({**{f: x_val[:, i] for i, f in enumerate(data.features)}, study.target: truth})
+    held = "VALIDATE ON" if study.validate_sql is not None else "validation rows held out of"
+    source = study.validate_sql or study.train_sql
+    record_evaluation(session, "model", name, version, rows, study.target,
+                      input_text=f"STUDY {study.name} ({held} {source.removeprefix('SELECT * FROM ')})",
+                      options={"study": study.name, "trial": trial.trial},
+                      called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
 
 
 def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:

@@ -97,6 +97,7 @@ class StudySpec:
     definition: str = field(default="")
     change_points: frozenset = frozenset()
     device: str = "cpu"
+    validation_fraction: float = 0.2
     search: Optional[Algorithm] = field(default=None, compare=False, repr=False)
 
     def factory_params_of(self, hp: EpochHP) -> tuple[tuple[str, Any], ...]:
@@ -112,6 +113,7 @@ class StudySpec:
                        in_features=int(self.data.x.shape[1]),
                        labels=list(self.labels) if self.labels is not None else None,
                        **({"trees": True} if isinstance(self.data.x, Trees) else {}),
+                       **({"validation_fraction": self.validation_fraction} if self.validate_sql is None else {}),
                        **({"device": self.device} if self.device != "cpu" else {}))
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),

@@ -186,7 +186,8 @@ def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
         base_params=tuple(sorted(defaults.items())), time_budget_s=budget, statement=session.text, tree=tree,
         definition=digest_of(tree, space.to_json(), algorithm, sorted(options.rest.items()), max_epochs, metric, mode,
                              execution),
-        change_points=frozenset(space.change_points(max_epochs)), device=device)
+        change_points=frozenset(space.change_points(max_epochs)), device=device,
+        validation_fraction=options["validation_fraction"])
     return dataclasses.replace(spec, search=_build_algorithm(spec))
 
 

@@ -1,0 +1,54 @@
+"""EVALUATE of rows a statement holds (an Arrow table), recorded in ``modelsql.evaluations``: how the statements
+that make a version record what it scores (``CREATE MODEL ... AS`` on its validation rows, ``FINETUNE`` before and
+after, ``CREATE MODEL ... FROM STUDY`` on the study's validation rows), so the metrics are EVALUATE's, comparable
+with every other evaluation of those rows (``BEST BY``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pyarrow as pa
+from sqlglot import exp
+
+from modelsql.catalog.evaluations import EvaluationRow
+from modelsql.sql.evaluate import EvaluateModel
+from modelsql.sql.grammar import ModelRef
+from modelsql.engine.evaluate.binding import bind_evaluate
+from modelsql.engine.evaluate.measure import measure
+from modelsql.engine.handlers import catalog_write
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
+__all__ = ["record_evaluation"]
+
+
+def record_evaluation(session: Session, kind: str, name: str, version: int, rows: pa.Table, target: str, *,
+                      input_text: str, options: Mapping[str, Any], called_as: str) -> EvaluationRow:
+    """EVALUATE ``kind`` (``"model"`` / ``"pipeline"``) ``name`` version ``version`` on ``rows`` (the features, by
+    name or in order as PREDICT binds them, and the ``target`` column), recorded (in a catalog transaction of its
+    own) with ``input_text`` as its input and ``options`` as its options.
+
+    Args:
+        called_as: how the messages name what is evaluating (``"CREATE MODEL m, evaluating its validation rows
+            with EVALUATE"``).
+
+    Raises:
+        the errors of EVALUATE (``invalid_target``, ``not_a_number`` ...).
+    """
+    table = f"__msql_rows_{id(rows):x}"
+    session.duck.register(table, rows)
+    try:
+        node = EvaluateModel(this=ModelRef(this=exp.to_identifier(name), version=exp.Literal.number(version),
+                                           pipeline=kind == "pipeline"),
+                             source=exp.Subquery(this=exp.select("*").from_(exp.to_identifier(table, quoted=True))),
+                             target=exp.to_identifier(target, quoted=True))
+        node.meta["called_as"] = called_as
+        bound = bind_evaluate(node, session, [])
+        done = measure(node, bound, session, [])
+    finally:
+        session.duck.unregister(table)
+    metrics = {k: v for k, v in done.metrics.items() if k != "positive_class"}
+    with catalog_write(session) as catalog:
+        return catalog.evaluations.add(EvaluationRow(kind, name, version, bound.task, target, input_text,
+                                                     done.fingerprint, done.rows, metrics, dict(options)))
