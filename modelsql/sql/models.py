@@ -224,7 +224,7 @@ class AlterModel(exp.Expression):
         version: ``exp.Literal`` integer for ``SET ALIAS a = VERSION n``; else ``None``.
         metric: ``exp.Identifier``, the metric of ``BEST BY metric``; else ``None``.
         source: the input of ``BEST BY ... ON``: ``exp.Table`` or ``exp.Subquery``; else ``None``.
-        value: ``exp.Literal`` string for ``SET TAG t = 'value'``; else ``None``.
+        value: ``exp.Literal`` string (or ``exp.Placeholder``) for ``SET TAG t = 'value'``; else ``None``.
         exists: ``True`` when ``DROP ALIAS IF EXISTS`` / ``DROP TAG IF EXISTS`` was written.
     """
 
@@ -257,9 +257,13 @@ class ModelParsing(GrammarParser):
         if action == "set" and kind == "ALIAS":
             self._parse_alias_target(node)
         elif action == "set":
-            if not (self._match(TokenType.EQ) and self._match(TokenType.STRING)):
-                self._fail("Expected = 'value' after the tag name (a quoted text)")
-            node.set("value", exp.Literal.string(self._prev.text))
+            if not self._match(TokenType.EQ):
+                self._fail("Expected = 'value' after the tag name (a quoted text or a ? parameter)")
+            tag_value = (exp.Literal.string(self._prev.text) if self._match(TokenType.STRING)
+                         else self._parse_placeholder())
+            if tag_value is None:
+                self._fail("Expected = 'value' after the tag name (a quoted text or a ? parameter)")
+            node.set("value", tag_value)
         return self.expression(node)
 
     def _parse_alias_target(self, node: AlterModel) -> None:

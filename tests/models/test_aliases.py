@@ -106,8 +106,10 @@ def test_best_by_promotes_the_version_that_scores_best_on_one_input(con):
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute("ALTER MODEL m SET ALIAS champion = BEST BY acuracy")
     assert info.value.code == "unknown_metric" and 'Did you mean "accuracy"' in str(info.value)
+    # ON names rows, not text: (SELECT * FROM iris) is the rows TABLE iris gave the last evaluation
+    assert con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy ON (SELECT * FROM iris)").fetchone()[2] == 1
     with pytest.raises(modelsql.ProgrammingError) as info:
-        con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy ON (SELECT * FROM iris)")
+        con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy ON (SELECT * FROM iris WHERE y = 0)")
     assert info.value.code == "no_evaluation"
     assert con.execute("SELECT version FROM modelsql.model_aliases WHERE alias = 'champion'").fetchone() == (1,)
 
@@ -141,3 +143,61 @@ def test_an_alias_names_the_version_in_pipelines_export_and_serve(con, tmp_path)
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute("CREATE PIPELINE q AS (m ALIAS nope)")
     assert info.value.code == "alias_not_found"
+
+
+def test_best_by_compares_only_like_evaluations_of_the_same_rows(con):
+    # a threshold changes what recall means: that evaluation is not compared with the others
+    con.execute("EVALUATE MODEL m VERSION 1 ON TABLE iris TARGET y")
+    con.execute("EVALUATE MODEL m VERSION 2 ON TABLE iris TARGET y")
+    first = con.execute("ALTER MODEL m SET ALIAS a = BEST BY recall").fetchone()
+    assert first[7] == 2
+    # the rows are those ON gives, parameters included, whatever the text
+    con.execute("EVALUATE MODEL m VERSION 1 ON (SELECT * FROM iris WHERE f0 > ?) TARGET y", [5.0])
+    con.execute("EVALUATE MODEL m VERSION 2 ON (SELECT * FROM iris WHERE f0 > ?) TARGET y", [6.0])
+    row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM iris WHERE f0 > ?)",
+                      [5.0]).fetchone()
+    assert row[2] == 1 and row[7] == 1
+    row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM iris WHERE 5.0 < f0)").fetchone()
+    assert row[2] == 1  # the same rows written another way
+
+
+def test_best_by_leaves_out_training_scores_and_names_versions_without_the_metric(tmp_path):
+    c = modelsql.connect(str(tmp_path / "b.duckdb"))
+    c.autocommit = True
+    c.execute("CREATE TABLE t AS SELECT i AS id, (i * 0.37) % 1 AS a, (i * 0.71) % 1 AS b, (i % 3 = 0)::INT AS y "
+              "FROM range(300) r(i)")
+    c.execute("CREATE MODEL m WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM t")  # training rows
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy")
+    assert info.value.code == "no_evaluation" and "training rows do not count" in str(info.value)
+    c.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'SVC', target = y) AS SELECT * FROM t")
+    for v in (1, 2):
+        c.execute(f"EVALUATE MODEL m VERSION {v} ON TABLE t TARGET y")
+    row = c.execute("ALTER MODEL m SET ALIAS a = BEST BY roc_auc").fetchone()
+    assert row[2] == 1 and row[8] == "2 (no roc_auc)"  # the SVC's margins are not probabilities
+    c.close()
+
+
+def test_alias_and_tag_writes_check_the_version_in_their_own_snapshot(tmp_path):
+    path = str(tmp_path / "race.duckdb")
+    a = modelsql.connect(path)
+    x, y = load_iris(return_X_y=True)
+    a.import_model("m", LogisticRegression(max_iter=500).fit(x, y), features=["f0", "f1", "f2", "f3"])
+    a.import_model("m", LogisticRegression(max_iter=500, C=0.01).fit(x, y), features=["f0", "f1", "f2", "f3"],
+                   replace=True)
+    a.commit()
+    a.execute("SELECT 1")  # a's snapshot begins
+    b = modelsql.connect(path)
+    b.execute("DROP MODEL m VERSION 2")
+    b.commit()
+    for sql, code in (("ALTER MODEL m VERSION 2 SET TAG stage = 'prod'", "version_not_found"),
+                      ("ALTER MODEL m SET ALIAS champ = VERSION 2", "version_not_found")):
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            a.execute(sql)
+        assert info.value.code == code
+        a.rollback()
+    assert a.execute("SELECT count(*) FROM modelsql.model_tags").fetchone() == (0,)
+    a.execute("ALTER MODEL m SET TAG owner = ?", ["ana"])
+    assert a.execute("SELECT value FROM modelsql.model_tags").fetchone() == ("ana",)
+    a.close()
+    b.close()

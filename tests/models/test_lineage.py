@@ -84,3 +84,22 @@ def test_tags_on_models_and_versions(con):
     assert info.value.code == "version_not_found"
     con.execute("DROP MODEL m")
     assert con.execute("SELECT count(*) FROM modelsql.model_tags").fetchone() == (0,)
+
+
+def test_imported_pipeline_steps_record_their_origin(con):
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = load_iris(return_X_y=True)
+    pipeline = Pipeline([("sc", StandardScaler()), ("lr", LogisticRegression(max_iter=300))]).fit(x[:, :2], y)
+    con.import_pipeline("pp", pipeline, example_input=x[:20, :2], features=["f0", "f1"])
+    origins = con.execute("SELECT name, origin, source FROM modelsql.model_origins ORDER BY name").fetchall()
+    assert [(n, o) for n, o, _ in origins] == [("pp__lr", "object"), ("pp__sc", "object")]
+    assert "step lr of an imported pipeline" in origins[0][2]
+
+
+def test_a_query_with_parameters_records_their_values(con):
+    con.execute("CREATE MODEL m WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM iris WHERE f0 > ?",
+                [4.5])
+    source = con.execute("SELECT source FROM modelsql.model_origins WHERE name = 'm'").fetchone()[0]
+    assert source == "SELECT * FROM iris WHERE f0 > $1 -- parameters: [4.5]"

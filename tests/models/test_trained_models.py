@@ -280,3 +280,13 @@ def test_every_version_records_its_origin(con) -> None:
     assert origin[:2] == ("query", "SELECT * FROM cancer ORDER BY id") and origin[2].startswith("rows:569:")
     edges = con.execute("SELECT kind, relation FROM modelsql.lineage WHERE name = 'cancer_lr'").fetchall()
     assert edges == [("model", "query")]
+
+
+def test_float32_rounding_that_merges_values_is_refused_even_with_an_outlier(con):
+    con.execute("CREATE TABLE stamps AS SELECT CASE WHEN i = 0 THEN 0 ELSE 1767225600 + i % 100 END::BIGINT AS ts, "
+                "(i % 100 >= 50)::INT AS y FROM range(300) t(i)")
+    with pytest.raises(modelsql.DataError) as err:
+        con.execute("CREATE MODEL stamped WITH (model_type = 'decision_tree_classifier', target = y) "
+                    "AS SELECT ts, y FROM stamps")
+    assert err.value.code == "precision_loss" and "101 distinct values become" in str(err.value)
+    con.rollback()

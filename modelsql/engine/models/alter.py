@@ -1,12 +1,13 @@
 """``ALTER MODEL``: aliases (MLflow's registry aliases), promotion by a metric (``SET ALIAS a = BEST BY metric``,
 as PostgresML deploys the best model) and tags (MLflow's), written in a catalog transaction of their own.
 
-``BEST BY metric [ON input]`` reads the recorded evaluations (``modelsql.evaluations``): the input is the one
-written after ON (as EVALUATE recorded it: ``TABLE t`` or the query's text), else the input of the model's
-latest evaluation that has the metric; the rows compared are those of that input's latest evaluation (its
-fingerprint), so versions evaluated on other rows are never compared; each version's latest evaluation on them
-counts, and the best value wins (highest, or lowest for ``log_loss`` and the errors; a tie goes to the newer
-version).
+``BEST BY metric [ON input]`` reads the recorded evaluations (``modelsql.evaluations``): the rows are those of the
+input written after ON (their fingerprint, computed as EVALUATE records it, so parameters count and the text need
+not match), else those of the model's latest evaluation that has the metric; versions evaluated on other rows, with
+other averaging, positive class or threshold, or on the rows they were trained on are never compared; each
+version's latest evaluation counts, and the best value wins (highest, or lowest for ``log_loss`` and the errors; a
+tie goes to the newer version); versions whose evaluation lacks the metric (NULL: no probabilities known) are
+named in ``versions_left_out``.
 """
 
 from __future__ import annotations
@@ -18,83 +19,106 @@ from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.errors import Error, ProgrammingError, did_you_mean
+from modelsql.estimators.scoring import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from modelsql.sql.models import AlterModel
 from modelsql.engine.handlers import catalog_write, handles
+from modelsql.engine.options import value
 from modelsql.engine.result import Result
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["HIGHER_IS_BETTER", "LOWER_IS_BETTER", "best_version"]
-
-HIGHER_IS_BETTER = ("accuracy", "precision", "recall", "f1_score", "roc_auc", "r2_score", "explained_variance")
-LOWER_IS_BETTER = ("log_loss", "mean_absolute_error", "mean_squared_error", "root_mean_squared_error",
-                   "median_absolute_error")
+__all__ = ["best_version"]
 
 
 @handles(AlterModel)
 def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     if stmt.args.get("tag") is not None:
-        return _tag(stmt, session)
+        return _tag(stmt, session, params)
     if stmt.args["action"] == "drop":
         return _drop_alias(stmt, session)
-    ref, alias = stmt.this, stmt.args["alias"].name.lower()
+    ref, alias = stmt.this, _name(stmt.args["alias"], "alias")
     name = ref.model_name.lower()
     session.get_model(ref.model_name, None, ref)  # model_not_found, pointed
     if stmt.args.get("metric") is None:
         version = int(stmt.args["version"].this)
-        session.get_model(ref.model_name, version, ref)  # version_not_found, pointed
-        with catalog_write(session) as catalog:
+        with catalog_write(session) as catalog:  # checked in the write's own snapshot: no alias to a dropped version
+            session.get_model(ref.model_name, version, ref)  # version_not_found, pointed
             catalog.aliases.set(name, alias, version)
         return Result(session.duck, rowcount=1)
     metric = stmt.args["metric"].name.lower()
     source = stmt.args.get("source")
-    chosen = best_version(session, name, metric, _input_text(source) if source is not None else None)
+    fingerprint = _fingerprint(session, source, params) if source is not None else None
     with catalog_write(session) as catalog:
+        chosen = best_version(session, name, metric, fingerprint)
         catalog.aliases.set(name, alias, chosen["version"])
     columns = [("model", "VARCHAR"), ("alias", "VARCHAR"), ("version", "INTEGER"), ("metric", "VARCHAR"),
-               ("value", "DOUBLE"), ("input", "VARCHAR"), ("evaluation", "BIGINT"), ("versions_compared", "INTEGER")]
+               ("value", "DOUBLE"), ("input", "VARCHAR"), ("evaluation", "BIGINT"), ("versions_compared", "INTEGER"),
+               ("versions_left_out", "VARCHAR")]
     row = (name, alias, chosen["version"], metric, chosen["value"], chosen["input"], chosen["evaluation"],
-           chosen["compared"])
+           chosen["compared"], chosen["left_out"])
     return Result(session.duck, description=[(n, t, None, None, None, None, True) for n, t in columns], rows=[row])
 
 
-def _input_text(source: exp.Expression) -> str:
-    """The input as EVALUATE records it (``TABLE t`` or the query's text)."""
-    text = source.sql(dialect=msql.DIALECT)
-    return f"TABLE {text}" if isinstance(source, exp.Table) else text
+def _name(node: exp.Expression, what: str) -> str:
+    if not node.name.strip():
+        raise ProgrammingError(f"An empty {what} name: name it (letters, digits, underscores).", code="invalid_name")
+    return node.name.lower()
 
 
-def best_version(session: Session, name: str, metric: str, input_text: Optional[str]) -> dict[str, Any]:
-    """The version of model ``name`` whose latest evaluation on one input scores best by ``metric`` (see the
-    module): ``{"version", "value", "input", "evaluation", "compared"}``.
+def _fingerprint(session: Session, source: exp.Expression, params: list) -> str:
+    """The fingerprint EVALUATE records of the rows of ``source`` (``<rows>:<sum of the rows' hashes>``)."""
+    sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
+    described = session.duck.execute(f"DESCRIBE {sql}", params or None).fetchall()
+    columns = ", ".join(exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described)
+    row = session.duck.execute(f"SELECT count(*), (coalesce(sum(hash({columns})::HUGEINT), 0) "
+                               f"% 18446744073709551616)::UBIGINT FROM ({sql})", params or None).fetchone()
+    assert row is not None  # an aggregate has one row
+    return f"{int(row[0])}:{int(row[1]):016x}"
+
+
+def _scoring(options: dict, metrics: dict) -> tuple:
+    """What makes two evaluations' metrics comparable: the classes' averaging, the positive class, the threshold."""
+    return (metrics.get("average"), str(metrics.get("positive")), options.get("threshold"))
+
+
+def best_version(session: Session, name: str, metric: str, fingerprint: Optional[str]) -> dict[str, Any]:
+    """The version of model ``name`` whose latest evaluation on one set of rows scores best by ``metric`` (see the
+    module): ``{"version", "value", "input", "evaluation", "compared", "left_out"}``.
 
     Raises:
         ProgrammingError: ``unknown_metric`` (with a "did you mean"); ``no_evaluation`` (no recorded evaluation
-            of the model has the metric, on that input).
+            of the model has the metric, on those rows).
     """
     known = HIGHER_IS_BETTER + LOWER_IS_BETTER
     if metric not in known:
         raise ProgrammingError(f"BEST BY {metric}: not a metric EVALUATE records.{did_you_mean(metric, known)} "
                                f"Metrics: {', '.join(known)}.", code="unknown_metric")
     rows = session.catalog.query(
-        "SELECT evaluation, version, input, fingerprint, metrics ->> ? FROM {s}.evaluations WHERE kind = 'model' "
-        "AND name = ? AND metrics ->> ? IS NOT NULL" + (" AND input = ?" if input_text is not None else "")
-        + " ORDER BY evaluation DESC", [metric, name, metric, *([input_text] if input_text is not None else [])])
-    if not rows:
-        where = f" on {input_text}" if input_text is not None else ""
-        raise ProgrammingError(f'Model "{name}" has no recorded evaluation with {metric}{where}: run EVALUATE MODEL '
-                               f"{name} VERSION n ON ... TARGET ... for the versions to compare first.",
+        "SELECT evaluation, version, input, fingerprint, metrics, options FROM {s}.evaluations WHERE kind = 'model' "
+        "AND name = ? AND coalesce(options ->> 'rows', '') <> 'training'"
+        + (" AND fingerprint = ?" if fingerprint is not None else "") + " ORDER BY evaluation DESC",
+        [name, *([fingerprint] if fingerprint is not None else [])])
+    rows = [(e, v, text, f, json.loads(m), json.loads(o)) for e, v, text, f, m, o in rows]
+    scored = [r for r in rows if r[4].get(metric) is not None]
+    if not scored:
+        where = " on those rows" if fingerprint is not None else ""
+        raise ProgrammingError(f'Model "{name}" has no recorded evaluation with {metric}{where} (a regressor has no '
+                               "accuracy, a classifier no r2_score; scores on training rows do not count): run "
+                               f"EVALUATE MODEL {name} VERSION n ON ... TARGET ... for the versions to compare first.",
                                code="no_evaluation")
-    _, _, text, fingerprint, _ = rows[0]
-    latest: dict[int, tuple[int, float]] = {}
-    for evaluation, version, row_input, row_fingerprint, value in rows:  # newest first: keep each version's first
-        if row_input == text and row_fingerprint == fingerprint and version not in latest:
-            latest[version] = (evaluation, float(json.loads(value)))
+    _, _, text, rows_fingerprint, first_metrics, first_options = scored[0]
+    scoring = _scoring(first_options, first_metrics)
+    latest: dict[int, tuple[int, Optional[float]]] = {}
+    for evaluation, version, _, row_fingerprint, metrics, options in rows:  # newest first: each version's first
+        if row_fingerprint == rows_fingerprint and version not in latest and _scoring(options, metrics) == scoring:
+            latest[version] = (evaluation, metrics.get(metric))
+    ranked = {v: (e, float(value)) for v, (e, value) in latest.items() if value is not None}
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-    version = max(latest, key=lambda v: (sign * latest[v][1], v))
-    return {"version": version, "value": latest[version][1], "input": text, "evaluation": latest[version][0],
-            "compared": len(latest)}
+    version = max(ranked, key=lambda v: (sign * ranked[v][1], v))
+    left_out = ", ".join(f"{v} (no {metric})" for v in sorted(set(latest) - set(ranked))) or None
+    return {"version": version, "value": ranked[version][1], "input": text, "evaluation": ranked[version][0],
+            "compared": len(ranked), "left_out": left_out}
 
 
 def _drop_alias(stmt: AlterModel, session: Session) -> Result:
@@ -118,17 +142,23 @@ def _alias_error(session: Session, name: str, alias: str) -> Error:
     raise AssertionError("unreachable: the alias is missing")  # pragma: no cover
 
 
-def _tag(stmt: AlterModel, session: Session) -> Result:
-    """SET TAG t = 'v' (replacing it) / DROP TAG [IF EXISTS] t, of the model or of ``VERSION n``."""
-    ref, tag = stmt.this, stmt.args["tag"].name.lower()
+def _tag(stmt: AlterModel, session: Session, params: list) -> Result:
+    """SET TAG t = 'v' (replacing it) / DROP TAG [IF EXISTS] t, of the model or of ``VERSION n``; the model and
+    version are checked in the write's own snapshot (no tag on a version another connection dropped)."""
+    ref, tag = stmt.this, _name(stmt.args["tag"], "tag")
     name = ref.model_name.lower()
     version = ref.version_number
-    session.get_model(ref.model_name, version, ref)  # model_not_found / version_not_found, pointed
     number = 0 if version is None else version
     if stmt.args["action"] == "set":
+        text = value(stmt.args["value"], params)
+        if not isinstance(text, str):
+            raise ProgrammingError(f"ALTER MODEL {name} SET TAG {tag}: a tag's value is text, not {text!r}.",
+                                   code="invalid_argument")
         with catalog_write(session) as catalog:
-            catalog.tags.set(name, number, tag, stmt.args["value"].this)
+            session.get_model(ref.model_name, version, ref)  # model_not_found / version_not_found, pointed
+            catalog.tags.set(name, number, tag, text)
         return Result(session.duck, rowcount=1)
+    session.get_model(ref.model_name, version, ref)
     tags = session.catalog.tags.of(name, number)
     if tag not in tags:
         if stmt.args.get("exists"):

@@ -294,7 +294,7 @@ def origin_of(model: Any, source: str) -> Origin:
         with open(model, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
-        return Origin("file", os.fspath(model), f"sha256:{digest.hexdigest()}")
+        return Origin("file", os.path.abspath(os.fspath(model)), f"sha256:{digest.hexdigest()}")
     if isinstance(model, (bytes, bytearray, memoryview)):
         return Origin("bytes", source, f"sha256:{hashlib.sha256(bytes(model)).hexdigest()}")
     return Origin("object", source)

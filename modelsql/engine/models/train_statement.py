@@ -95,7 +95,13 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
     return TrainingPlan(name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists")), model_type,
                         hyperparameters, options["target"], options["features"], options["validation"],
                         options["validation_size"], options["seed"], options["on_null"], options["description"],
-                        stmt.args["query"].sql(dialect=msql.DIALECT))
+                        _query_text(stmt.args["query"], params))
+
+
+def _query_text(query: exp.Expression, params: list) -> str:
+    """The training query as written, with its parameters' values after it (``-- parameters: [5.0]``)."""
+    text = query.sql(dialect=msql.DIALECT)
+    return f"{text} -- parameters: {json.dumps(list(params), default=str)}" if params else text
 
 
 def _hyperparameter_names(stmt: ImportModel) -> list[str]:

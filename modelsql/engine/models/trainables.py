@@ -30,6 +30,7 @@ from modelsql.tuning.training import factory_digest, for_inference, load_trained
 from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.tune.data import load_study_data
+from modelsql.engine.tune.estimators import create_from_estimator_study
 from modelsql.engine.artifacts import trust
 from modelsql.engine.options import no_repeats, value
 from modelsql.engine.models.from_python import create_python_model, store_program, wants_import
@@ -147,6 +148,9 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
         raise ProgrammingError(f'Study "{study_name}" has no trial {number}' if number is not None else
                                f'Study "{study_name}" has no finished trial yet.', code="trial_not_found")
     trial = trials[number]
+    if json.loads(study.options).get("model_type"):
+        create_from_estimator_study(session, stmt, study, trial)  # a scikit-learn model type's study: refit
+        return Result(session.duck, rowcount=1)
     if trial.checkpoint is None:
         raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
                                "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")

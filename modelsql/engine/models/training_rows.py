@@ -106,7 +106,8 @@ def _kind(table: pa.Table, name: str, sql_type: str, statement: str) -> str:
 
 def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     """A numeric feature's values are finite and keep their differences as float32, the type PREDICT feeds the
-    model (a value of 1.7e9, an epoch in seconds, is rounded to a multiple of 128).
+    model (a value of 1.7e9, an epoch in seconds, is rounded to a multiple of 128): refused when the rounding
+    exceeds a thousandth of the column's spread or merges more than 1% of its distinct values.
 
     Raises:
         DataError: ``invalid_value`` (NaN, infinite, past float32's range), ``precision_loss``.
@@ -119,10 +120,12 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     rounded = values.astype(np.float32).astype(np.float64)
     spread = float(values.std())
     error = float(np.abs(rounded - values).max())
-    if spread > 0 and error > 1e-3 * spread:
+    distinct, kept = len(np.unique(values)), len(np.unique(rounded))
+    if (spread > 0 and error > 1e-3 * spread) or kept < 0.99 * distinct:
         raise DataError(f'{statement}: column "{name}" loses precision as float32, the type the model reads '
                         f"(values up to {float(np.abs(values).max()):.6g} round by up to {error:.3g}, against a spread "
-                        f"of {spread:.3g}): subtract an offset or scale it in the query ({name} - "
+                        f"of {spread:.3g}; {distinct} distinct values become {kept}): subtract an offset or scale it "
+                        f"in the query ({name} - "
                         f"{float(values.min()):.6g}).", code="precision_loss")
 
 
@@ -185,9 +188,10 @@ def _numbers(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
         raise DataError(f"{statement}: TARGET {target} is {arrow_type}; a regressor predicts numbers (train a "
                         "classifier for classes).", code="invalid_target")
     numbers = np.asarray(pc.cast(values, pa.float64()).to_numpy(), dtype=np.float64)
-    if not np.isfinite(numbers).all():
-        raise DataError(f"{statement}: TARGET {target} is NaN or infinite in {int((~np.isfinite(numbers)).sum())} "
-                        "rows: filter them out in the query.", code="invalid_value")
+    bad = ~np.isfinite(numbers) | (np.abs(numbers) > _FLOAT32_MAX)
+    if bad.any():
+        raise DataError(f"{statement}: TARGET {target} is NaN, infinite or past float32's range (the type the model "
+                        f"predicts) in {int(bad.sum())} rows: filter or scale them in the query.", code="invalid_value")
     return numbers
 
 

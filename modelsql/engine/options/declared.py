@@ -181,8 +181,14 @@ TUNE = OptionSet(
     Option("max_epochs", "int", min=1, max=100_000, default_doc="`max_t`, else 10",
            doc="epochs of a fully trained trial"),
     Option("seed", "int", 0, min=0, max=2**32 - 1, doc="the study seed: the same seed makes the same study"),
-    Option("metric", "choice", "val_loss", choices=("val_loss", "val_accuracy", "train_loss"),
-           doc="what the algorithm optimizes (`'val_accuracy'` needs a class label TARGET)"),
+    Option("metric", "choice", "val_loss", choices=("val_loss", "val_accuracy", "train_loss", "accuracy",
+                                                     "precision", "recall", "f1_score", "log_loss", "roc_auc",
+                                                     "mean_absolute_error", "mean_squared_error",
+                                                     "root_mean_squared_error", "median_absolute_error", "r2_score",
+                                                     "explained_variance"),
+           doc="what the algorithm optimizes (`'val_accuracy'` needs a class label TARGET); a scikit-learn "
+               "model type is scored by EVALUATE's metrics (`'val_loss'`: the log loss or the mean squared error, "
+               "`'val_accuracy'`: the accuracy), a trainable by the first three"),
     Option("mode", "choice", choices=("min", "max"), default_doc="the metric's", doc="whether lower or higher is better"),
     Option("workers", "int", 1, min=1, max=1024, doc="stages trained at once"),
     Option("threads", "int", 1, min=1, max=1024, doc="threads per worker (local workers: at most the cores)"),
@@ -197,6 +203,9 @@ TUNE = OptionSet(
     Option("time_budget_s", "number", min=0, min_open=True, default_doc="none", doc="stop the study after this long"),
     Option("study_name", "text", default_doc="`<model>_study`", doc="the study's name (letters, digits, underscores)"),
     Option("device", "device", "auto", doc="where trials train (`'auto'`: the GPU when there is one)"),
+    Option("model_type", "text", default_doc="the model's, if it was trained in SQL",
+           doc="tune a scikit-learn model type (see [Tuning scikit-learn models](#tuning-scikit-learn-models)) "
+               "instead of a trainable: the SEARCH names are the estimator's hyper-parameters"),
     doc="`TUNE MODEL m ... USING algorithm WITH (...)`: these options, and the algorithm's own (`trials`, "
         "`grace_period` ...: docs/options.md lists them). Values are written, never parameters.",
     parameters=False,

@@ -14,6 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from modelsql.catalog.entries import ModelVersion, PipelineVersion
+from modelsql.catalog.lineage import Origin
 from modelsql.converters import check_chain, split_pipeline
 from modelsql.errors import IntegrityError
 from modelsql.onnxformat.identity import content_digest
@@ -63,6 +64,8 @@ def _add_steps(catalog, steps, prepared: list) -> tuple[StepSpec, ...]:
         _, name, fields, kinds = entry
         version = catalog.next_version(name)
         catalog.add_version(ModelVersion(version=version, **fields), kinds)
+        catalog.lineage.add(name, version, Origin("object", f"{fields['source']} (step {st.path} of an imported "
+                                                            "pipeline)"))
         added[name] = version
         specs.append(StepSpec(name, version, st.path))
     return tuple(specs)

@@ -35,6 +35,7 @@ from modelsql.engine.models.trainables import register, trainable_for_tune
 from modelsql.engine.training_features import feature_option, input_keys
 from modelsql.engine.tune.checks import check_space_values, check_threads, probe_factory, training_device
 from modelsql.engine.tune.data import load_study_data
+from modelsql.engine.tune.estimators import estimator_type, tune_estimator
 from modelsql.engine.tune.run import StudyRun, load_tree
 from modelsql.engine.tune.spec import TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
 
@@ -110,6 +111,9 @@ def _study_name(options: OptionValues, trainable) -> str:
 
 def _metric(options: OptionValues, task: str) -> tuple[str, str]:
     metric = options["metric"]
+    if metric not in _METRICS:
+        raise option_error("metric", f"TUNE option metric = {metric!r} scores scikit-learn model types; a trainable's "
+                                     f"study optimizes {', '.join(map(repr, _METRICS))}.")
     if metric == "val_accuracy" and task == "regression":
         raise option_error("metric", "TUNE option metric = 'val_accuracy' needs a class label TARGET; this TARGET is "
                                      "a number (regression): use 'val_loss'")
@@ -260,6 +264,15 @@ def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
     # cached plans stale in the finally below)
     session.check_writable()
     session.commit()
+    try:
+        options = _options(stmt, params)
+        estimator = estimator_type(session, stmt.this.model_name.lower(), options)
+        if estimator is not None:
+            return tune_estimator(stmt, session, params, options, *estimator, TUNE_COLUMNS)
+    except Error as err:
+        raise session.pointed(err, _node_of(stmt, err)) from None
+    finally:
+        session.changed()
     spec = bind_tune(stmt, session, params)
     with _STARTING:
         _check_existing(session, spec, bool(stmt.args.get("resume")))

@@ -1,0 +1,389 @@
+"""TUNE of a scikit-learn model type: ``TUNE MODEL m ON ... TARGET y SEARCH (...) USING algorithm WITH (model_type =
+'...', ...)``, or of a model trained in SQL (its model type and hyper-parameters are the defaults).
+
+The rows are bound as ``CREATE MODEL ... AS`` binds them (:mod:`modelsql.engine.models.training_rows`) and split as
+its ``'random'`` validation (``validation_fraction``, the study seed), unless ``VALIDATE ON`` gives the validation
+rows; the preprocessing (:func:`modelsql.estimators.build_pipeline`) is fitted once on the training rows and each
+trial fits the estimator on its output, scored on the validation rows by EVALUATE's metric definitions
+(:mod:`modelsql.estimators.scoring`). The algorithms are TUNE's (:func:`modelsql.tuning.algorithms.make_algorithm`),
+driven in rounds, told in trial order.
+
+A boosted model (``boosted_tree_*``: scikit-learn's gradient boosting) grows one tree per "epoch": ``max_epochs``
+is its largest ``n_estimators``, a trial's metric is known after every tree (``staged_predict_proba``), and trials
+share training as Hippo's stage trees share epochs: a trial asked for more trees continues from the trees it (or a
+trial of the same configuration) already has (``warm_start``, whose random state carries on, so the trees are those
+of one fit of that many trees: identical results). ``epochs_trained`` counts the trees fitted,
+``epochs_requested`` what training every request from scratch would fit; ``steps_ratio`` is the second over the
+first; ``execution = 'trials'`` trains every request from scratch instead (the baseline). Other estimators
+train once per configuration (``max_epochs`` 1; a configuration asked again is not refitted).
+
+The study and its trials are kept in ``modelsql.studies`` / ``modelsql.trials`` (``options->>'model_type'`` marks
+it), so SHOW STUDIES and DESCRIBE STUDY list it, and ``CREATE MODEL x FROM STUDY s [TRIAL n]`` fits the trial's
+configuration on the training rows and stores it (:func:`create_from_estimator_study`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import typing
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from modelsql import sql as msql
+from modelsql.catalog.lineage import Origin
+from modelsql.catalog.studies import StudyRow, TrialRow
+from modelsql.errors import IntegrityError, ProgrammingError
+from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
+from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
+from modelsql.sql.tune import TuneModel
+from modelsql.tuning.algorithms import make_algorithm
+from modelsql.tuning.space import Piecewise, Space, StepDecay
+from modelsql.engine.evaluate.recording import record_evaluation
+from modelsql.engine.handlers import catalog_write
+from modelsql.engine.models import statements as ddl
+from modelsql.engine.models.training_rows import TrainingRows, training_rows
+from modelsql.engine.options import OptionValues, option_error
+from modelsql.engine.query_handler import run_query
+from modelsql.engine.result import Result
+from modelsql.engine.tune.spec import bind_space
+
+if TYPE_CHECKING:
+    from modelsql.engine.session import Session
+
+__all__ = ["estimator_type", "tune_estimator", "create_from_estimator_study", "BOOSTED"]
+
+BOOSTED = ("sklearn.ensemble:GradientBoostingClassifier", "sklearn.ensemble:GradientBoostingRegressor")
+"""Estimators whose "epochs" are boosting stages (one tree each), grown with ``warm_start``."""
+
+_TRAINABLE_ONLY = ("workers", "threads", "executor", "address", "time_budget_s", "device")
+"""TUNE options of trainable studies only."""
+
+
+def estimator_type(session: Session, name: str, options: OptionValues) -> Optional[tuple[ModelType, dict]]:
+    """The model type TUNE trains and its default hyper-parameters: the ``model_type`` option's, else those of
+    model ``name``'s latest version when it was trained in SQL; None for a trainable (torch) study."""
+    if options["model_type"] is not None:
+        return resolve_model_type(options["model_type"]), {}
+    if not session.catalog.exists(name):
+        return None
+    recorded = dict(session.catalog.get(name).options)
+    if "model_type" not in recorded:
+        return None
+    return resolve_model_type(recorded["model_type"]), dict(ast.literal_eval(recorded.get("hyperparameters", "{}")))
+
+
+@dataclass
+class _Data:
+    rows: TrainingRows
+    train: np.ndarray
+    valid_rows: TrainingRows
+    valid: np.ndarray
+    x_train: Any = None
+    x_valid: Any = None
+    fingerprint: str = ""
+
+
+@dataclass
+class _Study:
+    name: str
+    model: str
+    model_type: ModelType
+    base: dict
+    space: Space
+    algorithm: str
+    algorithm_options: dict
+    max_epochs: int
+    seed: int
+    metric: str
+    mode: str
+    target: str
+    features: Optional[tuple[str, ...]]
+    fraction: float
+    train_sql: str
+    validate_sql: Optional[str]
+    data: _Data
+    definition: str = ""
+    sharing: bool = True
+    fitted: dict = field(default_factory=dict)  # configuration key -> (estimator, stages, metrics)
+
+    @property
+    def boosted(self) -> bool:
+        return self.model_type.estimator in BOOSTED
+
+
+# ---------------------------------------------------------------- data
+
+
+def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
+             where: str) -> TrainingRows:
+    query = typing.cast(exp.Expression, exp.select("*").from_(source.copy()) if isinstance(source, exp.Table)
+                        else source.unnest().copy())
+    out, _, _ = run_query(query, session, params)
+    try:
+        types = {str(d[0]): str(d[1]) for d in out.description or []}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
+            table = session.duck.to_arrow_table()
+        session.duck.fetchall()
+    finally:
+        out.release()
+    return training_rows(table, types=types, task=task, target=target, features=features, on_null="error",
+                         statement=where)
+
+
+def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType, features, fraction: float,
+          seed: int) -> _Data:
+    target = stmt.args["target"].name
+    rows = _rows_of(session, stmt.args["train"], params, target, features, model_type.task, "TUNE ON")
+    validate = stmt.args.get("validate")
+    if validate is None:
+        train, valid = validation_rows(rows.table.num_rows, "random", fraction, seed)
+        data = _Data(rows, train, rows, valid)
+    else:
+        chosen = tuple(rows.kinds.columns)
+        valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON")
+        if valid_rows.kinds != rows.kinds:
+            raise ProgrammingError(f"TUNE: VALIDATE ON's columns {valid_rows.kinds.columns} are not encoded as ON's "
+                                   f"{rows.kinds.columns}.", code="invalid_feature")
+        data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows))
+    digest = hashlib.sha256()
+    for part, idx in ((data.rows, data.train), (data.valid_rows, data.valid)):
+        for column in part.table.take(pa.array(idx, pa.int64())).columns:
+            array = column.combine_chunks()
+            digest.update(str(array.type).encode())
+            for buffer in array.buffers():
+                if buffer is not None:
+                    digest.update(buffer)
+    data.fingerprint = digest.hexdigest()
+    return data
+
+
+def _preprocess(study: _Study) -> None:
+    """Fit the preprocessing on the training rows once; every trial's estimator is fitted on its output."""
+    data = study.data
+    pipeline = build_pipeline(data.rows.kinds, None, study.model_type.scaled)
+    preprocess = pipeline.steps[0][1]
+    data.x_train = preprocess.fit_transform(data.rows.features_frame(data.train))
+    data.x_valid = preprocess.transform(data.valid_rows.features_frame(data.valid))
+
+
+# ---------------------------------------------------------------- binding
+
+
+def _check_space(space: Space, model_type: ModelType, max_epochs: int, boosted: bool) -> None:
+    known = {k.lower() for k in model_type.parameters()}
+    for name, hp in space.params:
+        if isinstance(hp, (StepDecay, Piecewise)):
+            raise ProgrammingError(f'SEARCH: "{name}": a scikit-learn estimator takes one value for the whole fit; '
+                                   "STEP_DECAY and PIECEWISE schedule torch trainables.",
+                                   code="hyperparameter_not_schedulable")
+        if name not in known:
+            model_type.hyperparameters({name: None})  # unknown_hyperparameter, with the estimator's names
+        if boosted and name == "n_estimators":
+            raise ProgrammingError("SEARCH: n_estimators is a boosted model's budget: give the most trees as "
+                                   "WITH (max_epochs = n); ASHA and HYPERBAND stop trials early by trees.",
+                                   code="invalid_search_space")
+    space.validate(max_epochs)
+
+
+def bind_estimator_study(stmt: TuneModel, session: Session, params: list, options: OptionValues,
+                         model_type: ModelType, base: dict) -> _Study:
+    """The study of an estimator TUNE (reads the data; trains nothing)."""
+    boosted = model_type.estimator in BOOSTED
+    for key in _TRAINABLE_ONLY:
+        if key in options.given:
+            raise option_error(key, f"TUNE option {key} applies to trainables (torch); a scikit-learn model type's "
+                                    "trials are fitted one after another in this process.")
+    if not boosted and options["max_epochs"] not in (None, 1):
+        raise option_error("max_epochs", f"TUNE option max_epochs applies to boosted models (one tree per epoch); "
+                                         f"{model_type.name} trains once per trial.")
+    max_epochs = (options["max_epochs"] or int(base.get("n_estimators", 100))) if boosted else 1
+    space = bind_space(stmt.args["search"])
+    _check_space(space, model_type, max_epochs, boosted)
+    seed = options["seed"]
+    metric = metric_for(options["metric"], model_type.task)
+    mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
+    data = _data(session, stmt, params, model_type, options["features"], options["validation_fraction"], seed)
+    name = (options["study_name"] or f"{stmt.this.model_name}_study").lower()
+    validate = stmt.args.get("validate")
+    study = _Study(name, stmt.this.model_name.lower(), model_type, base, space, stmt.args["algorithm"].name.lower(),
+                   dict(options.rest), max_epochs, seed, metric, mode, stmt.args["target"].name,
+                   options["features"], options["validation_fraction"], stmt.args["train"].sql(dialect="duckdb"),
+                   validate.sql(dialect="duckdb") if validate is not None else None, data)
+    study.sharing = options["execution"] == "stages"
+    study.definition = hashlib.sha256(json.dumps(
+        [model_type.estimator, sorted(base.items()), space.to_json(), study.algorithm,
+         sorted(study.algorithm_options.items()), max_epochs, metric, mode, seed, data.fingerprint,
+         options["execution"]],
+        default=str).encode()).hexdigest()
+    return study
+
+
+# ---------------------------------------------------------------- training
+
+
+def _key(config: dict) -> str:
+    return json.dumps(sorted(config.items()), default=str)
+
+
+def _params(study: _Study, config: dict) -> dict:
+    resolved = study.space.resolve(config)
+    return study.model_type.hyperparameters({**study.base, **resolved})
+
+
+def _train(study: _Study, config: dict, epochs: int) -> tuple[list[float], int]:
+    """The trial's metric after each of its ``epochs`` epochs, and the epochs (trees) fitted now."""
+    key = _key(config)
+    if not study.sharing:
+        study.fitted.pop(key, None)  # execution = 'trials': every request trains from scratch (the baseline)
+    data = study.data
+    assert data.rows.y is not None and data.valid_rows.y is not None  # TUNE has a TARGET
+    y_train = data.rows.y[data.train]
+    y_valid = data.valid_rows.y[data.valid]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not study.boosted:
+            if key not in study.fitted:
+                model = study.model_type.build(_params(study, config), study.seed).fit(data.x_train, y_train)
+                study.fitted[key] = (None, 1, [score(model, data.x_valid, y_valid, study.metric,
+                                                     study.model_type.task)])
+                return study.fitted[key][2], 1
+            return study.fitted[key][2], 0
+        model, grown, metrics = study.fitted.get(key, (None, 0, []))
+        if grown >= epochs:
+            return metrics[:epochs], 0
+        if model is None:
+            model = study.model_type.build({**_params(study, config), "warm_start": True}, study.seed)
+        model.set_params(n_estimators=epochs)
+        model.fit(data.x_train, y_train)
+        metrics = metrics + list(staged_scores(model, data.x_valid, y_valid, study.metric, study.model_type.task,
+                                               grown))
+        study.fitted[key] = (model, epochs, metrics)
+        return metrics[:epochs], epochs - grown
+
+
+def run_study(study: _Study) -> tuple[Any, dict, int, int]:
+    """Drive the algorithm to the end: (the algorithm, trial -> (config, metrics), epochs trained, requested)."""
+    algorithm = make_algorithm(study.algorithm, study.space, max_epochs=study.max_epochs, mode=study.mode,
+                               seed=study.seed, study_name=study.name, options=study.algorithm_options)
+    _preprocess(study)
+    trials: dict[int, tuple[dict, list[float]]] = {}
+    trained = requested = 0
+    while not algorithm.finished:
+        requests = algorithm.ask()
+        if not requests:
+            break
+        for request in sorted(requests, key=lambda r: r.trial):
+            config = dict(request.config)
+            metrics, fitted = _train(study, config, request.epochs)
+            trained += fitted
+            requested += request.epochs
+            trials[request.trial] = (config, metrics)
+            algorithm.tell(request.trial, metrics)
+    return algorithm, trials, trained, requested
+
+
+# ---------------------------------------------------------------- the statement
+
+
+def _best(study: _Study, trials: dict) -> tuple[Optional[int], Optional[float]]:
+    best: Optional[int] = None
+    value: Optional[float] = None
+    for trial, (_, metrics) in sorted(trials.items()):
+        last = metrics[-1]
+        if value is None or (last > value if study.mode == "max" else last < value):
+            best, value = trial, last
+    return best, value
+
+
+def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[float], done: int, trained: int,
+               requested: int) -> StudyRow:
+    options = dict(study.algorithm_options, model_type=study.model_type.name, estimator=study.model_type.estimator,
+                   base=study.base, features=list(study.data.rows.kinds.columns), validation_fraction=study.fraction,
+                   in_features=len(study.data.rows.kinds.columns))
+    return StudyRow(study.name, study.model, 0, study.algorithm, study.metric, study.mode, study.max_epochs,
+                    study.seed, study.space.to_json(), json.dumps(options, default=str), study.train_sql,
+                    study.validate_sql, study.target, "", study.definition, status, None, best, value, done, trained,
+                    requested)
+
+
+def tune_estimator(stmt: TuneModel, session: Session, params: list, options: OptionValues, model_type: ModelType,
+                   base: dict, columns: tuple) -> Result:
+    """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
+    study = bind_estimator_study(stmt, session, params, options, model_type, base)
+    existing = session.catalog.studies.study(study.name)
+    if existing is not None:
+        if existing.definition != study.definition:
+            raise IntegrityError(f'TUNE: study "{study.name}" exists with another definition: DROP STUDY {study.name} '
+                                 "first, or name this one (study_name = ...).", code="study_definition_changed")
+        return _result(session, existing, columns)
+    algorithm, trials, trained, requested = run_study(study)
+    best, value = _best(study, trials)
+    with catalog_write(session) as catalog:
+        for trial, (config, metrics) in sorted(trials.items()):
+            catalog.studies.put_trial(TrialRow(study.name, trial, json.dumps(config, default=str),
+                                               json.dumps(study.space.sequence(config, len(metrics)), default=str),
+                                               algorithm.status(trial), len(metrics), tuple(metrics), metrics[-1],
+                                               (max if study.mode == "max" else min)(metrics), None, None))
+        catalog.studies.put_study(_study_row(study, "finished", best, value, len(trials), trained, requested))
+    return _result(session, session.catalog.studies.study(study.name), columns)
+
+
+def _result(session: Session, row: Any, columns: tuple) -> Result:
+    description = [(n, t, None, None, None, None, True) for n, t in columns]
+    ratio = row.epochs_requested / row.epochs_trained if row.epochs_trained else None
+    return Result(session.duck, description=description, rows=[
+        (row.name, row.status, len(session.catalog.studies.trials(row.name)), row.best_trial, row.best_metric,
+         row.metric, row.mode, row.epochs_trained, row.epochs_requested, ratio)])
+
+
+# ---------------------------------------------------------------- CREATE MODEL ... FROM STUDY
+
+
+def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: Any) -> None:
+    """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]`` of an estimator study: the trial's configuration and
+    trees fitted (with the preprocessing) on the study's training rows, stored like ``CREATE MODEL ... AS``'s, its
+    origin the study and trial, EVALUATEd on the study's validation rows (recorded)."""
+    options = json.loads(study.options)
+    model_type = resolve_model_type(options["model_type"])
+    source = msql.parse(f"SELECT * FROM {study.train_sql}")[0].args["from_"].this
+    validate = (msql.parse(f"SELECT * FROM {study.validate_sql}")[0].args["from_"].this
+                if study.validate_sql else None)
+    node = TuneModel(this=stmt.this, train=source, validate=validate, target=exp.to_identifier(study.target))
+    data = _data(session, node, [], model_type, tuple(options["features"]), options["validation_fraction"],
+                 study.seed)
+    config = json.loads(trial.config)
+    space = Space.from_json(study.space)
+    params = model_type.hyperparameters({**options.get("base", {}), **space.resolve(config)})
+    if model_type.estimator in BOOSTED:
+        params["n_estimators"] = trial.epochs
+    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type.scaled)
+    assert data.rows.y is not None  # TUNE has a TARGET
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipeline.fit(data.rows.features_frame(data.train), data.rows.y[data.train])
+    sample = data.rows.features_frame(data.train[:256])
+    name = stmt.this.model_name.lower()
+    version = ddl.import_model(
+        session, name, pipeline, example_input=sample, replace=bool(stmt.args.get("replace")),
+        if_not_exists=bool(stmt.args.get("exists")),
+        options={"model_type": model_type.name, "estimator": model_type.estimator.replace(":", "."),
+                 "task": model_type.task, "hyperparameters": repr(dict(sorted(params.items()))),
+                 "target": study.target, "study": study.name, "trial": str(trial.trial),
+                 **({"classes": json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])}
+                    if model_type.task == "classification" else {})},
+        origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}", study=study.name,
+                      trial=trial.trial))
+    held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
+    rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
+    record_evaluation(session, "model", name, version.version, rows, study.target,
+                      input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
+                      options={"study": study.name, "trial": trial.trial},
+                      called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")

@@ -1,0 +1,136 @@
+"""TUNE of a scikit-learn model type (issue 25, part 3): the same best configuration as Optuna driven by hand with the
+same sampler and seed; a boosted model's trials share trees (warm_start) with results identical to training each
+configuration alone; CREATE MODEL ... FROM STUDY refits the trial; bad input is a clear error."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import optuna
+import pyarrow as pa
+import pytest
+from sklearn import metrics as M
+from sklearn.compose import ColumnTransformer
+from sklearn.datasets import load_breast_cancer
+from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+import modelsql
+
+FEATURES = [f"f{i}" for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory):
+    c = modelsql.connect(str(tmp_path_factory.mktemp("tune_estimators") / "t.duckdb"))
+    c.autocommit = True
+    x, y = load_breast_cancer(return_X_y=True)
+    c.register("arrow", pa.table({**{f: x[:, i] for i, f in enumerate(FEATURES)}, "y": y}))
+    c.execute("CREATE TABLE cancer AS SELECT * FROM arrow")
+    c.unregister("arrow")
+    yield c
+    c.close()
+
+
+def _split(con, seed: int):
+    """The rows TUNE trains and validates on: CREATE MODEL's 'random' split with the study seed."""
+    frame = con.execute("SELECT * FROM cancer").fetch_arrow().to_pandas()
+    train, valid = train_test_split(np.arange(len(frame)), test_size=0.2, random_state=seed)
+    train.sort(), valid.sort()
+    x, y = frame[FEATURES], frame["y"].to_numpy()
+    return x.iloc[train], y[train], x.iloc[valid], y[valid]
+
+
+def test_tpe_finds_the_configuration_optuna_finds_by_hand(con):
+    got = con.execute("TUNE MODEL rf ON TABLE cancer TARGET y SEARCH (max_depth = INTEGER(1, 6), min_samples_leaf = "
+                      "INTEGER(1, 20), max_features = UNIFORM(0.2, 1.0)) USING TPE WITH (model_type = "
+                      "'random_forest_classifier', trials = 12, max_concurrent_trials = 1, metric = 'roc_auc', "
+                      "seed = 3)").fetchone()
+    best_config = json.loads(con.execute(f"SELECT config FROM modelsql.trials WHERE study = 'rf_study' AND trial = "
+                                         f"{got[3]}").fetchone()[0])
+    x_train, y_train, x_valid, y_valid = _split(con, 3)  # scale-free trees: the numbers pass through
+
+    def objective(trial: optuna.Trial) -> float:
+        params = dict(max_depth=trial.suggest_int("max_depth", 1, 6),
+                      min_samples_leaf=trial.suggest_int("min_samples_leaf", 1, 20),
+                      max_features=trial.suggest_float("max_features", 0.2, 1.0))
+        model = RandomForestClassifier(random_state=3, **params).fit(x_train.to_numpy(), y_train)
+        return M.roc_auc_score(y_valid, model.predict_proba(x_valid.to_numpy())[:, 1])
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.optimize(objective, n_trials=12)
+    assert best_config == study.best_params
+    assert got[4] == pytest.approx(study.best_value, abs=1e-12)
+
+
+def test_boosted_trials_share_trees_and_equal_each_trial_trained_alone(con):
+    sql = ("TUNE MODEL gb ON TABLE cancer TARGET y SEARCH (max_depth = CHOICE(1, 2, 3), learning_rate = "
+           "CHOICE(0.05, 0.2)) USING ASHA WITH (model_type = 'boosted_tree_classifier', max_epochs = 27, trials = 10, "
+           "grace_period = 3, metric = 'log_loss', seed = 0{extra})")
+    shared = con.execute(sql.format(extra="")).fetchone()
+    alone = con.execute(sql.format(extra=", study_name = 'gb_alone', execution = 'trials'")).fetchone()
+    assert shared[7] < shared[8] and shared[9] > 1.5  # fewer trees trained than requested
+    assert alone[7] == alone[8] and alone[9] == 1.0
+    trials = con.execute("SELECT trial, config, epochs, metrics FROM modelsql.trials WHERE study = 'gb_study' "
+                         "ORDER BY trial").fetchall()
+    assert trials == con.execute("SELECT trial, config, epochs, metrics FROM modelsql.trials WHERE study = "
+                                 "'gb_alone' ORDER BY trial").fetchall()  # the same decisions, the same metrics
+    x_train, y_train, x_valid, y_valid = _split(con, 0)
+    for _, config, epochs, metrics in trials[:4]:  # each trial fitted alone, from scratch, to its trees
+        params = json.loads(config)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = GradientBoostingClassifier(n_estimators=epochs, random_state=0, **params).fit(
+                x_train.to_numpy(), y_train)
+        assert metrics[-1] == M.log_loss(y_valid, model.predict_proba(x_valid.to_numpy()))
+
+
+def test_create_model_from_an_estimator_study_refits_the_trial(con):
+    con.execute("TUNE MODEL lr ON TABLE cancer TARGET y SEARCH (C = LOGUNIFORM(0.01, 10)) USING RANDOM "
+                "WITH (model_type = 'logistic_reg', trials = 4, metric = 'accuracy', seed = 1)")
+    best, value = con.execute("SELECT best_trial, best_metric FROM modelsql.studies WHERE name = 'lr_study'").fetchone()
+    con.execute("CREATE MODEL lr FROM STUDY lr_study")
+    recorded = con.execute("SELECT (metrics->>'accuracy')::DOUBLE, options->>'trial' FROM modelsql.evaluations "
+                           "WHERE name = 'lr'").fetchone()
+    assert recorded == (pytest.approx(value, abs=1e-12), str(best))
+    assert con.execute("SELECT origin, study, trial FROM modelsql.model_origins WHERE name = 'lr'").fetchone() == \
+        ("study", "lr_study", best)
+    x_train, y_train, x_valid, y_valid = _split(con, 1)
+    c = json.loads(con.execute(f"SELECT config FROM modelsql.trials WHERE study = 'lr_study' AND trial = {best}")
+                   .fetchone()[0])["c"]
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    hand = Pipeline([("preprocess", ColumnTransformer([("numeric", StandardScaler(), FEATURES)])),
+                     ("model", LogisticRegression(C=c, random_state=1))]).fit(x_train, y_train)
+    labels = [r[0] for r in con.execute("SELECT label FROM PREDICT(MODEL lr, TABLE cancer)").fetchall()]
+    frame = con.execute("SELECT * FROM cancer").fetch_arrow().to_pandas()
+    np.testing.assert_array_equal(np.array(labels), hand.predict(frame[FEATURES]))
+
+
+@pytest.mark.parametrize("sql, code, says", [
+    ("SEARCH (depth = CHOICE(1, 2)) USING GRID WITH (model_type = 'random_forest_classifier')",
+     "unknown_hyperparameter", 'Did you mean "max_depth"'),
+    ("SEARCH (n_estimators = CHOICE(10, 20)) USING GRID WITH (model_type = 'boosted_tree_classifier')",
+     "invalid_search_space", "max_epochs"),
+    ("SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = 'random_forest_classifier', metric = 'r2_score')",
+     "invalid_option", "does not score a classification model"),
+    ("SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = 'random_forest_classifier', max_epochs = 5)",
+     "invalid_option", "applies to boosted models"),
+    ("SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = 'random_forest_classifier', workers = 2)",
+     "invalid_option", "applies to trainables"),
+    ("SEARCH (max_depth = STEP_DECAY(initial => 3, milestones => (2,), gamma => 0.5)) USING GRID WITH (model_type = "
+     "'decision_tree_classifier')", "hyperparameter_not_schedulable", "one value for the whole fit"),
+    ("SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = 'random_forest_clasifier')",
+     "unknown_model_type", 'Did you mean "random_forest_classifier"'),
+])
+def test_bad_estimator_studies_are_clear_errors_and_record_nothing(con, sql, code, says):
+    before = con.execute("SELECT count(*) FROM modelsql.studies").fetchone()
+    with pytest.raises(modelsql.Error) as info:
+        con.execute(f"TUNE MODEL bad ON TABLE cancer TARGET y {sql}")
+    assert info.value.code == code and says in str(info.value), str(info.value)
+    assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == before
