@@ -278,7 +278,8 @@ def _check_step(est: Any, model: onnx.ModelProto, x: Any, path: str) -> tuple[in
 
     ort_model = OrtModel(model.SerializeToString(), f'step "{path}"', intra_op_threads=1)
     feed = np.asarray(x, dtype=object) if _is_text(est) else np.asarray(x, dtype=np.float32)
-    got = np.asarray(ort_model.run({ort_model.input_names[0]: feed})[0])
+    outputs = [np.asarray(o) for o in ort_model.run({ort_model.input_names[0]: feed})]
+    got = outputs[0]
     if hasattr(est, "classes_") and _is_predictor(est):
         want = np.asarray(est.predict(x))
         differ = np.flatnonzero(got.reshape(want.shape).astype(str) != want.astype(str))
@@ -288,7 +289,11 @@ def _check_step(est: Any, model: onnx.ModelProto, x: Any, path: str) -> tuple[in
                f"instead of {want[differ[0]]!r}" if bad else ""
     else:
         want = np.asarray(est.predict(x) if _is_predictor(est) else _dense(est.transform(x)), dtype=np.float64)
-        g = got.astype(np.float64).reshape(want.shape)
+        fitting = [o for o in outputs if o.size == want.size]  # a clusterer's label is not its first output
+        if not fitting:
+            raise DataError(f'Step "{path}" ({type(est).__name__}): no output of the converted ONNX graph has the '
+                            f"shape of scikit-learn's answer {want.shape}.", code="conversion_mismatch")
+        g = fitting[0].astype(np.float64).reshape(want.shape)
         rel = np.abs(g - want) / np.maximum(1.0, np.abs(want))
         err = float(np.max(rel)) if want.size else 0.0
         row = int(np.unravel_index(np.argmax(rel), rel.shape)[0]) if want.size else 0
@@ -346,11 +351,25 @@ def check_chain(estimator: Any, steps: list[SplitStep], example_input: Any, inpu
                 diff = float(np.max(np.abs(got["probabilities"] - want_p)))
     elif _is_predictor(estimator):
         want = np.asarray(estimator.predict(example_input), dtype=np.float64)
-        diff = float(np.max(np.abs(next(iter(got.values())).astype(np.float64).reshape(want.shape) - want)))
+        diff = float(np.max(np.abs(_output_like(got, want, estimator) - want)))
     elif hasattr(estimator, "transform"):
         want = _dense(estimator.transform(example_input)).astype(np.float64)
-        diff = float(np.max(np.abs(next(iter(got.values())).astype(np.float64).reshape(want.shape) - want)))
+        diff = float(np.max(np.abs(_output_like(got, want, estimator) - want)))
     return rows, diff, bad
+
+
+def _output_like(got: dict[str, np.ndarray], want: np.ndarray, estimator: Any) -> np.ndarray:
+    """The last step's output holding as many values as scikit-learn's answer (a clusterer's ``label`` is not its
+    first output), as float64 in that shape.
+
+    Raises:
+        DataError: ``conversion_mismatch`` when no output does.
+    """
+    for name in ("label", *got):
+        if name in got and got[name].size == want.size:
+            return got[name].astype(np.float64).reshape(want.shape)
+    raise DataError(f"no output of the split {type(estimator).__name__}'s last step has the shape of scikit-learn's "
+                    f"answer {want.shape}.", code="conversion_mismatch")
 
 
 def split_pipeline(estimator: Any, example_input: Any, *, input_name: str = "input",

@@ -424,3 +424,21 @@ def test_on_null_skip_leaves_rows_with_a_null_feature_out(con):
     con.rollback()
     kept = con.execute("SELECT count(*) FROM iris WHERE NOT f0 > 7").fetchone()[0]
     assert _evaluate(con, sql.format(" WITH (on_null = 'skip')"))["rows"] == kept
+
+
+def test_a_clusterer_is_refused_imported_or_as_a_pipelines_last_step(con):
+    from sklearn.cluster import KMeans
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, _ = load_iris(return_X_y=True)
+    con.import_model("iris_km", KMeans(3, n_init=2, random_state=0).fit(x))
+    con.import_pipeline("iris_kmp", Pipeline([("sc", StandardScaler()), ("km", KMeans(3, n_init=2, random_state=0))])
+                        .fit(x), example_input=x[:20], features=["f0", "f1", "f2", "f3"])
+    for sql in ("EVALUATE MODEL iris_km ON TABLE iris TARGET y", "EVALUATE PIPELINE iris_kmp ON TABLE iris TARGET y"):
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.execute(sql)
+        assert info.value.code == "invalid_target" and "is a clusterer" in str(info.value)
+        con.rollback()
+    labels = con.execute("SELECT DISTINCT label FROM PREDICT(PIPELINE iris_kmp, TABLE iris) ORDER BY 1").fetchall()
+    assert labels == [(0,), (1,), (2,)]

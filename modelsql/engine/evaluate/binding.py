@@ -167,9 +167,9 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     options = EVALUATE.parse(stmt, params, where=where_of(stmt))
     pipeline = bool(ref.args.get("pipeline"))
     entry = session.get_model(ref.model_name, ref.version_number, ref, pipeline=pipeline)
-    if dict(getattr(entry, "options", ()) or ()).get("task") == "clustering":
-        raise _bad_target(stmt, f"model {entry.name} version {entry.version} is a clusterer: its labels number "
-                                "clusters, not classes, so there is no TARGET to compare them with")
+    if _clusterer(entry):
+        raise _bad_target(stmt, f"{entry.name} version {entry.version} is a clusterer: its labels number clusters, "
+                                "not classes, so there is no TARGET to compare them with")
     source = stmt.args["source"]
     input_sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
     columns = _columns(session, input_sql, params)
@@ -192,6 +192,21 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
                         f"TABLE {text}" if isinstance(source, exp.Table) else text, predicted, options, classes)
+
+
+def _clusterer(entry: Any) -> bool:
+    """The model (a pipeline's last step) is a clusterer: trained in SQL as one, or converted from a scikit-learn
+    clusterer (``source`` ``sklearn:KMeans``)."""
+    model = entry.steps[-1].model if hasattr(entry, "steps") else entry
+    if dict(getattr(model, "options", ()) or ()).get("task") == "clustering":
+        return True
+    source = str(getattr(model, "source", ""))
+    if not source.startswith("sklearn:"):
+        return False
+    from sklearn.base import ClusterMixin
+    from sklearn.utils.discovery import all_estimators
+
+    return any(name == source.split(":", 1)[1] and issubclass(cls, ClusterMixin) for name, cls in all_estimators())
 
 
 def _check_task_options(stmt: EvaluateModel, task: str, options: OptionValues) -> None:
