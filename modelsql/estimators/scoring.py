@@ -76,10 +76,27 @@ def _regression(metric: str, y: np.ndarray, predicted: np.ndarray) -> float:
 
 
 def score(model: Any, x: Any, y: np.ndarray, metric: str, task: str) -> float:
-    """``metric`` of a fitted ``model`` on rows ``x`` with truth ``y``."""
-    if task == "classification":
-        return _classification(metric, y, model.predict_proba(x), list(model.classes_))
-    return _regression(metric, y, np.ravel(model.predict(x)))
+    """``metric`` of a fitted ``model`` on rows ``x`` with truth ``y``. A classifier without probabilities
+    (``SVC``, ``LinearSVC``) is scored by its labels: its ``log_loss`` and ``roc_auc`` are NaN, as EVALUATE's are
+    NULL.
+
+    Raises:
+        ProgrammingError: ``invalid_option`` for ``log_loss`` or ``roc_auc`` of a classifier without probabilities.
+    """
+    if task != "classification":
+        return _regression(metric, y, np.ravel(model.predict(x)))
+    classes = list(model.classes_)
+    if hasattr(model, "predict_proba"):
+        return _classification(metric, y, model.predict_proba(x), classes)
+    if metric in ("log_loss", "roc_auc"):
+        err = ProgrammingError(f"TUNE option metric = {metric!r} needs the model's probabilities; "
+                               f"{type(model).__name__} gives none: use accuracy, precision, recall or f1_score.",
+                               code="invalid_option")
+        err.option = "metric"
+        raise err
+    predicted = np.asarray(model.predict(x))
+    one_hot = (predicted[:, None] == np.asarray(classes)[None, :]).astype(np.float64)
+    return _classification(metric, y, one_hot, classes)
 
 
 def staged_scores(model: Any, x: Any, y: np.ndarray, metric: str, task: str, start: int) -> Iterator[float]:

@@ -127,6 +127,19 @@ def test_create_model_from_an_estimator_study_refits_the_trial(con):
      "'decision_tree_classifier')", "hyperparameter_not_schedulable", "one value for the whole fit"),
     ("SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = 'random_forest_clasifier')",
      "unknown_model_type", 'Did you mean "random_forest_classifier"'),
+    ("SEARCH (n_clusters = CHOICE(2, 3)) USING GRID WITH (model_type = 'kmeans')", "not_supported", "clusterer"),
+    ("SEARCH (max_depth = CHOICE(1, 2)) USING ASHA WITH (model_type = 'random_forest_classifier')", "not_supported",
+     "nothing to stop early"),
+    ("SEARCH (lr = CHOICE(0.1, 0.2)) USING PBT WITH (model_type = 'boosted_tree_classifier')", "not_supported",
+     "PBT exploits"),
+    ("SEARCH (max_depth = CHOICE(-1, -2)) USING GRID WITH (model_type = 'decision_tree_classifier')",
+     "invalid_hyperparameter", "every trial failed"),
+    ("SEARCH (C = CHOICE(1.0)) USING GRID WITH (model_type = 'SVC', metric = 'log_loss')", "invalid_option",
+     "needs the model's probabilities"),
+    ("SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = 'decision_tree_classifier', "
+     "study_name = 'bad name')", "invalid_option", "must be a name"),
+    ("SEARCH (max_depth = CHOICE(1, 2)) USING ASHA WITH (model_type = 'boosted_tree_classifier', max_epochs = 6, "
+     "max_t = 8)", "invalid_option", "contradict"),
 ])
 def test_bad_estimator_studies_are_clear_errors_and_record_nothing(con, sql, code, says):
     before = con.execute("SELECT count(*) FROM modelsql.studies").fetchone()
@@ -134,3 +147,38 @@ def test_bad_estimator_studies_are_clear_errors_and_record_nothing(con, sql, cod
         con.execute(f"TUNE MODEL bad ON TABLE cancer TARGET y {sql}")
     assert info.value.code == code and says in str(info.value), str(info.value)
     assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == before
+
+
+def test_failed_trials_one_class_and_the_study_s_rows(con):
+    # a configuration scikit-learn refuses fails its trial; the others run
+    row = con.execute("TUNE MODEL dt ON TABLE cancer TARGET y SEARCH (max_depth = CHOICE(-1, 2)) USING GRID "
+                      "WITH (model_type = 'decision_tree_classifier', metric = 'accuracy')").fetchone()
+    statuses = con.execute("SELECT trial, status, error IS NOT NULL FROM modelsql.trials WHERE study = 'dt_study' "
+                           "ORDER BY trial").fetchall()
+    assert statuses == [(0, "failed", True), (1, "completed", False)] and row[3] == 1
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute("TUNE MODEL one ON (SELECT * FROM cancer WHERE y = 0) TARGET y SEARCH (max_depth = CHOICE(1, 2)) "
+                    "USING GRID WITH (model_type = 'decision_tree_classifier')")
+    assert info.value.code == "one_class"
+    # the same statement returns the stored study; CREATE MODEL FROM STUDY refuses rows that changed since
+    assert con.execute("TUNE MODEL dt ON TABLE cancer TARGET y SEARCH (max_depth = CHOICE(-1, 2)) USING GRID "
+                       "WITH (model_type = 'decision_tree_classifier', metric = 'accuracy')").fetchone() == row
+    con.execute("CREATE TABLE cancer2 AS SELECT * FROM cancer")
+    con.execute("TUNE MODEL dt2 ON TABLE cancer2 TARGET y SEARCH (max_depth = CHOICE(1, 2)) USING GRID "
+                "WITH (model_type = 'decision_tree_classifier', metric = 'accuracy')")
+    con.execute("DELETE FROM cancer2 WHERE y = 1 AND f0 > 15")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("CREATE MODEL dt2 FROM STUDY dt2_study")
+    assert info.value.code == "study_definition_changed" and "changed since it ran" in str(info.value)
+    assert con.execute("SELECT count(*) FROM modelsql.model_versions WHERE name = 'dt2'").fetchone() == (0,)
+
+
+def test_parameters_in_the_input_are_kept_for_create_model_from_study(con):
+    con.execute("TUNE MODEL pq ON (SELECT * FROM cancer WHERE f0 > ?) TARGET y SEARCH (max_depth = CHOICE(1, 2)) "
+                "USING GRID WITH (model_type = 'decision_tree_classifier', metric = 'accuracy')", [12.0])
+    con.execute("CREATE MODEL pq FROM STUDY pq_study")
+    best = con.execute("SELECT best_metric FROM modelsql.studies WHERE name = 'pq_study'").fetchone()[0]
+    assert con.execute("SELECT (metrics->>'accuracy')::DOUBLE FROM modelsql.evaluations WHERE name = 'pq'"
+                       ).fetchone()[0] == pytest.approx(best, abs=1e-12)
+    assert con.execute("CREATE MODEL IF NOT EXISTS pq FROM STUDY pq_study").rowcount == 0
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'pq'").fetchone() == (1,)

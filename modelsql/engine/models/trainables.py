@@ -149,8 +149,8 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
                                f'Study "{study_name}" has no finished trial yet.', code="trial_not_found")
     trial = trials[number]
     if json.loads(study.options).get("model_type"):
-        create_from_estimator_study(session, stmt, study, trial)  # a scikit-learn model type's study: refit
-        return Result(session.duck, rowcount=1)
+        made = create_from_estimator_study(session, stmt, study, trial)  # a scikit-learn model type's study: refit
+        return Result(session.duck, rowcount=1 if made else 0)
     if trial.checkpoint is None:
         raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
                                "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")

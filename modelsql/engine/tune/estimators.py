@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 import typing
 import json
 import warnings
@@ -39,14 +40,14 @@ from sqlglot import exp
 from modelsql import sql as msql
 from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
-from modelsql.errors import IntegrityError, ProgrammingError
+from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
 from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Piecewise, Space, StepDecay
 from modelsql.engine.evaluate.recording import record_evaluation
-from modelsql.engine.handlers import catalog_write
+from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
 from modelsql.engine.options import OptionValues, option_error
@@ -62,21 +63,37 @@ __all__ = ["estimator_type", "tune_estimator", "create_from_estimator_study", "B
 BOOSTED = ("sklearn.ensemble:GradientBoostingClassifier", "sklearn.ensemble:GradientBoostingRegressor")
 """Estimators whose "epochs" are boosting stages (one tree each), grown with ``warm_start``."""
 
+_STUDY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
 _TRAINABLE_ONLY = ("workers", "threads", "executor", "address", "time_budget_s", "device")
 """TUNE options of trainable studies only."""
 
 
-def estimator_type(session: Session, name: str, options: OptionValues) -> Optional[tuple[ModelType, dict]]:
+def estimator_type(session: Session, name: str, version: Optional[int],
+                   options: OptionValues) -> Optional[tuple[ModelType, dict]]:
     """The model type TUNE trains and its default hyper-parameters: the ``model_type`` option's, else those of
-    model ``name``'s latest version when it was trained in SQL; None for a trainable (torch) study."""
+    model ``name`` (its ``version``, else its latest) when it was trained in SQL; None for a trainable (torch)
+    study.
+
+    Raises:
+        NotSupportedError: ``not_supported`` for a clusterer (nothing to score against a TARGET).
+    """
     if options["model_type"] is not None:
-        return resolve_model_type(options["model_type"]), {}
+        return _tunable(resolve_model_type(options["model_type"])), {}
     if not session.catalog.exists(name):
         return None
-    recorded = dict(session.catalog.get(name).options)
+    recorded = dict(session.catalog.get(name, version).options)
     if "model_type" not in recorded:
         return None
-    return resolve_model_type(recorded["model_type"]), dict(ast.literal_eval(recorded.get("hyperparameters", "{}")))
+    return (_tunable(resolve_model_type(recorded["model_type"])),
+            dict(ast.literal_eval(recorded.get("hyperparameters", "{}"))))
+
+
+def _tunable(model_type: ModelType) -> ModelType:
+    if model_type.task == "clustering":
+        raise NotSupportedError(f"TUNE scores a model against its TARGET; model_type {model_type.name!r} is a clusterer, "
+                                "which has none to score against.", code="not_supported")
+    return model_type
 
 
 @dataclass
@@ -112,6 +129,8 @@ class _Study:
     definition: str = ""
     sharing: bool = True
     fitted: dict = field(default_factory=dict)  # configuration key -> (estimator, stages, metrics)
+    errors: dict = field(default_factory=dict)  # trial -> why its fit or score failed
+    parameters: list = field(default_factory=list)  # the statement's ? values (ON / VALIDATE ON read them)
 
     @property
     def boosted(self) -> bool:
@@ -165,6 +184,25 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
     return data
 
 
+def _check_classes(data: _Data, model_type: ModelType) -> None:
+    """A classifier's training rows hold two classes or more, and the validation rows none other.
+
+    Raises:
+        DataError: ``one_class``, ``unknown_label``.
+    """
+    if model_type.task != "classification":
+        return
+    assert data.rows.y is not None and data.valid_rows.y is not None  # TUNE has a TARGET
+    train = set(data.rows.y[data.train].tolist())
+    if len(train) < 2:
+        raise DataError(f"TUNE: the TARGET has one class ({next(iter(train))!r}) in the {len(data.train)} training "
+                        "rows: a classifier needs at least two.", code="one_class")
+    unknown = sorted(set(data.valid_rows.y[data.valid].tolist()) - train, key=str)
+    if unknown:
+        raise DataError(f"TUNE: validation label {unknown[0]!r} is not among the training rows' classes.",
+                        code="unknown_label")
+
+
 def _preprocess(study: _Study) -> None:
     """Fit the preprocessing on the training rows once; every trial's estimator is fitted on its output."""
     data = study.data
@@ -186,11 +224,24 @@ def _check_space(space: Space, model_type: ModelType, max_epochs: int, boosted: 
                                    code="hyperparameter_not_schedulable")
         if name not in known:
             model_type.hyperparameters({name: None})  # unknown_hyperparameter, with the estimator's names
-        if boosted and name == "n_estimators":
-            raise ProgrammingError("SEARCH: n_estimators is a boosted model's budget: give the most trees as "
-                                   "WITH (max_epochs = n); ASHA and HYPERBAND stop trials early by trees.",
-                                   code="invalid_search_space")
+        if boosted and name in ("n_estimators", "n_iter_no_change"):
+            raise ProgrammingError(f"SEARCH: {name} sets how many trees a boosted model grows, which is the study's "
+                                   "budget: give the most trees as WITH (max_epochs = n); ASHA and HYPERBAND stop "
+                                   "trials early by trees.", code="invalid_search_space")
     space.validate(max_epochs)
+
+
+def _trees(options: OptionValues, base: dict) -> int:
+    """A boosted study's tree budget: ``max_epochs`` (or ASHA's and Hyperband's ``max_t``), else the model's
+    ``n_estimators``."""
+    max_t = options.rest.get("max_t")
+    if max_t is not None and options["max_epochs"] is not None and max_t != options["max_epochs"]:
+        raise option_error("max_t", f"TUNE options max_t = {max_t!r} and max_epochs = {options['max_epochs']!r} "
+                                    "contradict each other (max_t is ASHA's and Hyperband's name for max_epochs); give one")
+    if base.get("n_iter_no_change") is not None:
+        raise option_error("max_epochs", "a boosted study's trees are its epochs: the model's n_iter_no_change "
+                                         "(early stopping) would end trials short of them.")
+    return int(options["max_epochs"] or max_t or base.get("n_estimators", 100))
 
 
 def bind_estimator_study(stmt: TuneModel, session: Session, params: list, options: OptionValues,
@@ -201,17 +252,28 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
         if key in options.given:
             raise option_error(key, f"TUNE option {key} applies to trainables (torch); a scikit-learn model type's "
                                     "trials are fitted one after another in this process.")
+    algorithm = stmt.args["algorithm"].name.lower()
+    if algorithm == "pbt" or (not boosted and algorithm in ("asha", "hyperband")):
+        raise NotSupportedError(f"TUNE of {model_type.name} USING {algorithm.upper()}: "
+                                + ("PBT exploits a member's training state, which a scikit-learn fit does not carry"
+                                   if algorithm == "pbt" else "nothing to stop early: it trains once per trial")
+                                + "; use GRID, RANDOM or TPE" + (", ASHA or HYPERBAND" if boosted else "") + ".",
+                                code="not_supported")
     if not boosted and options["max_epochs"] not in (None, 1):
         raise option_error("max_epochs", f"TUNE option max_epochs applies to boosted models (one tree per epoch); "
                                          f"{model_type.name} trains once per trial.")
-    max_epochs = (options["max_epochs"] or int(base.get("n_estimators", 100))) if boosted else 1
+    max_epochs = _trees(options, base) if boosted else 1
     space = bind_space(stmt.args["search"])
     _check_space(space, model_type, max_epochs, boosted)
     seed = options["seed"]
     metric = metric_for(options["metric"], model_type.task)
     mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
     data = _data(session, stmt, params, model_type, options["features"], options["validation_fraction"], seed)
-    name = (options["study_name"] or f"{stmt.this.model_name}_study").lower()
+    name = (f"{stmt.this.model_name}_study" if options["study_name"] is None else options["study_name"]).lower()
+    if not _STUDY_NAME.match(name):
+        raise option_error("study_name", "TUNE option study_name must be a name (letters, digits and underscores, "
+                                         f"starting with a letter), not {name!r}.")
+    _check_classes(data, model_type)
     validate = stmt.args.get("validate")
     study = _Study(name, stmt.this.model_name.lower(), model_type, base, space, stmt.args["algorithm"].name.lower(),
                    dict(options.rest), max_epochs, seed, metric, mode, stmt.args["target"].name,
@@ -221,7 +283,7 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     study.definition = hashlib.sha256(json.dumps(
         [model_type.estimator, sorted(base.items()), space.to_json(), study.algorithm,
          sorted(study.algorithm_options.items()), max_epochs, metric, mode, seed, data.fingerprint,
-         options["execution"]],
+         options["execution"], study.model, study.target, list(data.rows.kinds.columns)],
         default=str).encode()).hexdigest()
     return study
 
@@ -282,11 +344,23 @@ def run_study(study: _Study) -> tuple[Any, dict, int, int]:
             break
         for request in sorted(requests, key=lambda r: r.trial):
             config = dict(request.config)
-            metrics, fitted = _train(study, config, request.epochs)
-            trained += fitted
             requested += request.epochs
+            try:
+                metrics, fitted = _train(study, config, request.epochs)
+            except Error:
+                raise  # the statement's own error (a metric the model cannot give): not this trial's
+            except Exception as exc:  # noqa: BLE001 - scikit-learn refused this configuration: the trial fails
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                study.errors[request.trial] = f"{type(exc).__name__}: {text}"
+                trials[request.trial] = (config, [])
+                algorithm.tell_failed(request.trial, study.errors[request.trial])
+                continue
+            trained += fitted
             trials[request.trial] = (config, metrics)
             algorithm.tell(request.trial, metrics)
+    if trials and len(study.errors) == len(trials):
+        first = study.errors[min(study.errors)]
+        raise ProgrammingError(f"TUNE: every trial failed; the first: {first}", code="invalid_hyperparameter")
     return algorithm, trials, trained, requested
 
 
@@ -297,6 +371,8 @@ def _best(study: _Study, trials: dict) -> tuple[Optional[int], Optional[float]]:
     best: Optional[int] = None
     value: Optional[float] = None
     for trial, (_, metrics) in sorted(trials.items()):
+        if not metrics or metrics[-1] != metrics[-1]:  # failed, or NaN (a metric that cannot be computed)
+            continue
         last = metrics[-1]
         if value is None or (last > value if study.mode == "max" else last < value):
             best, value = trial, last
@@ -307,7 +383,8 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
                requested: int) -> StudyRow:
     options = dict(study.algorithm_options, model_type=study.model_type.name, estimator=study.model_type.estimator,
                    base=study.base, features=list(study.data.rows.kinds.columns), validation_fraction=study.fraction,
-                   in_features=len(study.data.rows.kinds.columns))
+                   in_features=len(study.data.rows.kinds.columns), data=study.data.fingerprint,
+                   parameters=study.parameters)
     return StudyRow(study.name, study.model, 0, study.algorithm, study.metric, study.mode, study.max_epochs,
                     study.seed, study.space.to_json(), json.dumps(options, default=str), study.train_sql,
                     study.validate_sql, study.target, "", study.definition, status, None, best, value, done, trained,
@@ -318,22 +395,48 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
                    base: dict, columns: tuple) -> Result:
     """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
     study = bind_estimator_study(stmt, session, params, options, model_type, base)
-    existing = session.catalog.studies.study(study.name)
+    study.parameters = list(params)
+    existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
-        if existing.definition != study.definition:
-            raise IntegrityError(f'TUNE: study "{study.name}" exists with another definition: DROP STUDY {study.name} '
-                                 "first, or name this one (study_name = ...).", code="study_definition_changed")
         return _result(session, existing, columns)
     algorithm, trials, trained, requested = run_study(study)
     best, value = _best(study, trials)
     with catalog_write(session) as catalog:
         for trial, (config, metrics) in sorted(trials.items()):
-            catalog.studies.put_trial(TrialRow(study.name, trial, json.dumps(config, default=str),
-                                               json.dumps(study.space.sequence(config, len(metrics)), default=str),
-                                               algorithm.status(trial), len(metrics), tuple(metrics), metrics[-1],
-                                               (max if study.mode == "max" else min)(metrics), None, None))
+            catalog.studies.put_trial(TrialRow(
+                study.name, trial, json.dumps(config, default=str),
+                json.dumps(study.space.sequence(config, len(metrics)), default=str), algorithm.status(trial),
+                len(metrics), tuple(metrics), metrics[-1] if metrics else None,
+                (max if study.mode == "max" else min)(metrics) if metrics else None, None, None,
+                study.errors.get(trial)))
+        if catalog.studies.study(study.name) is not None:  # another connection finished it meanwhile
+            raise ProgrammingError(f'Study "{study.name}" was written by another connection while this one ran: '
+                                   "run the statement again for its result.", code="study_running")
         catalog.studies.put_study(_study_row(study, "finished", best, value, len(trials), trained, requested))
     return _result(session, session.catalog.studies.study(study.name), columns)
+
+
+def _existing(session: Session, study: _Study, resume: bool) -> Any:
+    """The stored study of that name and definition (its result is the statement's), else None.
+
+    Raises:
+        ProgrammingError: ``study_definition_changed`` (another definition under the name); ``study_not_found``
+            (``RESUME`` of a study never run).
+    """
+    existing = session.catalog.studies.study(study.name)
+    if existing is None:
+        if resume:
+            raise session.catalog.studies.not_found(study.name)
+        return None
+    if existing.definition != study.definition:
+        what = ("another model or model type" if existing.model != study.model or
+                json.loads(existing.options).get("estimator") != study.model_type.estimator else
+                "the data or the columns changed" if json.loads(existing.options).get("data") != study.data.fingerprint
+                else "SEARCH, USING or the options differ")
+        raise ProgrammingError(f'Study "{study.name}" exists with another definition ({what}): DROP STUDY '
+                               f"{study.name} first, or name this one with WITH (study_name = '...').",
+                               code="study_definition_changed")
+    return existing
 
 
 def _result(session: Session, row: Any, columns: tuple) -> Result:
@@ -347,18 +450,30 @@ def _result(session: Session, row: Any, columns: tuple) -> Result:
 # ---------------------------------------------------------------- CREATE MODEL ... FROM STUDY
 
 
-def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: Any) -> None:
+def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: Any) -> bool:
     """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]`` of an estimator study: the trial's configuration and
     trees fitted (with the preprocessing) on the study's training rows, stored like ``CREATE MODEL ... AS``'s, its
-    origin the study and trial, EVALUATEd on the study's validation rows (recorded)."""
+    origin the study and trial, EVALUATEd on the study's validation rows (recorded). False when IF NOT EXISTS found
+    the model.
+
+    Raises:
+        ProgrammingError: ``study_definition_changed`` (the study's rows changed since it ran).
+    """
     options = json.loads(study.options)
+    name = stmt.this.model_name.lower()
+    if ddl.existing_model(session, name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
+        return False
     model_type = resolve_model_type(options["model_type"])
     source = msql.parse(f"SELECT * FROM {study.train_sql}")[0].args["from_"].this
     validate = (msql.parse(f"SELECT * FROM {study.validate_sql}")[0].args["from_"].this
                 if study.validate_sql else None)
     node = TuneModel(this=stmt.this, train=source, validate=validate, target=exp.to_identifier(study.target))
-    data = _data(session, node, [], model_type, tuple(options["features"]), options["validation_fraction"],
-                 study.seed)
+    data = _data(session, node, list(options.get("parameters") or []), model_type, tuple(options["features"]),
+                 options["validation_fraction"], study.seed)
+    if data.fingerprint != options.get("data"):
+        raise ProgrammingError(f'CREATE MODEL {name} FROM STUDY {study.name}: the rows of the study\'s ON / VALIDATE ON '
+                               "changed since it ran, so its trial would be fitted on other rows: TUNE again (or DROP "
+                               "STUDY and TUNE).", code="study_definition_changed")
     config = json.loads(trial.config)
     space = Space.from_json(study.space)
     params = model_type.hyperparameters({**options.get("base", {}), **space.resolve(config)})
@@ -370,7 +485,6 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
         warnings.simplefilter("ignore")
         pipeline.fit(data.rows.features_frame(data.train), data.rows.y[data.train])
     sample = data.rows.features_frame(data.train[:256])
-    name = stmt.this.model_name.lower()
     version = ddl.import_model(
         session, name, pipeline, example_input=sample, replace=bool(stmt.args.get("replace")),
         if_not_exists=bool(stmt.args.get("exists")),
@@ -383,7 +497,12 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                       trial=trial.trial))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
     rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
-    record_evaluation(session, "model", name, version.version, rows, study.target,
-                      input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
-                      options={"study": study.name, "trial": trial.trial},
-                      called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
+    try:
+        record_evaluation(session, "model", name, version.version, rows, study.target,
+                          input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
+                          options={"study": study.name, "trial": trial.trial},
+                          called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
+    except BaseException:
+        catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
+        raise
+    return True

@@ -216,6 +216,21 @@ def _build_algorithm(spec: StudySpec) -> Algorithm:
 # ---------------------------------------------------------------- executing
 
 
+def _prestart(stmt: TuneModel, session: Session, options: OptionValues) -> None:
+    """Start the local workers before the study is bound (their torch import overlaps reading and checking the
+    data); nothing when the trainable is not found or the executor is Ray (binding reports those)."""
+    if options["executor"] != "local":
+        return
+    from modelsql.tuning.executor import local_executor
+
+    ref = stmt.this
+    try:
+        trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
+    except Error:
+        return
+    local_executor(options["workers"]).prestart(trainable.code_digest)
+
+
 def _executor(spec: StudySpec):
     if spec.executor == "ray":
         from modelsql.tuning.ray_executor import ray_executor
@@ -266,13 +281,14 @@ def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
     session.commit()
     try:
         options = _options(stmt, params)
-        estimator = estimator_type(session, stmt.this.model_name.lower(), options)
+        estimator = estimator_type(session, stmt.this.model_name.lower(), stmt.this.version_number, options)
         if estimator is not None:
             return tune_estimator(stmt, session, params, options, *estimator, TUNE_COLUMNS)
     except Error as err:
         raise session.pointed(err, _node_of(stmt, err)) from None
     finally:
         session.changed()
+    _prestart(stmt, session, options)
     spec = bind_tune(stmt, session, params)
     with _STARTING:
         _check_existing(session, spec, bool(stmt.args.get("resume")))
@@ -308,6 +324,9 @@ def _describe(*columns: tuple[str, str]) -> list[tuple]:
 def explain_tune(stmt: TuneModel, session: Session, params: list) -> Result:
     """``EXPLAIN TUNE ...``: the stage tree of the study's first round, planned (nothing trains), with its
     estimated cost against trial-based execution (epochs, and time at the measured or a default rate)."""
+    if estimator_type(session, stmt.this.model_name.lower(), stmt.this.version_number, _options(stmt, params)):
+        raise NotSupportedError("EXPLAIN TUNE shows a trainable's stage tree; a scikit-learn model type's study has "
+                                "none to plan (its trials are fitted one after another).", code="explain_not_supported")
     spec = bind_tune(stmt, session, params)
     assert spec.search is not None  # bind_tune builds it
     requests = spec.search.ask()
