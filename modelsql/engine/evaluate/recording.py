@@ -27,7 +27,8 @@ def record_evaluation(session: Session, kind: str, name: str, version: int, rows
                       input_text: str, options: Mapping[str, Any], called_as: str) -> EvaluationRow:
     """EVALUATE ``kind`` (``"model"`` / ``"pipeline"``) ``name`` version ``version`` on ``rows`` (the features, by
     name or in order as PREDICT binds them, and the ``target`` column), recorded (in a catalog transaction of its
-    own) with ``input_text`` as its input and ``options`` as its options.
+    own) with ``input_text`` as its input and ``options`` as its options. Its PREDICT reports no progress (the
+    statement that records it reports its own).
 
     Args:
         called_as: how the messages name what is evaluating (``"CREATE MODEL m, evaluating its validation rows
@@ -38,6 +39,7 @@ def record_evaluation(session: Session, kind: str, name: str, version: int, rows
     """
     table = f"__msql_rows_{id(rows):x}"
     session.duck.register(table, rows)
+    hook, session.progress = session.progress, None  # the statement reports its own progress, not this PREDICT's
     try:
         node = EvaluateModel(this=ModelRef(this=exp.to_identifier(name), version=exp.Literal.number(version),
                                            pipeline=kind == "pipeline"),
@@ -47,6 +49,7 @@ def record_evaluation(session: Session, kind: str, name: str, version: int, rows
         bound = bind_evaluate(node, session, [])
         done = measure(node, bound, session, [])
     finally:
+        session.progress = hook
         session.duck.unregister(table)
     metrics = {k: v for k, v in done.metrics.items() if k != "positive_class"}
     with catalog_write(session) as catalog:
