@@ -215,12 +215,6 @@ class LocalExecutor:
                 continue
             if item is None:
                 break
-            if item[0] == "start":  # prestart: spawn the interpreter now, so its imports overlap the caller's work
-                if worker is not None and (worker.env != item[1] or worker.proc.poll() is not None):
-                    worker.close()
-                    worker = None
-                worker = worker or _start_quietly(item[1])
-                continue
             future, env, args = item
             if not future.set_running_or_notify_cancel():
                 continue
@@ -246,14 +240,6 @@ class LocalExecutor:
         if worker is not None:
             worker.close()
 
-    def prestart(self, code_digest: str = "") -> None:
-        """Start the worker processes for a study of the trainable whose source digest is ``code_digest`` (as
-        :meth:`put_data` names it), without waiting: each imports torch while the caller reads and checks the
-        data, so the first task finds it ready (a worker already running for it is kept)."""
-        env = self.put_data(None, code_digest)[2]
-        for _ in self._threads:
-            self._queue.put(("start", env))
-
     def submit(self, spec: TaskSpec, data, parent: Optional[bytes]) -> cf.Future:
         """Queue one task; the future gives its :class:`TaskOutcome`. ``data`` is what :meth:`put_data` gave."""
         future = _TaskFuture()
@@ -272,14 +258,6 @@ class LocalExecutor:
         """Stop the worker processes (a task still running finishes first)."""
         for _ in self._threads:
             self._queue.put(None)
-
-
-def _start_quietly(env) -> Optional[_Worker]:
-    """A worker for ``env``, or None when it cannot start (the task that follows starts one and reports why)."""
-    try:
-        return _Worker(env)
-    except Exception:  # noqa: BLE001 - a prestart is an optimisation: the task's own start raises the error
-        return None
 
 
 _POOLS: dict[int, LocalExecutor] = {}

@@ -14,7 +14,6 @@ task); between tasks it is ignored, so a message is never cut in half.
 
 from __future__ import annotations
 
-import importlib
 import signal
 import sys
 import warnings
@@ -30,10 +29,6 @@ def main() -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
-    # torch (and torch._dynamo, which torch.optim imports on first use) before the first message: a prestarted
-    # worker is ready when its first task comes
-    importlib.import_module("torch._dynamo")
-
     from modelsql.tuning.executor import run_task
     from modelsql.tuning.messages import read_message, write_message
 

@@ -216,21 +216,6 @@ def _build_algorithm(spec: StudySpec) -> Algorithm:
 # ---------------------------------------------------------------- executing
 
 
-def _prestart(stmt: TuneModel, session: Session, options: OptionValues) -> None:
-    """Start the local workers before the study is bound (their torch import overlaps reading and checking the
-    data); nothing when the trainable is not found or the executor is Ray (binding reports those)."""
-    if options["executor"] != "local":
-        return
-    from modelsql.tuning.executor import local_executor
-
-    ref = stmt.this
-    try:
-        trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
-    except Error:
-        return
-    local_executor(options["workers"]).prestart(trainable.code_digest)
-
-
 def _executor(spec: StudySpec):
     if spec.executor == "ray":
         from modelsql.tuning.ray_executor import ray_executor
@@ -288,7 +273,6 @@ def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
         raise session.pointed(err, _node_of(stmt, err)) from None
     finally:
         session.changed()
-    _prestart(stmt, session, options)
     spec = bind_tune(stmt, session, params)
     with _STARTING:
         _check_existing(session, spec, bool(stmt.args.get("resume")))
