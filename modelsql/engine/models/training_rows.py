@@ -152,9 +152,9 @@ def _drop_nulls(table: pa.Table, columns: list[str], on_null: str, statement: st
     if bad is None:
         return table, 0
     if on_null != "skip":
-        raise DataError(f'{statement}: column "{bad}" is NULL in {nulls[bad]} of {table.num_rows} rows: write '
-                        "on_null = 'skip' to leave those rows out, or fill them in the query (coalesce).",
-                        code="null_value")
+        hint = "write on_null = 'skip' to leave those rows out, or " if on_null == "error" else "filter them out or "
+        raise DataError(f'{statement}: column "{bad}" is NULL in {nulls[bad]} of {table.num_rows} rows: {hint}fill '
+                        "them in the query (coalesce).", code="null_value")
     keep = pc.is_valid(table.column(columns[0]))
     for c in columns[1:]:
         keep = pc.and_(keep, pc.is_valid(table.column(c)))
@@ -200,7 +200,8 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
     """Bind ``table`` (the query's rows; ``types`` their DuckDB types) for an estimator of ``task``. Keys are
     known by their names (as PREDICT's for a query: ``id``, ``*_id`` ...); the table's target column is
     replaced by the values read (a whole-number DOUBLE target becomes BIGINT), so an evaluation compares them
-    with the model's classes.
+    with the model's classes. ``on_null``: ``'error'`` (the statement's option, which the message names),
+    ``'skip'``, or ``'refuse'`` (a statement without the option).
 
     Raises:
         ProgrammingError: ``duplicate_column``, ``column_not_found`` (the target, a feature), ``invalid_option``

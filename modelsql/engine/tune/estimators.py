@@ -153,7 +153,7 @@ def _rows_of(session: Session, source: exp.Expression, params: list, target: str
         session.duck.fetchall()
     finally:
         out.release()
-    return training_rows(table, types=types, task=task, target=target, features=features, on_null="error",
+    return training_rows(table, types=types, task=task, target=target, features=features, on_null="refuse",
                          statement=where)
 
 
