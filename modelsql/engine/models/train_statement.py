@@ -33,10 +33,9 @@ from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
-from modelsql.engine.models.training_rows import TrainingRows, training_rows
+from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
 from modelsql.engine.options.declared import CREATE_MODEL_AS
 from modelsql.engine.options.schema import option_error
-from modelsql.engine.query_handler import run_query
 from modelsql.engine.result import Result
 
 if TYPE_CHECKING:
@@ -132,7 +131,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     if ddl.existing_model(session, plan.name, plan.replace, plan.if_not_exists):
         return Result(session.duck, rowcount=0)
     started = time.perf_counter()
-    table, types = _query_rows(stmt.args["query"], session, params)
+    table, types = query_rows(session, stmt.args["query"], params)
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=plan.features,
                          on_null=plan.on_null, statement=plan.where)
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
@@ -149,21 +148,6 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, version.version, missing_ok=True))
         raise
     return _result(session, plan, version.version, len(train), len(valid), record)
-
-
-def _query_rows(query: exp.Expression, session: Session, params: list) -> tuple[pa.Table, dict[str, str]]:
-    """The query's rows and each column's DuckDB type, read in the connection's transaction (as a query is: the
-    statement commits only once it writes the version, as IMPORT MODEL does)."""
-    out, _, _ = run_query(query, session, params)
-    try:
-        types = {str(d[0]): str(d[1]) for d in out.description or []}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
-            table = session.duck.to_arrow_table()
-        session.duck.fetchall()  # DuckDB keeps the result open until a fetch returns nothing
-        return table, types
-    finally:
-        out.release()
 
 
 def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray) -> Any:

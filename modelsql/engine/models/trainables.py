@@ -156,9 +156,9 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
                                "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")
     before = session.catalog.versions(stmt.this.model_name)
     _import_trained(session, stmt, study, trial)
-    made = [v for v in session.catalog.versions(stmt.this.model_name) if v not in before]
-    if made:
-        _record_validation(session, stmt.this.model_name.lower(), made[-1], study, trial)
+    new_versions = [v for v in session.catalog.versions(stmt.this.model_name) if v not in before]
+    if new_versions:
+        _record_validation(session, stmt.this.model_name.lower(), new_versions[-1], study, trial)
     return Result(session.duck, rowcount=1)
 
 

@@ -11,8 +11,9 @@ rows out), as PREDICT's and EVALUATE's are.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -21,9 +22,15 @@ import pyarrow.compute as pc
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
 from modelsql.estimators import ColumnKinds, column_kind
 from modelsql.estimators.preprocessing import MAX_CATEGORIES
+from modelsql.engine.query_handler import run_query
 from modelsql.engine.training_features import feature_option, training_features
 
-__all__ = ["TrainingRows", "training_rows"]
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+    from modelsql.engine.session import Session
+
+__all__ = ["TrainingRows", "query_rows", "training_rows"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,21 @@ def _check_names(columns: list[str], statement: str) -> None:
                                    "(names are case-insensitive): give one another name (AS ...).",
                                    code="duplicate_column")
         seen[c.lower()] = c
+
+
+def query_rows(session: Session, query: exp.Expression, params: list) -> tuple[pa.Table, dict[str, str]]:
+    """The query's rows (PREDICT in it too) and each column's DuckDB type, read in the connection's transaction
+    (as a query is: a statement that trains commits only once it writes a version, as IMPORT MODEL does)."""
+    out, _, _ = run_query(query, session, params)
+    try:
+        types = {str(d[0]): str(d[1]) for d in out.description or []}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
+            table = session.duck.to_arrow_table()
+        session.duck.fetchall()  # DuckDB keeps the result open until a fetch returns nothing
+        return table, types
+    finally:
+        out.release()
 
 
 def _column(columns: list[str], name: str, statement: str, what: str) -> str:

@@ -49,9 +49,8 @@ from modelsql.tuning.space import Piecewise, Space, StepDecay
 from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
-from modelsql.engine.models.training_rows import TrainingRows, training_rows
+from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
 from modelsql.engine.options import OptionValues, option_error
-from modelsql.engine.query_handler import run_query
 from modelsql.engine.result import Result
 from modelsql.engine.tune.spec import bind_space
 
@@ -144,15 +143,7 @@ def _rows_of(session: Session, source: exp.Expression, params: list, target: str
              where: str) -> TrainingRows:
     query = typing.cast(exp.Expression, exp.select("*").from_(source.copy()) if isinstance(source, exp.Table)
                         else source.unnest().copy())
-    out, _, _ = run_query(query, session, params)
-    try:
-        types = {str(d[0]): str(d[1]) for d in out.description or []}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
-            table = session.duck.to_arrow_table()
-        session.duck.fetchall()
-    finally:
-        out.release()
+    table, types = query_rows(session, query, params)
     return training_rows(table, types=types, task=task, target=target, features=features, on_null="refuse",
                          statement=where)
 
