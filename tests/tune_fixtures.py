@@ -70,3 +70,25 @@ def trial_metrics(con, study: str) -> dict[int, tuple]:
     rows = con.execute("SELECT trial, status, metrics FROM modelsql.trials WHERE study = ? ORDER BY trial",
                        [study]).fetchall()
     return {t: (s, tuple(float(m).hex() for m in ms)) for t, s, ms in rows}
+
+
+def ridge_objective(config, train, validate, target):
+    """A Python objective for TUNE (tests/tune/test_tune_objective.py): the validation R2 of a ridge regression
+    with ``config["alpha"]``, fitted on the training rows' numeric columns."""
+    import numpy as np
+    from sklearn.linear_model import Ridge
+
+    columns = [c for c in train.column_names if c != target]
+    x = np.column_stack([train.column(c).to_numpy() for c in columns])
+    xv = np.column_stack([validate.column(c).to_numpy() for c in columns])
+    model = Ridge(alpha=config["alpha"]).fit(x, train.column(target).to_numpy())
+    return float(model.score(xv, validate.column(target).to_numpy()))
+
+
+def broken_objective(config, train, validate, target):
+    """An objective that fails one configuration and returns a non-number for another."""
+    if config["alpha"] == 1.0:
+        raise ValueError("alpha 1 is not allowed here")
+    if config["alpha"] == 2.0:
+        return "high"
+    return 0.5

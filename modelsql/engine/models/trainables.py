@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from modelsql.catalog.studies import Trainable
 from modelsql.catalog.lineage import Origin
-from modelsql.errors import IntegrityError, ProgrammingError
+from modelsql.errors import IntegrityError, NotSupportedError, ProgrammingError
 from modelsql.converters import from_torch
 from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
@@ -148,6 +148,9 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
         raise ProgrammingError(f'Study "{study_name}" has no trial {number}' if number is not None else
                                f'Study "{study_name}" has no finished trial yet.', code="trial_not_found")
     trial = trials[number]
+    if json.loads(study.options).get("objective"):
+        raise NotSupportedError(f'Study "{study_name}" tuned a Python objective, which makes no model: its trials\' '
+                                "configurations and scores are in modelsql.trials.", code="not_supported")
     if json.loads(study.options).get("model_type"):
         made = create_from_estimator_study(session, stmt, study, trial)  # a scikit-learn model type's study: refit
         return Result(session.duck, rowcount=1 if made else 0)

@@ -203,6 +203,10 @@ TUNE = OptionSet(
     Option("time_budget_s", "number", min=0, min_open=True, default_doc="none", doc="stop the study after this long"),
     Option("study_name", "text", default_doc="`<model>_study`", doc="the study's name (letters, digits, underscores)"),
     Option("device", "device", "auto", doc="where trials train (`'auto'`: the GPU when there is one)"),
+    Option("objective", "text", default_doc="none",
+           doc="`'package.module:function'`: tune a Python objective, called as `function(config, train, validate, "
+               "target)` with the rows as Arrow tables, returning the score (see [Tuning a Python objective]"
+               "(#tuning-a-python-objective)); `mode` says whether higher or lower is better"),
     Option("model_type", "text", default_doc="the model's, if it was trained in SQL",
            doc="tune a scikit-learn model type (see [Tuning scikit-learn models](#tuning-scikit-learn-models)) "
                "instead of a trainable: the SEARCH names are the estimator's hyper-parameters"),

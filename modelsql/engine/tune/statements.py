@@ -36,6 +36,7 @@ from modelsql.engine.training_features import feature_option, input_keys
 from modelsql.engine.tune.checks import check_space_values, check_threads, probe_factory, training_device
 from modelsql.engine.tune.data import load_study_data
 from modelsql.engine.tune.estimators import estimator_type, tune_estimator
+from modelsql.engine.tune.objective import tune_objective
 from modelsql.engine.tune.run import StudyRun, load_tree
 from modelsql.engine.tune.spec import TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
 
@@ -266,6 +267,8 @@ def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
     session.commit()
     try:
         options = _options(stmt, params)
+        if options["objective"] is not None:
+            return tune_objective(stmt, session, params, options, TUNE_COLUMNS)
         estimator = estimator_type(session, stmt.this.model_name.lower(), stmt.this.version_number, options)
         if estimator is not None:
             return tune_estimator(stmt, session, params, options, *estimator, TUNE_COLUMNS)
@@ -308,9 +311,12 @@ def _describe(*columns: tuple[str, str]) -> list[tuple]:
 def explain_tune(stmt: TuneModel, session: Session, params: list) -> Result:
     """``EXPLAIN TUNE ...``: the stage tree of the study's first round, planned (nothing trains), with its
     estimated cost against trial-based execution (epochs, and time at the measured or a default rate)."""
-    if estimator_type(session, stmt.this.model_name.lower(), stmt.this.version_number, _options(stmt, params)):
-        raise NotSupportedError("EXPLAIN TUNE shows a trainable's stage tree; a scikit-learn model type's study has "
-                                "none to plan (its trials are fitted one after another).", code="explain_not_supported")
+    options = _options(stmt, params)
+    if options["objective"] is not None or estimator_type(session, stmt.this.model_name.lower(),
+                                                          stmt.this.version_number, options):
+        raise NotSupportedError("EXPLAIN TUNE shows a trainable's stage tree; a scikit-learn model type's or a Python "
+                                "objective's study has none to plan (its trials run one after another).",
+                                code="explain_not_supported")
     spec = bind_tune(stmt, session, params)
     assert spec.search is not None  # bind_tune builds it
     requests = spec.search.ask()

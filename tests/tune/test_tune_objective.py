@@ -1,0 +1,83 @@
+"""TUNE of a Python objective (issue 25, part 3): ``WITH (objective = 'pkg.mod:function', mode = ...)`` calls the
+function per trial with the training and validation rows; its best configuration is the one Optuna finds driven by
+hand with the same sampler and seed; failures are per trial; a connection that runs no Python refuses it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import optuna
+import pyarrow as pa
+import pytest
+from sklearn.datasets import load_diabetes
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import train_test_split
+
+import modelsql
+
+TUNE = ("TUNE MODEL ridge ON TABLE diabetes TARGET y SEARCH (alpha = LOGUNIFORM(0.001, 10)) USING TPE WITH ("
+        "objective = 'tune_fixtures:ridge_objective', mode = 'max', trials = 10, seed = 4, max_concurrent_trials = 1)")
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = modelsql.connect(str(tmp_path / "o.duckdb"))
+    c.autocommit = True
+    x, y = load_diabetes(return_X_y=True)
+    c.register("arrow", pa.table({**{f"f{i}": x[:, i] for i in range(x.shape[1])}, "y": y}))
+    c.execute("CREATE TABLE diabetes AS SELECT * FROM arrow")
+    c.unregister("arrow")
+    yield c
+    c.close()
+
+
+def test_the_objective_finds_what_optuna_finds_by_hand(con):
+    row = con.execute(TUNE).fetchone()
+    assert row[1] == "finished" and row[2] == 10 and row[5] == "objective" and row[6] == "max"
+    best = json.loads(con.execute(f"SELECT config FROM modelsql.trials WHERE study = 'ridge_study' AND trial = "
+                                  f"{row[3]}").fetchone()[0])
+    x, y = load_diabetes(return_X_y=True)
+    train, valid = train_test_split(np.arange(len(y)), test_size=0.2, random_state=4)
+    train.sort(), valid.sort()
+
+    def objective(trial):
+        alpha = trial.suggest_float("alpha", 0.001, 10, log=True)
+        return Ridge(alpha=alpha).fit(x[train], y[train]).score(x[valid], y[valid])
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=4))
+    study.optimize(objective, n_trials=10)
+    assert best == study.best_params and row[4] == pytest.approx(study.best_value, abs=1e-12)
+    assert con.execute(TUNE).fetchone() == row  # the same study: its stored result
+    with pytest.raises(modelsql.NotSupportedError) as info:
+        con.execute("CREATE MODEL r FROM STUDY ridge_study")
+    assert info.value.code == "not_supported" and "makes no model" in str(info.value)
+
+
+def test_failing_trials_and_bad_statements(con, tmp_path):
+    row = con.execute("TUNE MODEL b ON TABLE diabetes TARGET y SEARCH (alpha = CHOICE(1.0, 2.0, 3.0)) USING GRID "
+                      "WITH (objective = 'tune_fixtures:broken_objective', mode = 'min')").fetchone()
+    trials = con.execute("SELECT trial, status, error FROM modelsql.trials WHERE study = 'b_study' ORDER BY trial"
+                         ).fetchall()
+    assert [t[1] for t in trials] == ["failed", "failed", "completed"] and row[3] == 2
+    assert "alpha 1 is not allowed" in trials[0][2] and "'high', not a finite number" in trials[1][2]
+    for sql, cls, code in [
+        ("WITH (objective = 'tune_fixtures:ridge_objective')", modelsql.ProgrammingError, "missing_option"),
+        ("WITH (objective = 'tune_fixtures:nope', mode = 'max')", modelsql.ProgrammingError, "factory_not_found"),
+        ("WITH (objective = 'tune_fixtures:ridge_objective', mode = 'max', metric = 'val_loss')",
+         modelsql.ProgrammingError, "invalid_option"),
+    ]:
+        with pytest.raises(cls) as info:
+            con.execute(f"TUNE MODEL x ON TABLE diabetes TARGET y SEARCH (alpha = CHOICE(1.0)) USING GRID {sql}")
+        assert info.value.code == code, str(info.value)
+    with pytest.raises(modelsql.NotSupportedError) as info:
+        con.execute("TUNE MODEL x ON TABLE diabetes TARGET y SEARCH (alpha = CHOICE(1.0)) USING ASHA "
+                    "WITH (objective = 'tune_fixtures:ridge_objective', mode = 'max')")
+    assert info.value.code == "not_supported"
+    guarded = modelsql.connect(str(tmp_path / "guarded.duckdb"), allow_python=False)  # SQL from others
+    guarded.execute("CREATE TABLE diabetes AS SELECT 1.0 AS f0, 2.0 AS y")
+    with pytest.raises(modelsql.NotSupportedError) as info:
+        guarded.execute(TUNE)
+    assert info.value.code == "python_disabled"
+    guarded.close()
