@@ -92,3 +92,10 @@ def broken_objective(config, train, validate, target):
     if config["alpha"] == 2.0:
         return "high"
     return 0.5
+
+
+def numpy_objective(config, train, validate, target):
+    """An objective returning a NumPy float32 (a real number like any other)."""
+    import numpy as np
+
+    return np.float32(config["alpha"])

@@ -65,7 +65,7 @@ def validation_rows(n: int, method: Union[str, float], fraction: float, seed: in
     held = size if isinstance(size, int) else math.ceil(size * n)
     if held < 1 or held >= n:
         raise DataError(f"the query has {n} rows: too few to hold out {held} for validation and train on the rest "
-                        "(write validation = 'none', or give more rows).", code="too_few_rows")
+                        "(give more rows, or hold none out where the statement can).", code="too_few_rows")
     if method == "seq":
         return all_rows[: n - held], all_rows[n - held:]
     from sklearn.model_selection import train_test_split

@@ -81,3 +81,28 @@ def test_failing_trials_and_bad_statements(con, tmp_path):
         guarded.execute(TUNE)
     assert info.value.code == "python_disabled"
     guarded.close()
+
+
+def test_names_values_and_restatements(con, tmp_path):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("TUNE MODEL x ON TABLE diabetes TARGET why SEARCH (alpha = CHOICE(1.0)) USING GRID "
+                    "WITH (objective = 'tune_fixtures:ridge_objective', mode = 'max')")
+    assert info.value.code == "column_not_found"
+    row = con.execute("TUNE MODEL n ON TABLE diabetes TARGET y SEARCH (alpha = CHOICE(1.0, 3.0)) USING GRID "
+                      "WITH (objective = 'tune_fixtures:numpy_objective', mode = 'max')").fetchone()
+    assert row[3] == 1 and row[4] == 3.0
+    # the same study written otherwise is the same study
+    again = con.execute("tune model n on table diabetes target Y search (alpha = choice(1.0, 3.0)) using grid "
+                        "with (mode = 'max', seed = 0, objective = 'tune_fixtures:numpy_objective')").fetchone()
+    assert again == row
+    (tmp_path / "raising_module.py").write_text("raise RuntimeError('not importable today')\n")
+    import sys
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.execute("TUNE MODEL x ON TABLE diabetes TARGET y SEARCH (alpha = CHOICE(1.0)) USING GRID "
+                        "WITH (objective = 'raising_module:f', mode = 'max')")
+        assert info.value.code == "factory_not_found" and "not importable today" in str(info.value)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (1,)

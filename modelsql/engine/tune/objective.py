@@ -17,15 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import re
 from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow as pa
 from sqlglot import exp
 
-from modelsql import sql as msql
 from modelsql.catalog.studies import StudyRow, TrialRow
-from modelsql.errors import NotSupportedError, ProgrammingError
+from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
 from modelsql.estimators import validation_rows
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
@@ -57,8 +57,30 @@ def _rows(session: Session, source: Any, params: list) -> pa.Table:
     return table
 
 
+def _function(ref: str, where: str) -> Any:
+    """The function ``ref`` names.
+
+    Raises:
+        ProgrammingError: ``factory_not_found``: not ``module:name``, the module does not import (whatever it
+            raises), no such attribute, or not callable.
+    """
+    try:
+        function = resolve_reference(ref)
+    except Error as err:
+        raise ProgrammingError(f"{where}: {str(err).replace('factory', 'objective')}", code="factory_not_found") from None
+    except Exception as exc:  # noqa: BLE001 - the module raised while it was imported
+        raise ProgrammingError(f"{where}: importing {ref.split(':')[0]} raised {type(exc).__name__}: {exc}",
+                               code="factory_not_found") from None
+    if not callable(function):
+        raise ProgrammingError(f"{where}: {ref} is not a function.", code="factory_not_found")
+    return function
+
+
 def _check(stmt: TuneModel, options: OptionValues, where: str) -> str:
     """The algorithm, after the options an objective's study cannot take are refused."""
+    if stmt.this.version_number is not None:
+        raise ProgrammingError(f"{where}: VERSION names a model's version; an objective's study has no model.",
+                               code="parse_error")
     for key in _UNUSED:
         if key in options.given:
             raise option_error(key, f"{where}: option {key} does not apply to a Python objective (it scores the rows "
@@ -82,6 +104,23 @@ def _data(session: Session, stmt: TuneModel, params: list, fraction: float, seed
     return train.take(pa.array(keep, pa.int64())), train.take(pa.array(held, pa.int64()))
 
 
+def _target(name: str, train: pa.Table, validate: pa.Table, where: str) -> str:
+    """The TARGET as the rows spell it.
+
+    Raises:
+        ProgrammingError: ``column_not_found`` (not in ON's or VALIDATE ON's rows).
+        DataError: ``too_few_rows`` (no validation rows).
+    """
+    if validate.num_rows == 0:
+        raise DataError(f"{where}: the validation rows are empty.", code="too_few_rows")
+    for rows, what in ((train, "ON"), (validate, "VALIDATE ON")):
+        if name.lower() not in (c.lower() for c in rows.column_names):
+            raise ProgrammingError(f'{where}: TARGET column "{name}" is not in the rows of {what}.'
+                                   f"{did_you_mean(name, rows.column_names)} Columns: {', '.join(rows.column_names)}.",
+                                   code="column_not_found")
+    return next(c for c in train.column_names if c.lower() == name.lower())
+
+
 def _digest(table: pa.Table) -> str:
     """The rows' bytes, hashed (a study run again on other rows is another study)."""
     digest = hashlib.sha256(str(table.schema).encode())
@@ -99,9 +138,13 @@ def _score(function: Any, config: dict, train: pa.Table, validate: pa.Table, tar
     except Exception as exc:  # noqa: BLE001 - the user's function raised: this trial fails, the study goes on
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return None, f"{type(exc).__name__}: {text}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+    try:
+        number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int past float's range
+        number = math.nan
+    if not math.isfinite(number):
         return None, f"the objective returned {value!r}, not a finite number"
-    return float(value), None
+    return number, None
 
 
 def tune_objective(stmt: TuneModel, session: Session, params: list, options: OptionValues, columns: tuple) -> Result:
@@ -120,25 +163,47 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
     if not _NAME.match(name):
         raise option_error("study_name", f"TUNE option study_name must be a name (letters, digits and underscores, "
                                          f"starting with a letter), not {name!r}.")
-    function = resolve_reference(ref)
-    if not callable(function):
-        raise ProgrammingError(f"{where}: {ref} is not a function.", code="factory_not_found")
+    function = _function(ref, where)
     space = bind_space(stmt.args["search"])
     space.validate(1)
-    target = stmt.args["target"].name
     train, validate = _data(session, stmt, params, options["validation_fraction"], options["seed"])
+    target = _target(stmt.args["target"].name, train, validate, where)
     definition = hashlib.sha256(json.dumps(
         [ref, factory_digest(ref), space.to_json(), algorithm, sorted(options.rest.items()), options["mode"],
-         options["seed"], target, _digest(train), _digest(validate), stmt.sql(dialect=msql.DIALECT)],
+         options["seed"], options["validation_fraction"], target.lower(), stmt.this.model_name.lower(),
+         _digest(train), _digest(validate)],
         default=str).encode()).hexdigest()
     existing = session.catalog.studies.study(name)
     if existing is not None:
         if existing.definition != definition:
-            raise ProgrammingError(f'Study "{name}" exists with another definition: DROP STUDY {name} first, or name '
-                                   "this one with WITH (study_name = '...').", code="study_definition_changed")
+            what = ("another objective" if json.loads(existing.options).get("objective") != ref
+                    else "its rows, SEARCH, USING or the options differ")
+            raise ProgrammingError(f'Study "{name}" exists with another definition ({what}): DROP STUDY {name} '
+                                   "first, or name this one with WITH (study_name = '...').",
+                                   code="study_definition_changed")
+        if existing.status == "running":
+            raise ProgrammingError(f'Study "{name}" is running now.', code="study_running")
         return _result(session, existing, columns)
     search = make_algorithm(algorithm, space, max_epochs=1, mode=options["mode"], seed=options["seed"],
                             study_name=name, options=options.rest)
+    claim = _row(name, stmt, options, ref, algorithm, space, definition, "running", None, None, 0, 0)
+    with catalog_write(session) as catalog:  # the name is claimed while the trials run (another run is refused)
+        if catalog.studies.study(name) is not None:
+            raise ProgrammingError(f'Study "{name}" is running now.', code="study_running")
+        catalog.studies.put_study(claim)
+    try:
+        trials = _run(search, function, train, validate, target)
+        _write(session, name, stmt, options, ref, algorithm, space, definition, search, trials, where)
+    except BaseException:
+        with catalog_write(session) as catalog:
+            catalog.studies.drop_study(name)
+        raise
+    return _result(session, session.catalog.studies.study(name), columns)
+
+
+def _run(search: Any, function: Any, train: pa.Table, validate: pa.Table,
+         target: str) -> dict[int, tuple[dict, Optional[float], Optional[str]]]:
+    """Every trial the algorithm asks, scored, told in trial order."""
     trials: dict[int, tuple[dict, Optional[float], Optional[str]]] = {}
     while not search.finished:
         requests = search.ask()
@@ -151,25 +216,28 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
                 search.tell(request.trial, [value])
             else:
                 search.tell_failed(request.trial, str(error))
-    _write(session, name, stmt, options, ref, algorithm, space, definition, search, trials)
-    return _result(session, session.catalog.studies.study(name), columns)
+    return trials
+
+
+def _row(name: str, stmt: TuneModel, options: OptionValues, ref: str, algorithm: str, space: Any, definition: str,
+         status: str, best: Optional[int], value: Optional[float], done: int, scored: int) -> StudyRow:
+    return StudyRow(name, stmt.this.model_name.lower(), 0, algorithm, "objective", options["mode"], 1, options["seed"],
+                    space.to_json(), json.dumps(dict(options.rest, objective=ref), default=str),
+                    stmt.args["train"].sql(dialect="duckdb"),
+                    stmt.args["validate"].sql(dialect="duckdb") if stmt.args.get("validate") is not None else None,
+                    stmt.args["target"].name, "", definition, status, None, best, value, done, scored, done)
 
 
 def _write(session: Session, name: str, stmt: TuneModel, options: OptionValues, ref: str, algorithm: str, space: Any,
-           definition: str, search: Any, trials: dict) -> None:
+           definition: str, search: Any, trials: dict, where: str) -> None:
     scored = {t: v for t, (_, v, e) in trials.items() if e is None}
     if not scored:
         first = trials[min(trials)][2] if trials else "no trial ran"
-        raise ProgrammingError(f"TUNE: every trial of the objective failed; the first: {first}",
-                               code="invalid_hyperparameter")
+        raise ProgrammingError(f"{where}: every trial failed; the first: {first}", code="invalid_hyperparameter")
     sign = 1.0 if options["mode"] == "max" else -1.0
     best = max(scored, key=lambda t: (sign * scored[t], -t))  # a tie goes to the earlier trial
-    row = StudyRow(name, stmt.this.model_name.lower(), 0, algorithm, "objective", options["mode"], 1, options["seed"],
-                   space.to_json(), json.dumps(dict(options.rest, objective=ref), default=str),
-                   stmt.args["train"].sql(dialect="duckdb"),
-                   stmt.args["validate"].sql(dialect="duckdb") if stmt.args.get("validate") is not None else None,
-                   stmt.args["target"].name, "", definition, "finished", None, best, scored[best], len(trials),
-                   len(scored), len(trials))
+    row = _row(name, stmt, options, ref, algorithm, space, definition, "finished", best, scored[best], len(trials),
+               len(scored))
     with catalog_write(session) as catalog:
         for trial, (config, value, error) in sorted(trials.items()):
             metrics = (value,) if value is not None else ()
