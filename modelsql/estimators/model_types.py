@@ -10,7 +10,9 @@ one, and the hyper-parameters the statement gives, checked against the class's `
 
 from __future__ import annotations
 
+import functools
 import importlib
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -113,12 +115,24 @@ MODEL_TYPES: dict[str, ModelType] = _types()
 """The named model types (BigQuery ML's names where it has them); the README's table lists them."""
 
 
-def _registry_type(name: str) -> ModelType | None:
-    """The model type of a scikit-learn estimator class name (case as scikit-learn spells it), or None."""
-    from sklearn.base import ClassifierMixin, ClusterMixin, RegressorMixin
+_REGISTRY_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _registry() -> tuple[tuple[str, type], ...]:
+    """scikit-learn's estimator registry (``all_estimators``: it imports every module of scikit-learn, seconds the
+    first time and not safe from several threads at once), read once."""
     from sklearn.utils.discovery import all_estimators
 
-    for cls_name, cls in all_estimators():
+    with _REGISTRY_LOCK:
+        return tuple(all_estimators())
+
+
+def _registry_type(name: str) -> ModelType | None:
+    """The model type of a scikit-learn estimator class name (any case), or None."""
+    from sklearn.base import ClassifierMixin, ClusterMixin, RegressorMixin
+
+    for cls_name, cls in _registry():
         if cls_name.lower() != name.lower():
             continue
         task = ("classification" if issubclass(cls, ClassifierMixin) else "regression"
@@ -150,9 +164,10 @@ def resolve_model_type(name: Any) -> ModelType:
     text = str(name)
     found = MODEL_TYPES.get(text.lower()) or _registry_type(text)
     if found is None:
-        from sklearn.utils.discovery import all_estimators
+        from sklearn.base import ClassifierMixin, ClusterMixin, RegressorMixin
 
-        names = [*MODEL_TYPES, *(n for n, _ in all_estimators(type_filter=["classifier", "regressor", "cluster"]))]
+        predictors = (ClassifierMixin, RegressorMixin, ClusterMixin)
+        names = [*MODEL_TYPES, *(n for n, cls in _registry() if issubclass(cls, predictors))]
         raise ProgrammingError(
             f"model_type {text!r} does not exist.{did_you_mean(text, names)} Model types: {', '.join(MODEL_TYPES)}, "
             "or a scikit-learn estimator class name ('ExtraTreesClassifier').", code="unknown_model_type")

@@ -196,17 +196,13 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
 
 def _clusterer(entry: Any) -> bool:
     """The model (a pipeline's last step) is a clusterer: trained in SQL as one, or converted from a scikit-learn
-    clusterer (``source`` ``sklearn:KMeans``)."""
+    clusterer (skl2onnx names a clusterer's outputs ``label`` and ``scores``; a classifier's are renamed
+    ``label`` and ``probabilities`` by :mod:`modelsql.converters.sklearn`)."""
     model = entry.steps[-1].model if hasattr(entry, "steps") else entry
     if dict(getattr(model, "options", ()) or ()).get("task") == "clustering":
         return True
-    source = str(getattr(model, "source", ""))
-    if not source.startswith("sklearn:"):
-        return False
-    from sklearn.base import ClusterMixin
-    from sklearn.utils.discovery import all_estimators
-
-    return any(name == source.split(":", 1)[1] and issubclass(cls, ClusterMixin) for name, cls in all_estimators())
+    outputs = tuple(o.name for o in getattr(model, "outputs", ()))
+    return str(getattr(model, "source", "")).startswith("sklearn:") and outputs == ("label", "scores")
 
 
 def _check_task_options(stmt: EvaluateModel, task: str, options: OptionValues) -> None:
