@@ -182,3 +182,34 @@ def test_parameters_in_the_input_are_kept_for_create_model_from_study(con):
                        ).fetchone()[0] == pytest.approx(best, abs=1e-12)
     assert con.execute("CREATE MODEL IF NOT EXISTS pq FROM STUDY pq_study").rowcount == 0
     assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'pq'").fetchone() == (1,)
+
+
+def test_two_connections_tuning_one_study_never_merge_it(tmp_path):
+    import threading
+
+    path = str(tmp_path / "two.duckdb")
+    with modelsql.connect(path) as first:
+        first.execute("CREATE TABLE t AS SELECT i AS id, (i * 0.37) % 1 AS a, (i * 0.71) % 1 AS b, "
+                      "((i * 0.37) % 1 > 0.5)::INT AS y FROM range(400) r(i)")
+        first.commit()
+    sql = ("TUNE MODEL m ON TABLE t TARGET y SEARCH (max_depth = CHOICE(1, 2, 3, 4)) USING GRID "
+           "WITH (model_type = 'decision_tree_classifier', metric = 'accuracy')")
+    outcomes: list = []
+
+    def tune() -> None:
+        with modelsql.connect(path) as mine:
+            try:
+                outcomes.append(mine.execute(sql).fetchone())
+            except modelsql.Error as exc:
+                outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=tune) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    rows = [o for o in outcomes if isinstance(o, tuple)]
+    assert rows and all(o == "study_running" for o in outcomes if not isinstance(o, tuple)), outcomes
+    with modelsql.connect(path) as check:
+        assert check.execute("SELECT count(*), count(DISTINCT trial) FROM modelsql.trials").fetchone() == (4, 4)
+        assert check.execute("SELECT status FROM modelsql.studies").fetchall() == [("finished",)]

@@ -390,6 +390,38 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
     existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
         return _result(session, existing, columns)
+    claim_study(session, _study_row(study, "running", None, None, 0, 0, 0))
+    try:
+        _run_and_write(session, study)
+    except BaseException:
+        with catalog_write(session) as catalog:
+            catalog.studies.drop_study(study.name)
+        raise
+    return _result(session, session.catalog.studies.study(study.name), columns)
+
+
+def claim_study(session: Session, row: StudyRow) -> None:
+    """Write the study's ``running`` row, so another run of the name is refused while its trials run.
+
+    Raises:
+        ProgrammingError: ``study_running`` (the name is taken, or another connection claimed it at the same time).
+    """
+    running = ProgrammingError(f'Study "{row.name}" is running now (when no statement runs it, a run that was killed '
+                               f"left it: DROP STUDY {row.name}).", code="study_running")
+    try:
+        with catalog_write(session) as catalog:
+            if catalog.studies.study(row.name) is not None:
+                raise running
+            catalog.studies.put_study(row)
+    except Error as err:
+        if err.code in ("constraint_violation", "transaction_error"):  # two claims at once: one commit is refused
+            session.rollback()
+            raise running from None
+        raise
+
+
+def _run_and_write(session: Session, study: _Study) -> None:
+    """Run the claimed study and write its trials and its finished row."""
     algorithm, trials, trained, requested = run_study(study)
     best, value = _best(study, trials)
     with catalog_write(session) as catalog:
@@ -400,11 +432,7 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
                 len(metrics), tuple(metrics), metrics[-1] if metrics else None,
                 (max if study.mode == "max" else min)(metrics) if metrics else None, None, None,
                 study.errors.get(trial)))
-        if catalog.studies.study(study.name) is not None:  # another connection finished it meanwhile
-            raise ProgrammingError(f'Study "{study.name}" was written by another connection while this one ran: '
-                                   "run the statement again for its result.", code="study_running")
         catalog.studies.put_study(_study_row(study, "finished", best, value, len(trials), trained, requested))
-    return _result(session, session.catalog.studies.study(study.name), columns)
 
 
 def _existing(session: Session, study: _Study, resume: bool) -> Any:
@@ -419,6 +447,9 @@ def _existing(session: Session, study: _Study, resume: bool) -> Any:
         if resume:
             raise session.catalog.studies.not_found(study.name)
         return None
+    if existing.status == "running" and existing.definition == study.definition:
+        raise ProgrammingError(f'Study "{study.name}" is running now (when no statement runs it, a run that was killed '
+                                   f"left it: DROP STUDY {study.name}).", code="study_running")
     if existing.definition != study.definition:
         what = ("another model or model type" if existing.model != study.model or
                 json.loads(existing.options).get("estimator") != study.model_type.estimator else

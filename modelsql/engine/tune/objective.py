@@ -35,6 +35,7 @@ from modelsql.engine.handlers import catalog_write
 from modelsql.engine.models.training_rows import query_rows
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
+from modelsql.engine.tune.estimators import claim_study
 from modelsql.engine.tune.spec import bind_space
 
 if TYPE_CHECKING:
@@ -182,15 +183,13 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
                                    "first, or name this one with WITH (study_name = '...').",
                                    code="study_definition_changed")
         if existing.status == "running":
-            raise ProgrammingError(f'Study "{name}" is running now.', code="study_running")
+            raise ProgrammingError(f'Study "{name}" is running now (when no statement runs it, a run that was killed '
+                                   f"left it: DROP STUDY {name}).", code="study_running")
         return _result(session, existing, columns)
     search = make_algorithm(algorithm, space, max_epochs=1, mode=options["mode"], seed=options["seed"],
                             study_name=name, options=options.rest)
     claim = _row(name, stmt, options, ref, algorithm, space, definition, "running", None, None, 0, 0)
-    with catalog_write(session) as catalog:  # the name is claimed while the trials run (another run is refused)
-        if catalog.studies.study(name) is not None:
-            raise ProgrammingError(f'Study "{name}" is running now.', code="study_running")
-        catalog.studies.put_study(claim)
+    claim_study(session, claim)  # the name is claimed while the trials run (another run is refused)
     try:
         trials = _run(search, function, train, validate, target)
         _write(session, name, stmt, options, ref, algorithm, space, definition, search, trials, where)
