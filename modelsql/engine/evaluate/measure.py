@@ -49,9 +49,9 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
     rows, null_targets, fingerprint = int(row[0]), int(row[1]), int(row[2])
     _check_rows(stmt, plan, rows, null_targets, int(row[3]))
     if plan.task == "regression":
-        return Measured(rows, f"{rows}:{fingerprint:016x}", _regression(row))
+        return Measured(rows, queries.fingerprint_text(rows, fingerprint), _regression(row))
     metrics, where = _classification(stmt, plan, row)
-    return Measured(rows, f"{rows}:{fingerprint:016x}", metrics, where)
+    return Measured(rows, queries.fingerprint_text(rows, fingerprint), metrics, where)
 
 
 def run_sql(sql: str, session: Session, params: list) -> tuple[Any, ...]:

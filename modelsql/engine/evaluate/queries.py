@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-__all__ = ["Predicted", "classification_sql", "regression_sql", "EPS"]
+__all__ = ["Predicted", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS"]
 
 EPS = 2.220446049250313e-16
 """The clip of probabilities in log loss: float64's machine epsilon (scikit-learn's ``log_loss``)."""
@@ -51,11 +51,25 @@ class Predicted:
                 f"{self.prediction}{cast} AS p{probabilities}, {fingerprint} AS h FROM {self.predict_sql})")
 
 
+_HASH_SUM = "(coalesce(sum({0}::HUGEINT), 0) % 18446744073709551616)::UBIGINT"
+"""The order-independent digest of rows: the sum of their hashes ``{0}``, modulo 2**64."""
+
 _COMMON = ("(SELECT count(*) FROM __msql_eval) AS n, "
            "(SELECT count(*) FROM __msql_eval WHERE t IS NULL) AS null_targets, "
-           "(SELECT coalesce(sum(h::HUGEINT), 0) % 18446744073709551616 FROM __msql_eval)::UBIGINT AS fingerprint, "
+           f"(SELECT {_HASH_SUM.format('h')} FROM __msql_eval) AS fingerprint, "
            "(SELECT count(*) FROM __msql_eval WHERE {not_numbers}) AS not_numbers")
 _NOT_A_NUMBER = "isnan({0}) OR isinf({0})"
+
+
+def fingerprint_sql(columns: Sequence[str], relation: str) -> str:
+    """``SELECT count(*), digest`` of the rows of ``relation`` over ``columns`` (quoted SQL): the fingerprint an
+    EVALUATE of those rows records (:func:`fingerprint_text`)."""
+    return f"SELECT count(*), {_HASH_SUM.format('hash(' + ', '.join(columns) + ')')} FROM {relation}"
+
+
+def fingerprint_text(rows: int, digest: int) -> str:
+    """How a fingerprint is written: ``<rows>:<digest as 16 hex digits>``."""
+    return f"{int(rows)}:{int(digest):016x}"
 
 
 def classification_sql(predicted: Predicted, threshold: Optional[float]) -> str:

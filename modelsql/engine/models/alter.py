@@ -21,6 +21,7 @@ from modelsql import sql as msql
 from modelsql.errors import Error, ProgrammingError, did_you_mean
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from modelsql.sql.models import AlterModel
+from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import value
 from modelsql.engine.result import Result
@@ -70,11 +71,10 @@ def _fingerprint(session: Session, source: exp.Expression, params: list) -> str:
     """The fingerprint EVALUATE records of the rows of ``source`` (``<rows>:<sum of the rows' hashes>``)."""
     sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
     described = session.duck.execute(f"DESCRIBE {sql}", params or None).fetchall()
-    columns = ", ".join(exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described)
-    row = session.duck.execute(f"SELECT count(*), (coalesce(sum(hash({columns})::HUGEINT), 0) "
-                               f"% 18446744073709551616)::UBIGINT FROM ({sql})", params or None).fetchone()
+    columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
+    row = session.duck.execute(fingerprint_sql(columns, f"({sql})"), params or None).fetchone()
     assert row is not None  # an aggregate has one row
-    return f"{int(row[0])}:{int(row[1]):016x}"
+    return fingerprint_text(row[0], row[1])
 
 
 def _scoring(options: dict, metrics: dict) -> tuple:

@@ -29,6 +29,7 @@ from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError
 from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
 from modelsql.sql.models import ImportModel
+from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.handlers import catalog_write_retrying
@@ -192,15 +193,12 @@ def _fingerprint(session: Session, table: pa.Table) -> str:
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
     try:
         cursor.register("__msql_rows", table)
-        columns = ", ".join(exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names)
-        row = cursor.execute(
-            f"SELECT count(*), (coalesce(sum(hash({columns})::HUGEINT), 0) % 18446744073709551616)::UBIGINT "
-            'FROM "__msql_rows"').fetchone()
+        columns = [exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
+        row = cursor.execute(fingerprint_sql(columns, '"__msql_rows"')).fetchone()
         assert row is not None  # an aggregate has one row
-        count, total = row
     finally:
         cursor.close()
-    return f"rows:{count}:{int(total):016x}"
+    return f"rows:{fingerprint_text(row[0], row[1])}"
 
 
 def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, valid: np.ndarray,

@@ -52,12 +52,14 @@ from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
+from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.spec import bind_space
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["estimator_type", "tune_estimator", "create_from_estimator_study", "BOOSTED"]
+__all__ = ["estimator_type", "tune_estimator", "create_from_estimator_study", "claim_study", "input_rows",
+           "rows_digest", "BOOSTED"]
 
 BOOSTED = ("sklearn.ensemble:GradientBoostingClassifier", "sklearn.ensemble:GradientBoostingRegressor")
 """Estimators whose "epochs" are boosting stages (one tree each), grown with ``warm_start``."""
@@ -139,11 +141,28 @@ class _Study:
 # ---------------------------------------------------------------- data
 
 
-def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
-             where: str) -> TrainingRows:
+def input_rows(session: Session, source: exp.Expression, params: list) -> tuple[pa.Table, dict[str, str]]:
+    """The rows of a statement's input, ``TABLE t`` or ``(query)`` (:func:`~.training_rows.query_rows`)."""
     query = typing.cast(exp.Expression, exp.select("*").from_(source.copy()) if isinstance(source, exp.Table)
                         else source.unnest().copy())
-    table, types = query_rows(session, query, params)
+    return query_rows(session, query, params)
+
+
+def rows_digest(*tables: pa.Table) -> str:
+    """SHA-256 of the tables' schemas and bytes: the rows a study ran on (others make it another study)."""
+    digest = hashlib.sha256()
+    for table in tables:
+        digest.update(str(table.schema).encode())
+        for column in table.columns:
+            for buffer in column.combine_chunks().buffers():
+                if buffer is not None:
+                    digest.update(buffer)
+    return digest.hexdigest()
+
+
+def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
+             where: str) -> TrainingRows:
+    table, types = input_rows(session, source, params)
     return training_rows(table, types=types, task=task, target=target, features=features, on_null="refuse",
                          statement=where)
 
@@ -163,15 +182,8 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
             raise ProgrammingError(f"TUNE: VALIDATE ON's columns {valid_rows.kinds.columns} are not encoded as ON's "
                                    f"{rows.kinds.columns}.", code="invalid_feature")
         data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows))
-    digest = hashlib.sha256()
-    for part, idx in ((data.rows, data.train), (data.valid_rows, data.valid)):
-        for column in part.table.take(pa.array(idx, pa.int64())).columns:
-            array = column.combine_chunks()
-            digest.update(str(array.type).encode())
-            for buffer in array.buffers():
-                if buffer is not None:
-                    digest.update(buffer)
-    data.fingerprint = digest.hexdigest()
+    data.fingerprint = rows_digest(data.rows.table.take(pa.array(data.train, pa.int64())),
+                                   data.valid_rows.table.take(pa.array(data.valid, pa.int64())))
     return data
 
 
@@ -383,13 +395,13 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
 
 
 def tune_estimator(stmt: TuneModel, session: Session, params: list, options: OptionValues, model_type: ModelType,
-                   base: dict, columns: tuple) -> Result:
+                   base: dict) -> Result:
     """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
     study = bind_estimator_study(stmt, session, params, options, model_type, base)
     study.parameters = list(params)
     existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
-        return _result(session, existing, columns)
+        return study_result(session, existing)
     claim_study(session, _study_row(study, "running", None, None, 0, 0, 0))
     try:
         _run_and_write(session, study)
@@ -397,7 +409,7 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
         with catalog_write(session) as catalog:
             catalog.studies.drop_study(study.name)
         raise
-    return _result(session, session.catalog.studies.study(study.name), columns)
+    return study_result(session, session.catalog.studies.study(study.name))
 
 
 def claim_study(session: Session, row: StudyRow) -> None:
@@ -459,14 +471,6 @@ def _existing(session: Session, study: _Study, resume: bool) -> Any:
                                f"{study.name} first, or name this one with WITH (study_name = '...').",
                                code="study_definition_changed")
     return existing
-
-
-def _result(session: Session, row: Any, columns: tuple) -> Result:
-    description = [(n, t, None, None, None, None, True) for n, t in columns]
-    ratio = row.epochs_requested / row.epochs_trained if row.epochs_trained else None
-    return Result(session.duck, description=description, rows=[
-        (row.name, row.status, len(session.catalog.studies.trials(row.name)), row.best_trial, row.best_metric,
-         row.metric, row.mode, row.epochs_trained, row.epochs_requested, ratio)])
 
 
 # ---------------------------------------------------------------- CREATE MODEL ... FROM STUDY

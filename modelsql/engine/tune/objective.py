@@ -22,7 +22,6 @@ import re
 from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow as pa
-from sqlglot import exp
 
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
@@ -32,10 +31,10 @@ from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.training import factory_digest, resolve_reference
 from modelsql.engine.artifacts import trust
 from modelsql.engine.handlers import catalog_write
-from modelsql.engine.models.training_rows import query_rows
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
-from modelsql.engine.tune.estimators import claim_study
+from modelsql.engine.tune.result import study_result
+from modelsql.engine.tune.estimators import claim_study, input_rows, rows_digest
 from modelsql.engine.tune.spec import bind_space
 
 if TYPE_CHECKING:
@@ -50,12 +49,6 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _UNUSED = ("metric", "max_epochs", "model_type", "features", "workers", "threads", "executor", "address",
            "execution", "time_budget_s", "device")
 """TUNE options an objective's study does not have (its function reads the rows and scores them itself)."""
-
-
-def _rows(session: Session, source: Any, params: list) -> pa.Table:
-    query = exp.select("*").from_(source.copy()) if isinstance(source, exp.Table) else source.unnest().copy()
-    table, _ = query_rows(session, query, params)
-    return table
 
 
 def _function(ref: str, where: str) -> Any:
@@ -97,10 +90,10 @@ def _check(stmt: TuneModel, options: OptionValues, where: str) -> str:
 
 
 def _data(session: Session, stmt: TuneModel, params: list, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
-    train = _rows(session, stmt.args["train"], params)
+    train = input_rows(session, stmt.args["train"], params)[0]
     validate = stmt.args.get("validate")
     if validate is not None:
-        return train, _rows(session, validate, params)
+        return train, input_rows(session, validate, params)[0]
     keep, held = validation_rows(train.num_rows, "random", fraction, seed)
     return train.take(pa.array(keep, pa.int64())), train.take(pa.array(held, pa.int64()))
 
@@ -122,16 +115,6 @@ def _target(name: str, train: pa.Table, validate: pa.Table, where: str) -> str:
     return next(c for c in train.column_names if c.lower() == name.lower())
 
 
-def _digest(table: pa.Table) -> str:
-    """The rows' bytes, hashed (a study run again on other rows is another study)."""
-    digest = hashlib.sha256(str(table.schema).encode())
-    for column in table.columns:
-        for buffer in column.combine_chunks().buffers():
-            if buffer is not None:
-                digest.update(buffer)
-    return digest.hexdigest()
-
-
 def _score(function: Any, config: dict, train: pa.Table, validate: pa.Table, target: str) -> tuple[Optional[float], Optional[str]]:
     """(the score, None) or (None, why the trial failed)."""
     try:
@@ -148,7 +131,7 @@ def _score(function: Any, config: dict, train: pa.Table, validate: pa.Table, tar
     return number, None
 
 
-def tune_objective(stmt: TuneModel, session: Session, params: list, options: OptionValues, columns: tuple) -> Result:
+def tune_objective(stmt: TuneModel, session: Session, params: list, options: OptionValues) -> Result:
     """Run an objective's study (see the module) and record it; one row, TUNE's columns.
 
     Raises:
@@ -172,7 +155,7 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
     definition = hashlib.sha256(json.dumps(
         [ref, factory_digest(ref), space.to_json(), algorithm, sorted(options.rest.items()), options["mode"],
          options["seed"], options["validation_fraction"], target.lower(), stmt.this.model_name.lower(),
-         _digest(train), _digest(validate)],
+         rows_digest(train), rows_digest(validate)],
         default=str).encode()).hexdigest()
     existing = session.catalog.studies.study(name)
     if existing is not None:
@@ -185,7 +168,7 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
         if existing.status == "running":
             raise ProgrammingError(f'Study "{name}" is running now (when no statement runs it, a run that was killed '
                                    f"left it: DROP STUDY {name}).", code="study_running")
-        return _result(session, existing, columns)
+        return study_result(session, existing)
     search = make_algorithm(algorithm, space, max_epochs=1, mode=options["mode"], seed=options["seed"],
                             study_name=name, options=options.rest)
     claim = _row(name, stmt, options, ref, algorithm, space, definition, "running", None, None, 0, 0)
@@ -197,7 +180,7 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
         with catalog_write(session) as catalog:
             catalog.studies.drop_study(name)
         raise
-    return _result(session, session.catalog.studies.study(name), columns)
+    return study_result(session, session.catalog.studies.study(name))
 
 
 def _run(search: Any, function: Any, train: pa.Table, validate: pa.Table,
@@ -245,12 +228,3 @@ def _write(session: Session, name: str, stmt: TuneModel, options: OptionValues, 
                                                search.status(trial), len(metrics), metrics, value, value, None, None,
                                                error))
         catalog.studies.put_study(row)
-
-
-def _result(session: Session, row: Any, columns: tuple) -> Result:
-    description = [(n, t, None, None, None, None, True) for n, t in columns]
-    ratio = row.epochs_requested / row.epochs_trained if row.epochs_trained else None
-    return Result(session.duck, description=description, rows=[
-        (row.name, row.status, len(session.catalog.studies.trials(row.name)), row.best_trial, row.best_metric,
-         row.metric, row.mode, row.epochs_trained, row.epochs_requested, ratio)])
-

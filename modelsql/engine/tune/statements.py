@@ -37,6 +37,7 @@ from modelsql.engine.tune.checks import check_space_values, check_threads, probe
 from modelsql.engine.tune.data import load_study_data
 from modelsql.engine.tune.estimators import estimator_type, tune_estimator
 from modelsql.engine.tune.objective import tune_objective
+from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.run import StudyRun, load_tree
 from modelsql.engine.tune.spec import TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
 
@@ -268,10 +269,10 @@ def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
     try:
         options = _options(stmt, params)
         if options["objective"] is not None:
-            return tune_objective(stmt, session, params, options, TUNE_COLUMNS)
+            return tune_objective(stmt, session, params, options)
         estimator = estimator_type(session, stmt.this.model_name.lower(), stmt.this.version_number, options)
         if estimator is not None:
-            return tune_estimator(stmt, session, params, options, *estimator, TUNE_COLUMNS)
+            return tune_estimator(stmt, session, params, options, *estimator)
     except Error as err:
         raise session.pointed(err, _node_of(stmt, err)) from None
     finally:
@@ -286,19 +287,7 @@ def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
     finally:
         RUNNING.discard(spec.name)
         session.changed()
-    return Result(session.duck, description=_describe(*TUNE_COLUMNS),
-                  rows=[(row.name, row.status, len(session.catalog.studies.trials(row.name)), row.best_trial,
-                         row.best_metric, row.metric, row.mode, row.epochs_trained, row.epochs_requested,
-                         row.epochs_requested / row.epochs_trained if row.epochs_trained else None)])
-
-
-TUNE_COLUMNS = (("study", "VARCHAR"), ("status", "VARCHAR"), ("trials", "INTEGER"), ("best_trial", "INTEGER"),
-                ("best_metric", "DOUBLE"), ("metric", "VARCHAR"), ("mode", "VARCHAR"), ("epochs_trained", "BIGINT"),
-                ("epochs_requested", "BIGINT"), ("steps_ratio", "DOUBLE"))
-"""TUNE's one result row: ``best_metric`` is the best trial's value of ``metric`` (the option; ``'val_loss'`` by
-default) on the validation rows, best meaning lowest when ``mode`` is ``'min'``, highest when ``'max'``;
-``epochs_requested`` is what the trials would train one by one, ``epochs_trained`` what the stage tree trained
-(shared prefixes once; Hippo), and ``steps_ratio`` the first over the second (2.0: half the training)."""
+    return study_result(session, row)
 
 
 def _describe(*columns: tuple[str, str]) -> list[tuple]:
