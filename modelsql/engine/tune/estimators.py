@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import typing
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -49,17 +48,17 @@ from modelsql.tuning.space import Piecewise, Space, StepDecay
 from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
-from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
+from modelsql.engine.models.training_rows import TrainingRows, training_rows
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
+from modelsql.engine.tune.inprocess import claim_study, input_rows, rows_digest
 from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.spec import bind_space
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["estimator_type", "tune_estimator", "create_from_estimator_study", "claim_study", "input_rows",
-           "rows_digest", "BOOSTED"]
+__all__ = ["estimator_type", "tune_estimator", "create_from_estimator_study", "BOOSTED"]
 
 BOOSTED = ("sklearn.ensemble:GradientBoostingClassifier", "sklearn.ensemble:GradientBoostingRegressor")
 """Estimators whose "epochs" are boosting stages (one tree each), grown with ``warm_start``."""
@@ -139,25 +138,6 @@ class _Study:
 
 
 # ---------------------------------------------------------------- data
-
-
-def input_rows(session: Session, source: exp.Expression, params: list) -> tuple[pa.Table, dict[str, str]]:
-    """The rows of a statement's input, ``TABLE t`` or ``(query)`` (:func:`~.training_rows.query_rows`)."""
-    query = typing.cast(exp.Expression, exp.select("*").from_(source.copy()) if isinstance(source, exp.Table)
-                        else source.unnest().copy())
-    return query_rows(session, query, params)
-
-
-def rows_digest(*tables: pa.Table) -> str:
-    """SHA-256 of the tables' schemas and bytes: the rows a study ran on (others make it another study)."""
-    digest = hashlib.sha256()
-    for table in tables:
-        digest.update(str(table.schema).encode())
-        for column in table.columns:
-            for buffer in column.combine_chunks().buffers():
-                if buffer is not None:
-                    digest.update(buffer)
-    return digest.hexdigest()
 
 
 def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
@@ -410,26 +390,6 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
             catalog.studies.drop_study(study.name)
         raise
     return study_result(session, session.catalog.studies.study(study.name))
-
-
-def claim_study(session: Session, row: StudyRow) -> None:
-    """Write the study's ``running`` row, so another run of the name is refused while its trials run.
-
-    Raises:
-        ProgrammingError: ``study_running`` (the name is taken, or another connection claimed it at the same time).
-    """
-    running = ProgrammingError(f'Study "{row.name}" is running now (when no statement runs it, a run that was killed '
-                               f"left it: DROP STUDY {row.name}).", code="study_running")
-    try:
-        with catalog_write(session) as catalog:
-            if catalog.studies.study(row.name) is not None:
-                raise running
-            catalog.studies.put_study(row)
-    except Error as err:
-        if err.code in ("constraint_violation", "transaction_error"):  # two claims at once: one commit is refused
-            session.rollback()
-            raise running from None
-        raise
 
 
 def _run_and_write(session: Session, study: _Study) -> None:

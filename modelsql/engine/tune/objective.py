@@ -34,7 +34,7 @@ from modelsql.engine.handlers import catalog_write
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
 from modelsql.engine.tune.result import study_result
-from modelsql.engine.tune.estimators import claim_study, input_rows, rows_digest
+from modelsql.engine.tune.inprocess import claim_study, input_rows, rows_digest
 from modelsql.engine.tune.spec import bind_space
 
 if TYPE_CHECKING:
