@@ -273,11 +273,23 @@ class Studies:
 
     def put_trial(self, row: TrialRow) -> None:
         """Insert or replace one trial."""
-        self._write("DELETE FROM {s}.trials WHERE study = ? AND trial = ?", [row.study, row.trial])
-        values = [getattr(row, c) for c in _TRIAL_COLUMNS]
-        values[_TRIAL_COLUMNS.index("metrics")] = list(row.metrics)
-        self._write(f"INSERT INTO {{s}}.trials ({', '.join(_TRIAL_COLUMNS)}, updated_at) "
-                    f"VALUES ({', '.join('?' * (len(values) + 1))})", values + [_now()])
+        self.put_trials([row])
+
+    def put_trials(self, rows: Sequence[TrialRow]) -> None:
+        """Insert or replace trials of one study (two statements, however many)."""
+        if not rows:
+            return
+        study = rows[0].study
+        assert all(r.study == study for r in rows)  # one study's trials per call
+        self._write("DELETE FROM {s}.trials WHERE study = ? AND list_contains(?::BIGINT[], trial)",
+                    [study, [r.trial for r in rows]])
+        now, values, width = _now(), [], len(_TRIAL_COLUMNS) + 1
+        for row in rows:
+            one = [getattr(row, c) for c in _TRIAL_COLUMNS]
+            one[_TRIAL_COLUMNS.index("metrics")] = list(row.metrics)
+            values += one + [now]
+        marks = ", ".join([f"({', '.join('?' * width)})"] * len(rows))
+        self._write(f"INSERT INTO {{s}}.trials ({', '.join(_TRIAL_COLUMNS)}, updated_at) VALUES {marks}", values)
 
     # ----------------------------------------------------------------- stages
 
@@ -296,8 +308,9 @@ class Studies:
     def put_stage(self, row: StageRow) -> None:
         """Insert or replace one stage; ``started_at`` is kept from an earlier row of it, ``finished_at`` set
         when the status is final."""
-        started = self._rows("SELECT started_at FROM {s}.stages WHERE tree = ? AND stage = ?", [row.tree, row.stage])
-        self._write("DELETE FROM {s}.stages WHERE tree = ? AND stage = ?", [row.tree, row.stage])
+        self._catalog.check_writable()
+        started = self._rows("DELETE FROM {s}.stages WHERE tree = ? AND stage = ? RETURNING started_at",
+                             [row.tree, row.stage])
         now = _now()
         values = [getattr(row, c) for c in _STAGE_COLUMNS]
         final = now if row.status != "running" else None

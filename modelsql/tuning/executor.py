@@ -79,11 +79,13 @@ class TaskOutcome:
     worker: str = ""
 
 
-def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
+def run_task(spec: TaskSpec, data, parent: Optional[bytes], *, interruptible: bool = False) -> TaskOutcome:
     """Train ``spec``'s stages one after the other from ``parent`` (None: from scratch).
 
     A stage that raises ends the task: the stages before it are returned with the error, as plain
-    values (exceptions with extra state do not always pickle back across processes).
+    values (exceptions with extra state do not always pickle back across processes). A KeyboardInterrupt
+    is such an error too (a worker's task cancelled), unless ``interruptible`` (a task trained in the study's
+    own process: Ctrl-C stops the study), when it is raised.
     """
     from modelsql.tuning.training import StageSpec, train_stage
 
@@ -94,6 +96,8 @@ def run_task(spec: TaskSpec, data, parent: Optional[bytes]) -> TaskOutcome:
         try:
             result = train_stage(stage, data, state)
         except BaseException as exc:  # noqa: BLE001 - reported to the study, which marks the trials failed
+            if interruptible and isinstance(exc, KeyboardInterrupt):
+                raise
             exc_code = getattr(exc, "code", None)
             ours = isinstance(exc_code, str)  # a modelsql error: its code is registered
             code = exc_code if isinstance(exc_code, str) else "trial_failed"

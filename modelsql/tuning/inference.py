@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from modelsql.tuning.training import resolve_factory
+from modelsql.tuning.factories import resolve_factory
 
 __all__ = ["TrainedNetwork"]
 

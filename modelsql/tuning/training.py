@@ -42,37 +42,34 @@ entry of a ``StageSpec`` sets lr, momentum and weight decay in every param group
 of that epoch, overwriting whatever the restored optimizer state carried. No torch LR
 scheduler is used: its state would carry the parent trial's schedule into the branch.
 
-torch is imported lazily, so the specs, ``resolve_factory`` and ``factory_digest`` work
-without it.
+torch is imported lazily, so the specs work without it. Factories are imported by
+:mod:`modelsql.tuning.factories`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
-import inspect
 import io
 import math
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from modelsql.errors import DataError, NotSupportedError, OperationalError, ProgrammingError
 from modelsql.recursive.trees import Trees
+from modelsql.tuning.factories import resolve_factory
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = [
     "TrainData", "StageSpec", "StageResult", "TrainingDiverged", "HYPERPARAMETERS", "check_epoch", "check_factory",
-    "train_stage", "load_trained", "resolve_reference", "resolve_factory", "source_file", "factory_digest",
-    "deterministic_cuda", "deterministic_on", "nondeterministic_error", "device_kind", "CUBLAS_WORKSPACE",
+    "train_stage", "load_trained", "deterministic_cuda", "deterministic_on", "nondeterministic_error", "device_kind", "CUBLAS_WORKSPACE",
 ]
 
 CUBLAS_WORKSPACE = ":4096:8"
@@ -170,81 +167,6 @@ class TrainingDiverged(DataError):
         super().__init__(f"training diverged at epoch {epoch} ({where}): the loss is {value}")
         self.epoch = epoch
         self.batch = batch
-
-
-# ------------------------------------------------------------------ factories
-
-
-def resolve_reference(ref: str) -> Any:
-    """The object named by ``"package.module:name"`` (the name may be dotted, ``"pkg.mod:Class.attr"``).
-
-    Raises:
-        ProgrammingError(code="factory_not_found"): ``ref`` is not ``module:name``, the module cannot be
-            imported, or the attribute is missing.
-    """
-    module_name, attr = _split_ref(ref)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise _not_found(ref, f"module {module_name!r} cannot be imported ({exc})") from exc
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise _not_found(ref, f"module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def resolve_factory(ref: str) -> Callable[..., Any]:
-    """Import the callable named by ``"package.module:function"`` (the function part may be
-    dotted, e.g. ``"pkg.mod:Class.build"``).
-
-    Raises:
-        ProgrammingError(code="factory_not_found"): ``ref`` is not ``module:function``, the
-            module cannot be imported, or the attribute is missing or not callable.
-    """
-    obj = resolve_reference(ref)
-    if not callable(obj):
-        module_name, attr = _split_ref(ref)
-        raise _not_found(ref, f"{attr!r} in module {module_name!r} is not callable")
-    return obj
-
-
-def source_file(ref: str) -> Optional[str]:
-    """The path of the source file defining ``ref`` (None for a built-in or a module without a file)."""
-    return _source_file(resolve_reference(ref), _split_ref(ref)[0])
-
-
-def factory_digest(ref: str) -> str:
-    """SHA-256 (hex) of the bytes of the source file that defines the factory ``ref`` (the
-    file on disk now, so an edited factory gets a new digest even before it is re-imported).
-
-    Raises:
-        ProgrammingError(code="factory_not_found"): as ``resolve_factory``.
-    """
-    path = _source_file(resolve_factory(ref), _split_ref(ref)[0])
-    if path is None:
-        return hashlib.sha256(f"no source file: {ref}".encode()).hexdigest()
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def _split_ref(ref: Any) -> tuple[str, str]:
-    parts = ref.split(":") if isinstance(ref, str) else []
-    if len(parts) != 2 or not all(p.strip() for p in parts):
-        raise _not_found(ref, 'a factory is named "package.module:function"')
-    return parts[0].strip(), parts[1].strip()
-
-
-def _not_found(ref: Any, why: str) -> ProgrammingError:
-    return ProgrammingError(f"factory {ref!r} not found: {why}", code="factory_not_found")
-
-
-def _source_file(fn: Any, module_name: str) -> Optional[str]:
-    try:
-        path = inspect.getsourcefile(fn)
-    except TypeError:
-        path = None
-    return path or getattr(sys.modules.get(module_name), "__file__", None)
 
 
 def _build_model(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str, Any]]],

@@ -249,17 +249,47 @@ def _cpu_used(pids: list[int], seconds: float) -> float:
     return sum(after[p] - before[p] for p in pids if before[p] is not None and after[p] is not None)
 
 
-def test_ctrl_c_during_a_tune_stops_the_stage_training_in_its_worker(tmp_path, terminal):
-    """The workers no longer get the terminal's SIGINT, so the study's process stops the task it abandons: a
-    worker does not train on, unseen, after Ctrl-C stopped the study."""
+BUSY_TUNE = ("TUNE MODEL busy ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = CHOICE(0.1), "
+             "batch_size = 64) USING GRID WITH (max_epochs = 200, seed = 0, workers = 1{extra});\r")
+
+
+def _busy_shell(tmp_path, terminal):
     make_db(str(tmp_path / "tune.duckdb")).close()
     (tmp_path / "busymod.py").write_text(SLOW_FACTORY)
     term = terminal(tmp_path, "-d", "tune.duckdb")  # python -m: the working directory is on sys.path
     term.expect(PROMPT)
     term.send("CREATE MODEL busy FROM PYTHON 'busymod:busy';\r")
     term.expect(PROMPT)
-    term.send("TUNE MODEL busy ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = CHOICE(0.1), "
-              "batch_size = 64) USING GRID WITH (max_epochs = 200, seed = 0, workers = 1);\r")
+    return term
+
+
+def test_ctrl_c_during_a_tune_trained_in_the_shell_process_stops_the_study(tmp_path, terminal):
+    """One worker on the CPU trains in the shell's own process: Ctrl-C stops the stage and the study (resumable),
+    with no traceback, and the shell stops using the CPU."""
+    term = _busy_shell(tmp_path, terminal)
+    term.send(BUSY_TUNE.format(extra=""))
+    deadline = time.monotonic() + 120
+    while _cpu_used([term.pid], 2.0) < 0.3:  # training
+        assert time.monotonic() < deadline, term.output[-3000:]
+    assert not _workers_of(term.pid)  # no worker process: the stages train in the shell
+    term.ctrl_c()
+    term.expect(r"study_stopped|[Ii]nterrupted", timeout=60)
+    term.expect(PROMPT)
+    time.sleep(1.0)
+    assert _cpu_used([term.pid], 3.0) < 0.3  # training stopped with the study
+    term.send("SELECT status FROM modelsql.studies;\r")
+    term.expect("stopped")
+    term.expect(PROMPT)
+    term.send(".quit\r")
+    assert term.wait() == 0
+    assert "Traceback" not in term.output
+
+
+def test_ctrl_c_during_a_tune_stops_the_stage_training_in_its_worker(tmp_path, terminal):
+    """The workers no longer get the terminal's SIGINT, so the study's process stops the task it abandons: a
+    worker does not train on, unseen, after Ctrl-C stopped the study."""
+    term = _busy_shell(tmp_path, terminal)
+    term.send(BUSY_TUNE.format(extra=", executor = 'processes'"))
     deadline = time.monotonic() + 120
     while not (workers := _workers_of(term.pid)) or _cpu_used(workers, 2.0) < 0.3:  # training
         assert time.monotonic() < deadline, term.output[-3000:]

@@ -33,7 +33,7 @@ from modelsql.errors import NotSupportedError, OperationalError  # noqa: E402
 from modelsql.engine.artifacts.python_programs import read_program  # noqa: E402
 from modelsql.signing import KEY_ENV, load_key, signature_of  # noqa: E402
 from modelsql.storage import BlobStore  # noqa: E402
-from modelsql.tuning.training import factory_digest  # noqa: E402
+from modelsql.tuning.factories import factory_digest  # noqa: E402
 
 from conftest import linear_model  # noqa: E402
 

@@ -24,11 +24,10 @@ from modelsql.tuning.training import (  # noqa: E402
     StageSpec,
     TrainData,
     TrainingDiverged,
-    factory_digest,
     load_trained,
-    resolve_factory,
     train_stage,
 )
+from modelsql.tuning.factories import factory_digest, resolve_factory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = "modelsql.zoo:mlp"

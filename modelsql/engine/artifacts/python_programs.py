@@ -30,7 +30,7 @@ from modelsql.errors import DataError, ProgrammingError
 from modelsql.converters.python_program import ELEM_TYPES, NUMPY_TYPES
 from modelsql.operators.backends import devices
 from modelsql.operators.backends.coexec import PythonProgramModel
-from modelsql.tuning.training import factory_digest, resolve_reference
+from modelsql.tuning.factories import factory_digest, resolve_reference
 from modelsql.engine.artifacts import trust
 
 if TYPE_CHECKING:

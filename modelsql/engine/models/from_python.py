@@ -43,7 +43,7 @@ from modelsql.operators.backends import devices
 from modelsql.operators.backends.coexec import BUCKETS, CHUNK_ROWS, PythonProgramModel, graph_breaks
 from modelsql.progress import Meter
 from modelsql.sql.models import ImportModel
-from modelsql.tuning.training import resolve_reference, source_file
+from modelsql.tuning.factories import resolve_reference, source_file
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.handlers import catalog_write
 from modelsql.engine.artifacts import trust

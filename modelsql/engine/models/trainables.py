@@ -26,7 +26,8 @@ from modelsql.errors import IntegrityError, NotSupportedError, ProgrammingError
 from modelsql.converters import from_torch
 from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
-from modelsql.tuning.training import factory_digest, for_inference, load_trained, resolve_factory
+from modelsql.tuning.factories import factory_digest, resolve_factory
+from modelsql.tuning.training import for_inference, load_trained
 from modelsql.engine.evaluate.recording import record_evaluation
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.tune.data import load_study_data

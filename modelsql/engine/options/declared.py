@@ -192,7 +192,9 @@ TUNE = OptionSet(
     Option("mode", "choice", choices=("min", "max"), default_doc="the metric's", doc="whether lower or higher is better"),
     Option("workers", "int", 1, min=1, max=1024, doc="stages trained at once"),
     Option("threads", "int", 1, min=1, max=1024, doc="threads per worker (local workers: at most the cores)"),
-    Option("executor", "choice", "local", choices=("local", "ray"), doc="worker processes here, or Ray tasks"),
+    Option("executor", "choice", "local", choices=("local", "processes", "ray"),
+           doc="`'local'`: on this machine (one worker on the CPU trains in this process, as Optuna does; more, "
+               "or CUDA, in worker processes); `'processes'`: always in worker processes; `'ray'`: Ray tasks"),
     Option("address", "text", doc="the Ray cluster's address (`executor = 'ray'`)"),
     Option("execution", "choice", "stages", choices=("stages", "trials"),
            doc="`'stages'`: the stage tree; `'trials'`: every trial on its own (the baseline)"),

@@ -77,7 +77,7 @@ def check_threads(threads: int, workers: int, executor: str) -> None:
         ProgrammingError: ``invalid_option``.
     """
     cores = os.cpu_count() or 1
-    if executor == "local" and threads > cores:
+    if executor != "ray" and threads > cores:
         raise option_error("threads", f"TUNE option threads = {threads} is more than this machine's {cores} cores "
                                       f"(each of the {workers} worker(s) trains with that many threads)")
 
@@ -104,8 +104,8 @@ def training_device(value: Any, statement: str, *, executor: str = "local", tree
         err.option = "device"
         raise
     if device == "auto":
-        return "cuda:0" if devices.cuda_available() and not trees and executor == "local" else devices.CPU
-    if device != devices.CPU and (trees or executor != "local"):
+        return "cuda:0" if devices.cuda_available() and not trees and executor != "ray" else devices.CPU
+    if device != devices.CPU and (trees or executor == "ray"):
         what = "a table of trees" if trees else f"executor = '{executor}'"
         refused = NotSupportedError(f"{where}: {what} trains on the CPU only; device = '{device}' is not supported "
                                     "there (use device = 'cpu')", code="device_not_supported")

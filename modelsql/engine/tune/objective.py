@@ -28,7 +28,7 @@ from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingErro
 from modelsql.estimators import validation_rows
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
-from modelsql.tuning.training import factory_digest, resolve_reference
+from modelsql.tuning.factories import factory_digest, resolve_reference
 from modelsql.engine.artifacts import trust
 from modelsql.engine.handlers import catalog_write
 from modelsql.engine.options import OptionValues, option_error

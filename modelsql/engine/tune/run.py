@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 __all__ = ["StudyRun", "hp_json", "hp_from_json", "load_tree"]
 
+FLUSH_SECONDS = 1.0
+"""Longest a told trial's row waits in memory while rounds train nothing (other connections read trials live)."""
+
 
 def hp_json(sequence) -> str:
     """JSON text of per-epoch hyper-parameters: a list of objects."""
@@ -100,9 +103,12 @@ class StudyRun:
         self.running: dict[cf.Future, tuple] = {}
         self.submitted = 0
         self.node_errors: dict[int, str] = {}
+        """``{id(node): error}`` of the epochs whose stage failed this run."""
         self.failures: dict[str, tuple[str, str, str]] = {}
         """``{error text: (class name, code, message)}`` of the stages that failed this run."""
-        """``{id(node): error}`` of the epochs whose stage failed this run."""
+        self.dirty: set[int] = set()
+        """Trials whose row is not written yet (:meth:`_flush_trials`)."""
+        self.flushed = time.monotonic()
         self.counted = 0
         """Epochs of ``trained`` already added to the study row's ``epochs_trained``."""
         self.data = executor.put_data(spec.data, spec.trainable.code_digest)
@@ -203,14 +209,20 @@ class StudyRun:
         return self._write_study(status, stopped=status == "stopped")
 
     def _rounds(self, algorithm) -> None:
+        """Ask, plan, train and tell, round after round. Trial rows are written with the next stage a round
+        trains, and at least every :data:`FLUSH_SECONDS` (rounds the tree already holds write nothing)."""
         while True:
             requests = algorithm.ask()
             if not requests:
                 break
-            self._run_round(requests)
+            self._execute([(key, tune_stage_tree(plan)) for key, plan in self._plan_round(requests).items()])
             if self._out_of_time():
                 break  # the round may be unfinished: its requests are asked again on resume
-            self._tell(algorithm, requests)
+            self._tell_each(algorithm, requests)
+            if self.dirty and time.monotonic() - self.flushed >= FLUSH_SECONDS:
+                with self._txn():
+                    self._flush_trials()
+            self._report()
 
     def _abandon(self) -> None:
         """Cancel the tasks still queued (a task already training finishes in its worker, unrecorded)."""
@@ -221,13 +233,9 @@ class StudyRun:
     def _out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def _run_round(self, requests: list[Request]) -> None:
+    def _plan_round(self, requests: list[Request]) -> dict[str, RoundPlan]:
+        """The round's plan per stage tree, its requests' trials written ``running``."""
         plans: dict[str, RoundPlan] = {}
-        with self._txn():
-            self._plan_round(requests, plans)
-        self._execute([(key, tune_stage_tree(plan)) for key, plan in plans.items()])
-
-    def _plan_round(self, requests: list[Request], plans: dict[str, RoundPlan]) -> None:
         for request in requests:
             trial = self.trials.get(request.trial)
             previous = trial.request.sequence if trial else ()
@@ -242,8 +250,8 @@ class StudyRun:
             key = self.tree_key(request.trial)
             plan = plans.get(key) or RoundPlan(self.tree(key), (), self.spec.change_points)
             plans[key] = replace(plan, targets=plan.targets + (target,))
-        for request in requests:
-            self._put_trial(request.trial)
+        self._put_trials([request.trial for request in requests])
+        return plans
 
     # -------------------------------------------------------------- executing
 
@@ -287,6 +295,7 @@ class StudyRun:
         numbers = [self._new_stage(key) for _ in task.stages]
         parent_stage = tree.stage_of(start)
         with self._txn():
+            self._flush_trials()  # the trials' rows before the stages they run
             for stage, number in zip(task.stages, numbers):
                 self._put_stage(self._stage_row(key, number, parent_stage, stage.nodes, "running"))
                 parent_stage = number
@@ -342,11 +351,6 @@ class StudyRun:
 
     # ---------------------------------------------------------------- telling
 
-    def _tell(self, algorithm, requests: list[Request]) -> None:
-        with self._txn():
-            self._tell_each(algorithm, requests)
-        self._report()
-
     def _tell_each(self, algorithm, requests: list[Request]) -> None:
         for request in sorted(requests, key=lambda r: r.trial):
             trial = self.trials[request.trial]
@@ -361,16 +365,29 @@ class StudyRun:
                 algorithm.tell(request.trial, [_metric(n.metrics, self.spec.metric) for n in path])
         # an algorithm may decide on the whole round at its last tell (Hyperband's rung, PBT's interval):
         # every trial's status is read once all are told
+        asked = {r.trial for r in requests}
+        changed = []
         for number, trial in self.trials.items():
             status = algorithm.status(number)
             status = "completed" if status == "stopped" else status  # PBT's member at max_t
-            if status != trial.status or number in {r.trial for r in requests}:
+            if status != trial.status or number in asked:
                 trial.status = status
-                self._put_trial(number)
+                changed.append(number)
+        self._put_trials(changed)
 
     # ---------------------------------------------------------------- catalog
 
-    def _put_trial(self, number: int) -> None:
+    def _put_trials(self, numbers: list[int]) -> None:
+        """Mark trials' rows to write (the next :meth:`_flush_trials`, inside a catalog transaction)."""
+        self.dirty.update(numbers)
+
+    def _flush_trials(self) -> None:
+        if self.dirty:
+            self.catalog.studies.put_trials([self._trial_row(n) for n in sorted(self.dirty)])
+            self.dirty.clear()
+        self.flushed = time.monotonic()
+
+    def _trial_row(self, number: int) -> TrialRow:
         trial = self.trials[number]
         request = trial.request
         node = self.tree(self.tree_key(number)).find(request.sequence)
@@ -378,10 +395,10 @@ class StudyRun:
         metrics = tuple(_metric(n.metrics, self.spec.metric) for n in path if n.trained)
         best = _best(metrics, self.spec.mode)
         last = node if node is not None and node.trained else None
-        self.catalog.studies.put_trial(TrialRow(
+        return TrialRow(
             self.spec.name, number, json.dumps(dict(request.config), default=list), hp_json(request.sequence),
             trial.status, len(metrics), metrics, metrics[-1] if metrics else None, best,
-            last.stage if last is not None else None, last.checkpoint if last is not None else None, trial.error))
+            last.stage if last is not None else None, last.checkpoint if last is not None else None, trial.error)
 
     def _put_stage(self, row: StageRow) -> None:
         self.catalog.studies.put_stage(row)
@@ -412,10 +429,11 @@ class StudyRun:
     def _study_row(self, status: str, error: Optional[str], stopped: bool) -> StudyRow:
         if stopped:
             self.catalog.studies.interrupt_stages(self.spec.name)
-            for number, trial in self.trials.items():
-                if trial.status in ("running", "pending"):
-                    trial.status = "stopped"
-                    self._put_trial(number)
+            left = [number for number, trial in self.trials.items() if trial.status in ("running", "pending")]
+            for number in left:
+                self.trials[number].status = "stopped"
+            self._put_trials(left)
+        self._flush_trials()
         old = self.catalog.studies.study(self.spec.name)
         best_trial, best_metric = self._best_trial()
         done = sum(1 for t in self.trials.values() if t.status in ("completed", "pruned", "failed"))
@@ -436,6 +454,8 @@ class StudyRun:
     def _collect_checkpoints(self) -> None:
         """Drop the checkpoints no trial can still need: every one but the last epoch of each trial that is not
         pruned or failed (in any study of the tree). Their blobs go once nothing references them."""
+        with self._txn():
+            self._flush_trials()  # this study's rows are read below
         keep = {r.checkpoint for name in self.catalog.studies.study_names()
                 for r in self.catalog.studies.trials(name)
                 if r.checkpoint and r.status not in ("pruned", "failed")}
@@ -448,8 +468,8 @@ class StudyRun:
                     if node.checkpoint:  # (every node of gone has one)
                         dropped.append(node.checkpoint)
                     node.checkpoint = node.checkpoint_bytes = None
-            for number in self.trials:
-                self._put_trial(number)
+            self._put_trials(list(self.trials))
+            self._flush_trials()
         # committed references read under the store's sweep lock; a checkpoint another writer still commits stays
         self.store.discard(dropped, self.catalog.referenced_digests)
 

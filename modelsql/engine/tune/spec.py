@@ -59,7 +59,7 @@ class StudySpec:
         algorithm, algorithm_options: ``USING`` name (lower case) and its own options.
         space: the search space; ``change_points`` its epochs where values may change.
         max_epochs, seed, metric, mode, threads, workers: as the options say.
-        executor, address: ``local`` or ``ray`` and the Ray address.
+        executor, address: ``local``, ``processes`` or ``ray`` and the Ray address.
         sharing: False for trial-based execution (``execution = 'trials'``: every trial from scratch).
         train_sql, validate_sql, target, features: where the data came from.
         data: the :class:`~modelsql.tuning.training.TrainData`; ``labels`` the class labels (classification).

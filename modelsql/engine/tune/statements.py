@@ -224,8 +224,12 @@ def _executor(spec: StudySpec):
 
         return ray_executor(spec.workers, spec.address, threads=spec.threads)
     from modelsql.tuning.executor import local_executor
+    from modelsql.tuning.inprocess_executor import InProcessExecutor
 
-    return local_executor(spec.workers)
+    pool = local_executor(spec.workers)
+    if spec.executor == "local" and spec.workers == 1 and spec.device == "cpu":
+        return InProcessExecutor(pool)  # stages train in this process where they can, as Optuna's do
+    return pool
 
 
 def _check_existing(session: Session, spec: StudySpec, resume: bool) -> None:

@@ -1,0 +1,122 @@
+"""Stages trained in the study's own process (``workers = 1`` on the CPU, the default; issue 25, TUNE's fixed
+costs): bit for bit what worker processes train, the caller's torch and NumPy state given back, an edited factory
+never run from a stale import, and two studies at once in two threads each still exact."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import modelsql  # noqa: E402
+
+from tune_fixtures import GRID_SQL, make_db, trial_metrics  # noqa: E402
+
+HERE = f"local:{os.getpid()}"
+
+
+def _workers(con, study: str) -> set[str]:
+    return {w for (w,) in con.execute("SELECT DISTINCT worker FROM modelsql.stages WHERE study = ?",
+                                      [study]).fetchall()}
+
+
+def test_one_worker_trains_here_bit_for_bit_as_worker_processes(tmp_path):
+    here, there = make_db(str(tmp_path / "a.duckdb")), make_db(str(tmp_path / "b.duckdb"))
+    here.execute(GRID_SQL.format(extra=", workers = 1"))
+    there.execute(GRID_SQL.format(extra=", workers = 1, executor = 'processes'"))
+    assert _workers(here, "mlp_study") == {HERE}
+    assert HERE not in _workers(there, "mlp_study") and _workers(there, "mlp_study")
+    ours = trial_metrics(here, "mlp_study")
+    assert ours == trial_metrics(there, "mlp_study") and all(s == "completed" for s, _ in ours.values())
+    for con in (here, there):
+        con.close()
+
+
+def test_the_callers_rng_states_and_thread_count_are_given_back(tmp_path):
+    con = make_db(str(tmp_path / "t.duckdb"))
+    torch.set_num_threads(2)
+    random.seed(7)
+    np.random.seed(7)
+    torch.manual_seed(7)
+    expected = (random.random(), np.random.random(), torch.rand(1).item())
+    random.seed(7)
+    np.random.seed(7)
+    torch.manual_seed(7)
+    con.execute(GRID_SQL.format(extra=", threads = 1"))
+    assert _workers(con, "mlp_study") == {HERE}
+    assert (random.random(), np.random.random(), torch.rand(1).item()) == expected
+    assert torch.get_num_threads() == 2
+    con.close()
+
+
+FACTORY = '''import torch
+
+
+def net(in_features, n_outputs):
+    torch.manual_seed(0)
+    return torch.nn.Linear(in_features, n_outputs, bias={bias})
+'''
+
+
+def test_an_edited_factory_trains_in_a_worker_from_the_file_as_it_is_now(tmp_path, monkeypatch):
+    """The process imported the factory's module, then its file changed: the stages train in a fresh worker
+    interpreter (which imports the edited file), not from the stale import."""
+    module = tmp_path / "inproc_factory_mod.py"
+    module.write_text(FACTORY.format(bias=True))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    con = make_db(str(tmp_path / "t.duckdb"))
+    con.execute("CREATE MODEL lin FROM PYTHON 'inproc_factory_mod:net'")
+    sql = GRID_SQL.replace("mlp", "lin").format(extra=", study_name = '{name}'")
+    con.execute(sql.format(name="before"))
+    assert _workers(con, "before") == {HERE}
+    time.sleep(0.01)
+    module.write_text(FACTORY.format(bias=False))  # a model without bias: other metrics
+    con.execute(sql.format(name="after"))
+    assert HERE not in _workers(con, "after")
+    stale = sys.modules["inproc_factory_mod"].net(3, 2)
+    assert stale.bias is not None  # this process still holds the old code, which the study did not run
+    fresh = make_db(str(tmp_path / "f.duckdb"))  # the edited factory trained from a clean import, for comparison
+    importlib.reload(sys.modules["inproc_factory_mod"])
+    fresh.execute("CREATE MODEL lin FROM PYTHON 'inproc_factory_mod:net'")
+    fresh.execute(sql.format(name="after"))
+    assert trial_metrics(con, "after") == trial_metrics(fresh, "after") != trial_metrics(con, "before")
+    for c in (con, fresh):
+        c.close()
+
+
+def test_two_studies_in_two_threads_at_once_each_match_a_study_alone(tmp_path):
+    """torch's RNGs are per process: while one study trains here, the other's stages go to a worker process;
+    both equal the same study run alone."""
+    path = str(tmp_path / "t.duckdb")
+    make_db(path).close()
+    results: dict[str, object] = {}
+
+    def run(name: str) -> None:
+        try:
+            with modelsql.connect(path) as con:
+                con.execute(GRID_SQL.format(extra=f", study_name = '{name}', execution = 'trials'"))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            results[name] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("one", "two")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert not results, results
+    alone = make_db(str(tmp_path / "alone.duckdb"))
+    alone.execute(GRID_SQL.format(extra=", study_name = 'alone', execution = 'trials'"))
+    with modelsql.connect(path) as con:
+        one, two = trial_metrics(con, "one"), trial_metrics(con, "two")
+        workers = _workers(con, "one") | _workers(con, "two")
+    assert one == two == trial_metrics(alone, "alone")
+    assert HERE in workers and any(w != HERE for w in workers)  # both ways ran
+    alone.close()
