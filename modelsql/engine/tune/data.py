@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from modelsql.errors import DataError, ProgrammingError
+from modelsql.engine.tune.columns import column_numpy
 from modelsql.recursive.trees import Trees
 from modelsql.tuning.training import TrainData
 from modelsql.engine.training_features import training_features
@@ -190,7 +191,7 @@ def feature_matrix(table: pa.Table, cols: list[str], what: str):
             raise ProgrammingError(f'TUNE: feature column "{name}" is {column.type}, not a number; name the '
                                    "numeric columns with WITH (features = (...))", code="invalid_feature")
         _no_nulls(column, name, what)
-        out[:, j] = column.to_numpy(zero_copy_only=False).astype(np.float32)
+        out[:, j] = column_numpy(column).astype(np.float32)
         _finite(out[:, j], name, what)
     return out
 
@@ -205,7 +206,7 @@ def _finite(values: np.ndarray, name: str, what: str) -> None:
 
 def _array_column(column, name: str, what: str) -> np.ndarray:
     _no_nulls(column, name, what)
-    lengths = column.value_lengths().to_numpy(zero_copy_only=False) if hasattr(column, "value_lengths") else None
+    lengths = column_numpy(column.value_lengths()) if hasattr(column, "value_lengths") else None
     if lengths is not None and len(lengths) and (lengths != lengths[0]).any():
         row = int(np.argmax(lengths != lengths[0]))
         raise DataError(f'TUNE: {what} row {row} of array column "{name}" has {lengths[row]} values, row 0 has '
@@ -214,7 +215,7 @@ def _array_column(column, name: str, what: str) -> np.ndarray:
     if values.null_count:
         raise DataError(f'TUNE: {what} array column "{name}" holds a NULL element', code="null_value")
     width = int(lengths[0]) if lengths is not None and len(lengths) else column.type.list_size
-    out = values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(column), width)
+    out = column_numpy(values).astype(np.float32).reshape(len(column), width)
     _finite(out, name, what)
     return out
 
@@ -235,7 +236,7 @@ def target_values(table: pa.Table, target: str, what: str) -> np.ndarray:
             f'TUNE: TARGET column "{name}" is {kind}: a target is a class label (integer, boolean or text) or a '
             "number to regress (floating point or decimal)", code="invalid_target"))
     _no_nulls(column, name, what)
-    values = column.to_numpy(zero_copy_only=False)
+    values = column_numpy(column)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return values.astype(object)
     if pa.types.is_decimal(kind):
