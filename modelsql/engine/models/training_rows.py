@@ -142,13 +142,21 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     rounded = values.astype(np.float32).astype(np.float64)
     spread = float(values.std())
     error = float(np.abs(rounded - values).max())
-    distinct, kept = len(np.unique(values)), len(np.unique(rounded))
+    distinct, kept = _distinct_counts(values) if error else (0, 0)  # nothing rounds: nothing merges
     if (spread > 0 and error > 1e-3 * spread) or kept < 0.99 * distinct:
         raise DataError(f'{statement}: column "{name}" loses precision as float32, the type the model reads '
                         f"(values up to {float(np.abs(values).max()):.6g} round by up to {error:.3g}, against a spread "
                         f"of {spread:.3g}; {distinct} distinct values become {kept}): subtract an offset or scale it "
                         f"in the query ({name} - "
                         f"{float(values.min()):.6g}).", code="precision_loss")
+
+
+def _distinct_counts(values: np.ndarray) -> tuple[int, int]:
+    """(distinct values, distinct values once rounded to float32) of finite ``values``, with one sort: rounding is
+    monotonic, so the sorted values stay sorted once rounded and equal values stay next to each other."""
+    ordered = np.sort(values)
+    rounded = ordered.astype(np.float32)
+    return 1 + int(np.count_nonzero(ordered[1:] != ordered[:-1])), 1 + int(np.count_nonzero(rounded[1:] != rounded[:-1]))
 
 
 def _kinds(table: pa.Table, features: list[str], types: dict[str, str], statement: str) -> ColumnKinds:
