@@ -324,6 +324,7 @@ CODES: dict[str, str] = {
     "merge_declined": "NetFuse cannot merge the models (a node without a counterpart)",
     "empty_training_set": "fitting the cost model on no traces",
     "invalid_cost_model": "a stored cost model of another format or feature list",
+    "invalid_transform": "a TRANSFORM item misused: an ML function of the wrong column kind or arguments, or applied to the TARGET",
     "invalid_feature": "a bad feature value or feature choice (the cost model's, or training's)",
     "invalid_latency": "latencies that are not finite and positive",
     "invalid_weight": "sample weights that are not finite and non-negative",

@@ -1,11 +1,15 @@
 """Standard models trained from SQL (``CREATE MODEL m WITH (model_type = ...) AS SELECT ...``): the model
 types and the scikit-learn estimator each names (:mod:`.model_types`), the automatic preprocessing that makes
-a table's columns an estimator's input (:mod:`.preprocessing`, BigQuery ML's), and the validation split
+a table's columns an estimator's input (:mod:`.preprocessing`, BigQuery ML's), the manual preprocessing of a
+``TRANSFORM`` clause (:mod:`.transforms`), and the validation split
 (:mod:`.split`). A pure library over scikit-learn: no engine, no catalog."""
 
 from modelsql.estimators.model_types import MODEL_TYPES, ModelType, resolve_model_type
 from modelsql.estimators.preprocessing import ColumnKinds, build_pipeline, column_kind
 from modelsql.estimators.split import SPLITS, validation_rows
+from modelsql.estimators.transforms import FUNCTIONS as TRANSFORM_FUNCTIONS, Transform, transforms_from_json, \
+    transforms_json
 
 __all__ = ["MODEL_TYPES", "ModelType", "resolve_model_type", "ColumnKinds", "build_pipeline", "column_kind",
-           "SPLITS", "validation_rows"]
+           "SPLITS", "validation_rows", "TRANSFORM_FUNCTIONS", "Transform",
+           "transforms_json", "transforms_from_json"]

@@ -13,6 +13,8 @@ A trained model is the scikit-learn ``Pipeline``::
   zeros (``handle_unknown="ignore"``). A text column with more than :data:`MAX_CATEGORIES` distinct values is
   refused: it is free text or an identifier, not a category.
 
+A ``TRANSFORM`` clause replaces the two parts by one per item (:mod:`.transforms`).
+
 The preprocessing is converted with the estimator into one ONNX graph with one input per column, named as the
 column (:mod:`modelsql.converters.sklearn`), so PREDICT binds the columns by name.
 """
@@ -20,9 +22,11 @@ column (:mod:`modelsql.converters.sklearn`), so PREDICT binds the columns by nam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import pyarrow as pa
+
+from modelsql.estimators.transforms import Transform, transformer
 
 __all__ = ["MAX_CATEGORIES", "ColumnKinds", "column_kind", "build_pipeline"]
 
@@ -54,16 +58,28 @@ def column_kind(arrow_type: pa.DataType) -> Optional[str]:
     return None
 
 
-def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool) -> Any:
-    """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``)."""
+def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool,
+                   transforms: Optional[Sequence[Transform]] = None) -> Any:
+    """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``); with ``transforms`` (a
+    ``TRANSFORM`` clause, :mod:`.transforms`), one part per item, named as its output, in the clause's order: a
+    plain column gets the automatic preprocessing of its kind, an ``ML.`` function its transformer."""
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
+
+    if transforms is not None:
+        numeric = set(kinds.numeric)
+        parts = [(t.name, transformer(t) if t.function else _automatic("numeric" if t.column in numeric
+                                                                      else "categorical", scaled), [t.column])
+                 for t in transforms]
+    else:
+        parts = [(kind, _automatic(kind, scaled), list(columns))
+                 for kind, columns in (("numeric", kinds.numeric), ("categorical", kinds.categorical)) if columns]
+    return Pipeline([("preprocess", ColumnTransformer(parts)), ("model", estimator)])
+
+
+def _automatic(kind: str, scaled: bool) -> Any:
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-    parts: list[tuple[str, Any, list[str]]] = []
-    if kinds.numeric:
-        parts.append(("numeric", StandardScaler() if scaled else "passthrough", list(kinds.numeric)))
-    if kinds.categorical:
-        parts.append(("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=False),
-                      list(kinds.categorical)))
-    return Pipeline([("preprocess", ColumnTransformer(parts)), ("model", estimator)])
+    if kind == "numeric":
+        return StandardScaler() if scaled else "passthrough"
+    return OneHotEncoder(handle_unknown="ignore", sparse_output=False)

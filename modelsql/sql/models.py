@@ -74,6 +74,8 @@ class ImportModel(exp.Expression):
         trial: ``exp.Literal`` integer (digits as written) for ``FROM STUDY s TRIAL n``;
             ``None`` when no ``TRIAL`` was written (the study's best trial) or not ``FROM STUDY``.
         query: the query after ``AS`` (an ``exp.Query``) for a model trained in SQL; else ``None``.
+        transform: the items of ``TRANSFORM (item, ...)`` before ``WITH`` (BigQuery ML's clause: a column, or
+            ``ML.<function>(column, ...) OVER () AS name``), as parsed select expressions; ``None`` without one.
     """
 
     WORDS = (("IMPORT", "MODEL"), ("CREATE", "MODEL"), ("CREATE", "OR", "REPLACE", "MODEL"))
@@ -83,6 +85,8 @@ class ImportModel(exp.Expression):
         "CREATE MODEL m FROM PYTHON 'models.cnn:build'",
         'CREATE MODEL m FROM STUDY s TRIAL 3',
         "CREATE OR REPLACE MODEL churn WITH (model_type = 'logistic_reg', target = churned) AS SELECT * FROM customers",
+        "CREATE MODEL m TRANSFORM (ML.MIN_MAX_SCALER(age) OVER () AS age, plan, churned) "
+        "WITH (model_type = 'logistic_reg', target = churned) AS SELECT * FROM customers",
     )
     arg_types = {
         "this": True,
@@ -94,6 +98,7 @@ class ImportModel(exp.Expression):
         "study": False,
         "trial": False,
         "query": False,
+        "transform": False,
     }
 
     @property
@@ -348,7 +353,13 @@ class ModelParsing(GrammarParser):
 
     def _parse_trained_model(self, ref: exp.Expr, exists: bool, replace: bool) -> ImportModel:
         """``WITH | OPTIONS (...) AS query`` after ``CREATE [OR REPLACE] MODEL name``."""
-        form = "CREATE MODEL m WITH (model_type = '...', target = y) AS SELECT ..."
+        form = "CREATE MODEL m [TRANSFORM (...)] WITH (model_type = '...', target = y) AS SELECT ..."
+        transform = None
+        if self._match_word("TRANSFORM"):
+            if not self._match(TokenType.L_PAREN):
+                self._fail("Expected ( after TRANSFORM: TRANSFORM (column, ML.STANDARD_SCALER(x) OVER () AS x, ...)")
+            transform = self._parse_csv(self._parse_expression)
+            self._match_r_paren()
         options = None
         if self._match_word("OPTIONS") or self._match(TokenType.WITH):  # OPTIONS: BigQuery ML's spelling
             self._match_l_paren()
@@ -363,7 +374,8 @@ class ModelParsing(GrammarParser):
             query = query.unnest()
         if not isinstance(query, exp.Query):
             self._fail(f"Expected a query (SELECT ...) after AS: the rows to train on; the form is {form}", token)
-        return self.expression(ImportModel(this=ref, exists=exists, replace=replace, options=options, query=query))
+        return self.expression(ImportModel(this=ref, exists=exists, replace=replace, options=options, query=query,
+                                           transform=transform))
 
     def _parse_dropmodel(self, words: tuple[str, ...]) -> DropModel:
         exists = self._parse_exists()
@@ -417,7 +429,9 @@ class ModelGenerating(GrammarGenerator):
         query = expression.args.get("query")
         if query is not None:
             head = "CREATE OR REPLACE MODEL" if expression.args.get("replace") else "CREATE MODEL"
-            return f"{head}{exists} {self.sql(expression, 'this')}{options} AS {self.sql(query)}"
+            items = expression.args.get("transform")
+            transform = f" TRANSFORM ({', '.join(self.sql(i) for i in items)})" if items else ""
+            return f"{head}{exists} {self.sql(expression, 'this')}{transform}{options} AS {self.sql(query)}"
         study = expression.args.get("study")
         if study is not None:
             trial = expression.args.get("trial")

@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, Optional
+from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
 from modelsql.errors import OperationalError
 from modelsql.tuning.stage_tree import EpochHP
@@ -79,13 +79,14 @@ class TaskOutcome:
     worker: str = ""
 
 
-def run_task(spec: TaskSpec, data, parent: Optional[bytes], *, interruptible: bool = False) -> TaskOutcome:
+def run_task(spec: TaskSpec, data, parent: Optional[bytes], *,
+             interrupted: Optional[Callable[[], bool]] = None) -> TaskOutcome:
     """Train ``spec``'s stages one after the other from ``parent`` (None: from scratch).
 
     A stage that raises ends the task: the stages before it are returned with the error, as plain
     values (exceptions with extra state do not always pickle back across processes). A KeyboardInterrupt
-    is such an error too (a worker's task cancelled), unless ``interruptible`` (a task trained in the study's
-    own process: Ctrl-C stops the study), when it is raised.
+    is such an error too (a worker's task cancelled; a factory raising it), except when ``interrupted()``
+    says it was a Ctrl-C in the study's own process (a task trained there: the study stops), when it is raised.
     """
     from modelsql.tuning.training import StageSpec, train_stage
 
@@ -96,7 +97,7 @@ def run_task(spec: TaskSpec, data, parent: Optional[bytes], *, interruptible: bo
         try:
             result = train_stage(stage, data, state)
         except BaseException as exc:  # noqa: BLE001 - reported to the study, which marks the trials failed
-            if interruptible and isinstance(exc, KeyboardInterrupt):
+            if isinstance(exc, KeyboardInterrupt) and interrupted is not None and interrupted():
                 raise
             exc_code = getattr(exc, "code", None)
             ours = isinstance(exc_code, str)  # a modelsql error: its code is registered

@@ -5,8 +5,8 @@ what that file says (so a stage may train in this process instead of a fresh wor
 A module this process imported before its file was edited keeps running the old code. :func:`loaded_is_current`
 tells: for a module this module imported, the file's size and modification time must be what they were at the
 import; for one imported elsewhere (by the user), the file must be older than this process (read from
-``/proc``; where that is not available the answer is False, and the study uses worker processes, which import
-the file anew).
+``/proc``; where that is not available, or the file is newer, the answer is False, and the study uses worker
+processes, which import the file anew); a factory of ``__main__`` (the running script) is current.
 """
 
 from __future__ import annotations
@@ -109,7 +109,10 @@ def _source_file(fn: Any, module_name: str) -> Optional[str]:
 def loaded_is_current(ref: str) -> bool:
     """Whether the code this process runs for the factory ``ref`` (already resolved) is what its source file
     holds now (see the module docstring). A factory without a source file is current."""
-    path = _source_file(resolve_reference(ref), _split_ref(ref)[0])
+    module_name = _split_ref(ref)[0]
+    if module_name == "__main__":
+        return True  # the running script: a worker cannot import it anew, and what runs is the script's own code
+    path = _source_file(resolve_reference(ref), module_name)
     if path is None:
         return True
     try:

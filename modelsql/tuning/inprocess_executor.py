@@ -18,15 +18,23 @@ with several workers, on CUDA (deterministic cuBLAS must be configured before a 
 with ``executor = 'processes'`` (which also keeps a trainable that crashes its interpreter, a segfault in an
 extension, from taking the study's process with it).
 
-Ctrl-C (KeyboardInterrupt) while a stage trains here stops the study, as it does when a worker trains it.
+Ctrl-C while a stage trains here stops the study, as it does when a worker trains it: in the main thread a SIGINT
+handler (chained to the caller's) tells a real Ctrl-C from a KeyboardInterrupt a factory raises, which fails its
+trial as in a worker; torch's compiler front end, which ``torch.optim`` imports on first use, is imported first with
+Ctrl-C held until it is in (an import cut short by KeyboardInterrupt left the interpreter to exit killed by SIGINT).
+:func:`~modelsql.tuning.training.train_stage` trains from torch's defaults whatever the caller set, and gives it back
+its RNG states, thread count, torch settings, working directory and ``sys.path``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import importlib
+import signal
 import threading
 import warnings
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 from modelsql.tuning.executor import LocalExecutor, TaskSpec, run_task
 from modelsql.tuning.factories import loaded_is_current
@@ -64,9 +72,11 @@ class InProcessExecutor:
         if spec.device != "cpu" or not loaded_is_current(spec.factory) or not _TRAINING.acquire(blocking=False):
             return self.pool.submit(spec, data, parent)
         try:
-            with warnings.catch_warnings():
+            with _SigintWatch() as watch, warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # as a worker: a factory's warnings are not the statement's
-                outcome = run_task(spec, data[1], parent, interruptible=True)
+                with watch.held():
+                    importlib.import_module("torch._dynamo")
+                outcome = run_task(spec, data[1], parent, interrupted=lambda: watch.fired)
         finally:
             _TRAINING.release()
         future: cf.Future = cf.Future()
@@ -75,3 +85,50 @@ class InProcessExecutor:
 
     def close(self) -> None:
         """Nothing to stop here (the pool is the process's, kept for the next study)."""
+
+
+class _SigintWatch:
+    """While a task trains in the main thread: a SIGINT handler that notes a Ctrl-C came (``fired``), then does
+    what the caller's handler does (Python's raises KeyboardInterrupt; one that ignores SIGINT is honoured), or,
+    within :meth:`held`, keeps it until the block ends and raises KeyboardInterrupt then. Elsewhere (another
+    thread: no signal reaches it) it installs nothing and never fires."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._holding = False
+        self._pending = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> "_SigintWatch":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.getsignal(signal.SIGINT)
+            if self._previous is not signal.SIG_IGN:
+                signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:  # None: a handler not set from Python, which Python cannot put back; its default
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.SIG_DFL)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.fired = True
+        if self._holding:
+            self._pending = True
+            return
+        if callable(self._previous):
+            self._previous(signum, frame)
+        else:  # SIG_DFL (or a handler not set from Python): stop as Python's default handler does
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+        if self._pending:
+            self._pending = False
+            self._handle(signal.SIGINT, None)

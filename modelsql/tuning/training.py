@@ -54,6 +54,7 @@ import io
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
@@ -225,7 +226,8 @@ def check_epoch(entry: Sequence[tuple[str, Any]]) -> None:
 def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str, Any]]], in_features: int,
                   n_outputs: int, trees: bool = False) -> None:
     """Build the factory's model with ``params`` and run it on a zero batch of 2 rows (float32 (2, F), or with
-    ``trees`` two one-node trees): its output must be (2, n_outputs). The caller's RNG state is kept.
+    ``trees`` two one-node trees): its output must be (2, n_outputs). The caller's RNG states, torch settings,
+    working directory and ``sys.path`` are kept (:func:`_caller_state_kept`).
 
     Raises:
         ProgrammingError: ``factory_not_found``, ``invalid_factory_params`` (it refused the arguments),
@@ -233,7 +235,7 @@ def check_factory(ref: str, params: Union[Mapping[str, Any], Sequence[tuple[str,
     """
     import torch
 
-    with torch.random.fork_rng(devices=[]):
+    with _caller_state_kept():
         model = _build_model(ref, params, int(in_features), int(n_outputs))
         try:
             probe = Trees([np.zeros((1, int(in_features)), np.float32)] * 2, [np.array([-1])] * 2) if trees else \
@@ -301,17 +303,56 @@ def _apply_hparams(optimizer: "torch.optim.Optimizer", hp: Mapping[str, Any]) ->
 
 @contextlib.contextmanager
 def _caller_state_kept() -> Iterator[None]:
-    """Give the caller back its global RNG states and thread count after a stage."""
+    """Run a factory's model from torch's defaults whatever the caller set, and give the caller back its global RNG
+    states, thread count, torch settings, working directory and ``sys.path`` after (a model may change any of
+    them): within, gradients on (also under the caller's ``no_grad`` or ``inference_mode``), float32 the default
+    dtype, anomaly detection and deterministic algorithms off (a fresh worker interpreter's settings; on CUDA
+    :func:`deterministic_on` turns the latter on). A setting is only written when it differs (turning
+    deterministic algorithms on or off imports torch's compiler, seconds)."""
     import torch
 
     saved = (random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.get_num_threads())
+    settings = _torch_settings()
     try:
-        yield
+        cwd: Optional[str] = os.getcwd()
+    except OSError:  # the working directory is gone: nothing to go back to
+        cwd = None
+    path = list(sys.path)
+    try:
+        _set_torch_settings((torch.float32, False, settings[2], False, settings[4]))
+        with torch.inference_mode(False), torch.enable_grad():
+            yield
     finally:
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.set_rng_state(saved[2])
         torch.set_num_threads(saved[3])
+        _set_torch_settings(settings)
+        if cwd is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(cwd)
+        sys.path[:] = path
+
+
+def _torch_settings() -> tuple:
+    """(default dtype, anomaly detection, its NaN check, deterministic algorithms, their warn-only)."""
+    import torch
+
+    return (torch.get_default_dtype(), torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled(),
+            torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+
+
+def _set_torch_settings(wanted: tuple) -> None:
+    """Set what :func:`_torch_settings` reads, writing only what differs."""
+    import torch
+
+    now = _torch_settings()
+    if now[0] != wanted[0]:
+        torch.set_default_dtype(wanted[0])
+    if now[1:3] != wanted[1:3]:
+        torch.set_anomaly_enabled(wanted[1], wanted[2])
+    if now[3:5] != wanted[3:5]:
+        torch.use_deterministic_algorithms(wanted[3], warn_only=wanted[4])
 
 
 def device_kind(device: str) -> str:
@@ -420,8 +461,9 @@ def train_stage(spec: StageSpec, data: TrainData, parent: Optional[bytes]) -> St
     The result equals, bit for bit, training the trial's whole epoch sequence in one stage
     from scratch, on the same torch build, CPU type and thread count (on CUDA: the same GPU model, driver
     and libraries, with the deterministic kernels of :func:`deterministic_cuda`) (Hippo's stage trees
-    rely on it: see the module docstring). The caller's global RNG states and thread count
-    are restored afterwards.
+    rely on it: see the module docstring), whatever torch settings the caller has (:func:`_caller_state_kept`:
+    gradients, default dtype, anomaly detection); the caller's global RNG states, thread count and those
+    settings are restored afterwards.
 
     Args:
         spec: what to train (factory, per-epoch hyper-parameters, first epoch, seed, threads).

@@ -120,3 +120,131 @@ def test_two_studies_in_two_threads_at_once_each_match_a_study_alone(tmp_path):
     assert one == two == trial_metrics(alone, "alone")
     assert HERE in workers and any(w != HERE for w in workers)  # both ways ran
     alone.close()
+
+
+def test_the_callers_torch_settings_neither_change_the_training_nor_are_changed(tmp_path):
+    """Under the caller's no_grad, inference_mode or float64 default dtype a stage trains as a fresh worker does,
+    and the caller keeps its settings."""
+    base = make_db(str(tmp_path / "base.duckdb"))
+    base.execute(GRID_SQL.format(extra=""))
+    expected = trial_metrics(base, "mlp_study")
+    base.close()
+    for i, setting in enumerate(("no_grad", "inference_mode", "float64")):
+        con = make_db(str(tmp_path / f"s{i}.duckdb"))
+        if setting == "float64":
+            torch.set_default_dtype(torch.float64)
+            try:
+                con.execute(GRID_SQL.format(extra=""))
+                assert torch.get_default_dtype() == torch.float64
+            finally:
+                torch.set_default_dtype(torch.float32)
+        else:
+            with getattr(torch, setting)():
+                con.execute(GRID_SQL.format(extra=""))
+                assert not torch.is_grad_enabled()
+        assert trial_metrics(con, "mlp_study") == expected, setting
+        con.close()
+
+
+HOSTILE = '''import os
+import sys
+
+import torch
+
+
+class Hostile(torch.nn.Module):
+    """Changes the process's settings on every forward; raises KeyboardInterrupt itself when ``boom`` (training)."""
+
+    def __init__(self, in_features, n_outputs, boom):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, n_outputs)
+        self.boom = boom
+
+    def forward(self, x):
+        if self.boom and self.training:  # not in TUNE's check of the factory's output shape (eval mode)
+            raise KeyboardInterrupt("raised by the model, not Ctrl-C")
+        os.chdir("/")
+        sys.path.append("/nowhere")
+        torch.set_anomaly_enabled(True)
+        return self.linear(x)
+
+
+def net(in_features, n_outputs, boom=0):
+    return Hostile(in_features, n_outputs, boom)
+'''
+
+
+def test_a_factory_changing_the_process_or_raising_keyboardinterrupt_stays_in_its_trial(tmp_path, monkeypatch):
+    (tmp_path / "inproc_hostile_mod.py").write_text(HOSTILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    con = make_db(str(tmp_path / "t.duckdb"))
+    con.execute("CREATE MODEL hostile FROM PYTHON 'inproc_hostile_mod:net'")
+    path = list(sys.path)
+    row = con.execute("TUNE MODEL hostile ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (boom = CHOICE(0, 1), "
+                      "lr = 0.1, batch_size = 64) USING GRID WITH (max_epochs = 2, seed = 0)").fetchone()
+    assert row[1] == "finished"  # the interrupt the model raised failed its trial; the study went on
+    statuses = dict(con.execute("SELECT trial, status FROM modelsql.trials").fetchall())
+    assert sorted(statuses.values()) == ["completed", "failed"]
+    error = con.execute("SELECT error FROM modelsql.trials WHERE status = 'failed'").fetchone()[0]
+    assert "KeyboardInterrupt" in error
+    assert os.getcwd() == str(tmp_path) and sys.path == path and not torch.is_anomaly_enabled()
+    assert _workers(con, "hostile_study") == {HERE}
+    con.close()
+
+
+CHILD = """
+import sys, time
+sys.path[:0] = [{tests!r}, {here!r}]
+import modelsql
+from tune_fixtures import make_db
+con = make_db({db!r})
+con.execute("CREATE MODEL busy FROM PYTHON 'inproc_busy_mod:busy'")
+print("ready", flush=True)
+try:
+    con.execute("TUNE MODEL busy ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = CHOICE(0.1), "
+                "batch_size = 64) USING GRID WITH (max_epochs = 200, seed = 0)")
+except modelsql.OperationalError as err:
+    print("stopped", err.code, flush=True)
+print(con.execute("SELECT status FROM modelsql.studies").fetchone()[0], flush=True)
+"""
+
+BUSY = '''import time
+
+import torch
+
+
+class Busy(torch.nn.Module):
+    def __init__(self, in_features, n_outputs):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, n_outputs)
+
+    def forward(self, x):
+        time.sleep(0.01)
+        return self.linear(x)
+
+
+def busy(in_features, n_outputs):
+    return Busy(in_features, n_outputs)
+'''
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.5])
+def test_ctrl_c_in_a_script_stops_the_study_and_the_script_exits_normally(tmp_path, delay):
+    """SIGINT while the script's own process trains (at once, possibly while torch's compiler front end is being
+    imported, or later): the statement raises study_stopped, the study is stopped, and the script ends with
+    status 0, not killed by SIGINT."""
+    import signal
+    import subprocess
+
+    (tmp_path / "inproc_busy_mod.py").write_text(BUSY)
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = CHILD.format(tests=tests, here=str(tmp_path), db=str(tmp_path / "t.duckdb"))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.3 + delay)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, (child.returncode, out, err[-2000:])
+    assert out.split() == ["stopped", "study_stopped", "stopped"], (out, err[-2000:])

@@ -4,7 +4,8 @@ standard model trained in SQL (BigQuery ML's ``CREATE MODEL ... AS SELECT``, Pos
 The query runs (PREDICT in it too); its rows are bound (:mod:`.training_rows`) and split
 (:func:`modelsql.estimators.validation_rows`); the estimator of the model type
 (:func:`modelsql.estimators.resolve_model_type`) is fitted inside the automatic preprocessing
-(:func:`modelsql.estimators.build_pipeline`) on the training rows; the pipeline is converted, checked and
+(:func:`modelsql.estimators.build_pipeline`; a ``TRANSFORM`` clause's items instead, :mod:`.transform_clause`)
+on the training rows; the pipeline is converted, checked and
 stored as a new version (:func:`~modelsql.engine.models.statements.import_model`), and EVALUATE's metrics of it
 on the validation rows (on the training rows when nothing is held out) are recorded in ``modelsql.evaluations``
 (a classifier or regressor; a clusterer has no evaluation). The statement returns that evaluation's row, headed
@@ -27,7 +28,8 @@ from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError
-from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
+from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, resolve_model_type,
+                                 transforms_json, validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.evaluate.recording import record_evaluation
@@ -35,6 +37,7 @@ from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
+from modelsql.engine.models.transform_clause import bind_transform, transform_text
 from modelsql.engine.options.declared import CREATE_MODEL_AS
 from modelsql.engine.options.schema import option_error
 from modelsql.engine.result import Result
@@ -62,6 +65,8 @@ class TrainingPlan:
     on_null: str
     description: Optional[str]
     query: str
+    transform: Optional[tuple[exp.Expression, ...]] = None
+    """The ``TRANSFORM`` clause's items (bound once the query's columns are known), or None."""
 
     @property
     def where(self) -> str:
@@ -92,10 +97,14 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
         raise option_error("validation_size", f"{where}: option validation_size applies to validation = 'random' or "
                                               f"'seq', not {options['validation']!r}.")
     hyperparameters = model_type.hyperparameters(options.rest)  # unknown ones fail before the query runs
+    transform = stmt.args.get("transform")
+    if transform and options["features"] is not None:
+        raise option_error("features", f"{where}: option features and a TRANSFORM clause both choose the features; "
+                                       "the TRANSFORM's columns are the model's features: leave features out.")
     return TrainingPlan(name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists")), model_type,
                         hyperparameters, options["target"], options["features"], options["validation"],
                         options["validation_size"], options["seed"], options["on_null"], options["description"],
-                        _query_text(stmt.args["query"], params))
+                        _query_text(stmt.args["query"], params), tuple(transform) if transform else None)
 
 
 def _query_text(query: exp.Expression, params: list) -> str:
@@ -133,14 +142,19 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         return Result(session.duck, rowcount=0)
     started = time.perf_counter()
     table, types = query_rows(session, stmt.args["query"], params)
-    rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=plan.features,
+    transforms = _transforms(session, plan, table)
+    features = tuple(dict.fromkeys(t.column for t in transforms)) if transforms else plan.features
+    rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
                          on_null=plan.on_null, statement=plan.where)
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
-    pipeline = _fit(plan, rows, train)
+    pipeline = _fit(plan, rows, train, transforms)
     fitted = time.perf_counter() - started
     sample = rows.features_frame(train[np.linspace(0, len(train) - 1, min(len(train), 256)).astype(np.int64)])
+    options = _catalog_options(plan, rows, train, valid, fitted, pipeline)
+    if transforms is not None:
+        options["transforms"] = transforms_json(transforms)  # TUNE and FROM STUDY fit the same preprocessing
     version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
-                               options=_catalog_options(plan, rows, train, valid, fitted, pipeline),
+                               options=options,
                                origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
     try:
         record = _record_evaluation(session, plan, rows, version.version, valid if len(valid) else train,
@@ -151,7 +165,16 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     return _result(session, plan, version.version, len(train), len(valid), record)
 
 
-def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray) -> Any:
+def _transforms(session: Session, plan: TrainingPlan, table: pa.Table) -> Optional[tuple[Transform, ...]]:
+    """The ``TRANSFORM`` clause bound to the query's columns, or None without one."""
+    if plan.transform is None:
+        return None
+    kinds = {f.name: column_kind(f.type) for f in table.schema}
+    return bind_transform(plan.transform, table.column_names, kinds, plan.target, plan.where, session.text)
+
+
+def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray,
+         transforms: Optional[tuple[Transform, ...]] = None) -> Any:
     """The preprocessing and estimator fitted on the training rows.
 
     Raises:
@@ -163,7 +186,7 @@ def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray) -> Any:
         raise DataError(f"{plan.where}: TARGET {rows.target} has one class ({_text(y[0])}) in the {len(train)} training "
                         "rows: a classifier needs at least two.", code="one_class")
     pipeline = build_pipeline(rows.kinds, plan.model_type.build(plan.hyperparameters, plan.seed),
-                              plan.model_type.scaled)
+                              plan.model_type.scaled, transforms)
     frame = rows.features_frame(train)
     try:
         with warnings.catch_warnings():
@@ -220,6 +243,8 @@ def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, 
         out["classes"] = json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])
     if rows.skipped:
         out["rows_skipped"] = str(rows.skipped)
+    if plan.transform is not None:
+        out["transform"] = transform_text(plan.transform)
     if plan.description is not None:
         out["description"] = plan.description
     return out

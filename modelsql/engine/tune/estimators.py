@@ -40,7 +40,8 @@ from modelsql import sql as msql
 from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
-from modelsql.estimators import ModelType, build_pipeline, resolve_model_type, validation_rows
+from modelsql.estimators import (ModelType, Transform, build_pipeline, resolve_model_type, transforms_from_json,
+                                 transforms_json, validation_rows)
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
@@ -70,23 +71,23 @@ _TRAINABLE_ONLY = ("workers", "threads", "executor", "address", "time_budget_s",
 
 
 def estimator_type(session: Session, name: str, version: Optional[int],
-                   options: OptionValues) -> Optional[tuple[ModelType, dict]]:
-    """The model type TUNE trains and its default hyper-parameters: the ``model_type`` option's, else those of
-    model ``name`` (its ``version``, else its latest) when it was trained in SQL; None for a trainable (torch)
-    study.
+                   options: OptionValues) -> Optional[tuple[ModelType, dict, Optional[tuple[Transform, ...]]]]:
+    """The model type TUNE trains, its default hyper-parameters and its ``TRANSFORM`` items (None: the automatic
+    preprocessing): the ``model_type`` option's, else those of model ``name`` (its ``version``, else its latest)
+    when it was trained in SQL; None for a trainable (torch) study.
 
     Raises:
         NotSupportedError: ``not_supported`` for a clusterer (nothing to score against a TARGET).
     """
     if options["model_type"] is not None:
-        return _tunable(resolve_model_type(options["model_type"])), {}
+        return _tunable(resolve_model_type(options["model_type"])), {}, None
     if not session.catalog.exists(name):
         return None
     recorded = dict(session.catalog.get(name, version).options)
     if "model_type" not in recorded:
         return None
     return (_tunable(resolve_model_type(recorded["model_type"])),
-            dict(ast.literal_eval(recorded.get("hyperparameters", "{}"))))
+            dict(ast.literal_eval(recorded.get("hyperparameters", "{}"))), transforms_from_json(recorded.get("transforms")))
 
 
 def _tunable(model_type: ModelType) -> ModelType:
@@ -131,6 +132,7 @@ class _Study:
     fitted: dict = field(default_factory=dict)  # configuration key -> (estimator, stages, metrics)
     errors: dict = field(default_factory=dict)  # trial -> why its fit or score failed
     parameters: list = field(default_factory=list)  # the statement's ? values (ON / VALIDATE ON read them)
+    transforms: Optional[tuple[Transform, ...]] = None  # the model's TRANSFORM items (None: automatic preprocessing)
 
     @property
     def boosted(self) -> bool:
@@ -189,7 +191,7 @@ def _check_classes(data: _Data, model_type: ModelType) -> None:
 def _preprocess(study: _Study) -> None:
     """Fit the preprocessing on the training rows once; every trial's estimator is fitted on its output."""
     data = study.data
-    pipeline = build_pipeline(data.rows.kinds, None, study.model_type.scaled)
+    pipeline = build_pipeline(data.rows.kinds, None, study.model_type.scaled, study.transforms)
     preprocess = pipeline.steps[0][1]
     data.x_train = preprocess.fit_transform(data.rows.features_frame(data.train))
     data.x_valid = preprocess.transform(data.valid_rows.features_frame(data.valid))
@@ -228,9 +230,17 @@ def _trees(options: OptionValues, base: dict) -> int:
 
 
 def bind_estimator_study(stmt: TuneModel, session: Session, params: list, options: OptionValues,
-                         model_type: ModelType, base: dict) -> _Study:
-    """The study of an estimator TUNE (reads the data; trains nothing)."""
+                         model_type: ModelType, base: dict, transforms: Optional[tuple[Transform, ...]] = None
+                         ) -> _Study:
+    """The study of an estimator TUNE (reads the data; trains nothing); ``transforms``: the tuned model's
+    ``TRANSFORM`` items, whose columns are the features."""
     boosted = model_type.estimator in BOOSTED
+    features = options["features"]
+    if transforms is not None:
+        if features is not None:
+            raise option_error("features", f"TUNE option features: model {stmt.this.model_name} was trained with a "
+                                           "TRANSFORM clause, whose columns are its features; leave features out.")
+        features = tuple(dict.fromkeys(t.column for t in transforms))
     for key in _TRAINABLE_ONLY:
         if key in options.given:
             raise option_error(key, f"TUNE option {key} applies to trainables (torch); a scikit-learn model type's "
@@ -251,7 +261,7 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     seed = options["seed"]
     metric = metric_for(options["metric"], model_type.task)
     mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
-    data = _data(session, stmt, params, model_type, options["features"], options["validation_fraction"], seed)
+    data = _data(session, stmt, params, model_type, features, options["validation_fraction"], seed)
     name = (f"{stmt.this.model_name}_study" if options["study_name"] is None else options["study_name"]).lower()
     if not _STUDY_NAME.match(name):
         raise option_error("study_name", "TUNE option study_name must be a name (letters, digits and underscores, "
@@ -260,13 +270,14 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     validate = stmt.args.get("validate")
     study = _Study(name, stmt.this.model_name.lower(), model_type, base, space, stmt.args["algorithm"].name.lower(),
                    dict(options.rest), max_epochs, seed, metric, mode, stmt.args["target"].name,
-                   options["features"], options["validation_fraction"], stmt.args["train"].sql(dialect="duckdb"),
-                   validate.sql(dialect="duckdb") if validate is not None else None, data)
+                   features, options["validation_fraction"], stmt.args["train"].sql(dialect="duckdb"),
+                   validate.sql(dialect="duckdb") if validate is not None else None, data, transforms=transforms)
     study.sharing = options["execution"] == "stages"
     study.definition = hashlib.sha256(json.dumps(
         [model_type.estimator, sorted(base.items()), space.to_json(), study.algorithm,
          sorted(study.algorithm_options.items()), max_epochs, metric, mode, seed, data.fingerprint,
-         options["execution"], study.model, study.target, list(data.rows.kinds.columns)],
+         options["execution"], study.model, study.target, list(data.rows.kinds.columns),
+         *([transforms_json(transforms)] if transforms is not None else [])],
         default=str).encode()).hexdigest()
     return study
 
@@ -367,7 +378,8 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
     options = dict(study.algorithm_options, model_type=study.model_type.name, estimator=study.model_type.estimator,
                    base=study.base, features=list(study.data.rows.kinds.columns), validation_fraction=study.fraction,
                    in_features=len(study.data.rows.kinds.columns), data=study.data.fingerprint,
-                   parameters=study.parameters)
+                   parameters=study.parameters,
+                   **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}))
     return StudyRow(study.name, study.model, 0, study.algorithm, study.metric, study.mode, study.max_epochs,
                     study.seed, study.space.to_json(), json.dumps(options, default=str), study.train_sql,
                     study.validate_sql, study.target, "", study.definition, status, None, best, value, done, trained,
@@ -375,9 +387,9 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
 
 
 def tune_estimator(stmt: TuneModel, session: Session, params: list, options: OptionValues, model_type: ModelType,
-                   base: dict) -> Result:
+                   base: dict, transforms: Optional[tuple[Transform, ...]] = None) -> Result:
     """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
-    study = bind_estimator_study(stmt, session, params, options, model_type, base)
+    study = bind_estimator_study(stmt, session, params, options, model_type, base, transforms)
     study.parameters = list(params)
     existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
@@ -465,7 +477,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     params = model_type.hyperparameters({**options.get("base", {}), **space.resolve(config)})
     if model_type.estimator in BOOSTED:
         params["n_estimators"] = trial.epochs
-    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type.scaled)
+    transforms = transforms_from_json(options.get("transforms"))
+    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type.scaled, transforms)
     assert data.rows.y is not None  # TUNE has a TARGET
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -478,7 +491,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                  "task": model_type.task, "hyperparameters": repr(dict(sorted(params.items()))),
                  "target": study.target, "study": study.name, "trial": str(trial.trial),
                  **({"classes": json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])}
-                    if model_type.task == "classification" else {})},
+                    if model_type.task == "classification" else {}),
+                 **({"transforms": options["transforms"]} if transforms is not None else {})},
         origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}", study=study.name,
                       trial=trial.trial))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
