@@ -106,3 +106,57 @@ def test_names_values_and_restatements(con, tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
     assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (1,)
+
+
+SLOW = '''import os
+import sys
+import time
+
+
+def objective(config, train, validate, target):
+    if os.environ.get("SLOW_OBJECTIVE"):
+        print("training", flush=True)
+        time.sleep(60)
+    return float(config["alpha"])
+'''
+
+KILLED = """
+import sys
+sys.path.insert(0, {here!r})
+import modelsql
+con = modelsql.connect({db!r})
+con.autocommit = True
+con.execute({sql!r})
+"""
+
+
+def test_a_run_killed_part_way_is_run_again_not_left_running(tmp_path):
+    """A process killed while its study's trials run leaves the study's row ``running``, owned by it; the next
+    connection finds the owner dead (``interrupted``) and the next run runs the study again (it was
+    ``study_running`` until a DROP STUDY)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "slow_objective_mod.py").write_text(SLOW)
+    db = str(tmp_path / "k.duckdb")
+    with modelsql.connect(db) as c:
+        c.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, (i % 3)::DOUBLE AS y FROM range(50) r(i)")
+        c.commit()
+    sql = ("TUNE MODEL s ON TABLE t TARGET y SEARCH (alpha = CHOICE(1.0, 2.0)) USING GRID "
+           "WITH (objective = 'slow_objective_mod:objective', mode = 'min')")
+    child = subprocess.Popen([sys.executable, "-c", KILLED.format(here=str(tmp_path), db=db, sql=sql)],
+                             stdout=subprocess.PIPE, env={**os.environ, "SLOW_OBJECTIVE": "1"}, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "training"
+    child.kill()
+    child.wait(30)
+    with modelsql.connect(db) as c:
+        c.autocommit = True
+        assert c.execute("SELECT status FROM modelsql.studies").fetchall() == [("interrupted",)]
+        sys.path.insert(0, str(tmp_path))
+        try:
+            row = c.execute(sql).fetchone()
+        finally:
+            sys.path.remove(str(tmp_path))
+        assert row[1] == "finished" and row[4] == 1.0
+        assert c.execute("SELECT status, owner_pid FROM modelsql.studies").fetchall() == [("finished", None)]

@@ -52,7 +52,7 @@ from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
-from modelsql.engine.tune.inprocess import claim_study, input_rows, rows_digest
+from modelsql.engine.tune.inprocess import claim_study, release_study, input_rows, rows_digest
 from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.spec import bind_space
 
@@ -401,6 +401,8 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
         with catalog_write(session) as catalog:
             catalog.studies.drop_study(study.name)
         raise
+    finally:
+        release_study(study.name)
     return study_result(session, session.catalog.studies.study(study.name))
 
 
@@ -420,7 +422,8 @@ def _run_and_write(session: Session, study: _Study) -> None:
 
 
 def _existing(session: Session, study: _Study, resume: bool) -> Any:
-    """The stored study of that name and definition (its result is the statement's), else None.
+    """The stored finished study of that name and definition (its result is the statement's), else None (a run of
+    it that did not finish is claimed again: :func:`~.inprocess.claim_study`).
 
     Raises:
         ProgrammingError: ``study_definition_changed`` (another definition under the name); ``study_not_found``
@@ -431,9 +434,8 @@ def _existing(session: Session, study: _Study, resume: bool) -> Any:
         if resume:
             raise session.catalog.studies.not_found(study.name)
         return None
-    if existing.status == "running" and existing.definition == study.definition:
-        raise ProgrammingError(f'Study "{study.name}" is running now (when no statement runs it, a run that was killed '
-                                   f"left it: DROP STUDY {study.name}).", code="study_running")
+    if existing.definition == study.definition and existing.status != "finished":
+        return None
     if existing.definition != study.definition:
         what = ("another model or model type" if existing.model != study.model or
                 json.loads(existing.options).get("estimator") != study.model_type.estimator else

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import typing
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -15,11 +16,12 @@ from modelsql.catalog.studies import StudyRow
 from modelsql.errors import Error, ProgrammingError
 from modelsql.engine.handlers import catalog_write
 from modelsql.engine.models.training_rows import query_rows
+from modelsql.engine.tune.running import RUNNING, STARTING, owner_fields
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["claim_study", "input_rows", "rows_digest"]
+__all__ = ["claim_study", "release_study", "input_rows", "rows_digest"]
 
 
 def input_rows(session: Session, source: exp.Expression, params: list) -> tuple[pa.Table, dict[str, str]]:
@@ -42,20 +44,36 @@ def rows_digest(*tables: pa.Table) -> str:
 
 
 def claim_study(session: Session, row: StudyRow) -> None:
-    """Write the study's ``running`` row, so another run of the name is refused while its trials run.
+    """Claim the study's name while its trials run: write its ``running`` row, owned by this process, and note it
+    in :data:`~.running.RUNNING` (:func:`release_study` ends the claim). A row of the name that a run left
+    ``running`` in a process that died, ``interrupted`` or ``failed`` (such a study keeps nothing to resume) is
+    replaced: the study runs again.
 
     Raises:
-        ProgrammingError: ``study_running`` (the name is taken, or another connection claimed it at the same time).
+        ProgrammingError: ``study_running`` (a live run holds the name, or another connection claimed it at the
+            same time).
     """
-    running = ProgrammingError(f'Study "{row.name}" is running now (when no statement runs it, a run that was killed '
-                               f"left it: DROP STUDY {row.name}).", code="study_running")
-    try:
-        with catalog_write(session) as catalog:
-            if catalog.studies.study(row.name) is not None:
-                raise running
-            catalog.studies.put_study(row)
-    except Error as err:
-        if err.code in ("constraint_violation", "transaction_error"):  # two claims at once: one commit is refused
-            session.rollback()
-            raise running from None
-        raise
+    running = ProgrammingError(f'Study "{row.name}" is running now.', code="study_running")
+    with STARTING:
+        if row.name in RUNNING:
+            raise running
+        try:
+            with catalog_write(session) as catalog:
+                catalog.studies.mark_interrupted(sorted(RUNNING))  # a dead run's claim: interrupted
+                old = catalog.studies.study(row.name)
+                if old is not None and old.status == "running":
+                    raise running
+                if old is not None:
+                    catalog.studies.drop_study(row.name)
+                catalog.studies.put_study(replace(row, **owner_fields(True)))
+        except Error as err:
+            if err.code in ("constraint_violation", "transaction_error"):  # two claims at once: one commit refused
+                session.rollback()
+                raise running from None
+            raise
+        RUNNING.add(row.name)
+
+
+def release_study(name: str) -> None:
+    """End :func:`claim_study`'s claim in this process (the caller rewrote or dropped the row)."""
+    RUNNING.discard(name)

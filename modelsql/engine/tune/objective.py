@@ -34,7 +34,7 @@ from modelsql.engine.handlers import catalog_write
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
 from modelsql.engine.tune.result import study_result
-from modelsql.engine.tune.inprocess import claim_study, input_rows, rows_digest
+from modelsql.engine.tune.inprocess import claim_study, input_rows, release_study, rows_digest
 from modelsql.engine.tune.spec import bind_space
 
 if TYPE_CHECKING:
@@ -165,10 +165,8 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
             raise ProgrammingError(f'Study "{name}" exists with another definition ({what}): DROP STUDY {name} '
                                    "first, or name this one with WITH (study_name = '...').",
                                    code="study_definition_changed")
-        if existing.status == "running":
-            raise ProgrammingError(f'Study "{name}" is running now (when no statement runs it, a run that was killed '
-                                   f"left it: DROP STUDY {name}).", code="study_running")
-        return study_result(session, existing)
+        if existing.status == "finished":
+            return study_result(session, existing)
     search = make_algorithm(algorithm, space, max_epochs=1, mode=options["mode"], seed=options["seed"],
                             study_name=name, options=options.rest)
     claim = _row(name, stmt, options, ref, algorithm, space, definition, "running", None, None, 0, 0)
@@ -180,6 +178,8 @@ def tune_objective(stmt: TuneModel, session: Session, params: list, options: Opt
         with catalog_write(session) as catalog:
             catalog.studies.drop_study(name)
         raise
+    finally:
+        release_study(name)
     return study_result(session, session.catalog.studies.study(name))
 
 

@@ -20,7 +20,6 @@ killed is shown ``interrupted`` by the next connection that opens the catalog, n
 from __future__ import annotations
 
 import concurrent.futures as cf
-import datetime as _dt
 import errno
 import json
 import os
@@ -30,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from modelsql.catalog import Catalog
-from modelsql.catalog.owners import HEARTBEAT_SECONDS, this_process
+from modelsql.catalog.owners import HEARTBEAT_SECONDS
 from modelsql.catalog.studies import StageRow, StudyRow, TrialRow
 from modelsql import errors as errors_module
 from modelsql.errors import OperationalError
@@ -39,6 +38,7 @@ from modelsql.tuning.algorithms import Request
 from modelsql.tuning.executor import TaskOutcome, TaskSpec
 from modelsql.tuning.stage_tree import EpochHP, Node, StageTree
 from modelsql.engine.tune.round_plan import RoundPlan, StageTask
+from modelsql.engine.tune.running import owner_fields
 from modelsql.engine.tune.stage_tree import tune_stage_tree
 from modelsql.engine.tune.spec import TRAINING_NAMES, StudySpec, frozen
 
@@ -442,7 +442,7 @@ class StudyRun:
                       epochs_trained=(old.epochs_trained if old else 0) + self.trained - self.counted,
                       epochs_requested=max(self.requested, old.epochs_requested if old else 0),
                       checkpoint_bytes=self._checkpoint_bytes(),
-                      **_owner(status == "running"))
+                      **owner_fields(status == "running"))
         self.counted = self.trained
         self.catalog.studies.put_study(row)
         return row
@@ -480,15 +480,6 @@ class StudyRun:
         done = sum(1 for t in self.trials.values() if t.status in ("completed", "pruned", "failed"))
         self.meter.update(done, len(self.trials), trials=len(self.trials), trials_done=done, best_trial=best_trial,
                           best_metric=best_metric, epochs_trained=self.trained, epochs_requested=self.requested)
-
-
-def _owner(running: bool) -> dict:
-    """The owner fields of a study's row: this process while it runs, none after."""
-    if not running:
-        return dict(owner_pid=None, owner_host=None, owner_start=None, heartbeat_at=None)
-    me = this_process()
-    return dict(owner_pid=me.pid, owner_host=me.host, owner_start=me.start,
-                heartbeat_at=_dt.datetime.now(_dt.timezone.utc))
 
 
 class Heartbeat:

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import math
 import re
-import threading
 from typing import TYPE_CHECKING, Iterable
 
 from sqlglot import exp
@@ -39,6 +38,7 @@ from modelsql.engine.tune.estimators import estimator_type, tune_estimator
 from modelsql.engine.tune.objective import tune_objective
 from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.run import StudyRun, load_tree
+from modelsql.engine.tune.running import RUNNING, STARTING
 from modelsql.engine.tune.spec import TRAINER_VERSION, TRAINING_NAMES, StudySpec, bind_space, device_part, digest_of, trainable_defaults
 
 if TYPE_CHECKING:
@@ -46,11 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["bind_tune", "explain_tune", "relation_sql", "RUNNING"]
 
-_STARTING = threading.Lock()
-"""Held while a TUNE checks and claims its study name (two connections of one process may start at once)."""
-
-RUNNING: set[str] = set()
-"""Names of the studies this process is running now (others found ``running`` in the catalog are dead)."""
 
 _METRICS = {"val_loss": "min", "val_accuracy": "max", "train_loss": "min"}
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -282,7 +277,7 @@ def _tune(stmt: TuneModel, session: Session, params: list) -> Result:
     finally:
         session.changed()
     spec = bind_tune(stmt, session, params)
-    with _STARTING:
+    with STARTING:
         _check_existing(session, spec, bool(stmt.args.get("resume")))
         RUNNING.add(spec.name)
     try:
