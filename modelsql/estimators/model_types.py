@@ -41,6 +41,11 @@ class ModelType:
     task: str
     scaled: bool
 
+    @property
+    def tree_based(self) -> bool:
+        """A tree or an ensemble of trees: it splits on thresholds between the training values."""
+        return self.estimator.startswith(("sklearn.tree", "sklearn.ensemble"))
+
     def estimator_class(self) -> type:
         module, _, cls = self.estimator.partition(":")
         return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]

@@ -61,16 +61,16 @@ def column_kind(arrow_type: pa.DataType) -> Optional[str]:
 def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool,
                    transforms: Optional[Sequence[Transform]] = None) -> Any:
     """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``); with ``transforms`` (a
-    ``TRANSFORM`` clause, :mod:`.transforms`), one part per item, named as its output, in the clause's order: a
+    ``TRANSFORM`` clause, :mod:`.transforms`), one part per item, in the clause's order: a
     plain column gets the automatic preprocessing of its kind, an ``ML.`` function its transformer."""
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
 
-    if transforms is not None:
+    if transforms is not None:  # parts named by position: an output name may be one ColumnTransformer reserves
         numeric = set(kinds.numeric)
-        parts = [(t.name, transformer(t) if t.function else _automatic("numeric" if t.column in numeric
-                                                                      else "categorical", scaled), [t.column])
-                 for t in transforms]
+        parts = [(f"transform{i}", transformer(t) if t.function else _automatic("numeric" if t.column in numeric
+                                                                               else "categorical", scaled),
+                  [t.column]) for i, t in enumerate(transforms)]
     else:
         parts = [(kind, _automatic(kind, scaled), list(columns))
                  for kind, columns in (("numeric", kinds.numeric), ("categorical", kinds.categorical)) if columns]

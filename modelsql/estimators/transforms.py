@@ -29,7 +29,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["Transform", "FUNCTIONS", "transformer", "transforms_json", "transforms_from_json"]
+__all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "transformer", "transforms_json", "transforms_from_json",
+           "transforms_text"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class _Function:
     kind: str              # the input column's kind: "numeric" or "categorical"
     arity: tuple[int, int]  # least and most constant arguments after the column
     make: Callable[..., Any]
+    scaler: bool = False   # a monotonic rescaling (nothing for a tree, but float32 rounding: refused there)
 
 
 def _kbins(n: Any) -> Any:
@@ -78,15 +80,18 @@ def _ordinal() -> Any:
 
 
 FUNCTIONS: dict[str, _Function] = {
-    "STANDARD_SCALER": _Function("numeric", (0, 0), _scaler("StandardScaler")),
-    "MIN_MAX_SCALER": _Function("numeric", (0, 0), _scaler("MinMaxScaler", clip=True)),
-    "MAX_ABS_SCALER": _Function("numeric", (0, 0), _scaler("MaxAbsScaler")),
-    "ROBUST_SCALER": _Function("numeric", (0, 0), _scaler("RobustScaler")),
+    "STANDARD_SCALER": _Function("numeric", (0, 0), _scaler("StandardScaler"), scaler=True),
+    "MIN_MAX_SCALER": _Function("numeric", (0, 0), _scaler("MinMaxScaler", clip=True), scaler=True),
+    "MAX_ABS_SCALER": _Function("numeric", (0, 0), _scaler("MaxAbsScaler"), scaler=True),
+    "ROBUST_SCALER": _Function("numeric", (0, 0), _scaler("RobustScaler"), scaler=True),
     "QUANTILE_BUCKETIZE": _Function("numeric", (1, 1), _kbins),
     "ONE_HOT_ENCODER": _Function("categorical", (0, 0), _one_hot),
     "LABEL_ENCODER": _Function("categorical", (0, 0), _ordinal),
 }
 """The ``ML.`` functions a ``TRANSFORM`` takes, by name (see the module docstring)."""
+
+MAX_BUCKETS = 1_000
+"""Most buckets ``ML.QUANTILE_BUCKETIZE`` makes (each becomes a one-hot column, as a category does)."""
 
 
 def transformer(transform: Transform) -> Any:
@@ -105,3 +110,10 @@ def transforms_from_json(text: Optional[str]) -> Optional[tuple[Transform, ...]]
     if text is None:
         return None
     return tuple(Transform(name, function, column, tuple(args)) for name, function, column, args in json.loads(text))
+
+
+def transforms_text(transforms: Sequence[Transform]) -> str:
+    """The items as a ``TRANSFORM`` clause writes them (DESCRIBE MODEL of a version made from a study)."""
+    return ", ".join(f"ML.{t.function}({', '.join([t.column, *map(repr, t.args)])}) OVER () AS {t.name}"
+                     if t.function else t.column if t.name == t.column else f"{t.column} AS {t.name}"
+                     for t in transforms)

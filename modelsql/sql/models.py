@@ -360,6 +360,8 @@ class ModelParsing(GrammarParser):
                 self._fail("Expected ( after TRANSFORM: TRANSFORM (column, ML.STANDARD_SCALER(x) OVER () AS x, ...)")
             transform = self._parse_csv(self._parse_expression)
             self._match_r_paren()
+            if not transform:
+                self._fail("TRANSFORM lists no item: TRANSFORM (column, ML.STANDARD_SCALER(x) OVER () AS x, ...)")
         options = None
         if self._match_word("OPTIONS") or self._match(TokenType.WITH):  # OPTIONS: BigQuery ML's spelling
             self._match_l_paren()

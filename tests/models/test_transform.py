@@ -113,6 +113,10 @@ def test_tune_and_from_study_keep_the_transform(con):
     ("TRANSFORM (y)", ProgrammingError, "invalid_transform"),
     ("TRANSFORM (missing_column)", ProgrammingError, "column_not_found"),
     ("TRANSFORM (f0, ML.STANDARD_SCALER(f1) OVER () AS f0)", ProgrammingError, "duplicate_column"),
+    ("TRANSFORM (ML.QUANTILE_BUCKETIZE(f0, 1000000000) OVER () AS q)", ProgrammingError, "invalid_transform"),
+    ("TRANSFORM (ML.STANDARD_SCALER(f0) OVER w AS s)", ProgrammingError, "invalid_transform"),
+    ('TRANSFORM (f0 AS "")', ProgrammingError, "invalid_transform"),
+    ("TRANSFORM ()", ProgrammingError, "parse_error"),
 ])
 def test_a_bad_item_is_a_clear_error_naming_it_and_changes_nothing(con, clause, error, code):
     before = con.execute("SELECT count(*) FROM modelsql.models").fetchone()
@@ -129,3 +133,55 @@ def test_features_and_transform_together_are_refused_before_the_query_runs(con):
         con.execute("CREATE MODEL bad TRANSFORM (f0) WITH (model_type = 'logistic_reg', target = y, features = (f1)) "
                     "AS SELECT * FROM no_such_table")
     assert err.value.code == "invalid_option"
+
+
+def test_a_scaler_before_trees_is_refused_and_reserved_part_names_are_fine(con):
+    """A tree splits on the order a scaler keeps: the scaler would only add float32 rounding across its thresholds.
+    Output names ColumnTransformer reserves for itself (``remainder``, ``a__b``) name items like any other."""
+    with pytest.raises(ProgrammingError) as err:
+        con.execute("CREATE MODEL bad TRANSFORM (ML.MIN_MAX_SCALER(f0) OVER () AS f0, y) WITH (model_type = "
+                    "'random_forest_classifier', target = y) AS SELECT * FROM cancer")
+    assert err.value.code == "invalid_transform" and "tree" in str(err.value)
+    row = con.execute("CREATE MODEL odd TRANSFORM (ML.QUANTILE_BUCKETIZE(f0, 3) OVER () AS remainder, f1 AS a__b, "
+                      "f2 AS n_jobs) WITH (model_type = 'random_forest_classifier', target = y, n_estimators = 5) "
+                      "AS SELECT * FROM cancer").fetchone()
+    assert row[:3] == ("odd", 1, "random_forest_classifier")
+
+
+def test_key_like_columns_named_in_the_clause_are_features(con):
+    """Columns PREDICT would take for keys (``id``) are features when the TRANSFORM names them: the statement's
+    evaluation feeds what the model was trained on."""
+    for name, items in (("keyed", "id, f0, y"), ("key_only", "id, y"), ("key_scaled", "ML.STANDARD_SCALER(id) OVER () AS i")):
+        row = con.execute(f"CREATE MODEL {name} TRANSFORM ({items}) WITH (model_type = 'logistic_reg', target = y) "
+                          "AS SELECT * FROM cancer").fetchone()
+        assert row[:2] == (name, 1) and 0 <= row[8] <= 1
+
+
+def test_tune_checks_the_clause_against_the_rows_it_reads_and_keeps_it_with_a_model_type(con):
+    con.execute(f"CREATE MODEL tk {CLAUSE} WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM cancer "
+                "ORDER BY id")
+    with pytest.raises(ProgrammingError) as err:
+        con.execute("TUNE MODEL tk ON (SELECT id, f0::VARCHAR AS f0, f1, f2, f3, size, shade, y FROM cancer) TARGET y "
+                    "SEARCH (C = CHOICE(0.1, 1.0)) USING GRID WITH (study_name = 'tk_text')")
+    assert err.value.code == "invalid_transform" and "f0" in str(err.value)
+    con.execute("TUNE MODEL tk ON (SELECT * FROM cancer ORDER BY id) TARGET y SEARCH (C = CHOICE(0.1, 1.0)) USING "
+                "GRID WITH (model_type = 'logistic_reg', study_name = 'tk_typed')")
+    options = con.execute("SELECT options FROM modelsql.studies WHERE name = 'tk_typed'").fetchone()[0]
+    assert "QUANTILE_BUCKETIZE" in options
+    con.execute("CREATE MODEL tk_best FROM STUDY tk_typed")
+    described = {r[2]: r[5] for r in con.execute("DESCRIBE MODEL tk_best").fetchall() if r[0] == "property"}
+    assert described["transform"].startswith("ML.MIN_MAX_SCALER(f0) OVER () AS f0_scaled")
+
+
+def test_from_study_of_a_text_column_before_a_number(con):
+    """The study keeps its features in the query's order, so FROM STUDY reads the same rows (numbers were stored
+    first, and the rows' fingerprint then differed: ``study_definition_changed``)."""
+    con.execute("CREATE MODEL ordered TRANSFORM (ML.ONE_HOT_ENCODER(size) OVER () AS s, f0, y) WITH (model_type = "
+                "'logistic_reg', target = y) AS SELECT * FROM cancer")
+    con.execute("TUNE MODEL ordered ON TABLE cancer TARGET y SEARCH (C = CHOICE(0.1, 1.0)) USING GRID")
+    assert con.execute("CREATE MODEL ordered_best FROM STUDY ordered_study").rowcount != 0
+    con.execute("CREATE TABLE text_first AS SELECT size, f0, y FROM cancer")
+    con.execute("CREATE MODEL plain WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM text_first")
+    con.execute("TUNE MODEL plain ON TABLE text_first TARGET y SEARCH (C = CHOICE(0.1, 1.0)) USING GRID")
+    con.execute("CREATE MODEL plain_best FROM STUDY plain_study")
+    assert con.execute("SELECT count(*) FROM PREDICT(MODEL plain_best, TABLE text_first)").fetchone() == (569,)

@@ -170,7 +170,8 @@ def _transforms(session: Session, plan: TrainingPlan, table: pa.Table) -> Option
     if plan.transform is None:
         return None
     kinds = {f.name: column_kind(f.type) for f in table.schema}
-    return bind_transform(plan.transform, table.column_names, kinds, plan.target, plan.where, session.text)
+    return bind_transform(plan.transform, table.column_names, kinds, plan.target, plan.where, session.text,
+                          plan.model_type.tree_based)
 
 
 def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray,
@@ -259,7 +260,15 @@ def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows,
     return record_evaluation(session, "model", plan.name, version, rows.table.take(pa.array(part, pa.int64())),
                              rows.target, input_text=plan.query,
                              options={"rows": which, "validation": plan.validation, "seed": plan.seed},
-                             called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE")
+                             called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE",
+                             features=_single_feature(rows))
+
+
+def _single_feature(rows: TrainingRows) -> Optional[tuple[str, ...]]:
+    """The one feature column of a model of one input, which EVALUATE feeds by position (as PREDICT would, leaving
+    out key-like names: the model may be trained on one, named in a TRANSFORM); None when the inputs bind by
+    name."""
+    return rows.kinds.columns if len(rows.kinds.columns) == 1 else None
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

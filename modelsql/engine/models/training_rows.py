@@ -51,6 +51,11 @@ class TrainingRows:
     y: Optional[np.ndarray]
     skipped: int
 
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The feature columns in the query's order (``kinds.columns`` has the numeric ones first)."""
+        return tuple(c for c in self.table.column_names if c != self.target)
+
     def features_frame(self, rows: np.ndarray) -> Any:
         """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64, text as
         ``str`` (what the pipeline is fitted on)."""

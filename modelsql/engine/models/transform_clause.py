@@ -15,9 +15,9 @@ from typing import Any, Optional, Sequence
 from sqlglot import exp
 
 from modelsql.errors import Error, NotSupportedError, ProgrammingError, excerpt, position_of
-from modelsql.estimators import TRANSFORM_FUNCTIONS, Transform
+from modelsql.estimators import MAX_BUCKETS, TRANSFORM_FUNCTIONS, Transform
 
-__all__ = ["bind_transform", "transform_text"]
+__all__ = ["bind_transform", "check_transform", "transform_text"]
 
 _BIGQUERY_ONLY = ("BUCKETIZE", "IMPUTER", "NORMALIZER", "POLYNOMIAL_EXPAND", "FEATURE_CROSS", "HASH_BUCKETIZE",
                   "NGRAMS", "BAG_OF_WORDS", "TF_IDF", "MULTI_HOT_ENCODER")
@@ -25,13 +25,15 @@ _BIGQUERY_ONLY = ("BUCKETIZE", "IMPUTER", "NORMALIZER", "POLYNOMIAL_EXPAND", "FE
 
 
 def bind_transform(items: Sequence[exp.Expression], columns: Sequence[str], kinds: dict[str, Optional[str]],
-                   target: Optional[str], where: str, text: str = "") -> tuple[Transform, ...]:
+                   target: Optional[str], where: str, text: str = "", tree_based: bool = False
+                   ) -> tuple[Transform, ...]:
     """The clause's items, in order, the TARGET's left out.
 
     Args:
         columns: the query's column names; ``kinds``: each one's ``"numeric"``, ``"categorical"`` or None
             (:func:`modelsql.estimators.column_kind`).
         text: the statement as written, for an excerpt under the item at fault.
+        tree_based: the estimator is a tree or an ensemble of trees (:func:`check_transform`).
 
     Raises:
         ProgrammingError: ``column_not_found`` (an item reads a column the query lacks), ``invalid_transform``
@@ -44,6 +46,7 @@ def bind_transform(items: Sequence[exp.Expression], columns: Sequence[str], kind
     for item in items:
         try:
             transform = _item(item, columns, kinds, where)
+            check_transform(transform, kinds.get(transform.column), tree_based, where)
         except Error as err:
             raise _pointed(err, item, text) from None
         if target is not None and transform.column.lower() == target.lower():
@@ -62,6 +65,31 @@ def bind_transform(items: Sequence[exp.Expression], columns: Sequence[str], kind
     return tuple(out)
 
 
+def check_transform(transform: Transform, kind: Optional[str], tree_based: bool, where: str) -> None:
+    """An ML function fits its column's ``kind`` (``"numeric"``, ``"categorical"``), and is no rescaling of a tree's
+    input: a tree splits between training values, which a rescaling keeps in order, so it changes nothing but
+    the float32 rounding of the model's ONNX graph, which moves values across the split thresholds (predictions
+    then differ from scikit-learn's). Checked when the clause is bound and again on the rows TUNE reads.
+
+    Raises:
+        ProgrammingError: ``invalid_transform``.
+    """
+    if not transform.function:
+        return
+    function = TRANSFORM_FUNCTIONS[transform.function]
+    shown = f"ML.{transform.function}({transform.column})"
+    if kind != function.kind:
+        want = "a number" if function.kind == "numeric" else "text"
+        have = "text" if kind == "categorical" else "a number" if kind == "numeric" else "neither"
+        raise ProgrammingError(f"{where}: TRANSFORM item {shown}: ML.{transform.function} takes {want}; column "
+                               f"{transform.column} is {have}.", code="invalid_transform")
+    if function.scaler and tree_based:
+        raise ProgrammingError(f"{where}: TRANSFORM item {shown}: a tree splits on the order of the values, which "
+                               f"ML.{transform.function} keeps, so it changes nothing but the float32 rounding that "
+                               f"moves values across the tree's thresholds: list {transform.column} as a column.",
+                               code="invalid_transform")
+
+
 def transform_text(items: Sequence[exp.Expression]) -> str:
     """The clause as the catalog keeps it (``DESCRIBE MODEL``'s ``transform`` option)."""
     return ", ".join(item.sql(dialect="duckdb") for item in items)
@@ -69,13 +97,15 @@ def transform_text(items: Sequence[exp.Expression]) -> str:
 
 def _item(item: exp.Expression, columns: Sequence[str], kinds: dict[str, Optional[str]], where: str) -> Transform:
     alias = item.alias if isinstance(item, exp.Alias) else None
+    if alias == "":
+        raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)} has an empty name.", code="invalid_transform")
     node = item.this if isinstance(item, exp.Alias) else item
     if isinstance(node, exp.Column) and not node.table:
         column = _column(node.name, columns, where)
         return Transform(alias or column, "", column)
     call = node
     if isinstance(node, exp.Window):
-        if any(node.args.get(k) for k in ("partition_by", "order", "spec")):
+        if any(node.args.get(k) for k in ("partition_by", "order", "spec", "alias")):
             raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: an ML function's window is the whole "
                                    "training rows, written OVER ().", code="invalid_transform")
         call = node.this
@@ -102,12 +132,6 @@ def _function_item(item: exp.Expression, name: str, arguments: list, alias: Opti
         raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: ML.{name} applies to a column, named first.",
                                code="invalid_transform")
     column = _column(arguments[0].name, columns, where)
-    if kinds.get(column) != function.kind:
-        want = "a number" if function.kind == "numeric" else "text"
-        raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: ML.{name} takes {want}; column {column} is "
-                               f"{'text' if kinds.get(column) == 'categorical' else 'not'}"
-                               f"{'' if kinds.get(column) == 'categorical' else ' ' + want}.",
-                               code="invalid_transform")
     args = tuple(_constant(a, item, where) for a in arguments[1:])
     least, most = function.arity
     if not least <= len(args) <= most:
@@ -115,9 +139,9 @@ def _function_item(item: exp.Expression, name: str, arguments: list, alias: Opti
                                + (f" and {least} more argument(s)" if most else " alone") + ".",
                                code="invalid_transform")
     if name == "QUANTILE_BUCKETIZE" and not (isinstance(args[0], int) and not isinstance(args[0], bool)
-                                             and args[0] >= 2):
-        raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: the number of buckets is an integer of at "
-                               f"least 2, not {args[0]!r}.", code="invalid_transform")
+                                             and 2 <= args[0] <= MAX_BUCKETS):
+        raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: the number of buckets is an integer from 2 "
+                               f"to {MAX_BUCKETS:,}, not {args[0]!r}.", code="invalid_transform")
     return Transform(alias or column, name, column, args)
 
 

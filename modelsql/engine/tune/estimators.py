@@ -41,7 +41,7 @@ from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
 from modelsql.estimators import (ModelType, Transform, build_pipeline, resolve_model_type, transforms_from_json,
-                                 transforms_json, validation_rows)
+                                 transforms_json, transforms_text, validation_rows)
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
@@ -52,6 +52,7 @@ from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
 from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
+from modelsql.engine.models.transform_clause import check_transform
 from modelsql.engine.tune.inprocess import claim_study, release_study, input_rows, rows_digest
 from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.spec import bind_space
@@ -79,11 +80,9 @@ def estimator_type(session: Session, name: str, version: Optional[int],
     Raises:
         NotSupportedError: ``not_supported`` for a clusterer (nothing to score against a TARGET).
     """
-    if options["model_type"] is not None:
-        return _tunable(resolve_model_type(options["model_type"])), {}, None
-    if not session.catalog.exists(name):
-        return None
-    recorded = dict(session.catalog.get(name, version).options)
+    recorded = dict(session.catalog.get(name, version).options) if session.catalog.exists(name) else {}
+    if options["model_type"] is not None:  # that model type; a TRANSFORM of the model is kept (its features)
+        return _tunable(resolve_model_type(options["model_type"])), {}, transforms_from_json(recorded.get("transforms"))
     if "model_type" not in recorded:
         return None
     return (_tunable(resolve_model_type(recorded["model_type"])),
@@ -158,7 +157,7 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
         train, valid = validation_rows(rows.table.num_rows, "random", fraction, seed)
         data = _Data(rows, train, rows, valid)
     else:
-        chosen = tuple(rows.kinds.columns)
+        chosen = rows.features
         valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON")
         if valid_rows.kinds != rows.kinds:
             raise ProgrammingError(f"TUNE: VALIDATE ON's columns {valid_rows.kinds.columns} are not encoded as ON's "
@@ -262,6 +261,10 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     metric = metric_for(options["metric"], model_type.task)
     mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
     data = _data(session, stmt, params, model_type, features, options["validation_fraction"], seed)
+    kinds = {**dict.fromkeys(data.rows.kinds.numeric, "numeric"), **dict.fromkeys(data.rows.kinds.categorical,
+                                                                                   "categorical")}
+    for transform in transforms or ():  # the rows TUNE reads may type a column otherwise than the model's did
+        check_transform(transform, kinds.get(transform.column), model_type.tree_based, "TUNE")
     name = (f"{stmt.this.model_name}_study" if options["study_name"] is None else options["study_name"]).lower()
     if not _STUDY_NAME.match(name):
         raise option_error("study_name", "TUNE option study_name must be a name (letters, digits and underscores, "
@@ -376,7 +379,7 @@ def _best(study: _Study, trials: dict) -> tuple[Optional[int], Optional[float]]:
 def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[float], done: int, trained: int,
                requested: int) -> StudyRow:
     options = dict(study.algorithm_options, model_type=study.model_type.name, estimator=study.model_type.estimator,
-                   base=study.base, features=list(study.data.rows.kinds.columns), validation_fraction=study.fraction,
+                   base=study.base, features=list(study.data.rows.features), validation_fraction=study.fraction,
                    in_features=len(study.data.rows.kinds.columns), data=study.data.fingerprint,
                    parameters=study.parameters,
                    **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}))
@@ -494,7 +497,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                  "target": study.target, "study": study.name, "trial": str(trial.trial),
                  **({"classes": json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])}
                     if model_type.task == "classification" else {}),
-                 **({"transforms": options["transforms"]} if transforms is not None else {})},
+                 **({"transforms": options["transforms"], "transform": transforms_text(transforms)}
+                    if transforms is not None else {})},
         origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}", study=study.name,
                       trial=trial.trial))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
@@ -503,7 +507,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
         record_evaluation(session, "model", name, version.version, rows, study.target,
                           input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
                           options={"study": study.name, "trial": trial.trial},
-                          called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
+                          called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
+                          features=data.rows.kinds.columns if len(data.rows.kinds.columns) == 1 else None)
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise
