@@ -46,6 +46,15 @@ class ModelType:
         """A tree or an ensemble of trees: it splits on thresholds between the training values."""
         return self.estimator.startswith(("sklearn.tree", "sklearn.ensemble"))
 
+    @property
+    def accepts_sparse(self) -> bool:
+        """The estimator fits on a sparse matrix (scikit-learn's ``input_tags.sparse``): a wide one-hot encoding can
+        stay sparse."""
+        try:
+            return bool(self.estimator_class()().__sklearn_tags__().input_tags.sparse)
+        except Exception:  # noqa: BLE001 - an estimator without tags (or one that cannot be built bare): dense
+            return False
+
     def estimator_class(self) -> type:
         module, _, cls = self.estimator.partition(":")
         return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]

@@ -4,8 +4,11 @@ A trained model is the scikit-learn ``Pipeline``::
 
     Pipeline([("preprocess", ColumnTransformer([
                   ("numeric", StandardScaler() | "passthrough", numeric columns),
-                  ("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=False), text columns)])),
+                  ("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=sparse), text columns)],
+                  sparse_threshold=0.3 if sparse else 0)),
               ("model", estimator)])
+
+  (``sparse``: the estimator fits on a sparse matrix, :attr:`~.model_types.ModelType.accepts_sparse`)
 
 * numeric columns (integers, floats, decimals, booleans; read as float64) are standardised for estimators that
   depend on scale (linear models, neighbours, neural networks, k-means) and passed through for trees;
@@ -59,27 +62,32 @@ def column_kind(arrow_type: pa.DataType) -> Optional[str]:
 
 
 def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool,
-                   transforms: Optional[Sequence[Transform]] = None) -> Any:
+                   transforms: Optional[Sequence[Transform]] = None, sparse: bool = False) -> Any:
     """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``); with ``transforms`` (a
     ``TRANSFORM`` clause, :mod:`.transforms`), one part per item, in the clause's order: a
-    plain column gets the automatic preprocessing of its kind, an ``ML.`` function its transformer."""
+    plain column gets the automatic preprocessing of its kind, an ``ML.`` function its transformer. With
+    ``sparse`` (an estimator that fits on a sparse matrix) the one-hot encodings are sparse, and the encoded
+    rows stay a sparse matrix when under 30% of their values are not zero (``ColumnTransformer``'s
+    ``sparse_threshold``): wide categories (1,000,000 rows of a 1,000-value column are 8 GB dense) take the memory
+    of their rows, not of their width. The fitted model and its ONNX graph are the same either way."""
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
 
     if transforms is not None:  # parts named by position: an output name may be one ColumnTransformer reserves
         numeric = set(kinds.numeric)
-        parts = [(f"transform{i}", transformer(t) if t.function else _automatic("numeric" if t.column in numeric
-                                                                               else "categorical", scaled),
-                  [t.column]) for i, t in enumerate(transforms)]
+        parts = [(f"transform{i}", transformer(t, sparse) if t.function else
+                  _automatic("numeric" if t.column in numeric else "categorical", scaled, sparse), [t.column])
+                 for i, t in enumerate(transforms)]
     else:
-        parts = [(kind, _automatic(kind, scaled), list(columns))
+        parts = [(kind, _automatic(kind, scaled, sparse), list(columns))
                  for kind, columns in (("numeric", kinds.numeric), ("categorical", kinds.categorical)) if columns]
-    return Pipeline([("preprocess", ColumnTransformer(parts)), ("model", estimator)])
+    return Pipeline([("preprocess", ColumnTransformer(parts, sparse_threshold=0.3 if sparse else 0.0)),
+                     ("model", estimator)])
 
 
-def _automatic(kind: str, scaled: bool) -> Any:
+def _automatic(kind: str, scaled: bool, sparse: bool) -> Any:
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
     if kind == "numeric":
         return StandardScaler() if scaled else "passthrough"
-    return OneHotEncoder(handle_unknown="ignore", sparse_output=False)
+    return OneHotEncoder(handle_unknown="ignore", sparse_output=sparse)

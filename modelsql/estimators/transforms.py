@@ -67,10 +67,10 @@ def _scaler(name: str, **kwargs: Any) -> Callable[[], Any]:
     return make
 
 
-def _one_hot() -> Any:
+def _one_hot(sparse: bool = False) -> Any:
     from sklearn.preprocessing import OneHotEncoder
 
-    return OneHotEncoder(handle_unknown="ignore", sparse_output=False)
+    return OneHotEncoder(handle_unknown="ignore", sparse_output=sparse)
 
 
 def _ordinal() -> Any:
@@ -94,8 +94,11 @@ MAX_BUCKETS = 1_000
 """Most buckets ``ML.QUANTILE_BUCKETIZE`` makes (each becomes a one-hot column, as a category does)."""
 
 
-def transformer(transform: Transform) -> Any:
-    """The unfitted scikit-learn transformer of one ``ML.`` function item (not a plain column)."""
+def transformer(transform: Transform, sparse: bool = False) -> Any:
+    """The unfitted scikit-learn transformer of one ``ML.`` function item (not a plain column); ``sparse``: a
+    one-hot encoder's output may be a sparse matrix."""
+    if transform.function == "ONE_HOT_ENCODER":
+        return _one_hot(sparse)
     return FUNCTIONS[transform.function].make(*transform.args)
 
 

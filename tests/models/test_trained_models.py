@@ -290,3 +290,38 @@ def test_float32_rounding_that_merges_values_is_refused_even_with_an_outlier(con
                     "AS SELECT ts, y FROM stamps")
     assert err.value.code == "precision_loss" and "101 distinct values become" in str(err.value)
     con.rollback()
+
+
+def test_a_wide_text_column_stays_sparse_and_predicts_as_the_dense_pipeline(con) -> None:
+    """A text column of 400 values one-hot encodes to a sparse matrix for an estimator that fits on one (dense
+    it would be rows x 400 float64s), and the model predicts what the dense pipeline fitted by hand does; an
+    estimator that takes no sparse input gets dense rows."""
+    import scipy.sparse
+
+    from modelsql.estimators import ColumnKinds, build_pipeline, resolve_model_type
+
+    rng = np.random.default_rng(3)
+    n = 6000
+    code = rng.integers(0, 400, n)
+    table = pa.table({"id": np.arange(n), "x": rng.normal(size=n), "city": np.array([f"c{v}" for v in code]),
+                      "y": ((code % 5 < 2) ^ (rng.random(n) < 0.1)).astype(np.int64)})
+    con.register("wide_arrow", table)
+    con.execute("CREATE TABLE wide AS SELECT * FROM wide_arrow ORDER BY id")
+    con.unregister("wide_arrow")
+    con.execute("CREATE MODEL wide_lr WITH (model_type = 'logistic_reg', target = y, validation = 'none') "
+                "AS SELECT * FROM wide ORDER BY id")
+    frame = _frame(con, "wide", ["x", "city"])
+    y = table.column("y").to_numpy()
+    hand = _hand(Pipeline([("preprocess", ColumnTransformer([
+        ("numeric", StandardScaler(), ["x"]),
+        ("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=False), ["city"])])),
+        ("model", LogisticRegression(random_state=0))]), frame, y)
+    probabilities = np.array([list(p) for p in _predict(con, "wide_lr", "wide", "probabilities")])
+    np.testing.assert_allclose(probabilities, hand.predict_proba(frame), atol=1e-5)
+    kinds = ColumnKinds(("x",), ("city",))
+    for model_type, sparse in (("logistic_reg", True), ("GaussianNB", False)):
+        chosen = resolve_model_type(model_type)
+        assert chosen.accepts_sparse is sparse
+        encoded = build_pipeline(kinds, None, chosen.scaled, sparse=chosen.accepts_sparse).steps[0][1] \
+            .fit_transform(frame)
+        assert scipy.sparse.issparse(encoded) is sparse and encoded.shape == (n, 401)

@@ -187,7 +187,7 @@ def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray,
         raise DataError(f"{plan.where}: TARGET {rows.target} has one class ({_text(y[0])}) in the {len(train)} training "
                         "rows: a classifier needs at least two.", code="one_class")
     pipeline = build_pipeline(rows.kinds, plan.model_type.build(plan.hyperparameters, plan.seed),
-                              plan.model_type.scaled, transforms)
+                              plan.model_type.scaled, transforms, plan.model_type.accepts_sparse)
     frame = rows.features_frame(train)
     try:
         with warnings.catch_warnings():

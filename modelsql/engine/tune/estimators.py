@@ -190,7 +190,8 @@ def _check_classes(data: _Data, model_type: ModelType) -> None:
 def _preprocess(study: _Study) -> None:
     """Fit the preprocessing on the training rows once; every trial's estimator is fitted on its output."""
     data = study.data
-    pipeline = build_pipeline(data.rows.kinds, None, study.model_type.scaled, study.transforms)
+    pipeline = build_pipeline(data.rows.kinds, None, study.model_type.scaled, study.transforms,
+                              study.model_type.accepts_sparse)
     preprocess = pipeline.steps[0][1]
     data.x_train = preprocess.fit_transform(data.rows.features_frame(data.train))
     data.x_valid = preprocess.transform(data.valid_rows.features_frame(data.valid))
@@ -483,7 +484,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     if model_type.estimator in BOOSTED:
         params["n_estimators"] = trial.epochs
     transforms = transforms_from_json(options.get("transforms"))
-    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type.scaled, transforms)
+    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type.scaled, transforms,
+                              model_type.accepts_sparse)
     assert data.rows.y is not None  # TUNE has a TARGET
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
