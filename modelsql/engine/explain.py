@@ -78,8 +78,11 @@ def _explain(stmt: exp.Command, session: Session, params: list) -> Result:
                                     code="explain_not_supported")
         return explain_tune(inner[0], session, params)
     if isinstance(inner[0], tuple(STATEMENT_NODES)):
+        written = body.upper().split()
+        forms = getattr(type(inner[0]), "WORDS")
+        words = next((w for w in forms if written[:len(w)] == list(w)), forms[0])  # as the user wrote it
         raise NotSupportedError(
-            f"EXPLAIN {' '.join(getattr(type(inner[0]), 'WORDS')[0])} is not supported: model statements have no plan to show; "
+            f"EXPLAIN {' '.join(words)} is not supported: model statements have no plan to show; "
             "EXPLAIN a query (SELECT, INSERT, CREATE TABLE AS ...) with PREDICT.",
             code="explain_not_supported",
         )

@@ -97,6 +97,9 @@ def test_without_such_a_table_the_text_is_modelsqls(model_con):
         model_con.execute("EXPLAIN SHOW models")
     assert info.value.code == "explain_not_supported"
     assert str(info.value).startswith("EXPLAIN SHOW MODELS is not supported: model statements have no plan")
+    with pytest.raises(modelsql.NotSupportedError) as info:  # named as written, not as the statement's first form
+        model_con.execute("EXPLAIN CREATE MODEL m WITH (model_type = 'logistic_reg', target = y) AS SELECT 1 AS y")
+    assert str(info.value).startswith("EXPLAIN CREATE MODEL is not supported")
 
 
 def test_vacuum_of_a_table_named_models_is_refused_naming_both_spellings(model_con):
