@@ -39,10 +39,20 @@ from typing import Any, Iterator, Optional
 from modelsql.tuning.executor import LocalExecutor, TaskSpec, run_task
 from modelsql.tuning.factories import loaded_is_current
 
-__all__ = ["InProcessExecutor"]
+__all__ = ["InProcessExecutor", "training_here"]
 
 _TRAINING = threading.Lock()
-"""Held while a stage trains in this process (one at a time)."""
+"""Held while a stage trains in this process, or another training that seeds torch's global RNG (FINETUNE): one at
+a time."""
+
+
+@contextlib.contextmanager
+def training_here() -> Iterator[None]:
+    """Hold this process's torch training (waiting for a stage training here to end): for a training in the
+    caller's process that seeds or draws from torch's global RNG, so neither it nor a TUNE stage disturbs the
+    other's draws (a stage that finds it held trains in a worker process)."""
+    with _TRAINING:
+        yield
 
 
 class InProcessExecutor:

@@ -129,12 +129,13 @@ def _train(net, tensors: tuple, test, task: str, labels_val, options: dict, mete
         DataError: ``training_diverged``.
     """
     from modelsql.finetune.train import evaluate, finetune
+    from modelsql.tuning.inprocess_executor import training_here
     from modelsql.tuning.training import deterministic_on, nondeterministic_error
 
     device = options["device"]
     x, y, x_val, y_val = (t.to(device) for t in tensors)
     try:
-        with deterministic_on(device):
+        with training_here(), deterministic_on(device):  # torch's RNG is the process's: one training at a time
             net.to(device)
             result = finetune(net, x, y, x_val, y_val, task=task, labels_val=labels_val, steps=options["epochs"],
                               temperature=options["temperature"], lr=options["lr"], seed=options["seed"],
