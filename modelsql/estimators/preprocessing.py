@@ -8,7 +8,7 @@ A trained model is the scikit-learn ``Pipeline``::
                   sparse_threshold=0.3 if sparse else 0)),
               ("model", estimator)])
 
-  (``sparse``: the estimator fits on a sparse matrix, :attr:`~.model_types.ModelType.accepts_sparse`)
+  (``sparse``: the estimator fits on sparse rows as on dense ones, :attr:`~.model_types.ModelType.accepts_sparse`)
 
 * numeric columns (integers, floats, decimals, booleans; read as float64) are standardised for estimators that
   depend on scale (linear models, neighbours, neural networks, k-means) and passed through for trees;
@@ -66,10 +66,10 @@ def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool,
     """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``); with ``transforms`` (a
     ``TRANSFORM`` clause, :mod:`.transforms`), one part per item, in the clause's order: a
     plain column gets the automatic preprocessing of its kind, an ``ML.`` function its transformer. With
-    ``sparse`` (an estimator that fits on a sparse matrix) the one-hot encodings are sparse, and the encoded
-    rows stay a sparse matrix when under 30% of their values are not zero (``ColumnTransformer``'s
+    ``sparse`` (an estimator fitted on sparse rows as on dense ones) the one-hot encodings are sparse, and the
+    encoded rows stay a sparse matrix when under 30% of their values are not zero (``ColumnTransformer``'s
     ``sparse_threshold``): wide categories (1,000,000 rows of a 1,000-value column are 8 GB dense) take the memory
-    of their rows, not of their width. The fitted model and its ONNX graph are the same either way."""
+    of their rows, not of their width."""
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
 

@@ -56,6 +56,7 @@ import os
 import random
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
 
@@ -304,9 +305,10 @@ def _apply_hparams(optimizer: "torch.optim.Optimizer", hp: Mapping[str, Any]) ->
 @contextlib.contextmanager
 def _caller_state_kept() -> Iterator[None]:
     """Run a factory's model from torch's defaults whatever the caller set, and give the caller back its global RNG
-    states, thread count, torch settings, working directory and ``sys.path`` after (a model may change any of
-    them): within, gradients on (also under the caller's ``no_grad`` or ``inference_mode``), float32 the default
-    dtype, anomaly detection and deterministic algorithms off (a fresh worker interpreter's settings; on CUDA
+    states, thread count, torch settings and process state (:func:`_process_state_kept`) after (a model may change
+    any of them): within, gradients on (also under the caller's ``no_grad`` or ``inference_mode``), autocast off,
+    float32 the default dtype, the CPU the default device, ``"highest"`` float32 matmul precision, anomaly
+    detection and deterministic algorithms off (a fresh worker interpreter's settings; on CUDA
     :func:`deterministic_on` turns the latter on). A setting is only written when it differs (turning
     deterministic algorithms on or off imports torch's compiler, seconds)."""
     import torch
@@ -314,32 +316,48 @@ def _caller_state_kept() -> Iterator[None]:
     saved = (random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.get_num_threads())
     settings = _torch_settings()
     try:
-        cwd: Optional[str] = os.getcwd()
-    except OSError:  # the working directory is gone: nothing to go back to
-        cwd = None
-    path = list(sys.path)
-    try:
-        _set_torch_settings((torch.float32, False, settings[2], False, settings[4]))
-        with torch.inference_mode(False), torch.enable_grad():
-            yield
+        with _process_state_kept():
+            _set_torch_settings((torch.float32, False, settings[2], False, settings[4], torch.device("cpu"),
+                                 "highest"))
+            with torch.inference_mode(False), torch.enable_grad(), torch.autocast("cpu", enabled=False):
+                yield
     finally:
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.set_rng_state(saved[2])
         torch.set_num_threads(saved[3])
         _set_torch_settings(settings)
+
+
+@contextlib.contextmanager
+def _process_state_kept() -> Iterator[None]:
+    """Give the caller back its working directory, ``sys.path``, environment variables and warning filters."""
+    try:
+        cwd: Optional[str] = os.getcwd()
+    except OSError:  # the working directory is gone: nothing to go back to
+        cwd = None
+    path, environ = list(sys.path), dict(os.environ)
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
         if cwd is not None:
             with contextlib.suppress(OSError):
                 os.chdir(cwd)
         sys.path[:] = path
+        if dict(os.environ) != environ:
+            os.environ.clear()
+            os.environ.update(environ)
 
 
 def _torch_settings() -> tuple:
-    """(default dtype, anomaly detection, its NaN check, deterministic algorithms, their warn-only)."""
+    """(default dtype, anomaly detection, its NaN check, deterministic algorithms, their warn-only, default device,
+    float32 matmul precision)."""
     import torch
 
     return (torch.get_default_dtype(), torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled(),
-            torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+            torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.get_default_device(), torch.get_float32_matmul_precision())
 
 
 def _set_torch_settings(wanted: tuple) -> None:
@@ -353,6 +371,10 @@ def _set_torch_settings(wanted: tuple) -> None:
         torch.set_anomaly_enabled(wanted[1], wanted[2])
     if now[3:5] != wanted[3:5]:
         torch.use_deterministic_algorithms(wanted[3], warn_only=wanted[4])
+    if now[5] != wanted[5]:
+        torch.set_default_device(wanted[5])
+    if now[6] != wanted[6]:
+        torch.set_float32_matmul_precision(wanted[6])
 
 
 def device_kind(device: str) -> str:

@@ -10,6 +10,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -123,15 +124,19 @@ def test_two_studies_in_two_threads_at_once_each_match_a_study_alone(tmp_path):
 
 
 def test_the_callers_torch_settings_neither_change_the_training_nor_are_changed(tmp_path):
-    """Under the caller's no_grad, inference_mode or float64 default dtype a stage trains as a fresh worker does,
-    and the caller keeps its settings."""
+    """Under the caller's no_grad, inference_mode, float64 default dtype or bfloat16 autocast a stage trains as a
+    fresh worker does, and the caller keeps its settings."""
     base = make_db(str(tmp_path / "base.duckdb"))
     base.execute(GRID_SQL.format(extra=""))
     expected = trial_metrics(base, "mlp_study")
     base.close()
-    for i, setting in enumerate(("no_grad", "inference_mode", "float64")):
+    for i, setting in enumerate(("no_grad", "inference_mode", "float64", "autocast")):
         con = make_db(str(tmp_path / f"s{i}.duckdb"))
-        if setting == "float64":
+        if setting == "autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                con.execute(GRID_SQL.format(extra=""))
+                assert torch.is_autocast_enabled("cpu")
+        elif setting == "float64":
             torch.set_default_dtype(torch.float64)
             try:
                 con.execute(GRID_SQL.format(extra=""))
@@ -148,6 +153,7 @@ def test_the_callers_torch_settings_neither_change_the_training_nor_are_changed(
 
 HOSTILE = '''import os
 import sys
+import warnings
 
 import torch
 
@@ -166,6 +172,9 @@ class Hostile(torch.nn.Module):
         os.chdir("/")
         sys.path.append("/nowhere")
         torch.set_anomaly_enabled(True)
+        torch.set_float32_matmul_precision("medium")
+        os.environ["INPROC_HOSTILE"] = "1"
+        warnings.simplefilter("error")
         return self.linear(x)
 
 
@@ -189,6 +198,9 @@ def test_a_factory_changing_the_process_or_raising_keyboardinterrupt_stays_in_it
     error = con.execute("SELECT error FROM modelsql.trials WHERE status = 'failed'").fetchone()[0]
     assert "KeyboardInterrupt" in error
     assert os.getcwd() == str(tmp_path) and sys.path == path and not torch.is_anomaly_enabled()
+    assert torch.get_float32_matmul_precision() == "highest" and "INPROC_HOSTILE" not in os.environ
+    with warnings.catch_warnings(record=True):
+        warnings.warn("the caller's filters are its own")  # an error had the model's filter leaked
     assert _workers(con, "hostile_study") == {HERE}
     con.close()
 
