@@ -163,6 +163,9 @@ def test_explain_tune_shows_the_planned_tree_and_estimate(con):
     assert "first round: 4 trial(s), 16 epoch(s) trial-based" in text
     assert "stage tree: 12 epoch(s) in 10 stage(s)" in text and "1.33x fewer epochs" in text
     assert text.count("Stage task=") == 10 and "from scratch" in text and "lr=0.02 " not in text
+    assert "workers=1 (in this process" in text  # one worker on the CPU: the statement's own process
+    cur.execute("EXPLAIN " + GRID_SQL.format(extra=", workers = 2"))
+    assert "workers=2 (worker processes on cpu)" in cur.fetchall()[0][1]
     assert cur.execute("SELECT count(*) FROM modelsql.studies").fetchone() == (0,)  # nothing ran
     with pytest.raises(NotSupportedError):
         cur.execute("EXPLAIN ANALYZE " + GRID_SQL.format(extra=""))

@@ -322,6 +322,15 @@ def explain_tune(stmt: TuneModel, session: Session, params: list) -> Result:
                   rows=[("modelsql_tune", "\n".join(lines))])
 
 
+def _where_stages_train(spec: StudySpec) -> str:
+    """Where the study's stages train (:func:`_executor`), as EXPLAIN TUNE says it."""
+    if spec.executor == "ray":
+        return "Ray tasks"
+    if spec.executor == "local" and spec.workers == 1 and spec.device == "cpu":
+        return "in this process, or a worker process while another training holds it"
+    return f"worker processes on {spec.device}"
+
+
 def _render_round(spec: StudySpec, requests, plan, epoch_seconds) -> list[str]:
     trial_epochs = sum(len(r.sequence) for r in requests)
     stage_epochs = sum(len(s.nodes) for t in plan.tasks for s in t.stages)
@@ -332,7 +341,7 @@ def _render_round(spec: StudySpec, requests, plan, epoch_seconds) -> list[str]:
             f"{trial_time * epoch_seconds:.3g} s" if epoch_seconds else "no epoch of this tree timed yet")
     lines = [f"Tune study={spec.name} model={spec.trainable.name} v{spec.trainable.version} "
              f"algorithm={spec.algorithm} max_epochs={spec.max_epochs} metric={spec.metric} ({spec.mode}) "
-             f"workers={spec.workers}",
+             f"workers={spec.workers} ({_where_stages_train(spec)})",
              f"  first round: {len(requests)} trial(s), {trial_epochs} epoch(s) trial-based; stage tree: "
              f"{stage_epochs} epoch(s) in {sum(len(t.stages) for t in plan.tasks)} stage(s), "
              f"{plan.reused_epochs} already trained",
