@@ -8,8 +8,8 @@ from modelsql.estimators.model_types import MODEL_TYPES, ModelType, resolve_mode
 from modelsql.estimators.preprocessing import ColumnKinds, build_pipeline, column_kind
 from modelsql.estimators.split import SPLITS, validation_rows
 from modelsql.estimators.transforms import FUNCTIONS as TRANSFORM_FUNCTIONS, MAX_BUCKETS, Transform, \
-    transforms_from_json, transforms_json, transforms_text
+    transform_columns, transforms_from_json, transforms_json, transforms_text
 
 __all__ = ["MODEL_TYPES", "ModelType", "resolve_model_type", "ColumnKinds", "build_pipeline", "column_kind",
            "SPLITS", "validation_rows", "TRANSFORM_FUNCTIONS", "MAX_BUCKETS",
-           "Transform", "transforms_json", "transforms_from_json", "transforms_text"]
+           "Transform", "transform_columns", "transforms_json", "transforms_from_json", "transforms_text"]

@@ -3,12 +3,12 @@
 A trained model is the scikit-learn ``Pipeline``::
 
     Pipeline([("preprocess", ColumnTransformer([
-                  ("numeric", StandardScaler() | "passthrough", numeric columns),
+                  ("numeric", StandardScaler() if scaled else "passthrough", numeric columns),
                   ("categorical", OneHotEncoder(handle_unknown="ignore", sparse_output=sparse), text columns)],
                   sparse_threshold=0.3 if sparse else 0)),
               ("model", estimator)])
 
-  (``sparse``: the estimator fits on sparse rows as on dense ones, :attr:`~.model_types.ModelType.accepts_sparse`)
+  (``scaled`` and ``sparse`` are the model type's: :attr:`~.model_types.ModelType.scaled`, ``accepts_sparse``)
 
 * numeric columns (integers, floats, decimals, booleans; read as float64) are standardised for estimators that
   depend on scale (linear models, neighbours, neural networks, k-means) and passed through for trees;
@@ -29,7 +29,8 @@ from typing import Any, Optional, Sequence
 
 import pyarrow as pa
 
-from modelsql.estimators.transforms import Transform, transformer
+from modelsql.estimators.model_types import ModelType
+from modelsql.estimators.transforms import Transform, one_hot_encoder, transformer
 
 __all__ = ["MAX_CATEGORIES", "ColumnKinds", "column_kind", "build_pipeline"]
 
@@ -48,6 +49,10 @@ class ColumnKinds:
     def columns(self) -> tuple[str, ...]:
         return (*self.numeric, *self.categorical)
 
+    def kind_of(self, column: str) -> Optional[str]:
+        """``"numeric"``, ``"categorical"`` or None (not a feature column)."""
+        return "numeric" if column in self.numeric else "categorical" if column in self.categorical else None
+
 
 def column_kind(arrow_type: pa.DataType) -> Optional[str]:
     """``"numeric"``, ``"categorical"`` or None (a type no encoding takes: dates, lists, structs, blobs)."""
@@ -61,23 +66,24 @@ def column_kind(arrow_type: pa.DataType) -> Optional[str]:
     return None
 
 
-def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool,
-                   transforms: Optional[Sequence[Transform]] = None, sparse: bool = False) -> Any:
-    """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``); with ``transforms`` (a
+def build_pipeline(kinds: ColumnKinds, estimator: Any, model_type: ModelType,
+                   transforms: Optional[Sequence[Transform]] = None) -> Any:
+    """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``) for an estimator of
+    ``model_type`` (``estimator`` itself, or None for the preprocessing alone); with ``transforms`` (a
     ``TRANSFORM`` clause, :mod:`.transforms`), one part per item, in the clause's order: a
-    plain column gets the automatic preprocessing of its kind, an ``ML.`` function its transformer. With
-    ``sparse`` (an estimator fitted on sparse rows as on dense ones) the one-hot encodings are sparse, and the
-    encoded rows stay a sparse matrix when under 30% of their values are not zero (``ColumnTransformer``'s
-    ``sparse_threshold``): wide categories (1,000,000 rows of a 1,000-value column are 8 GB dense) take the memory
-    of their rows, not of their width."""
+    plain column gets the automatic preprocessing of its kind, an ``ML.`` function its transformer. For a model
+    type fitted on sparse rows as on dense ones (:attr:`~.model_types.ModelType.accepts_sparse`) the one-hot
+    encodings are sparse, and the encoded rows stay a sparse matrix when under 30% of their values are not zero
+    (``ColumnTransformer``'s ``sparse_threshold``): wide categories (1,000,000 rows of a 1,000-value column are
+    8 GB dense) take the memory of their rows, not of their width."""
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
 
+    scaled, sparse = model_type.scaled, model_type.accepts_sparse
+
     if transforms is not None:  # parts named by position: an output name may be one ColumnTransformer reserves
-        numeric = set(kinds.numeric)
         parts = [(f"transform{i}", transformer(t, sparse) if t.function else
-                  _automatic("numeric" if t.column in numeric else "categorical", scaled, sparse), [t.column])
-                 for i, t in enumerate(transforms)]
+                  _automatic(kinds.kind_of(t.column), scaled, sparse), [t.column]) for i, t in enumerate(transforms)]
     else:
         parts = [(kind, _automatic(kind, scaled, sparse), list(columns))
                  for kind, columns in (("numeric", kinds.numeric), ("categorical", kinds.categorical)) if columns]
@@ -85,9 +91,9 @@ def build_pipeline(kinds: ColumnKinds, estimator: Any, scaled: bool,
                      ("model", estimator)])
 
 
-def _automatic(kind: str, scaled: bool, sparse: bool) -> Any:
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+def _automatic(kind: Optional[str], scaled: bool, sparse: bool) -> Any:
+    from sklearn.preprocessing import StandardScaler
 
     if kind == "numeric":
         return StandardScaler() if scaled else "passthrough"
-    return OneHotEncoder(handle_unknown="ignore", sparse_output=sparse)
+    return one_hot_encoder(sparse)

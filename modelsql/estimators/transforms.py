@@ -29,8 +29,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "transformer", "transforms_json", "transforms_from_json",
-           "transforms_text"]
+__all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "one_hot_encoder", "transformer", "transform_columns",
+           "transforms_json", "transforms_from_json", "transforms_text"]
 
 
 @dataclass(frozen=True)
@@ -48,32 +48,34 @@ class Transform:
 class _Function:
     kind: str              # the input column's kind: "numeric" or "categorical"
     arity: tuple[int, int]  # least and most constant arguments after the column
-    make: Callable[..., Any]
+    make: Callable[..., Any]  # make(sparse, *args): the unfitted transformer
     scaler: bool = False   # a monotonic rescaling (nothing for a tree, but float32 rounding: refused there)
 
 
-def _kbins(n: Any) -> Any:
+def _kbins(sparse: bool, n: Any) -> Any:
     from sklearn.preprocessing import KBinsDiscretizer
 
     return KBinsDiscretizer(n_bins=n, encode="onehot-dense", strategy="quantile",
                             quantile_method="averaged_inverted_cdf", subsample=None)  # every row: deterministic
 
 
-def _scaler(name: str, **kwargs: Any) -> Callable[[], Any]:
-    def make() -> Any:
+def _scaler(name: str, **kwargs: Any) -> Callable[[bool], Any]:
+    def make(sparse: bool) -> Any:
         import sklearn.preprocessing as pre
 
         return getattr(pre, name)(**kwargs)
     return make
 
 
-def _one_hot(sparse: bool = False) -> Any:
+def one_hot_encoder(sparse: bool) -> Any:
+    """The one-hot encoding of text, a category training did not see all zeros (``ML.ONE_HOT_ENCODER``'s, and the
+    automatic preprocessing's); ``sparse``: its output is a sparse matrix."""
     from sklearn.preprocessing import OneHotEncoder
 
     return OneHotEncoder(handle_unknown="ignore", sparse_output=sparse)
 
 
-def _ordinal() -> Any:
+def _ordinal(sparse: bool) -> Any:
     from sklearn.preprocessing import OrdinalEncoder
 
     return OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)
@@ -85,7 +87,7 @@ FUNCTIONS: dict[str, _Function] = {
     "MAX_ABS_SCALER": _Function("numeric", (0, 0), _scaler("MaxAbsScaler"), scaler=True),
     "ROBUST_SCALER": _Function("numeric", (0, 0), _scaler("RobustScaler"), scaler=True),
     "QUANTILE_BUCKETIZE": _Function("numeric", (1, 1), _kbins),
-    "ONE_HOT_ENCODER": _Function("categorical", (0, 0), _one_hot),
+    "ONE_HOT_ENCODER": _Function("categorical", (0, 0), one_hot_encoder),
     "LABEL_ENCODER": _Function("categorical", (0, 0), _ordinal),
 }
 """The ``ML.`` functions a ``TRANSFORM`` takes, by name (see the module docstring)."""
@@ -97,9 +99,12 @@ MAX_BUCKETS = 1_000
 def transformer(transform: Transform, sparse: bool = False) -> Any:
     """The unfitted scikit-learn transformer of one ``ML.`` function item (not a plain column); ``sparse``: a
     one-hot encoder's output may be a sparse matrix."""
-    if transform.function == "ONE_HOT_ENCODER":
-        return _one_hot(sparse)
-    return FUNCTIONS[transform.function].make(*transform.args)
+    return FUNCTIONS[transform.function].make(sparse, *transform.args)
+
+
+def transform_columns(transforms: Sequence[Transform]) -> tuple[str, ...]:
+    """The columns the items read, each once, in the clause's order: the model's features."""
+    return tuple(dict.fromkeys(t.column for t in transforms))
 
 
 def transforms_json(transforms: Sequence[Transform]) -> str:

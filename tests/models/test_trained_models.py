@@ -324,6 +324,5 @@ def test_a_wide_text_column_stays_sparse_and_predicts_as_the_dense_pipeline(con)
                                ("KNeighborsClassifier", False)):
         chosen = resolve_model_type(model_type)
         assert chosen.accepts_sparse is sparse
-        encoded = build_pipeline(kinds, None, chosen.scaled, sparse=chosen.accepts_sparse).steps[0][1] \
-            .fit_transform(frame)
+        encoded = build_pipeline(kinds, None, chosen).steps[0][1].fit_transform(frame)
         assert scipy.sparse.issparse(encoded) is sparse and encoded.shape == (n, 401)

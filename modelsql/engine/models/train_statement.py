@@ -29,7 +29,7 @@ from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError
 from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, resolve_model_type,
-                                 transforms_json, validation_rows)
+                                 transform_columns, transforms_json, validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.evaluate.recording import record_evaluation
@@ -143,7 +143,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     started = time.perf_counter()
     table, types = query_rows(session, stmt.args["query"], params)
     transforms = _transforms(session, plan, table)
-    features = tuple(dict.fromkeys(t.column for t in transforms)) if transforms else plan.features
+    features = transform_columns(transforms) if transforms else plan.features
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
                          on_null=plan.on_null, statement=plan.where)
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
@@ -186,8 +186,8 @@ def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray,
     if plan.model_type.task == "classification" and y is not None and len(np.unique(y)) < 2:
         raise DataError(f"{plan.where}: TARGET {rows.target} has one class ({_text(y[0])}) in the {len(train)} training "
                         "rows: a classifier needs at least two.", code="one_class")
-    pipeline = build_pipeline(rows.kinds, plan.model_type.build(plan.hyperparameters, plan.seed),
-                              plan.model_type.scaled, transforms, plan.model_type.accepts_sparse)
+    pipeline = build_pipeline(rows.kinds, plan.model_type.build(plan.hyperparameters, plan.seed), plan.model_type,
+                              transforms)
     frame = rows.features_frame(train)
     try:
         with warnings.catch_warnings():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from modelsql.engine.session import Session
 
-__all__ = ["TrainingRows", "query_rows", "training_rows"]
+__all__ = ["TrainingRows", "query_rows", "training_rows", "find_column"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,12 @@ def query_rows(session: Session, query: exp.Expression, params: list) -> tuple[p
         out.release()
 
 
-def _column(columns: list[str], name: str, statement: str, what: str) -> str:
+def find_column(columns: Sequence[str], name: str, statement: str, what: str) -> str:
+    """The column of ``columns`` named ``name`` (any case), as spelled there.
+
+    Raises:
+        ProgrammingError: ``column_not_found``, naming ``what`` (``"TARGET"``, ``"TRANSFORM"``) and the columns.
+    """
     found = next((c for c in columns if c.lower() == name.lower()), None)
     if found is None:
         raise ProgrammingError(f'{statement}: {what} column "{name}" not found.{did_you_mean(name, columns)} '
@@ -248,7 +253,7 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
     """
     columns = table.column_names
     _check_names(columns, statement)
-    target_name = _column(columns, target, statement, "TARGET") if target is not None else None
+    target_name = find_column(columns, target, statement, "TARGET") if target is not None else None
     chosen = training_features(columns, target_name or "", feature_option(features, target_name or "", statement)
                                if features is not None else None, (), statement)
     table, skipped = _drop_nulls(table.select([*chosen, *([target_name] if target_name else [])]),

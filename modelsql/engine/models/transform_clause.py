@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from modelsql.errors import Error, NotSupportedError, ProgrammingError, excerpt, position_of
 from modelsql.estimators import MAX_BUCKETS, TRANSFORM_FUNCTIONS, Transform
+from modelsql.engine.models.training_rows import find_column
 
 __all__ = ["bind_transform", "check_transform", "transform_text"]
 
@@ -101,7 +102,7 @@ def _item(item: exp.Expression, columns: Sequence[str], kinds: dict[str, Optiona
         raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)} has an empty name.", code="invalid_transform")
     node = item.this if isinstance(item, exp.Alias) else item
     if isinstance(node, exp.Column) and not node.table:
-        column = _column(node.name, columns, where)
+        column = find_column(columns, node.name, where, "TRANSFORM")
         return Transform(alias or column, "", column)
     call = node
     if isinstance(node, exp.Window):
@@ -131,7 +132,7 @@ def _function_item(item: exp.Expression, name: str, arguments: list, alias: Opti
     if not arguments or not (isinstance(arguments[0], exp.Column) and not arguments[0].table):
         raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: ML.{name} applies to a column, named first.",
                                code="invalid_transform")
-    column = _column(arguments[0].name, columns, where)
+    column = find_column(columns, arguments[0].name, where, "TRANSFORM")
     args = tuple(_constant(a, item, where) for a in arguments[1:])
     least, most = function.arity
     if not least <= len(args) <= most:
@@ -155,14 +156,6 @@ def _ml_call(node: exp.Expression) -> tuple[Optional[str], list]:
             and isinstance(node.expression, exp.Anonymous):
         return str(node.expression.this).upper(), list(node.expression.expressions)
     return None, []
-
-
-def _column(name: str, columns: Sequence[str], where: str) -> str:
-    found = next((c for c in columns if c.lower() == name.lower()), None)
-    if found is None:
-        raise ProgrammingError(f'{where}: TRANSFORM reads column "{name}", which the query does not have (its '
-                               f"columns: {', '.join(columns)}).", code="column_not_found")
-    return found
 
 
 def _constant(node: exp.Expression, item: exp.Expression, where: str) -> Any:

@@ -40,8 +40,8 @@ from modelsql import sql as msql
 from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
-from modelsql.estimators import (ModelType, Transform, build_pipeline, resolve_model_type, transforms_from_json,
-                                 transforms_json, transforms_text, validation_rows)
+from modelsql.estimators import (ModelType, Transform, build_pipeline, resolve_model_type, transform_columns,
+                                 transforms_from_json, transforms_json, transforms_text, validation_rows)
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
@@ -190,8 +190,7 @@ def _check_classes(data: _Data, model_type: ModelType) -> None:
 def _preprocess(study: _Study) -> None:
     """Fit the preprocessing on the training rows once; every trial's estimator is fitted on its output."""
     data = study.data
-    pipeline = build_pipeline(data.rows.kinds, None, study.model_type.scaled, study.transforms,
-                              study.model_type.accepts_sparse)
+    pipeline = build_pipeline(data.rows.kinds, None, study.model_type, study.transforms)
     preprocess = pipeline.steps[0][1]
     data.x_train = preprocess.fit_transform(data.rows.features_frame(data.train))
     data.x_valid = preprocess.transform(data.valid_rows.features_frame(data.valid))
@@ -240,7 +239,7 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
         if features is not None:
             raise option_error("features", f"TUNE option features: model {stmt.this.model_name} was trained with a "
                                            "TRANSFORM clause, whose columns are its features; leave features out.")
-        features = tuple(dict.fromkeys(t.column for t in transforms))
+        features = transform_columns(transforms)
     for key in _TRAINABLE_ONLY:
         if key in options.given:
             raise option_error(key, f"TUNE option {key} applies to trainables (torch); a scikit-learn model type's "
@@ -262,10 +261,8 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     metric = metric_for(options["metric"], model_type.task)
     mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
     data = _data(session, stmt, params, model_type, features, options["validation_fraction"], seed)
-    kinds = {**dict.fromkeys(data.rows.kinds.numeric, "numeric"), **dict.fromkeys(data.rows.kinds.categorical,
-                                                                                   "categorical")}
     for transform in transforms or ():  # the rows TUNE reads may type a column otherwise than the model's did
-        check_transform(transform, kinds.get(transform.column), model_type.tree_based, "TUNE")
+        check_transform(transform, data.rows.kinds.kind_of(transform.column), model_type.tree_based, "TUNE")
     name = (f"{stmt.this.model_name}_study" if options["study_name"] is None else options["study_name"]).lower()
     if not _STUDY_NAME.match(name):
         raise option_error("study_name", "TUNE option study_name must be a name (letters, digits and underscores, "
@@ -484,8 +481,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     if model_type.estimator in BOOSTED:
         params["n_estimators"] = trial.epochs
     transforms = transforms_from_json(options.get("transforms"))
-    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type.scaled, transforms,
-                              model_type.accepts_sparse)
+    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type, transforms)
     assert data.rows.y is not None  # TUNE has a TARGET
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
