@@ -11,6 +11,7 @@ processes, which import the file anew); a factory of ``__main__`` (the running s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -40,12 +41,13 @@ def resolve_reference(ref: str) -> Any:
             imported, or the attribute is missing.
     """
     module_name, attr = _split_ref(ref)
-    before = set(sys.modules)
+    before = None if module_name in sys.modules else set(sys.modules)  # imported here: note its files
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise _not_found(ref, f"module {module_name!r} cannot be imported ({exc})") from exc
-    _record_imported(set(sys.modules) - before)
+    if before is not None:
+        _record_imported(set(sys.modules) - before)
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise _not_found(ref, f"module {module_name!r} has no attribute {attr!r}")
@@ -141,6 +143,7 @@ def _record_imported(names: set[str]) -> None:
             _STATS.setdefault(path, (stat.st_mtime_ns, stat.st_size))
 
 
+@functools.lru_cache(maxsize=1)
 def _process_start() -> Optional[float]:
     """When this process started (seconds since the epoch), from Linux's ``/proc``; None elsewhere."""
     try:

@@ -4,9 +4,9 @@ default: ``workers = 1``).
 A worker interpreter costs its start, importing torch (about 1.5 s on a 2-core machine, more than a small study's
 training), and each stage's checkpoint crosses a pipe twice; Optuna and a hand-written loop pay neither, training
 in the caller's process. Training here is as bit-exact as in a worker: :func:`~modelsql.tuning.training.train_stage`
-sets the thread count and every seed, or restores them from the parent checkpoint, before it trains, and gives the
-caller back its RNG states and thread count after (so the results equal a worker's, bit for bit, and the trees
-mix the two freely). A task trains here only when
+sets the thread count and every seed, or restores them from the parent checkpoint, trains from torch's defaults
+whatever the caller set, and gives the caller back what it changed (so the results equal a worker's, bit for bit,
+and the trees mix the two freely). A task trains here only when
 
 * no other stage is training in this process (torch's RNGs and thread count are per process: a second study
   running in another thread at the same time sends its tasks to worker processes);
@@ -22,8 +22,6 @@ Ctrl-C while a stage trains here stops the study, as it does when a worker train
 handler (chained to the caller's) tells a real Ctrl-C from a KeyboardInterrupt a factory raises, which fails its
 trial as in a worker; torch's compiler front end, which ``torch.optim`` imports on first use, is imported first with
 Ctrl-C held until it is in (an import cut short by KeyboardInterrupt left the interpreter to exit killed by SIGINT).
-:func:`~modelsql.tuning.training.train_stage` trains from torch's defaults whatever the caller set, and gives it back
-its RNG states, thread count, torch settings, working directory and ``sys.path``.
 """
 
 from __future__ import annotations

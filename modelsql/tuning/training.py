@@ -58,7 +58,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -71,7 +71,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "TrainData", "StageSpec", "StageResult", "TrainingDiverged", "HYPERPARAMETERS", "check_epoch", "check_factory",
-    "train_stage", "load_trained", "deterministic_cuda", "deterministic_on", "nondeterministic_error", "device_kind", "CUBLAS_WORKSPACE",
+    "train_stage", "load_trained", "deterministic_cuda", "deterministic_on", "nondeterministic_error", "device_kind",
+    "CUBLAS_WORKSPACE",
 ]
 
 CUBLAS_WORKSPACE = ":4096:8"
@@ -317,8 +318,8 @@ def _caller_state_kept() -> Iterator[None]:
     settings = _torch_settings()
     try:
         with _process_state_kept():
-            _set_torch_settings((torch.float32, False, settings[2], False, settings[4], torch.device("cpu"),
-                                 "highest"))
+            _set_torch_settings(settings._replace(dtype=torch.float32, anomaly=False, deterministic=False,
+                                                  device=torch.device("cpu"), matmul_precision="highest"))
             with torch.inference_mode(False), torch.enable_grad(), torch.autocast("cpu", enabled=False):
                 yield
     finally:
@@ -350,31 +351,42 @@ def _process_state_kept() -> Iterator[None]:
             os.environ.update(environ)
 
 
-def _torch_settings() -> tuple:
-    """(default dtype, anomaly detection, its NaN check, deterministic algorithms, their warn-only, default device,
-    float32 matmul precision)."""
+class _TorchSettings(NamedTuple):
+    """torch's process-wide settings a model may read or change."""
+
+    dtype: Any
+    anomaly: bool
+    anomaly_check_nan: bool
+    deterministic: bool
+    deterministic_warn_only: bool
+    device: Any
+    matmul_precision: str
+
+
+def _torch_settings() -> _TorchSettings:
     import torch
 
-    return (torch.get_default_dtype(), torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled(),
-            torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            torch.get_default_device(), torch.get_float32_matmul_precision())
+    return _TorchSettings(torch.get_default_dtype(), torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled(),
+                          torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_default_device(),
+                          torch.get_float32_matmul_precision())
 
 
-def _set_torch_settings(wanted: tuple) -> None:
+def _set_torch_settings(wanted: _TorchSettings) -> None:
     """Set what :func:`_torch_settings` reads, writing only what differs."""
     import torch
 
     now = _torch_settings()
-    if now[0] != wanted[0]:
-        torch.set_default_dtype(wanted[0])
-    if now[1:3] != wanted[1:3]:
-        torch.set_anomaly_enabled(wanted[1], wanted[2])
-    if now[3:5] != wanted[3:5]:
-        torch.use_deterministic_algorithms(wanted[3], warn_only=wanted[4])
-    if now[5] != wanted[5]:
-        torch.set_default_device(wanted[5])
-    if now[6] != wanted[6]:
-        torch.set_float32_matmul_precision(wanted[6])
+    if now.dtype != wanted.dtype:
+        torch.set_default_dtype(wanted.dtype)
+    if (now.anomaly, now.anomaly_check_nan) != (wanted.anomaly, wanted.anomaly_check_nan):
+        torch.set_anomaly_enabled(wanted.anomaly, wanted.anomaly_check_nan)
+    if (now.deterministic, now.deterministic_warn_only) != (wanted.deterministic, wanted.deterministic_warn_only):
+        torch.use_deterministic_algorithms(wanted.deterministic, warn_only=wanted.deterministic_warn_only)
+    if now.device != wanted.device:
+        torch.set_default_device(wanted.device)
+    if now.matmul_precision != wanted.matmul_precision:
+        torch.set_float32_matmul_precision(wanted.matmul_precision)
 
 
 def device_kind(device: str) -> str:
