@@ -261,14 +261,7 @@ def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows,
                              rows.target, input_text=plan.query,
                              options={"rows": which, "validation": plan.validation, "seed": plan.seed},
                              called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE",
-                             features=_single_feature(rows))
-
-
-def _single_feature(rows: TrainingRows) -> Optional[tuple[str, ...]]:
-    """The one feature column of a model of one input, which EVALUATE feeds by position (as PREDICT would, leaving
-    out key-like names: the model may be trained on one, named in a TRANSFORM); None when the inputs bind by
-    name."""
-    return rows.kinds.columns if len(rows.kinds.columns) == 1 else None
+                             features=rows.single_feature)
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

@@ -56,6 +56,13 @@ class TrainingRows:
         """The feature columns in the query's order (``kinds.columns`` has the numeric ones first)."""
         return tuple(c for c in self.table.column_names if c != self.target)
 
+    @property
+    def single_feature(self) -> Optional[tuple[str, ...]]:
+        """The one feature column of a model of one input, which EVALUATE feeds by position (as PREDICT would,
+        leaving out key-like names: the model may be trained on one, named in a TRANSFORM), to name as its
+        ``features``; None when the inputs bind by name."""
+        return self.kinds.columns if len(self.kinds.columns) == 1 else None
+
     def features_frame(self, rows: np.ndarray) -> Any:
         """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64, text as
         ``str`` (what the pipeline is fitted on)."""

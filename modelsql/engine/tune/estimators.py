@@ -506,7 +506,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                           input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
                           options={"study": study.name, "trial": trial.trial},
                           called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
-                          features=data.rows.kinds.columns if len(data.rows.kinds.columns) == 1 else None)
+                          features=data.rows.single_feature)
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise
