@@ -16,8 +16,9 @@ __all__ = ["column_numpy"]
 
 
 def column_numpy(column) -> np.ndarray:
-    """``column`` (a ``pa.ChunkedArray`` or ``pa.Array`` without NULLs: the caller checked) as a NumPy array: integers and floats in their own dtype,
-    booleans as ``bool``, text as ``object`` (Python ``str``), anything else as pyarrow's ``to_numpy`` gives."""
+    """``column`` (a ``pa.ChunkedArray`` or ``pa.Array`` without NULLs: the caller checked) as a NumPy array:
+    integers and floats in their own dtype, booleans as ``bool``, text as ``object`` (Python ``str``), anything else
+    as pyarrow's ``to_numpy`` gives."""
     kind = column.type
     if pa.types.is_boolean(kind):
         return _primitive(pc.cast(column, pa.uint8()), np.dtype(np.uint8)).astype(bool)

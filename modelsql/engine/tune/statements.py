@@ -222,9 +222,12 @@ def _executor(spec: StudySpec):
     from modelsql.tuning.inprocess_executor import InProcessExecutor
 
     pool = local_executor(spec.workers)
-    if spec.executor == "local" and spec.workers == 1 and spec.device == "cpu":
-        return InProcessExecutor(pool)  # stages train in this process where they can, as Optuna's do
-    return pool
+    return InProcessExecutor(pool) if _trains_here(spec) else pool
+
+
+def _trains_here(spec: StudySpec) -> bool:
+    """The study's stages train in this process where they can, as Optuna's do: one local worker on the CPU."""
+    return spec.executor == "local" and spec.workers == 1 and spec.device == "cpu"
 
 
 def _check_existing(session: Session, spec: StudySpec, resume: bool) -> None:
@@ -326,7 +329,7 @@ def _where_stages_train(spec: StudySpec) -> str:
     """Where the study's stages train (:func:`_executor`), as EXPLAIN TUNE says it."""
     if spec.executor == "ray":
         return "Ray tasks"
-    if spec.executor == "local" and spec.workers == 1 and spec.device == "cpu":
+    if _trains_here(spec):
         return "in this process, or a worker process while another training holds it"
     return f"worker processes on {spec.device}"
 
