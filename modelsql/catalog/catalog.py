@@ -46,10 +46,10 @@ torch.compile captured, a rewrite that would make it one graph, and the timing b
 
 TRAINING_PROPERTIES = ("model_type", "estimator", "hyperparameters", "target", "query", "validation",
                        "validation_size", "seed", "training_rows", "validation_rows", "rows_skipped", "fit_seconds",
-                       "description", "transform")
+                       "description", "transform", "imputed")
 """Options of a model trained by ``CREATE MODEL ... AS SELECT`` that DESCRIBE MODEL lists as properties (where
-present): what was trained, on which query's rows, how they were split, how long reading and fitting took, and
-its ``TRANSFORM`` clause."""
+present): what was trained, on which query's rows, how they were split, how long reading and fitting took, its
+``TRANSFORM`` clause and the columns whose NULLs it imputes (JSON)."""
 
 _OPTION_PROPERTIES = PROGRAM_PROPERTIES + TRAINING_PROPERTIES
 

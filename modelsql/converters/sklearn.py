@@ -84,11 +84,7 @@ def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
                 names = [cols] if isinstance(cols, str) else list(cols) if isinstance(cols, (list, tuple)) else []
                 if names and all(isinstance(c, str) for c in names):
                     found = found or {"text": set()}
-                    categories = getattr(trans, "categories_", None)
-                    if categories is not None:
-                        for col, cats in zip(names, categories):
-                            if len(cats) and isinstance(cats[0], str):
-                                found["text"].add(col)
+                    found["text"].update(col for col, text in zip(names, _fitted_on_text(trans)) if text)
                 if hasattr(trans, "get_params") and not isinstance(trans, str):
                     stack.append(trans)
         for attr in ("steps",):
@@ -96,6 +92,19 @@ def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
                 if hasattr(step, "get_params"):
                     stack.append(step)
     return found
+
+
+def _fitted_on_text(trans: Any) -> list[bool]:
+    """Per column a ColumnTransformer's part reads: whether it was fitted on strings (an encoder's categories,
+    an imputer's filling values are text); a pipeline's first step tells."""
+    steps = getattr(trans, "steps", None)
+    if steps:
+        return _fitted_on_text(steps[0][1])
+    categories = getattr(trans, "categories_", None)
+    if categories is not None:
+        return [bool(len(cats)) and isinstance(cats[0], str) for cats in categories]
+    statistics = getattr(trans, "statistics_", None)  # SimpleImputer's
+    return [isinstance(v, str) for v in statistics] if statistics is not None else []
 
 
 def _n_outputs(final: Any, regressor: bool) -> int:

@@ -18,6 +18,11 @@ A trained model is the scikit-learn ``Pipeline``::
 
 A ``TRANSFORM`` clause replaces the two parts by one per item (:mod:`.transforms`).
 
+Imputed columns (``on_null = 'impute'``, BigQuery ML's automatic imputation, or those an ``ML.IMPUTER`` reads) may
+be NULL in training and when PREDICT feeds them: a NULL number is the training rows' mean (a ``SimpleImputer``
+before the column's part), NULL text a category of its own (:data:`~.transforms.NULL_CATEGORY`, what the rows
+and PREDICT feed for it).
+
 The preprocessing is converted with the estimator into one ONNX graph with one input per column, named as the
 column (:mod:`modelsql.converters.sklearn`), so PREDICT binds the columns by name.
 """
@@ -30,7 +35,7 @@ from typing import Any, Optional, Sequence
 import pyarrow as pa
 
 from modelsql.estimators.model_types import ModelType
-from modelsql.estimators.transforms import Transform, one_hot_encoder, transformer
+from modelsql.estimators.transforms import Transform, imputer, one_hot_encoder, transformer
 
 __all__ = ["MAX_CATEGORIES", "ColumnKinds", "column_kind", "build_pipeline"]
 
@@ -67,7 +72,7 @@ def column_kind(arrow_type: pa.DataType) -> Optional[str]:
 
 
 def build_pipeline(kinds: ColumnKinds, estimator: Any, model_type: ModelType,
-                   transforms: Optional[Sequence[Transform]] = None) -> Any:
+                   transforms: Optional[Sequence[Transform]] = None, imputed: Sequence[str] = ()) -> Any:
     """The unfitted ``Pipeline`` of the module docstring (``sklearn.pipeline.Pipeline``) for an estimator of
     ``model_type`` (``estimator`` itself, or None for the preprocessing alone); with ``transforms`` (a
     ``TRANSFORM`` clause, :mod:`.transforms`), one part per item, in the clause's order: a
@@ -75,20 +80,44 @@ def build_pipeline(kinds: ColumnKinds, estimator: Any, model_type: ModelType,
     type fitted on sparse rows as on dense ones (:attr:`~.model_types.ModelType.accepts_sparse`) the one-hot
     encodings are sparse, and the encoded rows stay a sparse matrix when under 30% of their values are not zero
     (``ColumnTransformer``'s ``sparse_threshold``): wide categories (1,000,000 rows of a 1,000-value column are
-    8 GB dense) take the memory of their rows, not of their width."""
+    8 GB dense) take the memory of their rows, not of their width. ``imputed``: the columns that may be NULL
+    (see the module docstring; without transforms, all of the numeric columns or none)."""
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
 
     scaled, sparse = model_type.scaled, model_type.accepts_sparse
-
     if transforms is not None:  # parts named by position: an output name may be one ColumnTransformer reserves
-        parts = [(f"transform{i}", transformer(t, sparse) if t.function else
-                  _automatic(kinds.kind_of(t.column), scaled, sparse), [t.column]) for i, t in enumerate(transforms)]
+        parts = [(f"transform{i}", _item(t, kinds.kind_of(t.column), scaled, sparse, t.column in imputed),
+                  [t.column]) for i, t in enumerate(transforms)]
     else:
-        parts = [(kind, _automatic(kind, scaled, sparse), list(columns))
+        parts = [(kind, _imputing(_automatic(kind, scaled, sparse), kind, any(c in imputed for c in columns)),
+                  list(columns))
                  for kind, columns in (("numeric", kinds.numeric), ("categorical", kinds.categorical)) if columns]
     return Pipeline([("preprocess", ColumnTransformer(parts, sparse_threshold=0.3 if sparse else 0.0)),
                      ("model", estimator)])
+
+
+def _item(transform: Transform, kind: Optional[str], scaled: bool, sparse: bool, imputed: bool) -> Any:
+    """One ``TRANSFORM`` item's part: ``ML.IMPUTER``'s imputer, then the automatic preprocessing; another
+    function's transformer, or a plain column's automatic preprocessing, after the mean of an imputed number."""
+    from sklearn.pipeline import Pipeline
+
+    kind = kind or "numeric"
+    if transform.function == "IMPUTER":
+        then = _automatic(kind, scaled, sparse)
+        fill = transformer(transform, sparse, kind)
+        return fill if then == "passthrough" else Pipeline([("impute", fill), ("encode", then)])
+    part = transformer(transform, sparse, kind) if transform.function else _automatic(kind, scaled, sparse)
+    return _imputing(part, kind, imputed)
+
+
+def _imputing(part: Any, kind: Optional[str], imputed: bool) -> Any:
+    """``part`` after the training mean of a NULL number (NULL text is already a category of its own)."""
+    from sklearn.pipeline import Pipeline
+
+    if not imputed or kind != "numeric":
+        return part
+    return imputer("numeric") if part == "passthrough" else Pipeline([("impute", imputer("numeric")), ("then", part)])
 
 
 def _automatic(kind: Optional[str], scaled: bool, sparse: bool) -> Any:

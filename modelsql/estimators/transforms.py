@@ -18,9 +18,15 @@ function                                        scikit-learn                    
                                                 encoded (BigQuery ML's buckets are categories)
 ``ML.ONE_HOT_ENCODER(c)``                       ``OneHotEncoder(handle_unknown="ignore")``             text
 ``ML.LABEL_ENCODER(c)``                         ``OrdinalEncoder`` (an unseen value is -1)             text
+``ML.IMPUTER(x, strategy)``                     ``SimpleImputer(strategy=...)``: a NULL is the training  either
+                                                rows' ``'mean'``, ``'median'`` (numbers) or
+                                                ``'most_frequent'`` value, then the automatic
+                                                preprocessing of the column's kind
 ==============================================  =====================================================  ==========
 
-A plain column in the clause gets the automatic preprocessing (:mod:`.preprocessing`).
+A plain column in the clause gets the automatic preprocessing (:mod:`.preprocessing`). A column an
+``ML.IMPUTER`` reads may be NULL in training and at PREDICT (:func:`imputed_columns`); its other items see
+a NULL number as the training mean and NULL text as a category of its own (:data:`NULL_CATEGORY`).
 """
 
 from __future__ import annotations
@@ -29,8 +35,17 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "one_hot_encoder", "transformer", "transform_columns",
-           "transforms_json", "transforms_from_json", "transforms_text"]
+__all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "NULL_CATEGORY", "IMPUTE_STRATEGIES", "one_hot_encoder",
+           "imputer", "transformer", "transform_columns", "imputed_columns", "transforms_json", "transforms_from_json",
+           "transforms_text"]
+
+NULL_CATEGORY = "\u2400"
+"""What a NULL in an imputed text column is, in training and when PREDICT feeds it: one text value ("␀",
+SYMBOL FOR NULL), so NULL is a category of its own, as BigQuery ML's automatic preprocessing makes it (ONNX
+text cannot be NULL, and ONNX Runtime cuts a string at a NUL character)."""
+
+IMPUTE_STRATEGIES = {"mean": "numeric", "median": "numeric", "most_frequent": None}
+"""``ML.IMPUTER``'s strategies and the column kind each needs (None: numbers or text)."""
 
 
 @dataclass(frozen=True)
@@ -46,28 +61,28 @@ class Transform:
 
 @dataclass(frozen=True)
 class _Function:
-    kind: str              # the input column's kind: "numeric" or "categorical"
+    kind: Optional[str]    # the input column's kind: "numeric", "categorical" or None (either)
     arity: tuple[int, int]  # least and most constant arguments after the column
-    make: Callable[..., Any]  # make(sparse, *args): the unfitted transformer
+    make: Callable[..., Any]  # make(sparse, kind, *args): the unfitted transformer
     scaler: bool = False   # a monotonic rescaling (nothing for a tree, but float32 rounding: refused there)
 
 
-def _kbins(sparse: bool, n: Any) -> Any:
+def _kbins(sparse: bool, kind: str, n: Any) -> Any:
     from sklearn.preprocessing import KBinsDiscretizer
 
     return KBinsDiscretizer(n_bins=n, encode="onehot-dense", strategy="quantile",
                             quantile_method="averaged_inverted_cdf", subsample=None)  # every row: deterministic
 
 
-def _scaler(name: str, **kwargs: Any) -> Callable[[bool], Any]:
-    def make(sparse: bool) -> Any:
+def _scaler(name: str, **kwargs: Any) -> Callable[[bool, str], Any]:
+    def make(sparse: bool, kind: str) -> Any:
         import sklearn.preprocessing as pre
 
         return getattr(pre, name)(**kwargs)
     return make
 
 
-def one_hot_encoder(sparse: bool) -> Any:
+def one_hot_encoder(sparse: bool, kind: str = "categorical") -> Any:
     """The one-hot encoding of text, a category training did not see all zeros (``ML.ONE_HOT_ENCODER``'s, and the
     automatic preprocessing's); ``sparse``: its output is a sparse matrix."""
     from sklearn.preprocessing import OneHotEncoder
@@ -75,10 +90,24 @@ def one_hot_encoder(sparse: bool) -> Any:
     return OneHotEncoder(handle_unknown="ignore", sparse_output=sparse)
 
 
-def _ordinal(sparse: bool) -> Any:
+def _ordinal(sparse: bool, kind: str) -> Any:
     from sklearn.preprocessing import OrdinalEncoder
 
     return OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)
+
+
+def imputer(kind: str, strategy: str = "mean") -> Any:
+    """``SimpleImputer`` of a ``kind`` column: a NULL number (NaN) or NULL text (:data:`NULL_CATEGORY`) replaced
+    by the training rows' ``strategy`` value (:data:`IMPUTE_STRATEGIES`)."""
+    from sklearn.impute import SimpleImputer
+
+    if kind == "numeric":
+        return SimpleImputer(strategy=strategy)
+    return SimpleImputer(strategy=strategy, missing_values=NULL_CATEGORY)
+
+
+def _imputer(sparse: bool, kind: str, strategy: str) -> Any:
+    return imputer(kind, strategy)
 
 
 FUNCTIONS: dict[str, _Function] = {
@@ -89,6 +118,7 @@ FUNCTIONS: dict[str, _Function] = {
     "QUANTILE_BUCKETIZE": _Function("numeric", (1, 1), _kbins),
     "ONE_HOT_ENCODER": _Function("categorical", (0, 0), one_hot_encoder),
     "LABEL_ENCODER": _Function("categorical", (0, 0), _ordinal),
+    "IMPUTER": _Function(None, (1, 1), _imputer),
 }
 """The ``ML.`` functions a ``TRANSFORM`` takes, by name (see the module docstring)."""
 
@@ -96,15 +126,20 @@ MAX_BUCKETS = 1_000
 """Most buckets ``ML.QUANTILE_BUCKETIZE`` makes (each becomes a one-hot column, as a category does)."""
 
 
-def transformer(transform: Transform, sparse: bool = False) -> Any:
-    """The unfitted scikit-learn transformer of one ``ML.`` function item (not a plain column); ``sparse``: a
-    one-hot encoder's output may be a sparse matrix."""
-    return FUNCTIONS[transform.function].make(sparse, *transform.args)
+def transformer(transform: Transform, sparse: bool = False, kind: str = "numeric") -> Any:
+    """The unfitted scikit-learn transformer of one ``ML.`` function item (not a plain column) over a ``kind``
+    column; ``sparse``: a one-hot encoder's output may be a sparse matrix."""
+    return FUNCTIONS[transform.function].make(sparse, kind, *transform.args)
 
 
 def transform_columns(transforms: Sequence[Transform]) -> tuple[str, ...]:
     """The columns the items read, each once, in the clause's order: the model's features."""
     return tuple(dict.fromkeys(t.column for t in transforms))
+
+
+def imputed_columns(transforms: Sequence[Transform]) -> tuple[str, ...]:
+    """The columns an ``ML.IMPUTER`` item reads, in the clause's order: those that may be NULL."""
+    return tuple(dict.fromkeys(t.column for t in transforms if t.function == "IMPUTER"))
 
 
 def transforms_json(transforms: Sequence[Transform]) -> str:

@@ -40,8 +40,10 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from modelsql.errors import DataError
+from modelsql.estimators.transforms import NULL_CATEGORY
 from modelsql.operators import row_errors
 
 if TYPE_CHECKING:
@@ -145,6 +147,8 @@ class InputArg:
             batch axis, with unknown dims as -1).
         elem_type: ONNX element type name of the input.
         columns: the SQL columns it is built from (for error messages).
+        imputed: the model fills a NULL of this ``"column"`` itself (a model trained in SQL that imputes): it is
+            fed as NaN (numbers) or :data:`~modelsql.estimators.NULL_CATEGORY` (text), not treated as a NULL row.
     """
 
     input_name: str
@@ -152,6 +156,7 @@ class InputArg:
     shape: tuple[int, ...]
     elem_type: str
     columns: tuple[str, ...]
+    imputed: bool = False
 
 
 @dataclass(frozen=True)
@@ -332,7 +337,7 @@ class PredictFunction:
 
     def _call(self, *inputs: Any) -> pa.StructArray:
         self.calls += 1
-        arrays = [a if isinstance(a, ColumnBlock) else _one_array(a) for a in inputs]
+        arrays = [a if isinstance(a, ColumnBlock) else _filled(_one_array(a), spec) for a, spec in zip(inputs, self.args)]
         n = len(arrays[0]) if arrays else 0
         self.rows += n
         null_rows = None
@@ -386,6 +391,18 @@ def _one_array(a) -> pa.Array:
     if isinstance(a, pa.ChunkedArray):
         return a.chunk(0) if a.num_chunks == 1 else a.combine_chunks()
     return a
+
+
+def _filled(arr: pa.Array, spec: InputArg) -> pa.Array:
+    """``arr`` with its NULLs as the model that imputes them takes them (:attr:`InputArg.imputed`): NaN for
+    numbers, :data:`~modelsql.estimators.NULL_CATEGORY` for text; any other ``arr`` as it is."""
+    if not spec.imputed or not arr.null_count:
+        return arr
+    if pa.types.is_floating(arr.type):
+        return pc.fill_null(arr, pa.scalar(float("nan"), arr.type))
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
+        return pc.fill_null(arr.cast(pa.string()), NULL_CATEGORY)
+    return arr
 
 
 def _arrow_type(o: OutputCol) -> pa.DataType:

@@ -28,7 +28,7 @@ from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError
-from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, resolve_model_type,
+from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, imputed_columns, resolve_model_type,
                                  transform_columns, transforms_json, validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
@@ -145,7 +145,8 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     transforms = _transforms(session, plan, table)
     features = transform_columns(transforms) if transforms else plan.features
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
-                         on_null=plan.on_null, statement=plan.where)
+                         on_null=plan.on_null, statement=plan.where,
+                         imputed=imputed_columns(transforms) if transforms else ())
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
     pipeline = _fit(plan, rows, train, transforms)
     fitted = time.perf_counter() - started
@@ -187,7 +188,7 @@ def _fit(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray,
         raise DataError(f"{plan.where}: TARGET {rows.target} has one class ({_text(y[0])}) in the {len(train)} training "
                         "rows: a classifier needs at least two.", code="one_class")
     pipeline = build_pipeline(rows.kinds, plan.model_type.build(plan.hyperparameters, plan.seed), plan.model_type,
-                              transforms)
+                              transforms, rows.imputed)
     frame = rows.features_frame(train)
     try:
         with warnings.catch_warnings():
@@ -244,6 +245,8 @@ def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, 
         out["classes"] = json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])
     if rows.skipped:
         out["rows_skipped"] = str(rows.skipped)
+    if rows.imputed:
+        out["imputed"] = json.dumps(list(rows.imputed))  # PREDICT feeds their NULLs to the model
     if plan.transform is not None:
         out["transform"] = transform_text(plan.transform)
     if plan.description is not None:

@@ -5,8 +5,10 @@ The feature columns are chosen by PREDICT's rules (:func:`~modelsql.engine.train
 (:func:`modelsql.estimators.column_kind`); the target is read for the task: a classifier's class labels
 (integers, text, booleans as 0 / 1, or floats that are all whole numbers, read as integers), a regressor's
 numbers. Features are numbers (finite, and exact enough as float32, the type PREDICT feeds) or text (VARCHAR,
-ENUM); the names of the trained graph's outputs are refused as feature names. A NULL in a feature or the target is an error naming the column (``on_null = 'skip'`` leaves those
-rows out), as PREDICT's and EVALUATE's are.
+ENUM); the names of the trained graph's outputs are refused as feature names. A NULL in a feature or the target
+is an error naming the column (``on_null = 'skip'`` leaves those rows out), as PREDICT's and EVALUATE's are, but in
+an imputed feature (``on_null = 'impute'``: every feature; or one an ``ML.IMPUTER`` reads), which the model's
+preprocessing fills (:mod:`modelsql.estimators.preprocessing`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
-from modelsql.estimators import ColumnKinds, column_kind
+from modelsql.estimators import NULL_CATEGORY, ColumnKinds, column_kind
 from modelsql.estimators.preprocessing import MAX_CATEGORIES
 from modelsql.engine.query_handler import run_query
 from modelsql.engine.training_features import feature_option, training_features
@@ -43,6 +45,7 @@ class TrainingRows:
         target: the target column's name as the query spells it, or None (clustering).
         y: the target values (int64, float64 or object of ``str``), or None.
         skipped: rows left out for a NULL (``on_null = 'skip'``).
+        imputed: the feature columns that may be NULL (imputed by the model), in the query's order.
     """
 
     table: pa.Table
@@ -50,6 +53,7 @@ class TrainingRows:
     target: Optional[str]
     y: Optional[np.ndarray]
     skipped: int
+    imputed: tuple[str, ...] = ()
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -64,12 +68,12 @@ class TrainingRows:
         return self.kinds.columns if len(self.kinds.columns) == 1 else None
 
     def features_frame(self, rows: np.ndarray) -> Any:
-        """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64, text as
-        ``str`` (what the pipeline is fitted on)."""
+        """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64 (NULL as NaN),
+        text as ``str`` (NULL as :data:`~modelsql.estimators.NULL_CATEGORY`): what the pipeline is fitted on."""
         part = self.table.take(pa.array(rows, pa.int64()))
         columns = {c: pc.cast(part.column(c), pa.float64()) for c in self.kinds.numeric}
-        columns.update({c: part.column(c).cast(pa.string()) if pa.types.is_dictionary(part.column(c).type)
-                        else part.column(c) for c in self.kinds.categorical})
+        columns.update({c: pc.fill_null(part.column(c).cast(pa.string()), NULL_CATEGORY)
+                        for c in self.kinds.categorical})
         frame = pa.table({c: columns[c] for c in self.kinds.columns}).to_pandas()
         for c in self.kinds.categorical:
             frame[c] = frame[c].astype(object)
@@ -151,7 +155,10 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     Raises:
         DataError: ``invalid_value`` (NaN, infinite, past float32's range), ``precision_loss``.
     """
-    values = np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(), dtype=np.float64)
+    values = np.asarray(pc.cast(pc.drop_null(table.column(name)), pa.float64()).to_numpy(), dtype=np.float64)
+    if not len(values):
+        raise DataError(f'{statement}: column "{name}" is NULL in every row: the model has nothing to learn from it '
+                        "(nor a mean to impute): leave it out with features = (...).", code="null_value")
     bad = ~np.isfinite(values) | (np.abs(values) > _FLOAT32_MAX)
     if bad.any():
         raise DataError(f'{statement}: column "{name}" is NaN, infinite or past float32\'s range in {int(bad.sum())} '
@@ -243,12 +250,14 @@ def _numbers(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
 
 
 def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: Optional[str],
-                  features: Optional[tuple[str, ...]], on_null: str, statement: str) -> TrainingRows:
+                  features: Optional[tuple[str, ...]], on_null: str, statement: str,
+                  imputed: Sequence[str] = ()) -> TrainingRows:
     """Bind ``table`` (the query's rows; ``types`` their DuckDB types) for an estimator of ``task``. Keys are
     known by their names (as PREDICT's for a query: ``id``, ``*_id`` ...); the table's target column is
     replaced by the values read (a whole-number DOUBLE target becomes BIGINT), so an evaluation compares them
     with the model's classes. ``on_null``: ``'error'`` (the statement's option, which the message names),
-    ``'skip'``, or ``'refuse'`` (a statement without the option).
+    ``'skip'``, ``'impute'`` (every feature may be NULL) or ``'refuse'`` (a statement without the option);
+    ``imputed``: features that may be NULL whatever ``on_null`` (those an ``ML.IMPUTER`` reads).
 
     Raises:
         ProgrammingError: ``duplicate_column``, ``column_not_found`` (the target, a feature), ``invalid_option``
@@ -263,8 +272,10 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
     target_name = find_column(columns, target, statement, "TARGET") if target is not None else None
     chosen = training_features(columns, target_name or "", feature_option(features, target_name or "", statement)
                                if features is not None else None, (), statement)
+    nullable = tuple(c for c in chosen if on_null == "impute" or c in imputed)
     table, skipped = _drop_nulls(table.select([*chosen, *([target_name] if target_name else [])]),
-                                 [*chosen, *([target_name] if target_name else [])], on_null, statement)
+                                 [*(c for c in chosen if c not in nullable), *([target_name] if target_name else [])],
+                                 on_null, statement)
     if table.num_rows == 0:
         raise DataError(f"{statement}: the query has no rows to train on.", code="too_few_rows")
     kinds = _kinds(table, chosen, types, statement)
@@ -275,4 +286,4 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
                                                                                                  statement)
         if y.dtype != object:
             table = table.set_column(table.column_names.index(target_name), target_name, pa.array(y))
-    return TrainingRows(table, kinds, target_name, y, skipped)
+    return TrainingRows(table, kinds, target_name, y, skipped, nullable)

@@ -15,12 +15,12 @@ from typing import Any, Optional, Sequence
 from sqlglot import exp
 
 from modelsql.errors import Error, NotSupportedError, ProgrammingError, excerpt, position_of
-from modelsql.estimators import MAX_BUCKETS, TRANSFORM_FUNCTIONS, Transform
+from modelsql.estimators import IMPUTE_STRATEGIES, MAX_BUCKETS, TRANSFORM_FUNCTIONS, Transform
 from modelsql.engine.models.training_rows import find_column
 
 __all__ = ["bind_transform", "check_transform", "transform_text"]
 
-_BIGQUERY_ONLY = ("BUCKETIZE", "IMPUTER", "NORMALIZER", "POLYNOMIAL_EXPAND", "FEATURE_CROSS", "HASH_BUCKETIZE",
+_BIGQUERY_ONLY = ("BUCKETIZE", "NORMALIZER", "POLYNOMIAL_EXPAND", "FEATURE_CROSS", "HASH_BUCKETIZE",
                   "NGRAMS", "BAG_OF_WORDS", "TF_IDF", "MULTI_HOT_ENCODER")
 """BigQuery ML preprocessing functions a TRANSFORM here does not take (named as such in the error)."""
 
@@ -79,8 +79,11 @@ def check_transform(transform: Transform, kind: Optional[str], tree_based: bool,
         return
     function = TRANSFORM_FUNCTIONS[transform.function]
     shown = f"ML.{transform.function}({transform.column})"
-    if kind != function.kind:
-        want = "a number" if function.kind == "numeric" else "text"
+    needs = IMPUTE_STRATEGIES[transform.args[0]] if transform.function == "IMPUTER" else function.kind
+    if kind not in ("numeric", "categorical") or (needs is not None and kind != needs):
+        want = {None: "a number or text", "numeric": "a number", "categorical": "text"}[needs]
+        if transform.function == "IMPUTER" and needs is not None:
+            want += f" with strategy {transform.args[0]!r}"
         have = "text" if kind == "categorical" else "a number" if kind == "numeric" else "neither"
         raise ProgrammingError(f"{where}: TRANSFORM item {shown}: ML.{transform.function} takes {want}; column "
                                f"{transform.column} is {have}.", code="invalid_transform")
@@ -143,6 +146,11 @@ def _function_item(item: exp.Expression, name: str, arguments: list, alias: Opti
                                              and 2 <= args[0] <= MAX_BUCKETS):
         raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: the number of buckets is an integer from 2 "
                                f"to {MAX_BUCKETS:,}, not {args[0]!r}.", code="invalid_transform")
+    if name == "IMPUTER" and not (isinstance(args[0], str) and args[0].lower() in IMPUTE_STRATEGIES):
+        raise ProgrammingError(f"{where}: TRANSFORM item {_shown(item)}: the strategy is one of "
+                               f"{', '.join(map(repr, IMPUTE_STRATEGIES))}, not {args[0]!r}.", code="invalid_transform")
+    if name == "IMPUTER":
+        args = (args[0].lower(),)
     return Transform(alias or column, name, column, args)
 
 

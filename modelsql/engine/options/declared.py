@@ -129,8 +129,11 @@ CREATE_MODEL_AS = OptionSet(
                "`validation_fraction`, a hyper-parameter here)"),
     Option("seed", "int", 0, min=0, max=2**32 - 1,
            doc="the random split's seed, and the estimator's `random_state` unless given"),
-    Option("on_null", "choice", "error", choices=("error", "skip"),
-           doc="a NULL in a feature or the target is an error naming the column; `'skip'` leaves those rows out"),
+    Option("on_null", "choice", "error", choices=("error", "skip", "impute"),
+           doc="a NULL in a feature or the target is an error naming the column; `'skip'` leaves those rows out; "
+               "`'impute'` (BigQuery ML's automatic imputation) keeps them: the model replaces a NULL number by "
+               "the training mean and makes NULL text a category of its own, in training and at PREDICT (a NULL "
+               "target is still an error)"),
     Option("description", "text", doc="free text kept in the catalog"),
     doc="`CREATE [OR REPLACE] MODEL m WITH (model_type = ..., target = y, ...) AS SELECT ...` (see [Training models "
         "in SQL](#training-models-in-sql)); any other option is a hyper-parameter of the estimator "

@@ -33,6 +33,7 @@ output whose name equals an input column is returned as ``predicted_<name>``
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -291,7 +292,7 @@ def bind_predict(
     if features is not None:
         _bind_features(inputs, features, columns, by_name, fed)
     elif all(i.name.lower() in by_name for i in inputs):
-        _bind_by_name(inputs, by_name, fed)
+        _bind_by_name(inputs, by_name, fed, imputed_inputs(model))
     elif len(inputs) == 1 and inputs[0].elem_type == "STRING":
         raise _no_text_column(inputs[0], columns, fed.where)
     elif len(inputs) == 1:
@@ -386,9 +387,19 @@ def _bind_features(inputs: Sequence[TensorSpec], features: Sequence[str], column
     fed.matrix(spec, cols, shape, allow_bool=True)
 
 
-def _bind_by_name(inputs: Sequence[TensorSpec], by_name: dict[str, Column], fed: _Arguments) -> None:
+def imputed_inputs(model: PredictModel) -> frozenset[str]:
+    """The lower-cased names of the inputs whose NULLs the model fills itself (trained in SQL with
+    ``on_null = 'impute'`` or an ``ML.IMPUTER``: its catalog option ``imputed``); a pipeline's are its first
+    step's."""
+    first = model.steps[0].model if isinstance(model, PipelineVersion) else model
+    text = dict(first.options or ()).get("imputed") if isinstance(first, ModelVersion) else None
+    return frozenset(str(name).lower() for name in json.loads(text)) if text else frozenset()
+
+
+def _bind_by_name(inputs: Sequence[TensorSpec], by_name: dict[str, Column], fed: _Arguments,
+                  imputed: frozenset[str] = frozenset()) -> None:
     """Rule 2: each input binds to the column of its own name: an array or list column for a wide input,
-    a scalar column for an input of one value per row."""
+    a scalar column for an input of one value per row (fed NULL when it is one the model imputes)."""
     for spec in inputs:
         col = by_name[spec.name.lower()]
         shape = row_shape(spec) or ()
@@ -407,8 +418,8 @@ def _bind_by_name(inputs: Sequence[TensorSpec], by_name: dict[str, Column], fed:
             )
         _need_numeric(col, spec, True, fed.where)
         duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
-        fed.add(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,)), f"CAST({quote(col.name)} AS {duck})",
-                duck)
+        fed.add(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,), spec.name.lower() in imputed),
+                f"CAST({quote(col.name)} AS {duck})", duck)
 
 
 def _bind_numeric_columns(spec: TensorSpec, columns: Sequence[Column], key_columns: Sequence[str], ref_sql: str,
@@ -467,11 +478,13 @@ def _null_filter(fed: _Arguments, by_name: dict[str, Column]) -> Optional[str]:
         return None
     parts = []
     for a in fed.args:
+        if a.imputed:
+            continue
         if a.kind == "array":
             parts.append(array_not_null_sql(a.columns[0], by_name[a.columns[0].lower()].type))
         else:
             parts.extend(f"{quote(c)} IS NOT NULL" for c in a.columns)
-    return " AND ".join(parts)
+    return " AND ".join(parts) or None
 
 
 _MAP_OUTPUT = re.compile(r"^SEQUENCE\(MAP\((INT64|STRING), (FLOAT|DOUBLE|INT64)\)\)$")

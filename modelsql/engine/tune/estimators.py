@@ -30,7 +30,7 @@ import re
 import json
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -40,8 +40,9 @@ from modelsql import sql as msql
 from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
-from modelsql.estimators import (ModelType, Transform, build_pipeline, resolve_model_type, transform_columns,
-                                 transforms_from_json, transforms_json, transforms_text, validation_rows)
+from modelsql.estimators import (ModelType, Transform, build_pipeline, imputed_columns, resolve_model_type,
+                                 transform_columns, transforms_from_json, transforms_json, transforms_text,
+                                 validation_rows)
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
@@ -71,22 +72,25 @@ _TRAINABLE_ONLY = ("workers", "threads", "executor", "address", "time_budget_s",
 """TUNE options of trainable studies only."""
 
 
-def estimator_type(session: Session, name: str, version: Optional[int],
-                   options: OptionValues) -> Optional[tuple[ModelType, dict, Optional[tuple[Transform, ...]]]]:
-    """The model type TUNE trains, its default hyper-parameters and its ``TRANSFORM`` items (None: the automatic
-    preprocessing): the ``model_type`` option's, else those of model ``name`` (its ``version``, else its latest)
-    when it was trained in SQL; None for a trainable (torch) study.
+def estimator_type(session: Session, name: str, version: Optional[int], options: OptionValues
+                   ) -> Optional[tuple[ModelType, dict, Optional[tuple[Transform, ...]], tuple[str, ...]]]:
+    """The model type TUNE trains, its default hyper-parameters, its ``TRANSFORM`` items (None: the automatic
+    preprocessing) and the columns it imputes (model ``name``'s: ``on_null = 'impute'``, ``ML.IMPUTER``): the
+    ``model_type`` option's, else those of model ``name`` (its ``version``, else its latest) when it was trained
+    in SQL; None for a trainable (torch) study.
 
     Raises:
         NotSupportedError: ``not_supported`` for a clusterer (nothing to score against a TARGET).
     """
     recorded = dict(session.catalog.get(name, version).options) if session.catalog.exists(name) else {}
-    if options["model_type"] is not None:  # that model type; a TRANSFORM of the model is kept (its features)
-        return _tunable(resolve_model_type(options["model_type"])), {}, transforms_from_json(recorded.get("transforms"))
+    transforms = transforms_from_json(recorded.get("transforms"))
+    imputed = tuple(json.loads(recorded.get("imputed") or "[]"))
+    if options["model_type"] is not None:  # that model type; the model's TRANSFORM and imputation are kept
+        return _tunable(resolve_model_type(options["model_type"])), {}, transforms, imputed
     if "model_type" not in recorded:
         return None
     return (_tunable(resolve_model_type(recorded["model_type"])),
-            dict(ast.literal_eval(recorded.get("hyperparameters", "{}"))), transforms_from_json(recorded.get("transforms")))
+            dict(ast.literal_eval(recorded.get("hyperparameters", "{}"))), transforms, imputed)
 
 
 def _tunable(model_type: ModelType) -> ModelType:
@@ -142,23 +146,24 @@ class _Study:
 
 
 def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
-             where: str) -> TrainingRows:
+             where: str, imputed: Sequence[str]) -> TrainingRows:
     table, types = input_rows(session, source, params)
     return training_rows(table, types=types, task=task, target=target, features=features, on_null="refuse",
-                         statement=where)
+                         statement=where, imputed=imputed)
 
 
 def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType, features, fraction: float,
-          seed: int) -> _Data:
+          seed: int, imputed: Sequence[str] = ()) -> _Data:
+    """The study's rows (``imputed``: the feature columns that may be NULL) and their split."""
     target = stmt.args["target"].name
-    rows = _rows_of(session, stmt.args["train"], params, target, features, model_type.task, "TUNE ON")
+    rows = _rows_of(session, stmt.args["train"], params, target, features, model_type.task, "TUNE ON", imputed)
     validate = stmt.args.get("validate")
     if validate is None:
         train, valid = validation_rows(rows.table.num_rows, "random", fraction, seed)
         data = _Data(rows, train, rows, valid)
     else:
         chosen = rows.features
-        valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON")
+        valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON", imputed)
         if valid_rows.kinds != rows.kinds:
             raise ProgrammingError(f"TUNE: VALIDATE ON's columns {valid_rows.kinds.columns} are not encoded as ON's "
                                    f"{rows.kinds.columns}.", code="invalid_feature")
@@ -190,7 +195,7 @@ def _check_classes(data: _Data, model_type: ModelType) -> None:
 def _preprocess(study: _Study) -> None:
     """Fit the preprocessing on the training rows once; every trial's estimator is fitted on its output."""
     data = study.data
-    pipeline = build_pipeline(data.rows.kinds, None, study.model_type, study.transforms)
+    pipeline = build_pipeline(data.rows.kinds, None, study.model_type, study.transforms, data.rows.imputed)
     preprocess = pipeline.steps[0][1]
     data.x_train = preprocess.fit_transform(data.rows.features_frame(data.train))
     data.x_valid = preprocess.transform(data.valid_rows.features_frame(data.valid))
@@ -229,10 +234,10 @@ def _trees(options: OptionValues, base: dict) -> int:
 
 
 def bind_estimator_study(stmt: TuneModel, session: Session, params: list, options: OptionValues,
-                         model_type: ModelType, base: dict, transforms: Optional[tuple[Transform, ...]] = None
-                         ) -> _Study:
+                         model_type: ModelType, base: dict, transforms: Optional[tuple[Transform, ...]] = None,
+                         imputed: Sequence[str] = ()) -> _Study:
     """The study of an estimator TUNE (reads the data; trains nothing); ``transforms``: the tuned model's
-    ``TRANSFORM`` items, whose columns are the features."""
+    ``TRANSFORM`` items, whose columns are the features; ``imputed``: the columns it imputes."""
     boosted = model_type.estimator in BOOSTED
     features = options["features"]
     if transforms is not None:
@@ -260,7 +265,8 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     seed = options["seed"]
     metric = metric_for(options["metric"], model_type.task)
     mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
-    data = _data(session, stmt, params, model_type, features, options["validation_fraction"], seed)
+    data = _data(session, stmt, params, model_type, features, options["validation_fraction"], seed,
+                 (*imputed, *imputed_columns(transforms or ())))
     for transform in transforms or ():  # the rows TUNE reads may type a column otherwise than the model's did
         check_transform(transform, data.rows.kinds.kind_of(transform.column), model_type.tree_based, "TUNE")
     name = (f"{stmt.this.model_name}_study" if options["study_name"] is None else options["study_name"]).lower()
@@ -278,7 +284,8 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
         [model_type.estimator, sorted(base.items()), space.to_json(), study.algorithm,
          sorted(study.algorithm_options.items()), max_epochs, metric, mode, seed, data.fingerprint,
          options["execution"], study.model, study.target, list(data.rows.kinds.columns),
-         *([transforms_json(transforms)] if transforms is not None else [])],
+         *([transforms_json(transforms)] if transforms is not None else []),
+         *([list(data.rows.imputed)] if data.rows.imputed else [])],
         default=str).encode()).hexdigest()
     return study
 
@@ -380,7 +387,8 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
                    base=study.base, features=list(study.data.rows.features), validation_fraction=study.fraction,
                    in_features=len(study.data.rows.kinds.columns), data=study.data.fingerprint,
                    parameters=study.parameters,
-                   **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}))
+                   **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}),
+                   **({"imputed": list(study.data.rows.imputed)} if study.data.rows.imputed else {}))
     return StudyRow(study.name, study.model, 0, study.algorithm, study.metric, study.mode, study.max_epochs,
                     study.seed, study.space.to_json(), json.dumps(options, default=str), study.train_sql,
                     study.validate_sql, study.target, "", study.definition, status, None, best, value, done, trained,
@@ -388,9 +396,10 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
 
 
 def tune_estimator(stmt: TuneModel, session: Session, params: list, options: OptionValues, model_type: ModelType,
-                   base: dict, transforms: Optional[tuple[Transform, ...]] = None) -> Result:
+                   base: dict, transforms: Optional[tuple[Transform, ...]] = None, imputed: Sequence[str] = ()
+                   ) -> Result:
     """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
-    study = bind_estimator_study(stmt, session, params, options, model_type, base, transforms)
+    study = bind_estimator_study(stmt, session, params, options, model_type, base, transforms, imputed)
     study.parameters = list(params)
     existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
@@ -470,7 +479,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                 if study.validate_sql else None)
     node = TuneModel(this=stmt.this, train=source, validate=validate, target=exp.to_identifier(study.target))
     data = _data(session, node, list(options.get("parameters") or []), model_type, tuple(options["features"]),
-                 options["validation_fraction"], study.seed)
+                 options["validation_fraction"], study.seed, tuple(options.get("imputed") or ()))
     if data.fingerprint != options.get("data"):
         raise ProgrammingError(f'CREATE MODEL {name} FROM STUDY {study.name}: the rows of the study\'s ON / VALIDATE ON '
                                "changed since it ran, so its trial would be fitted on other rows: TUNE again (or DROP "
@@ -481,7 +490,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     if model_type.estimator in BOOSTED:
         params["n_estimators"] = trial.epochs
     transforms = transforms_from_json(options.get("transforms"))
-    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type, transforms)
+    pipeline = build_pipeline(data.rows.kinds, model_type.build(params, study.seed), model_type, transforms,
+                              data.rows.imputed)
     assert data.rows.y is not None  # TUNE has a TARGET
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -496,7 +506,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                  **({"classes": json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])}
                     if model_type.task == "classification" else {}),
                  **({"transforms": options["transforms"], "transform": transforms_text(transforms)}
-                    if transforms is not None else {})},
+                    if transforms is not None else {}),
+                 **({"imputed": json.dumps(list(data.rows.imputed))} if data.rows.imputed else {})},
         origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}", study=study.name,
                       trial=trial.trial))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
