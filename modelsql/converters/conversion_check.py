@@ -26,7 +26,8 @@ import onnx
 
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
 
-__all__ = ["ConversionCheck", "check_conversion", "DEFAULT_SAMPLE_ROWS", "DEFAULT_SAMPLE_SEED", "MAX_SAMPLE_ROWS"]
+__all__ = ["ConversionCheck", "check_conversion", "DEFAULT_SAMPLE_ROWS", "DEFAULT_SAMPLE_SEED", "MAX_SAMPLE_ROWS",
+           "PROBABILITY_TOLERANCE"]
 
 DEFAULT_SAMPLE_ROWS = 256
 """Rows of the default sample (see :func:`check_conversion`)."""
@@ -56,6 +57,8 @@ class ConversionCheck:
         first_mismatch: ``(row, estimator_label, onnx_label)`` of the first
             disagreeing row as display strings (``onnx_label`` names the ONNX Runtime
             error where it failed); None when no row disagrees.
+        max_probability_diff: the largest absolute difference of ``predict_proba`` against the
+            probabilities alone (0.0 without them): bounded by 1, so comparable across models.
     """
 
     rows: int
@@ -63,6 +66,13 @@ class ConversionCheck:
     label_mismatches: int
     compared: str
     first_mismatch: Optional[tuple[int, str, str]] = None
+    max_probability_diff: float = 0.0
+
+
+PROBABILITY_TOLERANCE = 1e-3
+"""How far an imported classifier's ONNX probabilities may lie from ``predict_proba`` before the import is refused
+(float32 rounding gives about 1e-6; a converter that computes another formula, 0.1: skl2onnx 1.20 squares the odds
+of a binary ``LinearDiscriminantAnalysis``)."""
 
 
 def check_conversion(
@@ -72,6 +82,7 @@ def check_conversion(
     *,
     features: Optional[Sequence[str]] = None,
     accept_mismatch: bool = False,
+    tolerance: Optional[float] = None,
 ) -> Optional[ConversionCheck]:
     """Run ``estimator`` and its conversion ``model`` on the same rows and compare them.
 
@@ -95,8 +106,11 @@ def check_conversion(
         features: the input's feature names in column order, used to take a table
             sample's columns for a single 2-D input (default: the estimator's
             ``feature_names_in_``).
-        accept_mismatch: if False (the default), a label disagreement raises (below);
-            if True, it is only counted.
+        accept_mismatch: if False (the default), a label disagreement, or probabilities off by more than
+            :data:`PROBABILITY_TOLERANCE`, raises (below); if True, it is only counted.
+        tolerance: the most a numeric output may differ (``max_abs_diff``); None: any difference is only
+            recorded (an imported model is what its author made it; a model trained in SQL must predict what
+            its estimator predicts, so its statement gives one).
 
     Compared, each where both exist: ``predict`` vs ``label`` (as strings; a row
     differs if any of its targets does), ``predict_proba`` vs ``probabilities``,
@@ -114,7 +128,8 @@ def check_conversion(
     Raises:
         DataError: code ``conversion_mismatch`` if ``accept_mismatch`` is False and some
             row disagrees, naming how many of how many rows, the first one's two labels,
-            and ``accept_mismatch=True``; code ``invalid_onnx`` if ONNX Runtime cannot
+            and ``accept_mismatch=True`` (or the probabilities do, by more than :data:`PROBABILITY_TOLERANCE`), or
+            if a numeric output differs by more than ``tolerance``; code ``invalid_onnx`` if ONNX Runtime cannot
             load ``model``.
         NotSupportedError: code ``conversion_failed`` if an ONNX output does not fit the
             estimator's answer (not one row per input row, or another width), or the
@@ -139,7 +154,23 @@ def check_conversion(
     check = _compare(answers, outs, ok, errors, what)
     if check.label_mismatches and not accept_mismatch:
         raise _mismatch_error(check, what)
+    if tolerance is not None and check.max_abs_diff > tolerance:
+        raise _stray_error(check, what, check.max_abs_diff, tolerance, "")
+    if check.max_probability_diff > PROBABILITY_TOLERANCE and not accept_mismatch:
+        raise _stray_error(check, what, check.max_probability_diff, PROBABILITY_TOLERANCE,
+                           "; pass accept_mismatch=True to import_model to accept it")
     return check
+
+
+def _stray_error(check: ConversionCheck, what: str, diff: float, allowed: float, hint: str) -> DataError:
+    """The DataError ``conversion_mismatch`` for numbers that differ by ``diff``, more than ``allowed``."""
+    return DataError(
+        f"the ONNX conversion of the {what} differs from scikit-learn's answers by up to {diff:.3g} on {check.rows} "
+        f"rows ({check.compared}), more than the {allowed:.3g} allowed: it does not compute what the estimator "
+        "computes (a converter that disagrees with scikit-learn, or float32 rounding of an ill-conditioned fit, "
+        f"such as values far from zero){hint}.",
+        code="conversion_mismatch",
+    )
 
 
 # ------------------------------------------------------------------------------ sample
@@ -358,7 +389,7 @@ def _compare(answers: list, outs: dict, ok: np.ndarray, errors: dict, what: str)
     rows, ran = len(ok), np.flatnonzero(ok)
     mismatch = ~ok
     labels: Optional[tuple[np.ndarray, Optional[np.ndarray]]] = None
-    max_diff = 0.0
+    max_diff = probability_diff = 0.0
     for method, output, values, is_label in answers:
         expected = _per_row(values, rows, f"{what}.{method}")
         got = expected[:0] if outs[output] is None else _per_row(outs[output], len(ran), f"the ONNX output {output!r}")
@@ -374,11 +405,14 @@ def _compare(answers: list, outs: dict, ok: np.ndarray, errors: dict, what: str)
             labels = (expected, onnx_labels)
             mismatch[ran] |= ~_same_labels(expected[ran], got)
         else:
-            max_diff = max(max_diff, _max_abs_diff(expected[ran].astype(np.float64), got.astype(np.float64)))
+            diff = _max_abs_diff(expected[ran].astype(np.float64), got.astype(np.float64))
+            max_diff = max(max_diff, diff)
+            probability_diff = max(probability_diff, diff) if method == "predict_proba" else probability_diff
     if labels is None:  # no label output: a mismatch is a failed row, shown with the first answer
         labels = (_per_row(answers[0][2], rows, what), None)
     compared = ", ".join(f"{m} vs {o}" for m, o, _, _ in answers)
-    return ConversionCheck(rows, max_diff, int(mismatch.sum()), compared, _first_mismatch(mismatch, labels, errors))
+    return ConversionCheck(rows, max_diff, int(mismatch.sum()), compared, _first_mismatch(mismatch, labels, errors),
+                           probability_diff)
 
 
 def _first_mismatch(mismatch: np.ndarray, labels: tuple, errors: dict) -> Optional[tuple[int, str, str]]:

@@ -14,11 +14,13 @@ import functools
 import importlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
+
+import numpy as np
 
 from modelsql.errors import NotSupportedError, ProgrammingError, did_you_mean
 
-__all__ = ["MODEL_TYPES", "ModelType", "resolve_model_type"]
+__all__ = ["MODEL_TYPES", "ModelType", "resolve_model_type", "CLASSIFIER_TOLERANCE", "conversion_tolerance"]
 
 #: Estimator modules whose models are insensitive to the scale of a numeric column (split thresholds, counts):
 #: their numeric inputs are passed through; every other estimator's are standardised.
@@ -190,3 +192,27 @@ def resolve_model_type(name: Any) -> ModelType:
             f"model_type {text!r} does not exist.{did_you_mean(text, names)} Model types: {', '.join(MODEL_TYPES)}, "
             "or a scikit-learn estimator class name ('ExtraTreesClassifier').", code="unknown_model_type")
     return found
+
+
+CLASSIFIER_TOLERANCE = 1e-4
+"""How far a trained classifier's ONNX probabilities may lie from its estimator's (float32 rounding gives about
+1e-6; an ill-conditioned fit, such as a discriminant analysis of collinear one-hot columns, 0.1)."""
+
+
+def conversion_tolerance(task: str, y: Any) -> Optional[float]:
+    """The most the ONNX conversion of a model trained in SQL may differ from its estimator on the conversion
+    check's rows (``max_abs_diff``; :func:`modelsql.converters.conversion_check.check_conversion`): a
+    classifier's probabilities :data:`CLASSIFIER_TOLERANCE`; a regressor's predictions 1e-5 of the largest
+    absolute target plus 1e-4 of the targets' standard deviation (float32 keeps 7 digits, and a forest sums
+    its trees in float32); None for a clusterer (no target: its distances are only recorded).
+
+    Args:
+        task: the model type's task; ``y``: the training targets (float64 for a regressor), or None.
+    """
+    if task == "classification":
+        return CLASSIFIER_TOLERANCE
+    if task != "regression" or y is None or not len(y):
+        return None
+    values = np.asarray(y, dtype=np.float64)
+    return 1e-5 * float(np.abs(values).max()) + 1e-4 * float(values.std()) + 1e-6
+

@@ -35,7 +35,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "NULL_CATEGORY", "IMPUTE_STRATEGIES", "one_hot_encoder",
+__all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "NULL_CATEGORY", "IMPUTE_STRATEGIES", "null_category_rows",
+           "one_hot_encoder",
            "imputer", "transformer", "transform_columns", "imputed_columns", "transforms_json", "transforms_from_json",
            "transforms_text"]
 
@@ -43,6 +44,17 @@ NULL_CATEGORY = "\u2400"
 """What a NULL in an imputed text column is, in training and when PREDICT feeds it: one text value ("␀",
 SYMBOL FOR NULL), so NULL is a category of its own, as BigQuery ML's automatic preprocessing makes it (ONNX
 text cannot be NULL, and ONNX Runtime cuts a string at a NUL character)."""
+
+def null_category_rows(values: Any) -> int:
+    """How many values of a text column (a pyarrow array, chunked or not, of strings or a dictionary of them)
+    are :data:`NULL_CATEGORY` itself: text an imputing model would read as NULL."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+    return int(pc.sum(pc.equal(values, NULL_CATEGORY)).as_py() or 0)
+
 
 IMPUTE_STRATEGIES = {"mean": "numeric", "median": "numeric", "most_frequent": None}
 """``ML.IMPUTER``'s strategies and the column kind each needs (None: numbers or text)."""

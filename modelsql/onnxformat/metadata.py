@@ -10,6 +10,9 @@ exported model imported again, here or elsewhere, binds the same columns:
 ``modelsql.outputs``
     Per output, the column it is returned as and that column's DuckDB type
     (JSON object ``{output: {"column": ..., "type": ...}}``).
+``modelsql.imputed``
+    The inputs (columns) whose NULLs the model imputes, fed as NaN or the text U+2400 (JSON list of
+    strings; a model trained in SQL with ``on_null = 'impute'`` or ``ML.IMPUTER``); absent when none.
 ``modelsql.description``
     The ``description`` given at import, when there is one.
 ``modelsql.version``
@@ -17,7 +20,7 @@ exported model imported again, here or elsewhere, binds the same columns:
 ``modelsql.source``
     Model name and version in the catalog it was exported from, and where that came from.
 
-Import reads ``modelsql.features`` back when the caller names no features.
+Import reads ``modelsql.features`` back when the caller names no features, and ``modelsql.imputed``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from modelsql.errors import DataError
 
 PREFIX = "modelsql."
 FEATURES = PREFIX + "features"
+IMPUTED = PREFIX + "imputed"
 
 
 def write_metadata(model: ModelProto, entries: Mapping[str, object]) -> None:
@@ -52,15 +56,35 @@ def metadata_features(model: ModelProto, what: str) -> Optional[tuple[str, ...]]
     Raises:
         DataError: code ``"invalid_onnx"`` when the entry is not a JSON list of strings.
     """
+    return _names(model, FEATURES, what)
+
+
+def metadata_imputed(model: ModelProto, what: str) -> Optional[tuple[str, ...]]:
+    """The inputs whose NULLs the model imputes, as an earlier EXPORT wrote them (``modelsql.imputed``), or
+    None; each must name one of the model's inputs.
+
+    Raises:
+        DataError: code ``"invalid_onnx"`` when the entry is not a JSON list of the model's input names.
+    """
+    names = _names(model, IMPUTED, what)
+    inputs = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    if names is not None and not set(names) <= inputs:
+        raise DataError(f"{what}: metadata entry {IMPUTED} names {sorted(set(names) - inputs)}, which are not inputs "
+                        "of the model.", code="invalid_onnx")
+    return names
+
+
+def _names(model: ModelProto, key: str, what: str) -> Optional[tuple[str, ...]]:
+    """The entry ``key``: a JSON list of non-empty names, or None when absent."""
     for p in model.metadata_props:
-        if p.key == FEATURES:
+        if p.key == key:
             try:
                 names = json.loads(p.value)
             except ValueError:
                 names = None
             if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
                 raise DataError(
-                    f"{what}: metadata entry {FEATURES} must be a JSON list of column names, not {p.value[:80]!r}.",
+                    f"{what}: metadata entry {key} must be a JSON list of column names, not {p.value[:80]!r}.",
                     code="invalid_onnx",
                 )
             return tuple(names)

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from modelsql.errors import DataError
-from modelsql.estimators.transforms import NULL_CATEGORY
+from modelsql.estimators.transforms import NULL_CATEGORY, null_category_rows
 from modelsql.operators import row_errors
 
 if TYPE_CHECKING:
@@ -337,7 +337,8 @@ class PredictFunction:
 
     def _call(self, *inputs: Any) -> pa.StructArray:
         self.calls += 1
-        arrays = [a if isinstance(a, ColumnBlock) else _filled(_one_array(a), spec) for a, spec in zip(inputs, self.args)]
+        arrays = [a if isinstance(a, ColumnBlock) else _filled(_one_array(a), spec, self.model_name)
+                  for a, spec in zip(inputs, self.args)]
         n = len(arrays[0]) if arrays else 0
         self.rows += n
         null_rows = None
@@ -393,16 +394,25 @@ def _one_array(a) -> pa.Array:
     return a
 
 
-def _filled(arr: pa.Array, spec: InputArg) -> pa.Array:
+def _filled(arr: pa.Array, spec: InputArg, model_name: str) -> pa.Array:
     """``arr`` with its NULLs as the model that imputes them takes them (:attr:`InputArg.imputed`): NaN for
-    numbers, :data:`~modelsql.estimators.NULL_CATEGORY` for text; any other ``arr`` as it is."""
-    if not spec.imputed or not arr.null_count:
+    numbers, :data:`~modelsql.estimators.NULL_CATEGORY` for text; any other ``arr`` as it is.
+
+    Raises:
+        DataError: ``invalid_value``: the text :data:`~modelsql.estimators.NULL_CATEGORY` itself in ``arr``.
+    """
+    if not spec.imputed:
+        return arr
+    text = pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type)
+    if text and null_category_rows(arr):
+        raise DataError(f'PREDICT({model_name}): column "{spec.columns[0]}" holds the text {NULL_CATEGORY!r} (U+2400), which the model '
+                        "reads as NULL in this column (it imputes it): replace it in the query (replace(...)).",
+                        code="invalid_value")
+    if not arr.null_count:
         return arr
     if pa.types.is_floating(arr.type):
         return pc.fill_null(arr, pa.scalar(float("nan"), arr.type))
-    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
-        return pc.fill_null(arr.cast(pa.string()), NULL_CATEGORY)
-    return arr
+    return pc.fill_null(arr.cast(pa.string()), NULL_CATEGORY) if text else arr
 
 
 def _arrow_type(o: OutputCol) -> pa.DataType:

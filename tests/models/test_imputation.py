@@ -143,3 +143,65 @@ def test_a_null_target_is_still_an_error(con):
         con.execute("CREATE MODEL nt WITH (model_type = 'logistic_reg', target = t, on_null = 'impute') "
                     "AS SELECT f0, f1, CASE WHEN id % 7 = 0 THEN NULL ELSE y END AS t FROM cancer")
     assert err.value.code == "null_value" and '"t"' in str(err.value)
+
+
+def test_the_null_category_text_itself_is_refused_in_training_and_at_predict(con):
+    with pytest.raises(DataError) as err:
+        con.execute("CREATE MODEL sym WITH (model_type = 'logistic_reg', target = y, on_null = 'impute') "
+                    f"AS SELECT f0, CASE WHEN id % 9 = 0 THEN '{NULL_CATEGORY}' ELSE size END AS size, y FROM cancer")
+    assert err.value.code == "invalid_value" and "U+2400" in str(err.value)
+    con.execute("CREATE MODEL sym WITH (model_type = 'logistic_reg', target = y, on_null = 'impute') "
+                "AS SELECT f0, size, y FROM cancer")
+    with pytest.raises(DataError) as err:  # never read as NULL silently
+        con.execute(f"SELECT label FROM PREDICT(MODEL sym, (SELECT f0, '{NULL_CATEGORY}' AS size FROM cancer))"
+                    ).fetchall()
+    assert err.value.code == "invalid_value" and "PREDICT(MODEL sym)" in str(err.value)
+
+
+def test_one_feature_routed_models_and_messages_of_partly_imputed_models(con):
+    # one column: EVALUATE (and the statement's own evaluation) binds it by name, NULLs included
+    con.execute("CREATE MODEL one WITH (model_type = 'logistic_reg', target = y, on_null = 'impute') "
+                "AS SELECT f0, y FROM cancer")
+    rows = con.execute("SELECT count(*) FROM cancer").fetchone()[0]
+    assert con.execute("EVALUATE MODEL one ON TABLE cancer TARGET y").fetchone()[4] == rows
+    assert con.execute("SELECT count(label) FROM PREDICT(MODEL one, TABLE cancer, features = (f0))").fetchone()[0] \
+        == rows
+    # routed models that all impute a column take its NULLs
+    routed = ("SELECT count(label) FROM PREDICT(MODELS (one, one_b) ROUTE BY which, (SELECT *, CASE WHEN id % 2 = 0 "
+              "THEN 'one' ELSE 'one_b' END AS which FROM cancer))")
+    con.execute("CREATE MODEL one_b WITH (model_type = 'logistic_reg', target = y, on_null = 'impute', C = 0.5) "
+                "AS SELECT f0, y FROM cancer")
+    assert con.execute(routed).fetchone()[0] == rows
+    # a NULL where the model does not impute is PREDICT's error, counting only those rows
+    con.execute("CREATE MODEL part TRANSFORM (ML.IMPUTER(f0, 'mean') OVER () AS f0_filled, f1, y) "
+                "WITH (model_type = 'logistic_reg', target = y, on_null = 'skip') AS SELECT * FROM cancer")
+    nulls = con.execute("SELECT count(*) FROM cancer WHERE f1 IS NULL").fetchone()[0]
+    with pytest.raises(DataError) as err:
+        con.execute("SELECT label FROM PREDICT(MODEL part, TABLE cancer)").fetchall()
+    assert f'"f1" ({nulls} rows); in all, {nulls} rows' in str(err.value) and '"f0"' not in str(err.value)
+
+
+def test_a_column_null_in_every_training_row_is_refused_even_when_validation_rows_hold_values(con):
+    with pytest.raises(DataError) as err:
+        con.execute("CREATE MODEL late WITH (model_type = 'logistic_reg', target = y, on_null = 'impute', "
+                    "validation = 'seq') AS SELECT f0, CASE WHEN id >= 500 THEN f1 END AS f1, y FROM cancer ORDER BY id")
+    assert err.value.code == "null_value" and '"f1"' in str(err.value) and "training rows" in str(err.value)
+    assert con.execute("SELECT count(*) FROM modelsql.models WHERE name = 'late'").fetchone()[0] == 0
+
+
+def test_export_keeps_the_imputation_and_tune_imputes_a_new_model_type(con, tmp_path):
+    con.execute("CREATE MODEL exp_src WITH (model_type = 'logistic_reg', target = y, on_null = 'impute') "
+                "AS SELECT f0, size, y FROM cancer")
+    path = tmp_path / "imputing.onnx"
+    con.execute(f"EXPORT MODEL exp_src TO '{path}'")
+    con.execute(f"IMPORT MODEL exp_back FROM '{path}'")
+    assert _options(con, "exp_back")["imputed"] == '["f0", "size"]'
+    np.testing.assert_allclose(_probabilities(con, "exp_back"), _probabilities(con, "exp_src"), atol=1e-6)
+    with pytest.raises(DataError) as err:  # TUNE of a new model type refuses NULLs unless told to impute
+        con.execute("TUNE MODEL fresh ON TABLE cancer TARGET y SEARCH (C = CHOICE(0.1, 1.0)) USING GRID "
+                    "WITH (model_type = 'logistic_reg')")
+    assert err.value.code == "null_value"
+    con.execute("TUNE MODEL fresh ON TABLE cancer TARGET y SEARCH (C = CHOICE(0.1, 1.0)) USING GRID "
+                "WITH (model_type = 'logistic_reg', on_null = 'impute')")
+    con.execute("CREATE MODEL fresh FROM STUDY fresh_study")
+    assert not np.isnan(_probabilities(con, "fresh")).any()

@@ -326,3 +326,32 @@ def test_a_wide_text_column_stays_sparse_and_predicts_as_the_dense_pipeline(con)
         assert chosen.accepts_sparse is sparse
         encoded = build_pipeline(kinds, None, chosen).steps[0][1].fit_transform(frame)
         assert scipy.sparse.issparse(encoded) is sparse and encoded.shape == (n, 401)
+
+
+def test_a_conversion_that_strays_from_the_estimator_is_refused(con, tmp_path):
+    """skl2onnx 1.20 converts a binary LinearDiscriminantAnalysis's probabilities as expit(2 d) where
+    scikit-learn gives expit(d) (labels agree): a model trained in SQL must predict what its estimator predicts,
+    and an import of such a classifier is refused unless accepted."""
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=500)
+    y = ((a + rng.normal(size=500)) > 0.5).astype(int)
+    con.register("lda_arrow", pa.table({"a": a, "y": y}))
+    con.execute("CREATE TABLE lda_rows AS SELECT * FROM lda_arrow")
+    con.unregister("lda_arrow")
+    with pytest.raises(modelsql.errors.DataError) as err:
+        con.execute("CREATE MODEL lda WITH (model_type = 'LinearDiscriminantAnalysis', target = y, "
+                    "validation = 'none') AS SELECT * FROM lda_rows")
+    assert err.value.code == "conversion_mismatch" and "more than the 0.0001 allowed" in str(err.value)
+    assert con.execute("SELECT count(*) FROM modelsql.models WHERE name = 'lda'").fetchone()[0] == 0
+    fitted = LinearDiscriminantAnalysis().fit(a[:, None], y)
+    with pytest.raises(modelsql.errors.DataError) as err:
+        con.import_model("lda", fitted, features=["a"])
+    assert err.value.code == "conversion_mismatch" and "accept_mismatch=True" in str(err.value)
+    con.import_model("lda", fitted, features=["a"], accept_mismatch=True)  # the user's call: recorded
+    check = [r[5] for r in con.execute("DESCRIBE MODEL lda").fetchall() if r[2] == "conversion_check"][0]
+    assert "max abs diff 0." in check
+    # the same estimator of three classes converts closely, and trains
+    con.execute("CREATE MODEL lda3 WITH (model_type = 'LinearDiscriminantAnalysis', target = y, validation = 'none') "
+                "AS SELECT f0, f1, f2, f3, y FROM iris")

@@ -105,12 +105,14 @@ def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str
 def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], target: str,
               options: OptionValues, session: Session) -> Optional[list[str]]:
     """The ``features`` PREDICT is given: the option's; for a model of one input whose feature names are
-    unknown (fed by position), every column but the TARGET and the keys; else None (bound by name)."""
+    unknown and that no column names (fed by position), every column but the TARGET and the keys; else None
+    (bound by name, as PREDICT binds a column named as the input: a model trained in SQL on one column)."""
     given = feature_option(options["features"], target, where_of(stmt))
     names = [n for n, _ in columns]
     if given is not None:
         return training_features(names, target, given, statement=where_of(stmt))
-    if not entry.features and len(entry.inputs) == 1:  # a model or pipeline fed by position
+    named = entry.inputs[0].name.lower() in {n.lower() for n in names} if len(entry.inputs) == 1 else True
+    if not entry.features and not named:  # a model or pipeline fed by position
         return training_features(names, target, None, input_keys(session, stmt.args["source"]), where_of(stmt))
     return None
 

@@ -5,7 +5,7 @@ with every other evaluation of those rows (``BEST BY``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pyarrow as pa
 from sqlglot import exp
@@ -24,18 +24,15 @@ __all__ = ["record_evaluation"]
 
 
 def record_evaluation(session: Session, kind: str, name: str, version: int, rows: pa.Table, target: str, *,
-                      input_text: str, options: Mapping[str, Any], called_as: str,
-                      features: Optional[Sequence[str]] = None) -> EvaluationRow:
-    """EVALUATE ``kind`` (``"model"`` / ``"pipeline"``) ``name`` version ``version`` on ``rows`` (the features, by
-    name or in order as PREDICT binds them, and the ``target`` column), recorded (in a catalog transaction of its
+                      input_text: str, options: Mapping[str, Any], called_as: str) -> EvaluationRow:
+    """EVALUATE ``kind`` (``"model"`` / ``"pipeline"``) ``name`` version ``version`` on ``rows`` (the features, bound
+    as EVALUATE binds them, and the ``target`` column), recorded (in a catalog transaction of its
     own) with ``input_text`` as its input and ``options`` as its options. Its PREDICT reports no progress (the
     statement that records it reports its own).
 
     Args:
         called_as: how the messages name what is evaluating (``"CREATE MODEL m, evaluating its validation rows
             with EVALUATE"``).
-        features: the column fed to a model of one input (EVALUATE's ``features`` option: what the model was
-            trained on, a key-like name included), or None for PREDICT's binding.
 
     Raises:
         the errors of EVALUATE (``invalid_target``, ``not_a_number`` ...).
@@ -47,10 +44,7 @@ def record_evaluation(session: Session, kind: str, name: str, version: int, rows
         node = EvaluateModel(this=ModelRef(this=exp.to_identifier(name), version=exp.Literal.number(version),
                                            pipeline=kind == "pipeline"),
                              source=exp.Subquery(this=exp.select("*").from_(exp.to_identifier(table, quoted=True))),
-                             target=exp.to_identifier(target, quoted=True),
-                             options=[exp.EQ(this=exp.to_identifier("features"), expression=exp.Tuple(
-                                 expressions=[exp.to_identifier(f, quoted=True) for f in features]))]
-                             if features is not None else None)
+                             target=exp.to_identifier(target, quoted=True))
         node.meta["called_as"] = called_as
         bound = bind_evaluate(node, session, [])
         done = measure(node, bound, session, [])

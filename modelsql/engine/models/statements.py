@@ -9,6 +9,7 @@ transaction of their own, so a model is never half in the catalog.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -21,7 +22,7 @@ from modelsql.converters import check_conversion, is_sklearn_estimator, to_onnx
 from modelsql.errors import DataError, IntegrityError, InternalError, ProgrammingError
 from modelsql.onnxformat.describe import param_count, signature
 from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
-from modelsql.onnxformat.metadata import outputs_entry, write_metadata
+from modelsql.onnxformat.metadata import metadata_imputed, outputs_entry, write_metadata
 from modelsql.onnxformat.split import split_model
 from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.engine.artifacts import sessions as artifacts
@@ -180,6 +181,7 @@ def import_model(
     provenance: Optional[tuple[str, str]] = None,
     checked: Optional[tuple[int, float, int]] = None,
     origin: Optional[Origin] = None,
+    tolerance: Optional[float] = None,
 ) -> ModelVersion:
     """Convert, check, store and catalog one model version (see ``Connection.import_model``).
 
@@ -187,7 +189,8 @@ def import_model(
     pipeline step converted by :mod:`modelsql.converters.sklearn_steps` is ``("sklearn", "sklearn:<class>")``);
     ``checked``: that conversion's check, ``(rows, max abs diff, label mismatches)``; ``origin``: where the
     version came from, for ``modelsql.model_origins`` (default: the file and its digest, the bytes' digest, or
-    the object's class, :func:`origin_of`).
+    the object's class, :func:`origin_of`); ``tolerance``: the most the conversion's numeric outputs may differ
+    from the estimator's (:func:`~modelsql.converters.conversion_check.check_conversion`).
 
     The blobs are written (atomically, each fsynced, under a write lease of the store so no VACUUM
     deletes them) before the catalog transaction that references them commits, so a crash at any point
@@ -206,7 +209,8 @@ def import_model(
     with session.store.writing():
         fields, kinds = prepare_model(session, name, model, example_input=example_input, features=features,
                                       input_names=input_names, output_names=output_names, options=options,
-                                      accept_mismatch=accept_mismatch, provenance=provenance, checked=checked)
+                                      accept_mismatch=accept_mismatch, provenance=provenance, checked=checked,
+                                      tolerance=tolerance)
         origin = origin or origin_of(model, fields["source"])
         session.commit()  # not catalog_write: retried on a conflict, a transaction per try (retrying)
         try:
@@ -220,7 +224,8 @@ def prepare_model(session: Session, name: str, model: Any, *, example_input: Any
                   features: Optional[Sequence[str]] = None, input_names: Optional[Sequence[str]] = None,
                   output_names: Optional[Sequence[str]] = None, options: Optional[dict] = None,
                   accept_mismatch: bool = False, provenance: Optional[tuple[str, str]] = None,
-                  checked: Optional[tuple[int, float, int]] = None) -> tuple[dict, dict]:
+                  checked: Optional[tuple[int, float, int]] = None,
+                  tolerance: Optional[float] = None) -> tuple[dict, dict]:
     """Convert and check ``model`` and put its blobs in the store; nothing is catalogued. Call it inside
     ``session.store.writing()`` and catalog the result with :func:`add_version` (or
     ``Catalog.add_version``) before the lease ends.
@@ -241,7 +246,10 @@ def prepare_model(session: Session, name: str, model: Any, *, example_input: Any
     if provenance is not None:
         kind, source = provenance
     feats = tuple(features) if features else (tuple(known) if known else None)
-    facts = _facts(key, model, proto, kind, feats, example_input, accept_mismatch)
+    imputed = metadata_imputed(proto, f'model "{key}"')
+    if imputed and not (options or {}).get("imputed"):  # an exported model that imputes still does
+        options = {**(options or {}), "imputed": json.dumps(list(imputed))}
+    facts = _facts(key, model, proto, kind, feats, example_input, accept_mismatch, tolerance)
     if checked is not None:
         facts.update(check_rows=checked[0], check_max_abs_diff=checked[1], check_label_mismatches=checked[2])
     graph, tensors = split_model(proto)
@@ -260,12 +268,14 @@ def prepare_model(session: Session, name: str, model: Any, *, example_input: Any
     return fields, kinds
 
 
-def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool) -> dict:
+def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool,
+           tolerance: Optional[float] = None) -> dict:
     """What the catalog records of a converted model beyond its bytes: signature, batch dependence
     (:func:`~modelsql.analyses.batch_axis.batch_dependence`) and, for an estimator, the conversion check.
 
     Raises:
-        DataError: no outputs (``invalid_onnx``); labels disagree (``conversion_mismatch``).
+        DataError: no outputs (``invalid_onnx``); labels disagree, or numbers by more than ``tolerance``
+            (``conversion_mismatch``).
         NotSupportedError: an input or output no column can carry. ProgrammingError: features that do not fit.
     """
     inputs, outputs, opset = signature(proto)
@@ -276,7 +286,8 @@ def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_
         _check_features(key, feats, inputs)
     check = None
     if kind == "sklearn" and is_sklearn_estimator(model):  # the converted graph against the estimator
-        check = check_conversion(model, proto, example_input, features=feats, accept_mismatch=accept_mismatch)
+        check = check_conversion(model, proto, example_input, features=feats, accept_mismatch=accept_mismatch,
+                                 tolerance=tolerance)
     return dict(
         inputs=tuple(inputs), outputs=tuple(outputs), opset=opset,
         batch_dependence=batch_dependence(proto),
@@ -416,6 +427,7 @@ def write_catalog_metadata(proto, mv) -> None:
         "features": list(mv.features) if mv.features else None,
         "outputs": outputs_entry(bind_outputs(mv, ())),
         "description": options.get("description"),
+        "imputed": json.loads(options["imputed"]) if options.get("imputed") else None,
         "version": __version__,
         "source": {mv.kind if mv.kind == "pipeline" else "model": mv.name, "version": mv.version, "kind": mv.kind,
                    "from": mv.source},

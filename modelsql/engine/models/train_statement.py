@@ -28,7 +28,8 @@ from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError
-from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, imputed_columns, resolve_model_type,
+from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, conversion_tolerance,
+                                 imputed_columns, resolve_model_type,
                                  transform_columns, transforms_json, validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
@@ -148,6 +149,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
                          on_null=plan.on_null, statement=plan.where,
                          imputed=imputed_columns(transforms) if transforms else ())
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
+    rows.check_imputed(train, plan.where)
     pipeline = _fit(plan, rows, train, transforms)
     fitted = time.perf_counter() - started
     sample = rows.features_frame(train[np.linspace(0, len(train) - 1, min(len(train), 256)).astype(np.int64)])
@@ -155,7 +157,8 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     if transforms is not None:
         options["transforms"] = transforms_json(transforms)  # TUNE and FROM STUDY fit the same preprocessing
     version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
-                               options=options,
+                               options=options, tolerance=conversion_tolerance(plan.model_type.task,
+                                                                               None if rows.y is None else rows.y[train]),
                                origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
     try:
         record = _record_evaluation(session, plan, rows, version.version, valid if len(valid) else train,
@@ -263,8 +266,7 @@ def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows,
     return record_evaluation(session, "model", plan.name, version, rows.table.take(pa.array(part, pa.int64())),
                              rows.target, input_text=plan.query,
                              options={"rows": which, "validation": plan.validation, "seed": plan.seed},
-                             called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE",
-                             features=rows.single_feature)
+                             called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE")
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

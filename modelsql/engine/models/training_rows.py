@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_you_mean
 from modelsql.estimators import NULL_CATEGORY, ColumnKinds, column_kind
+from modelsql.estimators.transforms import null_category_rows
 from modelsql.estimators.preprocessing import MAX_CATEGORIES
 from modelsql.engine.query_handler import run_query
 from modelsql.engine.training_features import feature_option, training_features
@@ -60,12 +61,19 @@ class TrainingRows:
         """The feature columns in the query's order (``kinds.columns`` has the numeric ones first)."""
         return tuple(c for c in self.table.column_names if c != self.target)
 
-    @property
-    def single_feature(self) -> Optional[tuple[str, ...]]:
-        """The one feature column of a model of one input, which EVALUATE feeds by position (as PREDICT would,
-        leaving out key-like names: the model may be trained on one, named in a TRANSFORM), to name as its
-        ``features``; None when the inputs bind by name."""
-        return self.kinds.columns if len(self.kinds.columns) == 1 else None
+    def check_imputed(self, rows: np.ndarray, statement: str) -> None:
+        """Each imputed column has a value in ``rows`` (positions: the rows the model is fitted on), the mean or
+        category it learns.
+
+        Raises:
+            DataError: ``null_value``.
+        """
+        part = self.table.select(list(self.imputed)).take(pa.array(rows, pa.int64())) if self.imputed else None
+        empty = next((c for c in self.imputed if part is not None and part.column(c).null_count == part.num_rows), None)
+        if empty is not None:
+            raise DataError(f'{statement}: column "{empty}" is NULL in every one of the {len(rows)} training rows: the '
+                            "model has nothing to learn from it (nor a value to impute): leave it out with features = "
+                            "(...) or filter the rows.", code="null_value")
 
     def features_frame(self, rows: np.ndarray) -> Any:
         """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64 (NULL as NaN),
@@ -192,12 +200,26 @@ def _kinds(table: pa.Table, features: list[str], types: dict[str, str], statemen
             _check_numbers(table, name, statement)
         (numeric if kind == "numeric" else categorical).append(name)
     for name in categorical:
-        distinct = len(pc.unique(table.column(name)))
+        distinct = len(pc.unique(pc.drop_null(table.column(name))))
         if distinct > MAX_CATEGORIES:
             raise DataError(f'{statement}: text column "{name}" has {distinct} distinct values, more than the '
                             f"{MAX_CATEGORIES} one-hot encoding takes: it is free text or an identifier, not a category; "
                             "leave it out with features = (...).", code="invalid_training_data")
     return ColumnKinds(tuple(numeric), tuple(categorical))
+
+
+def check_no_null_category(values: Any, column: str, where: str) -> None:
+    """Text of an imputed column never is :data:`~modelsql.estimators.NULL_CATEGORY` itself, which stands for
+    NULL there (the two would be one category).
+
+    Raises:
+        DataError: ``invalid_value``.
+    """
+    found = null_category_rows(values)
+    if found:
+        raise DataError(f'{where}: column "{column}" holds the text {NULL_CATEGORY!r} (U+2400) in {found} rows, which a '
+                        "model that imputes the column reads as NULL: replace it in the query (replace(...)).",
+                        code="invalid_value")
 
 
 def _drop_nulls(table: pa.Table, columns: list[str], on_null: str, statement: str) -> tuple[pa.Table, int]:
@@ -279,6 +301,9 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
     if table.num_rows == 0:
         raise DataError(f"{statement}: the query has no rows to train on.", code="too_few_rows")
     kinds = _kinds(table, chosen, types, statement)
+    for name in nullable:
+        if kinds.kind_of(name) == "categorical":
+            check_no_null_category(table.column(name), name, statement)
     y = None
     if target_name is not None:
         values = table.column(target_name)

@@ -205,6 +205,9 @@ TUNE = OptionSet(
            doc="rows held out for validation without `VALIDATE ON`"),
     Option("features", "names", default_doc="every column but the TARGET and the keys",
            doc="the columns fed to the model, in order"),
+    Option("on_null", "choice", "error", choices=("error", "impute"), default_doc="`'error'`, or the model's",
+           doc="a scikit-learn model type's: `'impute'` keeps rows with NULL features, imputed as `CREATE MODEL ... "
+               "AS` does with `on_null = 'impute'` (a model trained so keeps its imputation)"),
     Option("time_budget_s", "number", min=0, min_open=True, default_doc="none", doc="stop the study after this long"),
     Option("study_name", "text", default_doc="`<model>_study`", doc="the study's name (letters, digits, underscores)"),
     Option("device", "device", "auto", doc="where trials train (`'auto'`: the GPU when there is one)"),

@@ -290,7 +290,7 @@ def bind_predict(
     fed = _Arguments(f'PREDICT({model.ref_sql})')
     features = options.features or model.features
     if features is not None:
-        _bind_features(inputs, features, columns, by_name, fed)
+        _bind_features(inputs, features, columns, by_name, fed, imputed_inputs(model))
     elif all(i.name.lower() in by_name for i in inputs):
         _bind_by_name(inputs, by_name, fed, imputed_inputs(model))
     elif len(inputs) == 1 and inputs[0].elem_type == "STRING":
@@ -326,6 +326,14 @@ class _Arguments:
         self.sql.append(sql)
         self.types.append(type_text)
 
+    def scalar(self, spec: TensorSpec, col: Column, shape: tuple[int, ...], imputed: bool = False) -> None:
+        """Feed the scalar column ``col`` to ``spec``, cast to its type (``imputed``: NULLs included, for the
+        model to fill)."""
+        _need_numeric(col, spec, True, self.where)
+        duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
+        self.add(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,), imputed),
+                 f"CAST({quote(col.name)} AS {duck})", duck)
+
     def matrix(self, spec: TensorSpec, cols: Sequence[Column], shape: tuple[int, ...], allow_bool: bool) -> None:
         """Feed ``cols``, packed in order into one ``T[F]`` array, to ``spec``."""
         for col in cols:
@@ -355,8 +363,9 @@ def _need_numeric(col: Column, spec: TensorSpec, allow_bool: bool, where: str) -
 
 
 def _bind_features(inputs: Sequence[TensorSpec], features: Sequence[str], columns: Sequence[Column],
-                   by_name: dict[str, Column], fed: _Arguments) -> None:
-    """Rule 1: the named ``features`` (the PREDICT's, else the catalog's) feed the model's single input, in order."""
+                   by_name: dict[str, Column], fed: _Arguments, imputed: frozenset[str] = frozenset()) -> None:
+    """Rule 1: the named ``features`` (the PREDICT's, else the catalog's) feed the model's single input, in order
+    (one scalar column feeding an input the model imputes is fed as the column it is, NULLs included)."""
     where = fed.where
     if len(inputs) != 1:
         raise ProgrammingError(
@@ -384,13 +393,18 @@ def _bind_features(inputs: Sequence[TensorSpec], features: Sequence[str], column
         cols.append(col)
     if shape is None or width is None:
         shape = (len(cols),)
+    if spec.name.lower() in imputed and len(cols) == 1 and not cols[0].is_array:
+        fed.scalar(spec, cols[0], shape, imputed=True)
+        return
     fed.matrix(spec, cols, shape, allow_bool=True)
 
 
 def imputed_inputs(model: PredictModel) -> frozenset[str]:
     """The lower-cased names of the inputs whose NULLs the model fills itself (trained in SQL with
     ``on_null = 'impute'`` or an ``ML.IMPUTER``: its catalog option ``imputed``); a pipeline's are its first
-    step's."""
+    step's, routed models' those every member imputes."""
+    if isinstance(model, RoutedModels):
+        return frozenset.intersection(*(imputed_inputs(m) for m in model.members))
     first = model.steps[0].model if isinstance(model, PipelineVersion) else model
     text = dict(first.options or ()).get("imputed") if isinstance(first, ModelVersion) else None
     return frozenset(str(name).lower() for name in json.loads(text)) if text else frozenset()
@@ -416,10 +430,7 @@ def _bind_by_name(inputs: Sequence[TensorSpec], by_name: dict[str, Column], fed:
                 f'"{col.name}" is a scalar ({col.type}); give an array column or name the features.',
                 code="wrong_column_type",
             )
-        _need_numeric(col, spec, True, fed.where)
-        duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
-        fed.add(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,), spec.name.lower() in imputed),
-                f"CAST({quote(col.name)} AS {duck})", duck)
+        fed.scalar(spec, col, shape, imputed=spec.name.lower() in imputed)
 
 
 def _bind_numeric_columns(spec: TensorSpec, columns: Sequence[Column], key_columns: Sequence[str], ref_sql: str,

@@ -83,10 +83,12 @@ def null_error(op: Operator[PredictScan], duck: duckdb.DuckDBPyConnection,
 
 def _null_tests(b: Binding) -> list[tuple[str, str]]:
     """``(column, SQL true where it holds a NULL)`` for each column fed to the model (an array or list column:
-    NULL or holding one at any depth)."""
+    NULL or holding one at any depth) but those whose NULLs the model imputes."""
     types = {c.name: c.type for c in b.columns}
     preds: list[tuple[str, str]] = []
     for a in b.args:
+        if a.imputed:
+            continue
         if a.kind == "array":
             preds.append((a.columns[0], f"NOT {array_not_null_sql(a.columns[0], types[a.columns[0]])}"))
         else:

@@ -40,7 +40,7 @@ from modelsql import sql as msql
 from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
-from modelsql.estimators import (ModelType, Transform, build_pipeline, imputed_columns, resolve_model_type,
+from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, imputed_columns, resolve_model_type,
                                  transform_columns, transforms_from_json, transforms_json, transforms_text,
                                  validation_rows)
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
@@ -146,28 +146,36 @@ class _Study:
 
 
 def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
-             where: str, imputed: Sequence[str]) -> TrainingRows:
+             where: str, imputed: Sequence[str], on_null: str = "refuse") -> TrainingRows:
     table, types = input_rows(session, source, params)
-    return training_rows(table, types=types, task=task, target=target, features=features, on_null="refuse",
+    return training_rows(table, types=types, task=task, target=target, features=features, on_null=on_null,
                          statement=where, imputed=imputed)
 
 
 def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType, features, fraction: float,
-          seed: int, imputed: Sequence[str] = ()) -> _Data:
-    """The study's rows (``imputed``: the feature columns that may be NULL) and their split."""
+          seed: int, imputed: Sequence[str] = (), on_null: str = "refuse") -> _Data:
+    """The study's rows and their split; ``imputed``: the feature columns that may be NULL (every one with
+    ``on_null = 'impute'``).
+
+    Raises:
+        DataError: training_rows's, and ``null_value`` for an imputed column NULL in every training row.
+    """
     target = stmt.args["target"].name
-    rows = _rows_of(session, stmt.args["train"], params, target, features, model_type.task, "TUNE ON", imputed)
+    rows = _rows_of(session, stmt.args["train"], params, target, features, model_type.task, "TUNE ON", imputed,
+                    on_null)
     validate = stmt.args.get("validate")
     if validate is None:
         train, valid = validation_rows(rows.table.num_rows, "random", fraction, seed)
         data = _Data(rows, train, rows, valid)
     else:
         chosen = rows.features
-        valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON", imputed)
+        valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON",
+                              rows.imputed)
         if valid_rows.kinds != rows.kinds:
             raise ProgrammingError(f"TUNE: VALIDATE ON's columns {valid_rows.kinds.columns} are not encoded as ON's "
                                    f"{rows.kinds.columns}.", code="invalid_feature")
         data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows))
+    data.rows.check_imputed(data.train, "TUNE ON")
     data.fingerprint = rows_digest(data.rows.table.take(pa.array(data.train, pa.int64())),
                                    data.valid_rows.table.take(pa.array(data.valid, pa.int64())))
     return data
@@ -266,7 +274,7 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     metric = metric_for(options["metric"], model_type.task)
     mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
     data = _data(session, stmt, params, model_type, features, options["validation_fraction"], seed,
-                 (*imputed, *imputed_columns(transforms or ())))
+                 (*imputed, *imputed_columns(transforms or ())), "impute" if options["on_null"] == "impute" else "refuse")
     for transform in transforms or ():  # the rows TUNE reads may type a column otherwise than the model's did
         check_transform(transform, data.rows.kinds.kind_of(transform.column), model_type.tree_based, "TUNE")
     name = (f"{stmt.this.model_name}_study" if options["study_name"] is None else options["study_name"]).lower()
@@ -500,6 +508,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     version = ddl.import_model(
         session, name, pipeline, example_input=sample, replace=bool(stmt.args.get("replace")),
         if_not_exists=bool(stmt.args.get("exists")),
+        tolerance=conversion_tolerance(model_type.task, data.rows.y[data.train]),
         options={"model_type": model_type.name, "estimator": model_type.estimator.replace(":", "."),
                  "task": model_type.task, "hyperparameters": repr(dict(sorted(params.items()))),
                  "target": study.target, "study": study.name, "trial": str(trial.trial),
@@ -516,8 +525,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
         record_evaluation(session, "model", name, version.version, rows, study.target,
                           input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
                           options={"study": study.name, "trial": trial.trial},
-                          called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
-                          features=data.rows.single_feature)
+                          called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise

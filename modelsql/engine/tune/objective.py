@@ -47,7 +47,7 @@ ALGORITHMS = ("grid", "random", "tpe")
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _UNUSED = ("metric", "max_epochs", "model_type", "features", "workers", "threads", "executor", "address",
-           "execution", "time_budget_s", "device")
+           "execution", "time_budget_s", "device", "on_null")
 """TUNE options an objective's study does not have (its function reads the rows and scores them itself)."""
 
 

@@ -152,6 +152,9 @@ def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
     ref = stmt.this
     trainable = trainable_for_tune(session, ref.model_name.lower(), ref.version_number, ref)
     options = _options(stmt, params)
+    if options["on_null"] != "error":
+        raise option_error("on_null", "TUNE option on_null = 'impute' applies to scikit-learn model types (their "
+                                      "preprocessing imputes); a trainable's rows may hold no NULL.")
     training_device(options["device"], "TUNE")  # a device that is not there fails before the data is read
     max_epochs = _max_epochs(options)
     space = bind_space(stmt.args["search"])
