@@ -31,7 +31,7 @@ from modelsql.catalog.families import Families
 from modelsql.catalog.studies import Studies
 from modelsql.catalog.compiled import Compiled
 from modelsql.catalog.aliases import Aliases
-from modelsql.catalog.evaluations import Evaluations
+from modelsql.catalog.evaluations import Evaluations, latest_evaluation_sql
 from modelsql.catalog.lineage import Lineage
 from modelsql.catalog.tags import Tags
 from modelsql.catalog.traces import Traces
@@ -136,20 +136,6 @@ def _normalize_version(version: Any) -> int:
             f"Invalid model version {version!r}: expected an integer.", code="invalid_version"
         ) from None
 
-
-_EVALUATION_ORDER = ("accuracy", "precision", "recall", "f1_score", "log_loss", "roc_auc", "mean_absolute_error",
-                     "mean_squared_error", "root_mean_squared_error", "median_absolute_error", "r2_score",
-                     "explained_variance")
-"""The metrics DESCRIBE MODEL shows of the latest evaluation, in this order."""
-
-_LATEST_EVALUATION_SQL = (
-    "SELECT 'evaluation', 3, list_position(" + repr(list(_EVALUATION_ORDER)).replace('"', "'") + ", k) - 1, k, "
-    "NULL, NULL, (e.metrics ->> k) || ' on ' || e.input || ' (' || e.rows || ' rows, evaluation ' || e.evaluation "
-    "|| ')' FROM (SELECT * FROM {s}.evaluations WHERE kind = 'model' AND name = ? AND version = ? "
-    "ORDER BY evaluation DESC LIMIT 1) AS e, unnest(json_keys(e.metrics)) AS u(k) "
-    "WHERE list_contains(" + repr(list(_EVALUATION_ORDER)).replace('"', "'") + ", k) AND e.metrics ->> k IS NOT NULL"
-)
-"""DESCRIBE MODEL's rows of the latest evaluation of a version (parameters: name, version)."""
 
 _ORIGIN_AND_TAGS_SQL = (
     "SELECT 'origin', 4, 0, o.origin, NULL, NULL, concat_ws(', ', o.source, o.digest, "
@@ -973,7 +959,7 @@ class Catalog:
             "SELECT 'output' AS role, 1 AS role_order, o.position, o.tensor_name AS name, o.elem_type, "
             f"{shape.replace('shape', 'o.shape')} AS shape, NULL AS detail "
             f"FROM {self._s}.model_outputs AS o WHERE o.name = ? AND o.version = ? "
-            f"UNION ALL {prop_sql} UNION ALL {_LATEST_EVALUATION_SQL.replace('{s}', self._s)} "
+            f"UNION ALL {prop_sql} UNION ALL {latest_evaluation_sql(self._s, 'model')} "
             f"UNION ALL {_ORIGIN_AND_TAGS_SQL.replace('{s}', self._s)}"
             ") ORDER BY role_order, position"
         )

@@ -9,7 +9,28 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["Evaluations", "EvaluationRow"]
+__all__ = ["Evaluations", "EvaluationRow", "latest_evaluation_sql"]
+
+_EVALUATION_ORDER = ("accuracy", "precision", "recall", "f1_score", "log_loss", "roc_auc", "mean_absolute_error",
+                     "mean_squared_error", "root_mean_squared_error", "median_absolute_error", "r2_score",
+                     "explained_variance")
+"""The metrics DESCRIBE MODEL shows of the latest evaluation, in this order."""
+
+_LATEST_EVALUATION_SQL = (
+    "SELECT 'evaluation', 3, list_position(" + repr(list(_EVALUATION_ORDER)).replace('"', "'") + ", k) - 1, k, "
+    "NULL, NULL, (e.metrics ->> k) || ' on ' || e.input || ' (' || e.rows || ' rows, evaluation ' || e.evaluation "
+    "|| ')' FROM (SELECT * FROM {s}.evaluations WHERE kind = '{kind}' AND name = ? AND version = ? "
+    "ORDER BY evaluation DESC LIMIT 1) AS e, unnest(json_keys(e.metrics)) AS u(k) "
+    "WHERE list_contains(" + repr(list(_EVALUATION_ORDER)).replace('"', "'") + ", k) AND e.metrics ->> k IS NOT NULL"
+)
+"""DESCRIBE MODEL's and DESCRIBE PIPELINE's rows of the latest evaluation of a version: (role, role order,
+position, metric, NULL, NULL, detail) (parameters: name, version); see :func:`latest_evaluation_sql`."""
+
+
+def latest_evaluation_sql(schema: str, kind: str) -> str:
+    """:data:`_LATEST_EVALUATION_SQL` for the catalog schema ``schema`` and ``kind`` (``"model"`` / ``"pipeline"``)."""
+    assert kind in ("model", "pipeline")
+    return _LATEST_EVALUATION_SQL.replace("{s}", schema).replace("{kind}", kind)
 
 
 @dataclass(frozen=True)

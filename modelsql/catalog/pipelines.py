@@ -15,6 +15,7 @@ from typing import Optional
 
 from modelsql import errors
 from modelsql.catalog.entries import PipelineStep, PipelineVersion, StepFeed
+from modelsql.catalog.evaluations import latest_evaluation_sql
 
 __all__ = ["Pipelines"]
 
@@ -210,7 +211,7 @@ class Pipelines:
         One row per pipeline input, one per step (``detail``: the model version and what feeds
         each of its inputs), one per pipeline output, then one per option (``description``, and for
         an imported pipeline ``conversion_check``: rows compared end to end, largest absolute
-        difference, label mismatches).
+        difference, label mismatches), then one per metric of its latest EVALUATE (as DESCRIBE MODEL's).
         """
         rows: list[tuple] = []
         for i, spec in enumerate(pv.inputs):
@@ -227,6 +228,10 @@ class Pipelines:
             rows.append(("output", i, spec.name, spec.elem_type, _shape(spec.shape), None))
         for i, (key, value) in enumerate(pv.options):
             rows.append(("property", i, key, None, None, value))
+        evaluated = self._rows(f"SELECT * FROM ({latest_evaluation_sql(self._catalog.qualified_schema, 'pipeline')}) "
+                               "ORDER BY 3", [pv.name, pv.version])
+        rows.extend((role, position, name, elem_type, shape, detail)
+                    for role, _, position, name, elem_type, shape, detail in evaluated)
         return rows
 
 

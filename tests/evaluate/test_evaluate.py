@@ -131,6 +131,8 @@ def test_a_pipeline_is_evaluated_as_predict_runs_it(con):
                  "f1_score": M.f1_score(truth, predicted, average="macro")})
     kind = con.execute("SELECT kind FROM modelsql.evaluations WHERE evaluation = ?", [got["evaluation"]]).fetchone()
     assert kind == ("pipeline",)
+    shown = {r[2]: r[5] for r in con.execute("DESCRIBE PIPELINE iris_scaled").fetchall() if r[0] == "evaluation"}
+    assert shown["accuracy"].startswith(f"{got['accuracy']} on TABLE iris (150 rows, evaluation {got['evaluation']})")
     con.execute("DROP PIPELINE iris_scaled")
     assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'iris_scaled'").fetchone() == (0,)
 
