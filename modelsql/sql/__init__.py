@@ -119,6 +119,24 @@ def _clean_description(text: str) -> str:
     return _CLASS_REPR.sub(lambda m: m.group(1), text)
 
 
+_OURS_AFTER_WITH = frozenset({"EVALUATE", "TUNE", "FINETUNE", "PROFILE", "SERVE"})
+"""Statement words of ours that a WITH clause might be written before (DuckDB's statements take one there)."""
+
+
+def _statement_after_with(tokens: list[Token]) -> t.Optional[Token]:
+    """The first of :data:`_OURS_AFTER_WITH` outside parentheses in a text that starts with WITH, or None."""
+    if not tokens or tokens[0].token_type != TokenType.WITH:
+        return None
+    depth = 0
+    for token in tokens:
+        depth += (token.token_type == TokenType.L_PAREN) - (token.token_type == TokenType.R_PAREN)
+        if token.token_type == TokenType.SEMICOLON:
+            return None
+        if depth == 0 and token.token_type not in TEXT_TOKENS and token.text.upper() in _OURS_AFTER_WITH:
+            return token
+    return None
+
+
 def parse(sql: str) -> list[exp.Expression]:
     """Parse one or more ``;``-separated statements with :class:`ModelSQL`.
 
@@ -147,6 +165,10 @@ def parse(sql: str) -> list[exp.Expression]:
     try:
         trees = parser.parse(tokens, sql)
     except ParseError as error:
+        ours = _statement_after_with(tokens)
+        if ours is not None:
+            raise _syntax_error(sql, f"{ours.text.upper()} does not follow a WITH clause: write the WITH in its input, "
+                                     "ON (WITH v AS (...) SELECT * FROM v)", ours.start, len(ours.text)) from error
         entry = error.errors[0] if error.errors else {}
         description = _clean_description(entry.get("description") or str(error))
         start_context = entry.get("start_context") or ""

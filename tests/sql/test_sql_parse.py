@@ -507,6 +507,9 @@ def test_error_carries_line_column_and_caret_for_multiline_statement():
          "Expected = after the hyperparameter name"),
         ("TUNE MODEL m ON TABLE t TARGET y SEARCH (a = 1) TPE", 1, 49, "TPE", "Expected USING <algorithm>"),
         ("DROP STUDY", 1, 6, "STUDY", "Expected a study name"),
+        ("WITH v AS (SELECT 1) EVALUATE MODEL m ON TABLE v TARGET y", 1, 22, "EVALUATE", "write the WITH in its input"),
+        ("WITH v AS (SELECT (1)),\n w AS (SELECT 2)\nTUNE MODEL m ON TABLE v TARGET y SEARCH (a = 1) USING TPE", 3, 1,
+         "TUNE", "does not follow a WITH clause"),
     ],
 )
 def test_parse_errors_point_at_the_offending_token(sql, line, column, text, fragment):
