@@ -185,3 +185,14 @@ def test_from_study_of_a_text_column_before_a_number(con):
     con.execute("TUNE MODEL plain ON TABLE text_first TARGET y SEARCH (C = CHOICE(0.1, 1.0)) USING GRID")
     con.execute("CREATE MODEL plain_best FROM STUDY plain_study")
     assert con.execute("SELECT count(*) FROM PREDICT(MODEL plain_best, TABLE text_first)").fetchone() == (569,)
+
+
+def test_parameters_in_the_clause_are_its_constants(con):
+    con.execute("CREATE MODEL tparam TRANSFORM (ML.QUANTILE_BUCKETIZE(f1, ?) OVER () AS f1_bucket, f0, y) "
+                "WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM cancer WHERE f0 > ?", [4, 0.0])
+    options = {r[2]: r[5] for r in con.execute("DESCRIBE MODEL tparam").fetchall() if r[0] == "property"}
+    assert options["transform"].startswith("ML.QUANTILE_BUCKETIZE(f1, 4) OVER () AS f1_bucket")
+    with pytest.raises(ProgrammingError) as err:  # a parameter that is no number or text is no constant
+        con.execute("CREATE MODEL tparam2 TRANSFORM (ML.QUANTILE_BUCKETIZE(f1, ?) OVER () AS b, y) "
+                    "WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM cancer", [None])
+    assert err.value.code == "invalid_transform"

@@ -38,7 +38,7 @@ from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
-from modelsql.engine.models.transform_clause import bind_transform, transform_text
+from modelsql.engine.models.transform_clause import bind_transform, transform_text, with_parameters
 from modelsql.engine.options.declared import CREATE_MODEL_AS
 from modelsql.engine.options.schema import option_error
 from modelsql.engine.result import Result
@@ -105,7 +105,7 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
     return TrainingPlan(name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists")), model_type,
                         hyperparameters, options["target"], options["features"], options["validation"],
                         options["validation_size"], options["seed"], options["on_null"], options["description"],
-                        _query_text(stmt.args["query"], params), tuple(transform) if transform else None)
+                        _query_text(stmt.args["query"], params), with_parameters(transform, params) if transform else None)
 
 
 def _query_text(query: exp.Expression, params: list) -> str:

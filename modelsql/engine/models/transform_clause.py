@@ -18,7 +18,7 @@ from modelsql.errors import Error, NotSupportedError, ProgrammingError, excerpt,
 from modelsql.estimators import IMPUTE_STRATEGIES, MAX_BUCKETS, TRANSFORM_FUNCTIONS, Transform
 from modelsql.engine.models.training_rows import find_column
 
-__all__ = ["bind_transform", "check_transform", "transform_text"]
+__all__ = ["bind_transform", "check_transform", "transform_text", "with_parameters"]
 
 _BIGQUERY_ONLY = ("BUCKETIZE", "NORMALIZER", "POLYNOMIAL_EXPAND", "FEATURE_CROSS", "HASH_BUCKETIZE",
                   "NGRAMS", "BAG_OF_WORDS", "TF_IDF", "MULTI_HOT_ENCODER")
@@ -92,6 +92,18 @@ def check_transform(transform: Transform, kind: Optional[str], tree_based: bool,
                                f"ML.{transform.function} keeps, so it changes nothing but the float32 rounding that "
                                f"moves values across the tree's thresholds: list {transform.column} as a column.",
                                code="invalid_transform")
+
+
+def with_parameters(items: Sequence[exp.Expression], params: Sequence[Any]) -> tuple[exp.Expression, ...]:
+    """Copies of the clause's items with each statement parameter (``?``, ``$n``) replaced by its value, a
+    constant as written (a number or text; anything else stays, and is refused as not a constant)."""
+    def bound(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Placeholder) and str(node.this).isdigit() and 0 < int(node.this) <= len(params):
+            value = params[int(node.this) - 1]
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                return exp.convert(value)
+        return node
+    return tuple(item.copy().transform(bound) for item in items)
 
 
 def transform_text(items: Sequence[exp.Expression]) -> str:
