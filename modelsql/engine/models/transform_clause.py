@@ -10,7 +10,7 @@ parts. The TARGET may be listed (BigQuery ML passes the label through its TRANSF
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 from sqlglot import exp
 
@@ -101,9 +101,9 @@ def with_parameters(items: Sequence[exp.Expression], params: Sequence[Any]) -> t
         if isinstance(node, exp.Placeholder) and str(node.this).isdigit() and 0 < int(node.this) <= len(params):
             value = params[int(node.this) - 1]
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                return exp.convert(value)
+                return exp.Literal.number(value) if not isinstance(value, str) else exp.Literal.string(value)
         return node
-    return tuple(item.copy().transform(bound) for item in items)
+    return tuple(cast(exp.Expression, item.copy().transform(bound)) for item in items)
 
 
 def transform_text(items: Sequence[exp.Expression]) -> str:
