@@ -101,7 +101,7 @@ def test_create_model_from_an_estimator_study_refits_the_trial(con):
         ("study", "lr_study", best)
     x_train, y_train, x_valid, y_valid = _split(con, 1)
     c = json.loads(con.execute(f"SELECT config FROM modelsql.trials WHERE study = 'lr_study' AND trial = {best}")
-                   .fetchone()[0])["c"]
+                   .fetchone()[0])["C"]  # the estimator's name, as get_params() spells it
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import Pipeline
 

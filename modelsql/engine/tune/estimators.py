@@ -212,8 +212,15 @@ def _preprocess(study: _Study) -> None:
 # ---------------------------------------------------------------- binding
 
 
+def _estimator_names(space: Space, model_type: ModelType) -> Space:
+    """``space`` with each hyper-parameter named as the estimator's ``get_params()`` names it (SQL names are
+    matched whatever their case, and a trial's configuration shows ``C``, not ``c``)."""
+    names = {k.lower(): k for k in model_type.parameters()}
+    return Space(tuple((names.get(name.lower(), name), hp) for name, hp in space.params))
+
+
 def _check_space(space: Space, model_type: ModelType, max_epochs: int, boosted: bool) -> None:
-    known = {k.lower() for k in model_type.parameters()}
+    known = set(model_type.parameters())
     for name, hp in space.params:
         if isinstance(hp, (StepDecay, Piecewise)):
             raise ProgrammingError(f'SEARCH: "{name}": a scikit-learn estimator takes one value for the whole fit; '
@@ -268,7 +275,7 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
         raise option_error("max_epochs", f"TUNE option max_epochs applies to boosted models (one tree per epoch); "
                                          f"{model_type.name} trains once per trial.")
     max_epochs = _trees(options, base) if boosted else 1
-    space = bind_space(stmt.args["search"])
+    space = _estimator_names(bind_space(stmt.args["search"]), model_type)
     _check_space(space, model_type, max_epochs, boosted)
     seed = options["seed"]
     metric = metric_for(options["metric"], model_type.task)
