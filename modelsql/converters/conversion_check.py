@@ -72,7 +72,8 @@ class ConversionCheck:
 PROBABILITY_TOLERANCE = 1e-3
 """How far an imported classifier's ONNX probabilities may lie from ``predict_proba`` before the import is refused
 (float32 rounding gives about 1e-6; a converter that computes another formula, 0.1: skl2onnx 1.20 squares the odds
-of a binary ``LinearDiscriminantAnalysis``)."""
+of a binary ``LinearDiscriminantAnalysis``); a model trained in SQL is held to it too
+(:func:`modelsql.estimators.conversion_tolerance`)."""
 
 
 def check_conversion(
@@ -108,8 +109,8 @@ def check_conversion(
             ``feature_names_in_``).
         accept_mismatch: if False (the default), a label disagreement, or probabilities off by more than
             :data:`PROBABILITY_TOLERANCE`, raises (below); if True, it is only counted.
-        tolerance: the most a numeric output may differ (``max_abs_diff``); None: any difference is only
-            recorded (an imported model is what its author made it; a model trained in SQL must predict what
+        tolerance: the most a numeric output may differ (``max_abs_diff``) unless ``accept_mismatch``; None:
+            any difference is only recorded (an imported model is what its author made it; a model trained in SQL must predict what
             its estimator predicts, so its statement gives one).
 
     Compared, each where both exist: ``predict`` vs ``label`` (as strings; a row
@@ -152,23 +153,29 @@ def check_conversion(
         return None
     outs, ok, errors = _run_rows(ort_model, feeds, rows)
     check = _compare(answers, outs, ok, errors, what)
-    if check.label_mismatches and not accept_mismatch:
+    if accept_mismatch:
+        return check
+    if check.label_mismatches:
         raise _mismatch_error(check, what)
     if tolerance is not None and check.max_abs_diff > tolerance:
-        raise _stray_error(check, what, check.max_abs_diff, tolerance, "")
-    if check.max_probability_diff > PROBABILITY_TOLERANCE and not accept_mismatch:
-        raise _stray_error(check, what, check.max_probability_diff, PROBABILITY_TOLERANCE,
-                           "; pass accept_mismatch=True to import_model to accept it")
+        raise _stray_error(check, what, check.max_abs_diff, tolerance)
+    if check.max_probability_diff > PROBABILITY_TOLERANCE:
+        raise _stray_error(check, what, check.max_probability_diff, PROBABILITY_TOLERANCE)
     return check
 
 
-def _stray_error(check: ConversionCheck, what: str, diff: float, allowed: float, hint: str) -> DataError:
+_ACCEPT = ("pass accept_mismatch=True to import_model (WITH (accept_mismatch = true) in SQL) to accept it, the "
+           "difference recorded")
+"""How a conversion_mismatch error says to keep the model anyway."""
+
+
+def _stray_error(check: ConversionCheck, what: str, diff: float, allowed: float) -> DataError:
     """The DataError ``conversion_mismatch`` for numbers that differ by ``diff``, more than ``allowed``."""
     return DataError(
         f"the ONNX conversion of the {what} differs from scikit-learn's answers by up to {diff:.3g} on {check.rows} "
         f"rows ({check.compared}), more than the {allowed:.3g} allowed: it does not compute what the estimator "
         "computes (a converter that disagrees with scikit-learn, or float32 rounding of an ill-conditioned fit, "
-        f"such as values far from zero){hint}.",
+        f"such as values far from zero, or ties the two break apart); {_ACCEPT}.",
         code="conversion_mismatch",
     )
 
@@ -408,11 +415,27 @@ def _compare(answers: list, outs: dict, ok: np.ndarray, errors: dict, what: str)
             diff = _max_abs_diff(expected[ran].astype(np.float64), got.astype(np.float64))
             max_diff = max(max_diff, diff)
             probability_diff = max(probability_diff, diff) if method == "predict_proba" else probability_diff
+    mismatch[ran] &= ~_tied(answers, rows, ran)
     if labels is None:  # no label output: a mismatch is a failed row, shown with the first answer
         labels = (_per_row(answers[0][2], rows, what), None)
     compared = ", ".join(f"{m} vs {o}" for m, o, _, _ in answers)
     return ConversionCheck(rows, max_diff, int(mismatch.sum()), compared, _first_mismatch(mismatch, labels, errors),
                            probability_diff)
+
+
+TIE = 1e-6
+"""Two classes whose ``predict_proba`` lie this close tie: either label is the arg-max (a forest's 10 votes of 20,
+float32 sums 0.49999994 and 0.50000006), so the labels of such a row may differ."""
+
+
+def _tied(answers: list, rows: int, ran: np.ndarray) -> np.ndarray:
+    """Bool ``[len(ran)]``: the rows ONNX Runtime ran whose two most probable classes tie (:data:`TIE`) in
+    ``predict_proba``; all False without probabilities."""
+    proba = next((values for method, _, values, _ in answers if method == "predict_proba"), None)
+    if proba is None:
+        return np.zeros(len(ran), dtype=bool)
+    top = np.sort(_per_row(proba, rows, "predict_proba")[ran].astype(np.float64), axis=1)
+    return (top[:, -1] - top[:, -2] <= TIE) if top.shape[1] > 1 else np.zeros(len(ran), dtype=bool)
 
 
 def _first_mismatch(mismatch: np.ndarray, labels: tuple, errors: dict) -> Optional[tuple[int, str, str]]:
@@ -466,7 +489,6 @@ def _mismatch_error(check: ConversionCheck, what: str) -> DataError:
     row, est, got = check.first_mismatch or (0, "?", "?")
     return DataError(
         f"the ONNX conversion of the {what} disagrees with scikit-learn on {check.label_mismatches} of "
-        f"{check.rows} sample rows: row {row} is {est} in scikit-learn but {got} in ONNX Runtime; "
-        "pass accept_mismatch=True to import_model to accept it",
+        f"{check.rows} sample rows: row {row} is {est} in scikit-learn but {got} in ONNX Runtime; {_ACCEPT}",
         code="conversion_mismatch",
     )

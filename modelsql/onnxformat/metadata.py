@@ -61,17 +61,12 @@ def metadata_features(model: ModelProto, what: str) -> Optional[tuple[str, ...]]
 
 def metadata_imputed(model: ModelProto, what: str) -> Optional[tuple[str, ...]]:
     """The inputs whose NULLs the model imputes, as an earlier EXPORT wrote them (``modelsql.imputed``), or
-    None; each must name one of the model's inputs.
+    None (checked against the graph by :func:`modelsql.converters.imputation_check.check_imputation`).
 
     Raises:
-        DataError: code ``"invalid_onnx"`` when the entry is not a JSON list of the model's input names.
+        DataError: code ``"invalid_onnx"`` when the entry is not a JSON list of names.
     """
-    names = _names(model, IMPUTED, what)
-    inputs = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
-    if names is not None and not set(names) <= inputs:
-        raise DataError(f"{what}: metadata entry {IMPUTED} names {sorted(set(names) - inputs)}, which are not inputs "
-                        "of the model.", code="invalid_onnx")
-    return names
+    return _names(model, IMPUTED, what)
 
 
 def _names(model: ModelProto, key: str, what: str) -> Optional[tuple[str, ...]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import onnx
 import pyarrow as pa
 import pytest
 from sklearn.compose import ColumnTransformer
@@ -172,6 +173,12 @@ def test_one_feature_routed_models_and_messages_of_partly_imputed_models(con):
     con.execute("CREATE MODEL one_b WITH (model_type = 'logistic_reg', target = y, on_null = 'impute', C = 0.5) "
                 "AS SELECT f0, y FROM cancer")
     assert con.execute(routed).fetchone()[0] == rows
+    # routed models that impute different columns are refused (one would read another's text as NULL)
+    con.execute("CREATE OR REPLACE MODEL one_b WITH (model_type = 'logistic_reg', target = y, on_null = 'skip') "
+                "AS SELECT f0, y FROM cancer")
+    with pytest.raises(modelsql.errors.NotSupportedError) as err:
+        con.execute(routed).fetchall()
+    assert err.value.code == "not_supported" and "treat NULLs alike" in str(err.value)
     # a NULL where the model does not impute is PREDICT's error, counting only those rows
     con.execute("CREATE MODEL part TRANSFORM (ML.IMPUTER(f0, 'mean') OVER () AS f0_filled, f1, y) "
                 "WITH (model_type = 'logistic_reg', target = y, on_null = 'skip') AS SELECT * FROM cancer")
@@ -197,6 +204,16 @@ def test_export_keeps_the_imputation_and_tune_imputes_a_new_model_type(con, tmp_
     con.execute(f"IMPORT MODEL exp_back FROM '{path}'")
     assert _options(con, "exp_back")["imputed"] == '["f0", "size"]'
     np.testing.assert_allclose(_probabilities(con, "exp_back"), _probabilities(con, "exp_src"), atol=1e-6)
+    # the entry is checked against the graph: a model that does not impute answers NaN for a NULL, refused
+    con.execute("CREATE MODEL exp_plain WITH (model_type = 'logistic_reg', target = y, on_null = 'skip') "
+                "AS SELECT f0, size, y FROM cancer")
+    con.execute(f"EXPORT MODEL exp_plain TO '{path}'")
+    proto = onnx.load(str(path))
+    proto.metadata_props.add(key="modelsql.imputed", value='["F0"]')
+    onnx.save(proto, str(path))
+    with pytest.raises(DataError) as err:
+        con.execute(f"IMPORT MODEL exp_claim FROM '{path}'")
+    assert err.value.code == "invalid_onnx" and "does not impute" in str(err.value)
     with pytest.raises(DataError) as err:  # TUNE of a new model type refuses NULLs unless told to impute
         con.execute("TUNE MODEL fresh ON TABLE cancer TARGET y SEARCH (C = CHOICE(0.1, 1.0)) USING GRID "
                     "WITH (model_type = 'logistic_reg')")

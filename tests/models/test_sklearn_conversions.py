@@ -288,7 +288,7 @@ def test_one_hot_unseen_category_is_a_label_mismatch(iris_colors, handle_unknown
     assert info.value.code == "conversion_mismatch"
     assert f"on {n_green} of 150 sample rows" in msg
     assert f"row {first} is {expected[first]} in scikit-learn" in msg and "Unknown Category" in msg
-    assert "pass accept_mismatch=True to import_model to accept it" in msg
+    assert "pass accept_mismatch=True to import_model" in msg
 
     check = check_conversion(pipe, model, unseen, accept_mismatch=True)
     assert (check.rows, check.label_mismatches) == (150, n_green)

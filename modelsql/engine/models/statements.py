@@ -22,12 +22,14 @@ from modelsql.converters import check_conversion, is_sklearn_estimator, to_onnx
 from modelsql.errors import DataError, IntegrityError, InternalError, ProgrammingError
 from modelsql.onnxformat.describe import param_count, signature
 from modelsql.onnxformat.identity import architecture_fingerprint, content_digest
+from modelsql.converters.imputation_check import check_imputation
 from modelsql.onnxformat.metadata import metadata_imputed, outputs_entry, write_metadata
 from modelsql.onnxformat.split import split_model
 from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.engine.artifacts import sessions as artifacts
 from modelsql.engine.models.exports import check_export_target, write_export
-from modelsql.engine.query.bind_predict import bind_outputs, check_feature_names, check_signature, row_shape, row_width
+from modelsql.engine.query.bind_predict import (bind_outputs, check_feature_names, check_signature, imputed_inputs,
+                                               row_shape, row_width)
 from modelsql.engine.handlers import catalog_write_retrying, handles, retrying
 from modelsql.engine.options import value
 from modelsql.engine.options.declared import IMPORT_MODEL
@@ -247,8 +249,8 @@ def prepare_model(session: Session, name: str, model: Any, *, example_input: Any
         kind, source = provenance
     feats = tuple(features) if features else (tuple(known) if known else None)
     imputed = metadata_imputed(proto, f'model "{key}"')
-    if imputed and not (options or {}).get("imputed"):  # an exported model that imputes still does
-        options = {**(options or {}), "imputed": json.dumps(list(imputed))}
+    if imputed and not (options or {}).get("imputed"):  # an exported model that imputes still does, once checked
+        options = {**(options or {}), "imputed": json.dumps(list(check_imputation(proto, imputed, f'model "{key}"')))}
     facts = _facts(key, model, proto, kind, feats, example_input, accept_mismatch, tolerance)
     if checked is not None:
         facts.update(check_rows=checked[0], check_max_abs_diff=checked[1], check_label_mismatches=checked[2])
@@ -427,7 +429,7 @@ def write_catalog_metadata(proto, mv) -> None:
         "features": list(mv.features) if mv.features else None,
         "outputs": outputs_entry(bind_outputs(mv, ())),
         "description": options.get("description"),
-        "imputed": json.loads(options["imputed"]) if options.get("imputed") else None,
+        "imputed": [i.name for i in mv.inputs if i.name.lower() in imputed_inputs(mv)] or None,
         "version": __version__,
         "source": {mv.kind if mv.kind == "pipeline" else "model": mv.name, "version": mv.version, "kind": mv.kind,
                    "from": mv.source},

@@ -68,6 +68,8 @@ class TrainingPlan:
     query: str
     transform: Optional[tuple[exp.Expression, ...]] = None
     """The ``TRANSFORM`` clause's items (bound once the query's columns are known), or None."""
+    accept_mismatch: bool = False
+    """Keep a conversion that differs from the estimator (the option of that name)."""
 
     @property
     def where(self) -> str:
@@ -105,7 +107,8 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
     return TrainingPlan(name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists")), model_type,
                         hyperparameters, options["target"], options["features"], options["validation"],
                         options["validation_size"], options["seed"], options["on_null"], options["description"],
-                        _query_text(stmt.args["query"], params), with_parameters(transform, params) if transform else None)
+                        _query_text(stmt.args["query"], params), with_parameters(transform, params) if transform else None,
+                        options["accept_mismatch"])
 
 
 def _query_text(query: exp.Expression, params: list) -> str:
@@ -157,8 +160,9 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     if transforms is not None:
         options["transforms"] = transforms_json(transforms)  # TUNE and FROM STUDY fit the same preprocessing
     version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
-                               options=options, tolerance=conversion_tolerance(plan.model_type.task,
-                                                                               None if rows.y is None else rows.y[train]),
+                               options=options, accept_mismatch=plan.accept_mismatch,
+                               tolerance=conversion_tolerance(plan.model_type.task,
+                                                              None if rows.y is None else rows.y[train]),
                                origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
     try:
         record = _record_evaluation(session, plan, rows, version.version, valid if len(valid) else train,

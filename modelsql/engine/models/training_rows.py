@@ -166,7 +166,7 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     values = np.asarray(pc.cast(pc.drop_null(table.column(name)), pa.float64()).to_numpy(), dtype=np.float64)
     if not len(values):
         raise DataError(f'{statement}: column "{name}" is NULL in every row: the model has nothing to learn from it '
-                        "(nor a mean to impute): leave it out with features = (...).", code="null_value")
+                        "(nor a value to impute): leave it out with features = (...).", code="null_value")
     bad = ~np.isfinite(values) | (np.abs(values) > _FLOAT32_MAX)
     if bad.any():
         raise DataError(f'{statement}: column "{name}" is NaN, infinite or past float32\'s range in {int(bad.sum())} '

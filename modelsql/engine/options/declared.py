@@ -134,6 +134,10 @@ CREATE_MODEL_AS = OptionSet(
                "`'impute'` (BigQuery ML's automatic imputation) keeps them: the model replaces a NULL number by "
                "the training mean and makes NULL text a category of its own, in training and at PREDICT (a NULL "
                "target is still an error)"),
+    Option("accept_mismatch", "bool", False,
+           doc="keep the model when its ONNX conversion differs from the estimator (labels, or numbers past the "
+               "check's tolerance: k-nearest neighbours over tied distances, float32 rounding of an ill-conditioned "
+               "fit); the difference is recorded (`DESCRIBE MODEL`'s `conversion_check`)"),
     Option("description", "text", doc="free text kept in the catalog"),
     doc="`CREATE [OR REPLACE] MODEL m WITH (model_type = ..., target = y, ...) AS SELECT ...` (see [Training models "
         "in SQL](#training-models-in-sql)); any other option is a hyper-parameter of the estimator "

@@ -402,9 +402,22 @@ def _bind_features(inputs: Sequence[TensorSpec], features: Sequence[str], column
 def imputed_inputs(model: PredictModel) -> frozenset[str]:
     """The lower-cased names of the inputs whose NULLs the model fills itself (trained in SQL with
     ``on_null = 'impute'`` or an ``ML.IMPUTER``: its catalog option ``imputed``); a pipeline's are its first
-    step's, routed models' those every member imputes."""
+    step's, routed models' their members' (which must agree).
+
+    Raises:
+        NotSupportedError: ``not_supported``: routed models that impute different columns (one would read text
+            another feeds as it is as NULL, or be fed NaN for a NULL it does not impute).
+    """
     if isinstance(model, RoutedModels):
-        return frozenset.intersection(*(imputed_inputs(m) for m in model.members))
+        each = [(m, imputed_inputs(m)) for m in model.members]
+        odd = next(((m, cols) for m, cols in each if cols != each[0][1]), None)
+        if odd is not None:
+            first, seen = each[0]
+            raise NotSupportedError(
+                f"PREDICT({model.ref_sql}): {first.label} imputes NULLs in {sorted(seen) or 'no column'} and "
+                f"{odd[0].label} in {sorted(odd[1]) or 'no column'}: route models that treat NULLs alike.",
+                code="not_supported")
+        return each[0][1]
     first = model.steps[0].model if isinstance(model, PipelineVersion) else model
     text = dict(first.options or ()).get("imputed") if isinstance(first, ModelVersion) else None
     return frozenset(str(name).lower() for name in json.loads(text)) if text else frozenset()
