@@ -149,6 +149,8 @@ class InputArg:
         columns: the SQL columns it is built from (for error messages).
         imputed: the model fills a NULL of this ``"column"`` itself (a model trained in SQL that imputes): it is
             fed as NaN (numbers) or :data:`~modelsql.estimators.NULL_CATEGORY` (text), not treated as a NULL row.
+        finite: the model was trained in SQL on finite numbers (its estimator refuses NaN and infinities): a NaN
+            or infinite value of this ``"column"`` is refused, not fed (it would answer NaN, and a label of it).
     """
 
     input_name: str
@@ -157,6 +159,7 @@ class InputArg:
     elem_type: str
     columns: tuple[str, ...]
     imputed: bool = False
+    finite: bool = False
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,8 @@ def _filled(arr: pa.Array, spec: InputArg, model_name: str) -> pa.Array:
     Raises:
         DataError: ``invalid_value``: the text :data:`~modelsql.estimators.NULL_CATEGORY` itself in ``arr``.
     """
+    if spec.finite and pa.types.is_floating(arr.type):
+        _check_finite(arr, spec, model_name)
     if not spec.imputed:
         return arr
     text = pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type)
@@ -413,6 +418,21 @@ def _filled(arr: pa.Array, spec: InputArg, model_name: str) -> pa.Array:
     if pa.types.is_floating(arr.type):
         return pc.fill_null(arr, pa.scalar(float("nan"), arr.type))
     return pc.fill_null(arr.cast(pa.string()), NULL_CATEGORY) if text else arr
+
+
+def _check_finite(arr: pa.Array, spec: InputArg, model_name: str) -> None:
+    """Refuse a NaN or infinite number (:attr:`InputArg.finite`; a NaN an imputing model reads as NULL).
+
+    Raises:
+        DataError: ``invalid_value``, naming the column and the rows.
+    """
+    values = arr.to_numpy(zero_copy_only=False)
+    bad = ~np.isfinite(values) & ~(np.isnan(values) & spec.imputed)
+    bad &= ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if bad.any():
+        raise DataError(f'PREDICT({model_name}): column "{spec.columns[0]}" is NaN or infinite in {int(bad.sum())} '
+                        "rows; the model was trained on finite numbers (training refuses them too): filter or fill "
+                        "them in the query.", code="invalid_value")
 
 
 def _arrow_type(o: OutputCol) -> pa.DataType:

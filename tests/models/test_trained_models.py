@@ -371,3 +371,22 @@ def test_ties_and_accepted_mismatches(con):
     assert "max abs diff 0.8" in check
     con.execute("CREATE MODEL halves WITH (model_type = 'ExtraTreesClassifier', target = y, n_estimators = 20, "
                 "validation = 'none') AS SELECT f0, y FROM cancer")
+
+
+def test_predict_refuses_nan_and_infinities_where_the_model_was_trained_on_finite_numbers(con):
+    """The estimator refuses them at training and scikit-learn at predict; ONNX Runtime would answer NaN
+    probabilities and a label of them. An imputing model reads a NaN as a NULL, not an infinity."""
+    con.execute("CREATE MODEL finite WITH (model_type = 'logistic_reg', target = y) AS SELECT f0, f1, y FROM cancer")
+    for value in ("'NaN'::DOUBLE", "'inf'::DOUBLE", "'-inf'::DOUBLE"):
+        with pytest.raises(modelsql.errors.DataError) as err:
+            con.execute(f"SELECT label FROM PREDICT(MODEL finite, (SELECT {value} AS f0, 1.0 AS f1))").fetchall()
+        assert err.value.code == "invalid_value" and '"f0"' in str(err.value)
+        con.rollback()  # (a failed statement aborts the connection's transaction)
+    con.execute("CREATE MODEL finite_imp WITH (model_type = 'logistic_reg', target = y, on_null = 'impute') "
+                "AS SELECT f0, f1, y FROM cancer")
+    nan = con.execute("SELECT probabilities FROM PREDICT(MODEL finite_imp, (SELECT 'NaN'::DOUBLE AS f0, 1.0 AS f1))")
+    null = con.execute("SELECT probabilities FROM PREDICT(MODEL finite_imp, (SELECT NULL::DOUBLE AS f0, 1.0 AS f1))")
+    assert nan.fetchall() == null.fetchall()
+    with pytest.raises(modelsql.errors.DataError):
+        con.execute("SELECT label FROM PREDICT(MODEL finite_imp, (SELECT 'inf'::DOUBLE AS f0, 1.0 AS f1))").fetchall()
+    con.rollback()

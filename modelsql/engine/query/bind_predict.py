@@ -287,7 +287,7 @@ def bind_predict(
     if not inputs:
         raise ProgrammingError(f'{model.label[0].upper()}{model.label[1:]} has no inputs to feed.', code="model_without_inputs")
     by_name = {c.name.lower(): c for c in columns}
-    fed = _Arguments(f'PREDICT({model.ref_sql})')
+    fed = _Arguments(f'PREDICT({model.ref_sql})', trained_in_sql(model))
     features = options.features or model.features
     if features is not None:
         _bind_features(inputs, features, columns, by_name, fed, imputed_inputs(model))
@@ -317,6 +317,8 @@ class _Arguments:
     ``where``: ``PREDICT(MODEL m)``, how messages name the PREDICT."""
 
     where: str
+    finite: bool = False
+    """The model was trained in SQL on finite numbers (:func:`trained_in_sql`)."""
     args: list[InputArg] = field(default_factory=list)
     sql: list[str] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
@@ -328,10 +330,10 @@ class _Arguments:
 
     def scalar(self, spec: TensorSpec, col: Column, shape: tuple[int, ...], imputed: bool = False) -> None:
         """Feed the scalar column ``col`` to ``spec``, cast to its type (``imputed``: NULLs included, for the
-        model to fill)."""
+        model to fill; NaN and infinities refused for a model trained in SQL, :attr:`finite`)."""
         _need_numeric(col, spec, True, self.where)
         duck = ONNX_TO_DUCKDB.get(spec.elem_type, "FLOAT")
-        self.add(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,), imputed),
+        self.add(InputArg(spec.name, "column", shape, spec.elem_type, (col.name,), imputed, self.finite),
                  f"CAST({quote(col.name)} AS {duck})", duck)
 
     def matrix(self, spec: TensorSpec, cols: Sequence[Column], shape: tuple[int, ...], allow_bool: bool) -> None:
@@ -397,6 +399,15 @@ def _bind_features(inputs: Sequence[TensorSpec], features: Sequence[str], column
         fed.scalar(spec, cols[0], shape, imputed=True)
         return
     fed.matrix(spec, cols, shape, allow_bool=True)
+
+
+def trained_in_sql(model: PredictModel) -> bool:
+    """The model (a pipeline's first step, every routed member) was trained in SQL from a model type
+    (``CREATE MODEL ... AS``, ``... FROM STUDY`` of an estimator study): its catalog options name one."""
+    if isinstance(model, RoutedModels):
+        return all(trained_in_sql(m) for m in model.members)
+    first = model.steps[0].model if isinstance(model, PipelineVersion) else model
+    return isinstance(first, ModelVersion) and "model_type" in dict(first.options or ())
 
 
 def imputed_inputs(model: PredictModel) -> frozenset[str]:
