@@ -381,7 +381,7 @@ def test_predict_refuses_nan_and_infinities_where_the_model_was_trained_on_finit
         with pytest.raises(modelsql.errors.DataError) as err:
             con.execute(f"SELECT label FROM PREDICT(MODEL finite, (SELECT {value} AS f0, 1.0 AS f1))").fetchall()
         assert err.value.code == "invalid_value" and '"f0"' in str(err.value)
-        con.rollback()  # (a failed statement aborts the connection's transaction)
+        con.rollback()  # (a failed PREDICT aborts the transaction; CREATE MODEL above committed the tables)
     con.execute("CREATE MODEL finite_imp WITH (model_type = 'logistic_reg', target = y, on_null = 'impute') "
                 "AS SELECT f0, f1, y FROM cancer")
     nan = con.execute("SELECT probabilities FROM PREDICT(MODEL finite_imp, (SELECT 'NaN'::DOUBLE AS f0, 1.0 AS f1))")
@@ -390,3 +390,12 @@ def test_predict_refuses_nan_and_infinities_where_the_model_was_trained_on_finit
     with pytest.raises(modelsql.errors.DataError):
         con.execute("SELECT label FROM PREDICT(MODEL finite_imp, (SELECT 'inf'::DOUBLE AS f0, 1.0 AS f1))").fetchall()
     con.rollback()
+
+
+def test_a_misspelt_option_is_named_as_such_not_as_a_hyper_parameter(con):
+    with pytest.raises(modelsql.errors.ProgrammingError) as err:
+        con.execute("CREATE MODEL misspelt WITH (model_type = 'logistic_reg', target = y, on_nul = 'skip') "
+                    "AS SELECT f0, y FROM cancer")
+    assert err.value.code == "unknown_option" and 'Did you mean "on_null"?' in str(err.value)
+    con.execute("CREATE MODEL misspelt WITH (model_type = 'logistic_reg', target = y, c = 0.5) "  # C, any case
+                "AS SELECT f0, y FROM cancer")

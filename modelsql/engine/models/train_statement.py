@@ -27,7 +27,7 @@ from sqlglot import exp
 from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
-from modelsql.errors import DataError, Error, ProgrammingError
+from modelsql.errors import DataError, Error, ProgrammingError, did_you_mean
 from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, conversion_tolerance,
                                  imputed_columns, resolve_model_type,
                                  transform_columns, transforms_json, validation_rows)
@@ -99,6 +99,7 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
     if "validation_size" in options.given and options["validation"] not in ("random", "seq"):
         raise option_error("validation_size", f"{where}: option validation_size applies to validation = 'random' or "
                                               f"'seq', not {options['validation']!r}.")
+    _misspelt_options(options.rest, model_type, where)
     hyperparameters = model_type.hyperparameters(options.rest)  # unknown ones fail before the query runs
     transform = stmt.args.get("transform")
     if transform and options["features"] is not None:
@@ -109,6 +110,22 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
                         options["validation_size"], options["seed"], options["on_null"], options["description"],
                         _query_text(stmt.args["query"], params), with_parameters(transform, params) if transform else None,
                         options["accept_mismatch"])
+
+
+def _misspelt_options(rest: dict, model_type: ModelType, where: str) -> None:
+    """A name that is no hyper-parameter of the estimator but close to an option of the statement is that option
+    misspelt (``on_nul``), not an unknown hyper-parameter.
+
+    Raises:
+        ProgrammingError: ``unknown_option``.
+    """
+    known = {k.lower() for k in model_type.parameters()}
+    for name in rest:
+        hint = did_you_mean(name, [o for o in CREATE_MODEL_AS.names if o not in known])
+        if name.lower() not in known and hint:
+            raise option_error(name, f"{where}: option {name} is neither an option of the statement nor a "
+                                     f"hyper-parameter of {model_type.estimator.split(':')[1]}.{hint}",
+                               code="unknown_option")
 
 
 def _query_text(query: exp.Expression, params: list) -> str:
@@ -159,11 +176,17 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     options = _catalog_options(plan, rows, train, valid, fitted, pipeline)
     if transforms is not None:
         options["transforms"] = transforms_json(transforms)  # TUNE and FROM STUDY fit the same preprocessing
-    version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
-                               options=options, accept_mismatch=plan.accept_mismatch,
-                               tolerance=conversion_tolerance(plan.model_type.task,
-                                                              None if rows.y is None else rows.y[train]),
-                               origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
+    try:
+        version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
+                                   options=options, accept_mismatch=plan.accept_mismatch,
+                                   tolerance=conversion_tolerance(plan.model_type.task,
+                                                                  None if rows.y is None else rows.y[train]),
+                                   origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
+    except DataError as err:
+        if err.code != "conversion_mismatch":
+            raise
+        raise DataError(f"{plan.where}: {err}".replace("of the Pipeline", f"of the {plan.model_type.name} model"),
+                        code=err.code) from None
     try:
         record = _record_evaluation(session, plan, rows, version.version, valid if len(valid) else train,
                                     "validation" if len(valid) else "training")

@@ -228,7 +228,9 @@ def _drop_nulls(table: pa.Table, columns: list[str], on_null: str, statement: st
     if bad is None:
         return table, 0
     if on_null != "skip":
-        hint = "write on_null = 'skip' to leave those rows out, or " if on_null == "error" else "filter them out or "
+        hint = ("write on_null = 'skip' to leave those rows out, on_null = 'impute' to impute them, or "
+                if on_null == "error" else "write WITH (on_null = 'impute') to impute them, filter them out or "
+                if on_null == "refuse" else "filter them out or ")
         raise DataError(f'{statement}: column "{bad}" is NULL in {nulls[bad]} of {table.num_rows} rows: {hint}fill '
                         "them in the query (coalesce).", code="null_value")
     keep = pc.is_valid(table.column(columns[0]))

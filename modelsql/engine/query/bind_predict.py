@@ -351,8 +351,10 @@ def _need_numeric(col: Column, spec: TensorSpec, allow_bool: bool, where: str) -
     numbers (or, with ``allow_bool``, booleans) for any other (``wrong_column_type``)."""
     if spec.elem_type == "STRING":
         if col.type != "VARCHAR" and not col.type.startswith("ENUM("):  # an ENUM is cast to its text
+            untyped = " (an untyped NULL: write NULL::VARCHAR)" if col.type.strip('"') == "NULL" else ""
             raise ProgrammingError(
-                f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes text (STRING).',
+                f'{where}: column "{col.name}" has type {col.type}, but model input "{spec.name}" takes text '
+                f"(STRING){untyped}.",
                 code="wrong_column_type",
             )
         return
