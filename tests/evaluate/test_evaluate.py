@@ -422,7 +422,8 @@ def test_on_null_skip_leaves_rows_with_a_null_feature_out(con):
            "TARGET y{}")
     with pytest.raises(modelsql.DataError) as info:
         con.execute(sql.format(""))
-    assert info.value.code == "null_input" and "on_null" in str(info.value)
+    assert info.value.code == "null_input" and str(info.value).startswith("EVALUATE MODEL iris_lr: ")
+    assert "on_null = 'skip'" in str(info.value) and "'null'" not in str(info.value)  # EVALUATE has no 'null'
     con.rollback()
     kept = con.execute("SELECT count(*) FROM iris WHERE NOT f0 > 7").fetchone()[0]
     assert _evaluate(con, sql.format(" WITH (on_null = 'skip')"))["rows"] == kept

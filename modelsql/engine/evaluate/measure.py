@@ -13,6 +13,7 @@ from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, where_of
 from modelsql.engine.options.schema import option_error
+from modelsql.engine.query.predict_errors import NULL_HINT
 from modelsql.engine.query_handler import run_query
 
 if TYPE_CHECKING:
@@ -39,13 +40,19 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
     """Run the plan's query and read its metrics.
 
     Raises:
-        DataError: ``null_target``, ``not_a_number``, ``too_few_rows``.
+        DataError: ``null_target``, ``not_a_number``, ``too_few_rows``, ``null_input`` (a NULL fed to the model,
+            worded for EVALUATE, whose on_null is ``error`` or ``skip``).
         ProgrammingError: ``invalid_option`` (options that do not fit the classes found).
     """
-    if plan.task == "regression":
-        row = run_sql(queries.regression_sql(plan.predicted), session, params)
-    else:
-        row = run_sql(queries.classification_sql(plan.predicted, plan.options["threshold"]), session, params)
+    sql = (queries.regression_sql(plan.predicted) if plan.task == "regression" else
+           queries.classification_sql(plan.predicted, plan.options["threshold"]))
+    try:
+        row = run_sql(sql, session, params)
+    except DataError as err:
+        if err.code != "null_input" or NULL_HINT not in str(err):
+            raise
+        raise DataError(f"{where_of(stmt)}: " + str(err).replace(NULL_HINT, ". Write on_null = 'skip' to leave those "
+                        "rows out of the evaluation, or filter or fill them in the input."), code=err.code) from None
     rows, null_targets, fingerprint = int(row[0]), int(row[1]), int(row[2])
     _check_rows(stmt, plan, rows, null_targets, int(row[3]))
     if plan.task == "regression":

@@ -73,12 +73,13 @@ def null_error(op: Operator[PredictScan], duck: duckdb.DuckDBPyConnection,
     else:
         where = ", ".join(f'"{c}"' for c in b.fed_columns)
         total = ""
-    return DataError(
-        f"PREDICT({scan.model.ref_sql}): NULL in input column(s) {where}{total}"
-        + ". NULLs are never fed to a model: add on_null = 'skip' to leave those rows out, "
-        "or on_null = 'null' to return NULL predictions for them.",
-        code="null_input",
-    )
+    return DataError(f"PREDICT({scan.model.ref_sql}): NULL in input column(s) {where}{total}{NULL_HINT}",
+                     code="null_input")
+
+
+NULL_HINT = (". NULLs are never fed to a model: add on_null = 'skip' to leave those rows out, or on_null = 'null' to "
+             "return NULL predictions for them.")
+"""How PREDICT's ``null_input`` error ends (a statement that runs a PREDICT of its own may say it its way)."""
 
 
 def _null_tests(b: Binding) -> list[tuple[str, str]]:
