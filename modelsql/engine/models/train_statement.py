@@ -177,11 +177,13 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     if transforms is not None:
         options["transforms"] = transforms_json(transforms)  # TUNE and FROM STUDY fit the same preprocessing
     try:
-        version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
-                                   options=options, accept_mismatch=plan.accept_mismatch,
-                                   tolerance=conversion_tolerance(plan.model_type.task,
-                                                                  None if rows.y is None else rows.y[train]),
-                                   origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # skl2onnx reading deprecated attributes (SVC's probA_): not the user's
+            version = ddl.import_model(session, plan.name, pipeline, example_input=sample, replace=plan.replace,
+                                       options=options, accept_mismatch=plan.accept_mismatch,
+                                       tolerance=conversion_tolerance(plan.model_type.task,
+                                                                      None if rows.y is None else rows.y[train]),
+                                       origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
     except DataError as err:
         if err.code != "conversion_mismatch":
             raise
