@@ -152,6 +152,7 @@ def check_conversion(
     if not answers:
         return None
     outs, ok, errors = _run_rows(ort_model, feeds, rows)
+    _check_declared(model, outs, what)
     check = _compare(answers, outs, ok, errors, what)
     if accept_mismatch:
         return check
@@ -379,6 +380,27 @@ def _run_rows(ort_model: Any, feeds: dict, rows: int) -> tuple[dict, np.ndarray,
 
 
 # ------------------------------------------------------------------------------ comparing
+
+
+def _check_declared(model: onnx.ModelProto, outs: dict, what: str) -> None:
+    """Each output's rows have the shape the graph declares for them, where it declares one (PREDICT reads the
+    declared shape: skl2onnx 1.20 declares a binary RidgeClassifier's scores in a pipeline ``[N, 2]`` and gives
+    ``[N, 1]``, which every PREDICT would fail on).
+
+    Raises:
+        NotSupportedError: ``conversion_failed``, naming the output and both shapes.
+    """
+    for out in model.graph.output:
+        got = outs.get(out.name)
+        if got is None or not out.type.HasField("tensor_type") or not out.type.tensor_type.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in out.type.tensor_type.shape.dim][1:]
+        if dims and all(d is not None for d in dims) and tuple(dims) != tuple(np.shape(got)[1:]):
+            raise NotSupportedError(
+                f"the ONNX conversion of the {what} declares output {out.name!r} of rows {dims} but gives rows "
+                f"{list(np.shape(got)[1:])}: the converter's graph contradicts itself, and PREDICT could not read it",
+                code="conversion_failed",
+            )
 
 
 def _per_row(values: np.ndarray, rows: int, source: str) -> np.ndarray:

@@ -399,3 +399,14 @@ def test_a_misspelt_option_is_named_as_such_not_as_a_hyper_parameter(con):
     assert err.value.code == "unknown_option" and 'Did you mean "on_null"?' in str(err.value)
     con.execute("CREATE MODEL misspelt WITH (model_type = 'logistic_reg', target = y, c = 0.5) "  # C, any case
                 "AS SELECT f0, y FROM cancer")
+
+
+def test_a_graph_whose_outputs_contradict_their_declared_shape_is_refused(con):
+    """skl2onnx 1.20 declares a binary RidgeClassifier's scores in a pipeline [N, 2] and gives [N, 1]: every
+    PREDICT would fail, so the conversion is refused and nothing is stored; with three classes it is consistent."""
+    with pytest.raises(modelsql.errors.NotSupportedError) as err:
+        con.execute("CREATE MODEL ridge2 WITH (model_type = 'RidgeClassifier', target = y) "
+                    "AS SELECT f0, f1, y FROM cancer")
+    assert err.value.code == "conversion_failed" and "'probabilities' of rows [2] but gives rows [1]" in str(err.value)
+    assert con.execute("SELECT count(*) FROM modelsql.models WHERE name = 'ridge2'").fetchone()[0] == 0
+    con.execute("CREATE MODEL ridge3 WITH (model_type = 'RidgeClassifier', target = y) AS SELECT f0, f1, y FROM iris")
