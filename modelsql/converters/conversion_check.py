@@ -110,8 +110,8 @@ def check_conversion(
         accept_mismatch: if False (the default), a label disagreement, or probabilities off by more than
             :data:`PROBABILITY_TOLERANCE`, raises (below); if True, it is only counted.
         tolerance: the most a numeric output may differ (``max_abs_diff``) unless ``accept_mismatch``; None:
-            any difference is only recorded (an imported model is what its author made it; a model trained in SQL must predict what
-            its estimator predicts, so its statement gives one).
+            any difference is only recorded (an imported model is what its author made it; a model trained in
+            SQL must predict what its estimator predicts, so its statement gives one).
 
     Compared, each where both exist: ``predict`` vs ``label`` (as strings; a row
     differs if any of its targets does), ``predict_proba`` vs ``probabilities``,
@@ -436,7 +436,8 @@ def _compare(answers: list, outs: dict, ok: np.ndarray, errors: dict, what: str)
         else:
             diff = _max_abs_diff(expected[ran].astype(np.float64), got.astype(np.float64))
             max_diff = max(max_diff, diff)
-            probability_diff = max(probability_diff, diff) if method == "predict_proba" else probability_diff
+            if method == "predict_proba":
+                probability_diff = max(probability_diff, diff)
     mismatch[ran] &= ~_tied(answers, rows, ran)
     if labels is None:  # no label output: a mismatch is a failed row, shown with the first answer
         labels = (_per_row(answers[0][2], rows, what), None)

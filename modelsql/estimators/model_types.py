@@ -217,4 +217,3 @@ def conversion_tolerance(task: str, y: Any) -> Optional[float]:
         return None
     values = np.asarray(y, dtype=np.float64)
     return 1e-4 * float(np.abs(values).max()) + 1e-3 * float(values.std()) + 1e-6
-

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 __all__ = ["Transform", "FUNCTIONS", "MAX_BUCKETS", "NULL_CATEGORY", "IMPUTE_STRATEGIES", "null_category_rows",
-           "one_hot_encoder",
-           "imputer", "transformer", "transform_columns", "imputed_columns", "transforms_json", "transforms_from_json",
-           "transforms_text"]
+           "one_hot_encoder", "imputer", "transformer", "transform_columns", "imputed_columns", "transforms_json",
+           "transforms_from_json", "transforms_text"]
 
 NULL_CATEGORY = "\u2400"
 """What a NULL in an imputed text column is, in training and when PREDICT feeds it: one text value ("␀",
 SYMBOL FOR NULL), so NULL is a category of its own, as BigQuery ML's automatic preprocessing makes it (ONNX
 text cannot be NULL, and ONNX Runtime cuts a string at a NUL character)."""
+
 
 def null_category_rows(values: Any) -> int:
     """How many values of a text column (a pyarrow array, chunked or not, of strings or a dictionary of them)

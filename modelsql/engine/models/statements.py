@@ -425,11 +425,12 @@ def write_catalog_metadata(proto, mv) -> None:
     from modelsql import __version__
 
     options = dict(mv.options)
+    imputed = imputed_inputs(mv)
     write_metadata(proto, {
         "features": list(mv.features) if mv.features else None,
         "outputs": outputs_entry(bind_outputs(mv, ())),
         "description": options.get("description"),
-        "imputed": [i.name for i in mv.inputs if i.name.lower() in imputed_inputs(mv)] or None,
+        "imputed": [i.name for i in mv.inputs if i.name.lower() in imputed] or None,
         "version": __version__,
         "source": {mv.kind if mv.kind == "pipeline" else "model": mv.name, "version": mv.version, "kind": mv.kind,
                    "from": mv.source},

@@ -29,8 +29,8 @@ from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError, did_you_mean
 from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, conversion_tolerance,
-                                 imputed_columns, resolve_model_type,
-                                 transform_columns, transforms_json, validation_rows)
+                                 imputed_columns, resolve_model_type, transform_columns, transforms_json,
+                                 validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.evaluate.recording import record_evaluation

@@ -68,8 +68,10 @@ class TrainingRows:
         Raises:
             DataError: ``null_value``.
         """
-        part = self.table.select(list(self.imputed)).take(pa.array(rows, pa.int64())) if self.imputed else None
-        empty = next((c for c in self.imputed if part is not None and part.column(c).null_count == part.num_rows), None)
+        if not self.imputed:
+            return
+        part = self.table.select(list(self.imputed)).take(pa.array(rows, pa.int64()))
+        empty = next((c for c in self.imputed if part.column(c).null_count == part.num_rows), None)
         if empty is not None:
             raise DataError(f'{statement}: column "{empty}" is NULL in every one of the {len(rows)} training rows: the '
                             "model has nothing to learn from it (nor a value to impute): leave it out with features = "
@@ -208,7 +210,7 @@ def _kinds(table: pa.Table, features: list[str], types: dict[str, str], statemen
     return ColumnKinds(tuple(numeric), tuple(categorical))
 
 
-def check_no_null_category(values: Any, column: str, where: str) -> None:
+def _check_no_null_category(values: Any, column: str, where: str) -> None:
     """Text of an imputed column never is :data:`~modelsql.estimators.NULL_CATEGORY` itself, which stands for
     NULL there (the two would be one category).
 
@@ -222,15 +224,19 @@ def check_no_null_category(values: Any, column: str, where: str) -> None:
                         code="invalid_value")
 
 
+_NULL_HINTS = {"error": "write on_null = 'skip' to leave those rows out, on_null = 'impute' to impute them, or ",
+               "refuse": "write WITH (on_null = 'impute') to impute them, filter them out or "}
+"""What a NULL's error suggests, by ``on_null``: the statement's option (``'error'``), TUNE's (``'refuse'``);
+otherwise (``'impute'``: a NULL target) to filter them out."""
+
+
 def _drop_nulls(table: pa.Table, columns: list[str], on_null: str, statement: str) -> tuple[pa.Table, int]:
     nulls = {c: table.column(c).null_count for c in columns}
     bad = next((c for c in columns if nulls[c]), None)
     if bad is None:
         return table, 0
     if on_null != "skip":
-        hint = ("write on_null = 'skip' to leave those rows out, on_null = 'impute' to impute them, or "
-                if on_null == "error" else "write WITH (on_null = 'impute') to impute them, filter them out or "
-                if on_null == "refuse" else "filter them out or ")
+        hint = _NULL_HINTS.get(on_null, "filter them out or ")
         raise DataError(f'{statement}: column "{bad}" is NULL in {nulls[bad]} of {table.num_rows} rows: {hint}fill '
                         "them in the query (coalesce).", code="null_value")
     keep = pc.is_valid(table.column(columns[0]))
@@ -305,7 +311,7 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
     kinds = _kinds(table, chosen, types, statement)
     for name in nullable:
         if kinds.kind_of(name) == "categorical":
-            check_no_null_category(table.column(name), name, statement)
+            _check_no_null_category(table.column(name), name, statement)
     y = None
     if target_name is not None:
         values = table.column(target_name)

@@ -408,8 +408,7 @@ def trained_in_sql(model: PredictModel) -> bool:
     (``CREATE MODEL ... AS``, ``... FROM STUDY`` of an estimator study): its catalog options name one."""
     if isinstance(model, RoutedModels):
         return all(trained_in_sql(m) for m in model.members)
-    first = model.steps[0].model if isinstance(model, PipelineVersion) else model
-    return isinstance(first, ModelVersion) and "model_type" in dict(first.options or ())
+    return "model_type" in _first_options(model)
 
 
 def imputed_inputs(model: PredictModel) -> frozenset[str]:
@@ -431,9 +430,15 @@ def imputed_inputs(model: PredictModel) -> frozenset[str]:
                 f"{odd[0].label} in {sorted(odd[1]) or 'no column'}: route models that treat NULLs alike.",
                 code="not_supported")
         return each[0][1]
-    first = model.steps[0].model if isinstance(model, PipelineVersion) else model
-    text = dict(first.options or ()).get("imputed") if isinstance(first, ModelVersion) else None
+    text = _first_options(model).get("imputed")
     return frozenset(str(name).lower() for name in json.loads(text)) if text else frozenset()
+
+
+def _first_options(model: PredictModel) -> dict[str, str]:
+    """The catalog options of the model version a PREDICT of ``model`` feeds first (a pipeline's first step);
+    empty for routed models, whose members each have their own."""
+    first = model.steps[0].model if isinstance(model, PipelineVersion) else model
+    return dict(first.options or ()) if isinstance(first, ModelVersion) else {}
 
 
 def _bind_by_name(inputs: Sequence[TensorSpec], by_name: dict[str, Column], fed: _Arguments,
