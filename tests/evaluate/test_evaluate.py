@@ -445,3 +445,35 @@ def test_a_clusterer_is_refused_imported_or_as_a_pipelines_last_step(con):
         con.rollback()
     labels = con.execute("SELECT DISTINCT label FROM PREDICT(PIPELINE iris_kmp, TABLE iris) ORDER BY 1").fetchall()
     assert labels == [(0,), (1,), (2,)]
+
+
+def test_probabilities_of_no_fixed_width_are_ranked_by_one_window(con):
+    """A graph whose probabilities' width is symbolic (a ``FLOAT[]`` column) takes the other ranking path (the
+    lists unnested and ranked by one window per position); rounded scores give many ties."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x, y = load_iris(return_X_y=True)
+    fitted = LogisticRegression(max_iter=500).fit(x, y)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["z"]),
+         helper.make_node("Round", ["z"], ["r"]),
+         helper.make_node("Softmax", ["r"], ["probabilities"], axis=1),
+         helper.make_node("ArgMax", ["probabilities"], ["label"], axis=1, keepdims=0)],
+        "symbolic_width", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", "K"])],
+        [numpy_helper.from_array(fitted.coef_.T.astype(np.float32), "w"),
+         numpy_helper.from_array(fitted.intercept_.astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    con.import_model("iris_symbolic", model, features=["f0", "f1", "f2", "f3"], replace=True)
+    con.commit()
+    y, p, s = _predictions(con, "iris_symbolic", "iris", "y", 4)
+    assert len(np.unique(s[:, 0])) < len(s) // 2  # ties: the ranking's average ranks matter
+    kind = con.execute("SELECT * FROM PREDICT(MODEL iris_symbolic, TABLE iris) LIMIT 0").description[-1][1]
+    assert kind == "FLOAT[]"
+    got = _evaluate(con, "EVALUATE MODEL iris_symbolic ON TABLE iris TARGET y WITH (average = 'weighted')")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        log_loss = M.log_loss(y, s)
+    _close(got, {"accuracy": M.accuracy_score(y, p), "log_loss": log_loss,
+                 "roc_auc": M.roc_auc_score(y, s, multi_class="ovr", average="weighted")})

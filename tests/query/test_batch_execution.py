@@ -98,6 +98,23 @@ def test_auto_picks_batch_only_for_large_inputs(wide_con, monkeypatch):
     assert _execution(wide_con, small) == "stream"
 
 
+def test_auto_batches_a_predict_a_materialized_cte_reads_whole(wide_con, monkeypatch):
+    """A MATERIALIZED CTE's body is computed once, whole: its PREDICT is read as the top-level FROM's is (EVALUATE's
+    predictions), while a filter in that body, or a plain CTE (which DuckDB may inline into a filtered read), still
+    streams; each gives the answer the stream gives."""
+    monkeypatch.setattr(cost_mod, "BATCH_MIN_ROWS", 1000)
+    whole = ("WITH p AS MATERIALIZED (SELECT target, label FROM PREDICT(MODEL lr, TABLE pixels{o})) "
+             "SELECT (SELECT count(*) FROM p WHERE label = target), (SELECT count(*) FROM p)")
+    filtered = whole.replace("TABLE pixels{o}))", "TABLE pixels{o}) WHERE id % 2 = 0)")
+    plain = whole.replace(" MATERIALIZED", "")
+    assert _execution(wide_con, whole.format(o="")) == "batch (column-major input)"
+    assert _execution(wide_con, filtered.format(o="")) == "stream"
+    assert _execution(wide_con, plain.format(o="")) == "stream"
+    for query in (whole, filtered, plain):
+        stream = wide_con.execute(query.format(o=", execution = 'stream'")).fetchall()
+        assert wide_con.execute(query.format(o="")).fetchall() == stream and stream[0][1] > 0
+
+
 def test_auto_falls_back_to_streaming_when_the_estimate_is_wrong(wide_con, monkeypatch):
     # DuckDB estimates a filter keeps a fraction of the rows; this one keeps them all
     query = "SELECT id, note, label FROM PREDICT(MODEL lr, (SELECT * FROM pixels WHERE id >= 0)) ORDER BY id"

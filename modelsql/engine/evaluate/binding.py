@@ -149,6 +149,13 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
                                       if probabilities else None), cast
 
 
+def _width(outputs: list[tuple[str, str]], probabilities: Optional[str]) -> Optional[int]:
+    """The probabilities' width when their type fixes it (``FLOAT[3]``), else None."""
+    kind = next((t for n, t in outputs if exp.to_identifier(n, quoted=True).sql("duckdb") == probabilities), "")
+    vector = _VECTOR.match(kind)
+    return int(vector.group(2)) if vector and vector.group(2) else None
+
+
 def _family(sql_type: str) -> str:
     return "integer" if _INTEGER.match(sql_type) else sql_type
 
@@ -189,7 +196,7 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     _check_task_options(stmt, task, options)
     quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  probabilities, quoted, cast)
+                                  probabilities, quoted, cast, _width(predicted_columns, probabilities))
     text = source.sql(dialect=msql.DIALECT)
     classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,

@@ -45,7 +45,7 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
         ProgrammingError: ``invalid_option`` (options that do not fit the classes found).
     """
     sql = (queries.regression_sql(plan.predicted) if plan.task == "regression" else
-           queries.classification_sql(plan.predicted, plan.options["threshold"]))
+           queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan)))
     try:
         row = run_sql(sql, session, params)
     except DataError as err:
@@ -59,6 +59,12 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
         return Measured(rows, queries.fingerprint_text(rows, fingerprint), _regression(row))
     metrics, where = _classification(stmt, plan, row)
     return Measured(rows, queries.fingerprint_text(rows, fingerprint), metrics, where)
+
+
+def _needs_positions(plan: EvaluatePlan) -> bool:
+    """Whether the query must find which probability position each predicted class takes: the model's graph
+    does not name its classes, one per position (:func:`queries.positions_of`)."""
+    return plan.classes is None or plan.predicted.width is None or len(plan.classes) != plan.predicted.width
 
 
 def run_sql(sql: str, session: Session, params: list) -> tuple[Any, ...]:
@@ -112,14 +118,14 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
     labels = queries.labels_of(confusion)
     average, positive = _classes(stmt, plan, labels)
     width = max((int(e["i"]) for e in ranks), default=0)
-    lowest, highest = row[8], row[9]
-    probabilities = bool(ranks) and lowest is not None and lowest >= -_SLACK and highest <= 1.0 + _SLACK
+    probabilities = (bool(ranks) and min(e["lo"] for e in ranks) >= -_SLACK
+                     and max(e["hi"] for e in ranks) <= 1.0 + _SLACK)
     where = queries.positions_of(labels, positions, width, plan.classes) if probabilities else None
     if plan.options["threshold"] is not None:
         if where is None:
             raise option_error("threshold", f"{where_of(stmt)} option threshold needs the model's probabilities of "
                                             "each class (values in [0, 1], each class's column known).")
-        confusion = queries.thresholded_confusion(queries.as_dicts(row[7]), labels, positive, where)
+        confusion = queries.thresholded_confusion(ranks, labels, positive, where)
     matrix = queries.confusion_matrix(confusion, labels)
     metrics: dict[str, Any] = classification_metrics(matrix, labels, average, positive)
     rows = int(row[0])

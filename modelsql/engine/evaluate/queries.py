@@ -31,7 +31,8 @@ EPS = 2.220446049250313e-16
 @dataclass(frozen=True)
 class Predicted:
     """What EVALUATE reads of ``PREDICT``: the PREDICT table function's SQL, the TARGET and the prediction
-    columns (quoted SQL), the probabilities column (or None) and the input's columns (for the fingerprint)."""
+    columns (quoted SQL), the probabilities column (or None) and the input's columns (for the fingerprint), the
+    target's cast and the probabilities' width when their type fixes it (``FLOAT[k]``)."""
 
     predict_sql: str
     target: str
@@ -39,6 +40,7 @@ class Predicted:
     probabilities: Optional[str]
     input_columns: Sequence[str]
     target_cast: str = ""
+    width: Optional[int] = None
 
     def cte(self, cast: str = "") -> str:
         """The materialized predictions: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each
@@ -57,7 +59,7 @@ _HASH_SUM = "(coalesce(sum({0}::HUGEINT), 0) % 18446744073709551616)::UBIGINT"
 _COMMON = ("(SELECT count(*) FROM __msql_eval) AS n, "
            "(SELECT count(*) FROM __msql_eval WHERE t IS NULL) AS null_targets, "
            f"(SELECT {_HASH_SUM.format('h')} FROM __msql_eval) AS fingerprint, "
-           "(SELECT count(*) FROM __msql_eval WHERE {not_numbers}) AS not_numbers")
+           "{not_numbers} AS not_numbers")
 _NOT_A_NUMBER = "isnan({0}) OR isinf({0})"
 
 
@@ -72,37 +74,53 @@ def fingerprint_text(rows: int, digest: int) -> str:
     return f"{int(rows)}:{int(digest):016x}"
 
 
-def classification_sql(predicted: Predicted, threshold: Optional[float]) -> str:
+def classification_sql(predicted: Predicted, threshold: Optional[float], positions: bool = True) -> str:
     """The query of a classifier: one row ``(n, null_targets, fingerprint, not_numbers, confusion, positions,
-    ranks, thresholded, lowest, highest)``; the last five NULL without probabilities (``thresholded`` also
-    without a threshold; ``lowest`` and ``highest`` are the probabilities' range). A
-    row's rank by a position's probability is the average of its tied rows' ranks: (the first rank of the
-    ties + their last) / 2, the last being the count of rows up to the ties (the window's default frame)."""
-    not_numbers = ("list_bool_or(list_transform(s, x -> " + _NOT_A_NUMBER.format("x") + "))"
-                   if predicted.probabilities is not None else "false")
-    parts = [_COMMON.format(not_numbers=not_numbers),
-             "(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
-             "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion"]
+    ranks)``; ``positions`` NULL without probabilities or when not asked for (the model names its classes),
+    ``ranks`` NULL without probabilities.
+
+    ``ranks`` holds per (true class ``t``, probability position ``i``) the rows ``n``, the sum ``ln`` of their
+    clipped log-probabilities, the sum ``r`` of their average ranks by that position's probability (the average of
+    the tied rows' ranks: (the first rank of the ties + their last) / 2), the probabilities' range ``lo``, ``hi``,
+    the count ``bad`` of NaN or infinite ones and the count ``hits`` reaching the ``threshold`` (0 without one).
+    With the probabilities' width known (a ``FLOAT[k]`` column), each position is ranked by a window of its own
+    (one sort of the rows per position: the cost of the evaluation); else the lists are unnested and ranked by one
+    window partitioned by position."""
+    confusion = ("(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
+                 "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion")
     if predicted.probabilities is None:
-        parts += ["NULL AS positions", "NULL AS ranks", "NULL AS thresholded", "NULL AS lowest", "NULL AS highest"]
-        return f"{predicted.cte()} SELECT {', '.join(parts)}"
-    parts += [
-        "(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, count(*) AS n "
-        "FROM __msql_eval GROUP BY ALL)) AS positions",
-        "(SELECT list({'t': t, 'i': i, 'n': n, 'ln': ln, 'r': r}) FROM (SELECT t, i, count(*) AS n, "
-        f"sum(ln(least(greatest(x::DOUBLE, {EPS!r}), 1 - {EPS!r}))) AS ln, sum(r) AS r FROM __msql_ranked "
-        "GROUP BY ALL)) "
-        "AS ranks",
-        ("(SELECT list({'t': t, 'i': i, 'hit': hit, 'n': n}) FROM (SELECT t, i, x::DOUBLE >= " + repr(threshold)
-         + " AS hit, count(*) AS n FROM __msql_positions GROUP BY ALL)) AS thresholded")
-        if threshold is not None else "NULL AS thresholded",
-        "(SELECT min(list_min(s))::DOUBLE FROM __msql_eval) AS lowest",
-        "(SELECT max(list_max(s))::DOUBLE FROM __msql_eval) AS highest",
-    ]
-    ranked = (", __msql_positions AS (SELECT t, unnest(s) AS x, unnest(range(1, len(s) + 1)) AS i FROM __msql_eval "
-              "WHERE t IS NOT NULL), __msql_ranked AS (SELECT t, i, x, (rank() OVER w + count(*) OVER w) / 2.0 AS r FROM __msql_positions "
-              "WINDOW w AS (PARTITION BY i ORDER BY x))")
-    return f"{predicted.cte()}{ranked} SELECT {', '.join(parts)}"
+        return f"{predicted.cte()} SELECT {_COMMON.format(not_numbers='0')}, {confusion}, NULL AS positions, NULL AS ranks"
+    parts = [_COMMON.format(not_numbers="(SELECT coalesce(sum(bad), 0) FROM __msql_ranks)"), confusion,
+             "(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, count(*) AS n "
+             "FROM __msql_eval GROUP BY ALL)) AS positions" if positions else "NULL AS positions",
+             "(SELECT list({'t': t, 'i': i, 'n': n, 'ln': ln, 'r': r, 'lo': lo, 'hi': hi, 'bad': bad, 'hits': hits}) "
+             "FROM __msql_ranks) AS ranks"]
+    return f"{predicted.cte()}, {_ranks_sql(predicted.width, threshold)} SELECT {', '.join(parts)}"
+
+
+def _rank_sums(threshold: Optional[float]) -> str:
+    """The aggregates of a ``ranks`` entry over rows ``(t, x, r)``: ``r`` the first rank of the row's ties plus
+    their last."""
+    hits = f"count(*) FILTER (WHERE x::DOUBLE >= {threshold!r})" if threshold is not None else "0"
+    return (f"count(*) AS n, sum(ln(least(greatest(x::DOUBLE, {EPS!r}), 1 - {EPS!r}))) AS ln, sum(r) / 2.0 AS r, "
+            f"min(x)::DOUBLE AS lo, max(x)::DOUBLE AS hi, count(*) FILTER (WHERE {_NOT_A_NUMBER.format('x')}) AS bad, "
+            f"{hits} AS hits")
+
+
+def _ranks_sql(width: Optional[int], threshold: Optional[float]) -> str:
+    """The CTE ``__msql_ranks`` (see :func:`classification_sql`). A position's last rank of ties is its
+    ``cume_dist()`` times the rows ranked (exact once rounded: the rows are far fewer than 2**52), cheaper than
+    a second window aggregate."""
+    scored = "FROM __msql_eval WHERE t IS NOT NULL"
+    if width is None:
+        return (f"__msql_ranks AS MATERIALIZED (SELECT t, i, {_rank_sums(threshold)} FROM (SELECT t, i, x, "
+                "rank() OVER w + count(*) OVER w AS r FROM (SELECT t, unnest(s) AS x, unnest(range(1, len(s) + 1)) "
+                f"AS i {scored}) WINDOW w AS (PARTITION BY i ORDER BY x)) GROUP BY t, i)")
+    each = [f"(SELECT t, {k} AS i, {_rank_sums(threshold)} FROM (SELECT t, x, rank() OVER w + "
+            f"round(cume_dist() OVER w * __msql_rows.m)::BIGINT AS r FROM (SELECT t, s[{k}] AS x {scored}), "
+            "__msql_rows WINDOW w AS (ORDER BY x)) GROUP BY t)" for k in range(1, width + 1)]
+    return (f"__msql_rows AS (SELECT count(*) AS m {scored}), "
+            f"__msql_ranks AS MATERIALIZED ({' UNION ALL '.join(each)})")
 
 
 def regression_sql(predicted: Predicted) -> str:
@@ -112,7 +130,8 @@ def regression_sql(predicted: Predicted) -> str:
     scikit-learn's ``np.average((y - y.mean()) ** 2)``: no cancellation for targets far from zero)."""
     where = "FROM __msql_eval WHERE t IS NOT NULL"
     centred = f"FROM __msql_eval, (SELECT avg(t) AS mt, avg(t - p) AS md {where}) WHERE t IS NOT NULL"
-    not_numbers = f"{_NOT_A_NUMBER.format('t')} OR {_NOT_A_NUMBER.format('p')}"
+    not_numbers = (f"(SELECT count(*) FROM __msql_eval WHERE {_NOT_A_NUMBER.format('t')} OR "
+                   f"{_NOT_A_NUMBER.format('p')})")
     return (f"{predicted.cte('::DOUBLE')} SELECT {_COMMON.format(not_numbers=not_numbers)}, "
             f"(SELECT sum(abs(t - p)) {where}), (SELECT sum((t - p) * (t - p)) {where}), "
             f"(SELECT median(abs(t - p)) {where}), (SELECT avg((t - mt) * (t - mt)) {centred}), "
@@ -198,12 +217,14 @@ def roc_auc(ranks: list[dict[str, Any]], where: dict[Any, int], labels: Sequence
     return sum(w * a for w, a in zip(weights, each) if a is not None) / sum(weights)
 
 
-def thresholded_confusion(thresholded: list[dict[str, Any]], labels: Sequence[Any], positive: Any,
+def thresholded_confusion(ranks: list[dict[str, Any]], labels: Sequence[Any], positive: Any,
                           where: dict[Any, int]) -> list[dict[str, Any]]:
-    """The confusion counts when the positive class is predicted where its probability reaches the threshold."""
+    """The confusion counts when the positive class is predicted where its probability reaches the threshold
+    (the ``hits`` of the ``ranks`` entries at its position)."""
     negative = next(label for label in labels if label != positive)
-    return [{"t": e["t"], "p": positive if e["hit"] else negative, "n": e["n"]}
-            for e in thresholded if e["i"] == where[positive]]
+    at = [e for e in ranks if e["i"] == where[positive]]
+    return ([{"t": e["t"], "p": positive, "n": e["hits"]} for e in at]
+            + [{"t": e["t"], "p": negative, "n": e["n"] - e["hits"]} for e in at])
 
 
 def roc_sql(predicted: Predicted, position: int, positive: Any) -> str:

@@ -271,9 +271,11 @@ ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.J
 def placement_of(p: PredictTable, stmt: exp.Expr, columns: Sequence[Column], used: Optional[set[str]]) -> Placement:
     """Where ``p`` sits in ``stmt`` (see :class:`~modelsql.engine.query.plan.Placement`)."""
     kept = kept_columns(columns, used, stmt)
+    scope = _whole_reader(p, stmt)
     return Placement(
-        top_level_from=in_top_level_from(p, stmt),
-        row_dependent=any(isinstance(n, ROW_DEPENDENT) for n in stmt.walk(prune=lambda n: isinstance(n, PredictTable))),
+        top_level_from=scope is not None,
+        row_dependent=any(isinstance(n, ROW_DEPENDENT)
+                          for n in (scope or stmt).walk(prune=lambda n: isinstance(n, PredictTable))),
         in_main_body=_under_from_only(p, stmt),
         kept_columns=tuple(kept),
         arrow_unsafe=tuple(c for c in kept if arrow_unsafe(c.type)),
@@ -296,11 +298,23 @@ def _under_from_only(node: exp.Expression, stmt: exp.Expr) -> bool:
     return holder is stmt and isinstance(stmt, exp.Select)
 
 
+def _whole_reader(node: exp.Expression, stmt: exp.Expr) -> Optional[exp.Expr]:
+    """What reads every row of a PREDICT: the statement, when its own top-level FROM reads it
+    (:func:`in_top_level_from`), or the body of a ``MATERIALIZED`` CTE whose FROM reads it (DuckDB computes such
+    a body once, whole, whatever reads the CTE: EVALUATE's predictions); None otherwise."""
+    if in_top_level_from(node, stmt):
+        return stmt
+    cte = node.find_ancestor(exp.CTE)
+    if cte is None or not cte.args.get("materialized") or not isinstance(cte.this, exp.Select):
+        return None
+    return cte.this if in_top_level_from(node, cte.this) else None
+
+
 def in_top_level_from(node: exp.Expression, stmt: exp.Expr) -> bool:
-    """Whether a PREDICT is read by the statement's own top-level FROM (so the statement consumes all of it):
-    only FROM, table and FROM-subquery nodes lie between it and the top SELECT (of an INSERT or CTAS too)."""
+    """Whether a PREDICT is read by the top-level FROM of ``stmt`` (so ``stmt`` consumes all of it): only FROM,
+    table and FROM-subquery nodes lie between it and the top SELECT (of an INSERT or CTAS too)."""
     child, parent = node, node.parent
-    while parent is not None:
+    while child is not stmt and parent is not None:
         if isinstance(parent, exp.Select):
             if child is not parent.args.get("from_") and child is not parent.args.get("from"):
                 return False
