@@ -910,7 +910,8 @@ class Catalog:
         dimension; NULL when the rank is unknown), detail VARCHAR (an input's
         feature columns, ``'features: a, b, ...'``; a property's value).
 
-        Properties: ``features`` (the feature names, NULL when unknown),
+        Properties: ``features`` (the feature names: a model trained in SQL's are its inputs', one per column;
+        NULL when unknown),
         ``batch_dependence`` (why a row's outputs may depend on the other rows of
         its batch, or ``'none'``) and ``conversion_check`` (``'<rows> rows, max abs diff <d>,
         <k> label mismatches'``; NULL when not checked), then, for a model imported FROM PYTHON, those of
@@ -929,7 +930,9 @@ class Catalog:
         """
         key, version = self._resolve(name, version)
         shape = "CASE WHEN shape IS NULL THEN NULL ELSE '[' || array_to_string(shape, ', ') || ']' END"
-        features = "array_to_string(v.features, ', ')"
+        features = ("coalesce(array_to_string(v.features, ', '), CASE WHEN v.options['model_type'] IS NOT NULL THEN "
+                    f"(SELECT string_agg(c.tensor_name, ', ' ORDER BY c.position) FROM {self._s}.model_inputs AS c "
+                    "WHERE c.name = v.name AND c.version = v.version) END)")
         check = ("CASE WHEN v.check_rows IS NULL THEN NULL ELSE v.check_rows || ' rows, max abs diff ' "
                  "|| printf('%.3g', v.check_max_abs_diff) || ', ' || coalesce(v.check_label_mismatches, 0) "
                  "|| ' label mismatches' END")

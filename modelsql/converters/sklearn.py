@@ -366,22 +366,34 @@ def _convert(
     """Run skl2onnx (no ZipMap for a classifier), its failures raised as ``conversion_failed``."""
     from skl2onnx import convert_sklearn, get_latest_tested_opset_version
 
-    options = {id(_final_step(estimator)): {"zipmap": False}} if classifier else None
+    # an entry for the final step, even empty, also keeps skl2onnx's Pipeline parser from asking for a ZipMap
+    options = {id(_final_step(estimator)): {"zipmap": False} if _has_zipmap(estimator) else {}} if classifier else None
     target = {"": min(DEFAULT_OPSET, get_latest_tested_opset_version()), "ai.onnx.ml": ML_OPSET}
     try:
-        try:
-            model = convert_sklearn(estimator, name, initial_types=initial_types, options=options, target_opset=target)
-        except NameError as exc:
-            if options is None or "Option 'zipmap' not in" not in str(exc):
-                raise
-            # a classifier whose converter has no ZipMap to turn off (LinearSVC): it returns tensors already
-            model = convert_sklearn(estimator, name, initial_types=initial_types, target_opset=target)
+        model = convert_sklearn(estimator, name, initial_types=initial_types, options=options, target_opset=target)
     except Exception as exc:  # skl2onnx raises RuntimeError, MissingShapeCalculator, NameError ...
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NotSupportedError(
             f"skl2onnx cannot convert the {cls_name}: {msg}", code="conversion_failed"
         ) from None
     return model
+
+
+def _has_zipmap(estimator: Any) -> bool:
+    """Whether skl2onnx's converter of the final step has a ZipMap to turn off (LinearSVC's converter returns
+    tensors already and refuses the option). True for a converter skl2onnx does not list (a user's registered
+    one)."""
+    from skl2onnx._supported_operators import sklearn_operator_name_map
+    from skl2onnx.common._registration import get_converter
+
+    alias = sklearn_operator_name_map.get(type(_final_step(estimator)))
+    if alias is None:
+        return True
+    try:
+        allowed = get_converter(alias).get_allowed_options()
+    except (KeyError, ValueError, AttributeError):
+        return True
+    return allowed is None or "zipmap" in allowed
 
 
 def _name_outputs(model: onnx.ModelProto, classifier: bool, regressor: bool) -> None:

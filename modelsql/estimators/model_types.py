@@ -162,7 +162,7 @@ def _registry_type(name: str) -> ModelType | None:
                                     "transformer, an outlier detector or a density model): nothing to predict.",
                                     code="unknown_model_type")
         if cls_name in _UNCONVERTIBLE:
-            raise NotSupportedError(f"model_type {cls_name!r}: {_UNCONVERTIBLE[cls_name]}", code="unknown_model_type")
+            raise NotSupportedError(f"model_type {cls_name!r}: {_UNCONVERTIBLE[cls_name]}", code="conversion_failed")
         try:
             cls()
         except TypeError:
@@ -179,7 +179,8 @@ def resolve_model_type(name: Any) -> ModelType:
 
     Raises:
         ProgrammingError: ``unknown_model_type`` with a "did you mean" and the named types.
-        NotSupportedError: ``unknown_model_type`` for a scikit-learn class that does not predict (a transformer).
+        NotSupportedError: ``unknown_model_type`` for a scikit-learn class that does not predict (a transformer);
+            ``conversion_failed`` for one whose fitted models skl2onnx cannot convert (refused before fitting).
     """
     text = str(name)
     found = MODEL_TYPES.get(text.lower()) or _registry_type(text)

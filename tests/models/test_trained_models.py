@@ -90,6 +90,7 @@ def test_logistic_regression_predicts_as_the_hand_fitted_pipeline_and_records_it
     assert props["hyperparameters"] == "{'C': 0.5}" and props["query"] == "SELECT * FROM cancer ORDER BY id"
     inputs = [r[2] for r in con.execute("DESCRIBE MODEL cancer_lr").fetchall() if r[0] == "input"]
     assert inputs == features  # the key column id is never fed
+    assert props["features"] == ", ".join(features)  # one input per column, named after it
 
 
 def test_text_columns_are_one_hot_encoded_and_an_unseen_category_predicts(con) -> None:
@@ -204,7 +205,7 @@ BAD += [
     ("WITH (model_type = 'VotingClassifier', target = y) AS SELECT * FROM iris", modelsql.NotSupportedError,
      "unknown_model_type", "built from other estimators"),
     ("WITH (model_type = 'histgradientboostingclassifier', target = y) AS SELECT * FROM iris",
-     modelsql.NotSupportedError, "unknown_model_type", "use boosted_tree_classifier"),
+     modelsql.NotSupportedError, "conversion_failed", "use boosted_tree_classifier"),
     ("WITH (model_type = 'IsolationForest') AS SELECT * FROM iris", modelsql.NotSupportedError, "unknown_model_type",
      "not a classifier, regressor or clusterer"),
     ("WITH (model_type = 'linear_reg', target = y) AS SELECT f0 + 1.7e9 AS t, y FROM iris", modelsql.DataError,
@@ -410,3 +411,26 @@ def test_a_graph_whose_outputs_contradict_their_declared_shape_is_refused(con):
     assert err.value.code == "conversion_failed" and "'probabilities' of rows [2] but gives rows [1]" in str(err.value)
     assert con.execute("SELECT count(*) FROM modelsql.models WHERE name = 'ridge2'").fetchone()[0] == 0
     con.execute("CREATE MODEL ridge3 WITH (model_type = 'RidgeClassifier', target = y) AS SELECT f0, f1, y FROM iris")
+
+
+def test_a_linear_svc_trains_and_imports_in_a_pipeline(con) -> None:
+    """skl2onnx's Pipeline parser asks every classifier for a ZipMap, which LinearSVC's converter does not have:
+    both paths give the converter an entry of its own, and the scores are the decision function's."""
+    from sklearn.svm import LinearSVC
+
+    con.execute("CREATE MODEL iris_svc WITH (model_type = 'LinearSVC', target = y, validation = 'none', "
+                "features = (f0, f1, f2, f3)) AS SELECT * FROM iris")
+    frame = _frame(con, "iris", ["f0", "f1", "f2", "f3"])
+    y = np.array([r[0] for r in con.execute("SELECT y FROM iris ORDER BY id").fetchall()]).astype(int)
+    hand = _hand(Pipeline([("preprocess", ColumnTransformer([("numeric", StandardScaler(), list(frame.columns))])),
+                           ("model", LinearSVC(random_state=0))]), frame, y)
+    np.testing.assert_array_equal(_predict(con, "iris_svc", "iris"), hand.predict(frame))
+    scores = np.array([list(r[0]) for r in con.execute(
+        "SELECT probabilities FROM PREDICT(MODEL iris_svc, TABLE iris) ORDER BY id").fetchall()])
+    np.testing.assert_allclose(scores, hand.decision_function(frame), rtol=1e-4, atol=1e-4)
+    x = frame.to_numpy()
+    con.import_model("iris_svc_file", _hand(Pipeline([("scale", StandardScaler()), ("model", LinearSVC())]), x, y),
+                     example_input=x)
+    got = con.execute("SELECT label FROM PREDICT(MODEL iris_svc_file, (SELECT f0, f1, f2, f3 FROM iris ORDER BY id), "
+                      "features = (f0, f1, f2, f3))").fetchall()
+    assert [r[0] for r in got] == list(hand.predict(frame))

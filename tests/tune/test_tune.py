@@ -150,7 +150,11 @@ def test_best_trial_becomes_a_model_for_predict(con):
     best = cur.execute("SELECT metrics FROM modelsql.trials t JOIN modelsql.studies s ON t.trial = s.best_trial "
                        "AND t.study = s.name").fetchone()
     assert accuracy > 0.5, (accuracy, best)
-    cur.execute("CREATE MODEL second FROM STUDY mlp_study TRIAL 2")
+    made = cur.execute("CREATE MODEL second FROM STUDY mlp_study TRIAL 2")
+    row = dict(zip([d[0] for d in made.description], made.fetchone()))
+    metric = cur.execute("SELECT metric FROM modelsql.trials WHERE study = 'mlp_study' AND trial = 2").fetchone()[0]
+    assert (row["model"], row["version"], row["study"], row["trial"], row["metric"]) == \
+        ("second", 1, "mlp_study", 2, metric)
     with pytest.raises(ProgrammingError) as ei:
         cur.execute("CREATE MODEL third FROM STUDY mlp_study TRIAL 9")
     assert ei.value.code == "trial_not_found"

@@ -93,10 +93,13 @@ def test_create_model_from_an_estimator_study_refits_the_trial(con):
     con.execute("TUNE MODEL lr ON TABLE cancer TARGET y SEARCH (C = LOGUNIFORM(0.01, 10)) USING RANDOM "
                 "WITH (model_type = 'logistic_reg', trials = 4, metric = 'accuracy', seed = 1)")
     best, value = con.execute("SELECT best_trial, best_metric FROM modelsql.studies WHERE name = 'lr_study'").fetchone()
-    con.execute("CREATE MODEL lr FROM STUDY lr_study")
+    cur = con.execute("CREATE MODEL lr FROM STUDY lr_study")
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
     recorded = con.execute("SELECT (metrics->>'accuracy')::DOUBLE, options->>'trial' FROM modelsql.evaluations "
                            "WHERE name = 'lr'").fetchone()
     assert recorded == (pytest.approx(value, abs=1e-12), str(best))
+    assert (row["model"], row["version"], row["study"], row["trial"]) == ("lr", 1, "lr_study", best)
+    assert row["metric"] == pytest.approx(value, abs=1e-12) and row["accuracy"] == pytest.approx(value, abs=1e-12)
     assert con.execute("SELECT origin, study, trial FROM modelsql.model_origins WHERE name = 'lr'").fetchone() == \
         ("study", "lr_study", best)
     x_train, y_train, x_valid, y_valid = _split(con, 1)

@@ -7,7 +7,7 @@ as scikit-learn defines them, with BigQuery ML's ``ML.EVALUATE`` names.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.sql.evaluate import EvaluateModel
@@ -19,7 +19,7 @@ from modelsql.engine.result import Result
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["CLASSIFICATION_COLUMNS", "REGRESSION_COLUMNS", "result_row"]
+__all__ = ["CLASSIFICATION_COLUMNS", "REGRESSION_COLUMNS", "result_row", "result_with_evaluation"]
 
 
 CLASSIFICATION_COLUMNS = (("accuracy", "DOUBLE"), ("precision", "DOUBLE"), ("recall", "DOUBLE"),
@@ -46,6 +46,21 @@ def result_row(record: EvaluationRow) -> tuple[list[tuple[str, str]], tuple[Any,
             value = str(value)
         values.append(value)
     return [*head, *columns], tuple(values)
+
+
+def result_with_evaluation(session: Session, head: list[tuple[str, str]], values: list[Any],
+                           record: Optional[EvaluationRow]) -> Result:
+    """One row: the ``head`` columns ``(name, DuckDB type)`` with their ``values``, then, when a version was evaluated,
+    the evaluation's columns (:func:`result_row`) past its model and version: what the statements that make a version
+    return (``CREATE MODEL ... AS``, ``... FROM STUDY``)."""
+    head, values = list(head), list(values)
+    if record is not None:
+        columns, row = result_row(record)
+        keep = [i for i, (n, _) in enumerate(columns) if n not in ("model", "version")]
+        head += [columns[i] for i in keep]
+        values += [row[i] for i in keep]
+    description = [(n, kind, None, None, None, None, True) for n, kind in head]
+    return Result(session.duck, description=description, rows=[tuple(values)])
 
 
 def _result(session: Session, record: EvaluationRow) -> Result:

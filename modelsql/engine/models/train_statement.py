@@ -34,7 +34,7 @@ from modelsql.estimators import (ModelType, Transform, build_pipeline, column_ki
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.evaluate.recording import record_evaluation
-from modelsql.engine.evaluate.statement import result_row
+from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
@@ -301,17 +301,11 @@ def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows,
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,
             record: Optional[EvaluationRow]) -> Result:
     """One row: model, version, model_type, training_rows, validation_rows, then the evaluation's columns
-    (:func:`modelsql.engine.evaluate.statement.result_row`) past its model and version."""
+    (:func:`modelsql.engine.evaluate.statement.result_with_evaluation`)."""
     head = [("model", "VARCHAR"), ("version", "INTEGER"), ("model_type", "VARCHAR"), ("training_rows", "BIGINT"),
             ("validation_rows", "BIGINT")]
-    values: list[Any] = [plan.name, version, plan.model_type.name, trained, validated]
-    if record is not None:
-        columns, row = result_row(record)
-        keep = [i for i, (n, _) in enumerate(columns) if n not in ("model", "version")]
-        head += [columns[i] for i in keep]
-        values += [row[i] for i in keep]
-    description = [(n, kind, None, None, None, None, True) for n, kind in head]
-    return Result(session.duck, description=description, rows=[tuple(values)])
+    return result_with_evaluation(session, head, [plan.name, version, plan.model_type.name, trained, validated],
+                                  record)
 
 
 ddl.TRAINABLE_HANDLERS["query"] = create_trained_model

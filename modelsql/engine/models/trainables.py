@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Optional
 
 import pyarrow as pa
 
+from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import Trainable
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import IntegrityError, NotSupportedError, ProgrammingError
@@ -29,6 +30,7 @@ from modelsql.sql.models import ImportModel
 from modelsql.tuning.factories import factory_digest, resolve_factory
 from modelsql.tuning.training import for_inference, load_trained
 from modelsql.engine.evaluate.recording import record_evaluation
+from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.tune.data import load_study_data
 from modelsql.engine.tune.estimators import create_from_estimator_study
@@ -152,21 +154,38 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
     if json.loads(study.options).get("objective"):
         raise NotSupportedError(f'Study "{study_name}" tuned a Python objective, which makes no model: its trials\' '
                                 "configurations and scores are in modelsql.trials.", code="not_supported")
+    made: Optional[tuple[int, Optional[EvaluationRow]]]
     if json.loads(study.options).get("model_type"):
         made = create_from_estimator_study(session, stmt, study, trial)  # a scikit-learn model type's study: refit
-        return Result(session.duck, rowcount=1 if made else 0)
+    else:
+        made = _from_trial(session, stmt, study, trial)
+    if made is None:
+        return Result(session.duck, rowcount=0)  # IF NOT EXISTS found the model
+    head = [("model", "VARCHAR"), ("version", "INTEGER"), ("study", "VARCHAR"), ("trial", "INTEGER"),
+            ("metric", "DOUBLE")]
+    return result_with_evaluation(session, head, [stmt.this.model_name.lower(), made[0], study.name, trial.trial,
+                                                  trial.metric], made[1])
+
+
+def _from_trial(session: Session, stmt: ImportModel, study, trial) -> Optional[tuple[int, Optional[EvaluationRow]]]:
+    """A network's trial: its checkpoint imported (:func:`_import_trained`) and evaluated; the new version and its
+    evaluation (None when the study keeps no validation rows), or None when IF NOT EXISTS found the model.
+
+    Raises:
+        ProgrammingError: ``checkpoint_collected``.
+    """
     if trial.checkpoint is None:
-        raise ProgrammingError(f'Trial {number} of study "{study_name}" has no checkpoint (it is {trial.status}; '
+        raise ProgrammingError(f'Trial {trial.trial} of study "{study.name}" has no checkpoint (it is {trial.status}; '
                                "checkpoints of pruned and failed trials are collected).", code="checkpoint_collected")
     before = session.catalog.versions(stmt.this.model_name)
     _import_trained(session, stmt, study, trial)
     new_versions = [v for v in session.catalog.versions(stmt.this.model_name) if v not in before]
-    if new_versions:
-        _record_validation(session, stmt.this.model_name.lower(), new_versions[-1], study, trial)
-    return Result(session.duck, rowcount=1)
+    if not new_versions:
+        return None
+    return new_versions[-1], _record_validation(session, stmt.this.model_name.lower(), new_versions[-1], study, trial)
 
 
-def _record_validation(session: Session, name: str, version: int, study, trial) -> None:
+def _record_validation(session: Session, name: str, version: int, study, trial) -> Optional[EvaluationRow]:
     """EVALUATE, recorded, of the version made from a trial on the study's validation rows (VALIDATE ON, or the
     rows TUNE held out with the study's seed); none for a study over trees or an array column, or one made before
     studies kept their validation fraction."""
@@ -174,7 +193,7 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
     fraction = options.get("validation_fraction")
     if options.get("trees") or len(options["features"]) != options.get("in_features") or (
             study.validate_sql is None and fraction is None):
-        return
+        return None
     data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
                            fraction or 0.2, study.seed)
     x_val, y_val = data.data.x_val, data.data.y_val
@@ -182,10 +201,10 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
     rows = pa.table({**{f: x_val[:, i] for i, f in enumerate(data.features)}, study.target: truth})
     held = "VALIDATE ON" if study.validate_sql is not None else "validation rows held out of"
     source = study.validate_sql or study.train_sql
-    record_evaluation(session, "model", name, version, rows, study.target,
-                      input_text=f"STUDY {study.name} ({held} {source.removeprefix('SELECT * FROM ')})",
-                      options={"study": study.name, "trial": trial.trial},
-                      called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
+    return record_evaluation(session, "model", name, version, rows, study.target,
+                             input_text=f"STUDY {study.name} ({held} {source.removeprefix('SELECT * FROM ')})",
+                             options={"study": study.name, "trial": trial.trial},
+                             called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
 
 
 def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:

@@ -37,6 +37,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from modelsql import sql as msql
+from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
@@ -475,11 +476,12 @@ def _existing(session: Session, study: _Study, resume: bool) -> Any:
 # ---------------------------------------------------------------- CREATE MODEL ... FROM STUDY
 
 
-def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: Any) -> bool:
+def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: Any
+                                ) -> Optional[tuple[int, EvaluationRow]]:
     """``CREATE [OR REPLACE] MODEL m FROM STUDY s [TRIAL n]`` of an estimator study: the trial's configuration and
     trees fitted (with the preprocessing) on the study's training rows, stored like ``CREATE MODEL ... AS``'s, its
-    origin the study and trial, EVALUATEd on the study's validation rows (recorded). False when IF NOT EXISTS found
-    the model.
+    origin the study and trial, EVALUATEd on the study's validation rows (recorded). The new version and its
+    evaluation; None when IF NOT EXISTS found the model.
 
     Raises:
         ProgrammingError: ``study_definition_changed`` (the study's rows changed since it ran).
@@ -487,7 +489,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     options = json.loads(study.options)
     name = stmt.this.model_name.lower()
     if ddl.existing_model(session, name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists"))):
-        return False
+        return None
     model_type = resolve_model_type(options["model_type"])
     source = msql.parse(f"SELECT * FROM {study.train_sql}")[0].args["from_"].this
     validate = (msql.parse(f"SELECT * FROM {study.validate_sql}")[0].args["from_"].this
@@ -529,11 +531,12 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
     rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
     try:
-        record_evaluation(session, "model", name, version.version, rows, study.target,
-                          input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
-                          options={"study": study.name, "trial": trial.trial},
-                          called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
+        record = record_evaluation(
+            session, "model", name, version.version, rows, study.target,
+            input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
+            options={"study": study.name, "trial": trial.trial},
+            called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise
-    return True
+    return version.version, record
