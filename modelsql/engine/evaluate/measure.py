@@ -45,7 +45,8 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
         ProgrammingError: ``invalid_option`` (options that do not fit the classes found).
     """
     sql = (queries.regression_sql(plan.predicted) if plan.task == "regression" else
-           queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan)))
+           queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan),
+                                      _ranked_position(plan)))
     try:
         row = run_sql(sql, session, params)
     except DataError as err:
@@ -65,6 +66,20 @@ def _needs_positions(plan: EvaluatePlan) -> bool:
     """Whether the query must find which probability position each predicted class takes: the model's graph
     does not name its classes, one per position (:func:`queries.positions_of`)."""
     return plan.classes is None or plan.predicted.width is None or len(plan.classes) != plan.predicted.width
+
+
+def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
+    """The one probability position ROC AUC reads, when the model names two classes, one per position: the
+    positive class's (the option's, else :func:`default_positive`'s, as :func:`_classes` decides); None when
+    every position is ranked (one-vs-rest, or classes unknown before the rows are read)."""
+    classes = plan.classes
+    if classes is None or len(classes) != 2 or plan.predicted.width != 2:
+        return None
+    positive = plan.options["positive"]
+    if positive is None:
+        positive = default_positive(classes)
+    found = [k for k, c in enumerate(classes) if type(c) is type(positive) and c == positive]
+    return found[0] + 1 if found else None
 
 
 def run_sql(sql: str, session: Session, params: list) -> tuple[Any, ...]:

@@ -74,7 +74,8 @@ def fingerprint_text(rows: int, digest: int) -> str:
     return f"{int(rows)}:{int(digest):016x}"
 
 
-def classification_sql(predicted: Predicted, threshold: Optional[float], positions: bool = True) -> str:
+def classification_sql(predicted: Predicted, threshold: Optional[float], positions: bool = True,
+                       ranked: Optional[int] = None) -> str:
     """The query of a classifier: one row ``(n, null_targets, fingerprint, not_numbers, confusion, positions,
     ranks)``; ``positions`` NULL without probabilities or when not asked for (the model names its classes),
     ``ranks`` NULL without probabilities.
@@ -84,8 +85,9 @@ def classification_sql(predicted: Predicted, threshold: Optional[float], positio
     the tied rows' ranks: (the first rank of the ties + their last) / 2), the probabilities' range ``lo``, ``hi``,
     the count ``bad`` of NaN or infinite ones and the count ``hits`` reaching the ``threshold`` (0 without one).
     With the probabilities' width known (a ``FLOAT[k]`` column), each position is ranked by a window of its own
-    (one sort of the rows per position: the cost of the evaluation); else the lists are unnested and ranked by one
-    window partitioned by position."""
+    (one sort of the rows per position: the cost of the evaluation), or only position ``ranked`` when given (a
+    binary model's positive class: ``r`` is NULL elsewhere); else the lists are unnested and ranked by one window
+    partitioned by position."""
     confusion = ("(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
                  "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion")
     if predicted.probabilities is None:
@@ -95,7 +97,7 @@ def classification_sql(predicted: Predicted, threshold: Optional[float], positio
              "FROM __msql_eval GROUP BY ALL)) AS positions" if positions else "NULL AS positions",
              "(SELECT list({'t': t, 'i': i, 'n': n, 'ln': ln, 'r': r, 'lo': lo, 'hi': hi, 'bad': bad, 'hits': hits}) "
              "FROM __msql_ranks) AS ranks"]
-    return f"{predicted.cte()}, {_ranks_sql(predicted.width, threshold)} SELECT {', '.join(parts)}"
+    return f"{predicted.cte()}, {_ranks_sql(predicted.width, threshold, ranked)} SELECT {', '.join(parts)}"
 
 
 def _rank_sums(threshold: Optional[float]) -> str:
@@ -107,18 +109,20 @@ def _rank_sums(threshold: Optional[float]) -> str:
             f"{hits} AS hits")
 
 
-def _ranks_sql(width: Optional[int], threshold: Optional[float]) -> str:
+def _ranks_sql(width: Optional[int], threshold: Optional[float], ranked: Optional[int] = None) -> str:
     """The CTE ``__msql_ranks`` (see :func:`classification_sql`). A position's last rank of ties is its
     ``cume_dist()`` times the rows ranked (exact once rounded: the rows are far fewer than 2**52), cheaper than
     a second window aggregate."""
-    scored = "FROM __msql_eval WHERE t IS NOT NULL"
+    scored = "FROM __msql_eval WHERE t IS NOT NULL AND s IS NOT NULL"
     if width is None:
         return (f"__msql_ranks AS MATERIALIZED (SELECT t, i, {_rank_sums(threshold)} FROM (SELECT t, i, x, "
                 "rank() OVER w + count(*) OVER w AS r FROM (SELECT t, unnest(s) AS x, unnest(range(1, len(s) + 1)) "
                 f"AS i {scored}) WINDOW w AS (PARTITION BY i ORDER BY x)) GROUP BY t, i)")
     each = [f"(SELECT t, {k} AS i, {_rank_sums(threshold)} FROM (SELECT t, x, rank() OVER w + "
             f"round(cume_dist() OVER w * __msql_rows.m)::BIGINT AS r FROM (SELECT t, s[{k}] AS x {scored}), "
-            "__msql_rows WINDOW w AS (ORDER BY x)) GROUP BY t)" for k in range(1, width + 1)]
+            "__msql_rows WINDOW w AS (ORDER BY x)) GROUP BY t)" if ranked in (None, k) else
+            f"(SELECT t, {k} AS i, {_rank_sums(threshold)} FROM (SELECT t, s[{k}] AS x, NULL::BIGINT AS r {scored}) "
+            "GROUP BY t)" for k in range(1, width + 1)]
     return (f"__msql_rows AS (SELECT count(*) AS m {scored}), "
             f"__msql_ranks AS MATERIALIZED ({' UNION ALL '.join(each)})")
 
