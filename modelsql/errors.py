@@ -368,7 +368,8 @@ CODES: dict[str, str] = {
     "study_definition_changed": "a study of that name exists with another definition",
     "training_diverged": "the loss became NaN or infinite",
     "nondeterministic_operator": "an operator without a deterministic CUDA kernel",
-    "trial_failed": "every trial failed, the first with an error that is not modelsql's",
+    "trial_failed": ("every trial failed, the first with an error that is not modelsql's; or the trial CREATE MODEL "
+                     "... FROM STUDY names failed (it made no model)"),
     "worker_died": "a training worker process died",
     "ray_not_installed": "executor = 'ray' without Ray installed",
     "unexpected_tell": "a tuning algorithm was told about a trial it did not ask for",

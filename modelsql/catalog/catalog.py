@@ -868,12 +868,20 @@ class Catalog:
 
     # ----------------------------------------------------------- SQL for users
 
+    def _features_sql(self, v: str) -> str:
+        """The feature names of model version row ``v`` (of ``model_versions``), comma separated: its ``features``,
+        else, for a model trained in SQL (one input per column, named after it), its inputs' names; else NULL."""
+        return (f"coalesce(array_to_string({v}.features, ', '), CASE WHEN {v}.options['model_type'] IS NOT NULL THEN "
+                f"(SELECT string_agg(c.tensor_name, ', ' ORDER BY c.position) FROM {self._s}.model_inputs AS c "
+                f"WHERE c.name = {v}.name AND c.version = {v}.version) END)")
+
     def show_models_sql(self) -> str:
         """SQL for ``SHOW MODELS``, to run through the user's cursor.
 
         Columns: name VARCHAR, version INTEGER (latest), versions BIGINT, kind VARCHAR,
         inputs VARCHAR, outputs VARCHAR (``'x: FLOAT[N, 64]'``, comma separated), features
-        VARCHAR (the feature names, comma separated; NULL when unknown), param_count BIGINT,
+        VARCHAR (the feature names, comma separated, a model trained in SQL's its inputs'; NULL when unknown),
+        param_count BIGINT,
         logical_bytes BIGINT, created_at TIMESTAMPTZ, aliases VARCHAR (``'champion = 3, challenger = 4'``; NULL
         without one); ordered by name. A trainable model (``CREATE MODEL
         m FROM PYTHON``, trained by TUNE) that no version of a model of its name stands for yet is a row of
@@ -888,7 +896,8 @@ class Catalog:
                 "NULL::TIMESTAMPTZ AS created_at, NULL::VARCHAR AS aliases WHERE false"
             )
         return (
-            "SELECT name, version, versions, kind, inputs, outputs, array_to_string(features, ', ') AS features, "
+            f"SELECT name, version, versions, kind, inputs, outputs, (SELECT {self._features_sql('v')} FROM "
+            f"{self._s}.model_versions AS v WHERE v.name = m.name AND v.version = m.version) AS features, "
             f"param_count, logical_bytes, created_at, (SELECT string_agg(a.alias || ' = ' || a.version, ', ' "
             f"ORDER BY a.alias) FROM {self._s}.model_aliases AS a WHERE a.name = m.name) AS aliases "
             f"FROM {self._s}.models AS m "
@@ -930,9 +939,7 @@ class Catalog:
         """
         key, version = self._resolve(name, version)
         shape = "CASE WHEN shape IS NULL THEN NULL ELSE '[' || array_to_string(shape, ', ') || ']' END"
-        features = ("coalesce(array_to_string(v.features, ', '), CASE WHEN v.options['model_type'] IS NOT NULL THEN "
-                    f"(SELECT string_agg(c.tensor_name, ', ' ORDER BY c.position) FROM {self._s}.model_inputs AS c "
-                    "WHERE c.name = v.name AND c.version = v.version) END)")
+        features = self._features_sql("v")
         check = ("CASE WHEN v.check_rows IS NULL THEN NULL ELSE v.check_rows || ' rows, max abs diff ' "
                  "|| printf('%.3g', v.check_max_abs_diff) || ', ' || coalesce(v.check_label_mismatches, 0) "
                  "|| ' label mismatches' END")

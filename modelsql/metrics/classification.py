@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-__all__ = ["AVERAGES", "classification_metrics", "default_positive", "per_class"]
+__all__ = ["AVERAGES", "as_positive", "classification_metrics", "default_positive", "per_class"]
 
 AVERAGES = ("binary", "macro", "weighted", "micro")
 """How precision, recall and F1 combine over classes (``sklearn.metrics.precision_recall_fscore_support``'s
@@ -39,14 +39,23 @@ def _scores(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
 
 
 def default_positive(labels: Sequence[Any]) -> Any:
-    """The positive class of a binary task when none is named: ``1`` for integer classes and ``True`` for
-    booleans, as scikit-learn's ``pos_label=1`` (present or not: rows of one class 0 have no positive one);
-    for text, the last class in sorted order."""
+    """The positive class of a binary task when none is named: ``True`` for booleans; for integers ``1``, as
+    scikit-learn's ``pos_label=1``, when it is one of them or the only class is ``0`` (rows of one class 0 have no
+    positive one), else the greatest (classes 0 and 2: 2, where scikit-learn refuses ``pos_label=1``); for text,
+    the last class in sorted order."""
     if labels and all(isinstance(label, bool) for label in labels):
         return True
     if labels and all(isinstance(label, int) and not isinstance(label, bool) for label in labels):
-        return 1
+        return 1 if 1 in labels or set(labels) <= {0} else max(labels)
     return sorted(labels)[-1]
+
+
+def as_positive(option: Any, labels: Sequence[Any]) -> Any:
+    """A ``positive`` option as the classes spell it: ``true`` / ``false`` is 1 / 0 for integer classes (a
+    classifier fitted on a BOOLEAN target learned them as 0 / 1); anything else as given."""
+    if isinstance(option, bool) and labels and all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+        return int(option)
+    return option
 
 
 def classification_metrics(confusion: Sequence[Sequence[int]], labels: Sequence[Any], average: str,

@@ -307,6 +307,55 @@ def test_a_boolean_target_of_a_classifier_fitted_on_booleans(con):
                          "FROM cancer) TARGET malignant")
     truth, predicted, _ = _predictions(con, "cancer_bool", "cancer", "malignant", 30)
     assert got["accuracy"] == pytest.approx(M.accuracy_score(truth, predicted), rel=1e-12)
+    for word, label in (("true", 1), ("false", 0)):  # the BOOLEAN target's own words name the classes 1 and 0
+        named = _evaluate(con, "EVALUATE MODEL cancer_bool ON (SELECT * REPLACE (malignant::BOOLEAN AS malignant) "
+                               f"FROM cancer) TARGET malignant WITH (positive = {word})")
+        assert named["positive"] == str(label)
+        assert named["recall"] == pytest.approx(M.recall_score(truth, predicted, pos_label=label), rel=1e-12)
+
+
+def test_two_integer_classes_without_1_take_the_greater_as_positive(con):
+    """scikit-learn's pos_label=1 names no class of {0, 2}: the greater class is the positive one (it raised a
+    KeyError from inside EVALUATE)."""
+    x, y = load_iris(return_X_y=True)
+    keep = y != 1
+    con.import_model("iris_02", LogisticRegression(max_iter=500).fit(x[keep][::2], y[keep][::2]), replace=True)
+    con.commit()
+    rows = con.execute("SELECT y, label, probabilities FROM PREDICT(MODEL iris_02, (SELECT * FROM iris WHERE y <> 1), "
+                       "features = (f0, f1, f2, f3))").fetchall()
+    truth, predicted = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    scores = np.array([r[2][1] for r in rows], dtype=np.float64)
+    got = _evaluate(con, "EVALUATE MODEL iris_02 ON (SELECT * FROM iris WHERE y <> 1) TARGET y")
+    assert got["positive"] == "2" and got["average"] == "binary"
+    _close(got, {"precision": M.precision_score(truth, predicted, pos_label=2),
+                 "recall": M.recall_score(truth, predicted, pos_label=2), "roc_auc": M.roc_auc_score(truth == 2, scores)})
+
+
+def test_a_single_column_of_scores_gives_no_probability_metrics(con):
+    """One score per row in a list of unknown width (``FLOAT[]``): two classes cannot share its one position, so
+    there is no log loss or ROC AUC (it gave both, computed as if each class's probability were that column)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["z"]),
+         helper.make_node("Sigmoid", ["z"], ["probabilities"]),
+         helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+         helper.make_node("GreaterOrEqual", ["probabilities", "half"], ["above"]),
+         helper.make_node("Cast", ["above"], ["label2d"], to=TensorProto.INT64),
+         helper.make_node("Flatten", ["label2d"], ["flat"], axis=0),
+         helper.make_node("Squeeze", ["flat", "zero"], ["label"])],
+        "one_column", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 30])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", "K"])],
+        [numpy_helper.from_array(np.eye(30, 1, dtype=np.float32), "w"),  # the mean radius, about 14 to 1 class
+         numpy_helper.from_array(np.array([-14.0], np.float32), "b"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    con.import_model("cancer_one", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                     features=[f"f{i}" for i in range(30)], replace=True)
+    con.commit()
+    assert len(con.execute("SELECT DISTINCT label FROM PREDICT(MODEL cancer_one, TABLE cancer)").fetchall()) == 2
+    got = _evaluate(con, "EVALUATE MODEL cancer_one ON TABLE cancer TARGET malignant")
+    assert got["log_loss"] is None and got["roc_auc"] is None and got["accuracy"] is not None
 
 
 def test_a_regressor_refuses_a_classifiers_options_and_far_targets_keep_their_digits(con):

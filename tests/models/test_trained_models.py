@@ -91,6 +91,8 @@ def test_logistic_regression_predicts_as_the_hand_fitted_pipeline_and_records_it
     inputs = [r[2] for r in con.execute("DESCRIBE MODEL cancer_lr").fetchall() if r[0] == "input"]
     assert inputs == features  # the key column id is never fed
     assert props["features"] == ", ".join(features)  # one input per column, named after it
+    shown = {r[0]: r[6] for r in con.execute("SHOW MODELS").fetchall()}
+    assert shown["cancer_lr"] == ", ".join(features)
 
 
 def test_text_columns_are_one_hot_encoded_and_an_unseen_category_predicts(con) -> None:
@@ -434,3 +436,11 @@ def test_a_linear_svc_trains_and_imports_in_a_pipeline(con) -> None:
     got = con.execute("SELECT label FROM PREDICT(MODEL iris_svc_file, (SELECT f0, f1, f2, f3 FROM iris ORDER BY id), "
                       "features = (f0, f1, f2, f3))").fetchall()
     assert [r[0] for r in got] == list(hand.predict(frame))
+
+
+def test_two_classes_without_1_train_and_evaluate(con) -> None:
+    """Classes 0 and 2: the validation EVALUATE takes 2 as the positive class (it raised KeyError: 1)."""
+    row = con.execute("CREATE MODEL iris_02 WITH (model_type = 'logistic_reg', target = y, validation = 'none', "
+                      "features = (f0, f1, f2, f3)) AS SELECT * FROM iris WHERE y <> 1")
+    result = dict(zip([d[0] for d in row.description], row.fetchone()))
+    assert result["positive"] == "2" and result["accuracy"] == 1.0 and result["roc_auc"] == 1.0

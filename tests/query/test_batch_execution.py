@@ -98,21 +98,27 @@ def test_auto_picks_batch_only_for_large_inputs(wide_con, monkeypatch):
     assert _execution(wide_con, small) == "stream"
 
 
-def test_auto_batches_a_predict_a_materialized_cte_reads_whole(wide_con, monkeypatch):
-    """A MATERIALIZED CTE's body is computed once, whole: its PREDICT is read as the top-level FROM's is (EVALUATE's
-    predictions), while a filter in that body, or a plain CTE (which DuckDB may inline into a filtered read), still
-    streams; each gives the answer the stream gives."""
+def test_a_users_materialized_cte_streams_and_evaluates_predictions_run_in_batch(wide_con, monkeypatch):
+    """DuckDB pushes a filter every reference shares into a MATERIALIZED CTE, drops one nothing reads, and PIVOT
+    reads one twice: a user's CTE is never taken as read whole (batch would run the model on rows the query
+    filters out, or hand a read-once result to two readers), while EVALUATE, which reads every row of its
+    predictions, runs them in batch mode."""
     monkeypatch.setattr(cost_mod, "BATCH_MIN_ROWS", 1000)
-    whole = ("WITH p AS MATERIALIZED (SELECT target, label FROM PREDICT(MODEL lr, TABLE pixels{o})) "
-             "SELECT (SELECT count(*) FROM p WHERE label = target), (SELECT count(*) FROM p)")
-    filtered = whole.replace("TABLE pixels{o}))", "TABLE pixels{o}) WHERE id % 2 = 0)")
-    plain = whole.replace(" MATERIALIZED", "")
-    assert _execution(wide_con, whole.format(o="")) == "batch (column-major input)"
-    assert _execution(wide_con, filtered.format(o="")) == "stream"
-    assert _execution(wide_con, plain.format(o="")) == "stream"
-    for query in (whole, filtered, plain):
-        stream = wide_con.execute(query.format(o=", execution = 'stream'")).fetchall()
-        assert wide_con.execute(query.format(o="")).fetchall() == stream and stream[0][1] > 0
+    cte = "WITH p AS MATERIALIZED (SELECT id, target, label FROM PREDICT(MODEL lr, TABLE pixels{o})) "
+    for tail in ("SELECT count(*), sum(label) FROM p WHERE id > 10", "SELECT 42",
+                 "PIVOT p ON target % 2 USING sum(label) GROUP BY label",
+                 "SELECT (SELECT count(*) FROM p WHERE label = target), (SELECT count(*) FROM p)"):
+        assert _execution(wide_con, (cte + tail).format(o="")) == "stream", tail
+        stream = sorted(wide_con.execute((cte + tail).format(o=", execution = 'stream'")).fetchall(), key=repr)
+        assert sorted(wide_con.execute((cte + tail).format(o="")).fetchall(), key=repr) == stream
+    from modelsql.operators.scan import BatchPredict
+
+    runs = []
+    real = BatchPredict.run
+    monkeypatch.setattr(BatchPredict, "run", lambda self, *a, **k: runs.append(1) or real(self, *a, **k))
+    row = wide_con.execute("EVALUATE MODEL lr ON TABLE pixels TARGET target").fetchone()
+    wide_con.rollback()  # (the evaluation is recorded in the user's transaction)
+    assert runs == [1] and row[4] == 1797
 
 
 def test_auto_falls_back_to_streaming_when_the_estimate_is_wrong(wide_con, monkeypatch):

@@ -216,3 +216,14 @@ def test_two_connections_tuning_one_study_never_merge_it(tmp_path):
     with modelsql.connect(path) as check:
         assert check.execute("SELECT count(*), count(DISTINCT trial) FROM modelsql.trials").fetchone() == (4, 4)
         assert check.execute("SELECT status FROM modelsql.studies").fetchall() == [("finished",)]
+
+
+def test_create_model_from_a_failed_trial_is_refused(con):
+    con.execute("TUNE MODEL neg ON TABLE cancer TARGET y SEARCH (C = CHOICE(-1.0, 1.0)) USING GRID "
+                "WITH (model_type = 'logistic_reg', metric = 'accuracy')")
+    failed = con.execute("SELECT trial FROM modelsql.trials WHERE study = 'neg_study' AND status = 'failed'").fetchall()
+    assert len(failed) == 1
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute(f"CREATE MODEL neg FROM STUDY neg_study TRIAL {failed[0][0]}")
+    assert info.value.code == "trial_failed" and "failed" in str(info.value)
+    assert con.execute("SELECT count(*) FROM modelsql.model_versions WHERE name = 'neg'").fetchone() == (0,)

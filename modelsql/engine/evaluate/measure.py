@@ -4,16 +4,19 @@ definitions, BigQuery ML's names)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.errors import DataError
-from modelsql.metrics import classification_metrics, default_positive, regression_metrics
+from modelsql.metrics import as_positive, classification_metrics, default_positive, regression_metrics
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, where_of
 from modelsql.engine.options.schema import option_error
 from modelsql.engine.query.predict_errors import NULL_HINT
+from modelsql.engine.query.bind_statement import READ_WHOLE
 from modelsql.engine.query_handler import run_query
 
 if TYPE_CHECKING:
@@ -48,7 +51,7 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
            queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan),
                                       _ranked_position(plan)))
     try:
-        row = run_sql(sql, session, params)
+        row = run_sql(sql, session, params, read_whole=(queries.PREDICTIONS,))
     except DataError as err:
         if err.code != "null_input" or NULL_HINT not in str(err):
             raise
@@ -75,16 +78,22 @@ def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
     classes = plan.classes
     if classes is None or len(classes) != 2 or plan.predicted.width != 2:
         return None
-    positive = plan.options["positive"]
+    positive = as_positive(plan.options["positive"], classes)
     if positive is None:
         positive = default_positive(classes)
     found = [k for k, c in enumerate(classes) if type(c) is type(positive) and c == positive]
     return found[0] + 1 if found else None
 
 
-def run_sql(sql: str, session: Session, params: list) -> tuple[Any, ...]:
-    """The first row of a query that may hold PREDICTs (planned and run as a query is)."""
-    out, _, _ = run_query(msql.parse(sql)[0], session, params)
+def run_sql(sql: str, session: Session, params: list, read_whole: Sequence[str] = ()) -> tuple[Any, ...]:
+    """The first row of a query that may hold PREDICTs (planned and run as a query is). ``read_whole``: the
+    MATERIALIZED CTEs of ``sql`` the query reads every row of (each is marked
+    :data:`~modelsql.engine.query.bind_statement.READ_WHOLE`, so its PREDICT may run in batch mode)."""
+    stmt = msql.parse(sql)[0]
+    for cte in stmt.find_all(exp.CTE):
+        if cte.alias_or_name in read_whole:
+            cte.meta[READ_WHOLE] = True
+    out, _, _ = run_query(stmt, session, params)
     try:
         row = session.duck.fetchone()
     finally:
@@ -115,7 +124,7 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
     if average == "binary" and len(labels) > 2:
         raise option_error("average", f"{where_of(stmt)} option average is 'binary' but the rows have {len(labels)} "
                                       f"classes: use 'macro', 'weighted' or 'micro'.")
-    positive = plan.options["positive"]
+    positive = as_positive(plan.options["positive"], labels)
     if positive is None:
         positive = default_positive(known)
     elif not any(type(label) is type(positive) and label == positive for label in labels):

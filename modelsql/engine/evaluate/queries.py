@@ -22,7 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-__all__ = ["Predicted", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS"]
+__all__ = ["Predicted", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS",
+           "PREDICTIONS"]
+
+PREDICTIONS = "__msql_eval"
+"""The name of the materialized CTE of the predictions, every row of which the query reads."""
 
 EPS = 2.220446049250313e-16
 """The clip of probabilities in log loss: float64's machine epsilon (scikit-learn's ``log_loss``)."""
@@ -49,7 +53,7 @@ class Predicted:
         probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
         fingerprint = f"hash({', '.join(self.input_columns)})" if self.input_columns else "0"
         target = f"{self.target}{cast or self.target_cast}"
-        return (f"WITH __msql_eval AS MATERIALIZED (SELECT {target} AS t, "
+        return (f"WITH {PREDICTIONS} AS MATERIALIZED (SELECT {target} AS t, "
                 f"{self.prediction}{cast} AS p{probabilities}, {fingerprint} AS h FROM {self.predict_sql})")
 
 
@@ -175,7 +179,7 @@ def positions_of(labels: Sequence[Any], positions: list[dict[str, Any]], width: 
     graph names them (scikit-learn's ``classes_`` order); else each class's most frequent arg-max position
     among the rows predicted as it, or the sorted classes when every class of the rows is predicted, as many as
     there are positions, and the arg-max positions agree. None when a class of the rows has no position (a
-    class the model does not know, or one it never predicts with its classes unknown)."""
+    class the model does not know, or one it never predicts with its classes unknown), or two share one."""
     if classes is not None and len(classes) == width:
         where = {label: k + 1 for k, label in enumerate(classes)}
         return where if all(label in where for label in labels) else None
@@ -184,8 +188,8 @@ def positions_of(labels: Sequence[Any], positions: list[dict[str, Any]], width: 
         if entry["p"] is not None and entry["n"] > best.get(entry["p"], (0, 0))[0]:
             best[entry["p"]] = (int(entry["n"]), int(entry["i"]))
     found = {label: i for label, (_, i) in best.items()}
-    if not all(label in found for label in labels):
-        return None
+    if not all(label in found for label in labels) or len(set(found.values())) != len(found):
+        return None  # a class never predicted, or two classes at one position (a single column of scores)
     ordered = {label: k + 1 for k, label in enumerate(labels)}
     return ordered if len(labels) == width and found == ordered else found
 

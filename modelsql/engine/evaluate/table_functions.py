@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.errors import ProgrammingError
-from modelsql.metrics import default_positive
+from modelsql.metrics import as_positive, default_positive
 from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
@@ -99,7 +99,8 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
     if len(true) != 2:
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes; its rows have "
                                f"{', '.join(map(str, true)) or 'none'}", code="invalid_target")
-    positive = plan.options["positive"] if plan.options["positive"] is not None else default_positive(true)
+    positive = as_positive(plan.options["positive"], true)
+    positive = positive if positive is not None else default_positive(true)
     if positive not in where:
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes and {plan.name} "
                                f"probabilities of each (classes: {', '.join(map(str, true)) or 'none'})",

@@ -136,8 +136,8 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
     input is named after that column, so PREDICT binds it by name).
 
     Raises:
-        ProgrammingError: ``study_not_found``, ``trial_not_found``, ``checkpoint_collected`` (a pruned or
-            failed trial's checkpoint is not kept).
+        ProgrammingError: ``study_not_found``, ``trial_not_found``, ``trial_failed``, ``checkpoint_collected`` (a
+            pruned trial's checkpoint is not kept).
     """
     studies = session.catalog.studies
     study_name = stmt.args["study"].name.lower()
@@ -151,6 +151,9 @@ def create_from_study(stmt: ImportModel, session: Session, params: list) -> Resu
         raise ProgrammingError(f'Study "{study_name}" has no trial {number}' if number is not None else
                                f'Study "{study_name}" has no finished trial yet.', code="trial_not_found")
     trial = trials[number]
+    if trial.status == "failed":
+        raise ProgrammingError(f'Trial {number} of study "{study_name}" failed ({trial.error or "no error kept"}): it '
+                               "made no model; name another trial (modelsql.trials lists them).", code="trial_failed")
     if json.loads(study.options).get("objective"):
         raise NotSupportedError(f'Study "{study_name}" tuned a Python objective, which makes no model: its trials\' '
                                 "configurations and scores are in modelsql.trials.", code="not_supported")

@@ -298,14 +298,22 @@ def _under_from_only(node: exp.Expression, stmt: exp.Expr) -> bool:
     return holder is stmt and isinstance(stmt, exp.Select)
 
 
+READ_WHOLE = "modelsql_read_whole"
+"""The meta key (``cte.meta[READ_WHOLE] = True``) by which modelsql's own statements mark a ``MATERIALIZED`` CTE
+whose every row the statement reads (EVALUATE's predictions). SQL text cannot set it: DuckDB pushes filters into
+a materialized CTE every reference of which filters it, and drops one no reference reads, so a user's CTE is
+never taken to be read whole."""
+
+
 def _whole_reader(node: exp.Expression, stmt: exp.Expr) -> Optional[exp.Expr]:
     """What reads every row of a PREDICT: the statement, when its own top-level FROM reads it
-    (:func:`in_top_level_from`), or the body of a ``MATERIALIZED`` CTE whose FROM reads it (DuckDB computes such
-    a body once, whole, whatever reads the CTE: EVALUATE's predictions); None otherwise."""
+    (:func:`in_top_level_from`), or the body of a CTE marked :data:`READ_WHOLE` whose FROM reads it; None
+    otherwise."""
     if in_top_level_from(node, stmt):
         return stmt
     cte = node.find_ancestor(exp.CTE)
-    if cte is None or not cte.args.get("materialized") or not isinstance(cte.this, exp.Select):
+    if cte is None or not cte.meta.get(READ_WHOLE) or not cte.args.get("materialized") \
+            or not isinstance(cte.this, exp.Select):
         return None
     return cte.this if in_top_level_from(node, cte.this) else None
 
