@@ -236,6 +236,23 @@ def test_scores_that_are_not_probabilities_give_no_log_loss_or_roc_auc(con):
     con.rollback()
 
 
+def test_scores_inside_0_1_that_do_not_sum_to_1_are_not_probabilities(con):
+    """A LinearSVC's margins shrunk into [0.3, 0.7]: in range, but a row's three do not sum to 1, so they are no
+    class probabilities (they gave a log loss and a ROC AUC scikit-learn refuses)."""
+    from sklearn.svm import LinearSVC
+
+    x, y = load_iris(return_X_y=True)
+    svc = LinearSVC(random_state=0).fit(x, y)
+    svc.coef_, svc.intercept_ = svc.coef_ * 0.01, svc.intercept_ * 0.01 + 0.5
+    con.import_model("iris_shrunk", svc, example_input=x, replace=True)
+    con.commit()
+    scores = np.array([list(r[0]) for r in con.execute(
+        "SELECT probabilities FROM PREDICT(MODEL iris_shrunk, TABLE iris, features = (f0, f1, f2, f3))").fetchall()])
+    assert scores.min() > 0.2 and scores.max() < 0.8
+    got = _evaluate(con, "EVALUATE MODEL iris_shrunk ON TABLE iris TARGET y")
+    assert got["log_loss"] is None and got["roc_auc"] is None and got["accuracy"] is not None
+
+
 def test_two_connections_evaluating_at_once_both_record(con, tmp_path):
     import threading
 

@@ -27,6 +27,10 @@ __all__ = ["Measured", "measure", "run_sql"]
 _SLACK = 1e-5
 """How far past [0, 1] a probability may lie and still be one: a tree ensemble's float32 sums reach 1.0000001."""
 
+_DRIFT = 1e-3
+"""How far a row's probabilities may sum from 1 and still be a classifier's probabilities (float32 rounding of a
+softmax or of a forest's votes is about 1e-7); decision scores that happen to lie in [0, 1] sum to anything."""
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -143,7 +147,7 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
     average, positive = _classes(stmt, plan, labels)
     width = max((int(e["i"]) for e in ranks), default=0)
     probabilities = (bool(ranks) and min(e["lo"] for e in ranks) >= -_SLACK
-                     and max(e["hi"] for e in ranks) <= 1.0 + _SLACK)
+                     and max(e["hi"] for e in ranks) <= 1.0 + _SLACK and (row[7] or 0.0) <= _DRIFT)
     where = queries.positions_of(labels, positions, width, plan.classes) if probabilities else None
     if plan.options["threshold"] is not None:
         if where is None:

@@ -81,8 +81,9 @@ def fingerprint_text(rows: int, digest: int) -> str:
 def classification_sql(predicted: Predicted, threshold: Optional[float], positions: bool = True,
                        ranked: Optional[int] = None) -> str:
     """The query of a classifier: one row ``(n, null_targets, fingerprint, not_numbers, confusion, positions,
-    ranks)``; ``positions`` NULL without probabilities or when not asked for (the model names its classes),
-    ``ranks`` NULL without probabilities.
+    ranks, drift)``; ``positions`` NULL without probabilities or when not asked for (the model names its classes),
+    ``ranks`` and ``drift`` NULL without probabilities. ``drift`` is how far the rows' probabilities sum from 1 at
+    most (a classifier's probabilities sum to 1; decision scores, even in [0, 1], do not).
 
     ``ranks`` holds per (true class ``t``, probability position ``i``) the rows ``n``, the sum ``ln`` of their
     clipped log-probabilities, the sum ``r`` of their average ranks by that position's probability (the average of
@@ -95,12 +96,14 @@ def classification_sql(predicted: Predicted, threshold: Optional[float], positio
     confusion = ("(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
                  "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion")
     if predicted.probabilities is None:
-        return f"{predicted.cte()} SELECT {_COMMON.format(not_numbers='0')}, {confusion}, NULL AS positions, NULL AS ranks"
+        return (f"{predicted.cte()} SELECT {_COMMON.format(not_numbers='0')}, {confusion}, NULL AS positions, "
+                "NULL AS ranks, NULL AS drift")
     parts = [_COMMON.format(not_numbers="(SELECT coalesce(sum(bad), 0) FROM __msql_ranks)"), confusion,
              "(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, count(*) AS n "
              "FROM __msql_eval GROUP BY ALL)) AS positions" if positions else "NULL AS positions",
              "(SELECT list({'t': t, 'i': i, 'n': n, 'ln': ln, 'r': r, 'lo': lo, 'hi': hi, 'bad': bad, 'hits': hits}) "
-             "FROM __msql_ranks) AS ranks"]
+             "FROM __msql_ranks) AS ranks",
+             "(SELECT max(abs(list_sum(s)::DOUBLE - 1)) FROM __msql_eval WHERE t IS NOT NULL) AS drift"]
     return f"{predicted.cte()}, {_ranks_sql(predicted.width, threshold, ranked)} SELECT {', '.join(parts)}"
 
 
