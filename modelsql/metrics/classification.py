@@ -38,23 +38,38 @@ def _scores(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
     return _ratio(tp, tp + fp), _ratio(tp, tp + fn), _ratio(2 * tp, 2 * tp + fp + fn)
 
 
+def _plain(labels: Sequence[Any]) -> list[Any]:
+    """The labels as Python values (a fitted estimator's ``classes_`` holds NumPy scalars)."""
+    return [v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v for v in labels]
+
+
+def _integers(labels: Sequence[Any]) -> bool:
+    return bool(labels) and all(isinstance(v, int) and not isinstance(v, bool) for v in labels)
+
+
 def default_positive(labels: Sequence[Any]) -> Any:
     """The positive class of a binary task when none is named: ``True`` for booleans; for integers ``1``, as
     scikit-learn's ``pos_label=1``, when it is one of them or the only class is ``0`` (rows of one class 0 have no
     positive one), else the greatest (classes 0 and 2: 2, where scikit-learn refuses ``pos_label=1``); for text,
-    the last class in sorted order."""
-    if labels and all(isinstance(label, bool) for label in labels):
+    the last class in sorted order. NumPy scalars count as the Python values they hold."""
+    plain = _plain(labels)
+    if plain and all(isinstance(label, bool) for label in plain):
         return True
-    if labels and all(isinstance(label, int) and not isinstance(label, bool) for label in labels):
-        return 1 if 1 in labels or set(labels) <= {0} else max(labels)
-    return sorted(labels)[-1]
+    if _integers(plain):
+        return 1 if 1 in plain or set(plain) <= {0} else max(plain)
+    return sorted(plain)[-1]
 
 
 def as_positive(option: Any, labels: Sequence[Any]) -> Any:
-    """A ``positive`` option as the classes spell it: ``true`` / ``false`` is 1 / 0 for integer classes (a
-    classifier fitted on a BOOLEAN target learned them as 0 / 1); anything else as given."""
-    if isinstance(option, bool) and labels and all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+    """A ``positive`` option (or default) as the classes spell it: ``true`` / ``false`` is 1 / 0 for integer classes
+    (a classifier fitted on a BOOLEAN target learned them as 0 / 1), and an integer is that number for classes of
+    whole-number floats (a DOUBLE target); anything else as given."""
+    plain = _plain(labels)
+    if isinstance(option, bool) and _integers(plain):
         return int(option)
+    if isinstance(option, int) and not isinstance(option, bool) and plain \
+            and all(isinstance(v, float) for v in plain):
+        return float(option)
     return option
 
 

@@ -195,6 +195,10 @@ def test_a_whole_number_double_target_is_read_as_the_integer_classes(con):
     integer = _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris TARGET y")
     assert whole["accuracy"] == integer["accuracy"] and whole["confusion_matrix"] == integer["confusion_matrix"]
     assert whole["log_loss"] == pytest.approx(integer["log_loss"], abs=1e-12)
+    for option, positive in (("", "1.0"), (" WITH (positive = 0)", "0.0")):  # an integer names a whole-number float
+        got = _evaluate(con, "EVALUATE MODEL cancer_rf ON (SELECT * REPLACE (malignant::DOUBLE AS malignant) FROM "
+                             f"cancer) TARGET malignant{option}")
+        assert got["average"] == "binary" and got["positive"] == positive, option
 
 
 def test_dropping_a_model_drops_its_evaluations(con):
@@ -543,3 +547,34 @@ def test_probabilities_of_no_fixed_width_are_ranked_by_one_window(con):
         log_loss = M.log_loss(y, s)
     _close(got, {"accuracy": M.accuracy_score(y, p), "log_loss": log_loss,
                  "roc_auc": M.roc_auc_score(y, s, multi_class="ovr", average="weighted")})
+
+
+def test_an_imported_classifier_keeps_its_classes_so_rows_of_one_prediction_still_score(con):
+    """A binary LogisticRegression's graph (sigmoid, threshold, gather) and naive Bayes' (ArrayFeatureExtractor) do
+    not name their classes where the graph analysis looks: the import keeps ``classes_``, so rows the model
+    predicts as one class still give log loss and ROC AUC, and the default positive class is the model's."""
+    from sklearn.naive_bayes import GaussianNB
+
+    x, y = load_breast_cancer(return_X_y=True)
+    names = np.array(["benign", "malignant"])[y]
+    for model in (LogisticRegression(max_iter=5000), GaussianNB()):
+        model.fit(x[:300], names[:300])
+        con.import_model("cancer_text", model, replace=True)
+        con.commit()
+        rows = con.execute("SELECT malignant, label, probabilities FROM PREDICT(MODEL cancer_text, (SELECT * REPLACE "
+                           "(CASE malignant WHEN 1 THEN 'malignant' ELSE 'benign' END AS malignant) FROM cancer), "
+                           "features = (" + ", ".join(f"f{i}" for i in range(30)) + "))").fetchall()
+        truth, predicted = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+        scores = np.array([list(r[2]) for r in rows], dtype=np.float64)
+        sure = predicted == "benign"  # rows the model predicts as one class only
+        assert 0 < sure.sum() < len(sure) and len(set(truth[sure])) == 2
+        ids = ", ".join(str(i + 300) for i in np.flatnonzero(sure))
+        got = _evaluate(con, "EVALUATE MODEL cancer_text ON (SELECT * REPLACE (CASE malignant WHEN 1 THEN 'malignant' "
+                             f"ELSE 'benign' END AS malignant) FROM (SELECT *, row_number() OVER () + 299 AS rid FROM "
+                             f"cancer) WHERE rid IN ({ids})) TARGET malignant WITH (features = ("
+                             + ", ".join(f"f{i}" for i in range(30)) + "))")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _close(got, {"log_loss": M.log_loss(truth[sure], scores[sure], labels=["benign", "malignant"]),
+                         "roc_auc": M.roc_auc_score(truth[sure] == "malignant", scores[sure][:, 1])})
+        assert got["positive"] == "malignant", type(model).__name__

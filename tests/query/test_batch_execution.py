@@ -121,6 +121,15 @@ def test_a_users_materialized_cte_streams_and_evaluates_predictions_run_in_batch
     assert runs == [1] and row[4] == 1797
 
 
+def test_auto_streams_a_predict_whose_columns_are_renamed_by_position(wide_con, monkeypatch):
+    """``AS p(i)`` renames columns by position, so which outputs are read is unknown: streaming runs the model only
+    where one is read (here none: DuckDB drops the call), batch would run it on every row."""
+    monkeypatch.setattr(cost_mod, "BATCH_MIN_ROWS", 1000)
+    query = "SELECT sum(i) FROM PREDICT(MODEL lr, TABLE pixels{o}) AS p(i)"
+    assert _execution(wide_con, query.format(o="")) == "stream"
+    assert wide_con.execute(query.format(o="")).fetchall() == [(sum(range(1797)),)]
+
+
 def test_auto_falls_back_to_streaming_when_the_estimate_is_wrong(wide_con, monkeypatch):
     # DuckDB estimates a filter keeps a fraction of the rows; this one keeps them all
     query = "SELECT id, note, label FROM PREDICT(MODEL lr, (SELECT * FROM pixels WHERE id >= 0)) ORDER BY id"

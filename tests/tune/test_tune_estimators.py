@@ -227,3 +227,20 @@ def test_create_model_from_a_failed_trial_is_refused(con):
         con.execute(f"CREATE MODEL neg FROM STUDY neg_study TRIAL {failed[0][0]}")
     assert info.value.code == "trial_failed" and "failed" in str(info.value)
     assert con.execute("SELECT count(*) FROM modelsql.model_versions WHERE name = 'neg'").fetchone() == (0,)
+
+
+def test_a_target_of_classes_1_and_2_scores_class_1_as_evaluate_does(con):
+    """The estimator's classes_ are NumPy integers: the positive class is 1 (scikit-learn's pos_label=1), as
+    EVALUATE takes it, not the greater class."""
+    con.execute("CREATE OR REPLACE TABLE cancer12 AS SELECT * REPLACE (y + 1 AS y) FROM cancer")
+    con.execute("TUNE MODEL c12 ON TABLE cancer12 TARGET y SEARCH (C = CHOICE(0.05)) USING GRID "
+                "WITH (model_type = 'logistic_reg', metric = 'f1_score', seed = 0)")
+    metric = con.execute("SELECT metric FROM modelsql.trials WHERE study = 'c12_study'").fetchone()[0]
+    x_train, y_train, x_valid, y_valid = _split(con, 0)
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    hand = Pipeline([("preprocess", ColumnTransformer([("numeric", StandardScaler(), FEATURES)])),
+                     ("model", LogisticRegression(C=0.05, random_state=0))]).fit(x_train, y_train + 1)
+    assert metric == pytest.approx(M.f1_score(y_valid + 1, hand.predict(x_valid), pos_label=1), abs=1e-12)
+    assert metric != pytest.approx(M.f1_score(y_valid + 1, hand.predict(x_valid), pos_label=2), abs=1e-6)

@@ -228,7 +228,7 @@ def _model_classes(session: Session, entry: Any) -> Optional[list[Any]]:
     else the table its label is gathered from (one tensor read from the store); None when it names none."""
     if not isinstance(entry, ModelVersion) or entry.kind == "python":
         return None
-    recorded = dict(entry.options).get("classes")  # a model trained in SQL keeps its estimator's classes_
+    recorded = dict(entry.options).get("classes")  # an estimator's classes_, kept when it was converted
     if recorded is not None:
         return list(json.loads(recorded))
     graph = session.store.get(entry.graph_digest)

@@ -130,7 +130,7 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
                                       f"classes: use 'macro', 'weighted' or 'micro'.")
     positive = as_positive(plan.options["positive"], labels)
     if positive is None:
-        positive = default_positive(known)
+        positive = as_positive(default_positive(known), labels)
     elif not any(type(label) is type(positive) and label == positive for label in labels):
         raise option_error("positive", f"{where_of(stmt)} option positive is {positive!r}, not a class of the rows "
                                        f"(classes: {', '.join(map(repr, labels))}).")

@@ -98,12 +98,12 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
     true = [label for label, counts in zip(labels, matrix) if sum(counts)]  # the TARGET's classes
     if len(true) != 2:
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes; its rows have "
-                               f"{', '.join(map(str, true)) or 'none'}", code="invalid_target")
+                               f"{', '.join(map(repr, true)) or 'none'}", code="invalid_target")
     positive = as_positive(plan.options["positive"], true)
     positive = positive if positive is not None else default_positive(true)
     if positive not in where:
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes and {plan.name} "
-                               f"probabilities of each (classes: {', '.join(map(str, true)) or 'none'})",
+                               f"probabilities of each (classes: {', '.join(map(repr, true)) or 'none'})",
                                code="invalid_target")
     row = run_sql(queries.roc_sql(plan.predicted, where[positive], positive), session, params)
     points: list[dict[str, Any]] = queries.as_dicts(row[0])

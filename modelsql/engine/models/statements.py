@@ -252,6 +252,9 @@ def prepare_model(session: Session, name: str, model: Any, *, example_input: Any
     if imputed and not (options or {}).get("imputed"):  # an exported model that imputes still does, once checked
         options = {**(options or {}), "imputed": json.dumps(list(check_imputation(proto, imputed, f'model "{key}"')))}
     facts = _facts(key, model, proto, kind, feats, example_input, accept_mismatch, tolerance)
+    classes = estimator_classes(model) if kind == "sklearn" else None
+    if classes is not None and "classes" not in (options or {}):
+        options = {**(options or {}), "classes": classes}
     if checked is not None:
         facts.update(check_rows=checked[0], check_max_abs_diff=checked[1], check_label_mismatches=checked[2])
     graph, tensors = split_model(proto)
@@ -268,6 +271,18 @@ def prepare_model(session: Session, name: str, model: Any, *, example_input: Any
     kinds = {graph_digest: "graph"}
     kinds.update({t.digest: "tensor" for t, _ in tensors})
     return fields, kinds
+
+
+def estimator_classes(model: Any) -> Optional[str]:
+    """A scikit-learn classifier's ``classes_`` as JSON (the order of its probabilities' columns, which EVALUATE
+    reads: the graph does not always name them), or None for anything else (a multi-label classifier's
+    ``classes_`` is a list of arrays)."""
+    from sklearn.base import is_classifier
+
+    classes = getattr(model, "classes_", None) if is_sklearn_estimator(model) and is_classifier(model) else None
+    if classes is None or getattr(classes, "ndim", 0) != 1:
+        return None
+    return json.dumps([c.item() if hasattr(c, "item") else c for c in classes])
 
 
 def _facts(key: str, model: Any, proto, kind: str, feats, example_input, accept_mismatch: bool,

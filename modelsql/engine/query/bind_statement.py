@@ -279,6 +279,7 @@ def placement_of(p: PredictTable, stmt: exp.Expr, columns: Sequence[Column], use
         in_main_body=_under_from_only(p, stmt),
         kept_columns=tuple(kept),
         arrow_unsafe=tuple(c for c in kept if arrow_unsafe(c.type)),
+        renamed=isinstance(p.parent, exp.Table) and bool(getattr(p.parent.args.get("alias"), "columns", None)),
     )
 
 

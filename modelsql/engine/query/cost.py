@@ -357,6 +357,9 @@ def _stream_reason(scan: PredictScan, costs: Costs = NO_COSTS) -> Optional[str]:
                 "batch would read every row")
     if place.arrow_unsafe:
         return f'column "{place.arrow_unsafe[0].name}" ({place.arrow_unsafe[0].type}) does not survive Arrow'
+    if place.renamed:
+        return ("a column alias list (AS p(a, b)) hides which outputs are read: streaming runs the model only "
+                "where one is (batch would run it for nothing)")
     rows = scan.estimated_rows
     if costs.learned and rows is not None:
         run_rows, threads, _ = best_run_rows(scan, costs)

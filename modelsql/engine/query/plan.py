@@ -88,6 +88,7 @@ class Placement:
         kept_columns: the input columns the statement may read (all when that is unknown): what a
             batch operator passes through.
         arrow_unsafe: those of them whose type an Arrow round trip changes.
+        renamed: its columns are renamed by position (``AS p(a, b)``), so which outputs are read is unknown.
     """
 
     top_level_from: bool = False
@@ -95,6 +96,7 @@ class Placement:
     in_main_body: bool = False
     kept_columns: tuple[Column, ...] = ()
     arrow_unsafe: tuple[Column, ...] = ()
+    renamed: bool = False
 
 
 @dataclass(frozen=True)
