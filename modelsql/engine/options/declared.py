@@ -64,7 +64,8 @@ EVALUATE = OptionSet(
                "`'binary'` scores the positive class alone; `'macro'` the unweighted mean over the classes; "
                "`'weighted'` the mean weighted by each class's rows; `'micro'` pools every class's counts "
                "(ROC AUC: `'macro'` for `'micro'`)"),
-    Option("positive", "label", default_doc="`1` (or `true`) if a class, else the last class in sorted order",
+    Option("positive", "label", default_doc="`true` for booleans; for integers `1` if a class (or the only class is "
+                                            "`0`), else the greatest; else the last class in sorted order",
            doc="the positive class of a binary task (precision, recall, F1, ROC AUC, `threshold`)"),
     Option("threshold", "number", min=0, max=1,
            doc="a binary classifier's predicted class is the positive one when its probability is at least "
