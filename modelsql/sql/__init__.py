@@ -436,12 +436,14 @@ def stored_definition(expression: exp.Expression) -> str:
 # -------------------------------------------------------------- to_duckdb_sql
 
 
-def to_duckdb_sql(expression: exp.Expression) -> str:
+def to_duckdb_sql(expression: exp.Expression, copy: bool = True) -> str:
     """Generate DuckDB SQL (sqlglot's plain DuckDB dialect) for ``expression``.
 
     Args:
         expression: a tree with none of our nodes left (the planner has replaced
             every ``PredictTable`` etc. by plain tables, e.g. Arrow scans).
+        copy: generate from a copy (sqlglot's dialect transforms may change the tree); False for a tree the
+            caller made for this call alone, saving a deep copy of a large statement.
 
     Raises:
         InternalError: ``code="internal_error"`` if a node of ours is still in
@@ -454,7 +456,7 @@ def to_duckdb_sql(expression: exp.Expression) -> str:
             f"({leftover.sql(dialect=ModelSQL)})",
             code="internal_error",
         )
-    return expression.sql(dialect="duckdb")
+    return expression.sql(dialect="duckdb", copy=copy)
 
 
 __all__ = [

@@ -418,7 +418,7 @@ def renumber(tree: exp.Expression) -> tuple[str, list[int]]:
     mapping = {k: i + 1 for i, k in enumerate(distinct)}
     for p in holders:
         p.set("this", str(mapping[int(p.this)]))
-    return msql.to_duckdb_sql(tree), distinct
+    return msql.to_duckdb_sql(tree, copy=False), distinct  # (the copy above is this call's own)
 
 
 # ---------------------------------------------------------------- correlated inputs

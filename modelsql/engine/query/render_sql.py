@@ -55,7 +55,7 @@ def render(tree: exp.Expression, lowered: Lowered, *, renumber_params: bool = Tr
         used |= numbers
         _append_cte(t, exp.CTE(this=exp.Table(this=exp.to_identifier(token)),
                                alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)), materialized=True))
-    sql = msql.to_duckdb_sql(t)
+    sql = msql.to_duckdb_sql(t, copy=False)  # t is this call's own copy
     for token, piece in pieces.items():
         sql = sql.replace(token, piece)
     ordered = sorted(used)

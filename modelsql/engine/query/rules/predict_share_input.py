@@ -62,6 +62,8 @@ def _skips_rows(scan: PredictScan) -> bool:
 
 def _share_scans(plan: QueryPlan) -> QueryPlan:
     by_input: dict[tuple[str, tuple[int, ...]], list[PredictScan]] = {}
+    if sum(1 for s in plan.scans if s.placement.in_main_body and not s.input.inner) < 2:
+        return plan  # nothing to share (and no copy of a large statement to make)
     body = _main_body(plan.tree)
     for scan in plan.scans:
         if scan.placement.in_main_body and not scan.input.inner and _outputs_read(body, scan):
@@ -176,8 +178,8 @@ def _materialize_ctes(plan: QueryPlan) -> QueryPlan:
     marked, notes = list(plan.materialized), list(plan.notes)
     for cte in with_.expressions:
         refs = [s for s in cte.this.find_all(ScanRef)]
-        if not refs or cte.alias_or_name in marked or cte.args.get("materialized") is False:
-            continue  # (NOT MATERIALIZED as the user wrote it is kept)
+        if not refs or cte.alias_or_name in marked or cte.args.get("materialized") is not None:
+            continue  # (MATERIALIZED or NOT MATERIALIZED as written is kept: DuckDB does what it says)
         name = cte.alias_or_name.lower()
         reads = [t for t in stmt.find_all(exp.Table)
                  if not t.db and t.name.lower() == name and not _inside(t, cte)]
