@@ -578,3 +578,16 @@ def test_an_imported_classifier_keeps_its_classes_so_rows_of_one_prediction_stil
             _close(got, {"log_loss": M.log_loss(truth[sure], scores[sure], labels=["benign", "malignant"]),
                          "roc_auc": M.roc_auc_score(truth[sure] == "malignant", scores[sure][:, 1])})
         assert got["positive"] == "malignant", type(model).__name__
+
+
+def test_a_target_that_the_model_is_fed_is_refused(con):
+    x, y = load_iris(return_X_y=True)
+    con.import_model("iris_named", LogisticRegression(max_iter=500).fit(x, y), features=["f0", "f1", "f2", "f3"],
+                     replace=True)
+    con.commit()
+    before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("EVALUATE MODEL iris_named ON TABLE iris TARGET f0")
+    assert info.value.code == "invalid_target" and "also a feature" in str(info.value)
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone() == before

@@ -117,6 +117,19 @@ def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], t
     return None
 
 
+def _check_target_not_fed(stmt: EvaluateModel, entry: Any, features: Optional[list[str]], target: str) -> None:
+    """The TARGET is never a column the model is fed (its feature names, else its inputs' names, bound by name).
+
+    Raises:
+        ProgrammingError: ``invalid_target``.
+    """
+    fed = features if features is not None else (getattr(entry, "features", None) or [i.name for i in entry.inputs])
+    if target.lower() in {str(f).lower() for f in fed}:
+        raise _bad_target(stmt, f"TARGET {target} is also a feature of {entry.name} version {entry.version}, which "
+                                "would be fed the answer it is scored on: name the true values' column apart from the "
+                                "model's features (SELECT ..., x AS truth)")
+
+
 def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
                 target_type: str) -> tuple[str, str, Optional[str], str]:
     """``(task, prediction SQL, probabilities SQL or None, the target's cast)`` from the PREDICT's output
@@ -186,8 +199,9 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     if target_type.strip('"') == "NULL":
         raise DataError(f"{where_of(stmt)}: TARGET {target} is NULL in every row: every row evaluated needs its "
                         "true value.", code="null_target")
-    predict = _predict_node(stmt, entry.version, _features(stmt, entry, columns, target, options, session),
-                            options["on_null"])
+    features = _features(stmt, entry, columns, target, options, session)
+    _check_target_not_fed(stmt, entry, features, target)
+    predict = _predict_node(stmt, entry.version, features, options["on_null"])
     predict_sql = predict.sql(dialect=msql.DIALECT)
     predicted_columns = _columns(session, f"SELECT * FROM {predict_sql}", params)
     inputs = {n for n, _ in columns}
