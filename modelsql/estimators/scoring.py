@@ -6,7 +6,7 @@ boosting stage for a boosted model (``staged_predict_proba``), so a trial of ``n
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from modelsql.errors import ProgrammingError
 from modelsql.metrics import default_positive
 
 __all__ = ["CLASSIFICATION_METRICS", "REGRESSION_METRICS", "HIGHER_IS_BETTER", "LOWER_IS_BETTER", "score",
-           "staged_scores", "metric_for"]
+           "staged_scores", "metric_for", "checked_mode"]
 
 CLASSIFICATION_METRICS = ("accuracy", "precision", "recall", "f1_score", "log_loss", "roc_auc")
 REGRESSION_METRICS = ("mean_absolute_error", "mean_squared_error", "root_mean_squared_error",
@@ -22,6 +22,22 @@ REGRESSION_METRICS = ("mean_absolute_error", "mean_squared_error", "root_mean_sq
 HIGHER_IS_BETTER = ("accuracy", "precision", "recall", "f1_score", "roc_auc", "r2_score", "explained_variance")
 LOWER_IS_BETTER = ("log_loss", "mean_absolute_error", "mean_squared_error", "root_mean_squared_error",
                    "median_absolute_error")
+
+
+def checked_mode(metric: str, direction: str, mode: Optional[str]) -> str:
+    """TUNE's ``mode`` for ``metric``, better when ``direction`` (``'min'`` / ``'max'``): the option's, which may
+    only agree (the other way would pick the worst trial).
+
+    Raises:
+        ProgrammingError: ``invalid_option`` (option ``mode``).
+    """
+    if mode is not None and mode != direction:
+        err = ProgrammingError(f"TUNE option mode = '{mode}' would pick the worst trial: {metric} is better "
+                               f"{'higher' if direction == 'max' else 'lower'} (mode '{direction}'); leave mode out.",
+                               code="invalid_option")
+        err.option = "mode"
+        raise err
+    return direction
 
 
 def metric_for(metric: str, task: str) -> str:

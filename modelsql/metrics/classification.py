@@ -47,6 +47,19 @@ def _integers(labels: Sequence[Any]) -> bool:
     return bool(labels) and all(isinstance(v, int) and not isinstance(v, bool) for v in labels)
 
 
+def _number(text: str) -> Any:
+    """``'1'`` as 1, ``'2.0'`` as 2.0, ``'true'`` as True; other text as given."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(lowered)
+        except ValueError:
+            pass
+    return text
+
+
 def default_positive(labels: Sequence[Any]) -> Any:
     """The positive class of a binary task when none is named: ``True`` for booleans; for integers ``1``, as
     scikit-learn's ``pos_label=1``, when it is one of them or the only class is ``0`` (rows of one class 0 have no
@@ -61,10 +74,13 @@ def default_positive(labels: Sequence[Any]) -> Any:
 
 
 def as_positive(option: Any, labels: Sequence[Any]) -> Any:
-    """A ``positive`` option (or default) as the classes spell it: ``true`` / ``false`` is 1 / 0 for integer classes
-    (a classifier fitted on a BOOLEAN target learned them as 0 / 1), and an integer is that number for classes of
+    """A ``positive`` option (or default) as the classes spell it: text is the number or boolean it spells for classes
+    that are no text (EVALUATE's row shows classes as text); ``true`` / ``false`` is 1 / 0 for integer classes (a
+    classifier fitted on a BOOLEAN target learned them as 0 / 1), and an integer is that number for classes of
     whole-number floats (a DOUBLE target); anything else as given."""
     plain = _plain(labels)
+    if isinstance(option, str) and plain and not any(isinstance(v, str) for v in plain):
+        option = _number(option)  # the text EVALUATE's row shows ('1') names the class 1
     if isinstance(option, bool) and _integers(plain):
         return int(option)
     if isinstance(option, int) and not isinstance(option, bool) and plain \

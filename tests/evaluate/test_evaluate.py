@@ -79,12 +79,12 @@ def test_multiclass_metrics_equal_scikit_learn(con, average):
     assert got["labels"] == ["0", "1", "2"] and got["task"] == "classification" and got["rows"] == 150
 
 
-@pytest.mark.parametrize("positive", [None, 0])
+@pytest.mark.parametrize("positive", [None, 0, "'0'"])
 def test_binary_metrics_equal_scikit_learn(con, positive):
     y, p, s = _predictions(con, "cancer_rf", "cancer", "malignant", 30)
     option = f" WITH (positive = {positive})" if positive is not None else ""
     got = _evaluate(con, f"EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant{option}")
-    label = 1 if positive is None else positive
+    label = 1 if positive is None else 0  # (the text '0', as EVALUATE's row shows the class, names it too)
     kw = dict(pos_label=label, zero_division=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -180,6 +180,9 @@ def test_the_predict_runs_once(con):
     ("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN f0 > 5 THEN y END AS y) FROM iris) TARGET y",
      "null_target", "NULL in"),
     ("EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE false) TARGET y", "too_few_rows", "no rows"),
+    ("EVALUATE MODEL cancer_rf ON (SELECT * REPLACE (malignant + 0.5 AS malignant) FROM cancer) TARGET malignant",
+     "invalid_target", "no class"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (positive = 2)", "invalid_option", "two classes"),
 ])
 def test_bad_input_is_a_clear_error_and_records_nothing(con, sql, code, says):
     before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]
@@ -420,9 +423,11 @@ def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):
     curve = con.execute("SELECT threshold, recall, false_positive_rate, true_positives, false_positives "
                         "FROM ROC_CURVE(MODEL cancer_rf, TABLE cancer, target = malignant)").fetchall()
     fpr, tpr, thresholds = M.roc_curve(y, s[:, 1], drop_intermediate=False)
-    assert [c[0] for c in curve] == pytest.approx(list(thresholds[1:]), rel=1e-12)  # scikit-learn adds +inf first
-    assert [c[1] for c in curve] == pytest.approx(list(tpr[1:]), rel=1e-12)
-    assert [c[2] for c in curve] == pytest.approx(list(fpr[1:]), rel=1e-12)
+    assert [c[0] for c in curve] == pytest.approx(list(thresholds), rel=1e-12)  # +inf first, as scikit-learn's
+    assert [c[1] for c in curve] == pytest.approx(list(tpr), rel=1e-12)
+    assert [c[2] for c in curve] == pytest.approx(list(fpr), rel=1e-12)
+    area = np.trapezoid([c[1] for c in curve], [c[2] for c in curve])  # the curve's area is the ROC AUC
+    assert area == pytest.approx(M.roc_auc_score(y, s[:, 1]), rel=1e-9)
 
 
 @pytest.mark.parametrize("sql, code, says", [

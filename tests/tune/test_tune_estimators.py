@@ -244,3 +244,13 @@ def test_a_target_of_classes_1_and_2_scores_class_1_as_evaluate_does(con):
                      ("model", LogisticRegression(C=0.05, random_state=0))]).fit(x_train, y_train + 1)
     assert metric == pytest.approx(M.f1_score(y_valid + 1, hand.predict(x_valid), pos_label=1), abs=1e-12)
     assert metric != pytest.approx(M.f1_score(y_valid + 1, hand.predict(x_valid), pos_label=2), abs=1e-6)
+
+
+def test_a_mode_against_the_metric_or_a_misspelt_metric_is_refused(con):
+    for extra, says in ((", metric = 'accuracy', mode = 'min'", "would pick the worst trial"),
+                        (", metric = 'acuracy'", 'Did you mean "accuracy"')):
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.execute("TUNE MODEL modes ON TABLE cancer TARGET y SEARCH (C = CHOICE(1.0)) USING GRID "
+                        f"WITH (model_type = 'logistic_reg'{extra})")
+        assert info.value.code == "invalid_option" and says in str(info.value)
+    assert con.execute("SELECT count(*) FROM modelsql.studies WHERE name = 'modes_study'").fetchone() == (0,)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from sqlglot import exp
 
 from modelsql import sql as msql
-from modelsql.errors import DataError
+from modelsql.errors import DataError, ProgrammingError
 from modelsql.metrics import as_positive, classification_metrics, default_positive, regression_metrics
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate import queries
@@ -123,6 +123,11 @@ def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets
 def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tuple[str, Any]:
     """The ``average`` and the positive class, the options' or their defaults (from the model's classes when
     its graph names them, else the rows'), checked against the classes."""
+    fractional = next((v for v in labels if isinstance(v, float) and not v.is_integer()), None)
+    if fractional is not None:
+        raise ProgrammingError(f"{where_of(stmt)}: TARGET {plan.target} holds numbers that are no class ({fractional!r} "
+                               "...): a classifier is scored against class labels (scikit-learn refuses a continuous "
+                               "target too).", code="invalid_target")
     known = plan.classes if plan.classes is not None else labels
     average = plan.options["average"] or ("binary" if len(known) <= 2 and len(labels) <= 2 else "macro")
     if average == "binary" and len(labels) > 2:
@@ -134,9 +139,11 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
     elif not any(type(label) is type(positive) and label == positive for label in labels):
         raise option_error("positive", f"{where_of(stmt)} option positive is {positive!r}, not a class of the rows "
                                        f"(classes: {', '.join(map(repr, labels))}).")
-    if plan.options["threshold"] is not None and len(labels) != 2:
-        raise option_error("threshold", f"{where_of(stmt)} option threshold applies to two classes; the rows have "
-                                        f"{len(labels)}.")
+    wrong = {"threshold": len(labels) != 2, "positive": len(labels) > 2}  # (positive is ignored by averaging)
+    for name in ("threshold", "positive"):
+        if plan.options[name] is not None and wrong[name]:
+            raise option_error(name, f"{where_of(stmt)} option {name} applies to two classes; the rows have "
+                                     f"{len(labels)}.")
     return average, positive
 
 

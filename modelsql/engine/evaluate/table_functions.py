@@ -107,6 +107,12 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
                                code="invalid_target")
     row = run_sql(queries.roc_sql(plan.predicted, where[positive], positive), session, params)
     points: list[dict[str, Any]] = queries.as_dicts(row[0])
+    if points:  # scikit-learn's first point: above every probability (threshold infinity), nothing predicted positive
+        positives = points[0]["true_positives"] + points[0]["false_negatives"]
+        negatives = points[0]["false_positives"] + points[0]["true_negatives"]
+        points.insert(0, {"threshold": float("inf"), "recall": 0.0 if positives else None,
+                          "false_positive_rate": 0.0 if negatives else None, "true_positives": 0,
+                          "false_positives": 0, "true_negatives": negatives, "false_negatives": positives})
     columns = ("threshold", "recall", "false_positive_rate", "true_positives", "false_positives",
                "true_negatives", "false_negatives")
     return pa.table({c: pa.array([p[c] for p in points], pa.float64() if c in columns[:3] else pa.int64())

@@ -192,7 +192,9 @@ class Option:
             out = tuple(v for _, v in read)
             ok = bool(items) and all(k for k, _ in read) and len(set(out)) == len(out)
         if not ok:
-            raise option_error(self.name, f"{where} option {self.name} must {self.expects()}, not {sql_text(raw)}.")
+            hint = did_you_mean(raw, self.choices) if isinstance(raw, str) and self.choices else ""
+            raise option_error(self.name, f"{where} option {self.name} must {self.expects()}, not "
+                                          f"{sql_text(raw)}.{hint}")
         return out
 
     def _one(self, v: Any) -> tuple[bool, Any]:

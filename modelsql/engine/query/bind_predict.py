@@ -508,7 +508,8 @@ def _missing_columns(inputs: Sequence[TensorSpec], columns: Sequence[Column], by
     names = [c.name for c in columns]
     return ProgrammingError(
         f"{where}: model inputs bind to columns of the same name; missing column(s) "
-        + ", ".join(f'"{m}"{did_you_mean(m, names)}' for m in missing)
+        + "; ".join(f'"{m}"' + (f" ({did_you_mean(m, names).strip()})" if did_you_mean(m, names) else "")
+                    for m in missing)
         + f". Columns: {', '.join(names) or 'none'}.",
         code="column_not_found",
     )

@@ -44,7 +44,7 @@ from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingErro
 from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, imputed_columns, resolve_model_type,
                                  transform_columns, transforms_from_json, transforms_json, transforms_text,
                                  validation_rows)
-from modelsql.estimators.scoring import HIGHER_IS_BETTER, metric_for, score, staged_scores
+from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_for, score, staged_scores
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Piecewise, Space, StepDecay
@@ -280,7 +280,7 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     _check_space(space, model_type, max_epochs, boosted)
     seed = options["seed"]
     metric = metric_for(options["metric"], model_type.task)
-    mode = options["mode"] or ("max" if metric in HIGHER_IS_BETTER else "min")
+    mode = checked_mode(metric, "max" if metric in HIGHER_IS_BETTER else "min", options["mode"])
     data = _data(session, stmt, params, model_type, features, options["validation_fraction"], seed,
                  (*imputed, *imputed_columns(transforms or ())), "impute" if options["on_null"] == "impute" else "refuse")
     for transform in transforms or ():  # the rows TUNE reads may type a column otherwise than the model's did

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from sqlglot import exp
 
+from modelsql.estimators.scoring import checked_mode
 from modelsql.recursive.trees import Trees
 from modelsql.errors import Error, NotSupportedError, ProgrammingError
 from modelsql.sql.predict import PredictTable
@@ -114,7 +115,7 @@ def _metric(options: OptionValues, task: str) -> tuple[str, str]:
     if metric == "val_accuracy" and task == "regression":
         raise option_error("metric", "TUNE option metric = 'val_accuracy' needs a class label TARGET; this TARGET is "
                                      "a number (regression): use 'val_loss'")
-    return metric, options["mode"] or _METRICS[metric]
+    return metric, checked_mode(metric, _METRICS[metric], options["mode"])
 
 
 def bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
