@@ -254,3 +254,14 @@ def test_a_mode_against_the_metric_or_a_misspelt_metric_is_refused(con):
                         f"WITH (model_type = 'logistic_reg'{extra})")
         assert info.value.code == "invalid_option" and says in str(info.value)
     assert con.execute("SELECT count(*) FROM modelsql.studies WHERE name = 'modes_study'").fetchone() == (0,)
+
+
+def test_the_same_tune_runs_again_after_create_model_from_its_study(con):
+    """TUNE of a model trained in SQL, CREATE OR REPLACE MODEL ... FROM STUDY, then the same TUNE: the new version's
+    tuned hyper-parameters are not the study's defaults, so it is the same study (it was study_definition_changed)."""
+    con.execute("CREATE MODEL again WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM cancer")
+    tune = ("TUNE MODEL again ON TABLE cancer TARGET y SEARCH (C = LOGUNIFORM(0.01, 10)) USING RANDOM "
+            "WITH (trials = 3, metric = 'log_loss', seed = 2)")
+    first = con.execute(tune).fetchone()
+    con.execute("CREATE OR REPLACE MODEL again FROM STUDY again_study")
+    assert con.execute(tune).fetchone() == first

@@ -90,8 +90,17 @@ def estimator_type(session: Session, name: str, version: Optional[int], options:
         return _tunable(resolve_model_type(options["model_type"])), {}, transforms, imputed
     if "model_type" not in recorded:
         return None
-    return (_tunable(resolve_model_type(recorded["model_type"])),
-            dict(ast.literal_eval(recorded.get("hyperparameters", "{}"))), transforms, imputed)
+    return _tunable(resolve_model_type(recorded["model_type"])), _base(session, recorded), transforms, imputed
+
+
+def _base(session: Session, recorded: dict) -> dict:
+    """The hyper-parameters a study over a model trained in SQL starts from: the version's, or, for a version made
+    FROM STUDY, the ones that study started from (its trial's tuned values are no defaults: the same TUNE run
+    again is the same study)."""
+    study = session.catalog.studies.study(recorded["study"]) if recorded.get("study") else None
+    if study is not None and "base" in json.loads(study.options):
+        return dict(json.loads(study.options)["base"])
+    return dict(ast.literal_eval(recorded.get("hyperparameters", "{}")))
 
 
 def _tunable(model_type: ModelType) -> ModelType:
@@ -466,6 +475,8 @@ def _existing(session: Session, study: _Study, resume: bool) -> Any:
         what = ("another model or model type" if existing.model != study.model or
                 json.loads(existing.options).get("estimator") != study.model_type.estimator else
                 "the data or the columns changed" if json.loads(existing.options).get("data") != study.data.fingerprint
+                else "the model's hyper-parameters, which the study starts from, changed"
+                if json.loads(existing.options).get("base", {}) != study.base
                 else "SEARCH, USING or the options differ")
         raise ProgrammingError(f'Study "{study.name}" exists with another definition ({what}): DROP STUDY '
                                f"{study.name} first, or name this one with WITH (study_name = '...').",
