@@ -96,15 +96,45 @@ class _Mixes(Exception):
     """Raised by a rule: this node (the message says why) makes rows depend on each other."""
 
 
+_ML_KEEPS_SHAPE = {"Imputer", "Scaler", "Binarizer", "Normalizer"}
+"""ai.onnx.ml operators whose float output has their input's shape, for which ONNX infers no shape."""
+
+
+def _inferred(model: ModelProto) -> ModelProto:
+    """``model`` with ONNX's shape inference, carried past the :data:`_ML_KEEPS_SHAPE` operators (each output given
+    its input's shape, and inference run again): without that, what follows a scikit-learn ``SimpleImputer`` had no
+    shape, and a reshape after it could not be shown to keep rows apart."""
+    try:
+        current = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:
+        return model
+    for _ in range(8):  # one more chain of them carried each round
+        known = {v.name: v for v in list(current.graph.value_info) + list(current.graph.input)
+                 if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+        added = []
+        for node in current.graph.node:
+            if node.domain == "ai.onnx.ml" and node.op_type in _ML_KEEPS_SHAPE and node.input[0] in known \
+                    and node.output[0] not in known:
+                dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                        for d in known[node.input[0]].type.tensor_type.shape.dim]
+                added.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, dims))
+        if not added:
+            return current
+        seeded = ModelProto()
+        seeded.CopyFrom(current)
+        seeded.graph.value_info.extend(added)
+        try:
+            current = onnx.shape_inference.infer_shapes(seeded, strict_mode=False)
+        except Exception:
+            return seeded
+    return current
+
+
 class _Graph:
     """What is known of the graph's values while the nodes are followed in order."""
 
     def __init__(self, model: ModelProto) -> None:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-        except Exception:
-            inferred = model
-        g = inferred.graph
+        g = _inferred(model).graph
         self.shapes: dict[str, Optional[tuple]] = {}
         for v in list(g.value_info) + list(g.input) + list(g.output):
             t = v.type.tensor_type if v.type.HasField("tensor_type") else None

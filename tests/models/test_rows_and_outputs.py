@@ -137,6 +137,13 @@ def test_batch_axis_analysis_of_common_models(digits, digits_pipe, digits_tree, 
 
     assert batch_dependence(from_sklearn(digits_pipe)[0]) is None
     assert batch_dependence(from_sklearn(digits_tree)[0]) is None
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import KBinsDiscretizer
+
+    x = digits[0][:, 20:24]  # quantile buckets after an imputer (ONNX infers no shape past ai.onnx.ml's Imputer)
+    binned = make_pipeline(SimpleImputer(), KBinsDiscretizer(n_bins=3, encode="onehot-dense", quantile_method="linear"))
+    assert batch_dependence(from_sklearn(binned.fit(x))[0]) is None
     net, example = torch_mlp
     assert batch_dependence(from_torch(net, example)) is None
 
