@@ -159,6 +159,12 @@ def test_best_by_compares_only_like_evaluations_of_the_same_rows(con):
     assert row[2] == 1 and row[7] == 1
     row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM iris WHERE 5.0 < f0)").fetchone()
     assert row[2] == 1  # the same rows written another way
+    # the averaging changes recall but not accuracy: the newest evaluation (version 1's, weighted) sets the scoring;
+    # version 2's (macro) still counts for accuracy, and is named as left out for recall
+    con.execute("EVALUATE MODEL m VERSION 1 ON TABLE iris TARGET y WITH (average = 'weighted')")
+    assert con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE iris").fetchone()[7] == 2
+    row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY recall ON TABLE iris").fetchone()
+    assert row[7] == 1 and row[8] == "2 (scored with another averaging, positive class or threshold)"
 
 
 def test_best_by_leaves_out_training_scores_and_names_versions_without_the_metric(tmp_path):

@@ -77,9 +77,19 @@ def _fingerprint(session: Session, source: exp.Expression, params: list) -> str:
     return fingerprint_text(row[0], row[1])
 
 
-def _scoring(options: dict, metrics: dict) -> tuple:
-    """What makes two evaluations' metrics comparable: the classes' averaging, the positive class, the threshold."""
-    return (metrics.get("average"), str(metrics.get("positive")), options.get("threshold"))
+_BY_CLASS = ("precision", "recall", "f1_score", "roc_auc")
+"""The metrics the classes' averaging and the positive class change."""
+_BY_LABEL = ("accuracy", "precision", "recall", "f1_score")
+"""The metrics a threshold changes (it decides the predicted class)."""
+
+
+def _scoring(metric: str, options: dict, metrics: dict) -> tuple:
+    """What makes two evaluations' ``metric`` comparable: the classes' averaging and the positive class (for the
+    metrics they change), the threshold (for those of the predicted class); nothing for the others (log loss, a
+    regressor's)."""
+    by_class = metric in _BY_CLASS
+    return (metrics.get("average") if by_class else None, str(metrics.get("positive")) if by_class else None,
+            options.get("threshold") if metric in _BY_LABEL else None)
 
 
 def best_version(session: Session, name: str, metric: str, fingerprint: Optional[str]) -> dict[str, Any]:
@@ -108,15 +118,20 @@ def best_version(session: Session, name: str, metric: str, fingerprint: Optional
                                f"EVALUATE MODEL {name} VERSION n ON ... TARGET ... for the versions to compare first.",
                                code="no_evaluation")
     _, _, text, rows_fingerprint, first_metrics, first_options = scored[0]
-    scoring = _scoring(first_options, first_metrics)
+    scoring = _scoring(metric, first_options, first_metrics)
     latest: dict[int, tuple[int, Optional[float]]] = {}
+    on_rows = set()
     for evaluation, version, _, row_fingerprint, metrics, options in rows:  # newest first: each version's first
-        if row_fingerprint == rows_fingerprint and version not in latest and _scoring(options, metrics) == scoring:
-            latest[version] = (evaluation, metrics.get(metric))
+        if row_fingerprint == rows_fingerprint:
+            on_rows.add(version)
+            if version not in latest and _scoring(metric, options, metrics) == scoring:
+                latest[version] = (evaluation, metrics.get(metric))
     ranked = {v: (e, float(value)) for v, (e, value) in latest.items() if value is not None}
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
     version = max(ranked, key=lambda v: (sign * ranked[v][1], v))
-    left_out = ", ".join(f"{v} (no {metric})" for v in sorted(set(latest) - set(ranked))) or None
+    left_out = ", ".join([f"{v} (no {metric})" for v in sorted(set(latest) - set(ranked))]
+                         + [f"{v} (scored with another averaging, positive class or threshold)"
+                            for v in sorted(on_rows - set(latest))]) or None
     return {"version": version, "value": ranked[version][1], "input": text, "evaluation": ranked[version][0],
             "compared": len(ranked), "left_out": left_out}
 
