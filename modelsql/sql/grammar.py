@@ -210,6 +210,13 @@ class GrammarParser(DuckDBParser):
             )
             self._match_r_paren()
             return self.expression(exp.Tuple(expressions=items))
+        if self._match(TokenType.L_BRACKET):  # BigQuery ML's arrays (input_label_cols = ['y']): a list too
+            items = [] if self._curr.token_type == TokenType.R_BRACKET else (
+                self._parse_csv(self._parse_option_value)
+            )
+            if not self._match(TokenType.R_BRACKET):
+                self._fail("Expected ] to close the option's list")
+            return self.expression(exp.Tuple(expressions=items))
         return self._parse_option_scalar()
 
     def _parse_model_option(self) -> exp.EQ:

@@ -322,6 +322,9 @@ def test_rows_of_one_class_score_the_class_1_as_scikit_learn(con):
     binary = _evaluate(con, "EVALUATE MODEL cancer_rf ON (SELECT * FROM cancer WHERE malignant = 0 AND f0 > 20) "
                             "TARGET malignant")
     assert binary["positive"] == "1" and binary["precision"] == 0.0 and binary["recall"] == 0.0
+    named = _evaluate(con, "EVALUATE MODEL cancer_rf ON (SELECT * FROM cancer WHERE malignant = 0 AND f0 > 20) "
+                           "TARGET malignant WITH (positive = 1)")  # a class of the model's, though of no row
+    assert (named["precision"], named["recall"], named["f1_score"]) == (0.0, 0.0, 0.0)
 
 
 def test_a_boolean_target_of_a_classifier_fitted_on_booleans(con):

@@ -444,3 +444,17 @@ def test_two_classes_without_1_train_and_evaluate(con) -> None:
                       "features = (f0, f1, f2, f3)) AS SELECT * FROM iris WHERE y <> 1")
     result = dict(zip([d[0] for d in row.description], row.fetchone()))
     assert result["positive"] == "2" and result["accuracy"] == 1.0 and result["roc_auc"] == 1.0
+
+
+def test_bigquery_mls_spelling_of_the_target(con) -> None:
+    """OPTIONS (..., input_label_cols = ['y']) as BigQuery ML writes it: the target; two columns, or both spellings,
+    are invalid_option."""
+    row = con.execute("CREATE MODEL iris_bq OPTIONS (model_type = 'logistic_reg', input_label_cols = ['y'], "
+                      "features = (f0, f1)) AS SELECT * FROM iris").fetchone()
+    assert row[:2] == ("iris_bq", 1)
+    props = {r[2]: r[5] for r in con.execute("DESCRIBE MODEL iris_bq").fetchall() if r[0] == "property"}
+    assert props["target"] == "y"
+    for options in ("input_label_cols = ['y', 'f2']", "input_label_cols = ['y'], target = y"):
+        with pytest.raises(modelsql.ProgrammingError) as info:
+            con.execute(f"CREATE MODEL iris_bq2 OPTIONS (model_type = 'logistic_reg', {options}) AS SELECT * FROM iris")
+        assert info.value.code == "invalid_option" and "input_label_cols" in str(info.value)

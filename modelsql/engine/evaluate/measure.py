@@ -136,9 +136,9 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
     positive = as_positive(plan.options["positive"], labels)
     if positive is None:
         positive = as_positive(default_positive(known), labels)
-    elif not any(type(label) is type(positive) and label == positive for label in labels):
+    elif not any(type(label) is type(positive) and label == positive for label in (*labels, *(plan.classes or ()))):
         raise option_error("positive", f"{where_of(stmt)} option positive is {positive!r}, not a class of the rows "
-                                       f"(classes: {', '.join(map(repr, labels))}).")
+                                       f"or the model (classes: {', '.join(map(repr, labels))}).")
     wrong = {"threshold": len(labels) != 2, "positive": len(labels) > 2}  # (positive is ignored by averaging)
     for name in ("threshold", "positive"):
         if plan.options[name] is not None and wrong[name]:

@@ -95,7 +95,8 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
                                          "'random_forest_classifier', ... or a scikit-learn estimator class name).",
                            code="missing_option")
     model_type = resolve_model_type(options["model_type"])
-    _check_target(model_type, options["target"], where)
+    target = _label_column(options, where)
+    _check_target(model_type, target, where)
     if "validation_size" in options.given and options["validation"] not in ("random", "seq"):
         raise option_error("validation_size", f"{where}: option validation_size applies to validation = 'random' or "
                                               f"'seq', not {options['validation']!r}.")
@@ -106,7 +107,7 @@ def bind_training(stmt: ImportModel, params: list) -> TrainingPlan:
         raise option_error("features", f"{where}: option features and a TRANSFORM clause both choose the features; "
                                        "the TRANSFORM's columns are the model's features: leave features out.")
     return TrainingPlan(name, bool(stmt.args.get("replace")), bool(stmt.args.get("exists")), model_type,
-                        hyperparameters, options["target"], options["features"], options["validation"],
+                        hyperparameters, target, options["features"], options["validation"],
                         options["validation_size"], options["seed"], options["on_null"], options["description"],
                         _query_text(stmt.args["query"], params), with_parameters(transform, params) if transform else None,
                         options["accept_mismatch"])
@@ -136,6 +137,21 @@ def _query_text(query: exp.Expression, params: list) -> str:
 
 def _hyperparameter_names(stmt: ImportModel) -> list[str]:
     return [o.this.name.lower() for o in stmt.args.get("options") or [] if o.this.name.lower() not in CREATE_MODEL_AS]
+
+
+def _label_column(options: Any, where: str) -> Optional[str]:
+    """The target: option ``target``, or BigQuery ML's ``input_label_cols`` naming one column.
+
+    Raises:
+        ProgrammingError: ``invalid_option`` (both given, or not one column).
+    """
+    labels = options["input_label_cols"]
+    if labels is None:
+        return options["target"]
+    if options["target"] is not None or len(labels) != 1:
+        raise option_error("input_label_cols", f"{where}: option input_label_cols names the one column the model "
+                                               "predicts, as target does: give one of them, with one column.")
+    return str(labels[0])
 
 
 def _check_target(model_type: ModelType, target: Optional[str], where: str) -> None:
