@@ -325,6 +325,9 @@ def test_rows_of_one_class_score_the_class_1_as_scikit_learn(con):
     named = _evaluate(con, "EVALUATE MODEL cancer_rf ON (SELECT * FROM cancer WHERE malignant = 0 AND f0 > 20) "
                            "TARGET malignant WITH (positive = 1)")  # a class of the model's, though of no row
     assert (named["precision"], named["recall"], named["f1_score"]) == (0.0, 0.0, 0.0)
+    as_float = _evaluate(con, "EVALUATE MODEL cancer_rf ON (SELECT * REPLACE (malignant::DOUBLE AS malignant) FROM "
+                              "cancer WHERE malignant = 0 AND f0 > 20) TARGET malignant WITH (positive = 1)")
+    assert as_float["positive"] == "1.0" and as_float["recall"] == 0.0  # a DOUBLE target's class of the model's
 
 
 def test_a_boolean_target_of_a_classifier_fitted_on_booleans(con):

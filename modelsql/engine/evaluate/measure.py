@@ -136,15 +136,23 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
     positive = as_positive(plan.options["positive"], labels)
     if positive is None:
         positive = as_positive(default_positive(known), labels)
-    elif not any(type(label) is type(positive) and label == positive for label in (*labels, *(plan.classes or ()))):
+    elif not (_names_a_class(plan.options["positive"], labels)
+              or _names_a_class(plan.options["positive"], plan.classes or ())):
+        model = f"; the model's: {', '.join(map(repr, plan.classes))}" if plan.classes else ""
         raise option_error("positive", f"{where_of(stmt)} option positive is {positive!r}, not a class of the rows "
-                                       f"or the model (classes: {', '.join(map(repr, labels))}).")
+                                       f"or the model (the rows' classes: {', '.join(map(repr, labels))}{model}).")
     wrong = {"threshold": len(labels) != 2, "positive": len(labels) > 2}  # (positive is ignored by averaging)
     for name in ("threshold", "positive"):
         if plan.options[name] is not None and wrong[name]:
             raise option_error(name, f"{where_of(stmt)} option {name} applies to two classes; the rows have "
                                      f"{len(labels)}.")
     return average, positive
+
+
+def _names_a_class(option: Any, classes: Sequence[Any]) -> bool:
+    """Whether a ``positive`` option, read as ``classes`` spell theirs (:func:`as_positive`), is one of them."""
+    positive = as_positive(option, classes)
+    return any(type(c) is type(positive) and c == positive for c in classes)
 
 
 def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
