@@ -205,19 +205,19 @@ class GrammarParser(DuckDBParser):
 
     def _parse_option_value(self) -> exp.Expr | None:
         if self._match(TokenType.L_PAREN):
-            items = [] if self._curr.token_type == TokenType.R_PAREN else (
-                self._parse_csv(self._parse_option_value)
-            )
+            items = self._parse_option_items(TokenType.R_PAREN)
             self._match_r_paren()
             return self.expression(exp.Tuple(expressions=items))
         if self._match(TokenType.L_BRACKET):  # BigQuery ML's arrays (input_label_cols = ['y']): a list too
-            items = [] if self._curr.token_type == TokenType.R_BRACKET else (
-                self._parse_csv(self._parse_option_value)
-            )
+            items = self._parse_option_items(TokenType.R_BRACKET)
             if not self._match(TokenType.R_BRACKET):
                 self._fail("Expected ] to close the option's list")
             return self.expression(exp.Tuple(expressions=items))
         return self._parse_option_scalar()
+
+    def _parse_option_items(self, close: TokenType) -> list[exp.Expr]:
+        """The values of an option's list, up to (not past) its ``close`` token."""
+        return [] if self._curr.token_type == close else self._parse_csv(self._parse_option_value)
 
     def _parse_model_option(self) -> exp.EQ:
         """``key = value`` (also ``:=`` / ``=>``) -> ``exp.EQ(this=Identifier, expression=value)``."""

@@ -82,11 +82,9 @@ def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
     classes = plan.classes
     if classes is None or len(classes) != 2 or plan.predicted.width != 2:
         return None
-    positive = as_positive(plan.options["positive"], classes)
-    if positive is None:
-        positive = default_positive(classes)
-    found = [k for k, c in enumerate(classes) if type(c) is type(positive) and c == positive]
-    return found[0] + 1 if found else None
+    option = plan.options["positive"]
+    index = _index_of(option if option is not None else default_positive(classes), classes)
+    return None if index is None else index + 1
 
 
 def run_sql(sql: str, session: Session, params: list, read_whole: Sequence[str] = ()) -> tuple[Any, ...]:
@@ -151,8 +149,14 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
 
 def _names_a_class(option: Any, classes: Sequence[Any]) -> bool:
     """Whether a ``positive`` option, read as ``classes`` spell theirs (:func:`as_positive`), is one of them."""
+    return _index_of(option, classes) is not None
+
+
+def _index_of(option: Any, classes: Sequence[Any]) -> Optional[int]:
+    """Where among ``classes`` a ``positive`` option (read as they spell theirs: :func:`as_positive`) is, by value
+    and type (``True`` is no integer class); None when it is none of them."""
     positive = as_positive(option, classes)
-    return any(type(c) is type(positive) and c == positive for c in classes)
+    return next((k for k, c in enumerate(classes) if type(c) is type(positive) and c == positive), None)
 
 
 def _classification(stmt: EvaluateModel, plan: EvaluatePlan,

@@ -125,13 +125,20 @@ def _ranks_sql(width: Optional[int], threshold: Optional[float], ranked: Optiona
         return (f"__msql_ranks AS MATERIALIZED (SELECT t, i, {_rank_sums(threshold)} FROM (SELECT t, i, x, "
                 "rank() OVER w + count(*) OVER w AS r FROM (SELECT t, unnest(s) AS x, unnest(range(1, len(s) + 1)) "
                 f"AS i {scored}) WINDOW w AS (PARTITION BY i ORDER BY x)) GROUP BY t, i)")
-    each = [f"(SELECT t, {k} AS i, {_rank_sums(threshold)} FROM (SELECT t, x, rank() OVER w + "
-            f"round(cume_dist() OVER w * __msql_rows.m)::BIGINT AS r FROM (SELECT t, s[{k}] AS x {scored}), "
-            "__msql_rows WINDOW w AS (ORDER BY x)) GROUP BY t)" if ranked in (None, k) else
-            f"(SELECT t, {k} AS i, {_rank_sums(threshold)} FROM (SELECT t, s[{k}] AS x, NULL::BIGINT AS r {scored}) "
+    each = [f"(SELECT t, {k} AS i, {_rank_sums(threshold)} FROM ({_position_rows(k, ranked in (None, k), scored)}) "
             "GROUP BY t)" for k in range(1, width + 1)]
     return (f"__msql_rows AS (SELECT count(*) AS m {scored}), "
             f"__msql_ranks AS MATERIALIZED ({' UNION ALL '.join(each)})")
+
+
+def _position_rows(k: int, ranked: bool, scored: str) -> str:
+    """The rows ``(t, x, r)`` of probability position ``k`` (``scored``: where they are read from): ``r`` the first
+    rank of the row's ties plus their last, by a window of its own, or NULL when the position is not ranked."""
+    rows = f"SELECT t, s[{k}] AS x {scored}"
+    if not ranked:
+        return f"SELECT t, x, NULL::BIGINT AS r FROM ({rows})"
+    return (f"SELECT t, x, rank() OVER w + round(cume_dist() OVER w * __msql_rows.m)::BIGINT AS r FROM ({rows}), "
+            "__msql_rows WINDOW w AS (ORDER BY x)")
 
 
 def regression_sql(predicted: Predicted) -> str:

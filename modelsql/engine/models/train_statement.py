@@ -189,7 +189,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     pipeline = _fit(plan, rows, train, transforms)
     fitted = time.perf_counter() - started
     sample = rows.features_frame(train[np.linspace(0, len(train) - 1, min(len(train), 256)).astype(np.int64)])
-    options = _catalog_options(plan, rows, train, valid, fitted, pipeline)
+    options = _catalog_options(plan, rows, train, valid, fitted)
     if transforms is not None:
         options["transforms"] = transforms_json(transforms)  # TUNE and FROM STUDY fit the same preprocessing
     try:
@@ -275,11 +275,10 @@ def _fingerprint(session: Session, table: pa.Table) -> str:
 
 
 def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, valid: np.ndarray,
-                     seconds: float, pipeline: Any) -> dict[str, str]:
+                     seconds: float) -> dict[str, str]:
     """What the catalog keeps of the training (``DESCRIBE MODEL``'s options): the query, the estimator and its
-    hyper-parameters, the target, the split, the row counts and the seconds to read and fit; the task and, for a
-    classifier, its classes in the order of its probabilities (``classes``, JSON: EVALUATE reads them when the
-    graph does not name them)."""
+    hyper-parameters, the target, the split, the row counts and the seconds to read and fit, the task (a
+    classifier's ``classes`` are kept by the import itself, :func:`~.statements.estimator_classes`)."""
     out = {"model_type": plan.model_type.name, "estimator": plan.model_type.estimator.replace(":", "."),
            "task": plan.model_type.task,
            "hyperparameters": repr(dict(sorted(plan.hyperparameters.items()))), "query": plan.query,
@@ -289,8 +288,6 @@ def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, 
         out["validation_size"] = str(plan.fraction)
     if rows.target is not None:
         out["target"] = rows.target
-    if plan.model_type.task == "classification":
-        out["classes"] = json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])
     if rows.skipped:
         out["rows_skipped"] = str(rows.skipped)
     if rows.imputed:

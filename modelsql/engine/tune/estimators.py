@@ -98,9 +98,8 @@ def _base(session: Session, recorded: dict) -> dict:
     FROM STUDY, the ones that study started from (its trial's tuned values are no defaults: the same TUNE run
     again is the same study)."""
     study = session.catalog.studies.study(recorded["study"]) if recorded.get("study") else None
-    if study is not None and "base" in json.loads(study.options):
-        return dict(json.loads(study.options)["base"])
-    return dict(ast.literal_eval(recorded.get("hyperparameters", "{}")))
+    started = json.loads(study.options).get("base") if study is not None else None
+    return dict(started) if started is not None else dict(ast.literal_eval(recorded.get("hyperparameters", "{}")))
 
 
 def _tunable(model_type: ModelType) -> ModelType:
@@ -472,11 +471,12 @@ def _existing(session: Session, study: _Study, resume: bool) -> Any:
     if existing.definition == study.definition and existing.status != "finished":
         return None
     if existing.definition != study.definition:
+        stored = json.loads(existing.options)
         what = ("another model or model type" if existing.model != study.model or
-                json.loads(existing.options).get("estimator") != study.model_type.estimator else
-                "the data or the columns changed" if json.loads(existing.options).get("data") != study.data.fingerprint
+                stored.get("estimator") != study.model_type.estimator else
+                "the data or the columns changed" if stored.get("data") != study.data.fingerprint
                 else "the model's hyper-parameters, which the study starts from, changed"
-                if json.loads(existing.options).get("base", {}) != study.base
+                if stored.get("base", {}) != study.base
                 else "SEARCH, USING or the options differ")
         raise ProgrammingError(f'Study "{study.name}" exists with another definition ({what}): DROP STUDY '
                                f"{study.name} first, or name this one with WITH (study_name = '...').",
@@ -532,8 +532,6 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
         options={"model_type": model_type.name, "estimator": model_type.estimator.replace(":", "."),
                  "task": model_type.task, "hyperparameters": repr(dict(sorted(params.items()))),
                  "target": study.target, "study": study.name, "trial": str(trial.trial),
-                 **({"classes": json.dumps([c.item() if isinstance(c, np.generic) else c for c in pipeline.classes_])}
-                    if model_type.task == "classification" else {}),
                  **({"transforms": options["transforms"], "transform": transforms_text(transforms)}
                     if transforms is not None else {}),
                  **({"imputed": json.dumps(list(data.rows.imputed))} if data.rows.imputed else {})},

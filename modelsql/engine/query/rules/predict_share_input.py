@@ -62,11 +62,12 @@ def _skips_rows(scan: PredictScan) -> bool:
 
 def _share_scans(plan: QueryPlan) -> QueryPlan:
     by_input: dict[tuple[str, tuple[int, ...]], list[PredictScan]] = {}
-    if sum(1 for s in plan.scans if s.placement.in_main_body and not s.input.inner) < 2:
+    sharable = [s for s in plan.scans if s.placement.in_main_body and not s.input.inner]
+    if len(sharable) < 2:
         return plan  # nothing to share (and no copy of a large statement to make)
     body = _main_body(plan.tree)
-    for scan in plan.scans:
-        if scan.placement.in_main_body and not scan.input.inner and _outputs_read(body, scan):
+    for scan in sharable:
+        if _outputs_read(body, scan):
             # (a PREDICT none of whose outputs is read never runs alone: DuckDB drops its call)
             by_input.setdefault(scan.input.key, []).append(scan)
     candidates = [group for group in by_input.values() if len(group) > 1]
