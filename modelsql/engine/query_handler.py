@@ -37,9 +37,11 @@ def plan_query(stmt: exp.Expression, session: Session, params: list[object]) -> 
     return apply_rules(plan) if session.optimize else plan
 
 
-def run_query(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str = "",
+def run_query(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str = "", suffix: str = "",
               dry: bool = False, cache_key: Optional[tuple[object, ...]] = None) -> tuple[Result, QueryPlan, Physical]:
-    """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement.
+    """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement and
+    ``suffix`` after it (plain DuckDB SQL without parameters: EVALUATE's aggregates around its predictions' query,
+    which is then a CTE's body; the plan is made for the statement alone, as if its rows were all read).
 
     With ``cache_key`` the plan is kept in the session's :class:`~modelsql.engine.plan_cache.PlanCache`
     (unless a PREDICT option is a parameter) and a plan whose every scan streams keeps its functions
@@ -53,8 +55,8 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
     """
     stmt, computed = computed_tables(stmt, session, params)
     try:
-        out, plan, phys = _plan_and_run(stmt, session, params, prefix=prefix, dry=dry,
-                                        cache_key=None if computed else cache_key)
+        out, plan, phys = _plan_and_run(stmt, session, params, prefix=prefix, suffix=suffix, dry=dry,
+                                        cache_key=None if computed or suffix else cache_key)
     except BaseException:
         for name in computed:
             session.duck.unregister(name)
@@ -63,8 +65,8 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
     return out, plan, phys
 
 
-def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str, dry: bool,
-                  cache_key: Optional[tuple[object, ...]]) -> tuple[Result, QueryPlan, Physical]:
+def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str, suffix: str,
+                  dry: bool, cache_key: Optional[tuple[object, ...]]) -> tuple[Result, QueryPlan, Physical]:
     generation = session.generation()
     plan = plan_query(stmt, session, params)
     choices = choose(plan)
@@ -76,7 +78,7 @@ def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], 
                            tuple(params[k - 1] for k in by_value))
     keep: Optional[dict[str, StreamOperator[PredictScan]]] = (
         {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None)
-    out, phys = _run(plan, choices, session, params, prefix=prefix, dry=dry, keep=keep)
+    out, phys = _run(plan, choices, session, params, prefix=prefix, suffix=suffix, dry=dry, keep=keep)
     if entry is not None and cache_key is not None:  # (an entry is made only with a key)
         if keep is not None:
             entry.persistent, entry.sql, entry.params = keep, phys.sql, phys.params
@@ -147,7 +149,7 @@ def run_cached(entry: CachedPlan, session: Session, params: list[object]) -> Res
 
 
 def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: list[object], *, prefix: str = "",
-         dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None) -> tuple[Result, Physical]:
+         suffix: str = "", dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None) -> tuple[Result, Physical]:
     session.begin_if_needed()
     held = Result(session.duck)
 
@@ -167,8 +169,8 @@ def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: 
                 except Exception:
                     pass
             raise err from (None if err is exc else exc)
-        session.run(prefix + phys.sql, [params[k - 1] for k in phys.params], failed)
-        out = session.duckdb_result("SELECT" if prefix else plan.kind)
+        session.run(prefix + phys.sql + suffix, [params[k - 1] for k in phys.params], failed)
+        out = session.duckdb_result("SELECT" if prefix or suffix else plan.kind)
         out.adopt(held)
         out.translate = lambda exc: predict_error(exc, out.operators, session.duck)
         if not out.streaming:

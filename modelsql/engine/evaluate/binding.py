@@ -19,6 +19,7 @@ from sqlglot import exp
 from modelsql import sql as msql
 from modelsql.analyses.class_labels import class_labels, label_table
 from modelsql.catalog.entries import ModelVersion
+from modelsql.duckdb_errors import translate
 from modelsql.errors import DataError, ProgrammingError, did_you_mean
 from modelsql.onnxformat.split import initializer_value
 from modelsql.sql.evaluate import EvaluateModel
@@ -69,10 +70,28 @@ def _columns(session: Session, sql: str, params: list) -> list[tuple[str, str]]:
     """``(name, DuckDB type)`` of each column of ``sql`` (planned and described, nothing run)."""
     out, _, _ = run_query(msql.parse(f"SELECT * FROM ({sql}) LIMIT 0")[0], session, params)
     try:
-        return [(str(d[0]), str(d[1])) for d in out.description or []]
+        return _described(out.description)
     finally:
         session.duck.fetchall()
         out.release()
+
+
+def _input_columns(session: Session, source: exp.Expression, params: list) -> list[tuple[str, str]]:
+    """``(name, DuckDB type)`` of each column of the input: a table named as DuckDB names one is described by
+    DuckDB alone (nothing to plan); anything else as :func:`_columns` does."""
+    if not (isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier)):
+        return _columns(session, f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}", params)
+    session.begin_if_needed()
+    session.run(f"SELECT * FROM {source.sql(dialect='duckdb')} LIMIT 0", None,
+                lambda exc: session.pointed(translate(exc), source))
+    try:
+        return _described(session.duck.description)
+    finally:
+        session.duck.fetchall()
+
+
+def _described(description: Any) -> list[tuple[str, str]]:
+    return [(str(d[0]), str(d[1])) for d in description or []]
 
 
 def _target(stmt: EvaluateModel, columns: list[tuple[str, str]], session: Session) -> tuple[str, str]:
@@ -193,8 +212,7 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
         raise _bad_target(stmt, f"{entry.name} version {entry.version} is a clusterer: its labels number clusters, "
                                 "not classes, so there is no TARGET to compare them with")
     source = stmt.args["source"]
-    input_sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
-    columns = _columns(session, input_sql, params)
+    columns = _input_columns(session, source, params)
     target, target_type = _target(stmt, columns, session)
     if target_type.strip('"') == "NULL":
         raise DataError(f"{where_of(stmt)}: TARGET {target} is NULL in every row: every row evaluated needs its "

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.errors import DataError, ProgrammingError
@@ -16,7 +15,6 @@ from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, where_of
 from modelsql.engine.options.schema import option_error
 from modelsql.engine.query.predict_errors import NULL_HINT
-from modelsql.engine.query.bind_statement import READ_WHOLE
 from modelsql.engine.query_handler import run_query
 
 if TYPE_CHECKING:
@@ -55,7 +53,7 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
            queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan),
                                       _ranked_position(plan)))
     try:
-        row = run_sql(sql, session, params, read_whole=(queries.PREDICTIONS,))
+        row = run_sql(sql, session, params)
     except DataError as err:
         if err.code != "null_input" or NULL_HINT not in str(err):
             raise
@@ -87,15 +85,10 @@ def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
     return None if index is None else index + 1
 
 
-def run_sql(sql: str, session: Session, params: list, read_whole: Sequence[str] = ()) -> tuple[Any, ...]:
-    """The first row of a query that may hold PREDICTs (planned and run as a query is). ``read_whole``: the
-    MATERIALIZED CTEs of ``sql`` the query reads every row of (each is marked
-    :data:`~modelsql.engine.query.bind_statement.READ_WHOLE`, so its PREDICT may run in batch mode)."""
-    stmt = msql.parse(sql)[0]
-    for cte in stmt.find_all(exp.CTE):
-        if cte.alias_or_name in read_whole:
-            cte.meta[READ_WHOLE] = True
-    out, _, _ = run_query(stmt, session, params)
+def run_sql(query: queries.Query, session: Session, params: list) -> tuple[Any, ...]:
+    """The first row of an evaluation's query: its predictions planned as a query whose every row is read (their
+    PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned)."""
+    out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head, suffix=query.tail)
     try:
         row = session.duck.fetchone()
     finally:

@@ -1,7 +1,9 @@
 """The one query an EVALUATE runs, and the metrics read from its single row.
 
 The model's predictions of the input's rows are a materialized CTE over ``PREDICT`` (computed once, never
-leaving DuckDB); the query aggregates them into what the metrics need, small whatever the row count:
+leaving DuckDB): a :class:`Query` is that CTE's body, the one part modelsql plans (its PREDICT), and the rest of
+the statement, which aggregates the predictions into what the metrics need, small whatever the row count, and
+goes to DuckDB as written:
 
 * classification: the confusion counts per (true, predicted) class; per (true class, probability position)
   the sum of the clipped log-probabilities (log loss) and of the rows' average ranks by that position's
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-__all__ = ["Predicted", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS",
+__all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS",
            "PREDICTIONS"]
 
 PREDICTIONS = "__msql_eval"
@@ -46,15 +48,35 @@ class Predicted:
     target_cast: str = ""
     width: Optional[int] = None
 
-    def cte(self, cast: str = "") -> str:
-        """The materialized predictions: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each
-        cast to ``cast`` when given; a target read as a class label of integers is cast to BIGINT), ``h`` a
-        hash of the input row."""
+    def select(self, cast: str = "") -> str:
+        """The predictions' query: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each cast
+        to ``cast`` when given; a target read as a class label of integers is cast to BIGINT), ``h`` a hash of
+        the input row."""
         probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
         fingerprint = f"hash({', '.join(self.input_columns)})" if self.input_columns else "0"
         target = f"{self.target}{cast or self.target_cast}"
-        return (f"WITH {PREDICTIONS} AS MATERIALIZED (SELECT {target} AS t, "
-                f"{self.prediction}{cast} AS p{probabilities}, {fingerprint} AS h FROM {self.predict_sql})")
+        return (f"SELECT {target} AS t, {self.prediction}{cast} AS p{probabilities}, {fingerprint} AS h "
+                f"FROM {self.predict_sql}")
+
+
+@dataclass(frozen=True)
+class Query:
+    """An evaluation's statement, ``WITH __msql_eval AS MATERIALIZED (<predictions>)<rest>``: ``predictions``
+    is modelsql SQL (the PREDICT, planned as a query whose every row is read); ``rest`` plain DuckDB SQL over
+    the CTE, never parsed (it holds no PREDICT and no parameter)."""
+
+    predictions: str
+    rest: str
+
+    @property
+    def head(self) -> str:
+        """What goes before the planned predictions' DuckDB SQL."""
+        return f"WITH {PREDICTIONS} AS MATERIALIZED ("
+
+    @property
+    def tail(self) -> str:
+        """What goes after it."""
+        return f"){self.rest}"
 
 
 _HASH_SUM = "(coalesce(sum({0}::HUGEINT), 0) % 18446744073709551616)::UBIGINT"
@@ -79,7 +101,7 @@ def fingerprint_text(rows: int, digest: int) -> str:
 
 
 def classification_sql(predicted: Predicted, threshold: Optional[float], positions: bool = True,
-                       ranked: Optional[int] = None) -> str:
+                       ranked: Optional[int] = None) -> Query:
     """The query of a classifier: one row ``(n, null_targets, fingerprint, not_numbers, confusion, positions,
     ranks, drift)``; ``positions`` NULL without probabilities or when not asked for (the model names its classes),
     ``ranks`` and ``drift`` NULL without probabilities. ``drift`` is how far the rows' probabilities sum from 1 at
@@ -96,15 +118,15 @@ def classification_sql(predicted: Predicted, threshold: Optional[float], positio
     confusion = ("(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
                  "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion")
     if predicted.probabilities is None:
-        return (f"{predicted.cte()} SELECT {_COMMON.format(not_numbers='0')}, {confusion}, NULL AS positions, "
-                "NULL AS ranks, NULL AS drift")
+        return Query(predicted.select(), f" SELECT {_COMMON.format(not_numbers='0')}, {confusion}, NULL AS positions, "
+                     "NULL AS ranks, NULL AS drift")
     parts = [_COMMON.format(not_numbers="(SELECT coalesce(sum(bad), 0) FROM __msql_ranks)"), confusion,
              "(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, count(*) AS n "
              "FROM __msql_eval GROUP BY ALL)) AS positions" if positions else "NULL AS positions",
              "(SELECT list({'t': t, 'i': i, 'n': n, 'ln': ln, 'r': r, 'lo': lo, 'hi': hi, 'bad': bad, 'hits': hits}) "
              "FROM __msql_ranks) AS ranks",
              "(SELECT max(abs(list_sum(s)::DOUBLE - 1)) FROM __msql_eval WHERE t IS NOT NULL) AS drift"]
-    return f"{predicted.cte()}, {_ranks_sql(predicted.width, threshold, ranked)} SELECT {', '.join(parts)}"
+    return Query(predicted.select(), f", {_ranks_sql(predicted.width, threshold, ranked)} SELECT {', '.join(parts)}")
 
 
 def _rank_sums(threshold: Optional[float]) -> str:
@@ -141,7 +163,7 @@ def _position_rows(k: int, ranked: bool, scored: str) -> str:
             "__msql_rows WINDOW w AS (ORDER BY x)")
 
 
-def regression_sql(predicted: Predicted) -> str:
+def regression_sql(predicted: Predicted) -> Query:
     """The query of a regressor: one row ``(n, null_targets, fingerprint, not_numbers, abs_error_sum,
     squared_error_sum, median_abs_error, target_var_pop, error_var_pop)`` over the rows with a target; the
     variances are taken about means computed first (two passes over the materialized predictions, as
@@ -150,10 +172,10 @@ def regression_sql(predicted: Predicted) -> str:
     centred = f"FROM __msql_eval, (SELECT avg(t) AS mt, avg(t - p) AS md {where}) WHERE t IS NOT NULL"
     not_numbers = (f"(SELECT count(*) FROM __msql_eval WHERE {_NOT_A_NUMBER.format('t')} OR "
                    f"{_NOT_A_NUMBER.format('p')})")
-    return (f"{predicted.cte('::DOUBLE')} SELECT {_COMMON.format(not_numbers=not_numbers)}, "
-            f"(SELECT sum(abs(t - p)) {where}), (SELECT sum((t - p) * (t - p)) {where}), "
-            f"(SELECT median(abs(t - p)) {where}), (SELECT avg((t - mt) * (t - mt)) {centred}), "
-            f"(SELECT avg((t - p - md) * (t - p - md)) {centred})")
+    return Query(predicted.select("::DOUBLE"), f" SELECT {_COMMON.format(not_numbers=not_numbers)}, "
+                 f"(SELECT sum(abs(t - p)) {where}), (SELECT sum((t - p) * (t - p)) {where}), "
+                 f"(SELECT median(abs(t - p)) {where}), (SELECT avg((t - mt) * (t - mt)) {centred}), "
+                 f"(SELECT avg((t - p - md) * (t - p - md)) {centred})")
 
 
 def as_dicts(value: Any) -> list[dict[str, Any]]:
@@ -245,7 +267,7 @@ def thresholded_confusion(ranks: list[dict[str, Any]], labels: Sequence[Any], po
             + [{"t": e["t"], "p": negative, "n": e["n"] - e["hits"]} for e in at])
 
 
-def roc_sql(predicted: Predicted, position: int, positive: Any) -> str:
+def roc_sql(predicted: Predicted, position: int, positive: Any) -> Query:
     """The query of ROC_CURVE: one row whose list holds, per distinct probability of the positive class at
     ``position`` (highest first), the counts of rows at or above it (``sklearn.metrics.roc_curve``'s points,
     none dropped): threshold, recall (true positive rate), false positive rate and the four counts."""
@@ -253,11 +275,11 @@ def roc_sql(predicted: Predicted, position: int, positive: Any) -> str:
         label = "'" + positive.replace("'", "''") + "'"
     else:
         label = str(positive).upper() if isinstance(positive, bool) else str(int(positive))
-    return (f"{predicted.cte()}, __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
-            "FROM __msql_eval WHERE t IS NOT NULL), __msql_points AS (SELECT x, count(*) FILTER (WHERE y) AS tp, "
-            "count(*) FILTER (WHERE NOT y) AS fp FROM __msql_scores GROUP BY x), __msql_totals AS (SELECT "
-            "sum(tp) AS p, sum(fp) AS n FROM __msql_points), __msql_curve AS (SELECT x, sum(tp) OVER w AS tp, "
-            "sum(fp) OVER w AS fp FROM __msql_points WINDOW w AS (ORDER BY x DESC)) "
-            "SELECT list({'threshold': x, 'recall': CASE WHEN p > 0 THEN tp / p END, 'false_positive_rate': "
-            "CASE WHEN n > 0 THEN fp / n END, 'true_positives': tp, 'false_positives': fp, 'true_negatives': n - fp, "
-            "'false_negatives': p - tp} ORDER BY x DESC) FROM __msql_curve, __msql_totals")
+    return Query(predicted.select(), f", __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
+                 "FROM __msql_eval WHERE t IS NOT NULL), __msql_points AS (SELECT x, count(*) FILTER (WHERE y) AS tp, "
+                 "count(*) FILTER (WHERE NOT y) AS fp FROM __msql_scores GROUP BY x), __msql_totals AS (SELECT "
+                 "sum(tp) AS p, sum(fp) AS n FROM __msql_points), __msql_curve AS (SELECT x, sum(tp) OVER w AS tp, "
+                 "sum(fp) OVER w AS fp FROM __msql_points WINDOW w AS (ORDER BY x DESC)) "
+                 "SELECT list({'threshold': x, 'recall': CASE WHEN p > 0 THEN tp / p END, 'false_positive_rate': "
+                 "CASE WHEN n > 0 THEN fp / n END, 'true_positives': tp, 'false_positives': fp, 'true_negatives': n - fp, "
+                 "'false_negatives': p - tp} ORDER BY x DESC) FROM __msql_curve, __msql_totals")

@@ -271,11 +271,10 @@ ROW_DEPENDENT = (exp.Where, exp.Limit, exp.Fetch, exp.Having, exp.Qualify, exp.J
 def placement_of(p: PredictTable, stmt: exp.Expr, columns: Sequence[Column], used: Optional[set[str]]) -> Placement:
     """Where ``p`` sits in ``stmt`` (see :class:`~modelsql.engine.query.plan.Placement`)."""
     kept = kept_columns(columns, used, stmt)
-    scope = _whole_reader(p, stmt)
     return Placement(
-        top_level_from=scope is not None,
+        top_level_from=in_top_level_from(p, stmt),
         row_dependent=any(isinstance(n, ROW_DEPENDENT)
-                          for n in (scope or stmt).walk(prune=lambda n: isinstance(n, PredictTable))),
+                          for n in stmt.walk(prune=lambda n: isinstance(n, PredictTable))),
         in_main_body=_under_from_only(p, stmt),
         kept_columns=tuple(kept),
         arrow_unsafe=tuple(c for c in kept if arrow_unsafe(c.type)),
@@ -297,26 +296,6 @@ def _under_from_only(node: exp.Expression, stmt: exp.Expr) -> bool:
     else:
         return False
     return holder is stmt and isinstance(stmt, exp.Select)
-
-
-READ_WHOLE = "modelsql_read_whole"
-"""The meta key (``cte.meta[READ_WHOLE] = True``) by which modelsql's own statements mark a ``MATERIALIZED`` CTE
-whose every row the statement reads (EVALUATE's predictions). SQL text cannot set it: DuckDB pushes filters into
-a materialized CTE every reference of which filters it, and drops one no reference reads, so a user's CTE is
-never taken to be read whole."""
-
-
-def _whole_reader(node: exp.Expression, stmt: exp.Expr) -> Optional[exp.Expr]:
-    """What reads every row of a PREDICT: the statement, when its own top-level FROM reads it
-    (:func:`in_top_level_from`), or the body of a CTE marked :data:`READ_WHOLE` whose FROM reads it; None
-    otherwise."""
-    if in_top_level_from(node, stmt):
-        return stmt
-    cte = node.find_ancestor(exp.CTE)
-    if cte is None or not cte.meta.get(READ_WHOLE) or not cte.args.get("materialized") \
-            or not isinstance(cte.this, exp.Select):
-        return None
-    return cte.this if in_top_level_from(node, cte.this) else None
 
 
 def in_top_level_from(node: exp.Expression, stmt: exp.Expr) -> bool:

@@ -79,9 +79,8 @@ class Placement:
     """Where a PREDICT sits in its statement (what the cost function and the rules need to know).
 
     Attributes:
-        top_level_from: the statement's own top-level FROM reads it, or the FROM of the body of a CTE modelsql
-            marked as read whole (:data:`~modelsql.engine.query.bind_statement.READ_WHOLE`): all of it is consumed.
-        row_dependent: the statement (the CTE's body, for a PREDICT read by one) has a filter, limit or join
+        top_level_from: the statement's own top-level FROM reads it: all of it is consumed.
+        row_dependent: the statement has a filter, limit or join
             outside PREDICT inputs, which may stop a streaming PREDICT early or push into its input.
         in_main_body: it is a FROM or JOIN item of the statement's top-level SELECT itself (no
             subquery or CTE around it).
