@@ -189,7 +189,7 @@ CODES: dict[str, str] = {
     "ambiguous_statement": "a text of ours that DuckDB reads as a statement on an existing table of that name",
     "duplicate_option": "an option is given twice",
     "unknown_option": "an option the statement (or the tuning algorithm) does not have",
-    "missing_option": "an option the statement needs is not given (CREATE MODEL ... AS's model_type, target)",
+    "missing_option": "an option the statement needs is not given (CREATE MODEL ... AS's model_type, target; EVALUATE(...)'s target)",
     "invalid_option": "an option's value (or an argument's) of the wrong type, out of range or not a choice",
     "parameter_not_supported": "a ? parameter where the statement takes only written values",
     "parameter_count": "the number of parameter values differs from the placeholders",

@@ -104,6 +104,19 @@ def test_a_threshold_decides_the_binary_class_by_probability(con):
     assert got["confusion_matrix"] == M.confusion_matrix(y, p).tolist()
 
 
+def test_the_positive_class_is_shown_where_it_counts(con):
+    """Macro averages do not depend on the positive class, but a threshold does: the row names it then."""
+    y, _, s = _predictions(con, "cancer_rf", "cancer", "malignant", 30)
+    p = (s[:, 0] >= 0.6).astype(int) ^ 1  # class 0 is the positive one: predicted where its probability reaches 0.6
+    got = _evaluate(con, "EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant WITH (threshold = 0.6, "
+                         "positive = 0, average = 'macro')")
+    _close(got, {"precision": M.precision_score(y, p, average="macro"), "f1_score": M.f1_score(y, p, average="macro")})
+    assert got["positive"] == "0" and got["average"] == "macro"
+    plain = _evaluate(con, "EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant WITH (average = 'macro', "
+                           "positive = 0)")
+    assert plain["positive"] is None
+
+
 def test_regression_metrics_equal_scikit_learn(con):
     rows = con.execute("SELECT y, prediction FROM PREDICT(MODEL diabetes_ridge, TABLE diabetes, features = "
                        "(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9))").fetchall()
@@ -437,7 +450,7 @@ def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):
 
 
 @pytest.mark.parametrize("sql, code, says", [
-    ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris)", "invalid_target", "target = column"),
+    ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris)", "missing_option", "target = column"),
     ("SELECT * FROM ROC_CURVE(MODEL iris_lr, TABLE iris, target = y)", "invalid_target", "two classes"),
     ("SELECT * FROM CONFUSION_MATRIX(MODEL diabetes_ridge, TABLE diabetes, target = y)", "invalid_target",
      "predicts numbers"),

@@ -172,7 +172,8 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
     metrics["log_loss"] = queries.log_loss(ranks, where, rows) if where is not None else None
     metrics["roc_auc"] = queries.roc_auc(ranks, where, labels, positive, average) if where is not None else None
     metrics.update(labels=labels, confusion_matrix=matrix, average=average,
-                   positive=positive if average == "binary" else None, positive_class=positive)
+                   positive=positive if average == "binary" or plan.options["threshold"] is not None else None,
+                   positive_class=positive)  # (averaged metrics do not depend on it, but the threshold's class does)
     return metrics, where
 
 

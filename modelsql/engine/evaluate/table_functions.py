@@ -36,7 +36,8 @@ def _as_statement(node: EvaluationTable) -> EvaluateModel:
     """The EVALUATE statement a table function's arguments spell (its ``target`` option is the TARGET).
 
     Raises:
-        ProgrammingError: ``invalid_target`` when no ``target = column`` is given.
+        ProgrammingError: ``missing_option`` when no ``target = column`` is given, ``invalid_option`` when it
+            names no column.
     """
     options = [o for o in node.args.get("options") or [] if o.this.name.lower() != "target"]
     if sum(1 for o in node.args.get("options") or [] if o.this.name.lower() == "target") > 1:
@@ -49,8 +50,9 @@ def _as_statement(node: EvaluationTable) -> EvaluateModel:
                                        "threshold of the positive class.")
     target = node.option_values.get("target")
     if not isinstance(target, (exp.Identifier, exp.Column, exp.Literal)) or not target.name:
-        raise ProgrammingError(f"{node.args['function']}(...) needs the column of true values: target = column",
-                               code="invalid_target")
+        raise option_error("target", f"{node.args['function']}(...) needs the column of true values: target = column"
+                           + ("" if target is None else f", not {target.sql('duckdb')}"),
+                           code="missing_option" if target is None else "invalid_option")
     name = exp.to_identifier(target.name, quoted=isinstance(target, exp.Identifier) and target.quoted)
     stmt = EvaluateModel(this=node.this.copy(), source=node.expression.copy(), target=name, options=options or None)
     stmt.meta["called_as"] = node.args["function"]  # messages name the function, not the statement

@@ -116,7 +116,8 @@ def column_names(raw: Any, key: str, where: str) -> tuple[str, ...]:
     """
     names = tuple(n.strip() for n in raw.split(",")) if isinstance(raw, str) else raw
     if not isinstance(names, (tuple, list)) or not names or not all(isinstance(n, str) and n.strip() for n in names):
-        raise option_error(key, f"{where} option {key} must name columns, e.g. {key} = (a, b), not {sql_text(raw)}.")
+        shown = "an empty list" if isinstance(raw, (tuple, list)) and not raw else sql_text(raw)  # () or []
+        raise option_error(key, f"{where} option {key} must name columns, e.g. {key} = (a, b), not {shown}.")
     seen: set[str] = set()
     for n in names:
         if n.lower() in seen:
