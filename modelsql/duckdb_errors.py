@@ -121,6 +121,9 @@ _BY_MESSAGE: tuple[tuple[re.Pattern, type[Error], str, Optional[str]], ...] = (
     # also as the catalog words it ("Catalog error: TransactionContext Error: ...")
     (re.compile(r"\A(?:Catalog error: )?TransactionContext Error: Current transaction is aborted"),
      OperationalError, "transaction_aborted", _ABORTED),
+    (re.compile(r'\A(?:Catalog error: )?TransactionContext Error: Attempting to write to database "[^"]*" in a '
+                r'transaction that has already modified database'), OperationalError, "cross_database_write",
+     None),
 )
 """Messages that say more than DuckDB's exception class: (pattern, modelsql class, code, message), the
 message None to keep DuckDB's. Matched on duckdb exceptions and on modelsql errors carrying DuckDB's text."""
@@ -133,8 +136,15 @@ def _by_message(exc: BaseException, prefix: str) -> Optional[Error]:
     text = str(exc)
     for pattern, ours, code, message in _BY_MESSAGE:
         if pattern.match(text):
-            return ours(message or prefix + text, code=code)
+            hint = _CROSS_WRITE_HINT if code == "cross_database_write" and (prefix or text.startswith(_CATALOG_PREFIX)) \
+                else ""  # (a catalog write: the user did not write to that database themselves)
+            return ours(message or prefix + text + hint, code=code)
     return None
+
+
+_CROSS_WRITE_HINT = (" modelsql's model statements and EVALUATE write to the catalog of the database the connection "
+                     "opened: commit the transaction's other writes first (or write them after).")
+"""What a catalog write refused so adds: the user did not write to that database themselves."""
 
 
 def _from_message(exc: BaseException) -> Optional[duckdb.Error]:

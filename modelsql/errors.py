@@ -176,6 +176,8 @@ CODES: dict[str, str] = {
     "out_of_range": "DuckDB: a value is out of its type's range",
     "constraint_violation": "DuckDB: a NOT NULL, UNIQUE, PRIMARY KEY, FOREIGN KEY or CHECK constraint failed",
     "transaction_error": "DuckDB: a transaction conflict or misuse",
+    "cross_database_write": "a transaction that wrote to one attached database wrote to another (DuckDB allows one; the "
+                            "catalog lives in the connection's database)",
     "transaction_aborted": "a statement failed in this transaction and DuckDB refuses every later one: ROLLBACK",
     "io_error": "reading or writing a file failed",
     "out_of_memory": "DuckDB ran out of memory",

@@ -516,8 +516,8 @@ class Catalog:
         says why (no such model, no such version)."""
         key = _normalize_name(name)
         number = _normalize_version(version) if version is not None else None
-        if number is None:
-            key, number = self._resolve(name, None)
+        if number is None or not 0 < number < 2**31:  # (a number past the column's type: no such version)
+            key, number = self._resolve(name, version)
         found = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
             "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, "

@@ -192,7 +192,8 @@ def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: 
 def _query(stmt: exp.Expression, session: Session, params: list[object]) -> Result:
     if isinstance(stmt, exp.Command):
         raise NotSupportedError(
-            f"PREDICT cannot be used in {str(stmt.this).upper()}: modelsql plans the statement when it runs. "
+            f"PREDICT (and EVALUATE(...), CONFUSION_MATRIX(...), ROC_CURVE(...)) cannot be used in "
+            f"{str(stmt.this).upper()}: modelsql plans the statement when it runs. "
             "Run it with cursor.execute and ? parameters instead (its plan is kept for the next run).",
             code="predict_in_command",
         )

@@ -90,6 +90,21 @@ def test_aborted_transaction_says_to_roll_back(con, catalog):
     con.execute("ROLLBACK")
 
 
+@pytest.mark.parametrize("catalog", [False, True])
+def test_a_second_database_written_in_one_transaction_is_named(con, catalog):
+    """DuckDB lets a transaction write to one attached database; a catalog write says the catalog is the other."""
+    con.execute("ATTACH ':memory:' AS other")
+    con.execute("CREATE TABLE other.t2 (i INTEGER)")
+    con.execute("CREATE TABLE mine (i INTEGER)")
+    con.execute("BEGIN")
+    con.execute("INSERT INTO other.t2 VALUES (1)")
+    err = duckdb_errors.translate(_raised(con, "INSERT INTO mine VALUES (1)"), catalog=catalog)
+    assert type(err) is errors.OperationalError and err.code == "cross_database_write"
+    assert '"other"' in str(err) and ("write to the catalog" in str(err)) == catalog
+    con.execute("ROLLBACK")
+    con.execute("DETACH other")
+
+
 def test_catalog_wording_of_an_aborted_transaction_is_recognised(con):
     con.execute("BEGIN")
     _raised(con, "SELECT * FROM no_such_table")

@@ -4,6 +4,7 @@ catalog and DESCRIBE MODEL shows the latest; bad input is a clear error that rec
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -79,6 +80,18 @@ def test_multiclass_metrics_equal_scikit_learn(con, average):
     assert got["labels"] == ["0", "1", "2"] and got["task"] == "classification" and got["rows"] == 150
 
 
+def test_a_class_predicted_but_absent_from_the_rows_weighs_nothing_in_weighted_roc_auc(con):
+    con.execute("CREATE TABLE iris_no1 AS SELECT * FROM iris WHERE y <> 1 OR f0 > 6.6")  # a few class-1 rows left
+    con.execute("UPDATE iris_no1 SET y = 2 WHERE y = 1")  # now no row's target is 1, some are predicted 1
+    y, p, s = _predictions(con, "iris_lr", "iris_no1", "y", 4)
+    assert 1 in set(p) and 1 not in set(y)
+    got = _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris_no1 TARGET y WITH (average = 'weighted')")
+    assert got["roc_auc"] == pytest.approx(M.roc_auc_score(y, s, multi_class="ovr", average="weighted",
+                                                           labels=[0, 1, 2]), rel=1e-9)
+    assert _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris_no1 TARGET y")["roc_auc"] is None  # (macro: undefined)
+    con.rollback()
+
+
 @pytest.mark.parametrize("positive", [None, 0, "'0'"])
 def test_binary_metrics_equal_scikit_learn(con, positive):
     y, p, s = _predictions(con, "cancer_rf", "cancer", "malignant", 30)
@@ -127,6 +140,26 @@ def test_regression_metrics_equal_scikit_learn(con):
                  "median_absolute_error": M.median_absolute_error(y, p), "r2_score": M.r2_score(y, p),
                  "explained_variance": M.explained_variance_score(y, p)})
     assert got["task"] == "regression" and got["rows"] == len(y)
+
+
+def test_regression_metrics_of_targets_far_from_zero_stay_exact(con):
+    """Targets near 1e14: the means and variances are exact sums (``math.fsum``) to 1e-9; DuckDB's plain ``avg``
+    was off by 1e-3 there (NumPy's pairwise sums by 1e-8)."""
+    source = "(SELECT * REPLACE (y + 1e14 AS y) FROM diabetes)"
+    rows = con.execute(f"SELECT y, prediction FROM PREDICT(MODEL diabetes_ridge, {source}, features = "
+                       "(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9))").fetchall()
+    y, p = [float(r[0]) for r in rows], [float(r[1]) for r in rows]
+    d = [a - b for a, b in zip(y, p)]
+
+    def variance(v: list) -> float:
+        mean = math.fsum(v) / len(v)
+        return math.fsum((x - mean) ** 2 for x in v) / len(v)
+
+    got = _evaluate(con, f"EVALUATE MODEL diabetes_ridge ON {source} TARGET y")
+    _close(got, {"mean_absolute_error": math.fsum(map(abs, d)) / len(d),
+                 "mean_squared_error": math.fsum(x * x for x in d) / len(d),
+                 "r2_score": 1 - math.fsum(x * x for x in d) / len(d) / variance(y),
+                 "explained_variance": 1 - variance(d) / variance(y)})
 
 
 def test_a_pipeline_is_evaluated_as_predict_runs_it(con):
@@ -431,6 +464,25 @@ def test_the_evaluate_table_function_gives_the_statements_row_and_records_nothin
     joined = con.execute("SELECT e.accuracy > 0.9, m.name FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y) AS e "
                          "JOIN modelsql.models AS m ON m.name = e.model").fetchall()
     assert joined == [(True, "iris_lr")]
+
+
+def test_a_table_function_reads_the_querys_ctes_as_the_query_does(con):
+    """A table function is computed before its query runs, yet ``TABLE h`` under ``WITH h AS (...)`` is the CTE (never
+    a table of that name), an inner CTE hides an outer one, a CTE listed after the one reading it is not seen, and a
+    parameter in the CTE is bound."""
+    con.execute("CREATE TABLE h AS SELECT * FROM iris LIMIT 10")
+    want = con.execute("SELECT count(*) FROM iris WHERE y = 1 OR f0 > 6.5").fetchone()[0]
+    for sql, rows in (
+            ("WITH h AS (SELECT * FROM iris WHERE y = 1 OR f0 > 6.5) SELECT rows FROM EVALUATE(MODEL iris_lr, "
+             "TABLE h, target = y)", want),
+            ("WITH h AS (SELECT * FROM iris WHERE y = ? OR f0 > ?) SELECT sum(rows) FROM CONFUSION_MATRIX(MODEL "
+             "iris_lr, (SELECT * FROM h), target = y)", want),
+            ("WITH h AS (SELECT * FROM iris) SELECT * FROM (WITH h AS (SELECT * FROM iris LIMIT 7) SELECT rows FROM "
+             "EVALUATE(MODEL iris_lr, TABLE h, target = y))", 7),
+            ("WITH e AS (SELECT rows FROM EVALUATE(MODEL iris_lr, TABLE h, target = y)), h AS (SELECT * FROM iris) "
+             "SELECT * FROM e", 10)):
+        assert con.execute(sql, [1, 6.5] if "?" in sql else None).fetchone()[0] == rows, sql
+    con.rollback()
 
 
 def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):

@@ -186,10 +186,11 @@ def test_model_not_found_did_you_mean(cat):
 def test_version_not_found_lists_versions(cat):
     add(cat, make_mv(version=1))
     add(cat, make_mv(version=2))
-    with pytest.raises(errors.ProgrammingError) as ei:
-        cat.get("digits", 7)
-    assert ei.value.code == "version_not_found"
-    assert "1, 2" in str(ei.value) and "7" in str(ei.value)
+    for missing in (7, 2**31, 10**40):  # (numbers past the version column's type too)
+        with pytest.raises(errors.ProgrammingError) as ei:
+            cat.get("digits", missing)
+        assert ei.value.code == "version_not_found"
+        assert "1, 2" in str(ei.value) and str(missing) in str(ei.value)
 
 
 def test_invalid_arguments(cat):

@@ -27,6 +27,7 @@ from modelsql.sql.predict import PredictTable
 from modelsql.engine.evaluate import queries
 from modelsql.engine.options.declared import EVALUATE
 from modelsql.engine.options.schema import OptionValues, option_error
+from modelsql.engine.query.bind_predict import row_shape, row_width
 from modelsql.engine.query_handler import run_query
 from modelsql.engine.training_features import feature_option, input_keys, training_features
 
@@ -132,7 +133,14 @@ def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], t
         return training_features(names, target, given, statement=where_of(stmt))
     named = entry.inputs[0].name.lower() in {n.lower() for n in names} if len(entry.inputs) == 1 else True
     if not entry.features and not named:  # a model or pipeline fed by position
-        return training_features(names, target, None, input_keys(session, stmt.args["source"]), where_of(stmt))
+        chosen = training_features(names, target, None, input_keys(session, stmt.args["source"]), where_of(stmt))
+        width = row_width(row_shape(entry.inputs[0])) if len(entry.inputs) == 1 else None
+        if width is not None and width != len(chosen):
+            raise ProgrammingError(
+                f"{where_of(stmt)}: {entry.name} is fed by position and takes {width} values per row, but the input "
+                f"has {len(chosen)} columns besides the TARGET and its keys ({', '.join(chosen)}): name the features "
+                "(WITH (features = (...))) or leave the others out of the input.", code="feature_mismatch")
+        return chosen
     return None
 
 

@@ -167,15 +167,16 @@ def regression_sql(predicted: Predicted) -> Query:
     """The query of a regressor: one row ``(n, null_targets, fingerprint, not_numbers, abs_error_sum,
     squared_error_sum, median_abs_error, target_var_pop, error_var_pop)`` over the rows with a target; the
     variances are taken about means computed first (two passes over the materialized predictions, as
-    scikit-learn's ``np.average((y - y.mean()) ** 2)``: no cancellation for targets far from zero)."""
+    scikit-learn's ``np.average((y - y.mean()) ** 2)``: no cancellation for targets far from zero); every sum is
+    compensated (``fsum``, ``favg``: Kahan-Babuska), as NumPy's pairwise sums are about as exact."""
     where = "FROM __msql_eval WHERE t IS NOT NULL"
-    centred = f"FROM __msql_eval, (SELECT avg(t) AS mt, avg(t - p) AS md {where}) WHERE t IS NOT NULL"
+    centred = f"FROM __msql_eval, (SELECT favg(t) AS mt, favg(t - p) AS md {where}) WHERE t IS NOT NULL"
     not_numbers = (f"(SELECT count(*) FROM __msql_eval WHERE {_NOT_A_NUMBER.format('t')} OR "
                    f"{_NOT_A_NUMBER.format('p')})")
     return Query(predicted.select("::DOUBLE"), f" SELECT {_COMMON.format(not_numbers=not_numbers)}, "
-                 f"(SELECT sum(abs(t - p)) {where}), (SELECT sum((t - p) * (t - p)) {where}), "
-                 f"(SELECT median(abs(t - p)) {where}), (SELECT avg((t - mt) * (t - mt)) {centred}), "
-                 f"(SELECT avg((t - p - md) * (t - p - md)) {centred})")
+                 f"(SELECT fsum(abs(t - p)) {where}), (SELECT fsum((t - p) * (t - p)) {where}), "
+                 f"(SELECT median(abs(t - p)) {where}), (SELECT favg((t - mt) * (t - mt)) {centred}), "
+                 f"(SELECT favg((t - p - md) * (t - p - md)) {centred})")
 
 
 def as_dicts(value: Any) -> list[dict[str, Any]]:
@@ -246,14 +247,15 @@ def _auc(ranks: list[dict[str, Any]], label: Any, position: int) -> Optional[flo
 def roc_auc(ranks: list[dict[str, Any]], where: dict[Any, int], labels: Sequence[Any], positive: Any,
             average: str) -> Optional[float]:
     """Binary: the positive class's AUC. Multiclass: one-vs-rest, the mean over the classes (``weighted``: by
-    their rows; ``roc_auc_score(multi_class='ovr')``). None when a class has no rows or all of them."""
+    their rows, so a class no row has counts for nothing; ``roc_auc_score(multi_class='ovr')``). None when a class
+    that counts has no rows or all of them."""
     if len(labels) == 2:
         return _auc(ranks, positive, where[positive])
-    each = [_auc(ranks, label, where[label]) for label in labels]
-    if any(a is None for a in each):
-        return None
     weights = ([sum(int(e["n"]) for e in ranks if e["t"] == label and e["i"] == 1) for label in labels]
                if average == "weighted" else [1] * len(labels))
+    each = [_auc(ranks, label, where[label]) if w else None for label, w in zip(labels, weights)]
+    if any(a is None for a, w in zip(each, weights) if w):
+        return None
     return sum(w * a for w, a in zip(weights, each) if a is not None) / sum(weights)
 
 

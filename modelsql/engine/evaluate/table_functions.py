@@ -16,6 +16,7 @@ from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.errors import ProgrammingError
 from modelsql.metrics import as_positive, default_positive
 from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
+from modelsql.sql.scopes import with_enclosing_ctes
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
 from modelsql.engine.evaluate.measure import Measured, measure, run_sql
@@ -54,7 +55,8 @@ def _as_statement(node: EvaluationTable) -> EvaluateModel:
                            + ("" if target is None else f", not {target.sql('duckdb')}"),
                            code="missing_option" if target is None else "invalid_option")
     name = exp.to_identifier(target.name, quoted=isinstance(target, exp.Identifier) and target.quoted)
-    stmt = EvaluateModel(this=node.this.copy(), source=node.expression.copy(), target=name, options=options or None)
+    source = with_enclosing_ctes(node.expression, node).copy()  # the query's CTEs, as the query would read them
+    stmt = EvaluateModel(this=node.this.copy(), source=source, target=name, options=options or None)
     stmt.meta["called_as"] = node.args["function"]  # messages name the function, not the statement
     return stmt
 
