@@ -34,6 +34,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from modelsql.errors import NotSupportedError, ProgrammingError
+from modelsql.converters import text
 from modelsql.converters.graph_edit import BATCH_DIM, dedupe_opsets, name_batch_dim, rename_value
 from modelsql.onnxformat.load import check_model
 
@@ -96,10 +97,12 @@ def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
 
 def _fitted_on_text(trans: Any) -> list[bool]:
     """Per column a ColumnTransformer's part reads: whether it was fitted on strings (an encoder's categories,
-    an imputer's filling values are text); a pipeline's first step tells."""
+    an imputer's filling values are text; a text vectorizer reads text); a pipeline's first step tells."""
     steps = getattr(trans, "steps", None)
     if steps:
         return _fitted_on_text(steps[0][1])
+    if hasattr(trans, "build_analyzer"):  # a text vectorizer (CountVectorizer, TfidfVectorizer): one text column
+        return [True]
     categories = getattr(trans, "categories_", None)
     if categories is not None:
         return [bool(len(cats)) and isinstance(cats[0], str) for cats in categories]
@@ -369,14 +372,34 @@ def _convert(
     # an entry for the final step, even empty, also keeps skl2onnx's Pipeline parser from asking for a ZipMap
     options = {id(_final_step(estimator)): {"zipmap": False} if _has_zipmap(estimator) else {}} if classifier else None
     target = {"": min(DEFAULT_OPSET, get_latest_tested_opset_version()), "ai.onnx.ml": ML_OPSET}
+    functions: tuple[Optional[dict], Optional[dict]] = (None, None)
+    if _has_text_vectorizer(estimator):  # modelsql's exact featurizer (text.py), not skl2onnx's approximation
+        functions = text.skl2onnx_functions()
+        target[""] = max(target[""], text.OPSET)
     try:
-        model = convert_sklearn(estimator, name, initial_types=initial_types, options=options, target_opset=target)
+        model = convert_sklearn(estimator, name, initial_types=initial_types, options=options, target_opset=target,
+                                custom_conversion_functions=functions[0], custom_shape_calculators=functions[1])
     except Exception as exc:  # skl2onnx raises RuntimeError, MissingShapeCalculator, NameError ...
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NotSupportedError(
             f"skl2onnx cannot convert the {cls_name}: {msg}", code="conversion_failed"
         ) from None
     return model
+
+
+def _has_text_vectorizer(estimator: Any) -> bool:
+    """Whether a CountVectorizer or TfidfVectorizer sits anywhere in ``estimator`` (a pipeline's steps, a
+    ColumnTransformer's parts)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    stack = [estimator]
+    while stack:
+        est = stack.pop()
+        if isinstance(est, CountVectorizer):  # (TfidfVectorizer is one)
+            return True
+        stack += [step for _, step in getattr(est, "steps", None) or []]
+        stack += [part for _, part, _ in getattr(est, "transformers_", None) or [] if hasattr(part, "get_params")]
+    return False
 
 
 def _has_zipmap(estimator: Any) -> bool:

@@ -724,6 +724,18 @@ def register_skl2onnx() -> None:
                                     _skl2onnx_vectorizer, options=dict(_SKL2ONNX_OPTIONS))
 
 
+def skl2onnx_functions() -> tuple[dict, dict]:
+    """``(custom_conversion_functions, custom_shape_calculators)`` for one ``skl2onnx.convert_sklearn`` call: what
+    :func:`register_skl2onnx` registers for the whole process, for that call alone (the converted model needs a
+    default-domain target opset >= :data:`OPSET`)."""
+    from skl2onnx.shape_calculators.text_vectorizer import calculate_sklearn_text_vectorizer_output_shapes
+    from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+
+    classes = (CountVectorizer, TfidfVectorizer)
+    return ({c: _skl2onnx_vectorizer for c in classes},
+            {c: calculate_sklearn_text_vectorizer_output_shapes for c in classes})
+
+
 def _skl2onnx_vectorizer(scope: Any, operator: Any, container: Any) -> None:
     """skl2onnx converter: inline :func:`text_featurizer_onnx`'s graph into the container."""
     if container.target_opset < OPSET:

@@ -487,6 +487,34 @@ def test_column_transformer_pipeline_fitted_on_a_dataframe(con):
     np.testing.assert_allclose(np.array([r[2] for r in rows]), pipe.predict_proba(df), atol=1e-5)
 
 
+def test_a_column_transformer_with_a_text_vectorizer_imports_whole(con):
+    """A ColumnTransformer that vectorizes a text column (TfidfVectorizer) beside scaled numbers converts with
+    modelsql's exact featurizer for that call alone (skl2onnx's own, with a locale many hosts lack, stays registered
+    for the user's conversions), and PREDICT gives the pipeline's answers."""
+    import pandas as pd
+    from skl2onnx.common import _registration
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from modelsql.datasets import reviews
+
+    texts, labels = reviews(400)
+    frame = pd.DataFrame({"review": texts, "stars": np.arange(len(texts), dtype=float) % 5})
+    pipe = Pipeline([("ct", ColumnTransformer([("num", StandardScaler(), ["stars"]),
+                                               ("txt", TfidfVectorizer(ngram_range=(1, 2)), "review")])),
+                     ("lr", LogisticRegression(max_iter=500))]).fit(frame.iloc[:300], labels[:300])
+    before = _registration._converter_pool["SklearnTfidfVectorizer"]
+    con.import_model("reviews_ct", pipe)
+    assert _registration._converter_pool["SklearnTfidfVectorizer"] is before
+    held = frame.iloc[300:].assign(id=np.arange(100))
+    con.register("held_frame", held)
+    rows = con.execute("SELECT id, label, probabilities FROM PREDICT(MODEL reviews_ct, TABLE held_frame) "
+                       "ORDER BY id").fetchall()
+    con.unregister("held_frame")
+    np.testing.assert_array_equal([r[1] for r in rows], pipe.predict(held))
+    np.testing.assert_allclose(np.array([r[2] for r in rows]), pipe.predict_proba(held), atol=1e-5)
+    con.rollback()
+
+
 def test_pipeline_columns_keep_their_own_names_and_unused_ones_are_not_needed(tmp_path):
     """skl2onnx renames "a/b" to a_b (and a real a_b to a_b1): PREDICT must bind the pipeline's own
     column names, never another column that happens to have the changed name; columns the
