@@ -142,8 +142,8 @@ def _by_message(exc: BaseException, prefix: str) -> Optional[Error]:
     return None
 
 
-_CROSS_WRITE_HINT = (" modelsql's model statements and EVALUATE write to the catalog of the database the connection "
-                     "opened: commit the transaction's other writes first (or write them after).")
+_CROSS_WRITE_HINT = (" modelsql's catalog (where EVALUATE records, in the transaction) lives in the database the "
+                     "connection opened: commit the transaction's other writes first (or write them after).")
 """What a catalog write refused so adds: the user did not write to that database themselves."""
 
 

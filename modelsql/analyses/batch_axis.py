@@ -32,6 +32,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, numpy_helper
 
+from modelsql.onnxformat.inference import infer_shapes
+
 __all__ = ["batch_dependence"]
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def _inferred(model: ModelProto) -> ModelProto:
     its input's shape, and inference run again): without that, what follows a scikit-learn ``SimpleImputer`` had no
     shape, and a reshape after it could not be shown to keep rows apart."""
     try:
-        current = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        current = infer_shapes(model, strict_mode=False)
     except Exception:
         return model
     for _ in range(8):  # one more chain of them carried each round
@@ -124,7 +126,7 @@ def _inferred(model: ModelProto) -> ModelProto:
         seeded.CopyFrom(current)
         seeded.graph.value_info.extend(added)
         try:
-            current = onnx.shape_inference.infer_shapes(seeded, strict_mode=False)
+            current = infer_shapes(seeded, strict_mode=False)
         except Exception:
             return seeded
     return current

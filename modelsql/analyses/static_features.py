@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from modelsql.onnxformat.inference import infer_shapes
+
 __all__ = ["graph_flops", "StaticFeatures", "static_features", "NodeCost", "node_costs"]
 
 
@@ -74,7 +76,7 @@ def _inferred(model: onnx.ModelProto, batch_size: int) -> tuple[onnx.ModelProto,
             if not d.HasField("dim_value"):
                 d.dim_value = 1
     try:
-        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+        m = infer_shapes(m, data_prop=True)
     except Exception:  # noqa: BLE001 - no shapes: count what is declared
         pass
     shapes, types = {}, {}

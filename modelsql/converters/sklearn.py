@@ -88,7 +88,7 @@ def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
                     found["text"].update(col for col, text in zip(names, _fitted_on_text(trans)) if text)
                 if hasattr(trans, "get_params") and not isinstance(trans, str):
                     stack.append(trans)
-        for attr in ("steps",):
+        for attr in ("steps", "transformer_list"):  # a pipeline's steps, a FeatureUnion's members
             for _, step in getattr(est, attr, None) or []:
                 if hasattr(step, "get_params"):
                     stack.append(step)
@@ -97,10 +97,14 @@ def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
 
 def _fitted_on_text(trans: Any) -> list[bool]:
     """Per column a ColumnTransformer's part reads: whether it was fitted on strings (an encoder's categories,
-    an imputer's filling values are text; a text vectorizer reads text); a pipeline's first step tells."""
+    an imputer's filling values are text; a text vectorizer reads text); a pipeline's first step tells, a
+    FeatureUnion's members together."""
     steps = getattr(trans, "steps", None)
     if steps:
         return _fitted_on_text(steps[0][1])
+    members = [_fitted_on_text(t) for _, t in getattr(trans, "transformer_list", None) or [] if hasattr(t, "get_params")]
+    if members:  # a FeatureUnion: its members read the same columns
+        return [any(m[i] for m in members if i < len(m)) for i in range(max(map(len, members)))]
     if hasattr(trans, "build_analyzer"):  # a text vectorizer (CountVectorizer, TfidfVectorizer): one text column
         return [True]
     categories = getattr(trans, "categories_", None)
@@ -389,7 +393,7 @@ def _convert(
 
 def _has_text_vectorizer(estimator: Any) -> bool:
     """Whether a CountVectorizer or TfidfVectorizer sits anywhere in ``estimator`` (a pipeline's steps, a
-    ColumnTransformer's parts)."""
+    ColumnTransformer's parts, a FeatureUnion's members)."""
     from sklearn.feature_extraction.text import CountVectorizer
 
     stack = [estimator]
@@ -398,6 +402,7 @@ def _has_text_vectorizer(estimator: Any) -> bool:
         if isinstance(est, CountVectorizer):  # (TfidfVectorizer is one)
             return True
         stack += [step for _, step in getattr(est, "steps", None) or []]
+        stack += [part for _, part in getattr(est, "transformer_list", None) or [] if hasattr(part, "get_params")]
         stack += [part for _, part, _ in getattr(est, "transformers_", None) or [] if hasattr(part, "get_params")]
     return False
 

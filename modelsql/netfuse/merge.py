@@ -39,6 +39,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from modelsql.errors import NotSupportedError
 from modelsql.netfuse.layout import Declined, GraphBuilder, Value, tensor_type
+from modelsql.onnxformat.inference import infer_shapes
 
 __all__ = ["merge_models", "MergeDeclined", "MIN_OPSET", "DENSE_LOWERINGS"]
 
@@ -452,7 +453,7 @@ def _dims(v) -> list:
 def _shape_info(model: ModelProto) -> dict[str, tuple]:
     """Original value name -> (rank, dims with None for symbolic or unknown, element type)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - a model shape inference rejects still merges where ranks are not needed
         inferred = model
     g = inferred.graph

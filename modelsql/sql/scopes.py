@@ -2,9 +2,10 @@
 them: a table function computed before its query runs (``EVALUATE(MODEL m, TABLE h, ...)`` under
 ``WITH h AS (...)``) reads the CTE ``h``, as the query would, never a table of that name.
 
-SQL's scoping (as DuckDB applies it): a query sees the CTEs of every WITH clause around it; an inner clause's name
-hides an outer one's; a CTE's own body sees the CTEs listed before it (all of them, itself too, in a ``WITH
-RECURSIVE``).
+SQL's scoping (as DuckDB applies it): a query sees the CTEs of every WITH clause around it (a query's, or one
+written before INSERT, UPDATE or DELETE); an inner clause's name hides an outer one's; a CTE's own body sees the
+CTEs listed before it (and, in a ``WITH RECURSIVE``, itself, which a table function computed before the query
+cannot read).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ def enclosing_withs(node: exp.Expression) -> list[exp.With]:
     while parent is not None:
         if isinstance(parent, exp.CTE):
             cte = parent
-        clause = parent.args.get("with_") if isinstance(parent, exp.Query) else None
+        clause = parent.args.get("with_")  # (a query's, or an INSERT's, UPDATE's, DELETE's written before it)
         if isinstance(clause, exp.With):
             ctes = list(clause.expressions)
-            if child is clause and not clause.args.get("recursive"):  # node is in a CTE's body: those before it
-                ctes = ctes[:next(i for i, c in enumerate(ctes) if c is cte)]
+            if child is clause:  # node is in a CTE's body: those before it (a recursive one's self-reference is
+                ctes = ctes[:next(i for i, c in enumerate(ctes) if c is cte)]  # not computable before the query)
             if ctes:
                 found.append(exp.With(expressions=[c.copy() for c in ctes], recursive=clause.args.get("recursive")))
         child, parent = parent, parent.parent

@@ -100,7 +100,7 @@ def test_a_second_database_written_in_one_transaction_is_named(con, catalog):
     con.execute("INSERT INTO other.t2 VALUES (1)")
     err = duckdb_errors.translate(_raised(con, "INSERT INTO mine VALUES (1)"), catalog=catalog)
     assert type(err) is errors.OperationalError and err.code == "cross_database_write"
-    assert '"other"' in str(err) and ("write to the catalog" in str(err)) == catalog
+    assert '"other"' in str(err) and ("catalog (where EVALUATE records" in str(err)) == catalog
     con.execute("ROLLBACK")
     con.execute("DETACH other")
 

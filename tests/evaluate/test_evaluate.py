@@ -480,8 +480,17 @@ def test_a_table_function_reads_the_querys_ctes_as_the_query_does(con):
             ("WITH h AS (SELECT * FROM iris) SELECT * FROM (WITH h AS (SELECT * FROM iris LIMIT 7) SELECT rows FROM "
              "EVALUATE(MODEL iris_lr, TABLE h, target = y))", 7),
             ("WITH e AS (SELECT rows FROM EVALUATE(MODEL iris_lr, TABLE h, target = y)), h AS (SELECT * FROM iris) "
-             "SELECT * FROM e", 10)):
+             "SELECT * FROM e", 10),
+            ("WITH RECURSIVE h AS (SELECT * FROM iris WHERE y = 1), e AS (SELECT rows FROM EVALUATE(MODEL iris_lr, "
+             "TABLE h, target = y)) SELECT * FROM e", 50),
+            ("WITH RECURSIVE r(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM r WHERE i < 1), e AS (SELECT rows FROM "
+             "EVALUATE(MODEL iris_lr, (SELECT iris.* FROM iris JOIN r ON iris.y = r.i), target = y)) SELECT * FROM e",
+             100)):
         assert con.execute(sql, [1, 6.5] if "?" in sql else None).fetchone()[0] == rows, sql
+    con.execute("CREATE TABLE out (n BIGINT)")  # a WITH written before INSERT (sqlglot hangs it on the INSERT)
+    con.execute("WITH h AS (SELECT * FROM iris WHERE y = 1 OR f0 > 6.5) INSERT INTO out SELECT rows FROM "
+                "EVALUATE(MODEL iris_lr, TABLE h, target = y)")
+    assert con.execute("SELECT n FROM out").fetchall() == [(want,)]
     con.rollback()
 
 
