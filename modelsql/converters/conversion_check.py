@@ -215,7 +215,8 @@ def _prepare(estimator: Any, ort_model: Any, sample: Any, features: Optional[Seq
     """``(estimator_input, feeds, rows)``, or None where the check is skipped.
 
     A pipeline selecting columns by name gets one ``[rows, 1]`` feed per model input, from
-    the table's column of that name; any other model one ``[rows, n]`` feed."""
+    the table's column of that name; a model of one text per row (a text vectorizer first) the sample's texts;
+    any other model one ``[rows, n]`` feed."""
     from modelsql.converters.sklearn import selects_columns_by_name
 
     names = ort_model.input_names
@@ -231,6 +232,11 @@ def _prepare(estimator: Any, ort_model: Any, sample: Any, features: Optional[Seq
             )
         feeds = {n: _as_feed(_column(sample, n).reshape(-1, 1), ort_model.input_dtypes[n]) for n in names}
         return _in_fit_order(estimator, sample), feeds, len(feeds[names[0]])
+    if len(names) == 1 and len(ort_model.input_shapes[names[0]]) == 1 and ort_model.input_dtypes[names[0]] is np.object_:
+        if sample is None:  # one text per row (a text vectorizer first): no default sample, as for named columns
+            return None
+        texts = [str(v) for v in np.asarray(sample, dtype=object).reshape(-1)]
+        return texts, {names[0]: np.array(texts, dtype=object)}, len(texts)
     if len(names) != 1 or len(ort_model.input_shapes[names[0]]) != 2:
         raise NotSupportedError(
             f"cannot check a conversion with inputs {names}: expected one 2-D input", code="conversion_failed"

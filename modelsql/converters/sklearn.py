@@ -95,6 +95,23 @@ def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
     return found
 
 
+def _text_by_position(estimator: Any) -> Optional[str]:
+    """The name of a ColumnTransformer part that reads text columns chosen by position (fitted on an array of
+    objects), or None: one ONNX input holds one type, so such a pipeline's text and numbers cannot share it."""
+    from sklearn.compose import ColumnTransformer
+
+    stack = [estimator]
+    while stack:
+        est = stack.pop()
+        for part, trans, cols in getattr(est, "transformers_", None) or [] if isinstance(est, ColumnTransformer) else []:
+            by_name = isinstance(cols, str) or (isinstance(cols, (list, tuple)) and all(isinstance(c, str) for c in cols))
+            if not by_name and not isinstance(trans, str) and any(_fitted_on_text(trans)):
+                return str(part)
+        stack += [step for _, step in getattr(est, "steps", None) or []]
+        stack += [member for _, member in getattr(est, "transformer_list", None) or [] if hasattr(member, "get_params")]
+    return None
+
+
 def _fitted_on_text(trans: Any) -> list[bool]:
     """Per column a ColumnTransformer's part reads: whether it was fitted on strings (an encoder's categories,
     an imputer's filling values are text; a text vectorizer reads text); a pipeline's first step tells, a
@@ -497,6 +514,12 @@ def from_sklearn(
     if by_name:
         initial_types = _column_input_types(by_name, features, cls_name)
         features = None
+    elif _text_by_position(estimator) is not None:
+        raise NotSupportedError(
+            f"the {cls_name}'s ColumnTransformer part {_text_by_position(estimator)!r} reads text columns chosen by "
+            "position (it was fitted on an array of objects), and one ONNX input holds one type: fit the pipeline on "
+            "a pandas DataFrame or a pyarrow Table, whose named columns each become an input of their own.",
+            code="conversion_failed")
     model = _convert(estimator, name, initial_types, classifier, cls_name)
     dedupe_opsets(model)
     if by_name:

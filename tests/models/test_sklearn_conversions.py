@@ -523,6 +523,32 @@ def test_a_column_transformer_with_a_text_vectorizer_imports_whole(con, shape):
     con.rollback()
 
 
+def test_a_pipeline_of_one_text_per_row_imports_with_import_model(con):
+    """Pipeline(TfidfVectorizer, LogisticRegression) fitted on a list of texts: import_model converts it (its input
+    one text per row, checked on the example's texts when given), and PREDICT feeds it a column named "input"; a
+    ColumnTransformer reading text by position (an object array) is refused, naming the part and the fix."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from modelsql.datasets import reviews
+
+    texts, labels = reviews(300)
+    pipe = make_pipeline(TfidfVectorizer(), LogisticRegression(max_iter=300)).fit(texts[:200], labels[:200])
+    con.import_model("texts_plain", pipe)
+    con.import_model("texts_checked", pipe, example_input=texts[200:])
+    con.register("held", pa.table({"input": texts[200:]}))
+    for name in ("texts_plain", "texts_checked"):
+        got = [r[0] for r in con.execute(f"SELECT label FROM PREDICT(MODEL {name}, TABLE held)").fetchall()]
+        assert got == list(pipe.predict(texts[200:]))
+    con.unregister("held")
+    by_position = np.array([[t, float(i % 5)] for i, t in enumerate(texts)], dtype=object)
+    mixed = make_pipeline(ColumnTransformer([("words", TfidfVectorizer(), 0), ("n", StandardScaler(), [1])]),
+                          LogisticRegression(max_iter=300)).fit(by_position, labels)
+    with pytest.raises(NotSupportedError) as info:
+        con.import_model("texts_mixed", mixed)
+    assert info.value.code == "conversion_failed" and "'words'" in str(info.value) and "DataFrame" in str(info.value)
+    con.rollback()
+
+
 _CHAR_AND_STOP_WORDS = """
 import numpy as np, pandas as pd, modelsql
 from sklearn.compose import ColumnTransformer
