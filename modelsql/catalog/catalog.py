@@ -44,11 +44,11 @@ PROGRAM_PROPERTIES = ("python", "execution", "batching", "whole_graph", "graph_b
 reference, how it runs (``whole_graph``, ``coexecute``, ``eager``), the safety gate's verdict, the graphs
 torch.compile captured, a rewrite that would make it one graph, and the timing behind the choice."""
 
-TRAINING_PROPERTIES = ("model_type", "estimator", "hyperparameters", "target", "query", "validation",
-                       "validation_size", "seed", "training_rows", "validation_rows", "rows_skipped", "fit_seconds",
-                       "description", "transform", "imputed")
-"""Options of a model trained by ``CREATE MODEL ... AS SELECT`` that DESCRIBE MODEL lists as properties (where
-present): what was trained, on which query's rows, how they were split, how long reading and fitting took, its
+TRAINING_PROPERTIES = ("model_type", "estimator", "hyperparameters", "target", "query", "study", "trial",
+                       "validation", "validation_size", "seed", "training_rows", "validation_rows", "rows_skipped",
+                       "fit_seconds", "description", "transform", "imputed")
+"""Options of a model trained by ``CREATE MODEL ... AS SELECT`` (or made ``FROM STUDY``) that DESCRIBE MODEL lists as
+properties (where present): what was trained, on which query's rows (or the study and trial), how they were split, how long reading and fitting took, its
 ``TRANSFORM`` clause and the columns whose NULLs it imputes (JSON)."""
 
 _OPTION_PROPERTIES = PROGRAM_PROPERTIES + TRAINING_PROPERTIES

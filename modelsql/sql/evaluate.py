@@ -30,7 +30,7 @@ __all__ = ["EvaluateModel", "EvaluationTable", "EvaluateParsing", "EvaluateGener
 EVALUATION_FUNCTIONS = ("EVALUATE", "CONFUSION_MATRIX", "ROC_CURVE")
 
 #: The accepted form of EVALUATE, shown by its parse errors.
-EVALUATE_FORM = ("EVALUATE MODEL | PIPELINE name [VERSION n] ON TABLE t | ON (SELECT ...) TARGET column "
+EVALUATE_FORM = ("EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (SELECT ...) TARGET column "
                  "[WITH (option = value, ...)]")
 
 
@@ -128,7 +128,7 @@ class EvaluateParsing(GrammarParser):
     def _parse_evaluation_table(self) -> EvaluationTable:
         token = self._curr
         function = token.text.upper()
-        form = f"{function}(MODEL name [VERSION n], TABLE t | (SELECT ...), target = column [, option = value ...])"
+        form = f"{function}(MODEL name [VERSION n | ALIAS a], TABLE t | (SELECT ...), target = column [, option = value ...])"
         self._advance(2)  # NAME (
         pipeline = self._match_word("PIPELINE")
         if not pipeline:

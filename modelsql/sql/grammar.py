@@ -216,8 +216,16 @@ class GrammarParser(DuckDBParser):
         return self._parse_option_scalar()
 
     def _parse_option_items(self, close: TokenType) -> list[exp.Expr]:
-        """The values of an option's list, up to (not past) its ``close`` token."""
-        return [] if self._curr.token_type == close else self._parse_csv(self._parse_option_value)
+        """The values of an option's list, up to (not past) its ``close`` token; a comma may end it, as in
+        Python's one-item tuple ``(16,)`` (``hidden_layer_sizes = (16,)``)."""
+        items: list[exp.Expr] = []
+        while self._curr is not None and self._curr.token_type != close:
+            item = self._parse_option_value()
+            if item is not None:
+                items.append(item)
+            if not self._match(TokenType.COMMA):
+                break
+        return items
 
     def _parse_model_option(self) -> exp.EQ:
         """``key = value`` (also ``:=`` / ``=>``) -> ``exp.EQ(this=Identifier, expression=value)``."""

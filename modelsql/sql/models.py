@@ -157,7 +157,7 @@ class ShowModels(exp.Expression):
 
 @statement
 class DescribeModel(exp.Expression):
-    """``DESCRIBE MODEL name [VERSION n]``.
+    """``DESCRIBE MODEL name [VERSION n | ALIAS a]``.
 
     Only when a name that is not the first part of a dotted name follows MODEL
     (``ONLY_IF``): ``DESCRIBE model`` (a table called ``model``),
@@ -179,7 +179,7 @@ class DescribeModel(exp.Expression):
 
 @statement
 class ExportModel(exp.Expression):
-    """``EXPORT MODEL name [VERSION n] TO 'path.onnx'``.
+    """``EXPORT MODEL name [VERSION n | ALIAS a] TO 'path.onnx'``.
 
     Args:
         this: ``ModelRef``.

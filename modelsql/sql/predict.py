@@ -56,7 +56,7 @@ class ModelSet(exp.Expression):
 
 @part
 class PredictTable(exp.Expression):
-    """The table function ``PREDICT(MODEL m [VERSION n], TABLE t | (query) [, name = value ...])``.
+    """The table function ``PREDICT(MODEL m [VERSION n | ALIAS a], TABLE t | (query) [, name = value ...])``.
 
     Usable wherever DuckDB accepts a table (FROM, JOIN, CTE bodies, subqueries);
     in the tree it is the ``this`` of an ``exp.Table`` that carries the alias.

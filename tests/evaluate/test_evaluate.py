@@ -117,6 +117,34 @@ def test_a_threshold_decides_the_binary_class_by_probability(con):
     assert got["confusion_matrix"] == M.confusion_matrix(y, p).tolist()
 
 
+def test_a_networks_probabilities_are_read_not_its_logits(con):
+    """A network's graph gives label, logits and probabilities (as modelsql's zoo and the quickstart's MLP do):
+    log loss and ROC AUC read the output named probabilities, not the first vector."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x, y = load_iris(return_X_y=True)
+    fitted = LogisticRegression(max_iter=500).fit(x, y)
+    w, b = fitted.coef_.T.astype(np.float32), fitted.intercept_.astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["logits"]),
+         helper.make_node("Softmax", ["logits"], ["probabilities"]),
+         helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0)], "net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+         helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 3])],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    con.import_model("iris_net", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                     features=["f0", "f1", "f2", "f3"])
+    rows = con.execute("SELECT y, probabilities FROM PREDICT(MODEL iris_net, TABLE iris)").fetchall()
+    y, s = np.array([r[0] for r in rows]), np.array([list(r[1]) for r in rows], dtype=np.float64)
+    got = _evaluate(con, "EVALUATE MODEL iris_net ON TABLE iris TARGET y")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # float32 probabilities do not sum to 1 exactly
+        _close(got, {"log_loss": M.log_loss(y, s), "roc_auc": M.roc_auc_score(y, s, multi_class="ovr")})
+
+
 def test_the_positive_class_is_shown_where_it_counts(con):
     """Macro averages do not depend on the positive class, but a threshold does: the row names it then."""
     y, _, s = _predictions(con, "cancer_rf", "cancer", "malignant", 30)

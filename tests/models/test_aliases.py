@@ -159,12 +159,16 @@ def test_best_by_compares_only_like_evaluations_of_the_same_rows(con):
     assert row[2] == 1 and row[7] == 1
     row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM iris WHERE 5.0 < f0)").fetchone()
     assert row[2] == 1  # the same rows written another way
-    # the averaging changes recall but not accuracy: the newest evaluation (version 1's, weighted) sets the scoring;
-    # version 2's (macro) still counts for accuracy, and is named as left out for recall
+    # the averaging changes recall but not accuracy: the scoring most versions have decides (an exploratory
+    # weighted evaluation of version 1 leaves both compared by their macro recall)
     con.execute("EVALUATE MODEL m VERSION 1 ON TABLE iris TARGET y WITH (average = 'weighted')")
     assert con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE iris").fetchone()[7] == 2
-    row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY recall ON TABLE iris").fetchone()
-    assert row[7] == 1 and row[8] == "2 (scored with another averaging, positive class or threshold)"
+    assert con.execute("ALTER MODEL m SET ALIAS a = BEST BY recall ON TABLE iris").fetchone()[7:] == (2, None)
+    # on a tie the newest evaluation's scoring decides, and the other version is named as left out for recall
+    con.execute("EVALUATE MODEL m VERSION 2 ON (SELECT * FROM iris WHERE f1 > 2.5) TARGET y")
+    con.execute("EVALUATE MODEL m VERSION 1 ON (SELECT * FROM iris WHERE f1 > 2.5) TARGET y WITH (average = 'weighted')")
+    row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY recall ON (SELECT * FROM iris WHERE f1 > 2.5)").fetchone()
+    assert row[2] == 1 and row[7] == 1 and row[8] == "2 (scored with another averaging, positive class or threshold)"
 
 
 def test_best_by_leaves_out_training_scores_and_names_versions_without_the_metric(tmp_path):
@@ -177,10 +181,21 @@ def test_best_by_leaves_out_training_scores_and_names_versions_without_the_metri
         c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy")
     assert info.value.code == "no_evaluation" and "training rows do not count" in str(info.value)
     c.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'SVC', target = y) AS SELECT * FROM t")
+    c.execute("CREATE TABLE t2 AS SELECT i AS id, (i * 0.37) % 1 AS a, (i * 0.71) % 1 AS b, (i % 3 = 0)::INT AS y "
+              "FROM range(300, 450) r(i)")
     for v in (1, 2):
-        c.execute(f"EVALUATE MODEL m VERSION {v} ON TABLE t TARGET y")
+        c.execute(f"EVALUATE MODEL m VERSION {v} ON TABLE t2 TARGET y")
     row = c.execute("ALTER MODEL m SET ALIAS a = BEST BY roc_auc").fetchone()
     assert row[2] == 1 and row[8] == "2 (no roc_auc)"  # the SVC's margins are not probabilities
+    # an EVALUATE of the very rows a version's training query read does not count (its lineage's fingerprint)
+    c.execute("EVALUATE MODEL m VERSION 1 ON (SELECT * FROM t WHERE true) TARGET y")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE t")
+    assert info.value.code == "no_evaluation" and "version 1 was scored on the rows of its training query" in str(info.value)
+    c.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'logistic_reg', target = y) AS SELECT * FROM t2")
+    c.execute("EVALUATE MODEL m VERSION 3 ON TABLE t2 TARGET y")
+    row = c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE t2").fetchone()
+    assert row[2] in (1, 2) and row[8] == "3 (scored on the rows it was trained on)"
     c.close()
 
 

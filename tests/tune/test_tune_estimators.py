@@ -89,6 +89,28 @@ def test_boosted_trials_share_trees_and_equal_each_trial_trained_alone(con):
         assert metrics[-1] == M.log_loss(y_valid, model.predict_proba(x_valid.to_numpy()))
 
 
+def test_a_study_validated_on_a_table_is_compared_with_evaluations_of_that_table(con):
+    """FROM STUDY records its evaluation with the fingerprint of the VALIDATE ON table's rows (every column, as
+    EVALUATE ON TABLE records them), so BEST BY ON TABLE compares it; and its lineage keeps the fingerprint of the
+    training rows, so an EVALUATE of those does not count."""
+    con.execute("CREATE TABLE cancer_ids AS SELECT row_number() OVER () AS id, * FROM cancer")  # (a key: not fed)
+    con.execute("CREATE TABLE cancer_fit AS SELECT * FROM cancer_ids WHERE id % 3 <> 0")
+    con.execute("CREATE TABLE cancer_check AS SELECT * FROM cancer_ids WHERE id % 3 = 0")
+    con.execute("TUNE MODEL bv ON TABLE cancer_fit VALIDATE ON TABLE cancer_check TARGET y SEARCH (C = CHOICE(0.1, 1.0)) "
+                "USING GRID WITH (model_type = 'logistic_reg', metric = 'accuracy')")
+    con.execute("CREATE MODEL bv FROM STUDY bv_study")
+    con.execute("CREATE OR REPLACE MODEL bv WITH (model_type = 'decision_tree_classifier', target = y) AS "
+                "SELECT * FROM cancer_fit")
+    con.execute("EVALUATE MODEL bv VERSION 2 ON TABLE cancer_check TARGET y")
+    row = con.execute("ALTER MODEL bv SET ALIAS champion = BEST BY accuracy ON TABLE cancer_check").fetchone()
+    assert row[7] == 2 and row[8] is None  # both versions compared
+    con.execute("EVALUATE MODEL bv VERSION 1 ON TABLE cancer_fit TARGET y")  # the study's training rows
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL bv SET ALIAS champion = BEST BY accuracy ON TABLE cancer_fit")
+    assert info.value.code == "no_evaluation"
+    con.rollback()
+
+
 def test_create_model_from_an_estimator_study_refits_the_trial(con):
     con.execute("TUNE MODEL lr ON TABLE cancer TARGET y SEARCH (C = LOGUNIFORM(0.01, 10)) USING RANDOM "
                 "WITH (model_type = 'logistic_reg', trials = 4, metric = 'accuracy', seed = 1)")

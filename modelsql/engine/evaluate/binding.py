@@ -39,6 +39,8 @@ __all__ = ["EvaluatePlan", "bind_evaluate", "where_of"]
 _INTEGER = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT)$")
 _NUMBER = re.compile(r"^(FLOAT|DOUBLE|DECIMAL.*|" + _INTEGER.pattern[2:-2] + r")$")
 _VECTOR = re.compile(r"^(FLOAT|DOUBLE)\[(\d*)\]$")
+_PROBABILITY_NAMES = ("probabilities", "probability", "probs", "proba")
+"""Names of a classifier's output of class probabilities, preferred to its other vectors (a network's logits)."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,8 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
     if _family(kind) != _family(target_type) and not cast:
         raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
                                 f"{target_type}")
-    probabilities = next((n for n, t in outputs if n != name and _VECTOR.match(t)), None)
+    vectors = [n for n, t in outputs if n != name and _VECTOR.match(t)]  # the one named so, else the first
+    probabilities = next((n for n in vectors if n.lower() in _PROBABILITY_NAMES), vectors[0] if vectors else None)
     return "classification", column, (exp.to_identifier(probabilities, quoted=True).sql("duckdb")
                                       if probabilities else None), cast
 

@@ -5,7 +5,7 @@ with every other evaluation of those rows (``BEST BY``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import pyarrow as pa
 from sqlglot import exp
@@ -15,16 +15,50 @@ from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.grammar import ModelRef
 from modelsql.engine.evaluate.binding import bind_evaluate
 from modelsql.engine.evaluate.measure import measure
+from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.handlers import catalog_write
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["record_evaluation"]
+__all__ = ["record_evaluation", "fingerprint_of", "study_fingerprint"]
+
+
+def fingerprint_of(duck: Any, sql: str, params: list) -> str:
+    """The fingerprint EVALUATE records of the rows of the plain DuckDB query ``sql`` run on the DuckDB connection
+    ``duck`` (``<rows>:<sum of the rows' hashes over every column>``): what ``EVALUATE ... ON (sql)`` records,
+    whatever the model.
+
+    Raises:
+        the query's DuckDB errors, as they are.
+    """
+    described = duck.execute(f"DESCRIBE {sql}", params or None).fetchall()
+    columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
+    row = duck.execute(fingerprint_sql(columns, f"({sql})"), params or None).fetchone()
+    assert row is not None  # an aggregate has one row
+    return fingerprint_text(row[0], row[1])
+
+
+def study_fingerprint(session: Session, sql: Optional[str]) -> Optional[str]:
+    """:func:`fingerprint_of` a study's stored input (its training or ``VALIDATE ON`` rows: a relation as written
+    after ``ON TABLE`` / ``ON``, or a query; without parameters), read on a cursor of its own (the statement's
+    connection may hold a result open), or None: none, or one that no longer runs (a table dropped since the
+    TUNE)."""
+    if sql is None:
+        return None
+    query = sql if sql.lstrip()[:6].upper() in ("SELECT", "WITH ", "FROM ") else f"SELECT * FROM {sql}"
+    cursor = session.duck.cursor()
+    try:
+        return fingerprint_of(cursor, query, [])
+    except Exception:  # (what the study read is gone or changed shape: nothing to compare with)
+        return None
+    finally:
+        cursor.close()
 
 
 def record_evaluation(session: Session, kind: str, name: str, version: int, rows: pa.Table, target: str, *,
-                      input_text: str, options: Mapping[str, Any], called_as: str) -> EvaluationRow:
+                      input_text: str, options: Mapping[str, Any], called_as: str,
+                      fingerprint: Optional[str] = None) -> EvaluationRow:
     """EVALUATE ``kind`` (``"model"`` / ``"pipeline"``) ``name`` version ``version`` on ``rows`` (the features, bound
     as EVALUATE binds them, and the ``target`` column), recorded (in a catalog transaction of its
     own) with ``input_text`` as its input and ``options`` as its options. Its PREDICT reports no progress (the
@@ -33,6 +67,9 @@ def record_evaluation(session: Session, kind: str, name: str, version: int, rows
     Args:
         called_as: how the messages name what is evaluating (``"CREATE MODEL m, evaluating its validation rows
             with EVALUATE"``).
+        fingerprint: the fingerprint to record instead of that of ``rows`` (which hold the features and the
+            target alone): the rows as the user's table holds them (:func:`fingerprint_of`), so an EVALUATE of
+            that table is an evaluation of the same rows.
 
     Raises:
         the errors of EVALUATE (``invalid_target``, ``not_a_number`` ...).
@@ -54,4 +91,5 @@ def record_evaluation(session: Session, kind: str, name: str, version: int, rows
     metrics = {k: v for k, v in done.metrics.items() if k != "positive_class"}
     with catalog_write(session) as catalog:
         return catalog.evaluations.add(EvaluationRow(kind, name, version, bound.task, target, input_text,
-                                                     done.fingerprint, done.rows, metrics, dict(options)))
+                                                     fingerprint or done.fingerprint, done.rows, metrics,
+                                                     dict(options)))

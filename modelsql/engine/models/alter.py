@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Optional
 from sqlglot import exp
 
 from modelsql import sql as msql
+from modelsql.duckdb_errors import translate
 from modelsql.errors import Error, ProgrammingError, did_you_mean
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from modelsql.sql.models import AlterModel
-from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
+from modelsql.engine.evaluate.recording import fingerprint_of
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import value
 from modelsql.engine.result import Result
@@ -68,13 +69,15 @@ def _name(node: exp.Expression, what: str) -> str:
 
 
 def _fingerprint(session: Session, source: exp.Expression, params: list) -> str:
-    """The fingerprint EVALUATE records of the rows of ``source`` (``<rows>:<sum of the rows' hashes>``)."""
-    sql = f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}"
-    described = session.duck.execute(f"DESCRIBE {sql}", params or None).fetchall()
-    columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
-    row = session.duck.execute(fingerprint_sql(columns, f"({sql})"), params or None).fetchone()
-    assert row is not None  # an aggregate has one row
-    return fingerprint_text(row[0], row[1])
+    """The fingerprint EVALUATE records of the rows of ``source`` (``<rows>:<sum of the rows' hashes>``).
+
+    Raises:
+        ProgrammingError (or the PEP 249 class of DuckDB's error): the input is not a relation.
+    """
+    try:
+        return fingerprint_of(session.duck, f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}", params)
+    except Exception as exc:
+        raise session.pointed(translate(exc), source if isinstance(source, exp.Table) else None) from None
 
 
 _BY_CLASS = ("precision", "recall", "f1_score", "roc_auc")
@@ -85,9 +88,9 @@ _BY_LABEL = ("accuracy", "precision", "recall", "f1_score")
 
 def _scoring(metric: str, options: dict, metrics: dict) -> tuple:
     """What makes two evaluations' ``metric`` comparable: the classes' averaging and the positive class (for the
-    metrics they change), the threshold (for those of the predicted class); nothing for the others (log loss, a
-    regressor's)."""
-    by_class = metric in _BY_CLASS
+    metrics they change: a binary ROC AUC is one whatever the averaging, and the same for either class), the
+    threshold (for those of the predicted class); nothing for the others (log loss, a regressor's)."""
+    by_class = metric in _BY_CLASS and not (metric == "roc_auc" and len(metrics.get("labels") or ()) <= 2)
     return (metrics.get("average") if by_class else None, str(metrics.get("positive")) if by_class else None,
             options.get("threshold") if metric in _BY_LABEL else None)
 
@@ -105,35 +108,52 @@ def best_version(session: Session, name: str, metric: str, fingerprint: Optional
         raise ProgrammingError(f"BEST BY {metric}: not a metric EVALUATE records.{did_you_mean(metric, known)} "
                                f"Metrics: {', '.join(known)}.", code="unknown_metric")
     rows = session.catalog.query(
-        "SELECT evaluation, version, input, fingerprint, metrics, options FROM {s}.evaluations WHERE kind = 'model' "
-        "AND name = ? AND coalesce(options ->> 'rows', '') <> 'training'"
-        + (" AND fingerprint = ?" if fingerprint is not None else "") + " ORDER BY evaluation DESC",
+        "SELECT e.evaluation, e.version, e.input, e.fingerprint, e.metrics, e.options, o.digest IS NOT DISTINCT FROM "
+        "'rows:' || e.fingerprint FROM {s}.evaluations e LEFT JOIN {s}.model_origins o ON o.name = e.name AND "
+        "o.version = e.version WHERE e.kind = 'model' AND e.name = ? AND coalesce(e.options ->> 'rows', '') <> "
+        "'training'" + (" AND e.fingerprint = ?" if fingerprint is not None else "") + " ORDER BY e.evaluation DESC",
         [name, *([fingerprint] if fingerprint is not None else [])])
-    rows = [(e, v, text, f, json.loads(m), json.loads(o)) for e, v, text, f, m, o in rows]
+    own_rows = [(v, f) for _, v, _, f, _, _, own in rows if own]  # scored on the very rows it was trained on
+    rows = [(e, v, text, f, json.loads(m), json.loads(o)) for e, v, text, f, m, o, own in rows if not own]
     scored = [r for r in rows if r[4].get(metric) is not None]
     if not scored:
         where = " on those rows" if fingerprint is not None else ""
-        raise ProgrammingError(f'Model "{name}" has no recorded evaluation with {metric}{where} (a regressor has no '
-                               "accuracy, a classifier no r2_score; scores on training rows do not count): run "
+        own = sorted({v for v, _ in own_rows})
+        trained = (f" (version{'s' if len(own) > 1 else ''} {', '.join(map(str, own))} "
+                   f"{'were' if len(own) > 1 else 'was'} scored on the rows of {'their' if len(own) > 1 else 'its'} "
+                   "training query)" if own else "")
+        raise ProgrammingError(f'Model "{name}" has no recorded evaluation with {metric}{where}{trained} (a regressor '
+                               "has no accuracy, a classifier no r2_score; scores on training rows do not count): run "
                                f"EVALUATE MODEL {name} VERSION n ON ... TARGET ... for the versions to compare first.",
                                code="no_evaluation")
-    _, _, text, rows_fingerprint, first_metrics, first_options = scored[0]
-    scoring = _scoring(metric, first_options, first_metrics)
+    text, rows_fingerprint = scored[0][2], scored[0][3]  # the rows of the newest evaluation
+    on_those = [r for r in rows if r[3] == rows_fingerprint]
+    scoring = _most_shared_scoring(metric, [r for r in on_those if r[4].get(metric) is not None])
     latest: dict[int, tuple[int, Optional[float]]] = {}
-    on_rows = set()
-    for evaluation, version, _, row_fingerprint, metrics, options in rows:  # newest first: each version's first
-        if row_fingerprint == rows_fingerprint:
-            on_rows.add(version)
-            if version not in latest and _scoring(metric, options, metrics) == scoring:
-                latest[version] = (evaluation, metrics.get(metric))
+    for evaluation, version, _, _, metrics, options in on_those:  # newest first: each version's first
+        if version not in latest and _scoring(metric, options, metrics) == scoring:
+            latest[version] = (evaluation, metrics.get(metric))
     ranked = {v: (e, float(value)) for v, (e, value) in latest.items() if value is not None}
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
     version = max(ranked, key=lambda v: (sign * ranked[v][1], v))
+    on_rows = {r[1] for r in on_those}
+    trained_on = {v for v, f in own_rows if f == rows_fingerprint}
     left_out = ", ".join([f"{v} (no {metric})" for v in sorted(set(latest) - set(ranked))]
                          + [f"{v} (scored with another averaging, positive class or threshold)"
-                            for v in sorted(on_rows - set(latest))]) or None
+                            for v in sorted(on_rows - set(latest))]
+                         + [f"{v} (scored on the rows it was trained on)"
+                            for v in sorted(trained_on - on_rows - set(ranked))]) or None
     return {"version": version, "value": ranked[version][1], "input": text, "evaluation": ranked[version][0],
             "compared": len(ranked), "left_out": left_out}
+
+
+def _most_shared_scoring(metric: str, scored: list[tuple]) -> tuple:
+    """The scoring (:func:`_scoring`) most versions have an evaluation with among ``scored`` (newest first), the
+    newest evaluation's on a tie: an exploratory EVALUATE with a threshold does not decide how the rest compare."""
+    versions: dict[tuple, set[int]] = {}
+    for _, version, _, _, metrics, options in scored:
+        versions.setdefault(_scoring(metric, options, metrics), set()).add(version)
+    return max(versions, key=lambda k: len(versions[k]))  # (dicts keep insertion order: the newest first on a tie)
 
 
 def _drop_alias(stmt: AlterModel, session: Session) -> Result:

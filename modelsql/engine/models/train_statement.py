@@ -199,7 +199,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
                                        options=options, accept_mismatch=plan.accept_mismatch,
                                        tolerance=conversion_tolerance(plan.model_type.task,
                                                                       None if rows.y is None else rows.y[train]),
-                                       origin=Origin("query", plan.query, _fingerprint(session, rows.table)))
+                                       origin=Origin("query", plan.query, _fingerprint(session, table)))
     except DataError as err:
         if err.code != "conversion_mismatch":
             raise
@@ -261,8 +261,8 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
 
 
 def _fingerprint(session: Session, table: pa.Table) -> str:
-    """``rows:<count>:<hash>`` of the rows trained on and validated with (EVALUATE's fingerprint: the sum of the
-    rows' hashes, order-independent)."""
+    """``rows:<count>:<hash>`` of the query's rows, every column as it gave them (EVALUATE's fingerprint of ``ON
+    (query)``: the sum of the rows' hashes, order-independent), trained on and validated with."""
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
     try:
         cursor.register("__msql_rows", table)

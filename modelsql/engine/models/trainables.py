@@ -29,7 +29,7 @@ from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.factories import factory_digest, resolve_factory
 from modelsql.tuning.training import for_inference, load_trained
-from modelsql.engine.evaluate.recording import record_evaluation
+from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.tune.data import load_study_data
@@ -207,7 +207,8 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
     return record_evaluation(session, "model", name, version, rows, study.target,
                              input_text=f"STUDY {study.name} ({held} {source.removeprefix('SELECT * FROM ')})",
                              options={"study": study.name, "trial": trial.trial},
-                             called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE")
+                             called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
+                             fingerprint=study_fingerprint(session, study.validate_sql))
 
 
 def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
@@ -231,7 +232,7 @@ def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
                      features=features if len(features) == in_features else None, input_names=input_names,
                      output_names=outputs, replace=bool(stmt.args.get("replace")),
                      if_not_exists=bool(stmt.args.get("exists")),
-                     options={"study": study.name, "trial": str(trial.trial)}, origin=study_origin(study, trial))
+                     options={"study": study.name, "trial": str(trial.trial)}, origin=study_origin(session, study, trial))
 
 
 def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -> None:
@@ -269,13 +270,16 @@ def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -
     store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
                   {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
                    "trial": str(trial.trial)}, args, row_reason=batching(prog, None),
-                  origin=study_origin(study, trial))
+                  origin=study_origin(session, study, trial))
 
 
-def study_origin(study, trial) -> Origin:
-    """The origin of a version made FROM STUDY: the study, the trial, and the trainable it tuned."""
-    return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}", study=study.name,
-                  trial=trial.trial, parent_kind="model", parent_name=study.model, parent_version=study.model_version)
+def study_origin(session: Session, study, trial) -> Origin:
+    """The origin of a version made FROM STUDY: the study, the trial, the trainable it tuned, and the fingerprint of
+    the study's training rows as they are now (``rows:<count>:<hash>``, EVALUATE's; None when they no longer read)."""
+    fingerprint = study_fingerprint(session, study.train_sql)
+    return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
+                  None if fingerprint is None else f"rows:{fingerprint}", study=study.name, trial=trial.trial,
+                  parent_kind="model", parent_name=study.model, parent_version=study.model_version)
 
 
 def _trained_network(session: Session, study, trial):
