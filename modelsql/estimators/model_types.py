@@ -20,7 +20,7 @@ import numpy as np
 
 from modelsql.errors import NotSupportedError, ProgrammingError, did_you_mean
 
-__all__ = ["MODEL_TYPES", "ModelType", "resolve_model_type", "CLASSIFIER_TOLERANCE", "conversion_tolerance"]
+__all__ = ["MODEL_TYPES", "BIGQUERY_OPTIONS", "ModelType", "resolve_model_type", "CLASSIFIER_TOLERANCE", "conversion_tolerance"]
 
 #: Estimator modules whose models are insensitive to the scale of a numeric column (split thresholds, counts):
 #: their numeric inputs are passed through; every other estimator's are standardised.
@@ -33,6 +33,23 @@ dense rows: scikit-learn fits some differently on a sparse matrix (GradientBoost
 LinearRegression's solvers, SVC's probabilities), and a k-nearest-neighbours model keeps its sparse training rows,
 which skl2onnx cannot convert."""
 
+
+
+BIGQUERY_OPTIONS = {
+    "data_split_method": "validation = 'auto' | 'random' | 'seq' | 'none'",
+    "data_split_eval_fraction": "validation_size = fraction (with validation = 'random' or 'seq')",
+    "max_iterations": "max_iter (iterative estimators) or n_estimators (tree ensembles)",
+    "l1_reg": "alpha with penalty = 'l1' (C, its inverse, for logistic_reg)",
+    "l2_reg": "alpha (C = 1 / l2_reg for logistic_reg)",
+    "learn_rate": "learning_rate", "max_tree_depth": "max_depth", "num_parallel_tree": "n_estimators",
+    "min_split_loss": "min_impurity_decrease", "num_clusters": "n_clusters", "hidden_units": "hidden_layer_sizes",
+    "optimizer": "solver", "early_stop": "n_iter_no_change (boosted trees, mlp_*)",
+    "auto_class_weights": "class_weight = 'balanced'", "class_weights": "class_weight",
+    "kmeans_init_method": "init", "num_trials": "TUNE MODEL ... WITH (trials = n)",
+    "hparam_tuning_objectives": "TUNE MODEL ... WITH (metric = ...)",
+}
+"""BigQuery ML's ``CREATE MODEL`` options a user from it types, by name, and what modelsql takes instead (named in
+the ``unknown_hyperparameter`` message)."""
 
 @dataclass(frozen=True)
 class ModelType:
@@ -81,10 +98,12 @@ class ModelType:
         out = {}
         for name, value in given.items():
             if name.lower() not in known:
+                ours = BIGQUERY_OPTIONS.get(name.lower())
+                hint = (f" {name} is BigQuery ML's option; here write {ours}." if ours else
+                        did_you_mean(name, list(known.values())))
                 raise ProgrammingError(
                     f"model_type {self.name!r} ({self.estimator.split(':')[1]}) has no hyper-parameter {name!r}."
-                    f"{did_you_mean(name, list(known.values()))} It takes: {', '.join(sorted(known.values()))}.",
-                    code="unknown_hyperparameter")
+                    f"{hint} It takes: {', '.join(sorted(known.values()))}.", code="unknown_hyperparameter")
             out[known[name.lower()]] = value
         return out
 

@@ -35,7 +35,7 @@ from sqlglot.tokens import Token, TokenType
 
 from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of
 from modelsql.sql.dialect import ModelSQL, ModelSQLGenerator, ModelSQLParser, ModelSQLTokenizer, statement_at
-from modelsql.sql.evaluate import EVALUATION_FUNCTIONS, EvaluationTable, evaluation_shaped
+from modelsql.sql.evaluate import EVALUATION_FUNCTIONS, EvaluationTable, evaluation_shaped, ml_function_at
 from modelsql.sql.grammar import ModelRef
 from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.sql.predict import ModelSet, PredictTable, ml_predict_at, predict_shaped
@@ -215,7 +215,7 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             return True
         if word in EVALUATION_FUNCTIONS and evaluation_shaped(tokens, i):
             return True
-        if word == "ML" and ml_predict_at(tokens, i):
+        if word == "ML" and (ml_predict_at(tokens, i) or ml_function_at(tokens, i) is not None):
             return True  # BigQuery ML's spelling: our parser says what to write
         if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
             continue  # our statements only start statements

@@ -24,7 +24,7 @@ from modelsql.sql.grammar import BARE_NAME_TOKENS, GrammarGenerator, GrammarPars
 from modelsql.sql.registry import option_dict, part, statement, word_at
 
 __all__ = ["EvaluateModel", "EvaluationTable", "EvaluateParsing", "EvaluateGenerating", "EVALUATE_FORM",
-           "EVALUATION_FUNCTIONS", "evaluation_shaped"]
+           "EVALUATION_FUNCTIONS", "evaluation_shaped", "ml_function_at", "ML_FUNCTIONS"]
 
 #: The table functions of evaluation.
 EVALUATION_FUNCTIONS = ("EVALUATE", "CONFUSION_MATRIX", "ROC_CURVE")
@@ -71,6 +71,33 @@ def evaluation_shaped(tokens: t.Sequence[Token], i: int) -> bool:
     return (any(word_at(at[0], f) for f in EVALUATION_FUNCTIONS) and paren is not None
             and paren.token_type == TokenType.L_PAREN and (word_at(at[2], "MODEL") or word_at(at[2], "PIPELINE"))
             and name is not None and name.token_type in (BARE_NAME_TOKENS | {TokenType.IDENTIFIER}))
+
+
+ML_FUNCTIONS = {
+    "EVALUATE": "write EVALUATE(MODEL m, TABLE t, target = column) (or the statement EVALUATE MODEL m ON TABLE t "
+                "TARGET column)",
+    "CONFUSION_MATRIX": "write CONFUSION_MATRIX(MODEL m, TABLE t, target = column)",
+    "ROC_CURVE": "write ROC_CURVE(MODEL m, TABLE t, target = column)",
+    "TRAINING_INFO": "DESCRIBE MODEL m shows how a version was trained (its training rows, split, seconds), and "
+                     "SELECT * FROM modelsql.evaluations its recorded metrics",
+    "TRIAL_INFO": "SELECT * FROM modelsql.trials WHERE study = '...' lists a study's trials and their metrics",
+    "FEATURE_IMPORTANCE": "modelsql has no feature-importance function",
+}
+"""BigQuery ML's ``ML.<function>(MODEL ...)`` table functions a user from it types, and what to write here (the
+parse error says it)."""
+
+
+def ml_function_at(tokens: t.Sequence[Token], i: int) -> t.Optional[str]:
+    """The name of BigQuery ML's table function ``ML.<name>(MODEL m ...`` opening at ``tokens[i]`` (not after a
+    dot), one of :data:`ML_FUNCTIONS`; None for anything else."""
+    if i + 3 >= len(tokens) or not word_at(tokens[i], "ML") or tokens[i + 1].token_type != TokenType.DOT:
+        return None
+    if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
+        return None
+    name = tokens[i + 2].text.upper()
+    if name not in ML_FUNCTIONS or tokens[i + 3].token_type != TokenType.L_PAREN:
+        return None
+    return name if i + 4 < len(tokens) and word_at(tokens[i + 4], "MODEL") else None
 
 
 @part
@@ -123,6 +150,9 @@ class EvaluateParsing(GrammarParser):
         # A table position: EVALUATE(MODEL ...), CONFUSION_MATRIX(...), ROC_CURVE(...) are EvaluationTables.
         if not schema and evaluation_shaped(self._tokens, self._index):
             return self._parse_evaluation_table()
+        ml = None if schema else ml_function_at(self._tokens, self._index)
+        if ml is not None:  # BigQuery ML's spelling: say what to write here
+            self._fail(f"ML.{ml} is BigQuery ML's table function; {ML_FUNCTIONS[ml]}", self._curr)
         return super()._parse_table_part(schema=schema)
 
     def _parse_evaluation_table(self) -> EvaluationTable:

@@ -238,8 +238,11 @@ class GrammarParser(DuckDBParser):
         return self.expression(exp.EQ(this=key, expression=self._parse_option_value()))
 
     def _parse_with_options(self) -> list[exp.EQ] | None:
-        """``WITH (opt, ...)`` -> list of ``exp.EQ``, or ``None`` when no WITH."""
-        if not self._match(TokenType.WITH):
+        """``WITH (opt, ...)`` (also ``OPTIONS (opt, ...)``, BigQuery ML's spelling) -> list of ``exp.EQ``, or
+        ``None`` when neither."""
+        bigquery = (self._curr is not None and self._next is not None and self._next.token_type == TokenType.L_PAREN
+                    and self._match_word("OPTIONS"))
+        if not bigquery and not self._match(TokenType.WITH):
             return None
         self._match_l_paren()
         options = self._parse_csv(self._parse_model_option)

@@ -176,6 +176,8 @@ BAD = [
      "unknown_model_type", "transformer"),
     ("WITH (model_type = 'logistic_reg', target = y, depth = 3) AS SELECT * FROM iris", modelsql.ProgrammingError,
      "unknown_hyperparameter", "has no hyper-parameter 'depth'"),
+    ("WITH (model_type = 'logistic_reg', target = y, data_split_method = 'random') AS SELECT * FROM iris",
+     modelsql.ProgrammingError, "unknown_hyperparameter", "BigQuery ML's option; here write validation = "),
     ("WITH (model_type = 'logistic_reg', target = y, C = -1) AS SELECT * FROM iris", modelsql.ProgrammingError,
      "invalid_hyperparameter", "'C' parameter of LogisticRegression"),
     ("WITH (model_type = 'logistic_reg') AS SELECT * FROM iris", modelsql.ProgrammingError, "missing_option",

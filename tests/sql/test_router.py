@@ -157,6 +157,21 @@ def test_bigquery_ml_predict_says_to_write_predict(model_con, sql, column):
     assert "^^" in str(err)
 
 
+@pytest.mark.parametrize("sql,says", [
+    ("SELECT * FROM ML.EVALUATE(MODEL scale, TABLE t)", "write EVALUATE(MODEL m, TABLE t, target = column)"),
+    ("SELECT * FROM ml.confusion_matrix(MODEL scale, TABLE t)", "write CONFUSION_MATRIX(MODEL m"),
+    ("SELECT * FROM t JOIN ML.ROC_CURVE(MODEL scale, TABLE t) AS r ON true", "write ROC_CURVE(MODEL m"),
+    ("SELECT * FROM ML.TRAINING_INFO(MODEL scale)", "DESCRIBE MODEL m"),
+    ("SELECT * FROM ML.FEATURE_IMPORTANCE(MODEL scale)", "no feature-importance"),
+])
+def test_bigquery_ml_table_functions_say_what_to_write(model_con, sql, says):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        model_con.execute(sql)
+    assert info.value.code == "parse_error" and "is BigQuery ML's table function" in str(info.value)
+    assert says in str(info.value) and "^^" in str(info.value)
+    assert model_con.execute("SELECT ml.evaluate FROM (SELECT 1 AS evaluate) AS ml").fetchall() == [(1,)]
+
+
 def test_a_macro_called_ml_predict_is_still_called_but_not_with_a_model(con):
     con.execute("CREATE SCHEMA ml")
     con.execute("CREATE MACRO ml.predict(a, b) AS a + b")
