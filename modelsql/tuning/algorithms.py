@@ -19,7 +19,7 @@ from modelsql.tuning import asha, hyperband, pbt
 from modelsql.tuning.protocol import Algorithm, Options, OptunaTrials, Request, RoundAlgorithm
 from modelsql.tuning.space import Space
 
-__all__ = ["Request", "Algorithm", "GridSearch", "SampledSearch", "make_algorithm", "ALGORITHMS"]
+__all__ = ["Request", "Algorithm", "GridSearch", "SampledSearch", "make_algorithm", "check_algorithm", "ALGORITHMS"]
 
 
 class GridSearch(RoundAlgorithm):
@@ -97,6 +97,19 @@ ALGORITHMS: dict[str, tuple[Mapping[str, Any], Callable[..., Algorithm]]] = {
 """name -> (accepted options and their defaults, builder)."""
 
 
+def check_algorithm(name: str) -> str:
+    """``name`` lower-cased, one of :data:`ALGORITHMS`.
+
+    Raises:
+        modelsql.errors.ProgrammingError: ``unknown_algorithm`` (with a "did you mean" and the algorithms).
+    """
+    key = str(name).lower()
+    if key not in ALGORITHMS:
+        raise errors.ProgrammingError(f"Unknown tuning algorithm {name!r}.{errors.did_you_mean(key, list(ALGORITHMS))} "
+                                      f"Expected one of {', '.join(ALGORITHMS)}.", code="unknown_algorithm")
+    return key
+
+
 def make_algorithm(name: str, space: Space, *, max_epochs: int, mode: str = "min", seed: int = 0,
                    study_name: str, options: Mapping[str, Any]) -> Algorithm:
     """The algorithm ``name`` (case-insensitive) over ``space``.
@@ -125,10 +138,7 @@ def make_algorithm(name: str, space: Space, *, max_epochs: int, mode: str = "min
             does); ``invalid_option`` for a bad value (of an option, ``max_epochs``, ``mode`` or
             ``seed``); ``invalid_search_space`` / ``grid_needs_choices`` from the space.
     """
-    key = str(name).lower()
-    if key not in ALGORITHMS:
-        raise errors.ProgrammingError(f"Unknown tuning algorithm {name!r}; expected one of "
-                                      f"{', '.join(ALGORITHMS)}.", code="unknown_algorithm")
+    key = check_algorithm(name)
     defaults, build = ALGORITHMS[key]
     opts = Options(key, options, defaults)
     common = Options(key, {}, {"max_epochs": max_epochs, "mode": mode, "seed": seed})

@@ -115,6 +115,10 @@ def test_create_model_from_an_estimator_study_refits_the_trial(con):
     con.execute("TUNE MODEL lr ON TABLE cancer TARGET y SEARCH (C = LOGUNIFORM(0.01, 10)) USING RANDOM "
                 "WITH (model_type = 'logistic_reg', trials = 4, metric = 'accuracy', seed = 1)")
     best, value = con.execute("SELECT best_trial, best_metric FROM modelsql.studies WHERE name = 'lr_study'").fetchone()
+    with pytest.raises(modelsql.ProgrammingError) as info:  # the algorithm is checked before the stored study
+        con.execute("TUNE MODEL lr ON TABLE cancer TARGET y SEARCH (C = LOGUNIFORM(0.01, 10)) USING BAYES "
+                    "WITH (model_type = 'logistic_reg', trials = 4, metric = 'accuracy', seed = 1)")
+    assert info.value.code == "unknown_algorithm" and "BAYES" in str(info.value).upper()
     cur = con.execute("CREATE MODEL lr FROM STUDY lr_study")
     row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
     recorded = con.execute("SELECT (metrics->>'accuracy')::DOUBLE, options->>'trial' FROM modelsql.evaluations "

@@ -23,7 +23,7 @@ from modelsql.recursive.trees import Trees
 from modelsql.errors import Error, NotSupportedError, ProgrammingError
 from modelsql.sql.predict import PredictTable
 from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
-from modelsql.tuning.algorithms import ALGORITHMS, Algorithm, make_algorithm
+from modelsql.tuning.algorithms import ALGORITHMS, Algorithm, check_algorithm, make_algorithm
 from modelsql.tuning.space import Space
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying, handles
 from modelsql.engine.options import OptionValues, option_error, sql_text
@@ -76,10 +76,7 @@ def _options(stmt: TuneModel, params: list) -> OptionValues:
             ``invalid_option``.
         NotSupportedError: ``parameter_not_supported`` (a ``?`` in an option or in SEARCH).
     """
-    algorithm = stmt.args["algorithm"].name.lower()
-    # an unknown algorithm is make_algorithm's error (unknown_algorithm): accept every algorithm's options until then
-    own: Iterable[str] = (ALGORITHMS[algorithm][0] if algorithm in ALGORITHMS
-                          else {k for d, _ in ALGORITHMS.values() for k in d})
+    own: Iterable[str] = ALGORITHMS[check_algorithm(stmt.args["algorithm"].name)][0]  # (unknown_algorithm first)
     options = TUNE_OPTIONS.parse(stmt, params, where="TUNE", extra=own)
     search = [i.this.name for i in stmt.args["search"] if i.expression.find(exp.Placeholder) is not None]
     if search:
