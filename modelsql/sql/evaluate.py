@@ -30,20 +30,21 @@ __all__ = ["EvaluateModel", "EvaluationTable", "EvaluateParsing", "EvaluateGener
 EVALUATION_FUNCTIONS = ("EVALUATE", "CONFUSION_MATRIX", "ROC_CURVE")
 
 #: The accepted form of EVALUATE, shown by its parse errors.
-EVALUATE_FORM = ("EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (SELECT ...) TARGET column "
+EVALUATE_FORM = ("EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (SELECT ...) [TARGET column] "
                  "[WITH (option = value, ...)]")
 
 
 @statement
 class EvaluateModel(exp.Expression):
-    """``EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (query) TARGET column [WITH (...)]``: the
-    metrics of the model's (or pipeline's) predictions of the input's rows against the TARGET column, as one
-    row, recorded in the catalog (``modelsql.evaluations``).
+    """``EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (query) [TARGET column] [WITH (...)]``:
+    the metrics of the model's (or pipeline's) predictions of the input's rows against the TARGET column (by
+    default the one the version was trained to predict, as BigQuery ML's ``ML.EVALUATE`` reads the training's label
+    column), as one row, recorded in the catalog (``modelsql.evaluations``).
 
     Args:
         this: ``ModelRef`` (``version`` pinned or ``None``; ``pipeline`` set for EVALUATE PIPELINE).
         source: ``exp.Table`` for ``ON TABLE t`` or ``exp.Subquery`` for ``ON (SELECT ...)``.
-        target: ``exp.Identifier``, the column holding the true values.
+        target: ``exp.Identifier``, the column holding the true values, or ``None`` (the version's own target).
         options: list of ``exp.EQ`` (``average``, ``positive``, ``threshold``, ``features``), or ``None``.
     """
 
@@ -53,7 +54,7 @@ class EvaluateModel(exp.Expression):
         "EVALUATE PIPELINE p VERSION 2 ON (SELECT * FROM reviews WHERE day > ?) TARGET sentiment "
         "WITH (average = 'weighted')",
     )
-    arg_types = {"this": True, "source": True, "target": True, "options": False}
+    arg_types = {"this": True, "source": True, "target": False, "options": False}
 
     @property
     def option_values(self) -> dict[str, exp.Expression]:
@@ -136,13 +137,12 @@ class EvaluateParsing(GrammarParser):
             self._fail(f"Expected ON TABLE <name> or ON (SELECT ...) after the model: the rows to evaluate on; "
                        f"the form is {EVALUATE_FORM}")
         source = self._parse_input_after("ON")
-        if not self._match_word("TARGET"):
-            self._fail(f"Expected TARGET <column> after the input: the column of true values; the form is "
-                       f"{EVALUATE_FORM}")
-        token = self._curr
-        target = self._parse_id_var(any_token=False)
-        if not isinstance(target, exp.Identifier):
-            self._fail("Expected a column name after TARGET", token)
+        target = None
+        if self._match_word("TARGET"):
+            token = self._curr
+            target = self._parse_id_var(any_token=False)
+            if not isinstance(target, exp.Identifier):
+                self._fail("Expected a column name after TARGET", token)
         node = EvaluateModel(this=ref, source=source, target=target, options=self._parse_with_options())
         return t.cast(EvaluateModel, self.expression(node))
 
@@ -184,6 +184,8 @@ class EvaluateGenerating(GrammarGenerator):
     def evaluatemodel_sql(self, expression: EvaluateModel) -> str:
         word = "PIPELINE" if expression.this.args.get("pipeline") else "MODEL"
         options = self._options_sql(expression)
+        target = expression.args.get("target")
         return (f"EVALUATE {word} {self.sql(expression, 'this')} ON "
-                f"{self._relation_input_sql(expression.args['source'])} TARGET "
-                f"{self._name_sql(expression.args['target'])}" + (f" WITH ({options})" if options else ""))
+                f"{self._relation_input_sql(expression.args['source'])}"
+                + (f" TARGET {self._name_sql(target)}" if target is not None else "")
+                + (f" WITH ({options})" if options else ""))

@@ -539,7 +539,8 @@ def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):
 
 
 @pytest.mark.parametrize("sql, code, says", [
-    ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris)", "missing_option", "target = column"),
+    ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris)", "missing_option", "records no target of its own"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris", "missing_option", "(TARGET column)"),
     ("SELECT * FROM ROC_CURVE(MODEL iris_lr, TABLE iris, target = y)", "invalid_target", "two classes"),
     ("SELECT * FROM CONFUSION_MATRIX(MODEL diabetes_ridge, TABLE diabetes, target = y)", "invalid_target",
      "predicts numbers"),

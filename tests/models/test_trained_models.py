@@ -448,6 +448,18 @@ def test_two_classes_without_1_train_and_evaluate(con) -> None:
     assert result["positive"] == "2" and result["accuracy"] == 1.0 and result["roc_auc"] == 1.0
 
 
+def test_a_trained_version_is_evaluated_on_its_own_target_without_target(con) -> None:
+    """EVALUATE MODEL m ON TABLE t, and EVALUATE(MODEL m, TABLE t), read the column the version was trained to
+    predict, as BigQuery ML's ML.EVALUATE reads the training's label column."""
+    con.execute("CREATE MODEL iris_own WITH (model_type = 'logistic_reg', target = y, features = (f0, f1)) AS "
+                "SELECT * FROM iris")
+    named = con.execute("EVALUATE MODEL iris_own ON TABLE iris TARGET y").fetchone()
+    own = con.execute("EVALUATE MODEL iris_own ON TABLE iris").fetchone()
+    assert own[1:] == named[1:] and own[4] == 150
+    assert con.execute("SELECT accuracy FROM EVALUATE(MODEL iris_own, TABLE iris)").fetchone()[0] == named[5]
+    con.rollback()
+
+
 def test_bigquery_mls_spelling_of_the_target(con) -> None:
     """OPTIONS (..., input_label_cols = ['y']) as BigQuery ML writes it: the target; two columns, or both spellings,
     are invalid_option."""

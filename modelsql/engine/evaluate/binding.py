@@ -97,9 +97,23 @@ def _described(description: Any) -> list[tuple[str, str]]:
     return [(str(d[0]), str(d[1])) for d in description or []]
 
 
-def _target(stmt: EvaluateModel, columns: list[tuple[str, str]], session: Session) -> tuple[str, str]:
-    """The TARGET column as the input spells it, and its type."""
-    node = stmt.args["target"]
+def _target(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], session: Session) -> tuple[str, str]:
+    """The TARGET column as the input spells it, and its type; without TARGET, the column the version was trained
+    to predict (its ``target`` option: trained in SQL, made FROM STUDY or by FINETUNE).
+
+    Raises:
+        ProgrammingError: ``missing_option`` (no TARGET, and the version records none), ``column_not_found``.
+    """
+    node: Any = stmt.args.get("target")
+    if node is None:
+        recorded = dict(getattr(entry, "options", ()) or ()).get("target")
+        if recorded is None:
+            written = "target = column" if stmt.meta.get("called_as") else "TARGET column"
+            raise ProgrammingError(
+                f"{where_of(stmt)}: name the column of true values ({written}): {entry.name} version "
+                f"{entry.version} records no target of its own (it was imported, not trained in SQL).",
+                code="missing_option")
+        node = exp.to_identifier(recorded, quoted=True)
     found = [(n, t) for n, t in columns if n.lower() == node.name.lower()]
     if not found:
         names = [n for n, _ in columns]
@@ -224,7 +238,7 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
                                 "not classes, so there is no TARGET to compare them with")
     source = stmt.args["source"]
     columns = _input_columns(session, source, params)
-    target, target_type = _target(stmt, columns, session)
+    target, target_type = _target(stmt, entry, columns, session)
     if target_type.strip('"') == "NULL":
         raise DataError(f"{where_of(stmt)}: TARGET {target} is NULL in every row: every row evaluated needs its "
                         "true value.", code="null_target")

@@ -37,8 +37,8 @@ def _as_statement(node: EvaluationTable) -> EvaluateModel:
     """The EVALUATE statement a table function's arguments spell (its ``target`` option is the TARGET).
 
     Raises:
-        ProgrammingError: ``missing_option`` when no ``target = column`` is given, ``invalid_option`` when it
-            names no column.
+        ProgrammingError: ``invalid_option`` when ``target`` names no column (without it, the version's own
+            target is read, as the statement's).
     """
     options = [o for o in node.args.get("options") or [] if o.this.name.lower() != "target"]
     if sum(1 for o in node.args.get("options") or [] if o.this.name.lower() == "target") > 1:
@@ -50,11 +50,11 @@ def _as_statement(node: EvaluationTable) -> EvaluateModel:
             raise option_error(unused, f"ROC_CURVE(...) option {unused} does not apply: the curve is every "
                                        "threshold of the positive class.")
     target = node.option_values.get("target")
-    if not isinstance(target, (exp.Identifier, exp.Column, exp.Literal)) or not target.name:
-        raise option_error("target", f"{node.args['function']}(...) needs the column of true values: target = column"
-                           + ("" if target is None else f", not {target.sql('duckdb')}"),
-                           code="missing_option" if target is None else "invalid_option")
-    name = exp.to_identifier(target.name, quoted=isinstance(target, exp.Identifier) and target.quoted)
+    if target is not None and (not isinstance(target, (exp.Identifier, exp.Column, exp.Literal)) or not target.name):
+        raise option_error("target", f"{node.args['function']}(...) option target names the column of true values "
+                                     f"(target = column), not {target.sql('duckdb')}")
+    name = (None if target is None else
+            exp.to_identifier(target.name, quoted=isinstance(target, exp.Identifier) and target.quoted))
     source = with_enclosing_ctes(node.expression, node).copy()  # the query's CTEs, as the query would read them
     stmt = EvaluateModel(this=node.this.copy(), source=source, target=name, options=options or None)
     stmt.meta["called_as"] = node.args["function"]  # messages name the function, not the statement
