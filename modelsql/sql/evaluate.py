@@ -90,7 +90,8 @@ parse error says it)."""
 
 def ml_function_at(tokens: t.Sequence[Token], i: int) -> t.Optional[str]:
     """The name of BigQuery ML's table function ``ML.<name>(MODEL m ...`` opening at ``tokens[i]`` (not after a
-    dot), one of :data:`ML_FUNCTIONS`; None for anything else."""
+    dot), one of :data:`ML_FUNCTIONS`; None for anything else (a user's macro ``ml.evaluate(model, k := 1)`` over a
+    column named model)."""
     if i + 3 >= len(tokens) or not word_at(tokens[i], "ML") or tokens[i + 1].token_type != TokenType.DOT:
         return None
     if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
@@ -98,7 +99,9 @@ def ml_function_at(tokens: t.Sequence[Token], i: int) -> t.Optional[str]:
     name = tokens[i + 2].text.upper()
     if name not in ML_FUNCTIONS or tokens[i + 3].token_type != TokenType.L_PAREN:
         return None
-    return name if i + 4 < len(tokens) and word_at(tokens[i + 4], "MODEL") else None
+    model = tokens[i + 5] if i + 5 < len(tokens) else None  # MODEL then a name: a user's ml.f(model, ...) is not it
+    return name if (word_at(tokens[i + 4], "MODEL") and model is not None
+                    and model.token_type in (BARE_NAME_TOKENS | {TokenType.IDENTIFIER})) else None
 
 
 @part

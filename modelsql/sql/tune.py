@@ -289,10 +289,14 @@ class TuneGenerating(GrammarGenerator):
 
     def tunemodel_sql(self, expression: TuneModel) -> str:
         parts = self._training_data_sql("TUNE MODEL", expression)
-        search = ", ".join(
-            self.maybe_comment(f"{self._name_sql(item.this)} = {self.sql(item, 'expression')}", item)
-            for item in expression.args.get("search") or []
-        )
+        self._in_search = True  # a one-item tuple keeps its comma there: CHOICE((4,), (4, 4)) (see tuple_sql)
+        try:
+            search = ", ".join(
+                self.maybe_comment(f"{self._name_sql(item.this)} = {self.sql(item, 'expression')}", item)
+                for item in expression.args.get("search") or []
+            )
+        finally:
+            self._in_search = False
         parts.append(f"SEARCH ({search})")
         parts.append(f"USING {self._name_sql(expression.args['algorithm'])}")
         options = self._options_sql(expression)
@@ -301,6 +305,12 @@ class TuneGenerating(GrammarGenerator):
         if expression.args.get("resume"):
             parts.append("RESUME")
         return " ".join(parts)
+
+    def tuple_sql(self, expression: exp.Tuple) -> str:
+        # In a SEARCH space, (4,) is a tuple of one (hidden_layer_sizes), not the number 4 in parentheses.
+        if getattr(self, "_in_search", False) and len(expression.expressions) == 1:
+            return f"({self.sql(expression.expressions[0])},)"
+        return super().tuple_sql(expression)
 
     def showstudies_sql(self, expression: ShowStudies) -> str:
         return "SHOW STUDIES"

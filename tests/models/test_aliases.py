@@ -168,7 +168,7 @@ def test_best_by_compares_only_like_evaluations_of_the_same_rows(con):
     con.execute("EVALUATE MODEL m VERSION 2 ON (SELECT * FROM iris WHERE f1 > 2.5) TARGET y")
     con.execute("EVALUATE MODEL m VERSION 1 ON (SELECT * FROM iris WHERE f1 > 2.5) TARGET y WITH (average = 'weighted')")
     row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY recall ON (SELECT * FROM iris WHERE f1 > 2.5)").fetchone()
-    assert row[2] == 1 and row[7] == 1 and row[8] == "2 (scored with another averaging, positive class or threshold)"
+    assert row[2] == 1 and row[7] == 1 and row[8] == "2 (scored against another target or with another averaging, positive class or threshold)"
 
 
 def test_best_by_leaves_out_training_scores_and_names_versions_without_the_metric(tmp_path):
@@ -222,3 +222,54 @@ def test_alias_and_tag_writes_check_the_version_in_their_own_snapshot(tmp_path):
     assert a.execute("SELECT value FROM modelsql.model_tags").fetchone() == ("ana",)
     a.close()
     b.close()
+
+
+def test_best_by_keeps_targets_thresholded_classes_and_null_metrics_apart(tmp_path):
+    """Evaluations against another TARGET, or thresholding the other class, are scored otherwise; a version whose
+    newest evaluation has no value for the metric is compared by its newest one that has."""
+    c = modelsql.connect(str(tmp_path / "k.duckdb"))
+    c.autocommit = True
+    c.execute("CREATE TABLE t AS SELECT i AS id, (i * 0.37) % 1 AS a, (i * 0.71) % 1 AS b, ((i * 0.37) % 1 > 0.5)::INT "
+              "AS y, ((i * 0.71) % 1 > 0.3)::INT AS other, 0 AS zero FROM range(400) r(i)")
+    c.execute("CREATE TABLE fit AS SELECT * FROM t WHERE id % 4 <> 0")
+    c.execute("CREATE TABLE test AS SELECT * FROM t WHERE id % 4 = 0")
+    c.execute("CREATE MODEL m WITH (model_type = 'logistic_reg', target = y, features = (a, b)) AS SELECT * FROM fit")
+    c.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'logistic_reg', target = other, features = (a, b)) AS "
+              "SELECT * FROM fit")
+    for v in (1, 2):
+        c.execute(f"EVALUATE MODEL m VERSION {v} ON TABLE test")  # each against its own target
+    row = c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE test").fetchone()
+    assert row[7] == 1 and "scored against another target" in row[8]
+    c.execute("EVALUATE MODEL m VERSION 2 ON TABLE test TARGET y")
+    assert c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE test").fetchone()[7] == 2
+    rows = "(SELECT * FROM test WHERE id > 0)"  # other rows: only these two evaluations of them
+    c.execute(f"EVALUATE MODEL m VERSION 1 ON {rows} TARGET y WITH (threshold = 0.9, positive = 1)")
+    c.execute(f"EVALUATE MODEL m VERSION 2 ON {rows} TARGET y WITH (threshold = 0.9, positive = 0)")
+    row = c.execute(f"ALTER MODEL m SET ALIAS a = BEST BY accuracy ON {rows}").fetchone()
+    assert row[2] == 2 and row[7] == 1  # the thresholds score different classes: the newest's scoring alone
+    for v in (1, 2):
+        c.execute(f"EVALUATE MODEL m VERSION {v} ON TABLE test TARGET zero")  # one class: no roc_auc
+    row = c.execute("ALTER MODEL m SET ALIAS a = BEST BY roc_auc").fetchone()  # the newest with a value: on y
+    assert row[7] == 2 and row[4] is not None  # (it was a ValueError: each version's newest had none)
+    c.close()
+
+
+def test_a_versions_training_rows_keep_evaluates_fingerprint_whatever_the_column_types(tmp_path):
+    """The lineage's fingerprint of the training query equals EVALUATE's of the same rows with a UUID, an ENUM and a
+    DECIMAL column (a round trip through Arrow hashed UUIDs and ENUMs otherwise), and with a ? in the query."""
+    c = modelsql.connect(str(tmp_path / "u.duckdb"))
+    c.autocommit = True
+    c.execute("CREATE TYPE mood AS ENUM ('low', 'high')")
+    c.execute("CREATE TABLE t AS SELECT uuid() AS customer_id, (CASE WHEN i % 2 = 0 THEN 'low' ELSE 'high' END)::mood "
+              "AS m, (i % 7)::DECIMAL(6, 2) AS d, (i * 0.37) % 1 AS a, ((i * 0.37) % 1 > 0.5)::INT AS y "
+              "FROM range(200) r(i)")
+    c.execute("CREATE MODEL m WITH (model_type = 'logistic_reg', target = y, features = (a, d)) AS "
+              "SELECT * FROM t WHERE d < ?", [5])
+    c.execute("EVALUATE MODEL m ON (SELECT * FROM t WHERE d < ?)", [5])
+    digest, fingerprint = c.execute("SELECT o.digest, e.fingerprint FROM modelsql.model_origins o, "
+                                    "modelsql.evaluations e WHERE e.input LIKE '(SELECT%'").fetchone()
+    assert digest == f"rows:{fingerprint}"
+    with pytest.raises(modelsql.ProgrammingError) as info:  # scored on its training rows: not counted
+        c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM t WHERE d < ?)", [5])
+    assert info.value.code == "no_evaluation"
+    c.close()

@@ -172,6 +172,17 @@ def test_bigquery_ml_table_functions_say_what_to_write(model_con, sql, says):
     assert model_con.execute("SELECT ml.evaluate FROM (SELECT 1 AS evaluate) AS ml").fetchall() == [(1,)]
 
 
+def test_a_users_ml_schema_with_a_column_named_model_is_plain_sql(con):
+    con.execute("CREATE SCHEMA ml")
+    con.execute("CREATE MACRO ml.evaluate(model, k := 1) AS model + k")
+    con.execute('CREATE MACRO ml.roc_curve("model" := 0) AS TABLE SELECT "model" AS v')
+    con.execute("CREATE MACRO ml.training_info(model) AS TABLE SELECT model AS v")
+    con.execute("CREATE TABLE models_t AS SELECT range AS model FROM range(3)")
+    assert con.execute("SELECT ml.evaluate(model, k := 2) FROM models_t").fetchall() == [(2,), (3,), (4,)]
+    assert con.execute("SELECT * FROM ml.roc_curve(model := 3)").fetchall() == [(3,)]
+    assert con.execute("SELECT * FROM models_t, ml.training_info(model)").fetchall() == [(0, 0), (1, 1), (2, 2)]
+
+
 def test_a_macro_called_ml_predict_is_still_called_but_not_with_a_model(con):
     con.execute("CREATE SCHEMA ml")
     con.execute("CREATE MACRO ml.predict(a, b) AS a + b")

@@ -333,3 +333,12 @@ def test_errors_point_at_the_offending_token(sql, column, text, fragment):
     assert (error.line, error.column) == (1, column), str(error)
     assert sql[column - 1:].startswith(text)
     assert str(error).splitlines()[-1].strip() == "^" * len(text)
+
+
+def test_a_one_item_tuple_in_a_search_space_keeps_its_comma():
+    """CHOICE((4,), (4, 4)) is two tuples (hidden_layer_sizes): regenerated as (4) it would be the number 4, another
+    study definition; a tuple of one elsewhere (VALUES (4)) is left as DuckDB writes it."""
+    tree = parse("TUNE MODEL m ON TABLE t TARGET y SEARCH (h = CHOICE((4,), (4, 4))) USING GRID")[0]
+    assert "CHOICE((4,), (4, 4))" in tree.sql(dialect=ModelSQL)
+    assert_round_trip(tree)
+    assert "(VALUES (4))" in parse("SELECT * FROM (VALUES (4)) v(a)")[0].sql(dialect=ModelSQL)

@@ -111,7 +111,8 @@ def _target(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], ses
             written = "target = column" if stmt.meta.get("called_as") else "TARGET column"
             raise ProgrammingError(
                 f"{where_of(stmt)}: name the column of true values ({written}): {entry.name} version "
-                f"{entry.version} records no target of its own (it was imported, not trained in SQL).",
+                f"{entry.version} records no target of its own (only a version trained in SQL or made FROM STUDY "
+                "does).",
                 code="missing_option")
         node = exp.to_identifier(recorded, quoted=True)
     found = [(n, t) for n, t in columns if n.lower() == node.name.lower()]

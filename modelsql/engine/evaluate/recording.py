@@ -5,7 +5,8 @@ with every other evaluation of those rows (``BEST BY``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+import re
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from sqlglot import exp
@@ -23,33 +24,39 @@ if TYPE_CHECKING:
 
 __all__ = ["record_evaluation", "fingerprint_of", "study_fingerprint"]
 
+_PLACEHOLDER = re.compile(r"\$(\d+)\b")
+"""A numbered parameter in a stored query (``$2``)."""
+
 
 def fingerprint_of(duck: Any, sql: str, params: list) -> str:
     """The fingerprint EVALUATE records of the rows of the plain DuckDB query ``sql`` run on the DuckDB connection
     ``duck`` (``<rows>:<sum of the rows' hashes over every column>``): what ``EVALUATE ... ON (sql)`` records,
-    whatever the model.
+    whatever the model. ``sql``'s ``$k`` are ``params[k - 1]`` (a statement's values, some of which it may not use).
 
     Raises:
-        the query's DuckDB errors, as they are.
+        the query's DuckDB errors, as they are (``IndexError`` for a ``$k`` past ``params``).
     """
-    described = duck.execute(f"DESCRIBE {sql}", params or None).fetchall()
+    used = sorted({int(k) for k in _PLACEHOLDER.findall(sql)})  # its $k renumbered $1..$m: DuckDB wants all used
+    sql = _PLACEHOLDER.sub(lambda m: f"${used.index(int(m.group(1))) + 1}", sql)
+    values = [params[k - 1] for k in used] or None
+    described = duck.execute(f"DESCRIBE {sql}", values).fetchall()
     columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
-    row = duck.execute(fingerprint_sql(columns, f"({sql})"), params or None).fetchone()
+    row = duck.execute(fingerprint_sql(columns, f"({sql})"), values).fetchone()
     assert row is not None  # an aggregate has one row
     return fingerprint_text(row[0], row[1])
 
 
-def study_fingerprint(session: Session, sql: Optional[str]) -> Optional[str]:
+def study_fingerprint(session: Session, sql: Optional[str], params: Sequence[Any] = ()) -> Optional[str]:
     """:func:`fingerprint_of` a study's stored input (its training or ``VALIDATE ON`` rows: a relation as written
-    after ``ON TABLE`` / ``ON``, or a query; without parameters), read on a cursor of its own (the statement's
-    connection may hold a result open), or None: none, or one that no longer runs (a table dropped since the
-    TUNE)."""
+    after ``ON TABLE`` / ``ON``, or a query, whose ``$k`` are the TUNE statement's ``params``), read on a cursor
+    of its own (the statement's connection may hold a result open), or None: none, or one that no longer runs (a
+    table dropped since the TUNE, parameters the study did not keep)."""
     if sql is None:
         return None
     query = sql if sql.lstrip()[:6].upper() in ("SELECT", "WITH ", "FROM ") else f"SELECT * FROM {sql}"
     cursor = session.duck.cursor()
     try:
-        return fingerprint_of(cursor, query, [])
+        return fingerprint_of(cursor, query, list(params))
     except Exception:  # (what the study read is gone or changed shape: nothing to compare with)
         return None
     finally:

@@ -13,6 +13,7 @@ named in ``versions_left_out``.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from sqlglot import exp
@@ -86,13 +87,29 @@ _BY_LABEL = ("accuracy", "precision", "recall", "f1_score")
 """The metrics a threshold changes (it decides the predicted class)."""
 
 
-def _scoring(metric: str, options: dict, metrics: dict) -> tuple:
-    """What makes two evaluations' ``metric`` comparable: the classes' averaging and the positive class (for the
-    metrics they change: a binary ROC AUC is one whatever the averaging, and the same for either class), the
-    threshold (for those of the predicted class); nothing for the others (log loss, a regressor's)."""
+def _scoring(metric: str, r: Any) -> tuple:
+    """What makes two evaluations' ``metric`` comparable: the TARGET column; the classes' averaging and the positive
+    class for the metrics they change (a binary ROC AUC is one whatever the averaging, and the same for either
+    class); the threshold and the class it thresholds for those of the predicted class; nothing more for the
+    others (log loss, a regressor's)."""
+    metrics, threshold = r.metrics, r.options.get("threshold")
     by_class = metric in _BY_CLASS and not (metric == "roc_auc" and len(metrics.get("labels") or ()) <= 2)
-    return (metrics.get("average") if by_class else None, str(metrics.get("positive")) if by_class else None,
-            options.get("threshold") if metric in _BY_LABEL else None)
+    by_label = metric in _BY_LABEL and threshold is not None
+    return (r.target.lower(), metrics.get("average") if by_class else None,
+            str(metrics.get("positive")) if by_class or by_label else None, threshold if by_label else None)
+
+
+@dataclass(frozen=True)
+class _Evaluated:
+    """One recorded evaluation, as BEST BY reads it."""
+
+    evaluation: int
+    version: int
+    input: str
+    fingerprint: str
+    target: str
+    metrics: dict
+    options: dict
 
 
 def best_version(session: Session, name: str, metric: str, fingerprint: Optional[str]) -> dict[str, Any]:
@@ -107,52 +124,64 @@ def best_version(session: Session, name: str, metric: str, fingerprint: Optional
     if metric not in known:
         raise ProgrammingError(f"BEST BY {metric}: not a metric EVALUATE records.{did_you_mean(metric, known)} "
                                f"Metrics: {', '.join(known)}.", code="unknown_metric")
-    rows = session.catalog.query(
-        "SELECT e.evaluation, e.version, e.input, e.fingerprint, e.metrics, e.options, o.digest IS NOT DISTINCT FROM "
-        "'rows:' || e.fingerprint FROM {s}.evaluations e LEFT JOIN {s}.model_origins o ON o.name = e.name AND "
-        "o.version = e.version WHERE e.kind = 'model' AND e.name = ? AND coalesce(e.options ->> 'rows', '') <> "
-        "'training'" + (" AND e.fingerprint = ?" if fingerprint is not None else "") + " ORDER BY e.evaluation DESC",
-        [name, *([fingerprint] if fingerprint is not None else [])])
-    own_rows = [(v, f) for _, v, _, f, _, _, own in rows if own]  # scored on the very rows it was trained on
-    rows = [(e, v, text, f, json.loads(m), json.loads(o)) for e, v, text, f, m, o, own in rows if not own]
-    scored = [r for r in rows if r[4].get(metric) is not None]
+    rows, own_rows = _evaluations(session, name, fingerprint)
+    scored = [r for r in rows if r.metrics.get(metric) is not None]
     if not scored:
-        where = " on those rows" if fingerprint is not None else ""
-        own = sorted({v for v, _ in own_rows})
-        trained = (f" (version{'s' if len(own) > 1 else ''} {', '.join(map(str, own))} "
-                   f"{'were' if len(own) > 1 else 'was'} scored on the rows of {'their' if len(own) > 1 else 'its'} "
-                   "training query)" if own else "")
-        raise ProgrammingError(f'Model "{name}" has no recorded evaluation with {metric}{where}{trained} (a regressor '
-                               "has no accuracy, a classifier no r2_score; scores on training rows do not count): run "
-                               f"EVALUATE MODEL {name} VERSION n ON ... TARGET ... for the versions to compare first.",
-                               code="no_evaluation")
-    text, rows_fingerprint = scored[0][2], scored[0][3]  # the rows of the newest evaluation
-    on_those = [r for r in rows if r[3] == rows_fingerprint]
-    scoring = _most_shared_scoring(metric, [r for r in on_those if r[4].get(metric) is not None])
-    latest: dict[int, tuple[int, Optional[float]]] = {}
-    for evaluation, version, _, _, metrics, options in on_those:  # newest first: each version's first
-        if version not in latest and _scoring(metric, options, metrics) == scoring:
-            latest[version] = (evaluation, metrics.get(metric))
-    ranked = {v: (e, float(value)) for v, (e, value) in latest.items() if value is not None}
+        raise _no_evaluation(name, metric, fingerprint, own_rows)
+    on_those = [r for r in rows if r.fingerprint == scored[0].fingerprint]  # the rows of the newest evaluation
+    with_value = [r for r in on_those if r.metrics.get(metric) is not None]
+    scoring = _most_shared_scoring(metric, with_value)
+    chosen: dict[int, _Evaluated] = {}
+    for r in with_value:  # newest first: each version's newest evaluation with a value, scored alike
+        if r.version not in chosen and _scoring(metric, r) == scoring:
+            chosen[r.version] = r
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-    version = max(ranked, key=lambda v: (sign * ranked[v][1], v))
-    on_rows = {r[1] for r in on_those}
-    trained_on = {v for v, f in own_rows if f == rows_fingerprint}
-    left_out = ", ".join([f"{v} (no {metric})" for v in sorted(set(latest) - set(ranked))]
-                         + [f"{v} (scored with another averaging, positive class or threshold)"
-                            for v in sorted(on_rows - set(latest))]
-                         + [f"{v} (scored on the rows it was trained on)"
-                            for v in sorted(trained_on - on_rows - set(ranked))]) or None
-    return {"version": version, "value": ranked[version][1], "input": text, "evaluation": ranked[version][0],
-            "compared": len(ranked), "left_out": left_out}
+    version = max(chosen, key=lambda v: (sign * float(chosen[v].metrics[metric]), v))
+    alike = {r.version for r in on_those if _scoring(metric, r) == scoring}
+    trained_on = {v for v, f in own_rows if f == scored[0].fingerprint} - {r.version for r in on_those}
+    left_out = ", ".join([f"{v} (no {metric})" for v in sorted(alike - set(chosen))]
+                         + [f"{v} (scored against another target or with another averaging, positive class or "
+                            "threshold)" for v in sorted({r.version for r in on_those} - alike)]
+                         + [f"{v} (scored on the rows it was trained on)" for v in sorted(trained_on)]) or None
+    best = chosen[version]
+    return {"version": version, "value": float(best.metrics[metric]), "input": scored[0].input,
+            "evaluation": best.evaluation, "compared": len(chosen), "left_out": left_out}
 
 
-def _most_shared_scoring(metric: str, scored: list[tuple]) -> tuple:
+def _evaluations(session: Session, name: str, fingerprint: Optional[str]) -> tuple[list[_Evaluated], list[tuple]]:
+    """The model's recorded evaluations that count (newest first; on ``fingerprint``'s rows when given), and
+    ``(version, fingerprint)`` of those left out for scoring a version on its training query's rows (its lineage's
+    digest); CREATE MODEL's own evaluation of its training rows never counts either."""
+    rows = session.catalog.query(
+        "SELECT e.evaluation, e.version, e.input, e.fingerprint, e.target, e.metrics, e.options, o.digest IS NOT "
+        "DISTINCT FROM 'rows:' || e.fingerprint FROM {s}.evaluations e LEFT JOIN {s}.model_origins o ON o.name = "
+        "e.name AND o.version = e.version WHERE e.kind = 'model' AND e.name = ? AND coalesce(e.options ->> 'rows', "
+        "'') <> 'training'" + (" AND e.fingerprint = ?" if fingerprint is not None else "")
+        + " ORDER BY e.evaluation DESC", [name, *([fingerprint] if fingerprint is not None else [])])
+    own = [(v, f) for _, v, _, f, _, _, _, trained in rows if trained]
+    kept = [_Evaluated(e, v, text, f, str(target), json.loads(m), json.loads(o))
+            for e, v, text, f, target, m, o, trained in rows if not trained]
+    return kept, own
+
+
+def _no_evaluation(name: str, metric: str, fingerprint: Optional[str], own_rows: list[tuple]) -> ProgrammingError:
+    where = " on those rows" if fingerprint is not None else ""
+    own = sorted({v for v, _ in own_rows})
+    trained = (f" (version{'s' if len(own) > 1 else ''} {', '.join(map(str, own))} "
+               f"{'were' if len(own) > 1 else 'was'} scored on the rows of {'their' if len(own) > 1 else 'its'} "
+               "training query)" if own else "")
+    return ProgrammingError(f'Model "{name}" has no recorded evaluation with {metric}{where}{trained} (a regressor '
+                            "has no accuracy, a classifier no r2_score; scores on training rows do not count): run "
+                            f"EVALUATE MODEL {name} VERSION n ON ... TARGET ... for the versions to compare first.",
+                            code="no_evaluation")
+
+
+def _most_shared_scoring(metric: str, scored: list[_Evaluated]) -> tuple:
     """The scoring (:func:`_scoring`) most versions have an evaluation with among ``scored`` (newest first), the
     newest evaluation's on a tie: an exploratory EVALUATE with a threshold does not decide how the rest compare."""
     versions: dict[tuple, set[int]] = {}
-    for _, version, _, _, metrics, options in scored:
-        versions.setdefault(_scoring(metric, options, metrics), set()).add(version)
+    for r in scored:
+        versions.setdefault(_scoring(metric, r), set()).add(r.version)
     return max(versions, key=lambda k: len(versions[k]))  # (dicts keep insertion order: the newest first on a tie)
 
 

@@ -33,7 +33,7 @@ from modelsql.estimators import (ModelType, Transform, build_pipeline, column_ki
                                  validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
-from modelsql.engine.evaluate.recording import record_evaluation
+from modelsql.engine.evaluate.recording import fingerprint_of, record_evaluation
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
@@ -179,6 +179,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         return Result(session.duck, rowcount=0)
     started = time.perf_counter()
     table, types = query_rows(session, stmt.args["query"], params)
+    digest = _fingerprint(session, stmt.args["query"], params, table)
     transforms = _transforms(session, plan, table)
     features = transform_columns(transforms) if transforms else plan.features
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
@@ -199,7 +200,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
                                        options=options, accept_mismatch=plan.accept_mismatch,
                                        tolerance=conversion_tolerance(plan.model_type.task,
                                                                       None if rows.y is None else rows.y[train]),
-                                       origin=Origin("query", plan.query, _fingerprint(session, table)))
+                                       origin=Origin("query", plan.query, digest))
     except DataError as err:
         if err.code != "conversion_mismatch":
             raise
@@ -260,9 +261,17 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
     return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
 
 
-def _fingerprint(session: Session, table: pa.Table) -> str:
-    """``rows:<count>:<hash>`` of the query's rows, every column as it gave them (EVALUATE's fingerprint of ``ON
-    (query)``: the sum of the rows' hashes, order-independent), trained on and validated with."""
+def _fingerprint(session: Session, query: exp.Expression, params: list, table: pa.Table) -> str:
+    """``rows:<count>:<hash>`` of the query's rows, every column as DuckDB gives them: EVALUATE's fingerprint of ``ON
+    (query)`` (the sum of the rows' hashes, order-independent), trained on and validated with. A query of plain SQL
+    is fingerprinted as it is (a UUID or ENUM column hashes otherwise once through Arrow); one with a PREDICT, as the
+    rows it gave (``table``)."""
+    sql = query.sql(dialect=msql.DIALECT)
+    if not msql.mentions_models(sql):
+        try:
+            return f"rows:{fingerprint_of(session.duck, f'SELECT * FROM ({sql})', params)}"
+        except Exception:  # (the rows were read once: fall back on them)
+            pass
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
     try:
         cursor.register("__msql_rows", table)

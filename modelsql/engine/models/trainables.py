@@ -39,7 +39,7 @@ from modelsql.engine.options import no_repeats, value
 from modelsql.engine.models.from_python import create_python_model, store_program, wants_import
 from modelsql.engine.result import Result
 from modelsql.engine.tune.spec import TRAINING_NAMES, constant, frozen, trainable_defaults
-from modelsql.engine.handlers import catalog_write
+from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -185,18 +185,24 @@ def _from_trial(session: Session, stmt: ImportModel, study, trial) -> Optional[t
     new_versions = [v for v in session.catalog.versions(stmt.this.model_name) if v not in before]
     if not new_versions:
         return None
-    return new_versions[-1], _record_validation(session, stmt.this.model_name.lower(), new_versions[-1], study, trial)
+    try:
+        return new_versions[-1], _record_validation(session, stmt.this.model_name.lower(), new_versions[-1], study,
+                                                    trial)
+    except BaseException:  # (the study's rows no longer read: the version goes, as an estimator study's does)
+        catalog_write_retrying(session, lambda: session.catalog.drop(stmt.this.model_name, new_versions[-1],
+                                                                     missing_ok=True))
+        raise
 
 
 def _record_validation(session: Session, name: str, version: int, study, trial) -> Optional[EvaluationRow]:
     """EVALUATE, recorded, of the version made from a trial on the study's validation rows (VALIDATE ON, or the
-    rows TUNE held out with the study's seed); none for a study over trees or an array column, or one made before
-    studies kept their validation fraction."""
+    rows TUNE held out with the study's seed); none for a study over trees or an array column, one read with
+    parameters, or one made before studies kept their validation fraction."""
     options = json.loads(study.options)
     fraction = options.get("validation_fraction")
     if options.get("trees") or len(options["features"]) != options.get("in_features") or (
-            study.validate_sql is None and fraction is None):
-        return None
+            study.validate_sql is None and fraction is None) or "$" in f"{study.train_sql} {study.validate_sql}":
+        return None  # (a study read with parameters keeps no values of them: its rows cannot be read again)
     data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
                            fraction or 0.2, study.seed)
     x_val, y_val = data.data.x_val, data.data.y_val
@@ -232,7 +238,8 @@ def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
                      features=features if len(features) == in_features else None, input_names=input_names,
                      output_names=outputs, replace=bool(stmt.args.get("replace")),
                      if_not_exists=bool(stmt.args.get("exists")),
-                     options={"study": study.name, "trial": str(trial.trial)}, origin=study_origin(session, study, trial))
+                     options={"study": study.name, "trial": str(trial.trial), "target": study.target},
+                     origin=study_origin(session, study, trial))
 
 
 def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -> None:
@@ -269,7 +276,7 @@ def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -
                    label=f'model "{name.lower()}" (study "{study.name}" trial {trial.trial})')
     store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
                   {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
-                   "trial": str(trial.trial)}, args, row_reason=batching(prog, None),
+                   "trial": str(trial.trial), "target": study.target}, args, row_reason=batching(prog, None),
                   origin=study_origin(session, study, trial))
 
 

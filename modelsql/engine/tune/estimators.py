@@ -536,7 +536,8 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                     if transforms is not None else {}),
                  **({"imputed": json.dumps(list(data.rows.imputed))} if data.rows.imputed else {})},
         origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
-                      _rows_digest(study_fingerprint(session, study.train_sql)), study=study.name, trial=trial.trial))
+                      _rows_digest(study_fingerprint(session, study.train_sql, options.get("parameters") or [])),
+                      study=study.name, trial=trial.trial))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
     rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
     try:
@@ -545,7 +546,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
             input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
             options={"study": study.name, "trial": trial.trial},
             called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
-            fingerprint=study_fingerprint(session, study.validate_sql))
+            fingerprint=study_fingerprint(session, study.validate_sql, options.get("parameters") or []))
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise
