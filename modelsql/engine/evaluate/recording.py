@@ -1,7 +1,8 @@
 """EVALUATE of rows a statement holds (an Arrow table), recorded in ``modelsql.evaluations``: how the statements
 that make a version record what it scores (``CREATE MODEL ... AS`` on its validation rows, ``FINETUNE`` before and
 after, ``CREATE MODEL ... FROM STUDY`` on the study's validation rows), so the metrics are EVALUATE's, comparable
-with every other evaluation of those rows (``BEST BY``)."""
+with every other evaluation of those rows (``BEST BY``); and EVALUATE's fingerprint of the rows of a query, as those
+statements and ``BEST BY ... ON`` take it."""
 
 from __future__ import annotations
 
