@@ -41,7 +41,7 @@ from typing import Optional, Sequence, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from modelsql.client.display import FORMATS, ProgressDisplay, print_result
+from modelsql.client.display import FORMATS, SHOW_AFTER_S, ProgressDisplay, print_result
 from modelsql.errors import position_of
 
 DEFAULT_DATABASE = "modelsql.duckdb"
@@ -198,6 +198,16 @@ def _debug() -> bool:
     return os.environ.get("MODELSQL_TRACEBACK", "").strip() not in ("", "0")
 
 
+def _progress_after() -> float:
+    """Seconds a statement runs before the shell shows its progress: ``$MODELSQL_PROGRESS_AFTER``, else
+    :data:`~modelsql.client.display.SHOW_AFTER_S` (one); a value that is no number, or is negative, is the default."""
+    try:
+        seconds = float(os.environ.get("MODELSQL_PROGRESS_AFTER", SHOW_AFTER_S))
+    except ValueError:
+        return SHOW_AFTER_S
+    return seconds if seconds >= 0 else SHOW_AFTER_S
+
+
 
 # --------------------------------------------------------------------------- running
 
@@ -216,7 +226,7 @@ class Runner:
         self.console = console
         self.err = err
         self.fmt = fmt
-        self.progress = ProgressDisplay(err)
+        self.progress = ProgressDisplay(err, _progress_after())
         """Draws the progress of long statements on stderr (:mod:`modelsql.progress`)."""
         con.progress = self.progress
         self._duckdb_bar = True
