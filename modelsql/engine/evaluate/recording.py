@@ -6,39 +6,36 @@ statements and ``BEST BY ... ON`` take it."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from sqlglot import exp
 
+from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.grammar import ModelRef
 from modelsql.engine.evaluate.binding import bind_evaluate
 from modelsql.engine.evaluate.measure import measure
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
+from modelsql.engine.query.bind_statement import renumber
 from modelsql.engine.handlers import catalog_write
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["record_evaluation", "fingerprint_of", "study_fingerprint"]
+__all__ = ["record_evaluation", "fingerprint_of", "lineage_digest", "study_query", "study_fingerprint",
+           "study_lineage"]
 
-_PLACEHOLDER = re.compile(r"\$(\d+)\b")
-"""A numbered parameter in a stored query (``$2``)."""
-
-
-def fingerprint_of(duck: Any, sql: str, params: list) -> str:
-    """The fingerprint EVALUATE records of the rows of the plain DuckDB query ``sql`` run on the DuckDB connection
-    ``duck`` (``<rows>:<sum of the rows' hashes over every column>``): what ``EVALUATE ... ON (sql)`` records,
-    whatever the model. ``sql``'s ``$k`` are ``params[k - 1]`` (a statement's values, some of which it may not use).
+def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> str:
+    """The fingerprint EVALUATE records of the rows of ``query`` (plain SQL) run on the DuckDB connection ``duck``
+    (``<rows>:<sum of the rows' hashes over every column>``): what ``EVALUATE ... ON (query)`` records, whatever
+    the model. Its ``$k`` are ``params[k - 1]`` (a statement's values, some of which it may not use).
 
     Raises:
-        the query's DuckDB errors, as they are (``IndexError`` for a ``$k`` past ``params``).
+        the query's DuckDB errors, as they are.
     """
-    used = sorted({int(k) for k in _PLACEHOLDER.findall(sql)})  # its $k renumbered $1..$m: DuckDB wants all used
-    sql = _PLACEHOLDER.sub(lambda m: f"${used.index(int(m.group(1))) + 1}", sql)
+    sql, used = renumber(query)
     values = [params[k - 1] for k in used] or None
     described = duck.execute(f"DESCRIBE {sql}", values).fetchall()
     columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
@@ -47,21 +44,42 @@ def fingerprint_of(duck: Any, sql: str, params: list) -> str:
     return fingerprint_text(row[0], row[1])
 
 
+def lineage_digest(fingerprint: str) -> str:
+    """A version's lineage digest of the rows it was trained on (``rows:<count>:<hash>``) from EVALUATE's
+    fingerprint of them: BEST BY leaves out an evaluation whose fingerprint it names."""
+    return f"rows:{fingerprint}"
+
+
+def study_query(sql: str) -> exp.Expression:
+    """A study's stored input (a relation as written after ``ON TABLE`` / ``ON``, or a query) as a query.
+
+    Raises:
+        ProgrammingError: ``parse_error`` (a text no study stores).
+    """
+    return msql.parse(sql if sql.lstrip()[:6].upper() in ("SELECT", "WITH ", "FROM ") else f"SELECT * FROM {sql}")[0]
+
+
 def study_fingerprint(session: Session, sql: Optional[str], params: Sequence[Any] = ()) -> Optional[str]:
-    """:func:`fingerprint_of` a study's stored input (its training or ``VALIDATE ON`` rows: a relation as written
-    after ``ON TABLE`` / ``ON``, or a query, whose ``$k`` are the TUNE statement's ``params``), read on a cursor
-    of its own (the statement's connection may hold a result open), or None: none, or one that no longer runs (a
-    table dropped since the TUNE, parameters the study did not keep)."""
+    """:func:`fingerprint_of` a study's stored input (its training or ``VALIDATE ON`` rows, :func:`study_query`,
+    whose ``$k`` are the TUNE statement's ``params``), read on a cursor of its own (the statement's connection may
+    hold a result open), or None: none, or one that no longer runs (a table dropped since the TUNE, parameters the
+    study did not keep)."""
     if sql is None:
         return None
-    query = sql if sql.lstrip()[:6].upper() in ("SELECT", "WITH ", "FROM ") else f"SELECT * FROM {sql}"
     cursor = session.duck.cursor()
     try:
-        return fingerprint_of(cursor, query, list(params))
+        return fingerprint_of(cursor, study_query(sql), params)
     except Exception:  # (what the study read is gone or changed shape: nothing to compare with)
         return None
     finally:
         cursor.close()
+
+
+def study_lineage(session: Session, sql: str, params: Sequence[Any] = ()) -> Optional[str]:
+    """The lineage digest (:func:`lineage_digest`) of a study's training rows as they are now, or None when they
+    no longer read (:func:`study_fingerprint`)."""
+    fingerprint = study_fingerprint(session, sql, params)
+    return None if fingerprint is None else lineage_digest(fingerprint)
 
 
 def record_evaluation(session: Session, kind: str, name: str, version: int, rows: pa.Table, target: str, *,

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sqlglot import exp
 
-from modelsql import sql as msql
 from modelsql.duckdb_errors import translate
 from modelsql.errors import Error, ProgrammingError, did_you_mean
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, LOWER_IS_BETTER
@@ -76,7 +75,7 @@ def _fingerprint(session: Session, source: exp.Expression, params: list) -> str:
         ProgrammingError (or the PEP 249 class of DuckDB's error): the input is not a relation.
     """
     try:
-        return fingerprint_of(session.duck, f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}", params)
+        return fingerprint_of(session.duck, exp.select("*").from_(source.copy()), params)
     except Exception as exc:
         raise session.pointed(translate(exc), source if isinstance(source, exp.Table) else None) from None
 

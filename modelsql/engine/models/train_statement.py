@@ -33,7 +33,7 @@ from modelsql.estimators import (ModelType, Transform, build_pipeline, column_ki
                                  validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
-from modelsql.engine.evaluate.recording import fingerprint_of, record_evaluation
+from modelsql.engine.evaluate.recording import fingerprint_of, lineage_digest, record_evaluation
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
@@ -266,10 +266,9 @@ def _fingerprint(session: Session, query: exp.Expression, params: list, table: p
     (query)`` (the sum of the rows' hashes, order-independent), trained on and validated with. A query of plain SQL
     is fingerprinted as it is (a UUID or ENUM column hashes otherwise once through Arrow); one with a PREDICT, as the
     rows it gave (``table``)."""
-    sql = query.sql(dialect=msql.DIALECT)
-    if not msql.mentions_models(sql):
+    if not msql.mentions_models(query.sql(dialect=msql.DIALECT)):
         try:
-            return f"rows:{fingerprint_of(session.duck, f'SELECT * FROM ({sql})', params)}"
+            return lineage_digest(fingerprint_of(session.duck, query, params))
         except Exception:  # (the rows were read once: fall back on them)
             pass
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
@@ -280,7 +279,7 @@ def _fingerprint(session: Session, query: exp.Expression, params: list, table: p
         assert row is not None  # an aggregate has one row
     finally:
         cursor.close()
-    return f"rows:{fingerprint_text(row[0], row[1])}"
+    return lineage_digest(fingerprint_text(row[0], row[1]))
 
 
 def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, valid: np.ndarray,

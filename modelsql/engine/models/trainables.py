@@ -19,6 +19,7 @@ import json
 from typing import TYPE_CHECKING, Optional
 
 import pyarrow as pa
+from sqlglot import exp
 
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import Trainable
@@ -29,7 +30,7 @@ from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.factories import factory_digest, resolve_factory
 from modelsql.tuning.training import for_inference, load_trained
-from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint
+from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_lineage, study_query
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.tune.data import load_study_data
@@ -201,7 +202,8 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
     options = json.loads(study.options)
     fraction = options.get("validation_fraction")
     if options.get("trees") or len(options["features"]) != options.get("in_features") or (
-            study.validate_sql is None and fraction is None) or "$" in f"{study.train_sql} {study.validate_sql}":
+            study.validate_sql is None and fraction is None) or any(
+                study_query(sql).find(exp.Placeholder) for sql in (study.train_sql, study.validate_sql) if sql):
         return None  # (a study read with parameters keeps no values of them: its rows cannot be read again)
     data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
                            fraction or 0.2, study.seed)
@@ -283,9 +285,8 @@ def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -
 def study_origin(session: Session, study, trial) -> Origin:
     """The origin of a version made FROM STUDY: the study, the trial, the trainable it tuned, and the fingerprint of
     the study's training rows as they are now (``rows:<count>:<hash>``, EVALUATE's; None when they no longer read)."""
-    fingerprint = study_fingerprint(session, study.train_sql)
     return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
-                  None if fingerprint is None else f"rows:{fingerprint}", study=study.name, trial=trial.trial,
+                  study_lineage(session, study.train_sql), study=study.name, trial=trial.trial,
                   parent_kind="model", parent_name=study.model, parent_version=study.model_version)
 
 

@@ -48,7 +48,7 @@ from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_f
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Piecewise, Space, StepDecay
-from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint
+from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_lineage
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
@@ -536,7 +536,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                     if transforms is not None else {}),
                  **({"imputed": json.dumps(list(data.rows.imputed))} if data.rows.imputed else {})},
         origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
-                      _rows_digest(study_fingerprint(session, study.train_sql, options.get("parameters") or [])),
+                      study_lineage(session, study.train_sql, options.get("parameters") or []),
                       study=study.name, trial=trial.trial))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
     rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
@@ -551,8 +551,3 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise
     return version.version, record
-
-
-def _rows_digest(fingerprint: Optional[str]) -> Optional[str]:
-    """An origin's digest of rows (``rows:<count>:<hash>``) from EVALUATE's fingerprint of them."""
-    return None if fingerprint is None else f"rows:{fingerprint}"
