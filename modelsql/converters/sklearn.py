@@ -71,27 +71,37 @@ def _final_step(estimator: Any) -> Any:
     return estimator
 
 
+def _nested(estimator: Any) -> Iterator[Any]:
+    """``estimator`` and every estimator inside it, depth first: a pipeline's steps, a FeatureUnion's members, a
+    (fitted) ColumnTransformer's parts."""
+    stack = [estimator]
+    while stack:
+        est = stack.pop()
+        yield est
+        inside = [*(getattr(est, "steps", None) or []), *(getattr(est, "transformer_list", None) or []),
+                  *((name, part) for name, part, _ in getattr(est, "transformers_", None) or [])]
+        stack += [part for _, part in inside if hasattr(part, "get_params") and not isinstance(part, str)]
+
+
+def _names_of(cols: Any) -> Optional[list[str]]:
+    """The columns a ColumnTransformer part selects, when it selects them by name (one name, or a list of them);
+    None when it selects them otherwise (positions, a mask, a callable)."""
+    names = [cols] if isinstance(cols, str) else list(cols) if isinstance(cols, (list, tuple)) else None
+    return names if names is not None and all(isinstance(c, str) for c in names) else None
+
+
 def selects_columns_by_name(estimator: Any) -> Optional[dict[str, set[str]]]:
     """For an estimator containing a ColumnTransformer that selects columns by name:
     ``{"text": {columns fed to an encoder fitted on strings}}``; else None."""
     from sklearn.compose import ColumnTransformer
 
     found: Optional[dict[str, set[str]]] = None
-    stack = [estimator]
-    while stack:
-        est = stack.pop()
-        if isinstance(est, ColumnTransformer):
-            for _, trans, cols in getattr(est, "transformers_", []):
-                names = [cols] if isinstance(cols, str) else list(cols) if isinstance(cols, (list, tuple)) else []
-                if names and all(isinstance(c, str) for c in names):
-                    found = found or {"text": set()}
-                    found["text"].update(col for col, text in zip(names, _fitted_on_text(trans)) if text)
-                if hasattr(trans, "get_params") and not isinstance(trans, str):
-                    stack.append(trans)
-        for attr in ("steps", "transformer_list"):  # a pipeline's steps, a FeatureUnion's members
-            for _, step in getattr(est, attr, None) or []:
-                if hasattr(step, "get_params"):
-                    stack.append(step)
+    for est in _nested(estimator):
+        for _, trans, cols in est.transformers_ if isinstance(est, ColumnTransformer) else []:
+            names = _names_of(cols)
+            if names:
+                found = found or {"text": set()}
+                found["text"].update(col for col, text in zip(names, _fitted_on_text(trans)) if text)
     return found
 
 
@@ -100,15 +110,10 @@ def _text_by_position(estimator: Any) -> Optional[str]:
     objects), or None: one ONNX input holds one type, so such a pipeline's text and numbers cannot share it."""
     from sklearn.compose import ColumnTransformer
 
-    stack = [estimator]
-    while stack:
-        est = stack.pop()
-        for part, trans, cols in getattr(est, "transformers_", None) or [] if isinstance(est, ColumnTransformer) else []:
-            by_name = isinstance(cols, str) or (isinstance(cols, (list, tuple)) and all(isinstance(c, str) for c in cols))
-            if not by_name and not isinstance(trans, str) and any(_fitted_on_text(trans)):
+    for est in _nested(estimator):
+        for part, trans, cols in est.transformers_ if isinstance(est, ColumnTransformer) else []:
+            if _names_of(cols) is None and not isinstance(trans, str) and any(_fitted_on_text(trans)):
                 return str(part)
-        stack += [step for _, step in getattr(est, "steps", None) or []]
-        stack += [member for _, member in getattr(est, "transformer_list", None) or [] if hasattr(member, "get_params")]
     return None
 
 
@@ -413,15 +418,7 @@ def _has_text_vectorizer(estimator: Any) -> bool:
     ColumnTransformer's parts, a FeatureUnion's members)."""
     from sklearn.feature_extraction.text import CountVectorizer
 
-    stack = [estimator]
-    while stack:
-        est = stack.pop()
-        if isinstance(est, CountVectorizer):  # (TfidfVectorizer is one)
-            return True
-        stack += [step for _, step in getattr(est, "steps", None) or []]
-        stack += [part for _, part in getattr(est, "transformer_list", None) or [] if hasattr(part, "get_params")]
-        stack += [part for _, part, _ in getattr(est, "transformers_", None) or [] if hasattr(part, "get_params")]
-    return False
+    return any(isinstance(est, CountVectorizer) for est in _nested(estimator))  # (TfidfVectorizer is one)
 
 
 def _has_zipmap(estimator: Any) -> bool:
@@ -514,9 +511,9 @@ def from_sklearn(
     if by_name:
         initial_types = _column_input_types(by_name, features, cls_name)
         features = None
-    elif _text_by_position(estimator) is not None:
+    elif (by_position := _text_by_position(estimator)) is not None:
         raise NotSupportedError(
-            f"the {cls_name}'s ColumnTransformer part {_text_by_position(estimator)!r} reads text columns chosen by "
+            f"the {cls_name}'s ColumnTransformer part {by_position!r} reads text columns chosen by "
             "position (it was fitted on an array of objects), and one ONNX input holds one type: fit the pipeline on "
             "a pandas DataFrame or a pyarrow Table, whose named columns each become an input of their own.",
             code="conversion_failed")
