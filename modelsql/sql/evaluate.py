@@ -65,12 +65,17 @@ class EvaluateModel(exp.Expression):
 def evaluation_shaped(tokens: t.Sequence[Token], i: int) -> bool:
     """Whether ``tokens[i:]`` open a table function of ours: ``EVALUATE (``, ``CONFUSION_MATRIX (`` or
     ``ROC_CURVE (`` (not after a dot), then ``MODEL`` or ``PIPELINE`` and a name."""
-    if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
+    if i >= len(tokens) or (i > 0 and tokens[i - 1].token_type == TokenType.DOT):
         return False
-    at = [tokens[k] if k < len(tokens) else None for k in range(i, i + 4)]
-    paren, name = at[1], at[3]
-    return (any(word_at(at[0], f) for f in EVALUATION_FUNCTIONS) and paren is not None
-            and paren.token_type == TokenType.L_PAREN and (word_at(at[2], "MODEL") or word_at(at[2], "PIPELINE"))
+    paren = tokens[i + 1] if i + 1 < len(tokens) else None
+    return (any(word_at(tokens[i], f) for f in EVALUATION_FUNCTIONS) and paren is not None
+            and paren.token_type == TokenType.L_PAREN and _model_named(tokens, i + 2))
+
+
+def _model_named(tokens: t.Sequence[Token], k: int) -> bool:
+    """Whether ``tokens[k:]`` open ``MODEL name`` or ``PIPELINE name`` (a word, not ``model`` as a column)."""
+    name = tokens[k + 1] if k + 1 < len(tokens) else None
+    return (k < len(tokens) and (word_at(tokens[k], "MODEL") or word_at(tokens[k], "PIPELINE"))
             and name is not None and name.token_type in (BARE_NAME_TOKENS | {TokenType.IDENTIFIER}))
 
 
@@ -99,9 +104,7 @@ def ml_function_at(tokens: t.Sequence[Token], i: int) -> t.Optional[str]:
     name = tokens[i + 2].text.upper()
     if name not in ML_FUNCTIONS or tokens[i + 3].token_type != TokenType.L_PAREN:
         return None
-    model = tokens[i + 5] if i + 5 < len(tokens) else None  # MODEL then a name: a user's ml.f(model, ...) is not it
-    return name if (word_at(tokens[i + 4], "MODEL") and model is not None
-                    and model.token_type in (BARE_NAME_TOKENS | {TokenType.IDENTIFIER})) else None
+    return name if _model_named(tokens, i + 4) else None  # (a user's ml.f(model, ...) is not it)
 
 
 @part

@@ -362,11 +362,7 @@ class ModelParsing(GrammarParser):
             self._match_r_paren()
             if not transform:
                 self._fail("TRANSFORM lists no item: TRANSFORM (column, ML.STANDARD_SCALER(x) OVER () AS x, ...)")
-        options = None
-        if self._match_word("OPTIONS") or self._match(TokenType.WITH):  # OPTIONS: BigQuery ML's spelling
-            self._match_l_paren()
-            options = self._parse_csv(self._parse_model_option)
-            self._match_r_paren()
+        options = self._parse_with_options()  # (OPTIONS, BigQuery ML's spelling, too)
         if not options or not self._match(TokenType.ALIAS):
             self._fail(f"Expected FROM <source>, or WITH (model_type = ..., ...) AS <query> to train one; the form "
                        f"is {form}")
