@@ -136,15 +136,16 @@ def _by_message(exc: BaseException, prefix: str) -> Optional[Error]:
     text = str(exc)
     for pattern, ours, code, message in _BY_MESSAGE:
         if pattern.match(text):
-            hint = _CROSS_WRITE_HINT if code == "cross_database_write" and (prefix or text.startswith(_CATALOG_PREFIX)) \
-                else ""  # (a catalog write: the user did not write to that database themselves)
-            return ours(message or prefix + text + hint, code=code)
+            catalog = bool(prefix) or text.startswith(_CATALOG_PREFIX)
+            return ours(message or prefix + text + (_CATALOG_NOTES.get(code, "") if catalog else ""), code=code)
     return None
 
 
-_CROSS_WRITE_HINT = (" modelsql's catalog (where EVALUATE records, in the transaction) lives in the database the "
-                     "connection opened: commit the transaction's other writes first (or write them after).")
-"""What a catalog write refused so adds: the user did not write to that database themselves."""
+_CATALOG_NOTES = {
+    "cross_database_write": " modelsql's catalog (where EVALUATE records, in the transaction) lives in the database "
+                            "the connection opened: commit the transaction's other writes first (or write them after).",
+}
+"""What an error of the catalog's own SQL adds, by code: the catalog wrote, not the user's statement."""
 
 
 def _from_message(exc: BaseException) -> Optional[duckdb.Error]:

@@ -48,8 +48,8 @@ TRAINING_PROPERTIES = ("model_type", "estimator", "hyperparameters", "target", "
                        "validation", "validation_size", "seed", "training_rows", "validation_rows", "rows_skipped",
                        "fit_seconds", "description", "transform", "imputed")
 """Options of a model trained by ``CREATE MODEL ... AS SELECT`` (or made ``FROM STUDY``) that DESCRIBE MODEL lists as
-properties (where present): what was trained, on which query's rows (or the study and trial), how they were split, how long reading and fitting took, its
-``TRANSFORM`` clause and the columns whose NULLs it imputes (JSON)."""
+properties (where present): what was trained, on which query's rows (or the study and trial), how they were split,
+how long reading and fitting took, its ``TRANSFORM`` clause and the columns whose NULLs it imputes (JSON)."""
 
 _OPTION_PROPERTIES = PROGRAM_PROPERTIES + TRAINING_PROPERTIES
 
@@ -512,8 +512,7 @@ class Catalog:
 
     def _get(self, name: str, version: Optional[int]) -> ModelVersion:
         """One query reads the version with its inputs, outputs and tensors (after one for the number of the latest);
-        when it finds none, :meth:`_resolve`
-        says why (no such model, no such version)."""
+        when it finds none, :meth:`_resolve` says why (no such model, no such version)."""
         key = _normalize_name(name)
         number = _normalize_version(version) if version is not None else None
         if number is None or not 0 < number < 2**31:  # (a number past the column's type: no such version)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-
 from modelsql import sql as msql
 from modelsql.errors import DataError, ProgrammingError
 from modelsql.metrics import as_positive, classification_metrics, default_positive, regression_metrics
