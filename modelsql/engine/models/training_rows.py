@@ -173,10 +173,10 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     if bad.any():
         raise DataError(f'{statement}: column "{name}" is NaN, infinite or past float32\'s range in {int(bad.sum())} '
                         "rows: filter or fill them in the query.", code="invalid_value")
-    rounded = values.astype(np.float32).astype(np.float64)
+    single = values.astype(np.float32)
     spread = float(values.std())
-    error = float(np.abs(rounded - values).max())
-    if (spread > 0 and error > 1e-3 * spread) or (error and _merges(values)):
+    error = float(np.abs(single.astype(np.float64) - values).max())
+    if (spread > 0 and error > 1e-3 * spread) or (error and _merges(values, single)):
         distinct, kept = _distinct_counts(values)
         raise DataError(f'{statement}: column "{name}" loses precision as float32, the type the model reads '
                         f"(values up to {float(np.abs(values).max()):.6g} round by up to {error:.3g}, against a spread "
@@ -185,11 +185,11 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
                         f"{float(values.min()):.6g}).", code="precision_loss")
 
 
-def _merges(values: np.ndarray) -> bool:
-    """Whether rounding to float32 merges more than 1% of the distinct ``values``. The float32 values are
-    counted first (a sort of half the bytes): when they keep 99% of the rows, they keep 99% of the distinct
-    values, and the float64 values need no sort."""
-    rounded = np.sort(values.astype(np.float32))
+def _merges(values: np.ndarray, single: np.ndarray) -> bool:
+    """Whether rounding to float32 (``single``, the values rounded) merges more than 1% of the distinct ``values``.
+    The float32 values are counted first (a sort of half the bytes): when they keep 99% of the rows, they keep 99%
+    of the distinct values, and the float64 values need no sort."""
+    rounded = np.sort(single)
     if 1 + np.count_nonzero(rounded[1:] != rounded[:-1]) >= 0.99 * len(values):
         return False
     distinct, kept = _distinct_counts(values)
