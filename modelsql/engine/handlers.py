@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
            "missing_handlers", "catalog_write", "catalog_record", "catalog_write_retrying", "retrying", "computes",
-           "computed_tables"]
+           "explains", "computed_tables"]
 
 T = TypeVar("T")
 
@@ -80,6 +80,7 @@ def handles(*nodes: type, reads_only: Union[bool, Callable[[exp.Expression], boo
 
 
 _COMPUTED: dict[type, Callable[..., "pa.Table"]] = {}
+_EXPLAINED: dict[type, Callable[..., "tuple[pa.Schema, str]"]] = {}
 
 
 def computes(node: type) -> Callable[[Callable[..., "pa.Table"]], Callable[..., "pa.Table"]]:
@@ -98,17 +99,35 @@ def computes(node: type) -> Callable[[Callable[..., "pa.Table"]], Callable[..., 
     return register
 
 
-def computed_tables(stmt: exp.Expression, session: Session, params: list) -> tuple[exp.Expression, list[str]]:
+def explains(node: type) -> Callable[[Callable[..., "tuple[pa.Schema, str]"]], Callable[..., "tuple[pa.Schema, str]"]]:
+    """Decorator: register ``f(node, session, params) -> (pyarrow.Schema, text)`` as what EXPLAIN shows of a table
+    function registered by :func:`computes`, without computing it: the columns its rows would have (an empty
+    table of them is scanned where the call was) and the plan it would run (a note of the query's plan).
+
+    Raises:
+        ValueError: a node that already has one.
+    """
+    def register(explain: Callable[..., "tuple[pa.Schema, str]"]) -> Callable[..., "tuple[pa.Schema, str]"]:
+        if node in _EXPLAINED:
+            raise ValueError(f"{node.__name__} is already explained by {_EXPLAINED[node].__module__}")
+        _EXPLAINED[node] = explain
+        return explain
+    return register
+
+
+def computed_tables(stmt: exp.Expression, session: Session, params: list,
+                    dry: bool = False) -> tuple[exp.Expression, list[str], list[str]]:
     """``stmt`` with every table function of ours registered by :func:`computes` replaced by a scan of its
-    rows, registered on the connection under a name of its own (returned, for the result to release); ``stmt``
-    itself when it has none (it is never modified).
+    rows, registered on the connection under a name of its own, the names (for the result to release) and, when
+    ``dry`` (EXPLAIN without ANALYZE), the notes saying what each would run: then nothing is computed, each is
+    an empty table of its columns (:func:`explains`). ``stmt`` itself when it has none (it is never modified).
 
     Raises:
         NotSupportedError: ``predict_in_view`` for one in a stored definition (CREATE VIEW, MACRO, FUNCTION).
     """
     found = [n for n in stmt.walk() if type(n) in _COMPUTED]
     if not found:
-        return stmt, []
+        return stmt, [], []
     kind = stored_definition(stmt)
     if kind:
         name = found[0].args.get("function", type(found[0]).__name__)
@@ -116,13 +135,24 @@ def computed_tables(stmt: exp.Expression, session: Session, params: list) -> tup
                                 "statement runs, and a definition would outlive them. Use CREATE TABLE ... AS "
                                 f"SELECT ... FROM {name}(...) to keep them.", code="predict_in_view")
     stmt = stmt.copy()
-    names = []
-    for node in [n for n in stmt.walk() if type(n) in _COMPUTED]:
-        name = f"__msql_computed_{uuid.uuid4().hex[:12]}"
-        session.duck.register(name, _COMPUTED[type(node)](node, session, params))
-        names.append(name)
-        node.replace(exp.to_identifier(name))
-    return stmt, names
+    names: list[str] = []
+    notes: list[str] = []
+    try:
+        for node in [n for n in stmt.walk() if type(n) in _COMPUTED]:
+            name = f"__msql_computed_{uuid.uuid4().hex[:12]}"
+            if dry and type(node) in _EXPLAINED:
+                schema, note = _EXPLAINED[type(node)](node, session, params)
+                session.duck.register(name, schema.empty_table())
+                notes.append(note)
+            else:
+                session.duck.register(name, _COMPUTED[type(node)](node, session, params))
+            names.append(name)
+            node.replace(exp.to_identifier(name))
+    except BaseException:
+        for name in names:
+            session.duck.unregister(name)
+        raise
+    return stmt, names, notes
 
 
 def handler_of(node: type) -> Handler:

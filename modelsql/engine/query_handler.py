@@ -8,6 +8,7 @@ statement (:mod:`~modelsql.engine.query.physical`) -> run -> :class:`Result`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Optional
 
@@ -48,12 +49,14 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
     registered, so the next execution of the text only runs the statement (:func:`run_cached`).
 
     Table functions computed before planning (``EVALUATE(...)``, :func:`~modelsql.engine.handlers.computes`)
-    are computed first and scanned where they were called; such a statement's plan is not kept.
+    are computed first and scanned where they were called; such a statement's plan is not kept. With ``dry``
+    (EXPLAIN) they are not computed: an empty table of their columns stands in, and the plan's notes say what
+    each would run.
 
     Returns the result (streaming when it has rows), the plan and its operators. On failure everything
     registered is released and a snapshot begun for the statement rolled back; the error is the modelsql error.
     """
-    stmt, computed = computed_tables(stmt, session, params)
+    stmt, computed, notes = computed_tables(stmt, session, params, dry=dry)
     try:
         out, plan, phys = _plan_and_run(stmt, session, params, prefix=prefix, suffix=suffix, dry=dry,
                                         cache_key=None if computed or suffix else cache_key)
@@ -62,7 +65,7 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
             session.duck.unregister(name)
         raise
     out.sources += computed
-    return out, plan, phys
+    return out, dataclasses.replace(plan, notes=(*notes, *plan.notes)) if notes else plan, phys
 
 
 def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str, suffix: str,

@@ -538,6 +538,35 @@ def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):
     assert area == pytest.approx(M.roc_auc_score(y, s[:, 1]), rel=1e-9)
 
 
+def test_explain_of_a_table_function_computes_nothing_and_shows_its_plan(con):
+    """EXPLAIN binds a table function but never runs it (its input's NULL target would fail the run), shows the
+    plan of its predictions, and keeps the columns and their types, so the query around it binds as it would run;
+    EXPLAIN ANALYZE computes it."""
+    con.execute("CREATE TABLE half_null AS SELECT * REPLACE (CASE WHEN f0 > 6 THEN NULL ELSE y END AS y) FROM iris")
+    for function, column in (("EVALUATE", "accuracy + 1"), ("CONFUSION_MATRIX", "expected_label + 1"),
+                             ("ROC_CURVE", "threshold * 2")):
+        model, target = ("cancer_rf", "malignant") if function == "ROC_CURVE" else ("iris_lr", "y")
+        table = "(SELECT * REPLACE (NULL::BIGINT AS malignant) FROM cancer)" if function == "ROC_CURVE" else \
+            "TABLE half_null"
+        rows = con.execute(f"EXPLAIN SELECT {column} FROM {function}(MODEL {model}, {table}, "
+                           f"target = {target})").fetchall()
+        plan = dict(rows)["modelsql_plan"]
+        assert f"{function}(MODEL {model} VERSION 1" in plan and "EXPLAIN computes nothing" in plan, plan
+        assert f'StreamPredict model "{model}" version 1' in plan or f'BatchPredict model "{model}"' in plan, plan
+        with pytest.raises(modelsql.DataError) as info:
+            con.execute(f"EXPLAIN ANALYZE SELECT {column} FROM {function}(MODEL {model}, {table}, target = {target})")
+        assert info.value.code == "null_target"
+        con.rollback()
+        con.execute("CREATE TABLE half_null AS SELECT * REPLACE (CASE WHEN f0 > 6 THEN NULL ELSE y END AS y) FROM iris")
+    cur = con.execute("SELECT * FROM CONFUSION_MATRIX(MODEL iris_lr, TABLE iris, target = y) LIMIT 0")
+    kinds = [d[1] for d in cur.description]
+    cur.fetchall()
+    cur = con.execute("EXPLAIN SELECT * FROM (SELECT * FROM CONFUSION_MATRIX(MODEL iris_lr, TABLE iris, target = y))")
+    assert "expected_label" in dict(cur.fetchall())["physical_plan"]
+    assert kinds[:2] == ["BIGINT", "BIGINT"]  # a DOUBLE target of integer classes is read as its integers
+    con.rollback()
+
+
 @pytest.mark.parametrize("sql, code, says", [
     ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris)", "missing_option", "records no target of its own"),
     ("EVALUATE MODEL iris_lr ON TABLE iris", "missing_option", "(TARGET column)"),

@@ -46,8 +46,9 @@ _PROBABILITY_NAMES = ("probabilities", "probability", "probs", "proba")
 @dataclass(frozen=True)
 class EvaluatePlan:
     """A bound EVALUATE: the version (``kind`` ``"model"`` / ``"pipeline"``), the task, the columns read and
-    the options after defaults (``average`` and ``positive`` decided once the classes are known), and the
-    classes the model's graph names, in its probabilities' order (None when it names none)."""
+    the options after defaults (``average`` and ``positive`` decided once the classes are known), the
+    classes the model's graph names, in its probabilities' order (None when it names none), and the DuckDB type
+    of the TARGET's values as they are compared (after the cast a classifier's labels ask for)."""
 
     kind: str
     name: str
@@ -58,6 +59,7 @@ class EvaluatePlan:
     predicted: queries.Predicted
     options: OptionValues
     classes: Optional[list[Any]] = None
+    target_type: str = ""
 
 
 def where_of(stmt: EvaluateModel) -> str:
@@ -258,7 +260,8 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     text = source.sql(dialect=msql.DIALECT)
     classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
-                        f"TABLE {text}" if isinstance(source, exp.Table) else text, predicted, options, classes)
+                        f"TABLE {text}" if isinstance(source, exp.Table) else text, predicted, options, classes,
+                        cast[2:] if cast else target_type)
 
 
 def _clusterer(entry: Any) -> bool:

@@ -19,7 +19,7 @@ from modelsql.engine.query_handler import run_query
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["Measured", "measure", "run_sql"]
+__all__ = ["Measured", "evaluation_query", "measure", "run_sql"]
 
 _SLACK = 1e-5
 """How far past [0, 1] a probability may lie and still be one: a tree ensemble's float32 sums reach 1.0000001."""
@@ -48,11 +48,8 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
             worded for EVALUATE, whose on_null is ``error`` or ``skip``).
         ProgrammingError: ``invalid_option`` (options that do not fit the classes found).
     """
-    sql = (queries.regression_sql(plan.predicted) if plan.task == "regression" else
-           queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan),
-                                      _ranked_position(plan)))
     try:
-        row = run_sql(sql, session, params)
+        row = run_sql(evaluation_query(plan), session, params)
     except DataError as err:
         if err.code != "null_input" or NULL_HINT not in str(err):
             raise
@@ -64,6 +61,14 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
         return Measured(rows, queries.fingerprint_text(rows, fingerprint), _regression(row))
     metrics, where = _classification(stmt, plan, row)
     return Measured(rows, queries.fingerprint_text(rows, fingerprint), metrics, where)
+
+
+def evaluation_query(plan: EvaluatePlan) -> queries.Query:
+    """The one query of an evaluation (:mod:`.queries`), by the plan's task."""
+    if plan.task == "regression":
+        return queries.regression_sql(plan.predicted)
+    return queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan),
+                                      _ranked_position(plan))
 
 
 def _needs_positions(plan: EvaluatePlan) -> bool:

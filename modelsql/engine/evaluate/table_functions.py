@@ -3,6 +3,8 @@ pair of true and predicted classes, BigQuery ML's ``ML.CONFUSION_MATRIX`` in lon
 (a binary classifier's curve, one row per distinct probability of the positive class, highest first: BigQuery
 ML's ``ML.ROC_CURVE`` columns). Each is computed before the query is planned (registered with
 :func:`~modelsql.engine.handlers.computes`) and records nothing: a query reads, the statement records.
+``EXPLAIN`` computes none: it shows the columns and the plan of the evaluation's query
+(:func:`~modelsql.engine.handlers.explains`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
+from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.errors import ProgrammingError
 from modelsql.metrics import as_positive, default_positive
@@ -19,18 +22,23 @@ from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
 from modelsql.sql.scopes import with_enclosing_ctes
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
-from modelsql.engine.evaluate.measure import Measured, measure, run_sql
+from modelsql.engine.evaluate.measure import Measured, evaluation_query, measure, run_sql
 from modelsql.engine.evaluate.statement import result_row
-from modelsql.engine.handlers import computes
+from modelsql.engine.explain import render_plan
+from modelsql.engine.handlers import computes, explains
+from modelsql.engine.query_handler import run_query
 from modelsql.engine.options.schema import option_error
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["evaluation_table"]
+__all__ = ["evaluation_table", "explain_evaluation_table"]
 
 _ARROW = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
           "VARCHAR[]": pa.list_(pa.string()), "BIGINT[][]": pa.list_(pa.list_(pa.int64()))}
+_ROC_COLUMNS = ("threshold", "recall", "false_positive_rate", "true_positives", "false_positives",
+                "true_negatives", "false_negatives")
+_ROC_SCHEMA = pa.schema([(c, pa.float64() if k < 3 else pa.int64()) for k, c in enumerate(_ROC_COLUMNS)])
 
 
 def _as_statement(node: EvaluationTable) -> EvaluateModel:
@@ -82,14 +90,67 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
     return pa.table({name: pa.array([value], _ARROW[kind]) for (name, kind), value in zip(columns, row)})
 
 
+@explains(EvaluationTable)
+def explain_evaluation_table(node: EvaluationTable, session: Session, params: list) -> tuple[pa.Schema, str]:
+    """What EXPLAIN shows of ``EVALUATE(...)``, ``CONFUSION_MATRIX(...)`` or ``ROC_CURVE(...)`` without computing
+    it: the columns of its rows, and a note with the plan of the evaluation's query (bound as the statement is;
+    nothing runs but DuckDB's description of the input and of the PREDICT).
+
+    Raises:
+        as :func:`evaluation_table`'s binding.
+    """
+    stmt = _as_statement(node)
+    plan = bind_evaluate(stmt, session, params)
+    query = evaluation_query(plan)
+    out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params, prefix="EXPLAIN " + query.head,
+                                 suffix=query.tail, dry=True)
+    try:
+        session.duck.fetchall()
+    finally:
+        out.release()
+    function = node.args["function"]
+    passes = ("two passes over the input (the evaluation's query, then the curve's)" if function == "ROC_CURVE"
+              else "one pass over the input")
+    plan_lines = render_plan(inner, phys).splitlines()
+    note = (f"{function}({plan.kind.upper()} {plan.name} VERSION {plan.version}, {plan.input_text}) is computed "
+            f"before the query when it runs (EXPLAIN computes nothing): {plan.task} against TARGET {plan.target}, "
+            f"{passes}, by this plan of its predictions:\n"
+            + "\n".join("      " + line for line in plan_lines))
+    return _schema(function, plan), note
+
+
+def _schema(function: str, plan: EvaluatePlan) -> pa.Schema:
+    """The columns of a table function's rows."""
+    if function == "ROC_CURVE":
+        return _ROC_SCHEMA
+    if function == "CONFUSION_MATRIX":
+        label = _label_type(plan)
+        return pa.schema([("expected_label", label), ("predicted_label", label), ("rows", pa.int64())])
+    columns, _ = result_row(EvaluationRow(plan.kind, plan.name, plan.version, plan.task, plan.target,
+                                          plan.input_text, "", 0, {}, {}))
+    return pa.schema([(name, _ARROW[kind]) for name, kind in columns])
+
+
+def _label_type(plan: EvaluatePlan) -> pa.DataType:
+    """The Arrow type of a classifier's labels as EVALUATE compares them (the TARGET's, after its cast)."""
+    kind = plan.target_type.upper()
+    if kind in ("FLOAT", "DOUBLE") or kind.startswith("DECIMAL"):
+        return pa.float64()
+    if kind == "BOOLEAN":
+        return pa.bool_()
+    if kind.endswith("INT") or kind in ("INTEGER", "HUGEINT", "UHUGEINT"):
+        return pa.int64()
+    return pa.string()
+
+
 def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
     if plan.task != "classification":
         raise ProgrammingError(f"CONFUSION_MATRIX(...): {plan.name} predicts numbers, not classes",
                                code="invalid_target")
     labels, matrix = done.metrics["labels"], done.metrics["confusion_matrix"]
     pairs = [(a, b, matrix[i][j]) for i, a in enumerate(labels) for j, b in enumerate(labels)]
-    return pa.table({"expected_label": [p[0] for p in pairs], "predicted_label": [p[1] for p in pairs],
-                     "rows": pa.array([p[2] for p in pairs], pa.int64())})
+    schema = _schema("CONFUSION_MATRIX", plan)
+    return pa.table([pa.array([p[k] for p in pairs], schema.field(k).type) for k in range(3)], schema=schema)
 
 
 def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: list) -> pa.Table:
@@ -117,7 +178,5 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
         points.insert(0, {"threshold": float("inf"), "recall": 0.0 if positives else None,
                           "false_positive_rate": 0.0 if negatives else None, "true_positives": 0,
                           "false_positives": 0, "true_negatives": negatives, "false_negatives": positives})
-    columns = ("threshold", "recall", "false_positive_rate", "true_positives", "false_positives",
-               "true_negatives", "false_negatives")
-    return pa.table({c: pa.array([p[c] for p in points], pa.float64() if c in columns[:3] else pa.int64())
-                     for c in columns})
+    return pa.table([pa.array([p[c] for p in points], _ROC_SCHEMA.field(c).type) for c in _ROC_COLUMNS],
+                    schema=_ROC_SCHEMA)
