@@ -171,6 +171,20 @@ def test_best_by_compares_only_like_evaluations_of_the_same_rows(con):
     assert row[2] == 1 and row[7] == 1 and row[8] == "2 (scored against another target or with another averaging, positive class or threshold)"
 
 
+def test_best_by_on_a_query_with_a_predict_compares_the_evaluations_of_its_rows(con):
+    """``ON (query)`` with a PREDICT in it is fingerprinted as EVALUATE fingerprints it: the rows with the inner
+    model's predictions; another inner model's predictions are other rows."""
+    stacked = ("(SELECT * EXCLUDE (probabilities) REPLACE (label * 1.0 AS label) FROM PREDICT(MODEL {0} VERSION {1}, "
+               "TABLE iris))")
+    con.execute(f"EVALUATE MODEL m VERSION 1 ON {stacked.format('m', 2)} TARGET y")
+    con.execute(f"EVALUATE MODEL m VERSION 2 ON {stacked.format('m', 2)} TARGET y")
+    row = con.execute(f"ALTER MODEL m SET ALIAS a = BEST BY accuracy ON {stacked.format('m', 2)}").fetchone()
+    assert row[2] == 1 and row[7] == 2  # two versions compared
+    with pytest.raises(modelsql.ProgrammingError) as info:  # version 1's predictions give other rows
+        con.execute(f"ALTER MODEL m SET ALIAS a = BEST BY accuracy ON {stacked.format('m', 1)}")
+    assert info.value.code == "no_evaluation", str(info.value)
+
+
 def test_best_by_leaves_out_training_scores_and_names_versions_without_the_metric(tmp_path):
     c = modelsql.connect(str(tmp_path / "b.duckdb"))
     c.autocommit = True

@@ -19,12 +19,13 @@ from modelsql.engine.evaluate.binding import bind_evaluate
 from modelsql.engine.evaluate.measure import measure
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.query.bind_statement import renumber
+from modelsql.engine.query_handler import run_query
 from modelsql.engine.handlers import catalog_write
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["record_evaluation", "fingerprint_of", "lineage_digest", "study_query", "study_fingerprint",
+__all__ = ["record_evaluation", "fingerprint_of", "query_fingerprint", "lineage_digest", "study_query", "study_fingerprint",
            "study_lineage"]
 
 def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> str:
@@ -40,6 +41,33 @@ def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> s
     described = duck.execute(f"DESCRIBE {sql}", values).fetchall()
     columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
     row = duck.execute(fingerprint_sql(columns, f"({sql})"), values).fetchone()
+    assert row is not None  # an aggregate has one row
+    return fingerprint_text(row[0], row[1])
+
+
+def query_fingerprint(session: Session, query: exp.Expression, params: Sequence[Any]) -> str:
+    """:func:`fingerprint_of` ``query`` run by the session: a query with a PREDICT (or another table function of
+    ours) is planned and run as a query (its rows, predictions included, are what ``EVALUATE ... ON (query)``
+    reads and fingerprints); plain SQL goes to DuckDB as it is.
+
+    Raises:
+        the query's errors (a plain query's DuckDB errors as they are; a planned one's as modelsql errors).
+    """
+    if not msql.mentions_models(query.sql(dialect=msql.DIALECT)):
+        return fingerprint_of(session.duck, query, params)
+    text = query.sql(dialect=msql.DIALECT)
+    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({text}) LIMIT 0")[0], session, list(params))
+    try:
+        columns = [exp.to_identifier(str(d[0]), quoted=True).sql("duckdb") for d in out.description or []]
+    finally:
+        session.duck.fetchall()
+        out.release()
+    out, _, _ = run_query(msql.parse(fingerprint_sql(columns, f"({text})"))[0], session, list(params))
+    try:
+        row = session.duck.fetchone()
+    finally:
+        session.duck.fetchall()
+        out.release()
     assert row is not None  # an aggregate has one row
     return fingerprint_text(row[0], row[1])
 

@@ -22,7 +22,7 @@ from modelsql.duckdb_errors import translate
 from modelsql.errors import Error, ProgrammingError, did_you_mean
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from modelsql.sql.models import AlterModel
-from modelsql.engine.evaluate.recording import fingerprint_of
+from modelsql.engine.evaluate.recording import query_fingerprint
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import value
 from modelsql.engine.result import Result
@@ -75,7 +75,7 @@ def _fingerprint(session: Session, source: exp.Expression, params: list) -> str:
         ProgrammingError (or the PEP 249 class of DuckDB's error): the input is not a relation.
     """
     try:
-        return fingerprint_of(session.duck, exp.select("*").from_(source.copy()), params)
+        return query_fingerprint(session, exp.select("*").from_(source.copy()), params)
     except Exception as exc:
         raise session.pointed(translate(exc), source if isinstance(source, exp.Table) else None) from None
 
