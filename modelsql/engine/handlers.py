@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar, Union
 
 from sqlglot import exp
 
+from modelsql import sql as msql
 from modelsql.errors import IntegrityError, InternalError, NotSupportedError, OperationalError
 from modelsql.sql import stored_definition
 
@@ -135,6 +136,7 @@ def computed_tables(stmt: exp.Expression, session: Session, params: list,
                                 "statement runs, and a definition would outlive them. Use CREATE TABLE ... AS "
                                 f"SELECT ... FROM {name}(...) to keep them.", code="predict_in_view")
     stmt = stmt.copy()
+    _name_by_text(stmt)
     names: list[str] = []
     notes: list[str] = []
     try:
@@ -153,6 +155,18 @@ def computed_tables(stmt: exp.Expression, session: Session, params: list,
             session.duck.unregister(name)
         raise
     return stmt, names, notes
+
+
+def _name_by_text(stmt: exp.Expression) -> None:
+    """Alias (in place) each unaliased select-list expression holding a computed table function with its text as
+    written (``(SELECT accuracy FROM EVALUATE(MODEL m, ...))``), as a PREDICT's is named: DuckDB would name it by
+    the scan of the rows' internal name."""
+    computed = tuple(_COMPUTED)
+    for select in list(stmt.find_all(exp.Select)):
+        select.set("expressions", [
+            exp.Alias(this=e, alias=exp.to_identifier(e.sql(dialect=msql.DIALECT), quoted=True))
+            if not isinstance(e, exp.Alias) and e.find(*computed) is not None else e
+            for e in select.expressions])
 
 
 def handler_of(node: type) -> Handler:

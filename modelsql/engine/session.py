@@ -234,7 +234,9 @@ class Session:
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
             count = max((n for st in statements for n in _numbered_placeholders(st)), default=0)
-        if given != count:
+        prepares = bool(statements) and all(isinstance(st, exp.Command) and str(st.this).upper() == "PREPARE"
+                                            for st in statements)
+        if given != count and not prepares:  # (a PREPARE's placeholders are its own; the query handler refuses it)
             raise ProgrammingError(
                 f"The statement has {count} parameter placeholder(s) but {given} value(s) were given.",
                 code="parameter_count",

@@ -492,6 +492,10 @@ def test_the_evaluate_table_function_gives_the_statements_row_and_records_nothin
     joined = con.execute("SELECT e.accuracy > 0.9, m.name FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y) AS e "
                          "JOIN modelsql.models AS m ON m.name = e.model").fetchall()
     assert joined == [(True, "iris_lr")]
+    cur = con.execute("SELECT (SELECT rows FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y)), 1 + 1")
+    assert [d[0] for d in cur.description] == [  # named by its text, never by its rows' internal table
+        "(SELECT rows FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y))", "(1 + 1)"]
+    assert cur.fetchall() == [(150, 2)]
 
 
 def test_a_table_function_reads_the_querys_ctes_as_the_query_does(con):

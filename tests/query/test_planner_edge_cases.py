@@ -55,9 +55,11 @@ def test_explain_of_a_model_statement_is_refused(two, stmt):
     assert two.execute("SELECT count(*) FROM modelsql.models").fetchone() == (2,)  # nothing dropped
 
 
-def test_prepare_of_a_predict_is_refused(two):
-    with pytest.raises(modelsql.NotSupportedError) as info:
-        two.execute("PREPARE p AS SELECT y FROM PREDICT(MODEL m1, TABLE t)")
+@pytest.mark.parametrize("sql", ["PREPARE p AS SELECT y FROM PREDICT(MODEL m1, TABLE t)",
+                                 "PREPARE p AS SELECT y FROM PREDICT(MODEL m1, (SELECT * FROM t WHERE y > ?))"])
+def test_prepare_of_a_predict_is_refused(two, sql):
+    with pytest.raises(modelsql.NotSupportedError) as info:  # a ? is PREPARE's own, not a missing value
+        two.execute(sql)
     assert info.value.code == "predict_in_command"
 
 
