@@ -468,8 +468,11 @@ class Catalog:
                 f'Model "{name}" does not exist, but a pipeline of that name does: name it PIPELINE {name} '
                 f"(PREDICT(PIPELINE {name}, TABLE t), DESCRIBE PIPELINE {name}).", code="model_not_found")
         others = [n for n in self.model_names() if n != str(name).lower()]  # never "did you mean" the name itself
+        last = str(name).rsplit(".", 1)[-1]
+        dataset = (f" A name is one word here: modelsql keeps models in this database's catalog, with no schema or "
+                   f"(BigQuery ML) dataset before the name; write {last}." if "." in str(name) and last else "")
         return errors.ProgrammingError(
-            f'Model "{name}" does not exist.' + errors.did_you_mean(name, others),
+            f'Model "{name}" does not exist.' + (dataset or errors.did_you_mean(name, others)),
             code="model_not_found",
         )
 

@@ -34,12 +34,13 @@ from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of
-from modelsql.sql.dialect import ModelSQL, ModelSQLGenerator, ModelSQLParser, ModelSQLTokenizer, statement_at
+from modelsql.sql.dialect import (ModelSQL, ModelSQLGenerator, ModelSQLParser, ModelSQLTokenizer, dotted_statement_at,
+                                  statement_at)
 from modelsql.sql.evaluate import EVALUATION_FUNCTIONS, EvaluationTable, evaluation_shaped, ml_function_at
 from modelsql.sql.grammar import ModelRef
 from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.sql.predict import ModelSet, PredictTable, ml_predict_at, predict_shaped
-from modelsql.sql.registry import MODEL_NODES, STATEMENT_NODES, TEXT_TOKENS
+from modelsql.sql.registry import MODEL_NODES, NAME_TOKENS, STATEMENT_NODES, TEXT_TOKENS
 
 # sqlglot logs a warning whenever it keeps a statement as an opaque Command
 # (EXPLAIN, PRAGMA ...); modelsql handles those itself, so the warning is noise.
@@ -137,6 +138,34 @@ def _statement_after_with(tokens: list[Token]) -> t.Optional[Token]:
     return None
 
 
+_NAMED_WORDS = frozenset({"MODEL", "PIPELINE"})
+
+
+def _dotted_model_name(tokens: list[Token]) -> t.Optional[Token]:
+    """The dot of a model or pipeline name written ``ds.m`` after MODEL or PIPELINE (a schema's or a BigQuery ML
+    dataset's name before it): at a statement's start (:func:`dotted_statement_at`), or anywhere when the text
+    failed to parse (``PREDICT(MODEL ds.m, ...)``); None when there is none."""
+    starts = [i for i in range(len(tokens)) if i == 0 or tokens[i - 1].token_type == TokenType.SEMICOLON]
+    return next((dot for dot in (dotted_statement_at(tokens, i) for i in starts) if dot is not None), None)
+
+
+def _dotted_anywhere(tokens: list[Token]) -> t.Optional[Token]:
+    for i in range(len(tokens) - 3):
+        if (tokens[i].token_type not in TEXT_TOKENS and tokens[i].text.upper() in _NAMED_WORDS
+                and (i == 0 or tokens[i - 1].token_type != TokenType.DOT) and tokens[i + 1].token_type in NAME_TOKENS
+                and tokens[i + 2].token_type == TokenType.DOT and tokens[i + 3].token_type in NAME_TOKENS):
+            return tokens[i + 2]
+    return None
+
+
+def _dotted_error(sql: str, tokens: list[Token], dot: Token) -> ProgrammingError:
+    k = tokens.index(dot)
+    schema, name = tokens[k - 1].text, tokens[k + 1].text if k + 1 < len(tokens) else ""
+    return _syntax_error(sql, f"a model or pipeline name is one word: {schema}.{name} names it in a schema or (BigQuery "
+                              "ML) a dataset, and modelsql keeps models in this database's own catalog; write "
+                              f"{name}", tokens[k - 1].start, dot.end - tokens[k - 1].start + 1 + len(name))
+
+
 def parse(sql: str) -> list[exp.Expression]:
     """Parse one or more ``;``-separated statements with :class:`ModelSQL`.
 
@@ -155,6 +184,9 @@ def parse(sql: str) -> list[exp.Expression]:
             a message ``"Parser Error: <what>\\nLINE n: <line>\\n<caret>"``.
     """
     tokens = _tokenize(sql)
+    dotted = _dotted_model_name(tokens)
+    if dotted is not None:
+        raise _dotted_error(sql, tokens, dotted)
     parser = ModelSQLParser(
         error_level=ErrorLevel.IMMEDIATE,
         # The whole text before the offending token comes back as start_context,
@@ -165,6 +197,9 @@ def parse(sql: str) -> list[exp.Expression]:
     try:
         trees = parser.parse(tokens, sql)
     except ParseError as error:
+        dotted = _dotted_anywhere(tokens)
+        if dotted is not None:
+            raise _dotted_error(sql, tokens, dotted) from error
         ours = _statement_after_with(tokens)
         if ours is not None:
             raise _syntax_error(sql, f"{ours.text.upper()} does not follow a WITH clause: write the WITH in its input, "
@@ -219,8 +254,8 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             return True  # BigQuery ML's spelling: our parser says what to write
         if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
             continue  # our statements only start statements
-        if statement_at(tokens, i) is not None:  # the parser's own dispatch
-            return True
+        if statement_at(tokens, i) is not None or dotted_statement_at(tokens, i) is not None:  # the parser's own
+            return True  # dispatch (a dotted model name is refused by the parser, saying why)
     return False
 
 

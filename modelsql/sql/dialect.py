@@ -56,9 +56,10 @@ from modelsql.sql.serve import ServeGenerating, ServeParsing
 from modelsql.sql.tune import TuneGenerating, TuneParsing
 from modelsql.sql.profile import ProfileGenerating, ProfileParsing
 from modelsql.sql.finetune import FinetuneGenerating, FinetuneParsing
-from modelsql.sql.registry import MODEL_NODES, STATEMENT_NODES, word_at
+from modelsql.sql.registry import MODEL_NODES, NAME_TOKENS, STATEMENT_NODES, word_at
 
-__all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "DEMOTED_COMMANDS", "statement_at"]
+__all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "DEMOTED_COMMANDS", "statement_at",
+           "dotted_statement_at"]
 
 
 def _statement_starts() -> list[tuple[tuple[str, ...], type[exp.Expression]]]:
@@ -87,6 +88,22 @@ def statement_at(
     return None
 
 
+def dotted_statement_at(tokens: t.Sequence[Token], i: int) -> Token | None:
+    """The dot of ``DESCRIBE MODEL ds.m`` (our statement's words, then a name and a dot: a schema's or a BigQuery ML
+    dataset's name before the model's, which no statement of ours takes) opening ``tokens[i:]``; else None."""
+    for words, _ in _statement_starts():
+        n = len(words)
+        if words[-1] not in ("MODEL", "PIPELINE") or i + n > len(tokens) \
+                or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
+            continue
+        j = i + n
+        while j < len(tokens) and any(word_at(tokens[j], w) for w in ("IF", "NOT", "EXISTS")):
+            j += 1
+        if j + 2 < len(tokens) and tokens[j].token_type in NAME_TOKENS and tokens[j + 1].token_type == TokenType.DOT:
+            return tokens[j + 1]
+    return None
+
+
 #: First words of our statements that DuckDB's tokenizer makes a ``COMMAND`` token
 #: (the rest of the statement one opaque string): our tokenizer keeps them plain
 #: words, and a statement starting with one that is not ours is rebuilt as
@@ -100,9 +117,12 @@ DEMOTED_COMMANDS: frozenset[str] = frozenset(
 
 
 class ModelSQLTokenizer(DuckDB.Tokenizer):
-    """DuckDB's tokenizer, except that :data:`DEMOTED_COMMANDS` (``VACUUM``) are plain words."""
+    """DuckDB's tokenizer, except that :data:`DEMOTED_COMMANDS` (``VACUUM``) are plain words and a name may be
+    quoted in backticks as DuckDB's own parser allows (```m```, as BigQuery ML and MySQL write names; written back
+    in double quotes)."""
 
     KEYWORDS = {k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k not in DEMOTED_COMMANDS}
+    IDENTIFIERS = ['"', "`"]
 
 
 class ModelSQLParser(ModelParsing, PredictParsing, EvaluateParsing, PipelineParsing, ServeParsing, TuneParsing,

@@ -172,6 +172,15 @@ def test_bigquery_ml_table_functions_say_what_to_write(model_con, sql, says):
     assert model_con.execute("SELECT ml.evaluate FROM (SELECT 1 AS evaluate) AS ml").fetchall() == [(1,)]
 
 
+def test_bigquery_ml_names_in_backticks_and_with_a_dataset(model_con):
+    """```scale``` is DuckDB's quoting, so the model; ```ds.scale``` (one quoted name with a dot) is no model here,
+    and the error says a name is one word."""
+    assert model_con.execute("SELECT count(*) FROM PREDICT(MODEL `scale`, TABLE t)").fetchone()[0] > 0
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        model_con.execute("SELECT * FROM PREDICT(MODEL `ds.scale`, TABLE t)")
+    assert info.value.code == "model_not_found" and "write scale" in str(info.value), str(info.value)
+
+
 def test_a_users_ml_schema_with_a_column_named_model_is_plain_sql(con):
     con.execute("CREATE SCHEMA ml")
     con.execute("CREATE MACRO ml.evaluate(model, k := 1) AS model + k")
