@@ -908,9 +908,7 @@ class Catalog:
         return (
             f"SELECT name, version, versions, kind, inputs, outputs, (SELECT {self._features_sql('v')} FROM "
             f"{self._s}.model_versions AS v WHERE v.name = m.name AND v.version = m.version) AS features, "
-            f"param_count, logical_bytes, created_at, (SELECT string_agg(a.alias || ' = ' || a.version, ', ' "
-            f"ORDER BY a.alias) FROM {self._s}.model_aliases AS a WHERE a.name = m.name) AS aliases "
-            f"FROM {self._s}.models AS m "
+            f"param_count, logical_bytes, created_at, aliases FROM {self._s}.models AS m "
             "UNION ALL "
             "SELECT t.name, t.version, (SELECT count(*) FROM "
             f"{self._s}.trainable_versions AS v WHERE v.name = t.name), 'trainable', 'factory: ' || t.factory, "

@@ -76,7 +76,7 @@ from typing import Callable, Dict
 
 import duckdb
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """The catalog schema version this modelsql writes and reads."""
 
 SCHEMA = "modelsql"
@@ -123,7 +123,7 @@ COMMENT ON COLUMN {s}.model_versions.check_max_abs_diff IS 'Largest absolute dif
 COMMENT ON COLUMN {s}.model_versions.check_label_mismatches IS 'Rows whose predicted label differed between the estimator and the converted model (accepted at import).';
 """
 
-MODELS_VIEW = """
+_MODELS_VIEW_V4 = """
 CREATE VIEW {s}.models AS
 WITH io AS (
     SELECT name, version, 'input' AS role, position,
@@ -175,7 +175,18 @@ COMMENT ON COLUMN {s}.models.logical_bytes IS 'Bytes of the latest version on it
 COMMENT ON COLUMN {s}.models.features IS 'Feature (column) names bound to a single input; NULL when unknown.';
 COMMENT ON COLUMN {s}.models.batch_dependent IS 'True when a row''s outputs may depend on the other rows of its batch (see model_versions.batch_dependence).';
 """
-"""The ``modelsql.models`` view (``{s}``: the qualified schema), shared by :data:`DDL` and the migration to version 2."""
+"""The ``modelsql.models`` view as schemas 4 to 11 had it (no aliases; ``{s}``: the qualified schema), which the
+migration to version 4 makes."""
+
+MODELS_VIEW = _MODELS_VIEW_V4.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1).replace("""       v.fingerprint
+FROM""", """       v.fingerprint,
+       (SELECT string_agg(a.alias || ' = ' || a.version, ', ' ORDER BY a.alias)
+        FROM modelsql.model_aliases AS a WHERE a.name = v.name) AS aliases
+FROM""") + """COMMENT ON COLUMN {s}.models.aliases IS 'The model''s aliases and the versions they name, as SHOW MODELS gives them (''champion = 3, challenger = 4''); NULL without one.';
+"""
+"""The ``modelsql.models`` view (``{s}``: the qualified schema), shared by :data:`DDL` and the migration to version
+12, each replacing the view of schema 4 (:data:`DDL` makes that one first, for the ``families`` view that reads it, and
+replaces it once the aliases table it reads is made)."""
 
 
 _V3_CONTENT_COMMENT = """
@@ -667,7 +678,7 @@ COMMENT ON COLUMN {s}.blobs.digest IS 'SHA-256 hex digest of the blob content.';
 COMMENT ON COLUMN {s}.blobs.nbytes IS 'Blob size in bytes.';
 COMMENT ON COLUMN {s}.blobs.kind IS 'graph or tensor.';
 
-""" + MODELS_VIEW + """
+""" + _MODELS_VIEW_V4 + """
 CREATE VIEW {s}.storage AS
 WITH refs AS (
     SELECT graph_digest AS digest, graph_bytes AS nbytes FROM modelsql.model_versions
@@ -704,6 +715,7 @@ COMMENT ON COLUMN {s}.storage.dedup_ratio IS 'logical_bytes / stored_bytes (NULL
     + OWNERSHIP_DDL
     + LIFECYCLE_DDL
     + LINEAGE_DDL
+    + MODELS_VIEW
 )
 
 
@@ -748,7 +760,7 @@ NOT_ANALYSED = "not analysed (imported before catalog schema 2): run one row at 
 """``batch_dependence`` of versions that the migration to schema 2 found in the catalog."""
 
 MIGRATIONS[1] = _migrate_1_to_2
-_MODELS_VIEW_V2 = "\n".join(line for line in MODELS_VIEW.split("\n") if "fingerprint" not in line).replace(
+_MODELS_VIEW_V2 = "\n".join(line for line in _MODELS_VIEW_V4.split("\n") if "fingerprint" not in line).replace(
     "v.created_at,\nFROM", "v.created_at\nFROM")
 
 
@@ -780,7 +792,7 @@ def _migrate_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
                              ("nodes", "INTEGER")):
         con.execute(f"ALTER TABLE {SCHEMA}.model_versions ADD COLUMN {column} {sql_type}")
     con.execute(f"DROP VIEW {SCHEMA}.models")
-    con.execute((MODELS_VIEW + _V2_COMMENTS + _V4_FINGERPRINT_COMMENT).format(s=SCHEMA))
+    con.execute((_MODELS_VIEW_V4 + _V2_COMMENTS + _V4_FINGERPRINT_COMMENT).format(s=SCHEMA))
     con.execute(FAMILY_DDL.format(s=SCHEMA))
 
 
@@ -854,3 +866,11 @@ def _migrate_10_to_11(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MIGRATIONS[10] = _migrate_10_to_11
+
+
+def _migrate_11_to_12(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 12 shows each model's aliases in ``modelsql.models`` (its ``aliases`` column, as SHOW MODELS)."""
+    con.execute(MODELS_VIEW.format(s=SCHEMA))
+
+
+MIGRATIONS[11] = _migrate_11_to_12

@@ -83,7 +83,7 @@ def test_create_makes_schema_tables_views_and_comments(cat, con):
     assert set(views) == set(schema.VIEWS)
     assert con.execute("SELECT * FROM modelsql.models").fetchall() == []
     assert con.execute("SELECT * FROM modelsql.storage").fetchall() == [(0, 0, 0, 0, None)]
-    assert Catalog.SCHEMA_VERSION == 11
+    assert Catalog.SCHEMA_VERSION == 12
 
 
 def test_reopen_keeps_models(db):
@@ -361,7 +361,8 @@ def test_models_view(cat, con):
     ]
     cols = [d[0] for d in con.execute("SELECT * FROM modelsql.models").description]
     assert cols == ["name", "version", "versions", "kind", "source", "inputs", "outputs", "opset",
-                    "param_count", "logical_bytes", "features", "batch_dependent", "created_at", "fingerprint"]
+                    "param_count", "logical_bytes", "features", "batch_dependent", "created_at", "fingerprint",
+                    "aliases"]
 
 
 def test_storage_view_dedup(cat, con):
@@ -469,8 +470,16 @@ def test_migration_runs_for_older_version(db, monkeypatch):
     con.close()
 
 
+def _to_schema_11(con) -> None:
+    """Take a current catalog back to schema 11: the models view without aliases."""
+    con.execute("DROP VIEW modelsql.models")
+    con.execute(schema._MODELS_VIEW_V4.format(s="modelsql"))
+    con.execute("UPDATE modelsql.meta SET value = '11' WHERE key = 'schema_version'")
+
+
 def _to_schema_10(con) -> None:
     """Take a current catalog back to schema 10: no origins, tags or lineage view."""
+    _to_schema_11(con)
     con.execute("DROP VIEW modelsql.lineage")
     con.execute("DROP TABLE modelsql.model_origins")
     con.execute("DROP TABLE modelsql.model_tags")
@@ -914,7 +923,7 @@ def test_real_migration_from_schema_9_adds_an_empty_evaluations_table(db):
     _to_schema_9(con)
     Catalog(con)
     assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("11",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
     con.close()
 
 
@@ -927,5 +936,22 @@ def test_real_migration_from_schema_10_adds_origins_tags_and_the_lineage_view(db
     assert con.execute("SELECT count(*) FROM modelsql.model_origins").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM modelsql.model_tags").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM modelsql.lineage").fetchone() == (0,)
-    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("11",)
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == (str(Catalog.SCHEMA_VERSION),)
+    con.close()
+
+
+def test_real_migration_from_schema_11_shows_aliases_in_the_models_view(db):
+    con = duckdb.connect(db)
+    cat = Catalog(con)
+    add(cat, make_mv(name="m"))
+    add(cat, make_mv(name="m", version=2))
+    cat.aliases.set("m", "champion", 1)
+    _to_schema_11(con)
+    assert "aliases" not in [d[0] for d in con.execute("SELECT * FROM modelsql.models").description]
+    Catalog(con)
+    assert con.execute("SELECT name, version, aliases FROM modelsql.models").fetchall() == [("m", 2, "champion = 1")]
+    assert con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'models' AND column_name = "
+                       "'aliases'").fetchone()[0].startswith("The model's aliases")
+    con.execute("SELECT count(*) FROM modelsql.families").fetchall()  # the view over it still binds
+    assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("12",)
     con.close()
