@@ -10,8 +10,10 @@ one, and the hyper-parameters the statement gives, checked against the class's `
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
@@ -212,6 +214,27 @@ def resolve_model_type(name: Any) -> ModelType:
             f"model_type {text!r} does not exist.{did_you_mean(text, names)} Model types: {', '.join(MODEL_TYPES)}, "
             "or a scikit-learn estimator class name ('ExtraTreesClassifier').", code="unknown_model_type")
     return found
+
+
+def hyperparameters_text(hyperparameters: Mapping[str, Any]) -> str:
+    """How the catalog keeps a trained version's hyper-parameters (``DESCRIBE MODEL``'s ``hyperparameters``): a
+    JSON object, keys sorted, a parenthesised list (a tuple) as an array, so plain SQL reads it
+    (``options->>'hyperparameters'``, ``json_extract``)."""
+    return json.dumps(dict(sorted(hyperparameters.items())), default=str)
+
+
+def hyperparameters_from_text(text: str) -> dict[str, Any]:
+    """:func:`hyperparameters_text` read back, an array as the tuple SQL wrote; a catalog written before kept a Python
+    literal (``{'C': 0.5}``), read as one.
+
+    Raises:
+        ValueError: neither (a catalog edited by hand).
+    """
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError:
+        return dict(ast.literal_eval(text))
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in dict(loaded).items()}
 
 
 CLASSIFIER_TOLERANCE = 1e-3

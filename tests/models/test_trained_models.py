@@ -4,6 +4,7 @@ validation evaluation is recorded; bad input is a clear error that leaves the ca
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -87,7 +88,9 @@ def test_logistic_regression_predicts_as_the_hand_fitted_pipeline_and_records_it
     assert recorded == [("SELECT * FROM cancer ORDER BY id", len(valid), "validation", recorded[0][3])]
     props = {r[2]: r[5] for r in con.execute("DESCRIBE MODEL cancer_lr").fetchall() if r[0] == "property"}
     assert props["model_type"] == "logistic_reg" and props["target"] == "y" and props["training_rows"] == str(len(train))
-    assert props["hyperparameters"] == "{'C': 0.5}" and props["query"] == "SELECT * FROM cancer ORDER BY id"
+    assert props["hyperparameters"] == '{"C": 0.5}' and props["query"] == "SELECT * FROM cancer ORDER BY id"
+    assert con.execute("SELECT (options['hyperparameters']::JSON)->>'C' FROM modelsql.model_versions "
+                       "WHERE name = 'cancer_lr'").fetchall() == [("0.5",)]  # JSON, read by plain SQL
     inputs = [r[2] for r in con.execute("DESCRIBE MODEL cancer_lr").fetchall() if r[0] == "input"]
     assert inputs == features  # the key column id is never fed
     assert props["features"] == ", ".join(features)  # one input per column, named after it
@@ -473,3 +476,15 @@ def test_bigquery_mls_spelling_of_the_target(con) -> None:
             con.execute(f"CREATE MODEL iris_bq2 OPTIONS (model_type = 'logistic_reg', {options}) AS SELECT * FROM iris")
         assert info.value.code == "invalid_option" and "input_label_cols" in str(info.value)
         assert "not ()" not in str(info.value)  # (an empty list is named as one, however it was written)
+
+
+def test_hyperparameters_are_kept_as_json_and_read_back_as_sql_wrote_them():
+    from modelsql.estimators import hyperparameters_from_text, hyperparameters_text
+
+    written = {"hidden_layer_sizes": (16, 8), "alpha": 0.001, "solver": "adam", "max_fun": None, "shuffle": True}
+    text = hyperparameters_text(written)
+    assert json.loads(text) == {"alpha": 0.001, "hidden_layer_sizes": [16, 8], "max_fun": None, "shuffle": True,
+                                "solver": "adam"}
+    assert hyperparameters_from_text(text) == written  # a parenthesised list comes back a tuple
+    assert hyperparameters_from_text("{'C': 0.5, 'hidden_layer_sizes': (16,)}") == {  # as catalogs before kept them
+        "C": 0.5, "hidden_layer_sizes": (16,)}

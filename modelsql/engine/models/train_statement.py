@@ -28,7 +28,7 @@ from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.errors import DataError, Error, ProgrammingError, did_you_mean
-from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, conversion_tolerance,
+from modelsql.estimators import (ModelType, Transform, build_pipeline, column_kind, conversion_tolerance, hyperparameters_text,
                                  imputed_columns, resolve_model_type, transform_columns, transforms_json,
                                  validation_rows)
 from modelsql.sql.models import ImportModel
@@ -289,7 +289,7 @@ def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, 
     classifier's ``classes`` are kept by the import itself, :func:`~.statements.estimator_classes`)."""
     out = {"model_type": plan.model_type.name, "estimator": plan.model_type.estimator.replace(":", "."),
            "task": plan.model_type.task,
-           "hyperparameters": repr(dict(sorted(plan.hyperparameters.items()))), "query": plan.query,
+           "hyperparameters": hyperparameters_text(plan.hyperparameters), "query": plan.query,
            "validation": str(plan.validation), "seed": str(plan.seed), "training_rows": str(len(train)),
            "validation_rows": str(len(valid)), "fit_seconds": f"{seconds:.3f}"}
     if plan.validation in ("random", "seq"):

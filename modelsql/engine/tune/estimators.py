@@ -24,7 +24,6 @@ configuration on the training rows and stores it (:func:`create_from_estimator_s
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
 import json
@@ -41,7 +40,8 @@ from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
-from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, imputed_columns, resolve_model_type,
+from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, hyperparameters_from_text,
+                                 hyperparameters_text, imputed_columns, resolve_model_type,
                                  transform_columns, transforms_from_json, transforms_json, transforms_text,
                                  validation_rows)
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_for, score, staged_scores
@@ -99,7 +99,7 @@ def _base(session: Session, recorded: dict) -> dict:
     again is the same study)."""
     study = session.catalog.studies.study(recorded["study"]) if recorded.get("study") else None
     started = json.loads(study.options).get("base") if study is not None else None
-    return dict(started) if started is not None else dict(ast.literal_eval(recorded.get("hyperparameters", "{}")))
+    return dict(started) if started is not None else hyperparameters_from_text(recorded.get("hyperparameters", "{}"))
 
 
 def _tunable(model_type: ModelType) -> ModelType:
@@ -530,7 +530,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
         if_not_exists=bool(stmt.args.get("exists")),
         tolerance=conversion_tolerance(model_type.task, data.rows.y[data.train]),
         options={"model_type": model_type.name, "estimator": model_type.estimator.replace(":", "."),
-                 "task": model_type.task, "hyperparameters": repr(dict(sorted(params.items()))),
+                 "task": model_type.task, "hyperparameters": hyperparameters_text(params),
                  "target": study.target, "study": study.name, "trial": str(trial.trial),
                  **({"transforms": options["transforms"], "transform": transforms_text(transforms)}
                     if transforms is not None else {}),
