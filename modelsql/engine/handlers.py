@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Handler", "handles", "handler_of", "run_statement", "run_default", "reads_only", "registered",
            "missing_handlers", "catalog_write", "catalog_record", "catalog_write_retrying", "retrying", "computes",
-           "explains", "computed_tables"]
+           "explains", "computed_tables", "release_computed"]
 
 T = TypeVar("T")
 
@@ -136,7 +136,6 @@ def computed_tables(stmt: exp.Expression, session: Session, params: list,
                                 "statement runs, and a definition would outlive them. Use CREATE TABLE ... AS "
                                 f"SELECT ... FROM {name}(...) to keep them.", code="predict_in_view")
     stmt = stmt.copy()
-    _name_by_text(stmt)
     names: list[str] = []
     notes: list[str] = []
     try:
@@ -149,24 +148,23 @@ def computed_tables(stmt: exp.Expression, session: Session, params: list,
             else:
                 session.duck.register(name, _COMPUTED[type(node)](node, session, params))
             names.append(name)
-            node.replace(exp.to_identifier(name))
+            scan = exp.to_identifier(name)
+            scan.meta["computed"] = (node.meta.get("source_text"), node.sql(dialect=msql.DIALECT))  # naming columns
+            node.replace(scan)
     except BaseException:
-        for name in names:
-            session.duck.unregister(name)
+        release_computed(session, names)
         raise
     return stmt, names, notes
 
 
-def _name_by_text(stmt: exp.Expression) -> None:
-    """Alias (in place) each unaliased select-list expression holding a computed table function with its text as
-    written (``(SELECT accuracy FROM EVALUATE(MODEL m, ...))``), as a PREDICT's is named: DuckDB would name it by
-    the scan of the rows' internal name."""
-    computed = tuple(_COMPUTED)
-    for select in list(stmt.find_all(exp.Select)):
-        select.set("expressions", [
-            exp.Alias(this=e, alias=exp.to_identifier(e.sql(dialect=msql.DIALECT), quoted=True))
-            if not isinstance(e, exp.Alias) and e.find(*computed) is not None else e
-            for e in select.expressions])
+def release_computed(session: Session, names: Iterable[str]) -> None:
+    """Unregister the tables :func:`computed_tables` registered, after a failure: in a transaction DuckDB has
+    aborted, unregistering fails too, and the failure that matters is the one being raised."""
+    for name in names:
+        try:
+            session.duck.unregister(name)
+        except Exception:
+            pass
 
 
 def handler_of(node: type) -> Handler:

@@ -19,7 +19,7 @@ from modelsql.sql.predict import PredictTable
 from modelsql.engine.options import uses_parameters
 from modelsql.engine.plan_cache import CachedPlan
 from modelsql.engine.query.bind_statement import bind_query
-from modelsql.engine.handlers import computed_tables, handles
+from modelsql.engine.handlers import computed_tables, handles, release_computed
 from modelsql.engine.query.physical import Physical, build, choose, predict_meter
 from modelsql.engine.query.cost import Choice
 from modelsql.engine.query.plan import PredictScan, QueryPlan
@@ -61,8 +61,7 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
         out, plan, phys = _plan_and_run(stmt, session, params, prefix=prefix, suffix=suffix, dry=dry,
                                         cache_key=None if computed or suffix else cache_key)
     except BaseException:
-        for name in computed:
-            session.duck.unregister(name)
+        release_computed(session, computed)
         raise
     out.sources += computed
     return out, dataclasses.replace(plan, notes=(*notes, *plan.notes)) if notes else plan, phys

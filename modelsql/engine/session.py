@@ -224,7 +224,7 @@ class Session:
         given = len(params) if params is not None else 0
         pieces = msql.statement_texts(text) if count > 0 or not given else []
         if len(pieces) > 1:
-            if given != count:
+            if given != count and not any(_PREPARE.match(piece) for piece in pieces):  # (a PREPARE's ? are its own)
                 raise ProgrammingError(
                     f"The statements have {count} parameter placeholder(s) but {given} value(s) were given.",
                     code="parameter_count",
@@ -234,9 +234,7 @@ class Session:
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
             count = max((n for st in statements for n in _numbered_placeholders(st)), default=0)
-        prepares = bool(statements) and all(isinstance(st, exp.Command) and str(st.this).upper() == "PREPARE"
-                                            for st in statements)
-        if given != count and not prepares:  # (a PREPARE's placeholders are its own; the query handler refuses it)
+        if given != count and not _PREPARE.match(text):  # (a PREPARE's ? are its own; the query handler refuses it)
             raise ProgrammingError(
                 f"The statement has {count} parameter placeholder(s) but {given} value(s) were given.",
                 code="parameter_count",
@@ -391,13 +389,18 @@ class Session:
         return catalog_entries.model_set_of(self, node)
 
 
+_PREPARE = re.compile(r"\s*(?:EXPLAIN\s+(?:ANALYZE\s+)?)?PREPARE\b", re.I)
+"""A statement text that prepares one (``PREPARE p AS ...``, also under EXPLAIN): its ``?`` are DuckDB's to bind when
+it is executed, never values this call must give (the query handler refuses a PREPARE of a PREDICT)."""
+
+
 HANDLER_MODULES = (
     "modelsql.engine.query_handler", "modelsql.engine.explain", "modelsql.engine.models.statements",
     "modelsql.engine.models.trainables", "modelsql.engine.models.train_statement", "modelsql.engine.models.alter",
     "modelsql.engine.models.trust_statement",
     "modelsql.engine.pipelines.statements", "modelsql.engine.serve.statements", "modelsql.engine.tune.statements",
     "modelsql.engine.profile.statements", "modelsql.engine.profile.compile", "modelsql.engine.finetune.statement",
-    "modelsql.engine.evaluate.statement", "modelsql.engine.evaluate.table_functions",
+    "modelsql.engine.evaluate.statement", "modelsql.engine.evaluate.table_functions", "modelsql.engine.statement_tables",
 )
 """The modules that register statement handlers (:mod:`modelsql.engine.handlers`) when imported."""
 

@@ -41,6 +41,7 @@ from modelsql.sql.grammar import ModelRef
 from modelsql.sql.models import DescribeModel, DropModel, ExportModel, ImportModel, ShowModels, VacuumModels
 from modelsql.sql.predict import ModelSet, PredictTable, ml_predict_at, predict_shaped
 from modelsql.sql.registry import MODEL_NODES, NAME_TOKENS, STATEMENT_NODES, TEXT_TOKENS
+from modelsql.sql.statement_tables import StatementTable, row_statement_at
 
 # sqlglot logs a warning whenever it keeps a statement as an opaque Command
 # (EXPLAIN, PRAGMA ...); modelsql handles those itself, so the warning is noise.
@@ -252,6 +253,8 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             return True
         if word == "ML" and (ml_predict_at(tokens, i) or ml_function_at(tokens, i) is not None):
             return True  # BigQuery ML's spelling: our parser says what to write
+        if i > 0 and tokens[i - 1].token_type == TokenType.L_PAREN and row_statement_at(tokens, i) is not None:
+            return True  # (SHOW MODELS) read as a relation
         if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
             continue  # our statements only start statements
         if statement_at(tokens, i) is not None or dotted_statement_at(tokens, i) is not None:  # the parser's own
@@ -509,6 +512,7 @@ __all__ = [
     "VacuumModels",
     "PredictTable",
     "EvaluationTable",
+    "StatementTable",
     "MODEL_NODES",
     "STATEMENT_NODES",
     "parse",

@@ -56,6 +56,7 @@ from modelsql.sql.serve import ServeGenerating, ServeParsing
 from modelsql.sql.tune import TuneGenerating, TuneParsing
 from modelsql.sql.profile import ProfileGenerating, ProfileParsing
 from modelsql.sql.finetune import FinetuneGenerating, FinetuneParsing
+from modelsql.sql.statement_tables import StatementTableGenerating, StatementTableParsing
 from modelsql.sql.registry import MODEL_NODES, NAME_TOKENS, STATEMENT_NODES, word_at
 
 __all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "DEMOTED_COMMANDS", "statement_at",
@@ -126,7 +127,7 @@ class ModelSQLTokenizer(DuckDB.Tokenizer):
 
 
 class ModelSQLParser(ModelParsing, PredictParsing, EvaluateParsing, PipelineParsing, ServeParsing, TuneParsing,
-                     ProfileParsing, FinetuneParsing):
+                     ProfileParsing, FinetuneParsing, StatementTableParsing):
     """DuckDB's parser plus every statement family's entries, reached from :meth:`_parse_statement`."""
 
     def _parse_statement(self) -> exp.Expr | None:
@@ -187,7 +188,7 @@ class ModelSQLParser(ModelParsing, PredictParsing, EvaluateParsing, PipelinePars
 
 
 class ModelSQLGenerator(ModelGenerating, PredictGenerating, EvaluateGenerating, PipelineGenerating, ServeGenerating,
-                        TuneGenerating, ProfileGenerating, FinetuneGenerating):
+                        TuneGenerating, ProfileGenerating, FinetuneGenerating, StatementTableGenerating):
     """DuckDB's generator plus one ``<key>_sql`` method per node of ours (in its family's mixin)."""
 
     # Every node of ours -> its `<key>_sql` method, found by name (a node without

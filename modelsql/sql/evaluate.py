@@ -175,6 +175,7 @@ class EvaluateParsing(GrammarParser):
         source, options = self._parse_table_function_rest(function, form)
         node = self.expression(EvaluationTable(this=ref, expression=source, function=function,
                                                options=options or None))
+        node.meta["source_text"] = self._source_text(token)  # (an output column is named by it, as PREDICT's)
         return t.cast(EvaluationTable, node.update_positions(token))
 
 

@@ -493,8 +493,8 @@ def test_the_evaluate_table_function_gives_the_statements_row_and_records_nothin
                          "JOIN modelsql.models AS m ON m.name = e.model").fetchall()
     assert joined == [(True, "iris_lr")]
     cur = con.execute("SELECT (SELECT rows FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y)), 1 + 1")
-    assert [d[0] for d in cur.description] == [  # named by its text, never by its rows' internal table
-        "(SELECT rows FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y))", "(1 + 1)"]
+    assert [d[0] for d in cur.description] == [  # named as DuckDB names the text, never by the rows' internal table
+        '(SELECT "rows" FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y))', "(1 + 1)"]
     assert cur.fetchall() == [(150, 2)]
 
 
@@ -569,6 +569,37 @@ def test_explain_of_a_table_function_computes_nothing_and_shows_its_plan(con):
     assert "expected_label" in dict(cur.fetchall())["physical_plan"]
     assert kinds[:2] == ["BIGINT", "BIGINT"]  # a DOUBLE target of integer classes is read as its integers
     con.rollback()
+
+
+def test_what_a_hostile_try_of_the_table_functions_found(con):
+    # an error in the second table function's input is that error, not DuckDB's aborted transaction
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y) a, "
+                    "EVALUATE(MODEL iris_lr, (SELECT * FROM nosuch), target = y) b")
+    assert info.value.code == "catalog_error" and "nosuch" in str(info.value)
+    con.rollback()
+    # an unsigned integer TARGET gives integer labels, as EXPLAIN says
+    cur = con.execute("SELECT * FROM CONFUSION_MATRIX(MODEL iris_lr, (SELECT * REPLACE (y::UINTEGER AS y) FROM iris), "
+                      "target = y) ORDER BY ALL LIMIT 1")
+    assert cur.fetchall() == [(0, 0, 50)] and cur.description[0][1] == "BIGINT"
+    # a star beside one keeps the table's names
+    cur = con.execute("SELECT * REPLACE ((SELECT accuracy FROM EVALUATE(MODEL iris_lr, TABLE iris, target = y)) AS f0) "
+                      "FROM iris LIMIT 1")
+    assert [d[0] for d in cur.description] == ["f0", "f1", "f2", "f3", "y"]
+    cur.fetchall()
+    # EXPLAIN computes none, not even one in another's input (its NULL target would fail the run)
+    inner = "EVALUATE(MODEL iris_lr, (SELECT * REPLACE (NULL::DOUBLE AS y) FROM iris), target = y)"
+    rows = con.execute(f"EXPLAIN SELECT * FROM EVALUATE(MODEL iris_lr, (SELECT iris.* REPLACE (f0 + e.rows AS f0) FROM iris, {inner} "
+                       "AS e), target = y)").fetchall()
+    assert "EXPLAIN computes nothing" in dict(rows)["modelsql_plan"]
+    # a PREPARE's ? are its own, among other statements too
+    for sql in ("SELECT 1; PREPARE p AS SELECT * FROM EVALUATE(MODEL iris_lr, (SELECT * FROM iris WHERE f0 > ?), "
+                "target = y)", "PREPARE q AS SELECT ? + 1; EXECUTE q(1)"):
+        try:
+            assert con.execute(sql).fetchall() == [(2,)]
+        except modelsql.NotSupportedError as err:
+            assert err.code == "predict_in_command" and "PREPARE" in sql.split(";")[-1]
+        con.rollback()
 
 
 @pytest.mark.parametrize("sql, code, says", [

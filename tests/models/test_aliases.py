@@ -287,3 +287,29 @@ def test_a_versions_training_rows_keep_evaluates_fingerprint_whatever_the_column
         c.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM t WHERE d < ?)", [5])
     assert info.value.code == "no_evaluation"
     c.close()
+
+
+def test_listings_read_as_relations_as_duckdb_reads_its_show(con):
+    """``(SHOW MODELS)``, ``(DESCRIBE MODEL m)`` and the other listings of ours in a FROM are their statements'
+    rows, with their columns and types; the models view has the aliases too."""
+    con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")
+    assert con.execute("SELECT name, aliases FROM (SHOW MODELS) WHERE aliases IS NOT NULL").fetchall() == [
+        ("m", "champion = 1")]
+    assert con.execute("SELECT aliases FROM modelsql.models WHERE name = 'm'").fetchall() == [("champion = 1",)]
+    cur = con.execute("SELECT d.name FROM (DESCRIBE MODEL m ALIAS champion) AS d WHERE d.role = 'input' ORDER BY ALL")
+    assert [r[0] for r in cur.fetchall()] == ["input"]  # the graph's one input, fed the four features
+    shown = con.execute("SHOW MODELS")
+    described = shown.description
+    shown.fetchall()
+    cur = con.execute("SELECT * FROM (SHOW MODELS) AS s JOIN (SHOW STUDIES) AS t ON t.model = s.name")
+    assert [d[:2] for d in cur.description][:len(described)] == [d[:2] for d in described] and cur.fetchall() == []
+    cur = con.execute("SELECT (SELECT count(*) FROM (SHOW PIPELINES)), label FROM PREDICT(MODEL m, TABLE iris) "
+                      "LIMIT 1")
+    assert cur.description[0][0] == "(SELECT count_star() FROM (SHOW PIPELINES))"  # as DuckDB names it
+    assert cur.fetchone()[0] == 0
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM (DESCRIBE MODEL nope)")
+    assert info.value.code == "model_not_found"
+    with pytest.raises(modelsql.NotSupportedError) as info:  # its rows would be gone when the view is read
+        con.execute("CREATE VIEW v AS SELECT * FROM (SHOW MODELS)")
+    assert info.value.code == "predict_in_view"

@@ -28,6 +28,7 @@ from modelsql.sql import (
     ModelSQLTokenizer,
     PredictTable,
     ShowModels,
+    StatementTable,
     VacuumModels,
     mentions_models,
     number_placeholders,
@@ -438,9 +439,11 @@ def test_our_statements_start_only_at_the_start_of_a_statement():
     # a quoted word is a name, not one of our words
     assert parse_one('SHOW "MODELS"') == sqlglot.parse_one('SHOW "MODELS"', read="duckdb")
     # not at a statement start: DuckDB's reading (here errors, as DuckDB's own parser)
-    for sql in ("SELECT * FROM (DESCRIBE MODEL m)", "WITH q AS (SELECT 1) SHOW MODELS"):
+    for sql in ("SELECT * FROM DESCRIBE MODEL m", "WITH q AS (SELECT 1) SHOW MODELS"):
         with pytest.raises(ProgrammingError):
             parse(sql)
+    # a listing of ours in parentheses is a relation (as DuckDB reads its own SHOW and DESCRIBE there)
+    assert isinstance(parse("SELECT * FROM (DESCRIBE MODEL m)")[0].find(StatementTable).this, DescribeModel)
     # but after a semicolon it is a statement start
     assert [type(t) for t in parse("SELECT 1; DESCRIBE MODEL m; VACUUM")] == [
         exp.Select, DescribeModel, exp.Command,
@@ -564,6 +567,8 @@ MENTIONS = [
     "create or replace model m from 'x.onnx'",
     "DROP MODEL m",
     "DESCRIBE MODEL m.t",  # not DuckDB (a syntax error there): our parser says a model name is one word
+    "SELECT name FROM (SHOW MODELS) WHERE aliases IS NOT NULL",
+    "SELECT * FROM t JOIN (DESCRIBE MODEL m) AS d ON true",
     "DROP MODEL IF EXISTS m",
     "SHOW MODELS",
     "DESCRIBE MODEL m",
@@ -598,6 +603,8 @@ NOT_MENTIONS = [
     "DESCRIBE model",
     "DESCRIBE model.t",
     "DESCRIBE MODEL 'm'",
+    "SELECT * FROM (SHOW TABLES)",
+    "SELECT * FROM (DESCRIBE t)",
     "DESCRIBE study",
     "DESCRIBE study.t",
     "SELECT 'TUNE MODEL m'",

@@ -72,8 +72,9 @@ def where_of(stmt: EvaluateModel) -> str:
 
 
 def _columns(session: Session, sql: str, params: list) -> list[tuple[str, str]]:
-    """``(name, DuckDB type)`` of each column of ``sql`` (planned and described, nothing run)."""
-    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({sql}) LIMIT 0")[0], session, params)
+    """``(name, DuckDB type)`` of each column of ``sql`` (planned and described, nothing run: a batch PREDICT runs
+    on no rows and a table function of ours in it is not computed, as under EXPLAIN)."""
+    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({sql}) LIMIT 0")[0], session, params, dry=True)
     try:
         return _described(out.description)
     finally:

@@ -56,7 +56,7 @@ def query_fingerprint(session: Session, query: exp.Expression, params: Sequence[
     if not msql.mentions_models(query.sql(dialect=msql.DIALECT)):
         return fingerprint_of(session.duck, query, params)
     text = query.sql(dialect=msql.DIALECT)
-    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({text}) LIMIT 0")[0], session, list(params))
+    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({text}) LIMIT 0")[0], session, list(params), dry=True)
     try:
         columns = [exp.to_identifier(str(d[0]), quoted=True).sql("duckdb") for d in out.description or []]
     finally:

@@ -36,6 +36,8 @@ __all__ = ["evaluation_table", "explain_evaluation_table"]
 
 _ARROW = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
           "VARCHAR[]": pa.list_(pa.string()), "BIGINT[][]": pa.list_(pa.list_(pa.int64()))}
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+             "UHUGEINT")
 _ROC_COLUMNS = ("threshold", "recall", "false_positive_rate", "true_positives", "false_positives",
                 "true_negatives", "false_negatives")
 _ROC_SCHEMA = pa.schema([(c, pa.float64() if k < 3 else pa.int64()) for k, c in enumerate(_ROC_COLUMNS)])
@@ -79,8 +81,9 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
     """
     stmt = _as_statement(node)
     plan = bind_evaluate(stmt, session, params)
-    done = measure(stmt, plan, session, params)
     function = node.args["function"]
+    _check_task(function, plan)
+    done = measure(stmt, plan, session, params)
     if function == "CONFUSION_MATRIX":
         return _confusion_table(plan, done)
     if function == "ROC_CURVE":
@@ -101,6 +104,7 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
     """
     stmt = _as_statement(node)
     plan = bind_evaluate(stmt, session, params)
+    _check_task(node.args["function"], plan)
     query = evaluation_query(plan)
     out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params, prefix="EXPLAIN " + query.head,
                                  suffix=query.tail, dry=True)
@@ -138,15 +142,22 @@ def _label_type(plan: EvaluatePlan) -> pa.DataType:
         return pa.float64()
     if kind == "BOOLEAN":
         return pa.bool_()
-    if kind.endswith("INT") or kind in ("INTEGER", "HUGEINT", "UHUGEINT"):
+    if kind in _INTEGERS:
         return pa.int64()
     return pa.string()
 
 
+def _check_task(function: str, plan: EvaluatePlan) -> None:
+    """CONFUSION_MATRIX(...) and ROC_CURVE(...) are of a classifier.
+
+    Raises:
+        ProgrammingError: ``invalid_target`` for a regressor.
+    """
+    if function != "EVALUATE" and plan.task != "classification":
+        raise ProgrammingError(f"{function}(...): {plan.name} predicts numbers, not classes", code="invalid_target")
+
+
 def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
-    if plan.task != "classification":
-        raise ProgrammingError(f"CONFUSION_MATRIX(...): {plan.name} predicts numbers, not classes",
-                               code="invalid_target")
     labels, matrix = done.metrics["labels"], done.metrics["confusion_matrix"]
     pairs = [(a, b, matrix[i][j]) for i, a in enumerate(labels) for j, b in enumerate(labels)]
     schema = _schema("CONFUSION_MATRIX", plan)
@@ -154,8 +165,6 @@ def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
 
 
 def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: list) -> pa.Table:
-    if plan.task != "classification":
-        raise ProgrammingError(f"ROC_CURVE(...): {plan.name} predicts numbers, not classes", code="invalid_target")
     if done.where is None:
         raise ProgrammingError(f"ROC_CURVE(...): {plan.name} gives no probabilities of each class (scores outside "
                                "[0, 1], or none)", code="invalid_target")

@@ -112,6 +112,11 @@ def _duckdb_name(e: exp.Expression, mapping: dict[int, int]) -> Optional[str]:
         if written and written in text:  # not one inside another PREDICT, already stood in for
             stand_ins[f"__msql_predict_{j}"] = msql.renumber_placeholders(p.sql(dialect=msql.DIALECT), mapping)
             text = text.replace(written, f"__msql_predict_{j}")
+    for scan in e.find_all(exp.Identifier):  # a table function computed before planning, scanned by its name
+        written, ours = scan.meta.get("computed") or (None, None)
+        if written and ours and written in text:
+            stand_ins[scan.name] = msql.renumber_placeholders(str(ours), mapping)
+            text = text.replace(written, scan.name)
     name = _expression_name(msql.renumber_placeholders(text, mapping))
     if name is None:
         return None

@@ -1,0 +1,77 @@
+"""A statement of ours that lists rows (``SHOW MODELS``, ``DESCRIBE MODEL m``, ``SHOW STUDIES`` ...) read as a
+relation in parentheses, as DuckDB reads its own ``SHOW`` and ``DESCRIBE`` (``SELECT name FROM (SHOW MODELS)
+WHERE aliases IS NOT NULL``): :class:`StatementTable`, which the engine computes before the query around it is
+planned, as the evaluation table functions are."""
+
+from __future__ import annotations
+
+import typing as t
+
+from sqlglot import exp
+from sqlglot.tokens import Token, TokenType
+
+from modelsql.sql.grammar import GrammarGenerator, GrammarParser
+from modelsql.sql.registry import STATEMENT_NODES, part, word_at
+
+__all__ = ["StatementTable", "row_statement_at", "StatementTableParsing", "StatementTableGenerating"]
+
+_LISTING_WORDS = ("SHOW", "DESCRIBE")
+"""The first words of the statements of ours that only list rows."""
+
+
+def row_statement_at(tokens: t.Sequence[Token], i: int) -> t.Optional[tuple[type[exp.Expression], tuple[str, ...]]]:
+    """``(node class, words)`` of the statement of ours that lists rows (``SHOW ...``, ``DESCRIBE ...``) whose
+    words open ``tokens[i:]`` (longest words first, the node's ``ONLY_IF`` holding); None for anything else."""
+    pairs = sorted(((words, node) for node in STATEMENT_NODES for words in node.WORDS  # type: ignore[attr-defined]
+                    if words[0] in _LISTING_WORDS), key=lambda pair: -len(pair[0]))
+    for words, node in pairs:
+        n = len(words)
+        if i + n > len(tokens) or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
+            continue
+        only_if = getattr(node, "ONLY_IF", None)
+        if only_if is None or only_if(tokens, i + n):
+            return node, words
+    return None
+
+
+@part
+class StatementTable(exp.Expression):
+    """``(SHOW MODELS)`` and the other listings of ours in a FROM, wrapped as every table function is
+    (``exp.Table(this=StatementTable(...), alias=...)``).
+
+    Args:
+        this: the statement node (a ``SHOW`` or ``DESCRIBE`` of ours).
+    """
+
+    EXAMPLES = (
+        "SELECT name, aliases FROM (SHOW MODELS) WHERE aliases IS NOT NULL",
+        "SELECT * FROM (DESCRIBE MODEL m) AS d WHERE d.role = 'input'",
+    )
+    arg_types = {"this": True}
+
+
+class StatementTableParsing(GrammarParser):
+    """``(SHOW MODELS)`` where a table may stand."""
+
+    def _parse_table(self, schema: bool = False, joins: bool = False, *args: t.Any, **kwargs: t.Any) -> exp.Expr | None:
+        found = (row_statement_at(self._tokens, self._index + 1)
+                 if not schema and self._curr is not None and self._curr.token_type == TokenType.L_PAREN else None)
+        if found is None:
+            return super()._parse_table(schema, joins, *args, **kwargs)
+        node, words = found
+        start = self._curr
+        self._advance(1 + len(words))
+        stmt = getattr(self, f"_parse_{node.key}")(words)
+        if not self._match(TokenType.R_PAREN):
+            self._fail(f"Expected ) after {' '.join(words)} read as a relation", self._curr)
+        listing = StatementTable(this=stmt)
+        listing.meta["source_text"] = self._source_text(start)  # (an output column is named by it, as PREDICT's)
+        table = self.expression(exp.Table(this=listing, alias=self._parse_table_alias()))
+        return t.cast(exp.Expr, table.update_positions(start))
+
+
+class StatementTableGenerating(GrammarGenerator):
+    """Generator method of :class:`StatementTable`."""
+
+    def statementtable_sql(self, expression: StatementTable) -> str:
+        return f"({self.sql(expression, 'this')})"
