@@ -313,3 +313,16 @@ def test_listings_read_as_relations_as_duckdb_reads_its_show(con):
     with pytest.raises(modelsql.NotSupportedError) as info:  # its rows would be gone when the view is read
         con.execute("CREATE VIEW v AS SELECT * FROM (SHOW MODELS)")
     assert info.value.code == "predict_in_view"
+
+
+def test_best_by_names_versions_not_evaluated_on_the_rows_and_the_winners_input(con):
+    """A version retrained since the evaluations is named as left out (PostgresML scores every model it trains, so a
+    user assumes it was in the running), and the input reported is the winning evaluation's."""
+    con.execute("EVALUATE MODEL m VERSION 1 ON (SELECT * FROM iris) TARGET y")
+    con.execute("EVALUATE MODEL m VERSION 2 ON TABLE iris TARGET y")  # the same rows, written otherwise, newest
+    x, y = load_iris(return_X_y=True)
+    con.import_model("m", LogisticRegression(max_iter=500, C=0.01).fit(x, y), features=["f0", "f1", "f2", "f3"],
+                     replace=True)
+    row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE iris").fetchone()
+    assert row[2] == 1 and row[5] == "(SELECT * FROM iris)" and row[7] == 2
+    assert row[8] == "3 (not evaluated on these rows)"

@@ -103,3 +103,23 @@ def test_a_query_with_parameters_records_their_values(con):
                 [4.5])
     source = con.execute("SELECT source FROM modelsql.model_origins WHERE name = 'm'").fetchone()[0]
     assert source == "SELECT * FROM iris WHERE f0 > $1 -- parameters: [4.5]"
+
+
+def test_training_rows_and_the_validation_evaluation_are_the_rows_as_evaluate_reads_them(con):
+    """CREATE MODEL's evaluation of its validation rows is fingerprinted over every column of the query (a key it
+    never feeds too), so BEST BY compares it with an EVALUATE of the same rows; rows ``on_null = 'skip'`` left out
+    are not among the rows a version was trained on."""
+    con.execute("CREATE TABLE t AS SELECT row_number() OVER () AS id, * FROM iris")
+    con.execute("CREATE MODEL m WITH (model_type = 'logistic_reg', target = y, validation = 'seq', "
+                "validation_size = 0.2) AS SELECT * FROM t ORDER BY id")
+    con.execute("CREATE OR REPLACE MODEL m WITH (model_type = 'decision_tree_classifier', target = y, max_depth = 1, "
+                "validation = 'none') AS SELECT * FROM t WHERE id <= 120")
+    con.execute("EVALUATE MODEL m VERSION 2 ON (SELECT * FROM t WHERE id > 120) TARGET y")
+    row = con.execute("ALTER MODEL m SET ALIAS champion = BEST BY accuracy").fetchone()
+    assert row[7] == 2 and row[8] is None  # CREATE MODEL's own evaluation of ids 121..150 is compared
+    con.execute("CREATE TABLE n AS SELECT * REPLACE (CASE WHEN id % 10 = 0 THEN NULL ELSE f0 END AS f0) FROM t")
+    con.execute("CREATE MODEL k WITH (model_type = 'logistic_reg', target = y, on_null = 'skip') AS SELECT * FROM n")
+    con.execute("EVALUATE MODEL k ON (SELECT * FROM n WHERE f0 IS NOT NULL) TARGET y")  # exactly its training rows
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL k SET ALIAS a = BEST BY accuracy ON (SELECT * FROM n WHERE f0 IS NOT NULL)")
+    assert info.value.code == "no_evaluation" and "training query" in str(info.value)

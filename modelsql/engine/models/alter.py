@@ -138,12 +138,15 @@ def best_version(session: Session, name: str, metric: str, fingerprint: Optional
     version = max(chosen, key=lambda v: (sign * float(chosen[v].metrics[metric]), v))
     alike = {r.version for r in on_those if _scoring(metric, r) == scoring}
     trained_on = {v for v, f in own_rows if f == scored[0].fingerprint} - {r.version for r in on_those}
+    unscored = set(session.catalog.versions(name)) - {r.version for r in on_those} - trained_on
     left_out = ", ".join([f"{v} (no {metric})" for v in sorted(alike - set(chosen))]
                          + [f"{v} (scored against another target or with another averaging, positive class or "
                             "threshold)" for v in sorted({r.version for r in on_those} - alike)]
-                         + [f"{v} (scored on the rows it was trained on)" for v in sorted(trained_on)]) or None
+                         + [f"{v} (scored on the rows it was trained on)" for v in sorted(trained_on)]
+                         + ([f"{', '.join(map(str, sorted(unscored)))} (not evaluated on these rows)"]
+                            if unscored else [])) or None
     best = chosen[version]
-    return {"version": version, "value": float(best.metrics[metric]), "input": scored[0].input,
+    return {"version": version, "value": float(best.metrics[metric]), "input": best.input,
             "evaluation": best.evaluation, "compared": len(chosen), "left_out": left_out}
 
 

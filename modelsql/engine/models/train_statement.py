@@ -179,12 +179,13 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         return Result(session.duck, rowcount=0)
     started = time.perf_counter()
     table, types = query_rows(session, stmt.args["query"], params)
-    digest = _fingerprint(session, stmt.args["query"], params, table)
     transforms = _transforms(session, plan, table)
     features = transform_columns(transforms) if transforms else plan.features
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
                          on_null=plan.on_null, statement=plan.where,
                          imputed=imputed_columns(transforms) if transforms else ())
+    digest = (_fingerprint(session, stmt.args["query"], params, table) if rows.positions is None else
+              lineage_digest(_rows_fingerprint(session, table.take(pa.array(rows.positions, pa.int64())))))
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
     rows.check_imputed(train, plan.where)
     pipeline = _fit(plan, rows, train, transforms)
@@ -207,7 +208,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         raise DataError(f"{plan.where}: {err}".replace("of the Pipeline", f"of the {plan.model_type.name} model"),
                         code=err.code) from None
     try:
-        record = _record_evaluation(session, plan, rows, version.version, valid if len(valid) else train,
+        record = _record_evaluation(session, plan, rows, table, version.version, valid if len(valid) else train,
                                     "validation" if len(valid) else "training")
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, version.version, missing_ok=True))
@@ -271,6 +272,12 @@ def _fingerprint(session: Session, query: exp.Expression, params: list, table: p
             return lineage_digest(fingerprint_of(session.duck, query, params))
         except Exception:  # (the rows were read once: fall back on them)
             pass
+    return lineage_digest(_rows_fingerprint(session, table))
+
+
+def _rows_fingerprint(session: Session, table: pa.Table) -> str:
+    """EVALUATE's fingerprint (``<count>:<hash>``) of rows of the query held in ``table`` (every column), hashed by
+    DuckDB over Arrow."""
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
     try:
         cursor.register("__msql_rows", table)
@@ -279,7 +286,7 @@ def _fingerprint(session: Session, query: exp.Expression, params: list, table: p
         assert row is not None  # an aggregate has one row
     finally:
         cursor.close()
-    return lineage_digest(fingerprint_text(row[0], row[1]))
+    return fingerprint_text(row[0], row[1])
 
 
 def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, valid: np.ndarray,
@@ -307,16 +314,19 @@ def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, 
     return out
 
 
-def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows, version: int, part: np.ndarray,
-                       which: str) -> Optional[EvaluationRow]:
-    """EVALUATE of the new version on ``part`` of the rows, recorded with the training query as its input and
-    ``{"rows": which, ...}`` among its options; None for a clusterer."""
+def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows, query_table: pa.Table, version: int,
+                       part: np.ndarray, which: str) -> Optional[EvaluationRow]:
+    """EVALUATE of the new version on ``part`` of the rows, recorded with the training query as its input,
+    ``{"rows": which, ...}`` among its options and the fingerprint of those rows of the query, every column
+    (``query_table``), as an EVALUATE of them records it; None for a clusterer."""
     if rows.target is None:
         return None
+    read = query_table.take(pa.array(rows.query_rows(part), pa.int64()))
     return record_evaluation(session, "model", plan.name, version, rows.table.take(pa.array(part, pa.int64())),
                              rows.target, input_text=plan.query,
                              options={"rows": which, "validation": plan.validation, "seed": plan.seed},
-                             called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE")
+                             called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE",
+                             fingerprint=_rows_fingerprint(session, read))
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

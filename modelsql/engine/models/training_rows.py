@@ -47,6 +47,7 @@ class TrainingRows:
         y: the target values (int64, float64 or object of ``str``), or None.
         skipped: rows left out for a NULL (``on_null = 'skip'``).
         imputed: the feature columns that may be NULL (imputed by the model), in the query's order.
+        positions: the query's row (from 0) each row is, when rows were left out; None when every row is kept.
     """
 
     table: pa.Table
@@ -55,6 +56,11 @@ class TrainingRows:
     y: Optional[np.ndarray]
     skipped: int
     imputed: tuple[str, ...] = ()
+    positions: Optional[np.ndarray] = None
+
+    def query_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The query's rows (positions from 0) that ``rows`` (positions in :attr:`table`) are."""
+        return rows if self.positions is None else self.positions[rows]
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -241,11 +247,14 @@ _NULL_HINTS = {"error": "write on_null = 'skip' to leave those rows out, on_null
 otherwise (``'impute'``: a NULL target) to filter them out."""
 
 
-def _drop_nulls(table: pa.Table, columns: list[str], on_null: str, statement: str) -> tuple[pa.Table, int]:
+def _drop_nulls(table: pa.Table, columns: list[str], on_null: str,
+                statement: str) -> tuple[pa.Table, Optional[np.ndarray]]:
+    """``table`` without the rows with a NULL in ``columns`` (``on_null = 'skip'``), and the positions of those kept
+    (None: every row kept)."""
     nulls = {c: table.column(c).null_count for c in columns}
     bad = next((c for c in columns if nulls[c]), None)
     if bad is None:
-        return table, 0
+        return table, None
     if on_null != "skip":
         hint = _NULL_HINTS.get(on_null, "filter them out or ")
         raise DataError(f'{statement}: column "{bad}" is NULL in {nulls[bad]} of {table.num_rows} rows: {hint}fill '
@@ -253,8 +262,7 @@ def _drop_nulls(table: pa.Table, columns: list[str], on_null: str, statement: st
     keep = pc.is_valid(table.column(columns[0]))
     for c in columns[1:]:
         keep = pc.and_(keep, pc.is_valid(table.column(c)))
-    kept = table.filter(keep)
-    return kept, table.num_rows - kept.num_rows
+    return table.filter(keep), np.flatnonzero(keep.to_numpy(zero_copy_only=False))
 
 
 def _classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray:
@@ -314,9 +322,10 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
     chosen = training_features(columns, target_name or "", feature_option(features, target_name or "", statement)
                                if features is not None else None, (), statement)
     nullable = tuple(c for c in chosen if on_null == "impute" or c in imputed)
-    table, skipped = _drop_nulls(table.select([*chosen, *([target_name] if target_name else [])]),
-                                 [*(c for c in chosen if c not in nullable), *([target_name] if target_name else [])],
-                                 on_null, statement)
+    read = table.num_rows
+    table, positions = _drop_nulls(table.select([*chosen, *([target_name] if target_name else [])]),
+                                   [*(c for c in chosen if c not in nullable), *([target_name] if target_name else [])],
+                                   on_null, statement)
     if table.num_rows == 0:
         raise DataError(f"{statement}: the query has no rows to train on.", code="too_few_rows")
     kinds = _kinds(table, chosen, types, statement)
@@ -330,4 +339,4 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
                                                                                                  statement)
         if y.dtype != object:
             table = table.set_column(table.column_names.index(target_name), target_name, pa.array(y))
-    return TrainingRows(table, kinds, target_name, y, skipped, nullable)
+    return TrainingRows(table, kinds, target_name, y, read - table.num_rows, nullable, positions)
