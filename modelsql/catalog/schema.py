@@ -182,7 +182,12 @@ MODELS_VIEW = _MODELS_VIEW_V4.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1
 FROM""", """       v.fingerprint,
        (SELECT string_agg(a.alias || ' = ' || a.version, ', ' ORDER BY a.alias)
         FROM modelsql.model_aliases AS a WHERE a.name = v.name) AS aliases
-FROM""") + """COMMENT ON COLUMN {s}.models.aliases IS 'The model''s aliases and the versions they name, as SHOW MODELS gives them (''champion = 3, challenger = 4''); NULL without one.';
+FROM""").replace("""       v.features,""", """       coalesce(v.features, CASE WHEN v.options['model_type'] IS NOT NULL THEN
+           (SELECT list(c.tensor_name ORDER BY c.position) FROM modelsql.model_inputs AS c
+            WHERE c.name = v.name AND c.version = v.version) END) AS features,""").replace(
+    "Feature (column) names bound to a single input; NULL when unknown.",
+    "Feature (column) names: those bound to a single input, or a model trained in SQL''s inputs (one per column, "
+    "named after it); NULL when unknown.") + """COMMENT ON COLUMN {s}.models.aliases IS 'The model''s aliases and the versions they name, as SHOW MODELS gives them (''champion = 3, challenger = 4''); NULL without one.';
 """
 """The ``modelsql.models`` view (``{s}``: the qualified schema), shared by :data:`DDL` and the migration to version
 12, each replacing the view of schema 4 (:data:`DDL` makes that one first, for the ``families`` view that reads it, and

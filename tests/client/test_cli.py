@@ -102,6 +102,9 @@ def test_version(tmp_path):
     r = run_cli(tmp_path, "--version")
     assert r.returncode == 0
     assert r.stdout.startswith(f"modelsql {modelsql.__version__}")
+    r = subprocess.run([sys.executable, "-m", "modelsql", "-c", "SELECT 41 + 1"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=60)  # python -m modelsql is the shell too
+    assert r.returncode == 0 and "42" in r.stdout, r.stderr
 
 
 def test_bad_arguments(tmp_path):

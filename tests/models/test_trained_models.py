@@ -96,6 +96,7 @@ def test_logistic_regression_predicts_as_the_hand_fitted_pipeline_and_records_it
     assert props["features"] == ", ".join(features)  # one input per column, named after it
     shown = {r[0]: r[6] for r in con.execute("SHOW MODELS").fetchall()}
     assert shown["cancer_lr"] == ", ".join(features)
+    assert con.execute("SELECT features FROM modelsql.models WHERE name = 'cancer_lr'").fetchone()[0] == features
 
 
 def test_text_columns_are_one_hot_encoded_and_an_unseen_category_predicts(con) -> None:

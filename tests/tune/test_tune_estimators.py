@@ -111,6 +111,20 @@ def test_a_study_validated_on_a_table_is_compared_with_evaluations_of_that_table
     con.rollback()
 
 
+def test_a_study_of_a_model_trained_in_sql_records_the_version_tuned_as_the_parent(con):
+    con.execute("CREATE MODEL pv WITH (model_type = 'logistic_reg', target = y, C = 0.5) AS SELECT * FROM cancer")
+    con.execute("CREATE OR REPLACE MODEL pv WITH (model_type = 'logistic_reg', target = y, C = 2) AS "
+                "SELECT * FROM cancer")
+    con.execute("TUNE MODEL pv VERSION 1 ON TABLE cancer TARGET y SEARCH (tol = CHOICE(0.001, 0.0001)) USING GRID "
+                "WITH (study_name = 'pv_s')")
+    assert con.execute("SELECT model, model_version FROM modelsql.studies WHERE name = 'pv_s'").fetchall() == [
+        ("pv", 1)]
+    con.execute("CREATE OR REPLACE MODEL pv FROM STUDY pv_s")
+    assert con.execute("SELECT parent_name, parent_version FROM modelsql.lineage WHERE name = 'pv' AND version = 3"
+                       ).fetchall() == [("pv", 1)]
+    assert '"C": 0.5' in dict((r[2], r[5]) for r in con.execute("DESCRIBE MODEL pv").fetchall())["hyperparameters"]
+
+
 def test_create_model_from_an_estimator_study_refits_the_trial(con):
     con.execute("TUNE MODEL lr ON TABLE cancer TARGET y SEARCH (C = LOGUNIFORM(0.01, 10)) USING RANDOM "
                 "WITH (model_type = 'logistic_reg', trials = 4, metric = 'accuracy', seed = 1)")

@@ -145,6 +145,7 @@ class _Study:
     errors: dict = field(default_factory=dict)  # trial -> why its fit or score failed
     parameters: list = field(default_factory=list)  # the statement's ? values (ON / VALIDATE ON read them)
     transforms: Optional[tuple[Transform, ...]] = None  # the model's TRANSFORM items (None: automatic preprocessing)
+    model_version: int = 0  # the version of the model tuned (its hyper-parameters, TRANSFORM), 0: none
 
     @property
     def boosted(self) -> bool:
@@ -304,6 +305,8 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
                    features, options["validation_fraction"], stmt.args["train"].sql(dialect="duckdb"),
                    validate.sql(dialect="duckdb") if validate is not None else None, data, transforms=transforms)
     study.sharing = options["execution"] == "stages"
+    if session.catalog.exists(study.model):  # (the version estimator_type read: a FROM STUDY version's parent)
+        study.model_version = session.catalog.get(study.model, stmt.this.version_number).version
     study.definition = hashlib.sha256(json.dumps(
         [model_type.estimator, sorted(base.items()), space.to_json(), study.algorithm,
          sorted(study.algorithm_options.items()), max_epochs, metric, mode, seed, data.fingerprint,
@@ -413,7 +416,7 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
                    parameters=study.parameters,
                    **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}),
                    **({"imputed": list(study.data.rows.imputed)} if study.data.rows.imputed else {}))
-    return StudyRow(study.name, study.model, 0, study.algorithm, study.metric, study.mode, study.max_epochs,
+    return StudyRow(study.name, study.model, study.model_version, study.algorithm, study.metric, study.mode, study.max_epochs,
                     study.seed, study.space.to_json(), json.dumps(options, default=str), study.train_sql,
                     study.validate_sql, study.target, "", study.definition, status, None, best, value, done, trained,
                     requested)
@@ -537,7 +540,9 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                  **({"imputed": json.dumps(list(data.rows.imputed))} if data.rows.imputed else {})},
         origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
                       study_lineage(session, study.train_sql, options.get("parameters") or []),
-                      study=study.name, trial=trial.trial))
+                      study=study.name, trial=trial.trial,
+                      **({"parent_kind": "model", "parent_name": study.model, "parent_version": study.model_version}
+                         if study.model_version else {})))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
     rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
     try:
