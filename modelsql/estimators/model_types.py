@@ -53,6 +53,19 @@ BIGQUERY_OPTIONS = {
 """BigQuery ML's ``CREATE MODEL`` options a user from it types, by name, and what modelsql takes instead (named in
 the ``unknown_hyperparameter`` message)."""
 
+def _regularisation_hint(option: str, known: Mapping[str, str]) -> Optional[str]:
+    """What to write for BigQuery ML's ``l1_reg`` / ``l2_reg`` given the estimator's parameters (lower-cased name ->
+    name): ``C``, its inverse, where the estimator has no ``alpha`` (LogisticRegression, SVC); None for another
+    option or an estimator with ``alpha`` (the general hint says it)."""
+    if option not in ("l1_reg", "l2_reg") or "alpha" in known:
+        return None
+    if "c" in known:
+        penalty = "penalty = 'l1' and " if option == "l1_reg" else ""
+        return f"{penalty}C, the inverse of the regularisation strength (C = 1 / {option})"
+    return ("nothing: this estimator takes no regularisation strength (model_type = 'ridge_reg' is a linear "
+            "regression with alpha, BigQuery ML's l2_reg)")
+
+
 @dataclass(frozen=True)
 class ModelType:
     """One model type.
@@ -100,7 +113,7 @@ class ModelType:
         out = {}
         for name, value in given.items():
             if name.lower() not in known:
-                ours = BIGQUERY_OPTIONS.get(name.lower())
+                ours = _regularisation_hint(name.lower(), known) or BIGQUERY_OPTIONS.get(name.lower())
                 hint = (f" {name} is BigQuery ML's option; here write {ours}." if ours else
                         did_you_mean(name, list(known.values())))
                 raise ProgrammingError(

@@ -160,11 +160,17 @@ def _dotted_anywhere(tokens: list[Token]) -> t.Optional[Token]:
 
 
 def _dotted_error(sql: str, tokens: list[Token], dot: Token) -> ProgrammingError:
+    """The error for a dotted name whose first dot is ``dot`` (``ds.m``, ``proj.ds.m``): it names the whole name and
+    says to write its last part (quoted when it was)."""
     k = tokens.index(dot)
-    schema, name = tokens[k - 1].text, tokens[k + 1].text if k + 1 < len(tokens) else ""
-    return _syntax_error(sql, f"a model or pipeline name is one word: {schema}.{name} names it in a schema or (BigQuery "
-                              "ML) a dataset, and modelsql keeps models in this database's own catalog; write "
-                              f"{name}", tokens[k - 1].start, dot.end - tokens[k - 1].start + 1 + len(name))
+    first = last = tokens[k - 1]
+    while k + 1 < len(tokens) and tokens[k].token_type == TokenType.DOT and tokens[k + 1].token_type in NAME_TOKENS:
+        last, k = tokens[k + 1], k + 2
+    written = sql[first.start:last.end + 1]
+    name = f'"{last.text}"' if last.token_type == TokenType.IDENTIFIER else last.text
+    return _syntax_error(sql, f"a model or pipeline name is one word: {written} names it in a schema or (BigQuery ML) a "
+                              f"dataset, and modelsql keeps models in this database's own catalog; write {name}",
+                         first.start, last.end - first.start + 1)
 
 
 def parse(sql: str) -> list[exp.Expression]:

@@ -303,6 +303,8 @@ def test_backticks_quote_names_as_duckdb_allows():
     ("ALTER MODEL ds.m SET ALIAS a = VERSION 1", "ds.m"),
     ("CREATE MODEL ds.m WITH (model_type = 'linear_reg', target = y) AS SELECT * FROM t", "ds.m"),
     ("SELECT 1; DESCRIBE PIPELINE ds.p", "ds.p"),
+    ("DESCRIBE MODEL proj.ds.m", "proj.ds.m"),
+    ('SELECT * FROM PREDICT(MODEL "my ds"."my model", TABLE t)', '"my ds"."my model"'),
 ])
 def test_a_dotted_model_name_says_names_are_one_word(sql, dotted):
     """BigQuery ML's ``dataset.model``: a clear error pointing at it, whether our statement or DuckDB's parser
@@ -311,6 +313,8 @@ def test_a_dotted_model_name_says_names_are_one_word(sql, dotted):
     with pytest.raises(ProgrammingError) as info:
         parse(sql)
     assert info.value.code == "parse_error" and "one word" in str(info.value) and dotted in str(info.value)
+    last = dotted.split(".")[-1]
+    assert f"write {last}\n" in str(info.value) and "^" * len(dotted) in str(info.value)  # the last part, as written
     column = sql.splitlines()[0].index(dotted) + 1 if "\n" not in sql else None
     assert info.value.column == column, str(info.value)
 

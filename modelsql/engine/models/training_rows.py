@@ -80,8 +80,8 @@ class TrainingRows:
         empty = next((c for c in self.imputed if part.column(c).null_count == part.num_rows), None)
         if empty is not None:
             raise DataError(f'{statement}: column "{empty}" is NULL in every one of the {len(rows)} training rows: the '
-                            "model has nothing to learn from it (nor a value to impute): leave it out with features = "
-                            "(...) or filter the rows.", code="null_value")
+                            "model has nothing to learn from it (nor a value to impute): leave it out of the "
+                            "features (features = (...), or the TRANSFORM list) or filter the rows.", code="null_value")
 
     def features_frame(self, rows: np.ndarray) -> Any:
         """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64 (NULL as NaN),
@@ -154,8 +154,8 @@ def _kind(table: pa.Table, name: str, sql_type: str, statement: str) -> str:
     if kind is None:
         raise NotSupportedError(
             f'{statement}: column "{name}" is {sql_type}, which no encoding takes (numbers, booleans, text and ENUMs '
-            "do): compute a number or a category from it in the query (epoch(ts), len(list)) or leave it out with "
-            "features = (...).", code="wrong_column_type")
+            "do): compute a number or a category from it in the query (epoch(ts), len(list)) or leave it out of the "
+            "features (features = (...), or the TRANSFORM list).", code="wrong_column_type")
     if name.lower() in RESERVED:
         raise ProgrammingError(f'{statement}: a feature column may not be named "{name}" (the trained model\'s '
                                f"outputs and inner values use {', '.join(RESERVED)}): rename it in the query (AS ...).",
@@ -174,7 +174,8 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     values = np.asarray(pc.cast(pc.drop_null(table.column(name)), pa.float64()).to_numpy(), dtype=np.float64)
     if not len(values):
         raise DataError(f'{statement}: column "{name}" is NULL in every row: the model has nothing to learn from it '
-                        "(nor a value to impute): leave it out with features = (...).", code="null_value")
+                        "(nor a value to impute): leave it out of the features (features = (...), or the TRANSFORM "
+                        "list).", code="null_value")
     bad = ~np.isfinite(values) | (np.abs(values) > _FLOAT32_MAX)
     if bad.any():
         raise DataError(f'{statement}: column "{name}" is NaN, infinite or past float32\'s range in {int(bad.sum())} '
@@ -223,7 +224,8 @@ def _kinds(table: pa.Table, features: list[str], types: dict[str, str], statemen
         if distinct > MAX_CATEGORIES:
             raise DataError(f'{statement}: text column "{name}" has {distinct} distinct values, more than the '
                             f"{MAX_CATEGORIES} one-hot encoding takes: it is free text or an identifier, not a category; "
-                            "leave it out with features = (...).", code="invalid_training_data")
+                            "leave it out of the features (features = (...), or the TRANSFORM list).",
+                            code="invalid_training_data")
     return ColumnKinds(tuple(numeric), tuple(categorical))
 
 
