@@ -5,7 +5,9 @@ PEP 249 (DB-API 2.0, "Exceptions") is the spec: a driver raises its own
 Python exceptions already subclass PEP 249-named bases (``duckdb.ProgrammingError``
 ...); :func:`translate` turns each into modelsql's class of the same meaning and
 gives it a stable ``code`` (``err.code``) for callers and tests to match on. The
-message is DuckDB's own text.
+message is DuckDB's own text, less a "Did you mean" that suggests one of DuckDB's
+system tables for a missing table (``nosuch`` -> ``"pg_sequences"``): noise, never
+what the user meant.
 
 By DuckDB class (first match wins, so subclasses come before their bases):
 
@@ -162,6 +164,10 @@ def _from_message(exc: BaseException) -> Optional[duckdb.Error]:
     return cls(str(exc)[m.start(1):])
 
 
+_SYSTEM_SUGGESTION = re.compile(r'\nDid you mean "(?:pg_catalog\.|information_schema\.)?(?:pg_|sqlite_|duckdb_)\w*"\?')
+"""DuckDB's suggestion of a system table (``pg_sequences``, ``sqlite_master``) for a missing table."""
+
+
 def translate(exc: BaseException, *, catalog: bool = False) -> Error:
     """The modelsql (PEP 249) error for ``exc``: see the module docstring for the map.
 
@@ -178,7 +184,8 @@ def translate(exc: BaseException, *, catalog: bool = False) -> Error:
     if isinstance(exc, duckdb.Error):
         for duck_cls, ours, code in _BY_CLASS:
             if isinstance(exc, duck_cls):
-                return ours(prefix + str(exc), code=_CATALOG_CODES.get(code, code) if catalog else code)
+                return ours(prefix + _SYSTEM_SUGGESTION.sub("", str(exc)),
+                            code=_CATALOG_CODES.get(code, code) if catalog else code)
         return DatabaseError(prefix + str(exc), code="database_error")
     rebuilt = _from_message(exc)
     if rebuilt is not None:

@@ -29,14 +29,22 @@ def test_missing_table_is_a_programming_error(con):
     err = duckdb_errors.translate(exc)
     assert type(err) is errors.ProgrammingError and err.code == "catalog_error"
     assert not isinstance(err, duckdb.Error)
-    assert str(err) == str(exc)
+    assert str(err) == str(exc).replace('\nDid you mean "pg_tables"?', "")  # (DuckDB's system-table suggestion)
+
+
+def test_a_suggested_system_table_is_dropped_and_a_users_table_kept(con):
+    con.execute("CREATE TABLE items (a INTEGER)")
+    exc = _raised(con, "SELECT * FROM nosuch")
+    assert 'Did you mean "pg_' in str(exc) or 'Did you mean "sqlite_' in str(exc)  # DuckDB's own text
+    assert "Did you mean" not in str(duckdb_errors.translate(exc))
+    assert 'Did you mean "items"?' in str(duckdb_errors.translate(_raised(con, "SELECT * FROM item")))
 
 
 def test_missing_table_in_catalog_sql_has_the_catalog_code_and_prefix(con):
     exc = _raised(con, "SELECT * FROM no_such_table")
     err = duckdb_errors.translate_catalog(exc)
     assert type(err) is errors.ProgrammingError and err.code == "catalog_object_missing"
-    assert str(err) == f"Catalog error: {exc}"
+    assert str(err) == f"Catalog error: {exc}".replace('\nDid you mean "pg_tables"?', "")
 
 
 def test_binder_error_codes(con):
