@@ -131,10 +131,11 @@ def computed_tables(stmt: exp.Expression, session: Session, params: list,
         return stmt, [], []
     kind = stored_definition(stmt)
     if kind:
-        name = found[0].args.get("function", type(found[0]).__name__)
-        raise NotSupportedError(f"{name}(...) cannot be used in CREATE {kind}: its rows are computed when the "
+        function = found[0].args.get("function")
+        name = f"{function}(...)" if function else found[0].sql(dialect=msql.DIALECT)  # (SHOW MODELS)
+        raise NotSupportedError(f"{name} cannot be used in CREATE {kind}: its rows are computed when the "
                                 "statement runs, and a definition would outlive them. Use CREATE TABLE ... AS "
-                                f"SELECT ... FROM {name}(...) to keep them.", code="predict_in_view")
+                                f"SELECT ... FROM {name} to keep them.", code="predict_in_view")
     stmt = stmt.copy()
     names: list[str] = []
     notes: list[str] = []

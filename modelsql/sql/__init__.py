@@ -139,13 +139,13 @@ def _statement_after_with(tokens: list[Token]) -> t.Optional[Token]:
     return None
 
 
-_NAMED_WORDS = frozenset({"MODEL", "PIPELINE"})
+_NAMED_WORDS = frozenset({"MODEL", "PIPELINE", "STUDY"})
 
 
 def _dotted_model_name(tokens: list[Token]) -> t.Optional[Token]:
-    """The dot of a model or pipeline name written ``ds.m`` after MODEL or PIPELINE (a schema's or a BigQuery ML
-    dataset's name before it): at a statement's start (:func:`dotted_statement_at`), or anywhere when the text
-    failed to parse (``PREDICT(MODEL ds.m, ...)``); None when there is none."""
+    """The dot of a model, pipeline or study name written ``ds.m`` after MODEL, PIPELINE or STUDY (a schema's or a
+    BigQuery ML dataset's name before it) at a statement's start (:func:`dotted_statement_at`); None when there is
+    none (:func:`_dotted_anywhere` looks everywhere once the text failed to parse: ``PREDICT(MODEL ds.m, ...)``)."""
     starts = [i for i in range(len(tokens)) if i == 0 or tokens[i - 1].token_type == TokenType.SEMICOLON]
     return next((dot for dot in (dotted_statement_at(tokens, i) for i in starts) if dot is not None), None)
 
@@ -168,7 +168,7 @@ def _dotted_error(sql: str, tokens: list[Token], dot: Token) -> ProgrammingError
         last, k = tokens[k + 1], k + 2
     written = sql[first.start:last.end + 1]
     name = f'"{last.text}"' if last.token_type == TokenType.IDENTIFIER else last.text
-    return _syntax_error(sql, f"a model or pipeline name is one word: {written} names it in a schema or (BigQuery ML) a "
+    return _syntax_error(sql, f"a model, pipeline or study name is one word: {written} names it in a schema or (BigQuery ML) a "
                               f"dataset, and modelsql keeps models in this database's own catalog; write {name}",
                          first.start, last.end - first.start + 1)
 
@@ -259,8 +259,9 @@ def _mentions(sql: str, tokens: list[Token]) -> bool:
             return True
         if word == "ML" and (ml_predict_at(tokens, i) or ml_function_at(tokens, i) is not None):
             return True  # BigQuery ML's spelling: our parser says what to write
-        if i > 0 and tokens[i - 1].token_type == TokenType.L_PAREN and row_statement_at(tokens, i) is not None:
-            return True  # (SHOW MODELS) read as a relation
+        if i > 0 and tokens[i - 1].token_type == TokenType.L_PAREN and (
+                row_statement_at(tokens, i) is not None or dotted_statement_at(tokens, i) is not None):
+            return True  # (SHOW MODELS) read as a relation; (DESCRIBE MODEL ds.m) refused saying why
         if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
             continue  # our statements only start statements
         if statement_at(tokens, i) is not None or dotted_statement_at(tokens, i) is not None:  # the parser's own
@@ -335,12 +336,14 @@ def _table_words(sql: str, tokens: list[Token], base: int, prefix: str, out: lis
             lead = sql[tokens[i - 1].start : offset] + inner[:start]
             _table_words(inner[start:], _tokenize(inner[start:]), base + offset + start, prefix + lead, out)
             continue
-        if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON:
+        in_parens = i > 0 and tokens[i - 1].token_type == TokenType.L_PAREN  # (SHOW models), read as a relation
+        if i > 0 and tokens[i - 1].token_type != TokenType.SEMICOLON and not in_parens:
             continue
-        found = statement_at(tokens, i)
+        found = row_statement_at(tokens, i) if in_parens else statement_at(tokens, i)
         if found is None or len(found[1]) != 2 or found[1][0] not in DUCKDB_TABLE_STATEMENTS:
             continue
-        if i + 2 < len(tokens) and tokens[i + 2].token_type != TokenType.SEMICOLON:
+        end = TokenType.R_PAREN if in_parens else TokenType.SEMICOLON
+        if (i + 2 < len(tokens) or in_parens) and (i + 2 >= len(tokens) or tokens[i + 2].token_type != end):
             continue  # more follows: not DuckDB's one-table form
         name = tokens[i + 1]
         out.append(TableWord(found[1], name.text, base + tok.start, name.end + 1 - tok.start, prefix))

@@ -94,7 +94,7 @@ def dotted_statement_at(tokens: t.Sequence[Token], i: int) -> Token | None:
     dataset's name before the model's, which no statement of ours takes) opening ``tokens[i:]``; else None."""
     for words, _ in _statement_starts():
         n = len(words)
-        if words[-1] not in ("MODEL", "PIPELINE") or i + n > len(tokens) \
+        if words[-1] not in ("MODEL", "PIPELINE", "STUDY") or i + n > len(tokens) \
                 or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
             continue
         j = i + n

@@ -66,6 +66,8 @@ def test_drop_alias_and_dropping_its_version(con):
     ("SELECT * FROM PREDICT(MODEL m VERSION 1 ALIAS champion, TABLE iris)", modelsql.ProgrammingError,
      "parse_error", "ALIAS cannot be given here"),
     ("ALTER MODEL m SET ALIAS x = 2", modelsql.ProgrammingError, "parse_error", "= VERSION n"),
+    ('ALTER MODEL m SET ALIAS "x, y = 9" = VERSION 1', modelsql.ProgrammingError, "invalid_name",
+     "letters, digits and underscores"),
 ])
 def test_bad_aliases_are_clear_errors_and_change_nothing(con, sql, error, code, says):
     con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")

@@ -47,7 +47,7 @@ def ambiguous(con, sql: str) -> modelsql.ProgrammingError:
 def test_show_of_a_table_named_like_a_catalog_listing_is_refused_naming_both_spellings(con, word):
     con.execute(f"CREATE TABLE {word} (a INTEGER)")
     for sql in (f"SHOW {word}", f"show {word.upper()};", f"-- a note\nSHOW {word}", f"SELECT 1; SHOW {word}",
-                f"EXPLAIN SHOW {word}"):
+                f"EXPLAIN SHOW {word}", f"SELECT * FROM (SHOW {word})"):
         err = ambiguous(con, sql)
         message = str(err)
         assert f"DESCRIBE {word}" in message.replace(word.upper(), word), message

@@ -304,6 +304,8 @@ def test_backticks_quote_names_as_duckdb_allows():
     ("CREATE MODEL ds.m WITH (model_type = 'linear_reg', target = y) AS SELECT * FROM t", "ds.m"),
     ("SELECT 1; DESCRIBE PIPELINE ds.p", "ds.p"),
     ("DESCRIBE MODEL proj.ds.m", "proj.ds.m"),
+    ("SELECT * FROM (DESCRIBE MODEL ds.m)", "ds.m"),
+    ("CREATE MODEL m FROM STUDY ds.s", "ds.s"),
     ('SELECT * FROM PREDICT(MODEL "my ds"."my model", TABLE t)', '"my ds"."my model"'),
 ])
 def test_a_dotted_model_name_says_names_are_one_word(sql, dotted):

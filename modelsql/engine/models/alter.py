@@ -13,6 +13,7 @@ named in ``versions_left_out``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -62,9 +63,21 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     return Result(session.duck, description=[(n, t, None, None, None, None, True) for n, t in columns], rows=[row])
 
 
+_ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""An alias name: a word (SHOW MODELS lists aliases as ``a = 3, b = 4``, which other characters would garble)."""
+
+
 def _name(node: exp.Expression, what: str) -> str:
+    """An alias or tag name, lower-cased.
+
+    Raises:
+        ProgrammingError: ``invalid_name`` for an empty name, or an alias that is not a word.
+    """
     if not node.name.strip():
         raise ProgrammingError(f"An empty {what} name: name it (letters, digits, underscores).", code="invalid_name")
+    if what == "alias" and not _ALIAS.match(node.name):
+        raise ProgrammingError(f"Alias name {node.name!r}: an alias is letters, digits and underscores, not starting "
+                               "with a digit (champion, challenger_2).", code="invalid_name")
     return node.name.lower()
 
 

@@ -184,8 +184,8 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
                          on_null=plan.on_null, statement=plan.where,
                          imputed=imputed_columns(transforms) if transforms else ())
-    digest = (_fingerprint(session, stmt.args["query"], params, table) if rows.positions is None else
-              lineage_digest(_rows_fingerprint(session, table.take(pa.array(rows.positions, pa.int64())))))
+    digest = (_fingerprint(session, stmt.args["query"], params, table, types) if rows.positions is None else
+              lineage_digest(_rows_fingerprint(session, table.take(pa.array(rows.positions, pa.int64())), types)))
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
     rows.check_imputed(train, plan.where)
     pipeline = _fit(plan, rows, train, transforms)
@@ -208,8 +208,8 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         raise DataError(f"{plan.where}: {err}".replace("of the Pipeline", f"of the {plan.model_type.name} model"),
                         code=err.code) from None
     try:
-        record = _record_evaluation(session, plan, rows, table, version.version, valid if len(valid) else train,
-                                    "validation" if len(valid) else "training")
+        record = _record_evaluation(session, plan, rows, (table, types), version.version,
+                                    valid if len(valid) else train, "validation" if len(valid) else "training")
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, version.version, missing_ok=True))
         raise
@@ -262,7 +262,7 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
     return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
 
 
-def _fingerprint(session: Session, query: exp.Expression, params: list, table: pa.Table) -> str:
+def _fingerprint(session: Session, query: exp.Expression, params: list, table: pa.Table, types: dict[str, str]) -> str:
     """``rows:<count>:<hash>`` of the query's rows, every column as DuckDB gives them: EVALUATE's fingerprint of ``ON
     (query)`` (the sum of the rows' hashes, order-independent), trained on and validated with. A query of plain SQL
     is fingerprinted as it is (a UUID or ENUM column hashes otherwise once through Arrow); one with a PREDICT, as the
@@ -272,16 +272,18 @@ def _fingerprint(session: Session, query: exp.Expression, params: list, table: p
             return lineage_digest(fingerprint_of(session.duck, query, params))
         except Exception:  # (the rows were read once: fall back on them)
             pass
-    return lineage_digest(_rows_fingerprint(session, table))
+    return lineage_digest(_rows_fingerprint(session, table, types))
 
 
-def _rows_fingerprint(session: Session, table: pa.Table) -> str:
+def _rows_fingerprint(session: Session, table: pa.Table, types: dict[str, str]) -> str:
     """EVALUATE's fingerprint (``<count>:<hash>``) of rows of the query held in ``table`` (every column), hashed by
-    DuckDB over Arrow."""
+    DuckDB over Arrow, each column cast back to its DuckDB type (``types``: an ENUM, a UUID or a BIT arrives in
+    Arrow as text or bytes, which hash otherwise)."""
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
     try:
         cursor.register("__msql_rows", table)
-        columns = [exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
+        columns = [f"CAST({exp.to_identifier(c, quoted=True).sql('duckdb')} AS {types[c]})" if c in types else
+                   exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
         row = cursor.execute(fingerprint_sql(columns, '"__msql_rows"')).fetchone()
         assert row is not None  # an aggregate has one row
     finally:
@@ -314,19 +316,19 @@ def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, 
     return out
 
 
-def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows, query_table: pa.Table, version: int,
-                       part: np.ndarray, which: str) -> Optional[EvaluationRow]:
+def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows, query: tuple[pa.Table, dict[str, str]],
+                       version: int, part: np.ndarray, which: str) -> Optional[EvaluationRow]:
     """EVALUATE of the new version on ``part`` of the rows, recorded with the training query as its input,
     ``{"rows": which, ...}`` among its options and the fingerprint of those rows of the query, every column
-    (``query_table``), as an EVALUATE of them records it; None for a clusterer."""
+    (``query``: its rows and their DuckDB types), as an EVALUATE of them records it; None for a clusterer."""
     if rows.target is None:
         return None
-    read = query_table.take(pa.array(rows.query_rows(part), pa.int64()))
+    read = query[0].take(pa.array(rows.query_rows(part), pa.int64()))
     return record_evaluation(session, "model", plan.name, version, rows.table.take(pa.array(part, pa.int64())),
                              rows.target, input_text=plan.query,
                              options={"rows": which, "validation": plan.validation, "seed": plan.seed},
                              called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE",
-                             fingerprint=_rows_fingerprint(session, read))
+                             fingerprint=_rows_fingerprint(session, read, query[1]))
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

@@ -258,6 +258,21 @@ def _trees(options: OptionValues, base: dict) -> int:
     return int(options["max_epochs"] or max_t or base.get("n_estimators", 100))
 
 
+def _tuned_version(session: Session, stmt: TuneModel, options: OptionValues,
+                   transforms: Optional[tuple[Transform, ...]], imputed: Sequence[str]) -> int:
+    """The version of the model TUNE starts from (:func:`estimator_type` read its hyper-parameters, or its TRANSFORM
+    and imputation under a ``model_type`` option), a FROM STUDY version's lineage parent; 0 when none is (a
+    ``model_type`` over a model that was not trained in SQL, or no model of the name)."""
+    name = stmt.this.model_name.lower()
+    if not session.catalog.exists(name):
+        return 0
+    entry = session.catalog.get(name, stmt.this.version_number)
+    if "model_type" not in dict(entry.options) or (options["model_type"] is not None and transforms is None
+                                                   and not imputed):
+        return 0
+    return entry.version
+
+
 def bind_estimator_study(stmt: TuneModel, session: Session, params: list, options: OptionValues,
                          model_type: ModelType, base: dict, transforms: Optional[tuple[Transform, ...]] = None,
                          imputed: Sequence[str] = ()) -> _Study:
@@ -302,11 +317,10 @@ def bind_estimator_study(stmt: TuneModel, session: Session, params: list, option
     validate = stmt.args.get("validate")
     study = _Study(name, stmt.this.model_name.lower(), model_type, base, space, stmt.args["algorithm"].name.lower(),
                    dict(options.rest), max_epochs, seed, metric, mode, stmt.args["target"].name,
-                   features, options["validation_fraction"], stmt.args["train"].sql(dialect="duckdb"),
-                   validate.sql(dialect="duckdb") if validate is not None else None, data, transforms=transforms)
+                   features, options["validation_fraction"], stmt.args["train"].sql(dialect=msql.DIALECT),
+                   validate.sql(dialect=msql.DIALECT) if validate is not None else None, data, transforms=transforms)
     study.sharing = options["execution"] == "stages"
-    if session.catalog.exists(study.model):  # (the version estimator_type read: a FROM STUDY version's parent)
-        study.model_version = session.catalog.get(study.model, stmt.this.version_number).version
+    study.model_version = _tuned_version(session, stmt, options, transforms, imputed)
     study.definition = hashlib.sha256(json.dumps(
         [model_type.estimator, sorted(base.items()), space.to_json(), study.algorithm,
          sorted(study.algorithm_options.items()), max_epochs, metric, mode, seed, data.fingerprint,

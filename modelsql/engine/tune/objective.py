@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow as pa
 
+from modelsql import sql as msql
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, did_you_mean
 from modelsql.estimators import validation_rows
@@ -205,8 +206,8 @@ def _row(name: str, stmt: TuneModel, options: OptionValues, ref: str, algorithm:
          status: str, best: Optional[int], value: Optional[float], done: int, scored: int) -> StudyRow:
     return StudyRow(name, stmt.this.model_name.lower(), 0, algorithm, "objective", options["mode"], 1, options["seed"],
                     space.to_json(), json.dumps(dict(options.rest, objective=ref), default=str),
-                    stmt.args["train"].sql(dialect="duckdb"),
-                    stmt.args["validate"].sql(dialect="duckdb") if stmt.args.get("validate") is not None else None,
+                    stmt.args["train"].sql(dialect=msql.DIALECT),
+                    stmt.args["validate"].sql(dialect=msql.DIALECT) if stmt.args.get("validate") is not None else None,
                     stmt.args["target"].name, "", definition, status, None, best, value, done, scored, done)
 
 
