@@ -51,11 +51,15 @@ class StatementTable(exp.Expression):
 
 
 class StatementTableParsing(GrammarParser):
-    """``(SHOW MODELS)`` where a table may stand."""
+    """``(SHOW MODELS)`` where a table may stand; DuckDB's own ``(SHOW TABLES)`` kept as written (sqlglot reads
+    ``SHOW`` there as a table named SHOW aliased by the next word), so a query that also holds a PREDICT runs it as
+    DuckDB would."""
 
     def _parse_table(self, schema: bool = False, joins: bool = False, *args: t.Any, **kwargs: t.Any) -> exp.Expr | None:
-        found = (row_statement_at(self._tokens, self._index + 1)
-                 if not schema and self._curr is not None and self._curr.token_type == TokenType.L_PAREN else None)
+        paren = not schema and self._curr is not None and self._curr.token_type == TokenType.L_PAREN
+        found = row_statement_at(self._tokens, self._index + 1) if paren else None
+        if found is None and paren and word_at(self._next, "SHOW"):
+            return self._parse_duckdb_listing()
         if found is None:
             return super()._parse_table(schema, joins, *args, **kwargs)
         node, words = found
@@ -68,6 +72,35 @@ class StatementTableParsing(GrammarParser):
         listing.meta["source_text"] = self._source_text(start)  # (an output column is named by it, as PREDICT's)
         table = self.expression(exp.Table(this=listing, alias=self._parse_table_alias()))
         return t.cast(exp.Expr, table.update_positions(start))
+
+
+    def _parse_statement(self) -> exp.Expr | None:
+        # A CTE's body, WITH x AS (SHOW MODELS): the listing as SELECT * FROM (SHOW MODELS)
+        found = (row_statement_at(self._tokens, self._index)
+                 if self._index > 0 and self._prev is not None and self._prev.token_type == TokenType.L_PAREN else None)
+        if found is None:
+            return super()._parse_statement()
+        node, words = found
+        start = self._curr
+        self._advance(len(words))
+        listing = StatementTable(this=getattr(self, f"_parse_{node.key}")(words))
+        listing.meta["source_text"] = f"({self._source_text(start)})"
+        return self.expression(exp.select("*").from_(exp.Table(this=listing)))
+
+    def _parse_duckdb_listing(self) -> exp.Expr:
+        """``(SHOW ...)`` of DuckDB's, up to its closing parenthesis, as a subquery of DuckDB's command as written,
+        with its alias."""
+        start, depth = self._curr, 0
+        while self._curr is not None:
+            depth += (self._curr.token_type == TokenType.L_PAREN) - (self._curr.token_type == TokenType.R_PAREN)
+            self._advance()
+            if depth == 0:
+                break
+        if depth:
+            self._fail("Expected ) after (SHOW ...", start)
+        words = self.sql[start.end + 1:self._prev.start].strip()[4:].strip()  # (after SHOW)
+        listing = exp.Subquery(this=exp.Command(this="SHOW", expression=words), alias=self._parse_table_alias())
+        return t.cast(exp.Expr, self.expression(listing).update_positions(start))
 
 
 class StatementTableGenerating(GrammarGenerator):

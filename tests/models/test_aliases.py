@@ -309,6 +309,11 @@ def test_listings_read_as_relations_as_duckdb_reads_its_show(con):
                       "LIMIT 1")
     assert cur.description[0][0] == "(SELECT count_star() FROM (SHOW PIPELINES))"  # as DuckDB names it
     assert cur.fetchone()[0] == 0
+    assert con.execute("WITH x AS (SHOW MODELS) SELECT name FROM x").fetchall() == [("m",)]  # a CTE's body
+    # DuckDB's own (SHOW TABLES) beside ours and a PREDICT stays DuckDB's
+    cur = con.execute("SELECT t.name, count(*) FROM (SHOW TABLES) AS t, (SHOW MODELS) AS s, PREDICT(MODEL m, TABLE "
+                      "iris) AS p WHERE t.name = 'iris' GROUP BY ALL")
+    assert cur.fetchall() == [("iris", 150)]
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute("SELECT * FROM (DESCRIBE MODEL nope)")
     assert info.value.code == "model_not_found"
