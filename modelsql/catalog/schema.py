@@ -72,6 +72,8 @@ new ``schema_version`` after each step.
 
 from __future__ import annotations
 
+import ast
+import json
 from typing import Callable, Dict
 
 import duckdb
@@ -874,8 +876,22 @@ MIGRATIONS[10] = _migrate_10_to_11
 
 
 def _migrate_11_to_12(con: duckdb.DuckDBPyConnection) -> None:
-    """Version 12 shows each model's aliases in ``modelsql.models`` (its ``aliases`` column, as SHOW MODELS)."""
+    """Version 12 shows each model's aliases in ``modelsql.models`` (its ``aliases`` column, as SHOW MODELS), and
+    keeps a trained version's ``hyperparameters`` option as a JSON object: those written before as a Python literal
+    (``{'C': 0.5, 'hidden_layer_sizes': (16,)}``) are rewritten (a tuple as an array)."""
     con.execute(MODELS_VIEW.format(s=SCHEMA))
+    rows = con.execute(f"SELECT name, version, map_keys(options), map_values(options) FROM {SCHEMA}.model_versions "
+                       "WHERE list_contains(map_keys(options), 'hyperparameters')").fetchall()
+    for name, version, keys, values in rows:
+        options = dict(zip(keys, values))
+        try:
+            json.loads(options["hyperparameters"])
+            continue
+        except json.JSONDecodeError:
+            options["hyperparameters"] = json.dumps(dict(sorted(ast.literal_eval(options["hyperparameters"]).items())),
+                                                    default=str)
+        con.execute(f"UPDATE {SCHEMA}.model_versions SET options = MAP(?::VARCHAR[], ?::VARCHAR[]) WHERE name = ? "
+                    "AND version = ?", [list(options), list(options.values()), name, version])
 
 
 MIGRATIONS[11] = _migrate_11_to_12

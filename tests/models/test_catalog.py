@@ -943,8 +943,9 @@ def test_real_migration_from_schema_10_adds_origins_tags_and_the_lineage_view(db
 def test_real_migration_from_schema_11_shows_aliases_in_the_models_view(db):
     con = duckdb.connect(db)
     cat = Catalog(con)
-    add(cat, make_mv(name="m"))
-    add(cat, make_mv(name="m", version=2))
+    add(cat, make_mv(name="m", options=(("hyperparameters", "{'C': 0.5, 'hidden_layer_sizes': (16,)}"),
+                                        ("model_type", "logistic_reg"))))
+    add(cat, make_mv(name="m", version=2, options=(("hyperparameters", '{"C": 2}'),)))
     cat.aliases.set("m", "champion", 1)
     _to_schema_11(con)
     assert "aliases" not in [d[0] for d in con.execute("SELECT * FROM modelsql.models").description]
@@ -954,4 +955,7 @@ def test_real_migration_from_schema_11_shows_aliases_in_the_models_view(db):
                        "'aliases'").fetchone()[0].startswith("The model's aliases")
     con.execute("SELECT count(*) FROM modelsql.families").fetchall()  # the view over it still binds
     assert con.execute("SELECT value FROM modelsql.meta WHERE key = 'schema_version'").fetchone() == ("12",)
+    assert con.execute("SELECT version, options['hyperparameters'], options['model_type'] FROM "
+                       "modelsql.model_versions ORDER BY version").fetchall() == [
+        (1, '{"C": 0.5, "hidden_layer_sizes": [16]}', "logistic_reg"), (2, '{"C": 2}', None)]  # JSON, the rest kept
     con.close()
