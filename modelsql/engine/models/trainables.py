@@ -105,15 +105,17 @@ def trainable_for_tune(session: Session, name: str, version: Optional[int], ref=
     trainable), NotSupportedError ``untrusted_code`` (before the factory is imported)."""
     found = session.catalog.studies.trainable(name, version)
     if found is None:
+        written = exp.to_identifier(name).sql(dialect="duckdb")  # quoted when it must be ("My Model")
         if session.catalog.exists(name):
             raise session.pointed(ProgrammingError(
                 f'Model "{name}" is an ONNX model, not a trainable: TUNE trains a factory registered with '
-                f"CREATE MODEL {name}_trainable FROM PYTHON 'package.module:function'.", code="model_not_trainable"),
-                ref)
+                f"CREATE MODEL {exp.to_identifier(name + '_trainable').sql(dialect='duckdb')} FROM PYTHON "
+                "'package.module:function', or a scikit-learn model type (WITH (model_type = 'random_forest_classifier', "
+                "...)).", code="model_not_trainable"), ref)
         raise session.pointed(ProgrammingError(
             f'Trainable model "{name}"' + (f" version {version}" if version else "") + " does not exist; register "
-            f"one with CREATE MODEL {name} FROM PYTHON 'modelsql.zoo:mlp' (or your own factory).",
-            code="model_not_found"), ref)
+            f"one with CREATE MODEL {written} FROM PYTHON 'modelsql.zoo:mlp' (or your own factory), or tune a "
+            "scikit-learn model type: WITH (model_type = '...').", code="model_not_found"), ref)
     trust.require(session, trainable_code(found))
     if version is not None:
         return found
