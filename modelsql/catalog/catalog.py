@@ -927,8 +927,9 @@ class Catalog:
         dimension; NULL when the rank is unknown), detail VARCHAR (an input's
         feature columns, ``'features: a, b, ...'``; a property's value).
 
-        Properties: ``features`` (the feature names: a model trained in SQL's are its inputs', one per column;
-        NULL when unknown),
+        Properties: ``version`` (the version described: the latest, the one named, or the one an alias names),
+        ``aliases`` (the aliases naming this version, comma separated; NULL without one), ``features`` (the
+        feature names: a model trained in SQL's are its inputs', one per column; NULL when unknown),
         ``batch_dependence`` (why a row's outputs may depend on the other rows of
         its batch, or ``'none'``) and ``conversion_check`` (``'<rows> rows, max abs diff <d>,
         <k> label mismatches'``; NULL when not checked), then, for a model imported FROM PYTHON, those of
@@ -951,7 +952,11 @@ class Catalog:
         check = ("CASE WHEN v.check_rows IS NULL THEN NULL ELSE v.check_rows || ' rows, max abs diff ' "
                  "|| printf('%.3g', v.check_max_abs_diff) || ', ' || coalesce(v.check_label_mismatches, 0) "
                  "|| ' label mismatches' END")
+        aliases = (f"(SELECT string_agg(a.alias, ', ' ORDER BY a.alias) FROM {self._s}.model_aliases AS a "
+                   "WHERE a.name = v.name AND a.version = v.version)")
         props = (
+            ("version", "v.version::VARCHAR"),
+            ("aliases", aliases),
             ("features", features),
             ("batch_dependence", "coalesce(v.batch_dependence, 'none')"),
             ("conversion_check", check),

@@ -43,6 +43,8 @@ def test_an_alias_names_the_version_it_is_set_to_and_follows_when_moved(con):
     assert got[2] == 2  # the version column
     described = con.execute("DESCRIBE MODEL m ALIAS champion").fetchall()
     assert any(r[0] == "evaluation" for r in described)
+    properties = {r[2]: r[5] for r in described if r[0] == "property"}
+    assert properties["version"] == "2" and properties["aliases"] == "champion"  # which version the alias names
     table = con.execute("SELECT version FROM EVALUATE(MODEL m ALIAS champion, TABLE iris, target = y)").fetchone()
     assert table == (2,)
 
@@ -68,6 +70,10 @@ def test_drop_alias_and_dropping_its_version(con):
     ("ALTER MODEL m SET ALIAS x = 2", modelsql.ProgrammingError, "parse_error", "= VERSION n"),
     ('ALTER MODEL m SET ALIAS "x, y = 9" = VERSION 1', modelsql.ProgrammingError, "invalid_name",
      "letters, digits and underscores"),
+    ("ALTER MODEL m SET ALIAS latest = VERSION 1", modelsql.ProgrammingError, "invalid_name", "reserved"),
+    ("ALTER MODEL m SET ALIAS V2 = VERSION 1", modelsql.ProgrammingError, "invalid_name", "reserved"),
+    ("SELECT * FROM PREDICT(MODEL mm ALIAS champion, TABLE iris)", modelsql.ProgrammingError, "model_not_found",
+     'Did you mean "m"'),
 ])
 def test_bad_aliases_are_clear_errors_and_change_nothing(con, sql, error, code, says):
     con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")

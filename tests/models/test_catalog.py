@@ -403,10 +403,15 @@ def test_describe_model_sql(cat, con):
         ("input", 0, "input", "FLOAT", "[N, 64]", None),
         ("input", 1, "mask", "BOOL", None, None),
         ("output", 0, "y", "DOUBLE", "[1]", None),
-        ("property", 0, "features", None, None, None),
-        ("property", 1, "batch_dependence", None, None, "none"),
-        ("property", 2, "conversion_check", None, None, None),
+        ("property", 0, "version", None, None, "2"),
+        ("property", 1, "aliases", None, None, None),
+        ("property", 2, "features", None, None, None),
+        ("property", 3, "batch_dependence", None, None, "none"),
+        ("property", 4, "conversion_check", None, None, None),
     ]
+    cat.aliases.set("digits", "champion", 2)
+    cat.aliases.set("digits", "challenger", 2)
+    assert ("property", 1, "aliases", None, None, "challenger, champion") in con.execute(sql, params).fetchall()
     sql, params = cat.describe_model_sql("digits", 1)
     outputs = [r for r in con.execute(sql, params).fetchall() if r[0] == "output"]
     assert outputs[-1] == ("output", 1, "probs", "FLOAT", "[N, ?]", None)

@@ -66,6 +66,9 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
 _ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """An alias name: a word (SHOW MODELS lists aliases as ``a = 3, b = 4``, which other characters would garble)."""
 
+_RESERVED_ALIAS = re.compile(r"^(latest|v\d+)$", re.I)
+"""Alias names MLflow's registry reserves: ``latest``, ``v1``, ``v2`` ... read as versions, not aliases."""
+
 
 def _name(node: exp.Expression, what: str) -> str:
     """An alias or tag name, lower-cased.
@@ -78,6 +81,10 @@ def _name(node: exp.Expression, what: str) -> str:
     if what == "alias" and not _ALIAS.match(node.name):
         raise ProgrammingError(f"Alias name {node.name!r}: an alias is letters, digits and underscores, not starting "
                                "with a digit (champion, challenger_2).", code="invalid_name")
+    if what == "alias" and _RESERVED_ALIAS.match(node.name):
+        raise ProgrammingError(f"Alias name {node.name!r} is reserved, as in MLflow's registry: it reads as the latest "
+                               "version or a version number (write VERSION n); name the alias otherwise.",
+                               code="invalid_name")
     return node.name.lower()
 
 

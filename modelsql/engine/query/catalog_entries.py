@@ -46,6 +46,8 @@ def entry_of(ctx: PlanningContext, name: str, version: Optional[int], ref: Optio
         if pipeline:
             return ctx.catalog.pipelines.get(name, version, models=models)
         if isinstance(ref, ModelRef) and ref.alias_name is not None:
+            if not ctx.catalog.exists(name):
+                return ctx.catalog.get(name, None)  # model_not_found, with its "did you mean" and pipeline hint
             version = ctx.catalog.aliases.resolve(name.lower(), ref.alias_name)
         return ctx.catalog.get(name, version)
     except Error as err:
