@@ -1,8 +1,10 @@
 """Evaluation in the dialect: the statement and the table functions, their nodes, parser entries and generator
 methods::
 
-    EVALUATE MODEL | PIPELINE name [VERSION n] ON TABLE t | ON (query) TARGET column [WITH (opt, ...)]
-    ... FROM EVALUATE(MODEL | PIPELINE name [VERSION n], TABLE t | (query), target = column [, opt ...]) ...
+    EVALUATE MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] ON TABLE t | ON (query) [TARGET column]
+        [WITH (opt, ...)]
+    ... FROM EVALUATE(MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n], TABLE t | (query)
+        [, target = column] [, opt ...]) ...
     ... FROM CONFUSION_MATRIX(MODEL ..., TABLE t | (query), target = column [, opt ...]) ...
     ... FROM ROC_CURVE(MODEL ..., TABLE t | (query), target = column [, opt ...]) ...
 
@@ -20,7 +22,7 @@ import typing as t
 from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
-from modelsql.sql.grammar import BARE_NAME_TOKENS, GrammarGenerator, GrammarParser, ModelRef
+from modelsql.sql.grammar import BARE_NAME_TOKENS, PIPELINE_NO_ALIAS, GrammarGenerator, GrammarParser, ModelRef
 from modelsql.sql.registry import option_dict, part, statement, word_at
 
 __all__ = ["EvaluateModel", "EvaluationTable", "EvaluateParsing", "EvaluateGenerating", "EVALUATE_FORM",
@@ -30,13 +32,14 @@ __all__ = ["EvaluateModel", "EvaluationTable", "EvaluateParsing", "EvaluateGener
 EVALUATION_FUNCTIONS = ("EVALUATE", "CONFUSION_MATRIX", "ROC_CURVE")
 
 #: The accepted form of EVALUATE, shown by its parse errors.
-EVALUATE_FORM = ("EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (SELECT ...) [TARGET column] "
+EVALUATE_FORM = ("EVALUATE MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] ON TABLE t | ON (SELECT ...) [TARGET column] "
                  "[WITH (option = value, ...)]")
 
 
 @statement
 class EvaluateModel(exp.Expression):
-    """``EVALUATE MODEL | PIPELINE name [VERSION n | ALIAS a] ON TABLE t | ON (query) [TARGET column] [WITH (...)]``:
+    """``EVALUATE MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] ON TABLE t | ON (query) [TARGET column]
+    [WITH (...)]``:
     the metrics of the model's (or pipeline's) predictions of the input's rows against the TARGET column (by
     default the one the version was trained to predict, as BigQuery ML's ``ML.EVALUATE`` reads the training's label
     column), as one row, recorded in the catalog (``modelsql.evaluations``).
@@ -136,7 +139,8 @@ class EvaluateParsing(GrammarParser):
     """Parser entry ``_parse_evaluatemodel(words)`` (the words consumed)."""
 
     def _parse_evaluatemodel(self, words: tuple[str, ...]) -> EvaluateModel:
-        ref = self._parse_model_ref(allow_alias=words[1] == "MODEL")
+        ref = self._parse_model_ref(allow_alias=words[1] == "MODEL",
+                                    no_alias=PIPELINE_NO_ALIAS if words[1] == "PIPELINE" else None)
         if words[1] == "PIPELINE":
             ref.set("pipeline", True)
         if not self._match(TokenType.ON):
@@ -169,7 +173,8 @@ class EvaluateParsing(GrammarParser):
         pipeline = self._match_word("PIPELINE")
         if not pipeline:
             self._match_word("MODEL")
-        ref: ModelRef = self._parse_model_ref(allow_alias=not pipeline)
+        ref: ModelRef = self._parse_model_ref(allow_alias=not pipeline,
+                                              no_alias=PIPELINE_NO_ALIAS if pipeline else None)
         if pipeline:
             ref.set("pipeline", True)
         source, options = self._parse_table_function_rest(function, form)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from modelsql.sql.grammar import GrammarGenerator, GrammarParser
+from modelsql.sql.grammar import PIPELINE_NO_ALIAS, GrammarGenerator, GrammarParser
 from modelsql.sql.registry import option_dict, statement
 
 __all__ = ["FinetunePipeline", "FinetuneParsing", "FinetuneGenerating", "FINETUNE_FORM"]
@@ -48,7 +48,7 @@ class FinetuneParsing(GrammarParser):
     """Parser entry ``_parse_finetunepipeline(words)`` (the words consumed)."""
 
     def _parse_finetunepipeline(self, words: tuple[str, ...]) -> FinetunePipeline:
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(no_alias=PIPELINE_NO_ALIAS)
         ref.set("pipeline", True)
         train, validate, target = self._parse_training_data(FINETUNE_FORM)
         return self.expression(FinetunePipeline(this=ref, train=train, validate=validate, target=target,

@@ -73,6 +73,10 @@ class ModelRef(exp.Expression):
         return int(version.this) if version is not None else None
 
 
+PIPELINE_NO_ALIAS = "a pipeline has no aliases (ALTER MODEL sets a model's): name its version with VERSION n"
+"""Why ``PIPELINE p ALIAS a`` is refused."""
+
+
 class GrammarParser(DuckDBParser):
     """DuckDB's parser plus the helpers every statement family's entries use.
 
@@ -101,9 +105,10 @@ class GrammarParser(DuckDBParser):
 
     def _parse_model_ref(self, allow_version: bool = True,
                          no_version: str = "the statement is about the model, not one version",
-                         allow_alias: bool = False) -> ModelRef:
+                         allow_alias: bool = False, no_alias: t.Optional[str] = None) -> ModelRef:
         """``name [VERSION n]`` (with ``allow_alias`` also ``name ALIAS a``) -> :class:`ModelRef` (positions of
-        the name in ``meta``); without ``allow_version`` a VERSION is an error saying why (``no_version``)."""
+        the name in ``meta``); without ``allow_version`` a VERSION is an error saying why (``no_version``), and
+        without ``allow_alias`` an ALIAS (``no_alias``, else where aliases are taken)."""
         token = self._curr
         name = self._parse_id_var(any_token=False)
         if not isinstance(name, exp.Identifier):
@@ -118,9 +123,10 @@ class GrammarParser(DuckDBParser):
             version = exp.Literal.number(self._prev.text)
         alias = None
         if self._match_word("ALIAS", advance=False) and (version is not None or not allow_alias):
-            self._fail("ALIAS cannot be given here: an alias names a model's version (instead of VERSION n) where a "
-                       "statement uses one version: PREDICT(MODEL ...), EVALUATE, DESCRIBE, EXPORT, TRUST, PROFILE, "
-                       "COMPILE, SERVE and pipeline steps")
+            self._fail("ALIAS cannot be given here: " + (
+                "give VERSION n or ALIAS a, not both" if version is not None and allow_alias else no_alias or
+                "an alias names a model's version (instead of VERSION n) where a statement uses one version: "
+                "PREDICT(MODEL ...), EVALUATE, DESCRIBE, EXPORT, TRUST, PROFILE, COMPILE, SERVE and pipeline steps"))
         if allow_alias and self._match_word("ALIAS"):
             token = self._curr
             alias = self._parse_id_var(any_token=False)

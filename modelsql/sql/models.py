@@ -5,12 +5,12 @@
         source := 'file.onnx' | ? | $n | PYTHON 'package.module:function' | STUDY name [TRIAL n]
     CREATE [OR REPLACE] MODEL [IF NOT EXISTS] name WITH | OPTIONS (model_type = ..., opt, ...) AS query
     DROP MODEL [IF EXISTS] name [VERSION n]
-    TRUST MODEL name [VERSION n]
+    TRUST MODEL name [VERSION n | ALIAS a]
     SHOW [MODELSQL] MODELS
     DESCRIBE MODEL name [VERSION n | ALIAS a]
     ALTER MODEL name SET ALIAS a = VERSION n | BEST BY metric [ON input] | DROP ALIAS [IF EXISTS] a
     ALTER MODEL name [VERSION n] SET TAG t = 'value' | DROP TAG [IF EXISTS] t
-    EXPORT MODEL name [VERSION n] TO 'path.onnx'
+    EXPORT MODEL name [VERSION n | ALIAS a] TO 'path.onnx'
     VACUUM [MODELSQL] MODELS
 
 (``name [VERSION n]`` is :class:`~modelsql.sql.grammar.ModelRef`, ``WITH (...)`` the options of
@@ -126,7 +126,7 @@ class DropModel(exp.Expression):
 
 @statement
 class TrustModel(exp.Expression):
-    """``TRUST MODEL name [VERSION n]``: sign the code of a model (its Python program, its trainable factory, its
+    """``TRUST MODEL name [VERSION n | ALIAS a]``: sign the code of a model (its Python program, its trainable factory, its
     compiled libraries; every version, or version ``n``) with the current user's key, so this user's
     connections load it (see :mod:`modelsql.engine.artifacts.trust`).
 

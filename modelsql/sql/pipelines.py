@@ -1,6 +1,6 @@
 """The pipeline statements of the dialect: their nodes, parser entries and generator methods::
 
-    CREATE [OR REPLACE] PIPELINE [IF NOT EXISTS] p AS (model [VERSION n] [AS step], ...) [WITH (opt, ...)]
+    CREATE [OR REPLACE] PIPELINE [IF NOT EXISTS] p AS (model [VERSION n | ALIAS a] [AS step], ...) [WITH (opt, ...)]
     DROP PIPELINE [IF EXISTS] p [VERSION n]
     SHOW [MODELSQL] PIPELINES
     DESCRIBE PIPELINE p [VERSION n]
@@ -16,7 +16,7 @@ import typing as t
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from modelsql.sql.grammar import GrammarGenerator, GrammarParser, ModelRef
+from modelsql.sql.grammar import PIPELINE_NO_ALIAS, GrammarGenerator, GrammarParser, ModelRef
 from modelsql.sql.registry import option_dict, part, statement, undotted_name_at
 
 __all__ = ["PipelineStepRef", "CreatePipeline", "DropPipeline", "ShowPipelines", "DescribePipeline",
@@ -25,7 +25,7 @@ __all__ = ["PipelineStepRef", "CreatePipeline", "DropPipeline", "ShowPipelines",
 
 @part
 class PipelineStepRef(exp.Expression):
-    """One step of ``CREATE PIPELINE p AS (model [VERSION n] [AS step], ...)``.
+    """One step of ``CREATE PIPELINE p AS (model [VERSION n | ALIAS a] [AS step], ...)``.
 
     Args:
         this: ``ModelRef`` (the model, optionally pinned to a version).
@@ -129,7 +129,7 @@ class PipelineParsing(GrammarParser):
     """Parser entries ``_parse_<key>(words)`` of the pipeline statements (the words consumed)."""
 
     def _parse_pipeline_ref(self) -> ModelRef:
-        ref = self._parse_model_ref()
+        ref = self._parse_model_ref(no_alias=PIPELINE_NO_ALIAS)
         ref.set("pipeline", True)
         return ref
 

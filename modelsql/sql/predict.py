@@ -26,13 +26,16 @@ from sqlglot import exp
 from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokens import Token, TokenType
 
-from modelsql.sql.grammar import BARE_NAME_TOKENS, GrammarGenerator, GrammarParser, ModelRef
+from modelsql.sql.grammar import BARE_NAME_TOKENS, PIPELINE_NO_ALIAS, GrammarGenerator, GrammarParser, ModelRef
 from modelsql.sql.registry import option_dict, part, word_at
 
 __all__ = ["ModelSet", "PredictTable", "PredictParsing", "PredictGenerating", "PREDICT_FORM", "ML_PREDICT_ERROR",
            "predict_shaped", "ml_predict_at"]
 
 #: The accepted form of PREDICT, shown by its parse errors.
+_MEMBER_NO_ALIAS = "a MODELS (...) list names each member's version with VERSION n, not an alias"
+"""Why ``MODELS (m ALIAS a, ...)`` is refused."""
+
 PREDICT_FORM = ("PREDICT(MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] | MODELS (name, ...) ROUTE BY column "
                 "| MODELS FAMILY name ROUTE BY column, TABLE t | (SELECT ...) [, option = value ...])")
 
@@ -181,7 +184,7 @@ class PredictParsing(GrammarParser):
             pipeline = self._match_word("PIPELINE")
             if not pipeline and not self._match_word("MODEL"):
                 self._fail(f"Expected MODEL <name> as the first argument of PREDICT; the form is {PREDICT_FORM}")
-            ref = self._parse_model_ref(allow_alias=not pipeline)
+            ref = self._parse_model_ref(allow_alias=not pipeline, no_alias=PIPELINE_NO_ALIAS if pipeline else None)
             if pipeline:
                 ref.set("pipeline", True)
 
@@ -203,9 +206,9 @@ class PredictParsing(GrammarParser):
             if not isinstance(family, exp.Identifier):
                 self._fail("Expected a family name after MODELS FAMILY")
         elif self._match(TokenType.L_PAREN):
-            refs.append(self._parse_model_ref())
+            refs.append(self._parse_model_ref(no_alias=_MEMBER_NO_ALIAS))
             while self._match(TokenType.COMMA):
-                refs.append(self._parse_model_ref())
+                refs.append(self._parse_model_ref(no_alias=_MEMBER_NO_ALIAS))
             self._match_r_paren()
         else:
             self._fail("Expected (model, ...) or FAMILY <name> after MODELS")

@@ -1,8 +1,8 @@
 """The profiling and compiling statements of the dialect: their nodes, parser entries and generator
 methods::
 
-    PROFILE MODEL | PIPELINE name [VERSION n] [ON TABLE t | ON (query)] [WITH (opt, ...)]
-    COMPILE MODEL name [VERSION n] FOR 'target' [WITH (opt, ...)]
+    PROFILE MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] [ON TABLE t | ON (query)] [WITH (opt, ...)]
+    COMPILE MODEL name [VERSION n | ALIAS a] FOR 'target' [WITH (opt, ...)]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from modelsql.sql.grammar import GrammarGenerator, GrammarParser
+from modelsql.sql.grammar import PIPELINE_NO_ALIAS, GrammarGenerator, GrammarParser
 from modelsql.sql.registry import option_dict, statement
 
 __all__ = ["ProfileModel", "CompileModel", "ProfileParsing", "ProfileGenerating"]
@@ -19,7 +19,8 @@ __all__ = ["ProfileModel", "CompileModel", "ProfileParsing", "ProfileGenerating"
 
 @statement
 class ProfileModel(exp.Expression):
-    """``PROFILE MODEL | PIPELINE name [VERSION n] [ON TABLE t | ON (query)] [WITH (batch_sizes = (...), ...)]``:
+    """``PROFILE MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] [ON TABLE t | ON (query)] [WITH (batch_sizes =
+    (...), ...)]``:
     time the model's (or each pipeline step's) configurations and record the latency traces
     (``modelsql.traces``); with ``ON``, on the rows of that input.
 
@@ -44,7 +45,7 @@ class ProfileModel(exp.Expression):
 
 @statement
 class CompileModel(exp.Expression):
-    """``COMPILE MODEL name [VERSION n] FOR 'llvm' | 'cuda' [WITH (tune_trials = n, batch_size = b, ...)]``:
+    """``COMPILE MODEL name [VERSION n | ALIAS a] FOR 'llvm' | 'cuda' [WITH (tune_trials = n, batch_size = b, ...)]``:
     compile the version with another backend (TVM), check it against ONNX Runtime and cache the artifact
     (``modelsql.compiled``); with ``tune_trials`` a MetaSchedule tuning job, resumable.
 
@@ -70,7 +71,8 @@ class ProfileParsing(GrammarParser):
     """Parser entries ``_parse_<key>(words)`` of PROFILE and COMPILE (the words consumed)."""
 
     def _parse_profilemodel(self, words: tuple[str, ...]) -> ProfileModel:
-        ref = self._parse_model_ref(allow_alias=words[1] == "MODEL")
+        ref = self._parse_model_ref(allow_alias=words[1] == "MODEL",
+                                    no_alias=PIPELINE_NO_ALIAS if words[1] == "PIPELINE" else None)
         if words[1] == "PIPELINE":
             ref.set("pipeline", True)
         source = None

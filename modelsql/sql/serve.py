@@ -1,7 +1,7 @@
 """The serving statements of the dialect: their nodes, parser entries and generator methods::
 
     SERVE [ADD | REMOVE] item [, item ...] [ON [HOST 'host'] PORT n] [WITH (opt, ...)]
-        item := PIPELINE name [VERSION n] [(opt, ...)] | MODEL name [VERSION n] [(opt, ...)]
+        item := PIPELINE name [VERSION n] [(opt, ...)] | MODEL name [VERSION n | ALIAS a] [(opt, ...)]
     STOP SERVER [ON PORT n]
     SHOW [MODELSQL] SERVERS
 """
@@ -13,7 +13,7 @@ import typing as t
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from modelsql.sql.grammar import GrammarGenerator, GrammarParser
+from modelsql.sql.grammar import PIPELINE_NO_ALIAS, GrammarGenerator, GrammarParser
 from modelsql.sql.registry import option_dict, part, statement
 
 __all__ = ["ServeItem", "Serve", "StopServer", "ShowServers", "ServeParsing", "ServeGenerating"]
@@ -97,7 +97,7 @@ class ServeParsing(GrammarParser):
         pipeline = self._match_word("PIPELINE")
         if not pipeline and not self._match_word("MODEL"):
             self._fail("Expected PIPELINE <name> or MODEL <name> to serve")
-        ref = self._parse_model_ref(allow_alias=not pipeline)
+        ref = self._parse_model_ref(allow_alias=not pipeline, no_alias=PIPELINE_NO_ALIAS if pipeline else None)
         if pipeline:
             ref.set("pipeline", True)
         options = None

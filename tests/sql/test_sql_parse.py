@@ -321,6 +321,20 @@ def test_a_dotted_model_name_says_names_are_one_word(sql, dotted):
     assert info.value.column == column, str(info.value)
 
 
+@pytest.mark.parametrize("sql, says", [
+    ("SELECT * FROM PREDICT(MODEL m VERSION 2 ALIAS champion, TABLE t)", "VERSION n or ALIAS a, not both"),
+    ("EVALUATE PIPELINE p ALIAS a ON TABLE t", "a pipeline has no aliases"),
+    ("SELECT * FROM PREDICT(PIPELINE p ALIAS a, TABLE t)", "a pipeline has no aliases"),
+    ("FINETUNE PIPELINE p ALIAS a ON TABLE t TARGET y", "a pipeline has no aliases"),
+    ("SELECT * FROM PREDICT(MODELS (m ALIAS a, n) ROUTE BY r, TABLE t)", "MODELS (...) list names each member's"),
+    ("DROP MODEL m ALIAS a", "where a statement uses one version"),
+])
+def test_alias_where_none_is_taken_says_why(sql, says):
+    with pytest.raises(ProgrammingError) as info:
+        parse(sql)
+    assert info.value.code == "parse_error" and says in str(info.value), str(info.value)
+
+
 @pytest.mark.parametrize("word", ["limit", "order", "default", "version", "model", "table", "type"])
 def test_keyword_like_names_round_trip(word):
     for sql in (
