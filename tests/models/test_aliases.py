@@ -143,9 +143,22 @@ def test_an_alias_names_the_version_in_pipelines_export_and_serve(con, tmp_path)
     con.execute(f"EXPORT MODEL m VERSION 1 TO '{tmp_path / 'v1.onnx'}'")
     assert (tmp_path / "c.onnx").read_bytes() == (tmp_path / "v1.onnx").read_bytes()
     url = con.execute("SERVE MODEL m ALIAS champion ON PORT 0").fetchall()[0][0]
+    port = url.rsplit(":", 1)[1]
     try:
         with urllib.request.urlopen(f"{url}/v2/models/m", timeout=10) as reply:
             assert json.loads(reply.read())["versions"] == ["1"]
+        # Triton's repository load of a served model reloads the version it serves (not the catalog's latest)
+        load = urllib.request.Request(f"{url}/v2/repository/models/m/load", data=b"{}", method="POST")
+        with urllib.request.urlopen(load, timeout=10) as reply:
+            assert reply.status == 200
+        with urllib.request.urlopen(f"{url}/v2/models/m", timeout=10) as reply:
+            assert json.loads(reply.read())["versions"] == ["1"]
+        con.execute("ALTER MODEL m SET ALIAS champion = VERSION 2")  # the server keeps version 1
+        for wrong in ("VERSION 2", "ALIAS champion"):  # SERVE REMOVE of what is not served removes nothing
+            with pytest.raises(modelsql.ProgrammingError) as info:
+                con.execute(f"SERVE REMOVE MODEL m {wrong} ON PORT {port}")
+            assert info.value.code == "not_served" and "served at version 1, not version 2" in str(info.value)
+        assert con.execute(f"SERVE REMOVE MODEL m VERSION 1 ON PORT {port}").fetchall()[0][-1] == "removed"
     finally:
         con.execute("STOP SERVER")
     with pytest.raises(modelsql.ProgrammingError) as info:

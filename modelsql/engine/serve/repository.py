@@ -380,7 +380,14 @@ class CatalogRepository:
                 for r in self.resident()]
 
     def load(self, name: str) -> None:
-        """Serve ``name`` (a catalog pipeline, else a catalog model) at its latest version."""
+        """Serve ``name`` (Triton's repository load): a served name again at the version it serves (a running
+        server keeps its version, however the catalog's latest or an alias moves since); any other a catalog
+        pipeline, else a catalog model, at its latest version."""
+        served = self._entries.get(name)
+        if served is not None:
+            kept = served.pipeline if served.kind == "pipeline" else served.pipeline.steps[0].model
+            self.add(kept, reserved_threads=served.reserved_threads, name=name)
+            return
         try:
             entry = self._resolve(name, "pipeline")
         except LookupError:

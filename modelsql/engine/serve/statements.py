@@ -192,12 +192,23 @@ def _serve(stmt: Serve, session: Session, params: list) -> Result:
         rows = [(running.server.url, se.name, se.kind, se.version, "added") for se in added]
     else:
         for item in stmt.expressions:
+            name, wanted = item.this.model_name.lower(), _named_version(item.this, session)
             try:
-                running.repository.remove(item.this.model_name.lower())
+                if wanted is not None:  # SERVE REMOVE MODEL m VERSION n: only when n is what is served
+                    running.repository.get(name, str(wanted))
+                running.repository.remove(name)
             except LookupError as exc:
                 raise session.pointed(ProgrammingError(f"SERVE REMOVE: {exc}", code="not_served"), item.this) from None
-            rows.append((running.server.url, item.this.model_name.lower(), None, None, "removed"))
+            rows.append((running.server.url, name, None, None, "removed"))
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
+
+
+def _named_version(ref, session: Session) -> Optional[int]:
+    """The version ``SERVE REMOVE`` names: ``VERSION n``, or the one ``ALIAS a`` names now (None: whatever is
+    served)."""
+    if ref.alias_name is not None:
+        return session.get_model(ref.model_name, None, ref).version
+    return ref.version_number
 
 
 def _start(stmt: Serve, session: Session, params: list, port: Optional[int], opts: OptionValues) -> Result:
