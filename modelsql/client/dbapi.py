@@ -169,16 +169,10 @@ def point_into(err: Error, sql: str) -> Error:
         shown, lead = shown[3:], 3
     if shown.endswith("..."):
         shown = shown[:-3]
+    pos = _find_shown(sql, shown, caret - lead, int(m.group(1))) if shown.strip() and caret >= lead else None
+    if pos is None and shown.strip() and caret >= lead and "?" in sql:  # drawn over the text with ? numbered $k
+        pos = _in_numbered(sql, shown, caret - lead, int(m.group(1)))
     lines = sql.splitlines() or [""]
-    pos = None
-    wanted = int(m.group(1))
-    order = ([wanted - 1] if 0 < wanted <= len(lines) else []) + [i for i in range(len(lines)) if i != wanted - 1]
-    if shown.strip() and caret >= lead:
-        for i in order:
-            j = lines[i].find(shown)
-            if j >= 0:
-                pos = (i + 1, j + caret - lead + 1)
-                break
     if pos is None and offending.strip() and "__m" not in offending.lower():
         hits = [(i + 1, h.start() + 1) for i, line in enumerate(lines) for h in _re.finditer(_re.escape(offending), line)]
         if len(hits) == 1:
@@ -192,6 +186,56 @@ def point_into(err: Error, sql: str) -> Error:
     err.message = text
     err.args = (text,)
     return err
+
+
+def _find_shown(sql: str, shown: str, caret: int, wanted: int) -> Optional[tuple[int, int]]:
+    """``(line, column)`` (1-based) of ``caret`` characters into the first place ``shown`` (an excerpt's line)
+    occurs in ``sql``, line ``wanted`` tried first; None when it occurs nowhere."""
+    lines = sql.splitlines() or [""]
+    order = ([wanted - 1] if 0 < wanted <= len(lines) else []) + [i for i in range(len(lines)) if i != wanted - 1]
+    for i in order:
+        j = lines[i].find(shown)
+        if j >= 0:
+            return i + 1, j + caret + 1
+    return None
+
+
+def _in_numbered(sql: str, shown: str, caret: int, wanted: int) -> Optional[tuple[int, int]]:
+    """:func:`_find_shown` in ``sql`` with its ``?`` numbered ``$1``, ``$2`` ... (the text an error of a planned
+    statement is drawn over), mapped back to the position in ``sql`` itself."""
+    from modelsql import sql as _msql
+
+    try:
+        numbered = _msql.number_placeholders(sql)[0]
+    except Exception:  # (a text that does not tokenize: nothing to map)
+        return None
+    found = _find_shown(numbered, shown, caret, wanted)
+    if found is None or numbered == sql:
+        return None
+    offset = sum(len(line) + 1 for line in numbered.split("\n")[: found[0] - 1]) + found[1] - 1
+    back = _numbered_to_original(sql, numbered)
+    original = back[min(offset, len(back) - 1)]
+    line = sql.count("\n", 0, original) + 1
+    return line, original - (sql.rfind("\n", 0, original) + 1) + 1
+
+
+def _numbered_to_original(sql: str, numbered: str) -> list[int]:
+    """For each offset of ``numbered`` (``sql`` with some ``?`` written ``$k``, all else byte-identical) the offset in
+    ``sql`` it came from."""
+    back: list[int] = []
+    i = j = 0
+    while j < len(numbered):
+        if i < len(sql) and sql[i] == numbered[j]:
+            back.append(i)
+            i, j = i + 1, j + 1
+            continue
+        back.append(i)  # a ? written $k: the $ and its digits all come from the ?
+        j += 1
+        while j < len(numbered) and numbered[j].isdigit():
+            back.append(i)
+            j += 1
+        i += 1
+    return back or [0]
 
 
 # ------------------------------------------------------------ connection

@@ -126,6 +126,19 @@ def test_plain_statements_beside_a_model_statement_run_as_written(two):
     assert rows == [(3, 6, 9.0)]
 
 
+@pytest.mark.parametrize("sql, column", [
+    ("SELECT ?, y FROM PREDICT(MODEL m11, (SELECT ? AS a, 1.0 AS b))", 32),  # a ? before the name
+    ("SELECT y FROM PREDICT(MODEL m1 VERSION 9, (SELECT ? AS a, 1.0 AS b))", 29),  # the name occurs twice (m1, m1)
+])
+def test_an_error_of_a_statement_with_parameters_points_into_the_text_as_written(two, sql, column):
+    """The error is drawn over the text with its ? numbered $1, $2 ...; it points into the text the user wrote."""
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        two.cursor().execute(sql, [1.0] * sql.count("?"))
+    assert (info.value.line, info.value.column) == (1, column), str(info.value)
+    assert sql in str(info.value)  # the excerpt is the user's text, ? and all
+    two.rollback()
+
+
 def test_an_error_in_a_later_statement_points_into_the_whole_text(two):
     with pytest.raises(modelsql.ProgrammingError) as info:
         two.execute("SELECT 1;\nSELECT * FROM PREDICT(MODEL nope, TABLE t)")
