@@ -155,6 +155,8 @@ def test_bad_pipelines_are_refused_and_change_nothing(con):
             cur.execute(sql)
         assert code is None or ei.value.code == code, (sql, ei.value)
         assert text in str(ei.value), (sql, ei.value)
+        if code in ("model_not_found", "version_not_found"):  # pointing at the step as written
+            assert (ei.value.line, ei.value.column) == (1, sql.rindex("nope" if "nope" in sql else "head") + 1)
     cur.execute("SELECT count(*) FROM modelsql.pipeline_versions")
     assert cur.fetchall() == [(0,)]
     with pytest.raises(errors.ProgrammingError) as ei:

@@ -242,6 +242,8 @@ def _named_steps(session: Session, key: str, specs: Sequence[StepSpec]) -> list[
 @handles(CreatePipeline)
 def _create(stmt: CreatePipeline, session: Session, params: list) -> Result:
     plan = bind_create(stmt, params)
+    for s in stmt.expressions:  # a missing model, version or alias: an error pointing at the step as written
+        session.get_model(s.this.model_name, s.this.version_number, s.this)
     steps = tuple(dataclasses.replace(spec, version=session.get_model(s.this.model_name, None, s.this).version)
                   if s.this.alias_name is not None else spec for spec, s in zip(plan.steps, stmt.expressions))
     create_pipeline(session, dataclasses.replace(plan, steps=steps))  # a step's alias pins the version it names
