@@ -92,12 +92,7 @@ def computes(node: type) -> Callable[[Callable[..., "pa.Table"]], Callable[..., 
     Raises:
         ValueError: a node that already has one.
     """
-    def register(compute: Callable[..., "pa.Table"]) -> Callable[..., "pa.Table"]:
-        if node in _COMPUTED:
-            raise ValueError(f"{node.__name__} is already computed by {_COMPUTED[node].__module__}")
-        _COMPUTED[node] = compute
-        return compute
-    return register
+    return _register_in(_COMPUTED, node, "computed")
 
 
 def explains(node: type) -> Callable[[Callable[..., "tuple[pa.Schema, str]"]], Callable[..., "tuple[pa.Schema, str]"]]:
@@ -108,11 +103,17 @@ def explains(node: type) -> Callable[[Callable[..., "tuple[pa.Schema, str]"]], C
     Raises:
         ValueError: a node that already has one.
     """
-    def register(explain: Callable[..., "tuple[pa.Schema, str]"]) -> Callable[..., "tuple[pa.Schema, str]"]:
-        if node in _EXPLAINED:
-            raise ValueError(f"{node.__name__} is already explained by {_EXPLAINED[node].__module__}")
-        _EXPLAINED[node] = explain
-        return explain
+    return _register_in(_EXPLAINED, node, "explained")
+
+
+def _register_in(table: dict[type, Callable[..., T]], node: type, what: str) -> Callable[[Callable[..., T]],
+                                                                                          Callable[..., T]]:
+    """A decorator registering its function in ``table`` for ``node`` (:func:`computes`, :func:`explains`)."""
+    def register(function: Callable[..., T]) -> Callable[..., T]:
+        if node in table:
+            raise ValueError(f"{node.__name__} is already {what} by {table[node].__module__}")
+        table[node] = function
+        return function
     return register
 
 

@@ -57,16 +57,11 @@ from modelsql.sql.tune import TuneGenerating, TuneParsing
 from modelsql.sql.profile import ProfileGenerating, ProfileParsing
 from modelsql.sql.finetune import FinetuneGenerating, FinetuneParsing
 from modelsql.sql.statement_tables import StatementTableGenerating, StatementTableParsing
-from modelsql.sql.registry import MODEL_NODES, NAME_TOKENS, STATEMENT_NODES, word_at
+from modelsql.sql.registry import (MODEL_NODES, NAME_TOKENS, STATEMENT_NODES, statement_starts, statement_words_at,
+                                   word_at)
 
 __all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "DEMOTED_COMMANDS", "statement_at",
            "dotted_statement_at"]
-
-
-def _statement_starts() -> list[tuple[tuple[str, ...], type[exp.Expression]]]:
-    """Every registered ``(words, node)``, longest word sequence first (ties in registry order)."""
-    pairs = [(words, node) for node in STATEMENT_NODES for words in node.WORDS]  # type: ignore[attr-defined]
-    return sorted(pairs, key=lambda pair: -len(pair[0]))
 
 
 def statement_at(
@@ -79,20 +74,13 @@ def statement_at(
     node's ``ONLY_IF`` condition on the tokens after the words. The caller
     checks that ``i`` is the start of a statement. ``None`` when none matches.
     """
-    for words, node in _statement_starts():
-        n = len(words)
-        if i + n > len(tokens) or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
-            continue
-        only_if = getattr(node, "ONLY_IF", None)
-        if only_if is None or only_if(tokens, i + n):
-            return node, words
-    return None
+    return statement_words_at(tokens, i)
 
 
 def dotted_statement_at(tokens: t.Sequence[Token], i: int) -> Token | None:
     """The dot of ``DESCRIBE MODEL ds.m`` (our statement's words, then a name and a dot: a schema's or a BigQuery ML
     dataset's name before the model's, which no statement of ours takes) opening ``tokens[i:]``; else None."""
-    for words, _ in _statement_starts():
+    for words, _ in statement_starts():
         n = len(words)
         if words[-1] not in ("MODEL", "PIPELINE", "STUDY") or i + n > len(tokens) \
                 or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):

@@ -106,6 +106,30 @@ def word_at(token: Token | None, word: str) -> bool:
     return token is not None and token.token_type not in TEXT_TOKENS and token.text.upper() == word
 
 
+def statement_starts(first_words: t.Optional[t.Collection[str]] = None
+                     ) -> list[tuple[tuple[str, ...], type[exp.Expression]]]:
+    """Every registered ``(words, node)`` (only those whose first word is one of ``first_words``, when given),
+    longest word sequence first (ties in registry order)."""
+    pairs = [(words, node) for node in STATEMENT_NODES for words in node.WORDS  # type: ignore[attr-defined]
+             if first_words is None or words[0] in first_words]
+    return sorted(pairs, key=lambda pair: -len(pair[0]))
+
+
+def statement_words_at(tokens: t.Sequence[Token], i: int, first_words: t.Optional[t.Collection[str]] = None
+                       ) -> t.Optional[tuple[type[exp.Expression], tuple[str, ...]]]:
+    """``(node class, words matched)`` of the statement of ours whose words open ``tokens[i:]``
+    (:func:`statement_starts`, longest first, unquoted tokens only, the node's ``ONLY_IF`` holding on the tokens
+    after the words); None when none does."""
+    for words, node in statement_starts(first_words):
+        n = len(words)
+        if i + n > len(tokens) or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
+            continue
+        only_if = getattr(node, "ONLY_IF", None)
+        if only_if is None or only_if(tokens, i + n):
+            return node, words
+    return None
+
+
 def undotted_name_at(tokens: t.Sequence[Token], i: int) -> bool:
     """``tokens[i]`` is a name and ``tokens[i + 1]`` is not a dot (so not ``a.b``)."""
     name = tokens[i] if i < len(tokens) else None

@@ -11,7 +11,7 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from modelsql.sql.grammar import GrammarGenerator, GrammarParser
-from modelsql.sql.registry import STATEMENT_NODES, part, word_at
+from modelsql.sql.registry import part, statement_words_at, word_at
 
 __all__ = ["StatementTable", "row_statement_at", "StatementTableParsing", "StatementTableGenerating"]
 
@@ -22,16 +22,7 @@ _LISTING_WORDS = ("SHOW", "DESCRIBE")
 def row_statement_at(tokens: t.Sequence[Token], i: int) -> t.Optional[tuple[type[exp.Expression], tuple[str, ...]]]:
     """``(node class, words)`` of the statement of ours that lists rows (``SHOW ...``, ``DESCRIBE ...``) whose
     words open ``tokens[i:]`` (longest words first, the node's ``ONLY_IF`` holding); None for anything else."""
-    pairs = sorted(((words, node) for node in STATEMENT_NODES for words in node.WORDS  # type: ignore[attr-defined]
-                    if words[0] in _LISTING_WORDS), key=lambda pair: -len(pair[0]))
-    for words, node in pairs:
-        n = len(words)
-        if i + n > len(tokens) or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
-            continue
-        only_if = getattr(node, "ONLY_IF", None)
-        if only_if is None or only_if(tokens, i + n):
-            return node, words
-    return None
+    return statement_words_at(tokens, i, _LISTING_WORDS)
 
 
 @part
