@@ -123,3 +123,17 @@ def test_training_rows_and_the_validation_evaluation_are_the_rows_as_evaluate_re
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute("ALTER MODEL k SET ALIAS a = BEST BY accuracy ON (SELECT * FROM n WHERE f0 IS NOT NULL)")
     assert info.value.code == "no_evaluation" and "training query" in str(info.value)
+
+
+def test_rows_read_through_arrow_are_fingerprinted_in_their_own_types(con):
+    """An ENUM or UUID column arrives in Arrow as text: hashed as DuckDB's own type again, the rows a version trained on
+    (here without the rows on_null = 'skip' left out) are those an EVALUATE of them reads."""
+    con.execute("CREATE TYPE kind AS ENUM ('a', 'b', 'c')")
+    con.execute("CREATE TABLE u AS SELECT (['a', 'b', 'c'][(row_number() OVER () % 3)::INT + 1])::kind AS k, "
+                "uuid() AS u, CASE WHEN f0 > 7 THEN NULL ELSE f0 END AS f0, f1, y FROM iris")
+    con.execute("CREATE MODEL e WITH (model_type = 'logistic_reg', target = y, features = (f0, f1), on_null = 'skip') "
+                "AS SELECT * FROM u")
+    con.execute("EVALUATE MODEL e ON (SELECT * FROM u WHERE f0 IS NOT NULL) TARGET y")
+    with pytest.raises(modelsql.ProgrammingError) as info:  # the version's own training rows: never compared
+        con.execute("ALTER MODEL e SET ALIAS a = BEST BY accuracy ON (SELECT * FROM u WHERE f0 IS NOT NULL)")
+    assert info.value.code == "no_evaluation" and "training query" in str(info.value)

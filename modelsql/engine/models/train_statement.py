@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
@@ -265,8 +266,7 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
 def _fingerprint(session: Session, query: exp.Expression, params: list, table: pa.Table, types: dict[str, str]) -> str:
     """``rows:<count>:<hash>`` of the query's rows, every column as DuckDB gives them: EVALUATE's fingerprint of ``ON
     (query)`` (the sum of the rows' hashes, order-independent), trained on and validated with. A query of plain SQL
-    is fingerprinted as it is (a UUID or ENUM column hashes otherwise once through Arrow); one with a PREDICT, as the
-    rows it gave (``table``)."""
+    is fingerprinted as it is; one with a PREDICT, as the rows it gave (``table``, :func:`_rows_fingerprint`)."""
     if not msql.mentions_models(query.sql(dialect=msql.DIALECT)):
         try:
             return lineage_digest(fingerprint_of(session.duck, query, params))
@@ -277,14 +277,18 @@ def _fingerprint(session: Session, query: exp.Expression, params: list, table: p
 
 def _rows_fingerprint(session: Session, table: pa.Table, types: dict[str, str]) -> str:
     """EVALUATE's fingerprint (``<count>:<hash>``) of rows of the query held in ``table`` (every column), hashed by
-    DuckDB over Arrow, each column cast back to its DuckDB type (``types``: an ENUM, a UUID or a BIT arrives in
-    Arrow as text or bytes, which hash otherwise)."""
+    DuckDB over Arrow, each column cast back to its DuckDB type (``types``: an ENUM or a UUID arrives in Arrow as
+    text, which hashes otherwise; a BIT's bytes do not cast back, so its rows match no EVALUATE's); without the
+    casts when one fails."""
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
     try:
         cursor.register("__msql_rows", table)
-        columns = [f"CAST({exp.to_identifier(c, quoted=True).sql('duckdb')} AS {types[c]})" if c in types else
-                   exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
-        row = cursor.execute(fingerprint_sql(columns, '"__msql_rows"')).fetchone()
+        names = [exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
+        cast = [f"CAST({n} AS {types[c]})" if c in types else n for n, c in zip(names, table.column_names)]
+        try:
+            row = cursor.execute(fingerprint_sql(cast, '"__msql_rows"')).fetchone()
+        except duckdb.Error:  # a type DuckDB does not read back from its own name
+            row = cursor.execute(fingerprint_sql(names, '"__msql_rows"')).fetchone()
         assert row is not None  # an aggregate has one row
     finally:
         cursor.close()
