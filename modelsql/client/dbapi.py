@@ -206,36 +206,15 @@ def _in_numbered(sql: str, shown: str, caret: int, wanted: int) -> Optional[tupl
     from modelsql import sql as _msql
 
     try:
-        numbered = _msql.number_placeholders(sql)[0]
+        numbered, back = _msql.numbered_offsets(sql)
     except Exception:  # (a text that does not tokenize: nothing to map)
         return None
     found = _find_shown(numbered, shown, caret, wanted)
     if found is None or numbered == sql:
         return None
     offset = sum(len(line) + 1 for line in numbered.split("\n")[: found[0] - 1]) + found[1] - 1
-    back = _numbered_to_original(sql, numbered)
     original = back[min(offset, len(back) - 1)]
-    line = sql.count("\n", 0, original) + 1
-    return line, original - (sql.rfind("\n", 0, original) + 1) + 1
-
-
-def _numbered_to_original(sql: str, numbered: str) -> list[int]:
-    """For each offset of ``numbered`` (``sql`` with some ``?`` written ``$k``, all else byte-identical) the offset in
-    ``sql`` it came from."""
-    back: list[int] = []
-    i = j = 0
-    while j < len(numbered):
-        if i < len(sql) and sql[i] == numbered[j]:
-            back.append(i)
-            i, j = i + 1, j + 1
-            continue
-        back.append(i)  # a ? written $k: the $ and its digits all come from the ?
-        j += 1
-        while j < len(numbered) and numbered[j].isdigit():
-            back.append(i)
-            j += 1
-        i += 1
-    return back or [0]
+    return sql.count("\n", 0, original) + 1, original - (sql.rfind("\n", 0, original) + 1) + 1
 
 
 # ------------------------------------------------------------ connection

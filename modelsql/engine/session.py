@@ -230,7 +230,7 @@ class Session:
                     code="parameter_count",
                 )
             return self._one_by_one(pieces, params or [])
-        statements = msql.parse(numbered)
+        statements = msql.parse_numbered(text)[0] if numbered != text else msql.parse(text)
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
             count = max((n for st in statements for n in _numbered_placeholders(st)), default=0)

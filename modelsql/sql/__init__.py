@@ -402,23 +402,64 @@ def number_placeholders(sql: str) -> tuple[str, int]:
         ProgrammingError: ``code="parse_error"`` if the text does not tokenize
             (e.g. an unterminated string), with line/column.
     """
+    numbered, count, _ = _numbered(sql)
+    return numbered, count
+
+
+def numbered_offsets(sql: str) -> tuple[str, list[int]]:
+    """:func:`number_placeholders`' text of ``sql`` and, for each of its offsets (one more: its end), the offset in
+    ``sql`` it comes from (a ``$k`` and the space that may follow it, from the ``?``): where an error drawn over the
+    numbered text points in the text as written.
+
+    Raises:
+        ProgrammingError: ``code="parse_error"`` if the text does not tokenize.
+    """
+    numbered, _, back = _numbered(sql)
+    return numbered, back
+
+
+def parse_numbered(sql: str) -> tuple[list[exp.Expression], str, int]:
+    """:func:`parse` of ``sql`` with its ``?`` numbered (:func:`number_placeholders`): the statements, the numbered
+    text and the count of ``?``. A syntax error points into ``sql`` as written (its position and excerpt mapped
+    back from the numbered text, a ``$k`` it names written ``?``).
+
+    Raises:
+        ProgrammingError: ``code="parse_error"``, as :func:`parse`.
+    """
+    numbered, count, back = _numbered(sql)
+    try:
+        return parse(numbered), numbered, count
+    except ProgrammingError as err:
+        if numbered == sql or err.line is None or err.column is None:
+            raise
+        offset = sum(len(line) + 1 for line in numbered.split("\n")[: err.line - 1]) + err.column - 1
+        original = back[min(offset, len(back) - 1)]
+        line, column = position_of(sql, original)
+        head = re.sub(r'"\$\d*"', '"?"', str(err).split("\nLINE ")[0])
+        width = max(1, str(err).rsplit("\n", 1)[-1].count("^"))
+        raise ProgrammingError(f"{head}\n{excerpt(sql, line, column, width)}", code=err.code, line=line,
+                               column=column) from None
+
+
+def _numbered(sql: str) -> tuple[str, int, list[int]]:
     offsets: list[int] = []
     _qmark_offsets(sql, _tokenize(sql), 0, offsets)
-    if not offsets:
-        return sql, 0
     parts: list[str] = []
+    back: list[int] = []
     last = 0
     for number, offset in enumerate(sorted(offsets), start=1):
-        parts.append(sql[last:offset])
-        parts.append(f"${number}")
+        parts += [sql[last:offset], f"${number}"]
+        back += [*range(last, offset), *[offset] * len(f"${number}")]
         last = offset + 1
         leading = re.match(r"\S*", sql[last:])  # always matches (maybe empty)
         word = leading.group(0) if leading is not None else ""
         if "$" in word or "?" in word:
             # "$1,$2" would read as a dollar-quoted string: keep placeholders apart.
             parts.append(" ")
+            back.append(offset)
     parts.append(sql[last:])
-    return "".join(parts), len(offsets)
+    back += [*range(last, len(sql) + 1)]
+    return "".join(parts), len(offsets), back
 
 
 def renumber_placeholders(sql: str, mapping: dict[int, int]) -> str:
@@ -527,6 +568,8 @@ __all__ = [
     "parse",
     "mentions_models",
     "number_placeholders",
+    "numbered_offsets",
+    "parse_numbered",
     "renumber_placeholders",
     "statement_texts",
     "table_words",

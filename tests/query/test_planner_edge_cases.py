@@ -129,6 +129,8 @@ def test_plain_statements_beside_a_model_statement_run_as_written(two):
 @pytest.mark.parametrize("sql, column", [
     ("SELECT ?, y FROM PREDICT(MODEL m11, (SELECT ? AS a, 1.0 AS b))", 32),  # a ? before the name
     ("SELECT y FROM PREDICT(MODEL m1 VERSION 9, (SELECT ? AS a, 1.0 AS b))", 29),  # the name occurs twice (m1, m1)
+    ("SELECT ?,?,?, y FROM PREDICT(MODEL m11, (SELECT ? AS a, 1.0 AS b))", 36),  # ?,? is numbered $1 ,$2
+    ("SELECT ?,?, y FROM PREDICT(MODEL m1 VERSION 1 ALIAS a, TABLE t)", 47),  # a syntax error
 ])
 def test_an_error_of_a_statement_with_parameters_points_into_the_text_as_written(two, sql, column):
     """The error is drawn over the text with its ? numbered $1, $2 ...; it points into the text the user wrote."""
