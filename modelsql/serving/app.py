@@ -116,6 +116,14 @@ def _error(exc: BaseException, model: Optional[str] = None) -> Response:
     return _json({"error": message}, status, {"connection": "close"} if unread else None)
 
 
+def _json_or_none(body: bytes) -> object:
+    """``body`` read as JSON, or None when it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
 class _BodyRefused(ProtocolError):
     """A body refused before it was all read (the connection closes after the answer)."""
 
@@ -344,8 +352,11 @@ class _Endpoints:
     async def _repository_call(self, request: Request, call: Callable[[str], None]) -> Response:
         name = request.path_params["name"]
         try:
-            async with self._body(request, f'model "{name}"'):  # parameters are not used
+            async with self._body(request, f'model "{name}"') as body:  # parameters are not used
                 pass
+            if body.strip() and not isinstance(_json_or_none(body), dict):
+                return _json({"error": f'model "{name}": the request body must be a JSON object such as '
+                                       '{"parameters": {}}'}, 400)
             await run_in_threadpool(call, name)
         except ClientDisconnect:
             return Response(status_code=CLIENT_CLOSED)

@@ -134,6 +134,7 @@ def test_best_by_statements_round_trip():
 
 def test_an_alias_names_the_version_in_pipelines_export_and_serve(con, tmp_path):
     import json
+    import urllib.error
     import urllib.request
 
     con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")
@@ -158,6 +159,19 @@ def test_an_alias_names_the_version_in_pipelines_export_and_serve(con, tmp_path)
             with pytest.raises(modelsql.ProgrammingError) as info:
                 con.execute(f"SERVE REMOVE MODEL m {wrong} ON PORT {port}")
             assert info.value.code == "not_served" and "served at version 1, not version 2" in str(info.value)
+        for bad in (b"{not json", b"[1]"):  # a load's body is a JSON object (Triton's)
+            req = urllib.request.Request(f"{url}/v2/repository/models/m/load", data=bad, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as http:
+                urllib.request.urlopen(req, timeout=10)
+            assert http.value.code == 400
+        load = urllib.request.Request(f"{url}/v2/repository/models/M/load", data=b"", method="POST")
+        with urllib.request.urlopen(load, timeout=10) as reply:  # another case: the one served entry, reloaded
+            assert reply.status == 200
+        with urllib.request.urlopen(f"{url}/v2/repository/index", data=b"{}", timeout=10) as reply:
+            assert [(e["name"], e["version"]) for e in json.loads(reply.read())] == [("m", "1")]
+        with pytest.raises(modelsql.ProgrammingError) as info:  # several items: all are checked before any goes
+            con.execute(f"SERVE REMOVE MODEL m VERSION 1, PIPELINE m ON PORT {port}")
+        assert info.value.code == "not_served" and "served as a model, not a pipeline" in str(info.value)
         assert con.execute(f"SERVE REMOVE MODEL m VERSION 1 ON PORT {port}").fetchall()[0][-1] == "removed"
     finally:
         con.execute("STOP SERVER")

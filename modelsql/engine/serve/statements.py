@@ -191,24 +191,32 @@ def _serve(stmt: Serve, session: Session, params: list) -> Result:
         added = running.repository.add_many([(e, r, e.name) for e, r in _entries(stmt, session, params)])
         rows = [(running.server.url, se.name, se.kind, se.version, "added") for se in added]
     else:
-        for item in stmt.expressions:
-            name, wanted = item.this.model_name.lower(), _named_version(item.this, session)
-            try:
-                if wanted is not None:  # SERVE REMOVE MODEL m VERSION n: only when n is what is served
-                    running.repository.get(name, str(wanted))
-                running.repository.remove(name)
-            except LookupError as exc:
-                raise session.pointed(ProgrammingError(f"SERVE REMOVE: {exc}", code="not_served"), item.this) from None
+        names = [_served_name(item, running.repository, session) for item in stmt.expressions]  # all, or none
+        for name in names:
+            running.repository.remove(name)
             rows.append((running.server.url, name, None, None, "removed"))
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
 
 
-def _named_version(ref, session: Session) -> Optional[int]:
-    """The version ``SERVE REMOVE`` names: ``VERSION n``, or the one ``ALIAS a`` names now (None: whatever is
-    served)."""
-    if ref.alias_name is not None:
-        return session.get_model(ref.model_name, None, ref).version
-    return ref.version_number
+def _served_name(item, repository, session: Session) -> str:
+    """The served name a ``SERVE REMOVE`` item names, checked before anything is removed: served, as the kind it
+    names (MODEL or PIPELINE), at the version it names (``VERSION n``, or the one ``ALIAS a`` names now).
+
+    Raises:
+        ProgrammingError: ``not_served`` pointing at the item.
+    """
+    ref = item.this
+    name = ref.model_name.lower()
+    wanted = session.get_model(ref.model_name, None, ref).version if ref.alias_name is not None else ref.version_number
+    kind = "pipeline" if ref.args.get("pipeline") else "model"
+    try:
+        served = repository.get(name, None if wanted is None else str(wanted))
+        if served.kind != kind:
+            raise LookupError(f'"{name}" is served as a {served.kind}, not a {kind}: SERVE REMOVE {served.kind.upper()} '
+                              f"{name}")
+    except LookupError as exc:
+        raise session.pointed(ProgrammingError(f"SERVE REMOVE: {exc}", code="not_served"), ref) from None
+    return name
 
 
 def _start(stmt: Serve, session: Session, params: list, port: Optional[int], opts: OptionValues) -> Result:
