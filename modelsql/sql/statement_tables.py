@@ -66,9 +66,11 @@ class StatementTableParsing(GrammarParser):
 
 
     def _parse_statement(self) -> exp.Expr | None:
-        # A CTE's body, WITH x AS (SHOW MODELS): the listing as SELECT * FROM (SHOW MODELS)
-        found = (row_statement_at(self._tokens, self._index)
-                 if self._index > 0 and self._prev is not None and self._prev.token_type == TokenType.L_PAREN else None)
+        # A CTE's body: WITH x AS (SHOW MODELS) is SELECT * FROM (SHOW MODELS); DuckDB's WITH x AS (SHOW t), as written
+        inside = self._index > 0 and self._prev is not None and self._prev.token_type == TokenType.L_PAREN
+        found = row_statement_at(self._tokens, self._index) if inside else None
+        if found is None and inside and word_at(self._curr, "SHOW"):
+            return self.expression(exp.select("*").from_(exp.Subquery(this=self._duckdb_show())))
         if found is None:
             return super()._parse_statement()
         node, words = found
@@ -79,19 +81,30 @@ class StatementTableParsing(GrammarParser):
         return self.expression(exp.select("*").from_(exp.Table(this=listing)))
 
     def _parse_duckdb_listing(self) -> exp.Expr:
-        """``(SHOW ...)`` of DuckDB's, up to its closing parenthesis, as a subquery of DuckDB's command as written,
-        with its alias."""
-        start, depth = self._curr, 0
-        while self._curr is not None:
-            depth += (self._curr.token_type == TokenType.L_PAREN) - (self._curr.token_type == TokenType.R_PAREN)
-            self._advance()
-            if depth == 0:
-                break
-        if depth:
+        """``(SHOW ...)`` of DuckDB's, up to its closing parenthesis, as a subquery of DuckDB's command as written
+        (:meth:`_duckdb_show`), with its alias."""
+        start = self._curr
+        self._advance()
+        command = self._duckdb_show()
+        if not self._match(TokenType.R_PAREN):
             self._fail("Expected ) after (SHOW ...", start)
-        words = self.sql[start.end + 1:self._prev.start].strip()[4:].strip()  # (after SHOW)
-        listing = exp.Subquery(this=exp.Command(this="SHOW", expression=words), alias=self._parse_table_alias())
+        listing = exp.Subquery(this=command, alias=self._parse_table_alias())
         return t.cast(exp.Expr, self.expression(listing).update_positions(start))
+
+    def _duckdb_show(self) -> exp.Expr:
+        """DuckDB's ``SHOW ...`` from the current token up to the parenthesis closing it (not consumed), as written;
+        ``SHOW [ALL] TABLES`` without the tables modelsql registers while a statement runs (``__msql_...``: table
+        functions computed before planning, batch PREDICT inputs)."""
+        start, depth = self._curr, 0
+        while self._next is not None and not (depth == 0 and self._next.token_type == TokenType.R_PAREN):
+            depth += (self._next.token_type == TokenType.L_PAREN) - (self._next.token_type == TokenType.R_PAREN)
+            self._advance()
+        words = self.sql[start.start:self._curr.end + 1].strip()[4:].strip()  # (after SHOW)
+        self._advance()
+        command = exp.Command(this="SHOW", expression=words)
+        if words.upper().split() not in (["TABLES"], ["ALL", "TABLES"]):
+            return command
+        return exp.select("*").from_(exp.Subquery(this=command)).where("NOT starts_with(name, '__msql_')")
 
 
 class StatementTableGenerating(GrammarGenerator):

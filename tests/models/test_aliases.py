@@ -347,6 +347,10 @@ def test_listings_read_as_relations_as_duckdb_reads_its_show(con):
     cur = con.execute("SELECT t.name, count(*) FROM (SHOW TABLES) AS t, (SHOW MODELS) AS s, PREDICT(MODEL m, TABLE "
                       "iris) AS p WHERE t.name = 'iris' GROUP BY ALL")
     assert cur.fetchall() == [("iris", 150)]
+    # modelsql's own registrations while a statement runs are not DuckDB's tables
+    assert con.execute("SELECT name FROM (SHOW TABLES) WHERE name NOT IN (SELECT name FROM (SHOW MODELS))").fetchall() \
+        == [("iris",)]
+    assert con.execute("WITH x AS (SHOW iris) SELECT count(*) FROM x, (SHOW MODELS) AS m").fetchall() == [(5,)]
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute("SELECT * FROM (DESCRIBE MODEL nope)")
     assert info.value.code == "model_not_found"
