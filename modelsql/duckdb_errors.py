@@ -5,9 +5,9 @@ PEP 249 (DB-API 2.0, "Exceptions") is the spec: a driver raises its own
 Python exceptions already subclass PEP 249-named bases (``duckdb.ProgrammingError``
 ...); :func:`translate` turns each into modelsql's class of the same meaning and
 gives it a stable ``code`` (``err.code``) for callers and tests to match on. The
-message is DuckDB's own text, less a "Did you mean" that suggests one of DuckDB's
-system tables for a missing table (``nosuch`` -> ``"pg_sequences"``): noise, never
-what the user meant.
+message is DuckDB's own text, less DuckDB's own system views among the tables a
+"Did you mean" suggests for a missing one (``nosuch`` -> ``"pg_sequences"``): noise,
+never what the user meant; a suggestion of the user's own table stays.
 
 By DuckDB class (first match wins, so subclasses come before their bases):
 
@@ -66,6 +66,7 @@ This module imports only :mod:`duckdb` and :mod:`modelsql.errors`.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Optional
 
@@ -164,8 +165,27 @@ def _from_message(exc: BaseException) -> Optional[duckdb.Error]:
     return cls(str(exc)[m.start(1):])
 
 
-_SYSTEM_SUGGESTION = re.compile(r'\nDid you mean "(?:pg_catalog\.|information_schema\.)?(?:pg_|sqlite_|duckdb_)\w*"\?')
-"""DuckDB's suggestion of a system table (``pg_sequences``, ``sqlite_master``) for a missing table."""
+_SUGGESTION = re.compile(r'\nDid you mean "([^"\n]*)"\?')
+"""DuckDB's suggestion of tables for a missing one: ``Did you mean "customers or pg_tables"?``."""
+
+
+@functools.lru_cache(maxsize=1)
+def _system_views() -> frozenset[str]:
+    """The names of DuckDB's own views (``pg_tables``, ``sqlite_master``, ``duckdb_tables``, ``columns`` ...)."""
+    with duckdb.connect() as con:
+        return frozenset(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE internal").fetchall())
+
+
+def _without_system_suggestions(message: str) -> str:
+    """``message`` without DuckDB's system views among the tables it suggests for a missing one (and without the
+    suggestion when only those were suggested)."""
+    if "Table with name" not in message:
+        return message
+
+    def kept(m: re.Match) -> str:
+        names = [n for n in m.group(1).split(" or ") if n.split(".")[-1] not in _system_views()]
+        return f'\nDid you mean "{" or ".join(names)}"?' if names else ""
+    return _SUGGESTION.sub(kept, message)
 
 
 def translate(exc: BaseException, *, catalog: bool = False) -> Error:
@@ -184,7 +204,7 @@ def translate(exc: BaseException, *, catalog: bool = False) -> Error:
     if isinstance(exc, duckdb.Error):
         for duck_cls, ours, code in _BY_CLASS:
             if isinstance(exc, duck_cls):
-                return ours(prefix + _SYSTEM_SUGGESTION.sub("", str(exc)),
+                return ours(prefix + _without_system_suggestions(str(exc)),
                             code=_CATALOG_CODES.get(code, code) if catalog else code)
         return DatabaseError(prefix + str(exc), code="database_error")
     rebuilt = _from_message(exc)

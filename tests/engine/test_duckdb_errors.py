@@ -38,6 +38,13 @@ def test_a_suggested_system_table_is_dropped_and_a_users_table_kept(con):
     assert 'Did you mean "pg_' in str(exc) or 'Did you mean "sqlite_' in str(exc)  # DuckDB's own text
     assert "Did you mean" not in str(duckdb_errors.translate(exc))
     assert 'Did you mean "items"?' in str(duckdb_errors.translate(_raised(con, "SELECT * FROM item")))
+    con.execute("CREATE TABLE pg_mine (a INTEGER)")
+    other = duckdb.connect()
+    other.execute("CREATE TABLE customers (a INTEGER)")
+    both = _raised(other, "SELECT * FROM t1")  # DuckDB: Did you mean "customers or pg_tables"?
+    assert " or " in str(both) and 'Did you mean "customers"?' in str(duckdb_errors.translate(both))
+    assert 'Did you mean "pg_mine"?' in str(duckdb_errors.translate(_raised(con, "SELECT * FROM pg_min")))
+    assert 'Did you mean "pg_typeof"?' in str(duckdb_errors.translate(_raised(con, "SELECT pg_typeo(1)")))
 
 
 def test_missing_table_in_catalog_sql_has_the_catalog_code_and_prefix(con):
@@ -143,4 +150,4 @@ def test_imports_nothing_that_imports_it():
     tree = ast.parse(pathlib.Path(duckdb_errors.__file__).read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert names <= {"__future__", "re", "typing", "duckdb", "modelsql.errors"}, names
+    assert names <= {"__future__", "functools", "re", "typing", "duckdb", "modelsql.errors"}, names
