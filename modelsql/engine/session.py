@@ -224,9 +224,11 @@ class Session:
         given = len(params) if params is not None else 0
         pieces = msql.statement_texts(text) if count > 0 or not given else []
         if len(pieces) > 1:
-            if given != count and not any(_PREPARE.match(piece) for piece in pieces):  # (a PREPARE's ? are its own)
+            wanted = sum(_values_taken(piece) for piece in pieces)
+            if given != wanted:
                 raise ProgrammingError(
-                    f"The statements have {count} parameter placeholder(s) but {given} value(s) were given.",
+                    f"The statements have {wanted} parameter placeholder(s) but {given} value(s) were given"
+                    + (" (a PREPARE's are its own, given when it is executed)." if wanted != count else "."),
                     code="parameter_count",
                 )
             return self._one_by_one(pieces, params or [])
@@ -266,7 +268,7 @@ class Session:
         result = Result(self.duck)
         used = 0
         for i, piece in enumerate(pieces):
-            count = msql.number_placeholders(piece)[1]
+            count = _values_taken(piece)
             result.release()
             result = self.execute(piece, params[used:used + count])
             used += count
@@ -392,6 +394,12 @@ class Session:
 _PREPARE = re.compile(r"\s*(?:EXPLAIN\s+(?:ANALYZE\s+)?)?PREPARE\b", re.I)
 """A statement text that prepares one (``PREPARE p AS ...``, also under EXPLAIN): its ``?`` are DuckDB's to bind when
 it is executed, never values this call must give (the query handler refuses a PREPARE of a PREDICT)."""
+
+
+def _values_taken(piece: str) -> int:
+    """How many of a statement's ``?`` the caller gives values for: all, but a PREPARE's (DuckDB binds them when the
+    prepared statement is executed)."""
+    return 0 if _PREPARE.match(piece) else msql.number_placeholders(piece)[1]
 
 
 HANDLER_MODULES = (

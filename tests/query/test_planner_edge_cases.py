@@ -63,6 +63,17 @@ def test_prepare_of_a_predict_is_refused(two, sql):
     assert info.value.code == "predict_in_command"
 
 
+def test_a_prepares_placeholders_take_no_values_among_other_statements(two):
+    """Values go to the statements that run now; a PREPARE's ? are bound when it is executed."""
+    rows = two.execute("PREPARE q AS SELECT ? + 1; SELECT count(*) FROM PREDICT(MODEL m1, (SELECT * FROM t "
+                       "WHERE a < ?))", [10.0]).fetchall()
+    assert rows == [(10,)] and two.execute("EXECUTE q(41)").fetchall() == [(42,)]
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        two.execute("PREPARE r AS SELECT ? + 1; SELECT y FROM PREDICT(MODEL m1, TABLE t)", [1])
+    assert info.value.code == "parameter_count" and "PREPARE" in str(info.value)
+    two.rollback()
+
+
 @pytest.mark.parametrize("value", ["NULL", "0", "99999999999999999999"])
 def test_batch_size_out_of_range_is_refused(two, value):
     with pytest.raises(modelsql.ProgrammingError) as info:
