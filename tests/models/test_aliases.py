@@ -172,7 +172,8 @@ def test_an_alias_names_the_version_in_pipelines_export_and_serve(con, tmp_path)
         with pytest.raises(modelsql.ProgrammingError) as info:  # several items: all are checked before any goes
             con.execute(f"SERVE REMOVE MODEL m VERSION 1, PIPELINE m ON PORT {port}")
         assert info.value.code == "not_served" and "served as a model, not a pipeline" in str(info.value)
-        assert con.execute(f"SERVE REMOVE MODEL m VERSION 1 ON PORT {port}").fetchall()[0][-1] == "removed"
+        removed = con.execute(f"SERVE REMOVE MODEL m VERSION 1, MODEL M ON PORT {port}").fetchall()
+        assert [r[1:] for r in removed] == [("m", None, None, "removed")]  # named twice, removed once
     finally:
         con.execute("STOP SERVER")
     with pytest.raises(modelsql.ProgrammingError) as info:

@@ -192,7 +192,7 @@ def _serve(stmt: Serve, session: Session, params: list) -> Result:
         rows = [(running.server.url, se.name, se.kind, se.version, "added") for se in added]
     else:
         names = [_served_name(item, running.repository, session) for item in stmt.expressions]  # all, or none
-        for name in names:
+        for name in dict.fromkeys(names):  # (an item named twice is removed once)
             running.repository.remove(name)
             rows.append((running.server.url, name, None, None, "removed"))
     return Result(session.duck, description=list(_SERVED_COLUMNS), rows=rows)
@@ -216,7 +216,7 @@ def _served_name(item, repository, session: Session) -> str:
                               f"{name}")
     except LookupError as exc:
         raise session.pointed(ProgrammingError(f"SERVE REMOVE: {exc}", code="not_served"), ref) from None
-    return name
+    return served.name
 
 
 def _start(stmt: Serve, session: Session, params: list, port: Optional[int], opts: OptionValues) -> Result:
