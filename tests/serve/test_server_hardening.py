@@ -260,6 +260,23 @@ def _big_json(srv, stop: threading.Event, rows: int, answers: list) -> None:
         answers.append(status)
 
 
+_RECONNECTS: list[int] = []
+"""Good requests whose connection the flood's churn closed before their headers were read (see below)."""
+
+
+def _good_request_under_attack(srv, x) -> float:
+    """A good request's latency while the slow clients churn: a connection the server closed to make room before it
+    read the request (its connection cap evicts the connection waiting longest) is opened again once, as a client
+    does, the time counting from the first try; the test bounds how often that happens."""
+    t0 = time.perf_counter()
+    try:
+        good_request(srv, x)
+    except (BrokenPipeError, ConnectionResetError):
+        _RECONNECTS.append(1)
+        good_request(srv, x)
+    return time.perf_counter() - t0
+
+
 def _latency_under_attack(srv, seconds: float, slow: int, rows: int) -> tuple[list[float], list[int]]:
     stop = threading.Event()
     sockets: list = []
@@ -275,7 +292,7 @@ def _latency_under_attack(srv, seconds: float, slow: int, rows: int) -> tuple[li
     try:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            latencies.append(good_request(srv, RNG.normal(size=(2, 4)).astype(np.float32)))
+            latencies.append(_good_request_under_attack(srv, RNG.normal(size=(2, 4)).astype(np.float32)))
             time.sleep(0.01)
     finally:
         stop.set()
@@ -288,9 +305,11 @@ def _latency_under_attack(srv, seconds: float, slow: int, rows: int) -> tuple[li
 
 def test_good_requests_keep_their_latency_while_bad_clients_are_connected(server):
     quiet = sorted(good_request(server) for _ in range(20))
+    _RECONNECTS.clear()
     latencies, big = _latency_under_attack(server, seconds=2.5, slow=200, rows=300_000)
     latencies.sort()
     assert len(latencies) > 20
+    assert len(_RECONNECTS) <= max(1, len(latencies) // 20), (len(_RECONNECTS), len(latencies))  # rare, not the rule
     median, worst = latencies[len(latencies) // 2], latencies[-1]
     # the median stays within a few ms of the quiet one, and no request waits for a large body's parsing
     assert median < quiet[len(quiet) // 2] + 0.05, (quiet[:3], latencies[-5:])
