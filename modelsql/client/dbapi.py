@@ -206,15 +206,13 @@ def _in_numbered(sql: str, shown: str, caret: int, wanted: int) -> Optional[tupl
     from modelsql import sql as _msql
 
     try:
-        numbered, back = _msql.numbered_offsets(sql)
+        numbered, _, back = _msql.numbered_offsets(sql)
     except Exception:  # (a text that does not tokenize: nothing to map)
         return None
     found = _find_shown(numbered, shown, caret, wanted)
     if found is None or numbered == sql:
         return None
-    offset = sum(len(line) + 1 for line in numbered.split("\n")[: found[0] - 1]) + found[1] - 1
-    original = back[min(offset, len(back) - 1)]
-    return sql.count("\n", 0, original) + 1, original - (sql.rfind("\n", 0, original) + 1) + 1
+    return _msql.original_position(sql, numbered, back, *found)
 
 
 # ------------------------------------------------------------ connection

@@ -219,7 +219,7 @@ class Session:
             return self.passthrough(text, params)
         register_handlers()
         refuse_ambiguous(self, text)  # SHOW models with a table "models": DuckDB's text and ours
-        numbered, count = msql.number_placeholders(text)
+        numbered, count, back = msql.numbered_offsets(text)
         self.qmark_style = count > 0
         given = len(params) if params is not None else 0
         pieces = msql.statement_texts(text) if count > 0 or not given else []
@@ -232,7 +232,7 @@ class Session:
                     code="parameter_count",
                 )
             return self._one_by_one(pieces, params or [])
-        statements = msql.parse_numbered(text)[0] if numbered != text else msql.parse(text)
+        statements = msql.parse_numbered(text, numbered, back)
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
             count = max((n for st in statements for n in _numbered_placeholders(st)), default=0)

@@ -402,46 +402,18 @@ def number_placeholders(sql: str) -> tuple[str, int]:
         ProgrammingError: ``code="parse_error"`` if the text does not tokenize
             (e.g. an unterminated string), with line/column.
     """
-    numbered, count, _ = _numbered(sql)
+    numbered, count, _ = numbered_offsets(sql)
     return numbered, count
 
 
-def numbered_offsets(sql: str) -> tuple[str, list[int]]:
-    """:func:`number_placeholders`' text of ``sql`` and, for each of its offsets (one more: its end), the offset in
-    ``sql`` it comes from (a ``$k`` and the space that may follow it, from the ``?``): where an error drawn over the
-    numbered text points in the text as written.
+def numbered_offsets(sql: str) -> tuple[str, int, list[int]]:
+    """:func:`number_placeholders`' text of ``sql``, the count of ``?`` and, for each offset of the text (one more:
+    its end), the offset in ``sql`` it comes from (a ``$k`` and the space that may follow it, from the ``?``): what
+    :func:`original_position` maps an error's position back with.
 
     Raises:
         ProgrammingError: ``code="parse_error"`` if the text does not tokenize.
     """
-    numbered, _, back = _numbered(sql)
-    return numbered, back
-
-
-def parse_numbered(sql: str) -> tuple[list[exp.Expression], str, int]:
-    """:func:`parse` of ``sql`` with its ``?`` numbered (:func:`number_placeholders`): the statements, the numbered
-    text and the count of ``?``. A syntax error points into ``sql`` as written (its position and excerpt mapped
-    back from the numbered text, a ``$k`` it names written ``?``).
-
-    Raises:
-        ProgrammingError: ``code="parse_error"``, as :func:`parse`.
-    """
-    numbered, count, back = _numbered(sql)
-    try:
-        return parse(numbered), numbered, count
-    except ProgrammingError as err:
-        if numbered == sql or err.line is None or err.column is None:
-            raise
-        offset = sum(len(line) + 1 for line in numbered.split("\n")[: err.line - 1]) + err.column - 1
-        original = back[min(offset, len(back) - 1)]
-        line, column = position_of(sql, original)
-        head = re.sub(r'"\$\d*"', '"?"', str(err).split("\nLINE ")[0])
-        width = max(1, str(err).rsplit("\n", 1)[-1].count("^"))
-        raise ProgrammingError(f"{head}\n{excerpt(sql, line, column, width)}", code=err.code, line=line,
-                               column=column) from None
-
-
-def _numbered(sql: str) -> tuple[str, int, list[int]]:
     offsets: list[int] = []
     _qmark_offsets(sql, _tokenize(sql), 0, offsets)
     parts: list[str] = []
@@ -460,6 +432,33 @@ def _numbered(sql: str) -> tuple[str, int, list[int]]:
     parts.append(sql[last:])
     back += [*range(last, len(sql) + 1)]
     return "".join(parts), len(offsets), back
+
+
+def original_position(sql: str, numbered: str, back: list[int], line: int, column: int) -> tuple[int, int]:
+    """``(line, column)`` (1-based) in ``sql`` of the position ``line``, ``column`` of ``numbered``, its text with
+    the ``?`` numbered (``numbered`` and ``back`` from :func:`numbered_offsets`)."""
+    offset = sum(len(text) + 1 for text in numbered.split("\n")[: line - 1]) + column - 1
+    return position_of(sql, back[min(offset, len(back) - 1)])
+
+
+def parse_numbered(sql: str, numbered: str, back: list[int]) -> list[exp.Expression]:
+    """:func:`parse` of ``numbered``, ``sql`` with its ``?`` numbered (``numbered`` and ``back`` from
+    :func:`numbered_offsets`). A syntax error points into ``sql`` as written (its position and excerpt mapped back
+    from the numbered text, a ``$k`` it names written ``?``).
+
+    Raises:
+        ProgrammingError: ``code="parse_error"``, as :func:`parse`.
+    """
+    try:
+        return parse(numbered)
+    except ProgrammingError as err:
+        if numbered == sql or err.line is None or err.column is None:
+            raise
+        line, column = original_position(sql, numbered, back, err.line, err.column)
+        head = re.sub(r'"\$\d*"', '"?"', str(err).split("\nLINE ")[0])
+        width = max(1, str(err).rsplit("\n", 1)[-1].count("^"))
+        raise ProgrammingError(f"{head}\n{excerpt(sql, line, column, width)}", code=err.code, line=line,
+                               column=column) from None
 
 
 def renumber_placeholders(sql: str, mapping: dict[int, int]) -> str:
@@ -569,6 +568,7 @@ __all__ = [
     "mentions_models",
     "number_placeholders",
     "numbered_offsets",
+    "original_position",
     "parse_numbered",
     "renumber_placeholders",
     "statement_texts",
