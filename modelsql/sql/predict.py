@@ -32,10 +32,10 @@ from modelsql.sql.registry import option_dict, part, word_at
 __all__ = ["ModelSet", "PredictTable", "PredictParsing", "PredictGenerating", "PREDICT_FORM", "ML_PREDICT_ERROR",
            "predict_shaped", "ml_predict_at"]
 
-#: The accepted form of PREDICT, shown by its parse errors.
 _MEMBER_NO_ALIAS = "a MODELS (...) list names each member's version with VERSION n, not an alias"
 """Why ``MODELS (m ALIAS a, ...)`` is refused."""
 
+#: The accepted form of PREDICT, shown by its parse errors.
 PREDICT_FORM = ("PREDICT(MODEL name [VERSION n | ALIAS a] | PIPELINE name [VERSION n] | MODELS (name, ...) ROUTE BY column "
                 "| MODELS FAMILY name ROUTE BY column, TABLE t | (SELECT ...) [, option = value ...])")
 

@@ -53,17 +53,14 @@ class StatementTableParsing(GrammarParser):
             return self._parse_duckdb_listing()
         if found is None:
             return super()._parse_table(schema, joins, *args, **kwargs)
-        node, words = found
         start = self._curr
-        self._advance(1 + len(words))
-        stmt = getattr(self, f"_parse_{node.key}")(words)
+        self._advance()
+        listing = self._parse_listing(*found)
         if not self._match(TokenType.R_PAREN):
-            self._fail(f"Expected ) after {' '.join(words)} read as a relation", self._curr)
-        listing = StatementTable(this=stmt)
+            self._fail(f"Expected ) after {' '.join(found[1])} read as a relation", self._curr)
         listing.meta["source_text"] = self._source_text(start)  # (an output column is named by it, as PREDICT's)
         table = self.expression(exp.Table(this=listing, alias=self._parse_table_alias()))
         return t.cast(exp.Expr, table.update_positions(start))
-
 
     def _parse_statement(self) -> exp.Expr | None:
         # A CTE's body: WITH x AS (SHOW MODELS) is SELECT * FROM (SHOW MODELS); DuckDB's WITH x AS (SHOW t), as written
@@ -73,12 +70,15 @@ class StatementTableParsing(GrammarParser):
             return self.expression(exp.select("*").from_(exp.Subquery(this=self._duckdb_show())))
         if found is None:
             return super()._parse_statement()
-        node, words = found
         start = self._curr
-        self._advance(len(words))
-        listing = StatementTable(this=getattr(self, f"_parse_{node.key}")(words))
+        listing = self._parse_listing(*found)
         listing.meta["source_text"] = f"({self._source_text(start)})"
         return self.expression(exp.select("*").from_(exp.Table(this=listing)))
+
+    def _parse_listing(self, node: type[exp.Expression], words: tuple[str, ...]) -> StatementTable:
+        """The listing ``node`` whose ``words`` open the text here, as a :class:`StatementTable`."""
+        self._advance(len(words))
+        return StatementTable(this=getattr(self, f"_parse_{node.key}")(words))
 
     def _parse_duckdb_listing(self) -> exp.Expr:
         """``(SHOW ...)`` of DuckDB's, up to its closing parenthesis, as a subquery of DuckDB's command as written
