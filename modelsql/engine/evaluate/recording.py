@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
+from modelsql.catalog.lineage import Origin
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.grammar import ModelRef
 from modelsql.engine.evaluate.binding import bind_evaluate
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
 __all__ = ["record_evaluation", "fingerprint_of", "query_fingerprint", "lineage_digest", "study_query", "study_fingerprint",
-           "study_lineage"]
+           "study_lineage", "study_origin"]
 
 def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> str:
     """The fingerprint EVALUATE records of the rows of ``query`` (plain SQL) run on the DuckDB connection ``duck``
@@ -108,6 +109,17 @@ def study_lineage(session: Session, sql: str, params: Sequence[Any] = ()) -> Opt
     no longer read (:func:`study_fingerprint`)."""
     fingerprint = study_fingerprint(session, sql, params)
     return None if fingerprint is None else lineage_digest(fingerprint)
+
+
+def study_origin(session: Session, study: Any, trial: Any, params: Sequence[Any] = ()) -> Origin:
+    """The origin of a version made FROM STUDY (``study``, ``trial``: the catalog's rows): the statement, the
+    fingerprint of the study's training rows as they are now (:func:`study_lineage`, its ``$k`` the TUNE's
+    ``params``), the study and trial, and the model version it tuned (a trainable's, or a model trained in SQL that
+    it started from; none when ``study.model_version`` is 0)."""
+    parent = ({"parent_kind": "model", "parent_name": study.model, "parent_version": study.model_version}
+              if study.model_version else {})
+    return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
+                  study_lineage(session, study.train_sql, params), study=study.name, trial=trial.trial, **parent)
 
 
 def record_evaluation(session: Session, kind: str, name: str, version: int, rows: pa.Table, target: str, *,

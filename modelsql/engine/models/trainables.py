@@ -23,14 +23,13 @@ from sqlglot import exp
 
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import Trainable
-from modelsql.catalog.lineage import Origin
 from modelsql.errors import IntegrityError, NotSupportedError, ProgrammingError
 from modelsql.converters import from_torch
 from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.factories import factory_digest, resolve_factory
 from modelsql.tuning.training import for_inference, load_trained
-from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_lineage, study_query
+from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_origin, study_query
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.tune.data import load_study_data
@@ -282,14 +281,6 @@ def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -
                   {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
                    "trial": str(trial.trial), "target": study.target}, args, row_reason=batching(prog, None),
                   origin=study_origin(session, study, trial))
-
-
-def study_origin(session: Session, study, trial) -> Origin:
-    """The origin of a version made FROM STUDY: the study, the trial, the trainable it tuned, and the fingerprint of
-    the study's training rows as they are now (``rows:<count>:<hash>``, EVALUATE's; None when they no longer read)."""
-    return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
-                  study_lineage(session, study.train_sql), study=study.name, trial=trial.trial,
-                  parent_kind="model", parent_name=study.model, parent_version=study.model_version)
 
 
 def _trained_network(session: Session, study, trial):

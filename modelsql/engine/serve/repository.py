@@ -341,7 +341,7 @@ class CatalogRepository:
     def get(self, name: str, version: Optional[str] = None) -> ServedEntry:
         """The served entry ``name`` (as served, else whatever its case, as catalog names are). Raises LookupError for
         an unknown name or version (HTTP 404)."""
-        e = self._entries.get(name) or next((v for n, v in self._entries.items() if n.lower() == name.lower()), None)
+        e = self._served_as(name)
         if e is None:
             why = self._unloaded.get(name)
             if why is not None:
@@ -384,8 +384,7 @@ class CatalogRepository:
         """Serve ``name`` (Triton's repository load): a served name again at the version it serves (a running
         server keeps its version, however the catalog's latest or an alias moves since); any other a catalog
         pipeline, else a catalog model, at its latest version."""
-        served = self._entries.get(name) or next((e for n, e in self._entries.items() if n.lower() == name.lower()),
-                                                  None)  # (catalog names are case-insensitive: one entry each)
+        served = self._served_as(name)
         if served is not None:
             kept = served.pipeline if served.kind == "pipeline" else served.pipeline.steps[0].model
             self.add(kept, reserved_threads=served.reserved_threads, name=served.name)
@@ -395,6 +394,11 @@ class CatalogRepository:
         except LookupError:
             entry = self._resolve(name, "model")
         self.add(entry, name=str(getattr(entry, "name", name)))
+
+    def _served_as(self, name: str) -> Optional[ServedEntry]:
+        """The entry served as ``name``, else the one whose name differs only in case (catalog names are
+        case-insensitive: one entry each); None when neither is."""
+        return self._entries.get(name) or next((e for n, e in self._entries.items() if n.lower() == name.lower()), None)
 
     def unload(self, name: str) -> None:
         """Stop serving ``name`` (it stays listed as UNAVAILABLE in the index)."""

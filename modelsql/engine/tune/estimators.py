@@ -37,7 +37,6 @@ from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
-from modelsql.catalog.lineage import Origin
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
 from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, hyperparameters_from_text,
@@ -48,7 +47,7 @@ from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_f
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Piecewise, Space, StepDecay
-from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_lineage
+from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_origin
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
@@ -552,11 +551,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                  **({"transforms": options["transforms"], "transform": transforms_text(transforms)}
                     if transforms is not None else {}),
                  **({"imputed": json.dumps(list(data.rows.imputed))} if data.rows.imputed else {})},
-        origin=Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
-                      study_lineage(session, study.train_sql, options.get("parameters") or []),
-                      study=study.name, trial=trial.trial,
-                      **({"parent_kind": "model", "parent_name": study.model, "parent_version": study.model_version}
-                         if study.model_version else {})))
+        origin=study_origin(session, study, trial, options.get("parameters") or []))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
     rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
     try:
