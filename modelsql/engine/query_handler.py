@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from sqlglot import exp
 
+from modelsql import sql as msql
 from modelsql.errors import Error, NotSupportedError
 from modelsql.sql.predict import PredictTable
 from modelsql.engine.options import uses_parameters
@@ -65,6 +66,22 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
         raise
     out.sources += computed
     return out, dataclasses.replace(plan, notes=(*notes, *plan.notes)) if notes else plan, phys
+
+
+def columns_of(sql: str, session: Session, params: list[object]) -> list[tuple[str, str]]:
+    """``(name, DuckDB type)`` of each column of the query ``sql`` (modelsql SQL: a PREDICT in it is planned),
+    described with nothing run: a batch PREDICT runs on no rows and a table function of ours in it is not computed,
+    as under EXPLAIN.
+
+    Raises:
+        the query's errors, as :func:`run_query` raises them.
+    """
+    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({sql}) LIMIT 0")[0], session, params, dry=True)
+    try:
+        return [(str(d[0]), str(d[1])) for d in out.description or []]
+    finally:
+        session.duck.fetchall()
+        out.release()
 
 
 def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str, suffix: str,

@@ -28,7 +28,7 @@ from modelsql.engine.evaluate import queries
 from modelsql.engine.options.declared import EVALUATE
 from modelsql.engine.options.schema import OptionValues, option_error
 from modelsql.engine.query.bind_predict import row_shape, row_width
-from modelsql.engine.query_handler import run_query
+from modelsql.engine.query_handler import columns_of
 from modelsql.engine.training_features import feature_option, input_keys, training_features
 
 if TYPE_CHECKING:
@@ -71,22 +71,11 @@ def where_of(stmt: EvaluateModel) -> str:
     return f"{called}({word} {ref.model_name})" if called else f"EVALUATE {word} {ref.model_name}"
 
 
-def _columns(session: Session, sql: str, params: list) -> list[tuple[str, str]]:
-    """``(name, DuckDB type)`` of each column of ``sql`` (planned and described, nothing run: a batch PREDICT runs
-    on no rows and a table function of ours in it is not computed, as under EXPLAIN)."""
-    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({sql}) LIMIT 0")[0], session, params, dry=True)
-    try:
-        return _described(out.description)
-    finally:
-        session.duck.fetchall()
-        out.release()
-
-
 def _input_columns(session: Session, source: exp.Expression, params: list) -> list[tuple[str, str]]:
     """``(name, DuckDB type)`` of each column of the input: a table named as DuckDB names one is described by
-    DuckDB alone (nothing to plan); anything else as :func:`_columns` does."""
+    DuckDB alone (nothing to plan); anything else as :func:`~modelsql.engine.query_handler.columns_of` does."""
     if not (isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier)):
-        return _columns(session, f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}", params)
+        return columns_of(f"SELECT * FROM {source.sql(dialect=msql.DIALECT)}", session, params)
     session.begin_if_needed()
     session.run(f"SELECT * FROM {source.sql(dialect='duckdb')} LIMIT 0", None,
                 lambda exc: session.pointed(translate(exc), source))
@@ -250,7 +239,7 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     _check_target_not_fed(stmt, entry, features, target)
     predict = _predict_node(stmt, entry.version, features, options["on_null"])
     predict_sql = predict.sql(dialect=msql.DIALECT)
-    predicted_columns = _columns(session, f"SELECT * FROM {predict_sql}", params)
+    predicted_columns = columns_of(f"SELECT * FROM {predict_sql}", session, params)
     inputs = {n for n, _ in columns}
     task, prediction, probabilities, cast = _prediction(stmt, [c for c in predicted_columns if c[0] not in inputs],
                                                         target_type)

@@ -20,7 +20,7 @@ from modelsql.engine.evaluate.binding import bind_evaluate
 from modelsql.engine.evaluate.measure import measure
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 from modelsql.engine.query.bind_statement import renumber
-from modelsql.engine.query_handler import run_query
+from modelsql.engine.query_handler import columns_of, run_query
 from modelsql.engine.handlers import catalog_write
 
 if TYPE_CHECKING:
@@ -54,15 +54,10 @@ def query_fingerprint(session: Session, query: exp.Expression, params: Sequence[
     Raises:
         the query's errors (a plain query's DuckDB errors as they are; a planned one's as modelsql errors).
     """
-    if not msql.mentions_models(query.sql(dialect=msql.DIALECT)):
-        return fingerprint_of(session.duck, query, params)
     text = query.sql(dialect=msql.DIALECT)
-    out, _, _ = run_query(msql.parse(f"SELECT * FROM ({text}) LIMIT 0")[0], session, list(params), dry=True)
-    try:
-        columns = [exp.to_identifier(str(d[0]), quoted=True).sql("duckdb") for d in out.description or []]
-    finally:
-        session.duck.fetchall()
-        out.release()
+    if not msql.mentions_models(text):
+        return fingerprint_of(session.duck, query, params)
+    columns = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns_of(text, session, list(params))]
     out, _, _ = run_query(msql.parse(fingerprint_sql(columns, f"({text})"))[0], session, list(params))
     try:
         row = session.duck.fetchone()
