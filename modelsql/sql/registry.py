@@ -23,6 +23,7 @@ is how round trips are checked. Options (``WITH (...)``, PREDICT's named argumen
 
 from __future__ import annotations
 
+import functools
 import re
 import typing as t
 
@@ -106,16 +107,23 @@ def word_at(token: Token | None, word: str) -> bool:
     return token is not None and token.token_type not in TEXT_TOKENS and token.text.upper() == word
 
 
-def statement_starts(first_words: t.Optional[t.Collection[str]] = None
-                     ) -> list[tuple[tuple[str, ...], type[exp.Expression]]]:
+def statement_starts(first_words: t.Optional[tuple[str, ...]] = None
+                     ) -> tuple[tuple[tuple[str, ...], type[exp.Expression]], ...]:
     """Every registered ``(words, node)`` (only those whose first word is one of ``first_words``, when given),
-    longest word sequence first (ties in registry order)."""
+    longest word sequence first (ties in registry order); computed once per registry size (every text that
+    :func:`~modelsql.sql.mentions_models` reads asks for them)."""
+    return _statement_starts(first_words, len(STATEMENT_NODES))
+
+
+@functools.lru_cache(maxsize=16)
+def _statement_starts(first_words: t.Optional[tuple[str, ...]], registered: int
+                      ) -> tuple[tuple[tuple[str, ...], type[exp.Expression]], ...]:
     pairs = [(words, node) for node in STATEMENT_NODES for words in node.WORDS  # type: ignore[attr-defined]
              if first_words is None or words[0] in first_words]
-    return sorted(pairs, key=lambda pair: -len(pair[0]))
+    return tuple(sorted(pairs, key=lambda pair: -len(pair[0])))
 
 
-def statement_words_at(tokens: t.Sequence[Token], i: int, first_words: t.Optional[t.Collection[str]] = None
+def statement_words_at(tokens: t.Sequence[Token], i: int, first_words: t.Optional[tuple[str, ...]] = None
                        ) -> t.Optional[tuple[type[exp.Expression], tuple[str, ...]]]:
     """``(node class, words matched)`` of the statement of ours whose words open ``tokens[i:]``
     (:func:`statement_starts`, longest first, unquoted tokens only, the node's ``ONLY_IF`` holding on the tokens
