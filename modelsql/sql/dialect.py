@@ -58,7 +58,7 @@ from modelsql.sql.profile import ProfileGenerating, ProfileParsing
 from modelsql.sql.finetune import FinetuneGenerating, FinetuneParsing
 from modelsql.sql.statement_tables import StatementTableGenerating, StatementTableParsing
 from modelsql.sql.registry import (MODEL_NODES, NAME_TOKENS, STATEMENT_NODES, statement_starts, statement_words_at,
-                                   word_at)
+                                   word_at, words_at)
 
 __all__ = ["ModelSQL", "ModelSQLTokenizer", "ModelSQLParser", "ModelSQLGenerator", "DEMOTED_COMMANDS", "statement_at",
            "dotted_statement_at"]
@@ -81,11 +81,9 @@ def dotted_statement_at(tokens: t.Sequence[Token], i: int) -> Token | None:
     """The dot of ``DESCRIBE MODEL ds.m`` (our statement's words, then a name and a dot: a schema's or a BigQuery ML
     dataset's name before the model's, which no statement of ours takes) opening ``tokens[i:]``; else None."""
     for words, _ in statement_starts():
-        n = len(words)
-        if words[-1] not in ("MODEL", "PIPELINE", "STUDY") or i + n > len(tokens) \
-                or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
+        if words[-1] not in ("MODEL", "PIPELINE", "STUDY") or not words_at(tokens, i, words):
             continue
-        j = i + n
+        j = i + len(words)
         while j < len(tokens) and any(word_at(tokens[j], w) for w in ("IF", "NOT", "EXISTS")):
             j += 1
         if j + 2 < len(tokens) and tokens[j].token_type in NAME_TOKENS and tokens[j + 1].token_type == TokenType.DOT:

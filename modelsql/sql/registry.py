@@ -129,13 +129,17 @@ def statement_words_at(tokens: t.Sequence[Token], i: int, first_words: t.Optiona
     (:func:`statement_starts`, longest first, unquoted tokens only, the node's ``ONLY_IF`` holding on the tokens
     after the words); None when none does."""
     for words, node in statement_starts(first_words):
-        n = len(words)
-        if i + n > len(tokens) or not all(word_at(tokens[i + k], w) for k, w in enumerate(words)):
+        if not words_at(tokens, i, words):
             continue
         only_if = getattr(node, "ONLY_IF", None)
-        if only_if is None or only_if(tokens, i + n):
+        if only_if is None or only_if(tokens, i + len(words)):
             return node, words
     return None
+
+
+def words_at(tokens: t.Sequence[Token], i: int, words: t.Sequence[str]) -> bool:
+    """``tokens[i:]`` open with the unquoted ``words`` (:func:`word_at` each)."""
+    return i + len(words) <= len(tokens) and all(word_at(tokens[i + k], w) for k, w in enumerate(words))
 
 
 def undotted_name_at(tokens: t.Sequence[Token], i: int) -> bool:
