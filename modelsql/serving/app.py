@@ -116,12 +116,15 @@ def _error(exc: BaseException, model: Optional[str] = None) -> Response:
     return _json({"error": message}, status, {"connection": "close"} if unread else None)
 
 
-def _json_or_none(body: bytes) -> object:
-    """``body`` read as JSON, or None when it is not JSON."""
+def _json_object(body: bytes) -> Optional[dict]:
+    """A request body that is a JSON object (an empty body: ``{}``), or None when it is something else."""
+    if not body.strip():
+        return {}
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
+    return value if isinstance(value, dict) else None
 
 
 class _BodyRefused(ProtocolError):
@@ -331,10 +334,12 @@ class _Endpoints:
         try:
             async with self._body(request, "the repository index") as body:
                 pass
-            only_ready = bool(orjson.loads(body).get("ready", False)) if body.strip() else False
+            asked = _json_object(body)
+            if asked is None:
+                return _json({"error": 'the repository index request must be a JSON object such as {"ready": true}'},
+                             400)
+            only_ready = bool(asked.get("ready", False))
             entries = await run_in_threadpool(self.repository.index)
-        except (orjson.JSONDecodeError, AttributeError):
-            return _json({"error": 'the repository index request must be a JSON object such as {"ready": true}'}, 400)
         except ClientDisconnect:
             return Response(status_code=CLIENT_CLOSED)
         except Exception as exc:
@@ -354,7 +359,7 @@ class _Endpoints:
         try:
             async with self._body(request, f'model "{name}"') as body:  # parameters are not used
                 pass
-            if body.strip() and not isinstance(_json_or_none(body), dict):
+            if _json_object(body) is None:
                 return _json({"error": f'model "{name}": the request body must be a JSON object such as '
                                        '{"parameters": {}}'}, 400)
             await run_in_threadpool(call, name)
