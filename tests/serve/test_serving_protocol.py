@@ -303,6 +303,8 @@ def test_repository_extension(client, server):
         assert states["text"] == "UNAVAILABLE"
         status, _, raw = request(server, "POST", "/v2/repository/index", b'{"ready": true}')
         assert status == 200 and "text" not in {e["name"] for e in json.loads(raw)}
+        for bad in (b"{not json", b"[1]", b"null"):  # the index request is a JSON object
+            assert_error(*request(server, "POST", "/v2/repository/index", bad), 400, "must be a JSON object")
         body = json.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["x"]}]}).encode()
         assert_error(*request(server, "POST", "/v2/models/text/infer", body), 404, '"text"', "not loaded")
     finally:
