@@ -201,9 +201,13 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
 
 def _width(outputs: list[tuple[str, str]], probabilities: Optional[str]) -> Optional[int]:
     """The probabilities' width when their type fixes it (``FLOAT[3]``), else None."""
-    kind = next((t for n, t in outputs if exp.to_identifier(n, quoted=True).sql("duckdb") == probabilities), "")
-    vector = _VECTOR.match(kind)
+    vector = _VECTOR.match(_type_of(outputs, probabilities))
     return int(vector.group(2)) if vector and vector.group(2) else None
+
+
+def _type_of(outputs: list[tuple[str, str]], probabilities: Optional[str]) -> str:
+    """The DuckDB type of the probabilities column (quoted SQL ``probabilities``), "" without one."""
+    return next((t for n, t in outputs if exp.to_identifier(n, quoted=True).sql("duckdb") == probabilities), "")
 
 
 def _family(sql_type: str) -> str:
@@ -246,7 +250,8 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     _check_task_options(stmt, task, options)
     quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  probabilities, quoted, cast, _width(predicted_columns, probabilities))
+                                  probabilities, quoted, cast, _width(predicted_columns, probabilities),
+                                  _type_of(predicted_columns, probabilities))
     text = source.sql(dialect=msql.DIALECT)
     classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,

@@ -12,6 +12,7 @@ from modelsql.metrics import as_positive, classification_metrics, default_positi
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, where_of
+from modelsql.engine.evaluate.score_stats import registered
 from modelsql.engine.options.schema import option_error
 from modelsql.engine.query.predict_errors import NULL_HINT
 from modelsql.engine.query_handler import run_query
@@ -56,7 +57,8 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
         raise DataError(f"{where_of(stmt)}: " + str(err).replace(NULL_HINT, ". Write on_null = 'skip' to leave those "
                         "rows out of the evaluation, or filter or fill them in the input."), code=err.code) from None
     rows, null_targets, fingerprint = int(row[0]), int(row[1]), int(row[2])
-    _check_rows(stmt, plan, rows, null_targets, int(row[3]))
+    scores = row[7] if plan.task == "classification" else None
+    _check_rows(stmt, plan, rows, null_targets, int(row[3]) + int(scores["bad"] if scores else 0))
     if plan.task == "regression":
         return Measured(rows, queries.fingerprint_text(rows, fingerprint), _regression(row))
     metrics, where = _classification(stmt, plan, row)
@@ -91,13 +93,16 @@ def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
 
 def run_sql(query: queries.Query, session: Session, params: list) -> tuple[Any, ...]:
     """The first row of an evaluation's query: its predictions planned as a query whose every row is read (their
-    PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned)."""
-    out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head, suffix=query.tail)
-    try:
-        row = session.duck.fetchone()
-    finally:
-        session.duck.fetchall()
-        out.release()
+    PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned), the
+    functions it calls registered meanwhile."""
+    with registered(query.functions, session.duck):
+        out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
+                              suffix=query.tail)
+        try:
+            row = session.duck.fetchone()
+        finally:
+            session.duck.fetchall()
+            out.release()
     assert row is not None  # an aggregate query has one row
     return tuple(row)
 
@@ -158,12 +163,14 @@ def _index_of(option: Any, classes: Sequence[Any]) -> Optional[int]:
 
 def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
                     row: tuple[Any, ...]) -> tuple[dict[str, Any], Optional[dict[Any, int]]]:
-    confusion, positions, ranks = (queries.as_dicts(v) for v in row[4:7])
+    confusion, positions = queries.as_dicts(row[4]), queries.as_dicts(row[5])
+    scores = row[7] or {}
+    ranks = queries.score_entries(scores, row[6] or [])
     labels = queries.labels_of(confusion)
     average, positive = _classes(stmt, plan, labels)
     width = max((int(e["i"]) for e in ranks), default=0)
-    probabilities = (bool(ranks) and min(e["lo"] for e in ranks) >= -_SLACK
-                     and max(e["hi"] for e in ranks) <= 1.0 + _SLACK and (row[7] or 0.0) <= _DRIFT)
+    probabilities = (bool(ranks) and scores["lo"] >= -_SLACK and scores["hi"] <= 1.0 + _SLACK
+                     and (scores["drift"] or 0.0) <= _DRIFT)
     where = queries.positions_of(labels, positions, width, plan.classes) if probabilities else None
     if plan.options["threshold"] is not None:
         if where is None:
