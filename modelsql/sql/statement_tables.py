@@ -47,20 +47,33 @@ class StatementTableParsing(GrammarParser):
     DuckDB would."""
 
     def _parse_table(self, schema: bool = False, joins: bool = False, *args: t.Any, **kwargs: t.Any) -> exp.Expr | None:
-        paren = not schema and self._curr is not None and self._curr.token_type == TokenType.L_PAREN
-        found = row_statement_at(self._tokens, self._index + 1) if paren else None
-        if found is None and paren and word_at(self._next, "SHOW"):
+        depth = self._open_parentheses() if not schema else 0
+        found = row_statement_at(self._tokens, self._index + depth) if depth else None
+        if found is None and depth == 1 and word_at(self._next, "SHOW"):
             return self._parse_duckdb_listing()
         if found is None:
             return super()._parse_table(schema, joins, *args, **kwargs)
-        start = self._curr
-        self._advance()
+        start, index = self._curr, self._index
+        self._advance(depth)
         listing = self._parse_listing(*found)
-        if not self._match(TokenType.R_PAREN):
+        closed = 0
+        while closed < depth and self._match(TokenType.R_PAREN):  # ((SHOW MODELS)), as DuckDB reads ((SHOW TABLES))
+            closed += 1
+        if closed < depth and depth > 1:  # ((SHOW MODELS) JOIN ...): the outer parentheses hold a join
+            self._retreat(index)
+            return super()._parse_table(schema, joins, *args, **kwargs)
+        if closed < depth:
             self._fail(f"Expected ) after {' '.join(found[1])} read as a relation", self._curr)
         listing.meta["source_text"] = self._source_text(start)  # (an output column is named by it, as PREDICT's)
         table = self.expression(exp.Table(this=listing, alias=self._parse_table_alias()))
         return t.cast(exp.Expr, table.update_positions(start))
+
+    def _open_parentheses(self) -> int:
+        """How many opening parentheses follow one another from the current token."""
+        depth = 0
+        while self._index + depth < len(self._tokens) and self._tokens[self._index + depth].token_type == TokenType.L_PAREN:
+            depth += 1
+        return depth
 
     def _parse_statement(self) -> exp.Expr | None:
         # A CTE's body: WITH x AS (SHOW MODELS) is SELECT * FROM (SHOW MODELS); DuckDB's WITH x AS (SHOW t), as written

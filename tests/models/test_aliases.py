@@ -352,6 +352,13 @@ def test_listings_read_as_relations_as_duckdb_reads_its_show(con):
     assert con.execute("SELECT name FROM (SHOW TABLES) WHERE name NOT IN (SELECT name FROM (SHOW MODELS))").fetchall() \
         == [("iris",)]
     assert con.execute("WITH x AS (SHOW iris) SELECT count(*) FROM x, (SHOW MODELS) AS m").fetchall() == [(5,)]
+    # parentheses around one, as DuckDB reads ((SHOW TABLES)), and around a join of one
+    assert con.execute("SELECT name FROM ((SHOW MODELS)) AS x").fetchall() == [("m",)]
+    assert con.execute("SELECT s.name, i FROM ((SHOW MODELS) AS s JOIN (SELECT 1 AS i) ON true)").fetchall() == [
+        ("m", 1)]
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM ((SHOW MODELS)")
+    assert info.value.code == "parse_error"
     with pytest.raises(modelsql.ProgrammingError) as info:
         con.execute("SELECT * FROM (DESCRIBE MODEL nope)")
     assert info.value.code == "model_not_found"
