@@ -378,3 +378,18 @@ def test_best_by_names_versions_not_evaluated_on_the_rows_and_the_winners_input(
     row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE iris").fetchone()
     assert row[2] == 1 and row[5] == "(SELECT * FROM iris)" and row[7] == 2
     assert row[8] == "3 (not evaluated on these rows)"
+
+
+def test_best_by_says_why_evaluations_made_with_on_null_skip_are_not_on_every_row(con):
+    """An evaluation with on_null = 'skip' is recorded on the rows it evaluated; BEST BY ON the whole table finds
+    none and says how to name those rows."""
+    con.execute("CREATE TABLE holes AS SELECT * REPLACE (CASE WHEN f0 > 7 THEN NULL ELSE f1 END AS f1) FROM iris")
+    for version in (1, 2):
+        con.execute(f"EVALUATE MODEL m VERSION {version} ON TABLE holes TARGET y WITH (on_null = 'skip')")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON TABLE holes")
+    assert info.value.code == "no_evaluation" and "on_null = 'skip' (on TABLE holes)" in str(info.value)
+    assert con.execute("SELECT count(*) FROM modelsql.model_aliases").fetchone() == (0,)
+    row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM holes WHERE f1 IS NOT NULL)"
+                      ).fetchone()
+    assert row[2] == 1 and row[7] == 2  # version 1 (C = 1) beats version 2 (C = 0.001), both compared

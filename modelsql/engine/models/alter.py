@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sqlglot import exp
 
@@ -146,7 +146,7 @@ def best_version(session: Session, name: str, metric: str, fingerprint: Optional
     rows, own_rows = _evaluations(session, name, fingerprint)
     scored = [r for r in rows if r.metrics.get(metric) is not None]
     if not scored:
-        raise _no_evaluation(name, metric, fingerprint, own_rows)
+        raise _no_evaluation(name, metric, fingerprint, own_rows, _skipping_inputs(session, name, fingerprint))
     on_those = [r for r in rows if r.fingerprint == scored[0].fingerprint]  # the rows of the newest evaluation
     with_value = [r for r in on_those if r.metrics.get(metric) is not None]
     scoring = _most_shared_scoring(metric, with_value)
@@ -186,7 +186,18 @@ def _evaluations(session: Session, name: str, fingerprint: Optional[str]) -> tup
     return kept, own
 
 
-def _no_evaluation(name: str, metric: str, fingerprint: Optional[str], own_rows: list[tuple]) -> ProgrammingError:
+def _skipping_inputs(session: Session, name: str, fingerprint: Optional[str]) -> list[str]:
+    """The inputs of the model's evaluations made with ``on_null = 'skip'`` (recorded on the rows they evaluated,
+    not every row of their input), when BEST BY names rows (``fingerprint``)."""
+    if fingerprint is None:
+        return []
+    rows = session.catalog.query("SELECT DISTINCT input FROM {s}.evaluations WHERE kind = 'model' AND name = ? AND "
+                                 "options ->> 'on_null' = 'skip' ORDER BY input", [name])
+    return [str(r[0]) for r in rows]
+
+
+def _no_evaluation(name: str, metric: str, fingerprint: Optional[str], own_rows: list[tuple],
+                   skipping: Sequence[str] = ()) -> ProgrammingError:
     where = " on those rows" if fingerprint is not None else ""
     own = sorted({v for v, _ in own_rows})
     trained = (f" (version{'s' if len(own) > 1 else ''} {', '.join(map(str, own))} "
@@ -194,7 +205,10 @@ def _no_evaluation(name: str, metric: str, fingerprint: Optional[str], own_rows:
                "training query)" if own else "")
     return ProgrammingError(f'Model "{name}" has no recorded evaluation with {metric}{where}{trained} (a regressor '
                             "has no accuracy, a classifier no r2_score; scores on training rows do not count): run "
-                            f"EVALUATE MODEL {name} VERSION n ON ... TARGET ... for the versions to compare first.",
+                            f"EVALUATE MODEL {name} VERSION n ON ... TARGET ... for the versions to compare first."
+                            + (f" Its evaluations with on_null = 'skip' (on {', '.join(skipping[:3])}) are recorded on "
+                               "the rows they evaluated, those with no NULL feature: name exactly those rows in ON, "
+                               "(SELECT * FROM ... WHERE <each feature> IS NOT NULL)." if skipping and not own else ""),
                             code="no_evaluation")
 
 
