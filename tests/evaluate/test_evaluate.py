@@ -769,3 +769,21 @@ def test_a_target_that_the_model_is_fed_is_refused(con):
     assert info.value.code == "invalid_target" and "also a feature" in str(info.value)
     con.rollback()
     assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone() == before
+
+
+@pytest.mark.parametrize("sql, option", [
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (on_null = 'error', threshold = 7)", "threshold = 7"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (positive = 9)", "positive = 9"),  # found reading the rows
+    ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, TARGET => y, average => 'nope')", "average => 'nope'"),
+    ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 'x')", "batch_size => 'x'"),
+    ("CREATE MODEL bad WITH (model_type = 'logistic_reg', target = y, C = 'abc') AS SELECT * FROM iris", "C = 'abc'"),
+    ("CREATE MODEL bad WITH (model_type = 'logistic_reg', target = y, validation = 2.5) AS SELECT * FROM iris",
+     "validation = 2.5"),
+])
+def test_an_error_about_an_option_points_at_the_option(con, sql, option):
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute(sql)
+    line, carets = str(info.value).split("\nLINE 1: ", 1)[1].splitlines()[:2]
+    column = carets.index("^") - len("LINE 1: ")
+    assert line[column:].startswith(option) and info.value.column == sql.index(option) + 1
+    con.rollback()

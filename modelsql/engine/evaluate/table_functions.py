@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
-from modelsql.errors import ProgrammingError
+from modelsql.errors import Error, ProgrammingError
 from modelsql.metrics import as_positive, default_positive
 from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
 from modelsql.sql.scopes import with_enclosing_ctes
@@ -28,7 +28,7 @@ from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.explain import render_plan
 from modelsql.engine.handlers import computes, explains
 from modelsql.engine.query_handler import run_query
-from modelsql.engine.options.schema import option_error
+from modelsql.engine.options.schema import option_error, option_node
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -80,15 +80,18 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
         as the EVALUATE statement; NotSupportedError ``not_binary`` for ROC_CURVE of other than two classes
         or a model without probabilities.
     """
-    stmt = _as_statement(node)
-    plan = bind_evaluate(stmt, session, params)
-    function = node.args["function"]
-    _check_task(function, plan)
-    done = measure(stmt, plan, session, params)
-    if function == "CONFUSION_MATRIX":
-        return _confusion_table(plan, done)
-    if function == "ROC_CURVE":
-        return _roc_table(plan, done, session, params)
+    try:
+        stmt = _as_statement(node)
+        plan = bind_evaluate(stmt, session, params)
+        function = node.args["function"]
+        _check_task(function, plan)
+        done = measure(stmt, plan, session, params)
+        if function == "CONFUSION_MATRIX":
+            return _confusion_table(plan, done)
+        if function == "ROC_CURVE":
+            return _roc_table(plan, done, session, params)
+    except Error as err:  # an error about an option points at it in the SQL
+        raise session.pointed(err, option_node(node.args.get("options"), getattr(err, "option", None))) from None
     columns, row = result_row(EvaluationRow(plan.kind, plan.name, plan.version, plan.task, plan.target,
                                             plan.input_text, done.fingerprint, done.rows, done.metrics, {}))
     return pa.table({name: pa.array([value], _ARROW[kind]) for (name, kind), value in zip(columns, row)})

@@ -15,6 +15,7 @@ by the version and the row counts. A failure at any step leaves the catalog as i
 from __future__ import annotations
 
 import json
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
 from modelsql.engine.models.transform_clause import bind_transform, transform_text, with_parameters
 from modelsql.engine.options.declared import CREATE_MODEL_AS
-from modelsql.engine.options.schema import option_error
+from modelsql.engine.options.schema import option_error, option_node
 from modelsql.engine.result import Result
 
 if TYPE_CHECKING:
@@ -172,6 +173,13 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
         (``too_few_rows``), ``one_class`` (a classifier's training rows of one class), ``training_failed`` (the
         estimator's ``fit`` raised), the conversion's, and ``duplicate_model``.
     """
+    try:
+        return _create_trained_model(stmt, session, params)
+    except Error as err:  # an error about an option or a hyper-parameter points at it in the SQL
+        raise session.pointed(err, option_node(stmt.args.get("options"), getattr(err, "option", None))) from None
+
+
+def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> Result:
     plan = bind_training(stmt, params)
     if plan.if_not_exists and session.catalog.exists(plan.name):
         return Result(session.duck, rowcount=0)
@@ -259,7 +267,10 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     estimator = plan.model_type.estimator.split(":")[1]
     if type(exc).__name__ == "InvalidParameterError":
-        return ProgrammingError(f"{plan.where}: {text}", code="invalid_hyperparameter")
+        err = ProgrammingError(f"{plan.where}: {text}", code="invalid_hyperparameter")
+        named = re.match(r"The '(\w+)' parameter", text)  # scikit-learn's wording: "The 'C' parameter of ..."
+        err.option = named.group(1) if named else None
+        return err
     return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
 
 

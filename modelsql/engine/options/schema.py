@@ -107,6 +107,14 @@ def option_error(key: str, message: str, code: str = "invalid_option") -> Progra
     return err
 
 
+def option_node(options: Optional[Sequence[exp.Expression]], key: Optional[str]) -> Optional[exp.Expression]:
+    """The ``key = value`` (or ``key => value``) item of a statement's ``options`` naming ``key``
+    (case-insensitive): what an error about option ``key`` points at in the SQL; None when not written."""
+    if key is None:
+        return None
+    return next((o for o in options or [] if o.this is not None and o.this.name.lower() == key.lower()), None)
+
+
 def column_names(raw: Any, key: str, where: str) -> tuple[str, ...]:
     """Column names (``features``, ``outputs``): a name, ``'a, b'`` or a tuple of names; at least one, each
     non-empty text, none twice (case-insensitive, as columns are matched).
