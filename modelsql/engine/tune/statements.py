@@ -26,7 +26,7 @@ from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import ALGORITHMS, Algorithm, check_algorithm, make_algorithm
 from modelsql.tuning.space import Space
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying, handles
-from modelsql.engine.options import OptionValues, option_error, sql_text
+from modelsql.engine.options import OptionValues, option_error, option_node, sql_text
 from modelsql.engine.options.declared import TUNE as TUNE_OPTIONS
 from modelsql.engine.tune.round_plan import RoundPlan
 from modelsql.engine.result import Result
@@ -129,7 +129,7 @@ def _node_of(stmt: TuneModel, err: Error):
     option = err.option
     hp = err.hyperparameter
     if option is not None:
-        return next((o for o in stmt.args.get("options") or [] if o.this.name.lower() == option.lower()), None)
+        return option_node(stmt.args.get("options"), option)
     if hp is not None:
         return next((i for i in stmt.args["search"] if i.this.name.lower() == hp.split(".")[0].lower()), None)
     if getattr(err, "target", False):
