@@ -365,13 +365,16 @@ def table_words(sql: str) -> list[TableWord]:
 # ------------------------------------------------------- number_placeholders
 
 
-def _qmark_offsets(sql: str, tokens: list[Token], base: int, out: list[int]) -> None:
+def _qmark_offsets(sql: str, tokens: list[Token], base: int, out: list[int], numbered: list[int]) -> None:
+    """The offsets of the ``?`` placeholders of ``sql`` (``tokens``, the text at ``base`` in the whole) into ``out``,
+    and of the ``?`` of DuckDB's numbered ``?NNN`` into ``numbered``."""
     n = len(tokens)
     for i, tok in enumerate(tokens):
         if tok.token_type == TokenType.PLACEHOLDER and tok.text == "?":
             nxt = tokens[i + 1] if i + 1 < n else None
             if nxt is not None and nxt.token_type == TokenType.NUMBER and nxt.start == tok.end + 1:
-                continue  # ?NNN is already numbered
+                numbered.append(base + tok.start)  # ?NNN is already numbered
+                continue
             out.append(base + tok.start)
             continue
         if tok.token_type == TokenType.QDCOLON and tok.text.startswith("?"):
@@ -380,14 +383,14 @@ def _qmark_offsets(sql: str, tokens: list[Token], base: int, out: list[int]) -> 
         offset = _command_payload_offset(sql, tokens, i)
         if offset is not None:
             inner = sql[offset : offset + len(tok.text)]
-            _qmark_offsets(inner, _tokenize(inner), base + offset, out)
+            _qmark_offsets(inner, _tokenize(inner), base + offset, out, numbered)
 
 
 def number_placeholders(sql: str) -> tuple[str, int]:
     """Rewrite each qmark placeholder ``?`` to ``$1``, ``$2``, ... in textual order.
 
     Only ``?`` tokens change (not ``?`` inside strings, quoted identifiers or
-    comments, and not ``?NNN``, which is already numbered); every other byte is
+    comments; DuckDB's numbered ``?NNN`` is written ``$NNN``); every other byte is
     kept as is. ``$n`` / ``$name`` placeholders already in the text are left
     alone and not renumbered, so text mixing them with ``?`` comes out with
     colliding numbers: callers should not mix styles.
@@ -415,7 +418,10 @@ def numbered_offsets(sql: str) -> tuple[str, int, list[int]]:
         ProgrammingError: ``code="parse_error"`` if the text does not tokenize.
     """
     offsets: list[int] = []
-    _qmark_offsets(sql, _tokenize(sql), 0, offsets)
+    numbered: list[int] = []
+    _qmark_offsets(sql, _tokenize(sql), 0, offsets, numbered)
+    for at in numbered:  # DuckDB's ?NNN is $NNN, which the planner reads (the same length: offsets stay)
+        sql = f"{sql[:at]}${sql[at + 1:]}"
     parts: list[str] = []
     back: list[int] = []
     last = 0

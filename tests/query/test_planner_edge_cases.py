@@ -152,6 +152,16 @@ def test_an_error_of_a_statement_with_parameters_points_into_the_text_as_written
     two.rollback()
 
 
+def test_numbered_qmark_placeholders_work_around_a_predict_as_duckdb_reads_them(two):
+    """DuckDB's ``?1``, ``?2`` (its ``$1``, ``$2``) inside and outside a PREDICT's input, one value used twice."""
+    sql = "SELECT ?2 AS tag, y FROM PREDICT(MODEL m1, (SELECT ?1 AS a, ?1 + 1.0 AS b))"
+    assert two.execute(sql, [2.0, "x"]).fetchall() == two.execute(sql.replace("?", "$"), [2.0, "x"]).fetchall()
+    assert two.execute(sql, [2.0, "x"]).fetchall()[0][0] == "x"
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        two.execute("SELECT nope FROM PREDICT(MODEL m1, (SELECT ?1 AS a, 1.0 AS b))", [1.0])
+    assert info.value.code == "binder_error" and info.value.column == 8  # the excerpt maps back, ?1 and all
+
+
 def test_an_error_in_a_later_statement_points_into_the_whole_text(two):
     with pytest.raises(modelsql.ProgrammingError) as info:
         two.execute("SELECT 1;\nSELECT * FROM PREDICT(MODEL nope, TABLE t)")

@@ -673,6 +673,7 @@ def test_mentions_models_false(sql):
         ("EXPLAIN SELECT * FROM t WHERE a = ? AND b = '?'",
          "EXPLAIN SELECT * FROM t WHERE a = $1 AND b = '?'", 1),
         ("SELECT * FROM t WHERE a = $1", "SELECT * FROM t WHERE a = $1", 0),
+        ("SELECT ?2, '?1' FROM t WHERE a = ?1", "SELECT $2, '?1' FROM t WHERE a = $1", 0),  # DuckDB's ?NNN
     ],
 )
 def test_number_placeholders(sql, expected, count):
