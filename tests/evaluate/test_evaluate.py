@@ -787,3 +787,62 @@ def test_an_error_about_an_option_points_at_the_option(con, sql, option):
     column = carets.index("^") - len("LINE 1: ")
     assert line[column:].startswith(option) and info.value.column == sql.index(option) + 1
     con.rollback()
+
+
+def test_text_labels_are_compared_exactly_whatever_the_collation(tmp_path):
+    """Classes 'A' and 'a' stay two classes, as scikit-learn compares labels, under a NOCASE collation of the column
+    or the connection (DuckDB's GROUP BY and JOIN would merge them in some aggregates and not in others)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 2))
+    y = np.array(["A", "a", "b"])[np.argmax(x @ np.array([[2.0, -1.0, 0.0], [0.0, 1.5, -2.0]]), axis=1)]
+    with modelsql.connect(str(tmp_path / "c.duckdb")) as c:
+        c.autocommit = True
+        _table(c, "t", x, y)
+        c.import_model("m", LogisticRegression(max_iter=500).fit(x, y))
+        _, predicted, proba = _predictions(c, "m", "t", "y", 2)
+        want = (M.accuracy_score(y, predicted), M.log_loss(y, proba, labels=["A", "a", "b"]),
+                M.confusion_matrix(y, predicted).tolist())
+        for sql in ("EVALUATE MODEL m ON TABLE t TARGET y",
+                    "EVALUATE MODEL m ON (SELECT f0, f1, y COLLATE NOCASE AS y FROM t) TARGET y"):
+            got = _evaluate(c, sql)
+            assert (got["accuracy"], got["confusion_matrix"]) == (want[0], want[2]) and got["labels"] == ["A", "a", "b"]
+            assert got["log_loss"] == pytest.approx(want[1], rel=1e-6)  # (float32 probabilities)
+        c.execute("SET default_collation = 'nocase'")
+        assert _evaluate(c, "EVALUATE MODEL m ON TABLE t TARGET y")["confusion_matrix"] == want[2]
+
+
+def test_a_multiclass_model_on_rows_of_two_classes_scores_one_vs_rest(con):
+    """Rows holding two of a 3-class model's classes: ROC AUC is one-vs-rest over them, each class by its own
+    probability (weighted: scikit-learn's with every label), not the binary AUC of a class the rows may lack."""
+    con.execute("CREATE OR REPLACE TABLE iris02 AS SELECT * FROM iris WHERE y IN (0, 2)")
+    rows = "iris02"
+    got = _evaluate(con, f"EVALUATE MODEL iris_lr ON TABLE {rows} TARGET y WITH (average = 'weighted')")
+    truth, _, proba = _predictions(con, "iris_lr", rows, "y", 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (class 1 has no row: scikit-learn warns, its weight is 0)
+        want = M.roc_auc_score(truth, proba, multi_class="ovr", average="weighted", labels=[0, 1, 2])
+    assert got["roc_auc"] == pytest.approx(want, rel=1e-9)
+    with pytest.raises(modelsql.ProgrammingError) as info:  # the default positive class (1) has no row
+        con.execute("EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE y = 0 OR (y = 2 AND f3 >= 2.0)) TARGET y "
+                    "WITH (average = 'binary')")  # (rows the model predicts 0 or 2)
+    assert info.value.code == "invalid_option" and "which no row has" in str(info.value)
+    con.rollback()
+
+
+def test_a_threshold_applies_to_rows_of_one_of_the_models_two_classes(con):
+    con.execute("CREATE OR REPLACE TABLE benign AS SELECT * FROM cancer WHERE malignant = 0")
+    rows = "benign"
+    got = _evaluate(con, f"EVALUATE MODEL cancer_rf ON TABLE {rows} TARGET malignant WITH (threshold = 0.2)")
+    truth, _, proba = _predictions(con, "cancer_rf", rows, "malignant", 30)
+    predicted = (proba[:, 1] >= 0.2).astype(int)
+    assert got["confusion_matrix"] == M.confusion_matrix(truth, predicted).tolist()
+    assert got["accuracy"] == M.accuracy_score(truth, predicted) and len(got["labels"]) == 2
+
+
+def test_rows_with_a_nan_probability_are_counted_as_rows(con):
+    with pytest.raises(modelsql.DataError) as info:
+        con.execute("EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN f0 > 7.2 THEN 'nan'::DOUBLE ELSE f1 END "
+                    "AS f1) FROM iris) TARGET y")
+    rows = con.execute("SELECT count(*) FROM iris WHERE f0 > 7.2").fetchone()[0]
+    assert info.value.code == "not_a_number" and f"in {rows} of 150 rows" in str(info.value)
+    con.rollback()

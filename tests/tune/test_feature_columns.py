@@ -198,3 +198,22 @@ def test_a_python_programs_example_table_leaves_its_keys_out(con, tmp_path, monk
     # code, the PRIMARY KEY, is no input: the example is the four measurements, as PREDICT feeds them
     cur.execute("CREATE MODEL net FROM PYTHON 'issue22_net:Net' WITH (example = measured)")
     assert cur.execute("SELECT count(*) FROM PREDICT(MODEL net, TABLE measured)").fetchone() == (100,)
+
+
+def test_from_study_of_a_study_read_with_parameters_records_its_rows_as_tune_read_them(con):
+    """A study read with ``?`` keeps their values and EVALUATE's fingerprint of its ON rows as TUNE read them: the
+    version made FROM STUDY is evaluated on the held-out rows and its lineage digest is those rows' fingerprint,
+    even after the table changed (BEST BY then knows them as its training rows)."""
+    cur = con.cursor()
+    on = "(SELECT * FROM flowers WHERE id >= ? AND sepal_length > ?)"
+    cur.execute(TUNE.format(on=on, extra=""), [0, 0.0])
+    assert cur.fetchone()[1] == "finished"
+    expected = cur.execute(f"SELECT count(*) FROM {on.replace('?', '0')}").fetchone()[0]
+    cur.execute("DELETE FROM flowers WHERE id % 2 = 0")  # the rows change after the TUNE
+    con.commit()
+    cur.execute("CREATE MODEL best FROM STUDY mlp_study")
+    digest = cur.execute("SELECT digest FROM modelsql.model_origins WHERE name = 'best'").fetchone()[0]
+    assert digest is not None and digest.startswith(f"rows:{expected}:")
+    evaluated = cur.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'best'").fetchone()[0]
+    assert evaluated == 1  # the held-out rows, read again with the kept values
+

@@ -227,6 +227,22 @@ def test_parameters_in_the_input_are_kept_for_create_model_from_study(con):
     assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'pq'").fetchone() == (1,)
 
 
+def test_a_study_whose_on_holds_a_predict_records_its_training_rows(con):
+    """TUNE over a query with a PREDICT keeps EVALUATE's fingerprint of its rows, predictions included, as the
+    lineage digest of the version made FROM STUDY (it had none: the rows were hashed on a plain DuckDB cursor)."""
+    con.execute("CREATE MODEL base WITH (model_type = 'logistic_reg', target = y, validation = 'none') AS "
+                "SELECT f0, f1, y FROM cancer")
+    on = "(SELECT f0, f1, f2, probabilities[2] AS p, y FROM PREDICT(MODEL base, TABLE cancer))"
+    con.execute(f"TUNE MODEL pp ON {on} TARGET y SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = "
+                "'decision_tree_classifier', metric = 'accuracy')")
+    con.execute("CREATE MODEL pp FROM STUDY pp_study")
+    digest = con.execute("SELECT digest FROM modelsql.model_origins WHERE name = 'pp'").fetchone()[0]
+    evaluated = con.execute(f"EVALUATE MODEL pp ON {on} TARGET y").fetchone()
+    fingerprint = con.execute("SELECT fingerprint FROM modelsql.evaluations WHERE evaluation = ?",
+                              [evaluated[0]]).fetchone()[0]
+    assert digest == f"rows:{fingerprint}"  # what BEST BY knows as the version's training rows
+
+
 def test_two_connections_tuning_one_study_never_merge_it(tmp_path):
     import threading
 

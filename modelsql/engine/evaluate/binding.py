@@ -251,7 +251,8 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
                                   probabilities, quoted, cast, _width(predicted_columns, probabilities),
-                                  _type_of(predicted_columns, probabilities))
+                                  _type_of(predicted_columns, probabilities),
+                                  task == "classification" and _type_of(predicted_columns, prediction) == "VARCHAR")
     text = source.sql(dialect=msql.DIALECT)
     classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,

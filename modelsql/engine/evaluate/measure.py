@@ -3,8 +3,11 @@ definitions, BigQuery ML's names)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import pyarrow as pa
 
 from modelsql import sql as msql
 from modelsql.errors import DataError, ProgrammingError
@@ -20,7 +23,7 @@ from modelsql.engine.query_handler import run_query
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["Measured", "evaluation_query", "measure", "run_sql"]
+__all__ = ["Measured", "evaluation_query", "measure", "run_arrow", "run_sql"]
 
 _SLACK = 1e-5
 """How far past [0, 1] a probability may lie and still be one: a tree ensemble's float32 sums reach 1.0000001."""
@@ -107,6 +110,20 @@ def run_sql(query: queries.Query, session: Session, params: list) -> tuple[Any, 
     return tuple(row)
 
 
+def run_arrow(query: queries.Query, session: Session, params: list) -> pa.Table:
+    """:func:`run_sql`'s query, its one row as an Arrow table (a list of many numbers, never made Python objects)."""
+    with registered(query.functions, session.duck):
+        out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
+                              suffix=query.tail)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
+                return session.duck.to_arrow_table()
+        finally:
+            session.duck.fetchall()
+            out.release()
+
+
 def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets: int, not_numbers: int) -> None:
     if not_numbers:
         what = "the TARGET or the prediction" if plan.task == "regression" else "the model's probabilities"
@@ -141,12 +158,23 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
         model = f"; the model's: {', '.join(map(repr, plan.classes))}" if plan.classes else ""
         raise option_error("positive", f"{where_of(stmt)} option positive is {positive!r}, not a class of the rows "
                                        f"or the model (the rows' classes: {', '.join(map(repr, labels))}{model}).")
-    wrong = {"threshold": len(labels) != 2, "positive": len(labels) > 2}  # (positive is ignored by averaging)
+    if average == "binary" and len(labels) == 2 and positive not in labels:
+        raise option_error("positive" if plan.options["positive"] is not None else "average",
+                           f"{where_of(stmt)}: average 'binary' scores the positive class {positive!r}, which no row "
+                           f"has (the rows' classes: {', '.join(map(repr, labels))}): name one with positive = ..., "
+                           "or use average = 'macro', 'weighted' or 'micro'.")
+    # a threshold needs two classes: the model's two (rows of one of them too), or the rows' two
+    wrong = {"threshold": len(labels) > 2 or len(_two_classes(plan, labels)) != 2, "positive": len(labels) > 2}
     for name in ("threshold", "positive"):
         if plan.options[name] is not None and wrong[name]:
             raise option_error(name, f"{where_of(stmt)} option {name} applies to two classes; the rows have "
                                      f"{len(labels)}.")
     return average, positive
+
+
+def _two_classes(plan: EvaluatePlan, labels: Sequence[Any]) -> list[Any]:
+    """The classes a threshold chooses between: the rows' with the model's (when its graph names them)."""
+    return queries.labels_of([{"t": c, "p": None} for c in [*labels, *(plan.classes or ())]])
 
 
 def _names_a_class(option: Any, classes: Sequence[Any]) -> bool:
@@ -176,7 +204,8 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
         if where is None:
             raise option_error("threshold", f"{where_of(stmt)} option threshold needs the model's probabilities of "
                                             "each class (values in [0, 1], each class's column known).")
-        confusion = queries.thresholded_confusion(ranks, labels, positive, where)
+        confusion = queries.thresholded_confusion(ranks, _two_classes(plan, labels), positive, where)
+        labels = queries.labels_of(confusion)  # (rows of one class may now be predicted as the other)
     matrix = queries.confusion_matrix(confusion, labels)
     metrics: dict[str, Any] = classification_metrics(matrix, labels, average, positive)
     rows = int(row[0])

@@ -47,15 +47,19 @@ class Predicted:
     target_cast: str = ""
     width: Optional[int] = None
     probabilities_type: str = "DOUBLE[]"
+    text_labels: bool = False
 
     def select(self, cast: str = "") -> str:
         """The predictions' query: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each cast
         to ``cast`` when given; a target read as a class label of integers is cast to BIGINT), ``h`` a hash of
-        the input row."""
+        the input row. Text labels are compared byte for byte (``COLLATE c``), as scikit-learn compares them,
+        whatever collation the input's column or the connection has (NOCASE would make ``'A'`` and ``'a'`` one
+        class in some aggregates and two in others)."""
         probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
         fingerprint = f"hash({', '.join(self.input_columns)})" if self.input_columns else "0"
-        target = f"{self.target}{cast or self.target_cast}"
-        return (f"SELECT {target} AS t, {self.prediction}{cast} AS p{probabilities}, {fingerprint} AS h "
+        exact = " COLLATE c" if self.text_labels and not cast else ""
+        target = f"({self.target}{cast or self.target_cast}){exact}"
+        return (f"SELECT {target} AS t, ({self.prediction}{cast}){exact} AS p{probabilities}, {fingerprint} AS h "
                 f"FROM {self.predict_sql}")
 
 
@@ -211,41 +215,56 @@ def log_loss(ranks: list[dict[str, Any]], where: dict[Any, int], rows: int) -> f
     return -sum(e["ln"] for e in ranks if where.get(e["t"]) == e["i"]) / rows
 
 
-def _auc(ranks: list[dict[str, Any]], label: Any, position: int) -> Optional[float]:
-    """One class against the rest, by the probabilities at ``position``: (the rank sum of its rows - n(n+1)/2)
-    / (its rows x the others); None when either side has no rows."""
-    at = [e for e in ranks if e["i"] == position]
-    n = sum(int(e["n"]) for e in at)
-    mine = [e for e in at if e["t"] == label]
-    n_pos = sum(int(e["n"]) for e in mine)
-    if n_pos == 0 or n_pos == n:
-        return None
-    return (sum(float(e["r"]) for e in mine) - n_pos * (n_pos + 1) / 2) / (n_pos * (n - n_pos))
+class _Ranks:
+    """The ``ranks`` entries by (class, position), and each position's rows: one pass over them, so ROC AUC over
+    k classes reads k entries, not k times all k x k."""
+
+    def __init__(self, ranks: list[dict[str, Any]]) -> None:
+        self.entry: dict[tuple[Any, int], dict[str, Any]] = {}
+        self.rows: dict[int, int] = {}
+        for e in ranks:
+            self.entry[(e["t"], int(e["i"]))] = e
+            self.rows[int(e["i"])] = self.rows.get(int(e["i"]), 0) + int(e["n"])
+
+    def auc(self, label: Any, position: int) -> Optional[float]:
+        """One class against the rest, by the probabilities at ``position``: (the rank sum of its rows - n(n+1)/2)
+        / (its rows x the others); None when either side has no rows."""
+        mine = self.entry.get((label, position))
+        n, n_pos = self.rows.get(position, 0), int(mine["n"]) if mine else 0
+        if mine is None or n_pos == n:
+            return None
+        return (float(mine["r"]) - n_pos * (n_pos + 1) / 2) / (n_pos * (n - n_pos))
+
+    def true_rows(self, label: Any) -> int:
+        """The rows whose true class is ``label`` (every row has position 1)."""
+        e = self.entry.get((label, 1))
+        return int(e["n"]) if e else 0
 
 
 def roc_auc(ranks: list[dict[str, Any]], where: dict[Any, int], labels: Sequence[Any], positive: Any,
             average: str) -> Optional[float]:
-    """Binary: the positive class's AUC. Multiclass: one-vs-rest, the mean over the classes (``weighted``: by
-    their rows, so a class no row has counts for nothing; ``roc_auc_score(multi_class='ovr')``). None when a class
-    that counts has no rows or all of them."""
-    if len(labels) == 2:
-        return _auc(ranks, positive, where[positive])
-    weights = ([sum(int(e["n"]) for e in ranks if e["t"] == label and e["i"] == 1) for label in labels]
-               if average == "weighted" else [1] * len(labels))
-    each = [_auc(ranks, label, where[label]) if w else None for label, w in zip(labels, weights)]
-    if any(a is None for a, w in zip(each, weights) if w):
+    """Binary (two classes, with ``average = 'binary'`` or a model of two probabilities): the positive class's AUC.
+    Otherwise one-vs-rest, the mean over the rows' classes, each by its own probability (``weighted``: by their
+    rows, so a class no row has counts for nothing; ``roc_auc_score(multi_class='ovr')``). None when a class that
+    counts has no rows or all of them."""
+    index = _Ranks(ranks)
+    if len(labels) == 2 and (average == "binary" or len(where) <= 2):
+        return index.auc(positive, where[positive])
+    weights = [index.true_rows(label) for label in labels] if average == "weighted" else [1] * len(labels)
+    each = [index.auc(label, where[label]) if w else None for label, w in zip(labels, weights)]
+    if any(a is None for a, w in zip(each, weights) if w) or not sum(weights):
         return None
     return sum(w * a for w, a in zip(weights, each) if a is not None) / sum(weights)
 
 
-def thresholded_confusion(ranks: list[dict[str, Any]], labels: Sequence[Any], positive: Any,
+def thresholded_confusion(ranks: list[dict[str, Any]], classes: Sequence[Any], positive: Any,
                           where: dict[Any, int]) -> list[dict[str, Any]]:
     """The confusion counts when the positive class is predicted where its probability reaches the threshold
-    (the ``hits`` of the ``ranks`` entries at its position)."""
-    negative = next(label for label in labels if label != positive)
+    (the ``hits`` of the ``ranks`` entries at its position), the other of the two ``classes`` elsewhere."""
+    negative = next(label for label in classes if label != positive)
     at = [e for e in ranks if e["i"] == where[positive]]
-    return ([{"t": e["t"], "p": positive, "n": e["hits"]} for e in at]
-            + [{"t": e["t"], "p": negative, "n": e["n"] - e["hits"]} for e in at])
+    return ([{"t": e["t"], "p": positive, "n": e["hits"]} for e in at if e["hits"]]
+            + [{"t": e["t"], "p": negative, "n": e["n"] - e["hits"]} for e in at if e["n"] - e["hits"]])
 
 
 def roc_sql(predicted: Predicted, position: int, positive: Any) -> Query:

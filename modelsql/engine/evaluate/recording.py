@@ -6,6 +6,7 @@ statements and ``BEST BY ... ON`` take it."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
 __all__ = ["record_evaluation", "fingerprint_of", "query_fingerprint", "lineage_digest", "study_query", "study_fingerprint",
-           "study_lineage", "study_origin"]
+           "rows_fingerprint", "study_lineage", "study_origin"]
 
 def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> str:
     """The fingerprint EVALUATE records of the rows of ``query`` (plain SQL) run on the DuckDB connection ``duck``
@@ -99,6 +100,16 @@ def study_fingerprint(session: Session, sql: Optional[str], params: Sequence[Any
         cursor.close()
 
 
+def rows_fingerprint(session: Session, sql: str, params: Sequence[Any] = ()) -> Optional[str]:
+    """:func:`query_fingerprint` of a study's input (:func:`study_query`) read by the statement now (TUNE, once it
+    has read the rows: what a version made FROM STUDY records as its training rows), or None where its rows do not
+    hash."""
+    try:
+        return query_fingerprint(session, study_query(sql), params)
+    except Exception:  # (a column type DuckDB's hash() refuses: the lineage then has no digest)
+        return None
+
+
 def study_lineage(session: Session, sql: str, params: Sequence[Any] = ()) -> Optional[str]:
     """The lineage digest (:func:`lineage_digest`) of a study's training rows as they are now, or None when they
     no longer read (:func:`study_fingerprint`)."""
@@ -108,13 +119,15 @@ def study_lineage(session: Session, sql: str, params: Sequence[Any] = ()) -> Opt
 
 def study_origin(session: Session, study: Any, trial: Any, params: Sequence[Any] = ()) -> Origin:
     """The origin of a version made FROM STUDY (``study``, ``trial``: the catalog's rows): the statement, the
-    fingerprint of the study's training rows as they are now (:func:`study_lineage`, its ``$k`` the TUNE's
-    ``params``), the study and trial, and the model version it tuned (a trainable's, or a model trained in SQL that
+    fingerprint of the study's training rows as TUNE read them (kept in its options; for a study made before they
+    were kept, as they are now: :func:`study_lineage`, its ``$k`` the TUNE's ``params``), the study and trial, and the model version it tuned (a trainable's, or a model trained in SQL that
     it started from; none when ``study.model_version`` is 0)."""
     parent = ({"parent_kind": "model", "parent_name": study.model, "parent_version": study.model_version}
               if study.model_version else {})
-    return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}",
-                  study_lineage(session, study.train_sql, params), study=study.name, trial=trial.trial, **parent)
+    stored = json.loads(study.options or "{}").get("train_fingerprint")  # as TUNE read them (older studies: now)
+    digest = lineage_digest(stored) if stored else study_lineage(session, study.train_sql, params)
+    return Origin("study", f"CREATE MODEL ... FROM STUDY {study.name} TRIAL {trial.trial}", digest,
+                  study=study.name, trial=trial.trial, **parent)
 
 
 def record_evaluation(session: Session, kind: str, name: str, version: int, rows: pa.Table, target: str, *,

@@ -7,8 +7,8 @@ NumPy sorts it in about 7 (:mod:`modelsql.metrics.ranks`). The query hands the f
 function never sees a label's type) and reads back per (class code ``c``, probability position ``i``, 1-based)
 the rows ``n``, the sum ``ln`` of their clipped log-probabilities (log loss), the sum ``r`` of their average
 ranks by that position's probability (NULL where the position is not ranked) and the count ``hits`` reaching
-the threshold; and over every probability their range ``lo``, ``hi``, the count ``bad`` of NaN or infinite ones
-and ``drift``, how far a row's probabilities sum from 1 at most.
+the threshold; and over every probability their range ``lo``, ``hi``, the count ``bad`` of rows with a NaN or
+infinite one and ``drift``, how far a row's probabilities sum from 1 at most.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def statistics(rows: pa.StructArray, ranked: Optional[int], threshold: Optional[
         entries = [e for part in parts for e in part]
     sums = scores.row_sums()
     return {"entries": entries, "lo": float(values.min()) if len(values) else None,
-            "hi": float(values.max()) if len(values) else None, "bad": int(np.count_nonzero(~np.isfinite(values))),
+            "hi": float(values.max()) if len(values) else None, "bad": scores.rows_not_finite(),
             "drift": float(np.abs(sums - 1.0).max()) if len(sums) else None}
 
 
@@ -154,6 +154,16 @@ class _Scores:
             return np.ascontiguousarray(self.values.reshape(-1, self.width or 1)[:, i]), self.codes
         have = np.diff(self.offsets) > i
         return self.values[self.offsets[:-1][have] + i], self.codes[have]
+
+    def rows_not_finite(self) -> int:
+        """The rows with a NaN or infinite probability."""
+        bad = ~np.isfinite(self.values)
+        if not bad.any():
+            return 0
+        if self.offsets is None:
+            return int(bad.reshape(-1, self.width or 1).any(axis=1).sum())
+        starts = self.offsets[:-1][np.diff(self.offsets) > 0]
+        return int(np.logical_or.reduceat(bad, starts).sum())
 
     def row_sums(self) -> np.ndarray:
         """Each non-empty row's sum, float64."""

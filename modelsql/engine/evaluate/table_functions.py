@@ -9,7 +9,7 @@ ML's ``ML.ROC_CURVE`` columns). Each is computed before the query is planned (re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from sqlglot import exp
@@ -22,7 +22,7 @@ from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
 from modelsql.sql.scopes import with_enclosing_ctes
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
-from modelsql.engine.evaluate.measure import Measured, evaluation_query, measure, run_sql
+from modelsql.engine.evaluate.measure import Measured, evaluation_query, measure, run_arrow
 from modelsql.engine.evaluate.score_stats import registered
 from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.explain import render_plan
@@ -184,13 +184,16 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes and {plan.name} "
                                f"probabilities of each (classes: {', '.join(map(repr, true)) or 'none'})",
                                code="invalid_target")
-    row = run_sql(queries.roc_sql(plan.predicted, where[positive], positive), session, params)
-    points: list[dict[str, Any]] = queries.as_dicts(row[0])
-    if points:  # scikit-learn's first point: above every probability (threshold infinity), nothing predicted positive
-        positives = points[0]["true_positives"] + points[0]["false_negatives"]
-        negatives = points[0]["false_positives"] + points[0]["true_negatives"]
-        points.insert(0, {"threshold": float("inf"), "recall": 0.0 if positives else None,
-                          "false_positive_rate": 0.0 if negatives else None, "true_positives": 0,
-                          "false_positives": 0, "true_negatives": negatives, "false_negatives": positives})
-    return pa.table([pa.array([p[c] for p in points], _ROC_SCHEMA.field(c).type) for c in _ROC_COLUMNS],
-                    schema=_ROC_SCHEMA)
+    table = run_arrow(queries.roc_sql(plan.predicted, where[positive], positive), session, params)
+    points = table.column(0).combine_chunks().flatten() if table.column(0).null_count == 0 else None
+    if points is None or len(points) == 0:
+        return _ROC_SCHEMA.empty_table()
+    columns = {c: points.field(c).cast(_ROC_SCHEMA.field(c).type) for c in _ROC_COLUMNS}
+    first = columns["true_positives"][0].as_py() + columns["false_negatives"][0].as_py()  # the positives
+    negatives = columns["false_positives"][0].as_py() + columns["true_negatives"][0].as_py()
+    # scikit-learn's first point: above every probability (threshold infinity), nothing predicted positive
+    start = {"threshold": float("inf"), "recall": 0.0 if first else None,
+             "false_positive_rate": 0.0 if negatives else None, "true_positives": 0, "false_positives": 0,
+             "true_negatives": negatives, "false_negatives": first}
+    return pa.table([pa.concat_arrays([pa.array([start[c]], _ROC_SCHEMA.field(c).type), columns[c]])
+                     for c in _ROC_COLUMNS], schema=_ROC_SCHEMA)

@@ -198,16 +198,17 @@ def _from_trial(session: Session, stmt: ImportModel, study, trial) -> Optional[t
 
 def _record_validation(session: Session, name: str, version: int, study, trial) -> Optional[EvaluationRow]:
     """EVALUATE, recorded, of the version made from a trial on the study's validation rows (VALIDATE ON, or the
-    rows TUNE held out with the study's seed); none for a study over trees or an array column, one read with
-    parameters, or one made before studies kept their validation fraction."""
+    rows TUNE held out with the study's seed, read again with the TUNE's ``?`` values); none for a study over trees
+    or an array column, or one made before studies kept their validation fraction or their parameters."""
     options = json.loads(study.options)
     fraction = options.get("validation_fraction")
+    params = list(options.get("parameters") or [])
     if options.get("trees") or len(options["features"]) != options.get("in_features") or (
-            study.validate_sql is None and fraction is None) or any(
-                study_query(sql).find(exp.Placeholder) for sql in (study.train_sql, study.validate_sql) if sql):
-        return None  # (a study read with parameters keeps no values of them: its rows cannot be read again)
+            study.validate_sql is None and fraction is None) or (not params and any(
+                study_query(sql).find(exp.Placeholder) for sql in (study.train_sql, study.validate_sql) if sql)):
+        return None  # (a study made before studies kept their parameters: its rows cannot be read again)
     data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
-                           fraction or 0.2, study.seed)
+                           fraction or 0.2, study.seed, params)
     x_val, y_val = data.data.x_val, data.data.y_val
     truth = [data.labels[i] for i in y_val.tolist()] if data.labels is not None else y_val.astype("float64")
     rows = pa.table({**{f: x_val[:, i] for i, f in enumerate(data.features)}, study.target: truth})
@@ -217,7 +218,7 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
                              input_text=f"STUDY {study.name} ({held} {source.removeprefix('SELECT * FROM ')})",
                              options={"study": study.name, "trial": trial.trial},
                              called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
-                             fingerprint=study_fingerprint(session, study.validate_sql))
+                             fingerprint=study_fingerprint(session, study.validate_sql, params))
 
 
 def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
@@ -242,7 +243,7 @@ def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
                      output_names=outputs, replace=bool(stmt.args.get("replace")),
                      if_not_exists=bool(stmt.args.get("exists")),
                      options={"study": study.name, "trial": str(trial.trial), "target": study.target},
-                     origin=study_origin(session, study, trial))
+                     origin=study_origin(session, study, trial, json.loads(study.options).get("parameters") or []))
 
 
 def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -> None:
@@ -280,7 +281,7 @@ def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -
     store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
                   {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
                    "trial": str(trial.trial), "target": study.target}, args, row_reason=batching(prog, None),
-                  origin=study_origin(session, study, trial))
+                  origin=study_origin(session, study, trial, json.loads(study.options).get("parameters") or []))
 
 
 def _trained_network(session: Session, study, trial):

@@ -47,7 +47,7 @@ from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_f
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Piecewise, Space, StepDecay
-from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_origin
+from modelsql.engine.evaluate.recording import record_evaluation, rows_fingerprint, study_fingerprint, study_origin
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
@@ -145,6 +145,7 @@ class _Study:
     parameters: list = field(default_factory=list)  # the statement's ? values (ON / VALIDATE ON read them)
     transforms: Optional[tuple[Transform, ...]] = None  # the model's TRANSFORM items (None: automatic preprocessing)
     model_version: int = 0  # the version of the model tuned (its hyper-parameters, TRANSFORM), 0: none
+    train_fingerprint: Optional[str] = None  # EVALUATE's fingerprint of the ON rows as TUNE read them
 
     @property
     def boosted(self) -> bool:
@@ -427,6 +428,7 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
                    base=study.base, features=list(study.data.rows.features), validation_fraction=study.fraction,
                    in_features=len(study.data.rows.kinds.columns), data=study.data.fingerprint,
                    parameters=study.parameters,
+                   **({"train_fingerprint": study.train_fingerprint} if study.train_fingerprint else {}),
                    **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}),
                    **({"imputed": list(study.data.rows.imputed)} if study.data.rows.imputed else {}))
     return StudyRow(study.name, study.model, study.model_version, study.algorithm, study.metric, study.mode, study.max_epochs,
@@ -441,6 +443,7 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
     """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
     study = bind_estimator_study(stmt, session, params, options, model_type, base, transforms, imputed)
     study.parameters = list(params)
+    study.train_fingerprint = rows_fingerprint(session, study.train_sql, params)
     existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
         return study_result(session, existing)

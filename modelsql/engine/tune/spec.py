@@ -66,6 +66,9 @@ class StudySpec:
         tree: the stage-tree key; ``definition`` the study's definition digest.
         time_budget_s: stop (resumably) after this many seconds, or None.
         device: where the stages train, ``"cpu"`` or ``"cuda:N"`` (the ``device`` option, ``'auto'`` resolved).
+        parameters: the statement's ``?`` values (ON / VALIDATE ON read them), kept so the rows can be read again.
+        train_fingerprint: EVALUATE's fingerprint of the ON rows as TUNE read them (a version made FROM STUDY
+            records it as the rows it was trained on), or None when they could not be hashed.
         search: the search algorithm, built once when the statement is bound (building it checks its options);
             the study's run asks and tells this object.
     """
@@ -99,6 +102,8 @@ class StudySpec:
     device: str = "cpu"
     validation_fraction: float = 0.2
     search: Optional[Algorithm] = field(default=None, compare=False, repr=False)
+    parameters: tuple = ()
+    train_fingerprint: Optional[str] = None
 
     def factory_params_of(self, hp: EpochHP) -> tuple[tuple[str, Any], ...]:
         """The factory's keyword arguments for an epoch: the trainable's defaults, then the search's."""
@@ -114,7 +119,9 @@ class StudySpec:
                        labels=list(self.labels) if self.labels is not None else None,
                        **({"trees": True} if isinstance(self.data.x, Trees) else {}),
                        **({"validation_fraction": self.validation_fraction} if self.validate_sql is None else {}),
-                       **({"device": self.device} if self.device != "cpu" else {}))
+                       **({"device": self.device} if self.device != "cpu" else {}),
+                       **({"parameters": list(self.parameters)} if self.parameters else {}),
+                       **({"train_fingerprint": self.train_fingerprint} if self.train_fingerprint else {}))
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),
                         self.train_sql, self.validate_sql, self.target, self.tree, self.definition, "running")
