@@ -36,6 +36,7 @@ from onnx import helper, numpy_helper
 from modelsql.errors import NotSupportedError, ProgrammingError
 from modelsql.converters import text
 from modelsql.converters.graph_edit import BATCH_DIM, dedupe_opsets, name_batch_dim, rename_value
+from modelsql.converters.label_values import with_label_values
 from modelsql.onnxformat.load import check_model
 
 __all__ = ["from_sklearn", "is_sklearn_estimator", "DEFAULT_OPSET", "ML_OPSET"]
@@ -489,6 +490,15 @@ def from_sklearn(
             ``n_features_required`` if the feature count is unknown;
             ``feature_mismatch`` if the names or ``n_features`` disagree with it.
     """
+    model, features = _convert_estimator(estimator, feature_names, n_features, name)
+    if is_classifier_fitted_on_booleans(estimator):  # BigQuery ML predicts a BOOL label for a BOOL target
+        model = with_label_values(model, "label", [False, True])
+    return model, features
+
+
+def _convert_estimator(estimator: Any, feature_names: Optional[Sequence[str]], n_features: Optional[int], name: str
+                       ) -> tuple[onnx.ModelProto, Optional[tuple[str, ...]]]:
+    """:func:`from_sklearn`'s conversion by skl2onnx (or modelsql's own text featurizers and linear heads)."""
     _require_sklearn()
     from skl2onnx.common.data_types import FloatTensorType
     from sklearn.base import is_classifier, is_regressor
@@ -525,3 +535,11 @@ def from_sklearn(
     _shape_targets(model, estimator, classifier, regressor, cls_name)
     check_model(model, f"the ONNX graph converted from the {cls_name}")
     return model, features
+
+
+def is_classifier_fitted_on_booleans(estimator: Any) -> bool:
+    """Whether a single-output classifier was fitted on booleans (``classes_`` ``[False, True]``): its converted
+    label output then holds their 0 / 1, which is each class's index."""
+    classes = getattr(_final_step(estimator), "classes_", None)
+    return (isinstance(classes, np.ndarray) and classes.dtype == np.bool_ and classes.ndim == 1
+            and classes.tolist() == [False, True])

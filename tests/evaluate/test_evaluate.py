@@ -410,12 +410,20 @@ def test_a_boolean_target_of_a_classifier_fitted_on_booleans(con):
     got = _evaluate(con, "EVALUATE MODEL cancer_bool ON (SELECT * REPLACE (malignant::BOOLEAN AS malignant) "
                          "FROM cancer) TARGET malignant")
     truth, predicted, _ = _predictions(con, "cancer_bool", "cancer", "malignant", 30)
+    assert predicted.dtype == bool  # BOOLEAN labels, as BigQuery ML predicts for a BOOL label
+    truth = truth.astype(bool)
     assert got["accuracy"] == pytest.approx(M.accuracy_score(truth, predicted), rel=1e-12)
-    for word, label in (("true", 1), ("false", 0)):  # the BOOLEAN target's own words name the classes 1 and 0
+    assert got["labels"] == ["False", "True"] and got["positive"] == "True"
+    for word, label in (("true", True), ("false", False)):  # the BOOLEAN target's own words name the classes
         named = _evaluate(con, "EVALUATE MODEL cancer_bool ON (SELECT * REPLACE (malignant::BOOLEAN AS malignant) "
                                f"FROM cancer) TARGET malignant WITH (positive = {word})")
         assert named["positive"] == str(label)
         assert named["recall"] == pytest.approx(M.recall_score(truth, predicted, pos_label=label), rel=1e-12)
+    # a classifier of 0 / 1 labels reads a BOOLEAN target as 0 / 1
+    as_int = _evaluate(con, "EVALUATE MODEL cancer_rf ON (SELECT * REPLACE (malignant::BOOLEAN AS malignant) FROM "
+                            "cancer) TARGET malignant WITH (positive = true)")
+    assert as_int["labels"] == ["0", "1"] and as_int["positive"] == "1"
+    assert as_int["accuracy"] == _evaluate(con, "EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant")["accuracy"]
 
 
 def test_two_integer_classes_without_1_take_the_greater_as_positive(con):

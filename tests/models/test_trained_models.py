@@ -272,6 +272,22 @@ def test_enum_features_and_whole_number_float_targets(con) -> None:
     assert 0.8 < metrics[5] <= 1.0  # accuracy
 
 
+def test_a_boolean_target_trains_a_model_predicting_booleans(con) -> None:
+    """As BigQuery ML's predicted label of a BOOL label column: BOOLEAN, equal to the hand-fitted estimator's."""
+    con.execute("CREATE TABLE cancer_bool AS SELECT * REPLACE (y::BOOLEAN AS y) FROM cancer")
+    con.execute("CREATE MODEL cancer_bool_lr WITH (model_type = 'logistic_reg', target = y, validation = 'none') "
+                "AS SELECT * FROM cancer_bool")
+    cur = con.execute("SELECT label FROM PREDICT(MODEL cancer_bool_lr, TABLE cancer_bool) ORDER BY id")
+    assert cur.description[0][1] == "BOOLEAN"
+    got = np.array([r[0] for r in cur.fetchall()])
+    frame = _frame(con, "cancer_bool", [f"f{i}" for i in range(8)] + ["y"])
+    want = _hand(Pipeline([("scale", StandardScaler()), ("model", LogisticRegression())]),
+                 frame[[f"f{i}" for i in range(8)]], frame["y"].to_numpy())
+    assert got.dtype == bool and (got == want.predict(frame[[f"f{i}" for i in range(8)]])).mean() > 0.99
+    evaluated = con.execute("EVALUATE MODEL cancer_bool_lr ON TABLE cancer_bool TARGET y").fetchone()
+    assert evaluated[12] == "True"  # the positive class
+
+
 def test_classes_that_are_never_predicted_still_give_log_loss_and_roc_auc(con) -> None:
     con.execute("CREATE TABLE rare AS SELECT i AS id, (i * 0.37) % 1 AS a, (i * 0.61) % 1 AS b, (i % 20 = 0)::INT AS y "
                 "FROM range(600) r(i)")

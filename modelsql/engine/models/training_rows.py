@@ -3,7 +3,7 @@
 The feature columns are chosen by PREDICT's rules (:func:`~modelsql.engine.training_features.training_features`:
 ``features = (...)``, else every column but the target and the key-like ones), each encoded by its type
 (:func:`modelsql.estimators.column_kind`); the target is read for the task: a classifier's class labels
-(integers, text, booleans as 0 / 1, or floats that are all whole numbers, read as integers), a regressor's
+(integers, text, booleans, or floats that are all whole numbers, read as integers), a regressor's
 numbers. Features are numbers (finite, and exact enough as float32, the type PREDICT feeds) or text (VARCHAR,
 ENUM); the names of the trained graph's outputs are refused as feature names. A NULL in a feature or the target
 is an error naming the column (``on_null = 'skip'`` leaves those rows out), as PREDICT's and EVALUATE's are, but in
@@ -273,7 +273,9 @@ def _classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
         values, arrow_type = values.cast(arrow_type.value_type), arrow_type.value_type
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
         return np.asarray(values.to_pylist(), dtype=object)
-    if pa.types.is_boolean(arrow_type) or pa.types.is_integer(arrow_type):
+    if pa.types.is_boolean(arrow_type):  # the model then predicts BOOLEAN labels, as BigQuery ML's does
+        return np.asarray(values.to_numpy(), dtype=bool)
+    if pa.types.is_integer(arrow_type):
         return np.asarray(pc.cast(values, pa.int64()).to_numpy(), dtype=np.int64)
     if pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type):
         numbers = np.asarray(pc.cast(values, pa.float64()).to_numpy(), dtype=np.float64)
