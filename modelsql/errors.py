@@ -196,6 +196,7 @@ CODES: dict[str, str] = {
     "parameter_not_supported": "a ? parameter where the statement takes only written values",
     "parameter_count": "the number of parameter values differs from the placeholders",
     "paramstyle": "parameters given as a mapping: modelsql's paramstyle is qmark (a sequence)",
+    "mixed_placeholders": "? placeholders mixed with numbered ones ($1, ?1) in a text with a PREDICT",
     "invalid_argument": "a bad argument of a Python API call (PEP 249 methods, callbacks)",
     "explain_not_supported": "a statement EXPLAIN cannot explain",
     "invalid_name": "a name that is not a valid model, pipeline or study name",

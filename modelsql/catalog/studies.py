@@ -11,11 +11,13 @@ to a study, so a second study over the same tree reuses them. :class:`Studies` i
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from dataclasses import dataclass, fields
 from typing import Any, Optional, Sequence
 
 from modelsql import errors
 from modelsql.catalog.owners import GRACE_SECONDS, Owner, owner_state, this_process
+from modelsql.catalog.study_parameters import restored_parameters
 
 __all__ = ["Studies", "Trainable", "StudyRow", "TrialRow", "StageRow"]
 
@@ -73,6 +75,12 @@ class StudyRow:
     owner_host: Optional[str] = None
     owner_start: Optional[str] = None
     heartbeat_at: Optional[_dt.datetime] = None
+
+    @property
+    def parameters(self) -> list:
+        """The ``?`` values of the TUNE statement that made the study (its ON / VALIDATE ON read them), as kept in
+        its options (:mod:`modelsql.catalog.study_parameters`); empty for none."""
+        return restored_parameters(json.loads(self.options or "{}").get("parameters") or [])
 
 
 @dataclass(frozen=True)

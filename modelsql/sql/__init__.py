@@ -386,6 +386,12 @@ def _qmark_offsets(sql: str, tokens: list[Token], base: int, out: list[int], num
             _qmark_offsets(inner, _tokenize(inner), base + offset, out, numbered)
 
 
+def _dollar_numbered(tokens: list[Token]) -> bool:
+    """Whether ``tokens`` hold a numbered ``$k`` placeholder."""
+    return any(tok.token_type == TokenType.PARAMETER and nxt.token_type == TokenType.NUMBER and nxt.start == tok.end + 1
+               for tok, nxt in zip(tokens, tokens[1:]))
+
+
 def number_placeholders(sql: str) -> tuple[str, int]:
     """Rewrite each qmark placeholder ``?`` to ``$1``, ``$2``, ... in textual order.
 
@@ -419,7 +425,13 @@ def numbered_offsets(sql: str) -> tuple[str, int, list[int]]:
     """
     offsets: list[int] = []
     numbered: list[int] = []
-    _qmark_offsets(sql, _tokenize(sql), 0, offsets, numbered)
+    tokens = _tokenize(sql)
+    _qmark_offsets(sql, tokens, 0, offsets, numbered)
+    if offsets and (numbered or _dollar_numbered(tokens)):
+        line, column = position_of(sql, offsets[0])
+        raise ProgrammingError("The text mixes ? placeholders with numbered ones ($1, ?1), which DuckDB numbers one "
+                               "after the other (?1, ? reads as ?1, ?2): write every placeholder one way.\n"
+                               + excerpt(sql, line, column, 1), code="mixed_placeholders", line=line, column=column)
     for at in numbered:  # DuckDB's ?NNN is $NNN, which the planner reads (the same length: offsets stay)
         sql = f"{sql[:at]}${sql[at + 1:]}"
     parts: list[str] = []

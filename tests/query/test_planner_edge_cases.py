@@ -160,6 +160,10 @@ def test_numbered_qmark_placeholders_work_around_a_predict_as_duckdb_reads_them(
     with pytest.raises(modelsql.ProgrammingError) as info:
         two.execute("SELECT nope FROM PREDICT(MODEL m1, (SELECT ?1 AS a, 1.0 AS b))", [1.0])
     assert info.value.code == "binder_error" and info.value.column == 8  # the excerpt maps back, ?1 and all
+    with pytest.raises(modelsql.ProgrammingError) as info:  # DuckDB reads ?1, ? as ?1, ?2: never guessed
+        two.execute("SELECT ?1 AS x, ? AS z, y FROM PREDICT(MODEL m1, (SELECT ?1 AS a, 1.0 AS b))", [1.0, 2.0])
+    assert info.value.code == "mixed_placeholders" and info.value.column == 17
+    two.rollback()
 
 
 def test_an_error_in_a_later_statement_points_into_the_whole_text(two):

@@ -6,6 +6,7 @@ Real DuckDB files, real training, iris data."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import textwrap
 
@@ -202,18 +203,33 @@ def test_a_python_programs_example_table_leaves_its_keys_out(con, tmp_path, monk
 
 def test_from_study_of_a_study_read_with_parameters_records_its_rows_as_tune_read_them(con):
     """A study read with ``?`` keeps their values and EVALUATE's fingerprint of its ON rows as TUNE read them: the
-    version made FROM STUDY is evaluated on the held-out rows and its lineage digest is those rows' fingerprint,
-    even after the table changed (BEST BY then knows them as its training rows)."""
+    version made FROM STUDY is evaluated on the held-out rows, read again with the kept values, and its lineage
+    digest is those rows' fingerprint. Once the rows changed, the digest stays TUNE's and no evaluation is recorded
+    (the rows split again would hold rows the version was trained on)."""
     cur = con.cursor()
     on = "(SELECT * FROM flowers WHERE id >= ? AND sepal_length > ?)"
     cur.execute(TUNE.format(on=on, extra=""), [0, 0.0])
     assert cur.fetchone()[1] == "finished"
     expected = cur.execute(f"SELECT count(*) FROM {on.replace('?', '0')}").fetchone()[0]
+    cur.execute("CREATE MODEL best FROM STUDY mlp_study")
+    cur.execute("CREATE OR REPLACE TABLE flowers_now AS SELECT * FROM flowers")
     cur.execute("DELETE FROM flowers WHERE id % 2 = 0")  # the rows change after the TUNE
     con.commit()
-    cur.execute("CREATE MODEL best FROM STUDY mlp_study")
-    digest = cur.execute("SELECT digest FROM modelsql.model_origins WHERE name = 'best'").fetchone()[0]
-    assert digest is not None and digest.startswith(f"rows:{expected}:")
-    evaluated = cur.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'best'").fetchone()[0]
-    assert evaluated == 1  # the held-out rows, read again with the kept values
+    cur.execute("CREATE OR REPLACE MODEL best FROM STUDY mlp_study")
+    digests = cur.execute("SELECT version, digest FROM modelsql.model_origins WHERE name = 'best' ORDER BY version"
+                          ).fetchall()
+    assert [v for v, _ in digests] == [1, 2] and digests[0][1] == digests[1][1]
+    assert digests[0][1].startswith(f"rows:{expected}:")
+    evaluated = cur.execute("SELECT version FROM modelsql.evaluations WHERE name = 'best'").fetchall()
+    assert evaluated == [(1,)]  # the held-out rows of the TUNE's rows; none once they changed
 
+
+def test_parameters_in_on_and_validate_on_each_read_their_own(con):
+    """ON and VALIDATE ON each take the statement's values they name (both were given every value: a mismatch)."""
+    cur = con.cursor()
+    cur.execute("TUNE MODEL mlp ON (SELECT * FROM flowers WHERE id >= ?) VALIDATE ON (SELECT * FROM flowers_val "
+                "WHERE id >= ? AND ? IS NOT NULL) TARGET label SEARCH (lr = 0.05, batch_size = 32) USING GRID "
+                "WITH (max_epochs = 1, seed = 0)", [0, 0, datetime.timedelta(days=4)])
+    assert cur.fetchone()[1] == "finished"
+    cur.execute("CREATE MODEL best FROM STUDY mlp_study")  # the values kept, an interval among them
+    assert cur.execute("SELECT rows FROM modelsql.evaluations WHERE name = 'best'").fetchall() == [(50,)]

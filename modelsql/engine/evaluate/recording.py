@@ -42,9 +42,8 @@ def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> s
     values = [params[k - 1] for k in used] or None
     described = duck.execute(f"DESCRIBE {sql}", values).fetchall()
     columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
-    row = duck.execute(fingerprint_sql(columns, f"({sql})"), values).fetchone()
-    assert row is not None  # an aggregate has one row
-    return fingerprint_text(row[0], row[1])
+    rows = duck.execute(fingerprint_sql(columns, f"({sql})"), values).fetchall()  # (all: no result left open)
+    return fingerprint_text(rows[0][0], rows[0][1])
 
 
 def query_fingerprint(session: Session, query: exp.Expression, params: Sequence[Any]) -> str:

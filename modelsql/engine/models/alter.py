@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from modelsql import sql as msql
 from sqlglot import exp
 
 from modelsql.duckdb_errors import translate
@@ -53,7 +54,7 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     source = stmt.args.get("source")
     fingerprint = _fingerprint(session, source, params) if source is not None else None
     with catalog_write(session) as catalog:
-        chosen = best_version(session, name, metric, fingerprint)
+        chosen = best_version(session, name, metric, fingerprint, _input_text(source))
         catalog.aliases.set(name, alias, chosen["version"])
     columns = [("model", "VARCHAR"), ("alias", "VARCHAR"), ("version", "INTEGER"), ("metric", "VARCHAR"),
                ("value", "DOUBLE"), ("input", "VARCHAR"), ("evaluation", "BIGINT"), ("versions_compared", "INTEGER"),
@@ -131,7 +132,16 @@ class _Evaluated:
     options: dict
 
 
-def best_version(session: Session, name: str, metric: str, fingerprint: Optional[str]) -> dict[str, Any]:
+def _input_text(source: Optional[exp.Expression]) -> Optional[str]:
+    """BEST BY's ON as EVALUATE records an input (``TABLE t``, or the query as written)."""
+    if source is None:
+        return None
+    text = source.sql(dialect=msql.DIALECT)
+    return f"TABLE {text}" if isinstance(source, exp.Table) else text
+
+
+def best_version(session: Session, name: str, metric: str, fingerprint: Optional[str],
+                 input_text: Optional[str] = None) -> dict[str, Any]:
     """The version of model ``name`` whose latest evaluation on one set of rows scores best by ``metric`` (see the
     module): ``{"version", "value", "input", "evaluation", "compared", "left_out"}``.
 
@@ -146,7 +156,8 @@ def best_version(session: Session, name: str, metric: str, fingerprint: Optional
     rows, own_rows = _evaluations(session, name, fingerprint)
     scored = [r for r in rows if r.metrics.get(metric) is not None]
     if not scored:
-        raise _no_evaluation(name, metric, fingerprint, own_rows, _skipping_inputs(session, name, fingerprint))
+        raise _no_evaluation(name, metric, fingerprint, own_rows,
+                             _skipping_inputs(session, name, metric, input_text) if fingerprint is not None else [])
     on_those = [r for r in rows if r.fingerprint == scored[0].fingerprint]  # the rows of the newest evaluation
     with_value = [r for r in on_those if r.metrics.get(metric) is not None]
     scoring = _most_shared_scoring(metric, with_value)
@@ -186,13 +197,12 @@ def _evaluations(session: Session, name: str, fingerprint: Optional[str]) -> tup
     return kept, own
 
 
-def _skipping_inputs(session: Session, name: str, fingerprint: Optional[str]) -> list[str]:
-    """The inputs of the model's evaluations made with ``on_null = 'skip'`` (recorded on the rows they evaluated,
-    not every row of their input), when BEST BY names rows (``fingerprint``)."""
-    if fingerprint is None:
-        return []
+def _skipping_inputs(session: Session, name: str, metric: str, input_text: Optional[str]) -> list[str]:
+    """The inputs of the model's evaluations with ``metric`` made with ``on_null = 'skip'`` (recorded on the rows
+    they evaluated, not every row of their input) on BEST BY's ON as written (``input_text``)."""
     rows = session.catalog.query("SELECT DISTINCT input FROM {s}.evaluations WHERE kind = 'model' AND name = ? AND "
-                                 "options ->> 'on_null' = 'skip' ORDER BY input", [name])
+                                 "options ->> 'on_null' = 'skip' AND input = ? AND metrics ->> ? IS NOT NULL",
+                                 [name, input_text, metric])
     return [str(r[0]) for r in rows]
 
 

@@ -29,7 +29,8 @@ from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.factories import factory_digest, resolve_factory
 from modelsql.tuning.training import for_inference, load_trained
-from modelsql.engine.evaluate.recording import record_evaluation, study_fingerprint, study_origin, study_query
+from modelsql.engine.evaluate.recording import (record_evaluation, rows_fingerprint, study_fingerprint, study_origin,
+                                                study_query)
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.tune.data import load_study_data
@@ -202,11 +203,14 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
     or an array column, or one made before studies kept their validation fraction or their parameters."""
     options = json.loads(study.options)
     fraction = options.get("validation_fraction")
-    params = list(options.get("parameters") or [])
+    params = study.parameters
     if options.get("trees") or len(options["features"]) != options.get("in_features") or (
             study.validate_sql is None and fraction is None) or (not params and any(
                 study_query(sql).find(exp.Placeholder) for sql in (study.train_sql, study.validate_sql) if sql)):
         return None  # (a study made before studies kept their parameters: its rows cannot be read again)
+    kept = options.get("train_fingerprint")
+    if kept is not None and rows_fingerprint(session, study.train_sql, params) != kept:
+        return None  # the ON rows changed (or are gone) since the TUNE: split again, "held-out" rows were trained on
     data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
                            fraction or 0.2, study.seed, params)
     x_val, y_val = data.data.x_val, data.data.y_val
@@ -243,7 +247,7 @@ def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:
                      output_names=outputs, replace=bool(stmt.args.get("replace")),
                      if_not_exists=bool(stmt.args.get("exists")),
                      options={"study": study.name, "trial": str(trial.trial), "target": study.target},
-                     origin=study_origin(session, study, trial, json.loads(study.options).get("parameters") or []))
+                     origin=study_origin(session, study, trial, study.parameters))
 
 
 def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -> None:
@@ -281,7 +285,7 @@ def _import_trained_program(session: Session, stmt: ImportModel, study, trial) -
     store_program(session, stmt, "modelsql.tuning.inference:TrainedNetwork", prog, "eager",
                   {"python": f"modelsql.tuning.inference:TrainedNetwork of {trainable.factory}", "study": study.name,
                    "trial": str(trial.trial), "target": study.target}, args, row_reason=batching(prog, None),
-                  origin=study_origin(session, study, trial, json.loads(study.options).get("parameters") or []))
+                  origin=study_origin(session, study, trial, study.parameters))
 
 
 def _trained_network(session: Session, study, trial):

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from modelsql import sql as msql
 from modelsql.errors import DataError, ProgrammingError
 from modelsql.engine.tune.columns import column_numpy
+from modelsql.engine.query.bind_statement import renumber
 from modelsql.recursive.trees import Trees
 from modelsql.tuning.training import TrainData
 from modelsql.engine.training_features import training_features
@@ -47,8 +49,17 @@ class StudyData:
 
 
 def read_table(session: Session, sql: str, params: Sequence, what: str) -> pa.Table:
+    """The rows of ``sql`` (``$k``: the statement's ``params[k - 1]``, of which ON and VALIDATE ON each use some).
+
+    Raises:
+        the DuckDB error, translated and named for ``what`` (``ON``, ``VALIDATE ON``).
+    """
     try:
-        return session.duck.sql(sql, params=list(params) or None).to_arrow_table()
+        values: list = []
+        if params:
+            sql, used = renumber(msql.parse(sql)[0])
+            values = [params[k - 1] for k in used]
+        return session.duck.sql(sql, params=values or None).to_arrow_table()
     except Exception as exc:  # noqa: BLE001 - the DuckDB error, named for the clause it came from
         from modelsql.duckdb_errors import translate
 

@@ -38,6 +38,7 @@ from sqlglot import exp
 from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import StudyRow, TrialRow
+from modelsql.catalog.study_parameters import kept_parameters
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
 from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, hyperparameters_from_text,
                                  hyperparameters_text, imputed_columns, resolve_model_type,
@@ -427,7 +428,7 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
     options = dict(study.algorithm_options, model_type=study.model_type.name, estimator=study.model_type.estimator,
                    base=study.base, features=list(study.data.rows.features), validation_fraction=study.fraction,
                    in_features=len(study.data.rows.kinds.columns), data=study.data.fingerprint,
-                   parameters=study.parameters,
+                   parameters=kept_parameters(study.parameters),
                    **({"train_fingerprint": study.train_fingerprint} if study.train_fingerprint else {}),
                    **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}),
                    **({"imputed": list(study.data.rows.imputed)} if study.data.rows.imputed else {}))
@@ -525,7 +526,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     validate = (msql.parse(f"SELECT * FROM {study.validate_sql}")[0].args["from_"].this
                 if study.validate_sql else None)
     node = TuneModel(this=stmt.this, train=source, validate=validate, target=exp.to_identifier(study.target))
-    data = _data(session, node, list(options.get("parameters") or []), model_type, tuple(options["features"]),
+    data = _data(session, node, study.parameters, model_type, tuple(options["features"]),
                  options["validation_fraction"], study.seed, tuple(options.get("imputed") or ()))
     if data.fingerprint != options.get("data"):
         raise ProgrammingError(f'CREATE MODEL {name} FROM STUDY {study.name}: the rows of the study\'s ON / VALIDATE ON '
@@ -554,7 +555,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
                  **({"transforms": options["transforms"], "transform": transforms_text(transforms)}
                     if transforms is not None else {}),
                  **({"imputed": json.dumps(list(data.rows.imputed))} if data.rows.imputed else {})},
-        origin=study_origin(session, study, trial, options.get("parameters") or []))
+        origin=study_origin(session, study, trial, study.parameters))
     held = "VALIDATE ON" if study.validate_sql else "validation rows held out of"
     rows = data.valid_rows.table.take(pa.array(data.valid, pa.int64()))
     try:
@@ -563,7 +564,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
             input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
             options={"study": study.name, "trial": trial.trial},
             called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
-            fingerprint=study_fingerprint(session, study.validate_sql, options.get("parameters") or []))
+            fingerprint=study_fingerprint(session, study.validate_sql, study.parameters))
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise

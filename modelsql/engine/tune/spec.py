@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from modelsql.recursive.trees import Trees
 from modelsql.catalog.studies import StudyRow, Trainable
+from modelsql.catalog.study_parameters import kept_parameters
 from modelsql.errors import ProgrammingError
 from modelsql.tuning.algorithms import Algorithm
 from modelsql.tuning.space import Choice, IntRange, LogUniform, Piecewise, Space, StepDecay, Uniform
@@ -120,7 +121,7 @@ class StudySpec:
                        **({"trees": True} if isinstance(self.data.x, Trees) else {}),
                        **({"validation_fraction": self.validation_fraction} if self.validate_sql is None else {}),
                        **({"device": self.device} if self.device != "cpu" else {}),
-                       **({"parameters": list(self.parameters)} if self.parameters else {}),
+                       **({"parameters": kept_parameters(self.parameters)} if self.parameters else {}),
                        **({"train_fingerprint": self.train_fingerprint} if self.train_fingerprint else {}))
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),
