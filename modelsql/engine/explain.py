@@ -52,6 +52,13 @@ def explain_parts(stmt: exp.Expression) -> Optional[tuple[str, str]]:
     return f"EXPLAIN {m.group(1)} ", body[m.end():]
 
 
+def _in_place(text: str, body: str) -> str:
+    """``body`` (an EXPLAIN's statement) preceded by blanks standing for what comes before it in ``text`` (newlines
+    kept): its nodes' offsets are then those of the statement text, so an error points where the user wrote it."""
+    at = text.find(body) if text else -1
+    return re.sub(r"[^\n]", " ", text[:at]) + body if at > 0 else body
+
+
 def reads_only_explain(stmt: exp.Expression) -> bool:
     """Whether an EXPLAIN leaves cached plans valid: a plain EXPLAIN of a query (EXPLAIN ANALYZE runs its
     statement, which may write; another command is not ours to judge)."""
@@ -68,7 +75,7 @@ def _explain(stmt: exp.Command, session: Session, params: list) -> Result:
     if parts is None:
         return run_default(stmt, session, params)
     prefix, body = parts
-    inner = msql.parse(body)
+    inner = msql.parse(_in_place(session.text, body))
     if len(inner) != 1:
         raise ProgrammingError("EXPLAIN takes exactly one statement.", code="parse_error")
     if isinstance(inner[0], TuneModel):

@@ -380,6 +380,15 @@ class Session:
         """``err`` with a ``LINE n:`` excerpt under the name ``ref`` holds (:func:`catalog_entries.pointed`)."""
         return catalog_entries.pointed(self.text, err, ref)
 
+    def pointed_at_option(self, err: Error, option: Optional[exp.Expression]) -> Error:
+        """``err`` pointed at ``option`` (the ``name = value`` it is about, written in the statement; None: ``err``
+        as it is), in place of any excerpt it had (one drawn over SQL the statement generated, a PREDICT's)."""
+        if option is None:
+            return err
+        bare = type(err)(str(err).split("\nLINE ")[0], code=err.code)
+        bare.option, bare.hyperparameter = err.option, err.hyperparameter
+        return self.pointed(bare, option)
+
     def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,
                   pipeline: bool = False, models: Optional[dict] = None):
         """The catalog entry (a model version, or with ``pipeline`` a pipeline version); a lookup error points

@@ -116,9 +116,11 @@ class ModelType:
                 ours = _regularisation_hint(name.lower(), known) or BIGQUERY_OPTIONS.get(name.lower())
                 hint = (f" {name} is BigQuery ML's option; here write {ours}." if ours else
                         did_you_mean(name, list(known.values())))
-                raise ProgrammingError(
+                err = ProgrammingError(
                     f"model_type {self.name!r} ({self.estimator.split(':')[1]}) has no hyper-parameter {name!r}."
                     f"{hint} It takes: {', '.join(sorted(known.values()))}.", code="unknown_hyperparameter")
+                err.option = name  # (a statement's error points at the option so named)
+                raise err
             out[known[name.lower()]] = value
         return out
 
@@ -223,9 +225,11 @@ def resolve_model_type(name: Any) -> ModelType:
 
         predictors = (ClassifierMixin, RegressorMixin, ClusterMixin)
         names = [*MODEL_TYPES, *(n for n, cls in _registry() if issubclass(cls, predictors))]
-        raise ProgrammingError(
+        err = ProgrammingError(
             f"model_type {text!r} does not exist.{did_you_mean(text, names)} Model types: {', '.join(MODEL_TYPES)}, "
             "or a scikit-learn estimator class name ('ExtraTreesClassifier').", code="unknown_model_type")
+        err.option = "model_type"
+        raise err
     return found
 
 

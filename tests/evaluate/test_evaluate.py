@@ -784,12 +784,23 @@ def test_a_target_that_the_model_is_fed_is_refused(con):
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (positive = 9)", "positive = 9"),  # found reading the rows
     ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, TARGET => y, average => 'nope')", "average => 'nope'"),
     ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 'x')", "batch_size => 'x'"),
+    ("EXPLAIN SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 'x')", "batch_size => 'x'"),
+    ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, features => (f0, f1, f2, zz))", "features =>"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (features = (f0, f1))", "features = (f0"),  # PREDICT's error
+    ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, target => y, features => (f0, f1))", "features => (f0"),
+    ("EXPLAIN ANALYZE SELECT * FROM PREDICT(MODEL nope, TABLE iris)", "nope"),  # (EXPLAIN's own offset)
+    ("EXPLAIN SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, TARGET => y, threshold => 5)", "threshold => 5"),
     ("CREATE MODEL bad WITH (model_type = 'logistic_reg', target = y, C = 'abc') AS SELECT * FROM iris", "C = 'abc'"),
     ("CREATE MODEL bad WITH (model_type = 'logistic_reg', target = y, validation = 2.5) AS SELECT * FROM iris",
      "validation = 2.5"),
+    ("CREATE MODEL bad WITH (model_type = 'logistic_reg', target = y, nosuch = 1) AS SELECT * FROM iris", "nosuch = 1"),
+    ("CREATE MODEL bad WITH (model_type = 'logistic_regg', target = y) AS SELECT * FROM iris", "model_type = 'logistic_regg'"),
+    ("CREATE MODEL bad WITH (model_type = 'logistic_reg', target = zz) AS SELECT * FROM iris", "target = zz"),
+    ("TUNE MODEL bad ON TABLE iris TARGET y SEARCH (max_dpth = CHOICE(1, 2)) USING GRID WITH (model_type = "
+     "'decision_tree_classifier')", "max_dpth = CHOICE(1, 2)"),
 ])
 def test_an_error_about_an_option_points_at_the_option(con, sql, option):
-    with pytest.raises(modelsql.ProgrammingError) as info:
+    with pytest.raises((modelsql.ProgrammingError, modelsql.DataError)) as info:
         con.execute(sql)
     line, carets = str(info.value).split("\nLINE 1: ", 1)[1].splitlines()[:2]
     column = carets.index("^") - len("LINE 1: ")

@@ -233,3 +233,11 @@ def test_parameters_in_on_and_validate_on_each_read_their_own(con):
     assert cur.fetchone()[1] == "finished"
     cur.execute("CREATE MODEL best FROM STUDY mlp_study")  # the values kept, an interval among them
     assert cur.execute("SELECT rows FROM modelsql.evaluations WHERE name = 'best'").fetchall() == [(50,)]
+
+
+def test_an_option_error_of_explain_tune_points_at_the_option(con):
+    sql = "EXPLAIN\n  " + TUNE.format(on="TABLE flowers", extra=", max_epochs = 0").replace("max_epochs = 1, ", "")
+    with pytest.raises(ProgrammingError) as info:
+        con.cursor().execute(sql)
+    line = sql.splitlines()[1]
+    assert (info.value.line, info.value.column) == (2, line.index("max_epochs = 0") + 1)

@@ -91,7 +91,7 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
         if function == "ROC_CURVE":
             return _roc_table(plan, done, session, params)
     except Error as err:  # an error about an option points at it in the SQL
-        raise session.pointed(err, option_node(node.args.get("options"), getattr(err, "option", None))) from None
+        raise session.pointed_at_option(err, option_node(node.args.get("options"), getattr(err, "option", None))) from None
     columns, row = result_row(EvaluationRow(plan.kind, plan.name, plan.version, plan.task, plan.target,
                                             plan.input_text, done.fingerprint, done.rows, done.metrics, {}))
     return pa.table({name: pa.array([value], _ARROW[kind]) for (name, kind), value in zip(columns, row)})
@@ -106,9 +106,12 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
     Raises:
         as :func:`evaluation_table`'s binding.
     """
-    stmt = _as_statement(node)
-    plan = bind_evaluate(stmt, session, params)
-    _check_task(node.args["function"], plan)
+    try:
+        stmt = _as_statement(node)
+        plan = bind_evaluate(stmt, session, params)
+        _check_task(node.args["function"], plan)
+    except Error as err:  # an error about an option points at it in the SQL
+        raise session.pointed_at_option(err, option_node(node.args.get("options"), getattr(err, "option", None))) from None
     query = evaluation_query(plan)
     with registered(query.functions, session.duck):
         out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params,

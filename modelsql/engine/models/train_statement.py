@@ -176,7 +176,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     try:
         return _create_trained_model(stmt, session, params)
     except Error as err:  # an error about an option or a hyper-parameter points at it in the SQL
-        raise session.pointed(err, option_node(stmt.args.get("options"), getattr(err, "option", None))) from None
+        raise session.pointed_at_option(err, option_node(stmt.args.get("options"), getattr(err, "option", None))) from None
 
 
 def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> Result:

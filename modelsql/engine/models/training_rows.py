@@ -136,8 +136,10 @@ def find_column(columns: Sequence[str], name: str, statement: str, what: str) ->
     """
     found = next((c for c in columns if c.lower() == name.lower()), None)
     if found is None:
-        raise ProgrammingError(f'{statement}: {what} column "{name}" not found.{did_you_mean(name, columns)} '
+        err = ProgrammingError(f'{statement}: {what} column "{name}" not found.{did_you_mean(name, columns)} '
                                f"Columns: {', '.join(columns)}.", code="column_not_found")
+        err.option = "target" if what == "TARGET" else None  # (the statement's error points at its option)
+        raise err
     return found
 
 

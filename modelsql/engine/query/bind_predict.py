@@ -366,34 +366,36 @@ def _need_numeric(col: Column, spec: TensorSpec, allow_bool: bool, where: str) -
         )
 
 
+def _about_features(err: ProgrammingError) -> ProgrammingError:
+    """``err``, about the ``features`` (its ``option`` names them: a statement points at its option)."""
+    err.option = "features"
+    return err
+
+
 def _bind_features(inputs: Sequence[TensorSpec], features: Sequence[str], columns: Sequence[Column],
                    by_name: dict[str, Column], fed: _Arguments, imputed: frozenset[str] = frozenset()) -> None:
     """Rule 1: the named ``features`` (the PREDICT's, else the catalog's) feed the model's single input, in order
     (one scalar column feeding an input the model imputes is fed as the column it is, NULLs included)."""
     where = fed.where
     if len(inputs) != 1:
-        raise ProgrammingError(
+        raise _about_features(ProgrammingError(
             f"{where}: features = (...) applies to a model with one input; this model has "
             f"{len(inputs)} ({', '.join(i.name for i in inputs)}), which bind to columns of the same names.",
-            code="feature_mismatch",
-        )
+            code="feature_mismatch"))
     spec = inputs[0]
     shape = row_shape(spec)
     width = row_width(shape)
     if width is not None and width != len(features):
-        raise ProgrammingError(
+        raise _about_features(ProgrammingError(
             f'{where}: input "{spec.name}" takes {width} values per row, but {len(features)} features are named.',
-            code="feature_mismatch",
-        )
+            code="feature_mismatch"))
     cols = []
     for f in features:
         col = by_name.get(f.lower())
         if col is None:
-            raise ProgrammingError(
+            raise _about_features(ProgrammingError(
                 f'{where}: feature column "{f}" is not in the input.{did_you_mean(f, [c.name for c in columns])}'
-                f" Columns: {', '.join(c.name for c in columns)}.",
-                code="column_not_found",
-            )
+                f" Columns: {', '.join(c.name for c in columns)}.", code="column_not_found"))
         cols.append(col)
     if shape is None or width is None:
         shape = (len(cols),)

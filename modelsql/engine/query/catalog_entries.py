@@ -29,7 +29,9 @@ def pointed(text: str, err: Error, ref: Optional[exp.Expression]) -> Error:
         return err
     assert ref is not None  # start is None without it
     line, column = position_of(text, start)
-    return type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
+    out = type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
+    out.option, out.hyperparameter = err.option, err.hyperparameter  # (what it is about, for a statement above)
+    return out
 
 
 def entry_of(ctx: PlanningContext, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,

@@ -128,9 +128,10 @@ def bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
 def _node_of(stmt: TuneModel, err: Error):
     """The part of the statement ``err`` is about: a ``WITH`` option, a SEARCH item, or the TARGET."""
     option = err.option
-    hp = err.hyperparameter
-    if option is not None:
-        return option_node(stmt.args.get("options"), option)
+    hp = err.hyperparameter or option  # (a model type's hyper-parameter errors name it as an option)
+    written = option_node(stmt.args.get("options"), option)
+    if written is not None:
+        return written
     if hp is not None:
         return next((i for i in stmt.args["search"] if i.this.name.lower() == hp.split(".")[0].lower()), None)
     if getattr(err, "target", False):
@@ -305,7 +306,10 @@ def _describe(*columns: tuple[str, str]) -> list[tuple]:
 def explain_tune(stmt: TuneModel, session: Session, params: list) -> Result:
     """``EXPLAIN TUNE ...``: the stage tree of the study's first round, planned (nothing trains), with its
     estimated cost against trial-based execution (epochs, and time at the measured or a default rate)."""
-    options = _options(stmt, params)
+    try:
+        options = _options(stmt, params)
+    except Error as err:
+        raise session.pointed(err, _node_of(stmt, err)) from None
     if options["objective"] is not None or estimator_type(session, stmt.this.model_name.lower(),
                                                           stmt.this.version_number, options):
         raise NotSupportedError("EXPLAIN TUNE shows a trainable's stage tree; a scikit-learn model type's or a Python "
