@@ -118,8 +118,9 @@ def classification_sql(predicted: Predicted, threshold: Optional[float], positio
     number ``c``, probability position ``i``) the rows ``n``, the sum ``ln`` of their clipped log-probabilities,
     the sum ``r`` of their average ranks by that position's probability (only at position ``ranked`` when given:
     a binary model's positive class; NULL elsewhere) and the count ``hits`` reaching the ``threshold``; over all
-    the probabilities their range ``lo``, ``hi``, the count ``bad`` of NaN or infinite ones and ``drift``, how far
-    a row's probabilities sum from 1 at most (a classifier's sum to 1; decision scores, even in [0, 1], do not)."""
+    the probabilities their range ``lo``, ``hi``, the count ``bad`` of rows with a NaN or infinite one, and
+    ``drift``, how far a row's probabilities sum from 1 at most (a classifier's sum to 1; decision scores, even in
+    [0, 1], do not)."""
     confusion = ("(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
                  "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion")
     common = _COMMON.format(not_numbers="0")
