@@ -119,8 +119,9 @@ def study_lineage(session: Session, sql: str, params: Sequence[Any] = ()) -> Opt
 def study_origin(session: Session, study: Any, trial: Any, params: Sequence[Any] = ()) -> Origin:
     """The origin of a version made FROM STUDY (``study``, ``trial``: the catalog's rows): the statement, the
     fingerprint of the study's training rows as TUNE read them (kept in its options; for a study made before they
-    were kept, as they are now: :func:`study_lineage`, its ``$k`` the TUNE's ``params``), the study and trial, and the model version it tuned (a trainable's, or a model trained in SQL that
-    it started from; none when ``study.model_version`` is 0)."""
+    were kept, as they are now: :func:`study_lineage`, its ``$k`` the TUNE's ``params``), the study and trial, and
+    the model version it tuned (a trainable's, or a model trained in SQL that it started from; none when
+    ``study.model_version`` is 0)."""
     parent = ({"parent_kind": "model", "parent_name": study.model, "parent_version": study.model_version}
               if study.model_version else {})
     stored = json.loads(study.options or "{}").get("train_fingerprint")  # as TUNE read them (older studies: now)
