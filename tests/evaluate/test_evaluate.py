@@ -786,6 +786,8 @@ def test_a_target_that_the_model_is_fed_is_refused(con):
     ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 'x')", "batch_size => 'x'"),
     ("EXPLAIN SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 'x')", "batch_size => 'x'"),
     ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, features => (f0, f1, f2, zz))", "features =>"),
+    ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 1, batch_size => 2)", "batch_size => 2"),  # the repeat
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'macro', \"average\" = 'micro')", '"average" ='),
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (features = (f0, f1))", "features = (f0"),  # PREDICT's error
     ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, target => y, features => (f0, f1))", "features => (f0"),
     ("EXPLAIN ANALYZE SELECT * FROM PREDICT(MODEL nope, TABLE iris)", "nope"),  # (EXPLAIN's own offset)
@@ -805,6 +807,8 @@ def test_an_error_about_an_option_points_at_the_option(con, sql, option):
     line, carets = str(info.value).split("\nLINE 1: ", 1)[1].splitlines()[:2]
     column = carets.index("^") - len("LINE 1: ")
     assert line[column:].startswith(option) and info.value.column == sql.index(option) + 1
+    if option.startswith('"'):  # a quoted name underlined with its quotes
+        assert carets.count("^") == option.index('"', 1) + 1
     con.rollback()
 
 

@@ -15,7 +15,7 @@ from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate.binding import bind_evaluate
 from modelsql.engine.evaluate.measure import measure
 from modelsql.engine.handlers import catalog_record, handles
-from modelsql.engine.options import option_node
+from modelsql.engine.options import option_of
 from modelsql.engine.result import Result
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _evaluate(stmt: EvaluateModel, session: Session, params: list) -> Result:
         plan = bind_evaluate(stmt, session, params)
         done = measure(stmt, plan, session, params)
     except Error as err:  # an error about an option points at it in the SQL
-        raise session.pointed_at_option(err, option_node(stmt.args.get("options"), getattr(err, "option", None))) from None
+        raise session.pointed_at_option(err, option_of(stmt.args.get("options"), err)) from None
     options = {k: v for k, v in plan.options.items() if v is not None}
     metrics = {k: v for k, v in done.metrics.items() if k != "positive_class"}
     with catalog_record(session) as catalog:  # in the user's transaction: their ROLLBACK discards it too

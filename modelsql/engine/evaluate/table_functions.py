@@ -28,7 +28,7 @@ from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.explain import render_plan
 from modelsql.engine.handlers import computes, explains
 from modelsql.engine.query_handler import run_query
-from modelsql.engine.options.schema import option_error, option_node
+from modelsql.engine.options.schema import option_error, option_of
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -91,7 +91,7 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
         if function == "ROC_CURVE":
             return _roc_table(plan, done, session, params)
     except Error as err:  # an error about an option points at it in the SQL
-        raise session.pointed_at_option(err, option_node(node.args.get("options"), getattr(err, "option", None))) from None
+        raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     columns, row = result_row(EvaluationRow(plan.kind, plan.name, plan.version, plan.task, plan.target,
                                             plan.input_text, done.fingerprint, done.rows, done.metrics, {}))
     return pa.table({name: pa.array([value], _ARROW[kind]) for (name, kind), value in zip(columns, row)})
@@ -111,7 +111,7 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
         plan = bind_evaluate(stmt, session, params)
         _check_task(node.args["function"], plan)
     except Error as err:  # an error about an option points at it in the SQL
-        raise session.pointed_at_option(err, option_node(node.args.get("options"), getattr(err, "option", None))) from None
+        raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     query = evaluation_query(plan)
     with registered(query.functions, session.duck):
         out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params,

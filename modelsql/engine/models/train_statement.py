@@ -42,7 +42,7 @@ from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, query_rows, training_rows
 from modelsql.engine.models.transform_clause import bind_transform, transform_text, with_parameters
 from modelsql.engine.options.declared import CREATE_MODEL_AS
-from modelsql.engine.options.schema import option_error, option_node
+from modelsql.engine.options.schema import option_error, option_of
 from modelsql.engine.result import Result
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def create_trained_model(stmt: ImportModel, session: Session, params: list) -> R
     try:
         return _create_trained_model(stmt, session, params)
     except Error as err:  # an error about an option or a hyper-parameter points at it in the SQL
-        raise session.pointed_at_option(err, option_node(stmt.args.get("options"), getattr(err, "option", None))) from None
+        raise session.pointed_at_option(err, option_of(stmt.args.get("options"), err)) from None
 
 
 def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> Result:

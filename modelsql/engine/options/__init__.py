@@ -3,7 +3,7 @@ SQL values), every statement's declaration (:mod:`.declared`) and the documents 
 (:mod:`.docs`)."""
 
 from modelsql.engine.options.schema import (Option, OptionSet, OptionValues, column_names, no_repeats, option_error,
-                                            option_node, sql_text, uses_parameters, value)
+                                            option_node, option_of, sql_text, uses_parameters, value)
 
-__all__ = ["Option", "OptionSet", "OptionValues", "column_names", "no_repeats", "option_error", "option_node",
+__all__ = ["Option", "OptionSet", "OptionValues", "column_names", "no_repeats", "option_error", "option_node", "option_of",
            "sql_text", "uses_parameters", "value"]

@@ -107,12 +107,20 @@ def option_error(key: str, message: str, code: str = "invalid_option") -> Progra
     return err
 
 
-def option_node(options: Optional[Sequence[exp.Expression]], key: Optional[str]) -> Optional[exp.Expression]:
+def option_node(options: Optional[Sequence[exp.Expression]], key: Optional[str], *, last: bool = False
+                ) -> Optional[exp.Expression]:
     """The ``key = value`` (or ``key => value``) item of a statement's ``options`` naming ``key``
-    (case-insensitive): what an error about option ``key`` points at in the SQL; None when not written."""
+    (case-insensitive; the last so named with ``last``): what an error about option ``key`` points at in the SQL;
+    None when not written."""
     if key is None:
         return None
-    return next((o for o in options or [] if o.this is not None and o.this.name.lower() == key.lower()), None)
+    named = [o for o in options or [] if o.this is not None and o.this.name.lower() == key.lower()]
+    return (named[-1] if last else named[0]) if named else None
+
+
+def option_of(options: Optional[Sequence[exp.Expression]], err: Exception) -> Optional[exp.Expression]:
+    """The option item the error ``err`` is about (its ``option``; an option given twice: the repeat)."""
+    return option_node(options, getattr(err, "option", None), last=getattr(err, "code", None) == "duplicate_option")
 
 
 def column_names(raw: Any, key: str, where: str) -> tuple[str, ...]:

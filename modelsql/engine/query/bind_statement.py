@@ -33,7 +33,7 @@ from modelsql.engine.query.learned_costs import costs_for
 from modelsql.engine.query.bind_predict import Column, PredictModel, bind_predict, parse_options, quote
 from modelsql.engine.query.bind_routed import bind_routed
 from modelsql.engine.query.column_names import name_columns
-from modelsql.engine.options import no_repeats, option_node, value
+from modelsql.engine.options import no_repeats, option_of, value
 from modelsql.engine.query.plan import Placement, PredictScan, QueryPlan, Relation, ScanRef
 from modelsql.engine.query.references import referenced_names
 from modelsql.engine.query.context import PlanningContext
@@ -65,7 +65,7 @@ def bind_query(stmt: exp.Expression, session: PlanningContext, params: list[obje
             scan = bind_scan(p, i, params, session, scans, used)
         except Error as err:
             raise pointed(session.text, correlated(err, p) or err,
-                          option_node(p.args.get("options"), getattr(err, "option", None)) or p.this) from None
+                          option_of(p.args.get("options"), err) or p.this) from None
         scans.append(scan)
         p.replace(ScanRef(this=exp.Literal.number(i)))
     return QueryPlan(tree=stmt, scans=tuple(scans), kind=result_kind(stmt), costs=costs_for(session))

@@ -29,7 +29,9 @@ def pointed(text: str, err: Error, ref: Optional[exp.Expression]) -> Error:
         return err
     assert ref is not None  # start is None without it
     line, column = position_of(text, start)
-    out = type(err)(f"{err}\n{excerpt(text, line, column, len(ref.this.name))}", code=err.code)
+    end = ref.this.meta.get("end")
+    width = end - start + 1 if isinstance(end, int) and end >= start else len(ref.this.name)  # a quoted name's quotes
+    out = type(err)(f"{err}\n{excerpt(text, line, column, width)}", code=err.code)
     out.option, out.hyperparameter = err.option, err.hyperparameter  # (what it is about, for a statement above)
     return out
 

@@ -26,7 +26,7 @@ from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import ALGORITHMS, Algorithm, check_algorithm, make_algorithm
 from modelsql.tuning.space import Space
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying, handles
-from modelsql.engine.options import OptionValues, option_error, option_node, sql_text
+from modelsql.engine.options import OptionValues, option_error, option_of, sql_text
 from modelsql.engine.options.declared import TUNE as TUNE_OPTIONS
 from modelsql.engine.tune.round_plan import RoundPlan
 from modelsql.engine.result import Result
@@ -129,7 +129,7 @@ def _node_of(stmt: TuneModel, err: Error):
     """The part of the statement ``err`` is about: a ``WITH`` option, a SEARCH item, or the TARGET."""
     option = err.option
     hp = err.hyperparameter or option  # (a model type's hyper-parameter errors name it as an option)
-    written = option_node(stmt.args.get("options"), option)
+    written = option_of(stmt.args.get("options"), err)
     if written is not None:
         return written
     if hp is not None:
