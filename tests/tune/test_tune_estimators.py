@@ -321,3 +321,15 @@ def test_the_same_tune_runs_again_after_create_model_from_its_study(con):
     first = con.execute(tune).fetchone()
     con.execute("CREATE OR REPLACE MODEL again FROM STUDY again_study")
     assert con.execute(tune).fetchone() == first
+
+
+def test_from_study_of_a_dropped_table_is_the_statements_error(con):
+    con.execute("CREATE TABLE gone AS SELECT * FROM cancer LIMIT 200")
+    con.execute("TUNE MODEL gone ON TABLE gone TARGET y SEARCH (max_depth = CHOICE(1, 2)) USING GRID "
+                "WITH (model_type = 'decision_tree_classifier', metric = 'accuracy')")
+    con.execute("DROP TABLE gone")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("CREATE MODEL gone FROM STUDY gone_study")
+    assert info.value.code == "catalog_error" and str(info.value).startswith(
+        "CREATE MODEL gone FROM STUDY gone_study: the study's rows no longer read") and "\nLINE " not in str(info.value)
+    assert con.execute("SELECT count(*) FROM modelsql.model_versions WHERE name = 'gone'").fetchone() == (0,)

@@ -526,8 +526,13 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     validate = (msql.parse(f"SELECT * FROM {study.validate_sql}")[0].args["from_"].this
                 if study.validate_sql else None)
     node = TuneModel(this=stmt.this, train=source, validate=validate, target=exp.to_identifier(study.target))
-    data = _data(session, node, study.parameters, model_type, tuple(options["features"]),
-                 options["validation_fraction"], study.seed, tuple(options.get("imputed") or ()))
+    try:
+        data = _data(session, node, study.parameters, model_type, tuple(options["features"]),
+                     options["validation_fraction"], study.seed, tuple(options.get("imputed") or ()))
+    except Error as err:  # (a table dropped or changed since the TUNE): said as this statement's
+        reason = str(err).split("\nLINE ")[0].rstrip()  # (its excerpt is of the study's query, not this statement)
+        raise type(err)(f"CREATE MODEL {name} FROM STUDY {study.name}: the study's rows no longer read, and its trial "
+                        f"is fitted again on them: {reason}", code=err.code) from None
     if data.fingerprint != options.get("data"):
         raise ProgrammingError(f'CREATE MODEL {name} FROM STUDY {study.name}: the rows of the study\'s ON / VALIDATE ON '
                                "changed since it ran, so its trial would be fitted on other rows: TUNE again (or DROP "
