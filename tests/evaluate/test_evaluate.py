@@ -787,6 +787,7 @@ def test_a_target_that_the_model_is_fed_is_refused(con):
     ("EXPLAIN SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 'x')", "batch_size => 'x'"),
     ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, features => (f0, f1, f2, zz))", "features =>"),
     ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, batch_size => 1, batch_size => 2)", "batch_size => 2"),  # the repeat
+    ("SELECT * FROM PREDICT(MODEL iris_lr, TABLE iris, device => 'cuda:97')", "device =>"),
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'macro', \"average\" = 'micro')", '"average" ='),
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (features = (f0, f1))", "features = (f0"),  # PREDICT's error
     ("SELECT * FROM EVALUATE(MODEL iris_lr, TABLE iris, target => y, features => (f0, f1))", "features => (f0"),
@@ -802,7 +803,7 @@ def test_a_target_that_the_model_is_fed_is_refused(con):
      "'decision_tree_classifier')", "max_dpth = CHOICE(1, 2)"),
 ])
 def test_an_error_about_an_option_points_at_the_option(con, sql, option):
-    with pytest.raises((modelsql.ProgrammingError, modelsql.DataError)) as info:
+    with pytest.raises((modelsql.ProgrammingError, modelsql.DataError, modelsql.NotSupportedError)) as info:
         con.execute(sql)
     line, carets = str(info.value).split("\nLINE 1: ", 1)[1].splitlines()[:2]
     column = carets.index("^") - len("LINE 1: ")

@@ -159,11 +159,15 @@ def parse_options(options: dict[str, object], model_name: str) -> PredictOptions
     """
     where = f"PREDICT({model_name})"
     opts = PREDICT_OPTIONS.parse(options, where=where)
+    try:
+        device = devices.require(opts["device"], where)
+    except NotSupportedError as err:
+        err.option = "device"  # (the statement points at the option)
+        raise
     return PredictOptions(on_null=opts["on_null"], features=opts["features"], backend=opts["backend"],
                           batch_size=opts["batch_size"], execution=opts["execution"], on_error=opts["on_error"],
                           isolate_rows=opts["isolate_rows"], merge=opts["merge"],
-                          backend_given="backend" in opts.given,
-                          device=devices.require(opts["device"], where))
+                          backend_given="backend" in opts.given, device=device)
 
 
 def check_feature_names(names: object, where: str) -> tuple[str, ...]:
