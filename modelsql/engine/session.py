@@ -231,7 +231,7 @@ class Session:
                     + (" (a PREPARE's are its own, given when it is executed)." if wanted != count else "."),
                     code="parameter_count",
                 )
-            return self._one_by_one(pieces, params or [])
+            return self._one_by_one(pieces, params or [], text)
         statements = msql.parse_numbered(text, numbered, back)
         if count == 0:
             # DuckDB's own numbered style ($1, $2 ...) written by the user.
@@ -262,15 +262,19 @@ class Session:
                 self.drain(result)
         return result
 
-    def _one_by_one(self, pieces: list[str], params: list) -> Result:
-        """Several statements: each runs as written (a plain one goes to DuckDB untouched, not through
-        sqlglot), with its own ``?`` values; the last one's result."""
+    def _one_by_one(self, pieces: list[str], params: list, whole: str) -> Result:
+        """Several statements of the text ``whole``: each runs as written (a plain one goes to DuckDB untouched, not
+        through sqlglot), with its own ``?`` values; the last one's result."""
         result = Result(self.duck)
-        used = 0
+        used, at = 0, 0
         for i, piece in enumerate(pieces):
             count = _values_taken(piece)
             result.release()
-            result = self.execute(piece, params[used:used + count])
+            at = max(whole.find(piece, at), 0)
+            try:
+                result = self.execute(piece, params[used:used + count])
+            except Error as err:
+                raise _lines_moved(err, whole.count("\n", 0, at)) from None
             used += count
             if i < len(pieces) - 1:
                 self.drain(result)
@@ -467,3 +471,18 @@ def first_word(text: str) -> str:
     """The first keyword of a statement, after any comments, upper case."""
     rest = _LEADING_COMMENTS.sub("", text, count=1)
     return rest.split()[0].upper().rstrip(";") if rest.split() else ""
+
+
+_EXCERPT_LINE = re.compile(r"\nLINE (\d+): ")
+
+
+def _lines_moved(err: Error, lines: int) -> Error:
+    """``err`` of a statement that starts ``lines`` lines into the text run, its excerpt's line number counted in
+    the whole text (where the client looks for the excerpt first: a line written the same in an earlier statement
+    is then not taken for it)."""
+    if not lines or err.line is not None or _EXCERPT_LINE.search(str(err)) is None:
+        return err
+    moved = _EXCERPT_LINE.sub(lambda m: f"\nLINE {int(m.group(1)) + lines}: ", str(err), count=1)
+    out = type(err)(moved, code=err.code)
+    out.option, out.hyperparameter = err.option, err.hyperparameter
+    return out

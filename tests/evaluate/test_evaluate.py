@@ -870,3 +870,12 @@ def test_rows_with_a_nan_probability_are_counted_as_rows(con):
     rows = con.execute("SELECT count(*) FROM iris WHERE f0 > 7.2").fetchone()[0]
     assert info.value.code == "not_a_number" and f"in {rows} of 150 rows" in str(info.value)
     con.rollback()
+
+
+def test_an_error_in_a_later_statement_points_at_its_own_line_not_an_earlier_one_written_alike(con):
+    sql = ("EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant WITH (average = 'micro',\n  threshold = 0.3);\n"
+           "EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'micro',\n  threshold = 0.3)")
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute(sql)
+    assert info.value.code == "invalid_option" and (info.value.line, info.value.column) == (4, 3)
+    con.rollback()
