@@ -23,6 +23,7 @@ offending text, the way PostgreSQL and DuckDB print them.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Iterable, Optional
 
 
@@ -128,9 +129,19 @@ ALL_ERRORS = (
 )
 
 
+_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Characters other than ``\n`` that Python's ``splitlines`` breaks at: lines are counted at ``\n`` alone, as
+DuckDB counts them (:func:`position_of`), and these are shown as blanks (a caret stays under its character)."""
+
+
+def text_lines(sql: str) -> list[str]:
+    """``sql``'s lines as an excerpt shows and numbers them: split at ``\n`` only, other line breaks blanked."""
+    return _BREAKS.sub(" ", sql).split("\n")
+
+
 def excerpt(sql: str, line: int, column: int, length: int = 1) -> str:
-    """Return ``LINE n: <text>`` plus a caret line under ``column`` (both 1-based)."""
-    lines = sql.splitlines() or [""]
+    """Return ``LINE n: <text>`` plus a caret line under ``column`` (both 1-based; lines as :func:`text_lines`)."""
+    lines = text_lines(sql)
     line = max(1, min(line, len(lines)))
     text = lines[line - 1]
     prefix = f"LINE {line}: "

@@ -27,6 +27,7 @@ from modelsql.engine.session import Session
 from modelsql.progress import OnlyKinds
 from modelsql.storage.files import os_error as _os_error
 from modelsql.errors import excerpt as _excerpt
+from modelsql.errors import text_lines
 from modelsql.errors import DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, NotSupportedError, OperationalError, ProgrammingError, Warning
 
 apilevel = "2.0"
@@ -172,7 +173,7 @@ def point_into(err: Error, sql: str) -> Error:
     pos = _find_shown(sql, shown, caret - lead, int(m.group(1))) if shown.strip() and caret >= lead else None
     if pos is None and shown.strip() and caret >= lead and "?" in sql:  # drawn over the text with ? numbered $k
         pos = _in_numbered(sql, shown, caret - lead, int(m.group(1)))
-    lines = sql.splitlines() or [""]
+    lines = text_lines(sql)
     if pos is None and offending.strip() and "__m" not in offending.lower():
         hits = [(i + 1, h.start() + 1) for i, line in enumerate(lines) for h in _re.finditer(_re.escape(offending), line)]
         if len(hits) == 1:
@@ -191,7 +192,7 @@ def point_into(err: Error, sql: str) -> Error:
 def _find_shown(sql: str, shown: str, caret: int, wanted: int) -> Optional[tuple[int, int]]:
     """``(line, column)`` (1-based) of ``caret`` characters into the first place ``shown`` (an excerpt's line)
     occurs in ``sql``, line ``wanted`` tried first; None when it occurs nowhere."""
-    lines = sql.splitlines() or [""]
+    lines = text_lines(sql)
     order = ([wanted - 1] if 0 < wanted <= len(lines) else []) + [i for i in range(len(lines)) if i != wanted - 1]
     for i in order:
         j = lines[i].find(shown)

@@ -33,7 +33,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of
+from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of, text_lines
 from modelsql.sql.dialect import (ModelSQL, ModelSQLGenerator, ModelSQLParser, ModelSQLTokenizer, dotted_statement_at,
                                   statement_at)
 from modelsql.sql.evaluate import EVALUATION_FUNCTIONS, EvaluationTable, evaluation_shaped, ml_function_at
@@ -102,7 +102,7 @@ def _command_payload_offset(sql: str, tokens: list[Token], i: int) -> int | None
 
 def _syntax_error(sql: str, description: str, offset: int, length: int) -> ProgrammingError:
     line, column = position_of(sql, offset)
-    lines = sql.splitlines() or [""]
+    lines = text_lines(sql)
     text = lines[min(line, len(lines)) - 1]
     length = max(1, min(length, len(text) - column + 1))
     message = f"Parser Error: {description}\n{excerpt(sql, line, column, length)}"

@@ -170,3 +170,18 @@ def test_an_error_in_a_later_statement_points_into_the_whole_text(two):
     with pytest.raises(modelsql.ProgrammingError) as info:
         two.execute("SELECT 1;\nSELECT * FROM PREDICT(MODEL nope, TABLE t)")
     assert info.value.code == "model_not_found" and (info.value.line, info.value.column) == (2, 29)
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\x85", "\f", "\r", "\r\n", "\n"])
+def test_excerpts_count_lines_at_newlines_as_positions_do(two, brk):
+    """Line breaks other than \\n (U+2028, NEL, form feed, a bare \\r) are shown as blanks, not taken as new lines
+    the position does not count: the caret stays under the option."""
+    sql = f"SELECT 'a{brk}b' AS z, y FROM PREDICT(MODEL m1, (SELECT 1.0 AS a, 1.0 AS b),{brk} batch_size => 'x')"
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        two.execute(sql)
+    lines = sql.split("\n")
+    line, column = info.value.line, info.value.column
+    assert lines[line - 1][column - 1:].startswith("batch_size")
+    shown, carets = str(info.value).split(f"\nLINE {line}: ", 1)[1].split("\n")[:2]
+    assert shown[carets.index("^") - len(f"LINE {line}: "):].startswith("batch_size")
+    two.rollback()
