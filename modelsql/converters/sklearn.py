@@ -538,8 +538,8 @@ def _convert_estimator(estimator: Any, feature_names: Optional[Sequence[str]], n
 
 
 def is_classifier_fitted_on_booleans(estimator: Any) -> bool:
-    """Whether a single-output classifier was fitted on booleans (``classes_`` ``[False, True]``): its converted
-    label output then holds their 0 / 1, which is each class's index."""
+    """Whether a single-output classifier was fitted on booleans (``classes_`` ``[False, True]``, or one of them
+    alone): its converted label output then holds their 0 / 1, which is each one's index in ``[False, True]``."""
     classes = getattr(_final_step(estimator), "classes_", None)
     return (isinstance(classes, np.ndarray) and classes.dtype == np.bool_ and classes.ndim == 1
-            and classes.tolist() == [False, True])
+            and classes.tolist() in ([False, True], [False], [True]))

@@ -20,6 +20,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
+from sklearn.tree import DecisionTreeClassifier
 
 import modelsql
 
@@ -286,6 +287,11 @@ def test_a_boolean_target_trains_a_model_predicting_booleans(con) -> None:
     assert got.dtype == bool and (got == want.predict(frame[[f"f{i}" for i in range(8)]])).mean() > 0.99
     evaluated = con.execute("EVALUATE MODEL cancer_bool_lr ON TABLE cancer_bool TARGET y").fetchone()
     assert evaluated[12] == "True"  # the positive class
+    for only in (True, False):  # a classifier fitted on one boolean class predicts it as a boolean too
+        con.import_model("one_class", DecisionTreeClassifier().fit(frame[["f0"]].to_numpy(), np.full(len(frame), only)),
+                         features=["f0"], replace=True)
+        assert con.execute("SELECT DISTINCT label FROM PREDICT(MODEL one_class, TABLE cancer_bool)").fetchall() == [
+            (only,)]
 
 
 def test_classes_that_are_never_predicted_still_give_log_loss_and_roc_auc(con) -> None:
