@@ -451,9 +451,8 @@ class Connection:
         Raises:
             InterfaceError: ``connection_closed``."""
         self._check_open()
-        row = self._duck.execute("SELECT current_setting('enable_progress_bar_print')").fetchone()
-        assert row is not None  # a SELECT without FROM gives one row
-        return bool(row[0])
+        rows = self._duck.execute("SELECT current_setting('enable_progress_bar_print')").fetchall()  # (none left open)
+        return bool(rows[0][0])  # (a SELECT without FROM gives one row)
 
     @duckdb_progress_bar.setter
     def duckdb_progress_bar(self, on: bool) -> None:
