@@ -32,7 +32,7 @@ from modelsql import sql as msql
 from modelsql.catalog import Catalog
 from modelsql.catalog.entries import RoutedModels
 from modelsql.duckdb_errors import translate
-from modelsql.errors import Error, InternalError, OperationalError, ProgrammingError
+from modelsql.errors import Error, InternalError, OperationalError, ProgrammingError, excerpt, position_of, text_lines
 from modelsql.sql.registry import STATEMENT_NODES
 from modelsql.storage import BlobStore
 from modelsql.storage.files import os_error
@@ -274,7 +274,7 @@ class Session:
             try:
                 result = self.execute(piece, params[used:used + count])
             except Error as err:
-                raise _lines_moved(err, whole.count("\n", 0, at)) from None
+                raise _placed(err, piece, whole, at) from None
             used += count
             if i < len(pieces) - 1:
                 self.drain(result)
@@ -474,6 +474,29 @@ def first_word(text: str) -> str:
 
 
 _EXCERPT_LINE = re.compile(r"\nLINE (\d+): ")
+_EXCERPT = re.compile(r"\n*LINE (\d+): (.*)\n( *)(\^+)[ \t]*$")
+
+
+def _placed(err: Error, piece: str, whole: str, at: int) -> Error:
+    """``err`` of the statement ``piece``, which starts at offset ``at`` of the text run, ``whole``: an excerpt drawn
+    over the piece (its ``?`` numbered) is drawn again over ``whole``, with the position there; any other excerpt's
+    line is counted in ``whole`` (:func:`_lines_moved`), where the client looks for it."""
+    m = _EXCERPT.search(str(err)) if err.line is None else None
+    if m is None:
+        return _lines_moved(err, whole.count("\n", 0, at))
+    numbered, _, back = msql.numbered_offsets(piece)
+    lines, line = text_lines(numbered), int(m.group(1))
+    shown, column = m.group(2), len(m.group(3)) - len(f"LINE {line}: ") + 1
+    if not 0 < line <= len(lines) or not shown or not lines[line - 1].startswith(shown):
+        return _lines_moved(err, whole.count("\n", 0, at))
+    own_line, own_column = msql.original_position(piece, numbered, back, line, column)
+    offset = sum(len(text) + 1 for text in piece.split("\n")[: own_line - 1]) + own_column - 1
+    line, column = position_of(whole, at + offset)
+    head = str(err)[: m.start()].rstrip()
+    out = type(err)(f"{head}\n{excerpt(whole, line, column, len(m.group(4)))}", code=err.code, line=line,
+                    column=column)
+    out.option, out.hyperparameter = err.option, err.hyperparameter
+    return out
 
 
 def _lines_moved(err: Error, lines: int) -> Error:

@@ -185,3 +185,15 @@ def test_excerpts_count_lines_at_newlines_as_positions_do(two, brk):
     shown, carets = str(info.value).split(f"\nLINE {line}: ", 1)[1].split("\n")[:2]
     assert shown[carets.index("^") - len(f"LINE {line}: "):].startswith("batch_size")
     two.rollback()
+
+
+def test_an_error_in_a_later_statement_with_parameters_points_into_the_whole_text(two):
+    """The excerpt drawn over the later statement (its ? numbered) is drawn again over the whole text, even where
+    the option's name also occurs earlier."""
+    sql = "SELECT ? AS batch_size;\nSELECT 1; SELECT y FROM PREDICT(MODEL m1, (SELECT ? AS a, 1.0 AS b), batch_size => ?)"
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        two.execute(sql, [1, 1.0, "x"])
+    line = sql.split("\n")[1]
+    assert (info.value.line, info.value.column) == (2, line.index("batch_size =>") + 1)
+    assert f"LINE 2: {line}" in str(info.value)
+    two.rollback()
