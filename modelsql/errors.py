@@ -66,6 +66,13 @@ class Error(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def retold(self, message: str, *, line: Optional[int] = None, column: Optional[int] = None) -> "Error":
+        """The same error (its class, code, and the option or hyper-parameter it is about) told as ``message``,
+        at ``line``, ``column`` when given."""
+        out = type(self)(message, code=self.code, line=line, column=column)
+        out.option, out.hyperparameter = self.option, self.hyperparameter
+        return out
+
 
 class InterfaceError(Error):
     """PEP 249: errors of the database interface itself (e.g. using a closed cursor)."""
@@ -137,6 +144,16 @@ DuckDB counts them (:func:`position_of`), and these are shown as blanks (a caret
 def text_lines(sql: str) -> list[str]:
     """``sql``'s lines as an excerpt shows and numbers them: split at ``\n`` only, other line breaks blanked."""
     return _BREAKS.sub(" ", sql).split("\n")
+
+
+EXCERPT = re.compile(r"\n*LINE (\d+): (.*)\n( *)(\^+)[ \t]*$")
+"""A message's closing excerpt (:func:`excerpt`, or DuckDB's): the line number, the line shown, the blanks before
+the carets (``LINE n: `` included) and the carets."""
+
+
+def without_excerpt(message: str) -> str:
+    """``message`` without its ``LINE n:`` excerpt (one drawn over other SQL than the statement's)."""
+    return message.split("\nLINE ")[0].rstrip()
 
 
 def excerpt(sql: str, line: int, column: int, length: int = 1) -> str:

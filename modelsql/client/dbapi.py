@@ -27,7 +27,7 @@ from modelsql.engine.session import Session
 from modelsql.progress import OnlyKinds
 from modelsql.storage.files import os_error as _os_error
 from modelsql.errors import excerpt as _excerpt
-from modelsql.errors import text_lines
+from modelsql.errors import EXCERPT, text_lines
 from modelsql.errors import DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, NotSupportedError, OperationalError, ProgrammingError, Warning
 
 apilevel = "2.0"
@@ -138,9 +138,6 @@ def _named_list_items(table):
 translate_duckdb_error = _duckdb_errors.translate
 
 
-_EXCERPT = _re.compile(r"\n*LINE (\d+): (.*)\n( *)(\^+)[ \t]*$")
-
-
 def point_into(err: Error, sql: str) -> Error:
     """Make ``err`` point into the statement text the user wrote.
 
@@ -157,7 +154,7 @@ def point_into(err: Error, sql: str) -> Error:
     if not isinstance(err, Error) or err.line is not None or not isinstance(sql, str):
         return err
     message = str(err)
-    m = _EXCERPT.search(message)
+    m = EXCERPT.search(message)
     if m is None:
         return err
     prefix = len(f"LINE {m.group(1)}: ")

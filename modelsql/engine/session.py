@@ -32,7 +32,8 @@ from modelsql import sql as msql
 from modelsql.catalog import Catalog
 from modelsql.catalog.entries import RoutedModels
 from modelsql.duckdb_errors import translate
-from modelsql.errors import Error, InternalError, OperationalError, ProgrammingError, excerpt, position_of, text_lines
+from modelsql.errors import (EXCERPT, Error, InternalError, OperationalError, ProgrammingError, excerpt, position_of,
+                             text_lines, without_excerpt)
 from modelsql.sql.registry import STATEMENT_NODES
 from modelsql.storage import BlobStore
 from modelsql.storage.files import os_error
@@ -389,9 +390,7 @@ class Session:
         as it is), in place of any excerpt it had (one drawn over SQL the statement generated, a PREDICT's)."""
         if option is None:
             return err
-        bare = type(err)(str(err).split("\nLINE ")[0], code=err.code)
-        bare.option, bare.hyperparameter = err.option, err.hyperparameter
-        return self.pointed(bare, option)
+        return self.pointed(err.retold(without_excerpt(str(err))), option)
 
     def get_model(self, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,
                   pipeline: bool = False, models: Optional[dict] = None):
@@ -474,14 +473,13 @@ def first_word(text: str) -> str:
 
 
 _EXCERPT_LINE = re.compile(r"\nLINE (\d+): ")
-_EXCERPT = re.compile(r"\n*LINE (\d+): (.*)\n( *)(\^+)[ \t]*$")
 
 
 def _placed(err: Error, piece: str, whole: str, at: int) -> Error:
     """``err`` of the statement ``piece``, which starts at offset ``at`` of the text run, ``whole``: an excerpt drawn
     over the piece (its ``?`` numbered) is drawn again over ``whole``, with the position there; any other excerpt's
     line is counted in ``whole`` (:func:`_lines_moved`), where the client looks for it."""
-    m = _EXCERPT.search(str(err)) if err.line is None else None
+    m = EXCERPT.search(str(err)) if err.line is None else None
     if m is None:
         return _lines_moved(err, whole.count("\n", 0, at))
     numbered, _, back = msql.numbered_offsets(piece)
@@ -493,10 +491,7 @@ def _placed(err: Error, piece: str, whole: str, at: int) -> Error:
     offset = sum(len(text) + 1 for text in piece.split("\n")[: own_line - 1]) + own_column - 1
     line, column = position_of(whole, at + offset)
     head = str(err)[: m.start()].rstrip()
-    out = type(err)(f"{head}\n{excerpt(whole, line, column, len(m.group(4)))}", code=err.code, line=line,
-                    column=column)
-    out.option, out.hyperparameter = err.option, err.hyperparameter
-    return out
+    return err.retold(f"{head}\n{excerpt(whole, line, column, len(m.group(4)))}", line=line, column=column)
 
 
 def _lines_moved(err: Error, lines: int) -> Error:
@@ -505,7 +500,4 @@ def _lines_moved(err: Error, lines: int) -> Error:
     is then not taken for it)."""
     if not lines or err.line is not None or _EXCERPT_LINE.search(str(err)) is None:
         return err
-    moved = _EXCERPT_LINE.sub(lambda m: f"\nLINE {int(m.group(1)) + lines}: ", str(err), count=1)
-    out = type(err)(moved, code=err.code)
-    out.option, out.hyperparameter = err.option, err.hyperparameter
-    return out
+    return err.retold(_EXCERPT_LINE.sub(lambda m: f"\nLINE {int(m.group(1)) + lines}: ", str(err), count=1))

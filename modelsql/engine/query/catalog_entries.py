@@ -31,9 +31,7 @@ def pointed(text: str, err: Error, ref: Optional[exp.Expression]) -> Error:
     line, column = position_of(text, start)
     end = ref.this.meta.get("end")
     width = end - start + 1 if isinstance(end, int) and end >= start else len(ref.this.name)  # a quoted name's quotes
-    out = type(err)(f"{err}\n{excerpt(text, line, column, width)}", code=err.code)
-    out.option, out.hyperparameter = err.option, err.hyperparameter  # (what it is about, for a statement above)
-    return out
+    return err.retold(f"{err}\n{excerpt(text, line, column, width)}")
 
 
 def entry_of(ctx: PlanningContext, name: str, version: Optional[int], ref: Optional[exp.Expression] = None, *,

@@ -39,9 +39,7 @@ def check_space_values(space: Space, max_epochs: int) -> None:
             try:
                 check_epoch(tuple((k, v) for k, v in hp if k in TRAINING_NAMES))
             except ProgrammingError as err:
-                out = ProgrammingError(f"SEARCH: {err} (at epoch {epoch})", code=err.code)
-                out.hyperparameter = err.hyperparameter
-                raise out from None
+                raise err.retold(f"SEARCH: {err} (at epoch {epoch})") from None
 
 
 def probe_factory(space: Space, factory: str, defaults: dict, in_features: int, n_outputs: int,

@@ -39,7 +39,7 @@ from modelsql import sql as msql
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.catalog.study_parameters import kept_parameters
-from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError
+from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, without_excerpt
 from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, hyperparameters_from_text,
                                  hyperparameters_text, imputed_columns, resolve_model_type,
                                  transform_columns, transforms_from_json, transforms_json, transforms_text,
@@ -529,10 +529,10 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
     try:
         data = _data(session, node, study.parameters, model_type, tuple(options["features"]),
                      options["validation_fraction"], study.seed, tuple(options.get("imputed") or ()))
-    except Error as err:  # (a table dropped or changed since the TUNE): said as this statement's
-        reason = str(err).split("\nLINE ")[0].rstrip()  # (its excerpt is of the study's query, not this statement)
-        raise type(err)(f"CREATE MODEL {name} FROM STUDY {study.name}: the study's rows no longer read, and its trial "
-                        f"is fitted again on them: {reason}", code=err.code) from None
+    except Error as err:  # (a table dropped or changed since the TUNE): said as this statement's (the excerpt, of
+        # the study's query, dropped)
+        raise err.retold(f"CREATE MODEL {name} FROM STUDY {study.name}: the study's rows no longer read, and its trial "
+                         f"is fitted again on them: {without_excerpt(str(err))}") from None
     if data.fingerprint != options.get("data"):
         raise ProgrammingError(f'CREATE MODEL {name} FROM STUDY {study.name}: the rows of the study\'s ON / VALIDATE ON '
                                "changed since it ran, so its trial would be fitted on other rows: TUNE again (or DROP "
