@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import pyarrow as pa
 
@@ -98,27 +98,28 @@ def run_sql(query: queries.Query, session: Session, params: list) -> tuple[Any, 
     """The first row of an evaluation's query: its predictions planned as a query whose every row is read (their
     PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned), the
     functions it calls registered meanwhile."""
-    with registered(query.functions, session.duck):
-        out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
-                              suffix=query.tail)
-        try:
-            row = session.duck.fetchone()
-        finally:
-            session.duck.fetchall()
-            out.release()
+    row = _run(query, session, params, session.duck.fetchone)
     assert row is not None  # an aggregate query has one row
     return tuple(row)
 
 
 def run_arrow(query: queries.Query, session: Session, params: list) -> pa.Table:
     """:func:`run_sql`'s query, its one row as an Arrow table (a list of many numbers, never made Python objects)."""
+    def fetch() -> pa.Table:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
+            return session.duck.to_arrow_table()
+
+    return _run(query, session, params, fetch)
+
+
+def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[], Any]) -> Any:
+    """Run ``query`` (see :func:`run_sql`) and ``fetch`` its result; the result is then finished and released."""
     with registered(query.functions, session.duck):
         out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
                               suffix=query.tail)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
-                return session.duck.to_arrow_table()
+            return fetch()
         finally:
             session.duck.fetchall()
             out.release()
@@ -174,7 +175,7 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
 
 def _two_classes(plan: EvaluatePlan, labels: Sequence[Any]) -> list[Any]:
     """The classes a threshold chooses between: the rows' with the model's (when its graph names them)."""
-    return queries.labels_of([{"t": c, "p": None} for c in [*labels, *(plan.classes or ())]])
+    return queries.sorted_labels([*labels, *(plan.classes or ())])
 
 
 def _names_a_class(option: Any, classes: Sequence[Any]) -> bool:

@@ -175,9 +175,14 @@ def _sort_key(label: Any) -> tuple[str, Any]:
     return (type(label).__name__, label)
 
 
+def sorted_labels(labels: Sequence[Any]) -> list[Any]:
+    """The distinct ``labels`` (the first of equal ones kept), sorted (``sklearn.utils.multiclass.unique_labels``)."""
+    return sorted(dict.fromkeys(labels), key=_sort_key)
+
+
 def labels_of(confusion: list[dict[str, Any]]) -> list[Any]:
-    """The classes of the rows, true or predicted, sorted (``sklearn.utils.multiclass.unique_labels``)."""
-    return sorted({c["t"] for c in confusion} | {c["p"] for c in confusion if c["p"] is not None}, key=_sort_key)
+    """The classes of the rows, true or predicted, sorted (:func:`sorted_labels`)."""
+    return sorted_labels([c["t"] for c in confusion] + [c["p"] for c in confusion if c["p"] is not None])
 
 
 def confusion_matrix(confusion: list[dict[str, Any]], labels: Sequence[Any]) -> list[list[int]]:
