@@ -34,7 +34,7 @@ from modelsql.engine.training_features import feature_option, input_keys, traini
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["EvaluatePlan", "bind_evaluate", "where_of"]
+__all__ = ["EvaluatePlan", "bind_evaluate", "input_text", "where_of"]
 
 _INTEGER = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT)$")
 _NUMBER = re.compile(r"^(FLOAT|DOUBLE|DECIMAL.*|" + _INTEGER.pattern[2:-2] + r")$")
@@ -253,11 +253,15 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
                                   probabilities, quoted, cast, _width(predicted_columns, probabilities),
                                   _type_of(predicted_columns, probabilities),
                                   task == "classification" and _type_of(predicted_columns, prediction) == "VARCHAR")
-    text = source.sql(dialect=msql.DIALECT)
     classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
-                        f"TABLE {text}" if isinstance(source, exp.Table) else text, predicted, options, classes,
-                        cast[2:] if cast else target_type)
+                        input_text(source), predicted, options, classes, cast[2:] if cast else target_type)
+
+
+def input_text(source: exp.Expression) -> str:
+    """An evaluation's input as it is recorded: ``TABLE t``, or the query as written."""
+    text = source.sql(dialect=msql.DIALECT)
+    return f"TABLE {text}" if isinstance(source, exp.Table) else text
 
 
 def _clusterer(entry: Any) -> bool:

@@ -17,13 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from modelsql import sql as msql
 from sqlglot import exp
 
 from modelsql.duckdb_errors import translate
 from modelsql.errors import Error, ProgrammingError, did_you_mean
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from modelsql.sql.models import AlterModel
+from modelsql.engine.evaluate.binding import input_text
 from modelsql.engine.evaluate.recording import query_fingerprint
 from modelsql.engine.handlers import catalog_write, handles
 from modelsql.engine.options import value
@@ -54,7 +54,7 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     source = stmt.args.get("source")
     fingerprint = _fingerprint(session, source, params) if source is not None else None
     with catalog_write(session) as catalog:
-        chosen = best_version(session, name, metric, fingerprint, _input_text(source))
+        chosen = best_version(session, name, metric, fingerprint, input_text(source) if source is not None else None)
         catalog.aliases.set(name, alias, chosen["version"])
     columns = [("model", "VARCHAR"), ("alias", "VARCHAR"), ("version", "INTEGER"), ("metric", "VARCHAR"),
                ("value", "DOUBLE"), ("input", "VARCHAR"), ("evaluation", "BIGINT"), ("versions_compared", "INTEGER"),
@@ -130,14 +130,6 @@ class _Evaluated:
     target: str
     metrics: dict
     options: dict
-
-
-def _input_text(source: Optional[exp.Expression]) -> Optional[str]:
-    """BEST BY's ON as EVALUATE records an input (``TABLE t``, or the query as written)."""
-    if source is None:
-        return None
-    text = source.sql(dialect=msql.DIALECT)
-    return f"TABLE {text}" if isinstance(source, exp.Table) else text
 
 
 def best_version(session: Session, name: str, metric: str, fingerprint: Optional[str],
