@@ -40,13 +40,19 @@ def _signing_key(tmp_path_factory):
         os.environ["MODELSQL_KEY_FILE"] = old
 
 
+SLOW = "a long end-to-end test beyond its suite's representative in CI; run it with -m slow"
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip, with the reason, where no CUDA device is available."""
-    if devices.cuda_available():
-        return
+    """Tests marked ``gpu`` skip, with the reason, where no CUDA device is available; tests marked ``slow``
+    skip unless the ``-m`` expression names ``slow``."""
+    cuda = devices.cuda_available()
+    slow = "slow" in (config.getoption("markexpr") or "")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not cuda:
             item.add_marker(pytest.mark.skip(reason=NO_CUDA))
+        if item.get_closest_marker("slow") is not None and not slow:
+            item.add_marker(pytest.mark.skip(reason=SLOW))
 
 _ONNX_TYPES = {
     np.dtype(np.float32): TensorProto.FLOAT,

@@ -290,6 +290,7 @@ def _run(args: list, cwd, timeout: int = 300, **env):
                           env={**os.environ, "HOME": str(cwd), "COLUMNS": "200", **env})
 
 
+@pytest.mark.slow
 def test_compile_with_tune_trials_reports_progress_from_python_and_in_the_shell(tmp_path):
     """The fast representative of the tuned COMPILE (2 trials on the 16-32-4 MLP: two tasks of one trial)."""
     _tvm_tuning()

@@ -151,6 +151,7 @@ def _vacuum_and_check_exact(db: str) -> None:
     assert sorted(store.root / d[:2] / d[2:] for d in referenced) == remaining
 
 
+@pytest.mark.slow
 def test_sigkill_during_import_leaves_no_half_model(tmp_path):
     models = tmp_path / "models"
     models.mkdir()

@@ -355,6 +355,7 @@ def _measure(db: Path, mode: str, count: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_fifty_sessions_over_one_20_mib_weight_cost_a_few_mib(tmp_path: Path, rng) -> None:
     w = rng.standard_normal((2560, 2048), dtype=np.float32)  # 20 MiB
     assert w.nbytes == 20 * MiB
