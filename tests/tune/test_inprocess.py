@@ -43,18 +43,22 @@ def test_one_worker_trains_here_bit_for_bit_as_worker_processes(tmp_path):
 
 def test_the_callers_rng_states_and_thread_count_are_given_back(tmp_path):
     con = make_db(str(tmp_path / "t.duckdb"))
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)
-    random.seed(7)
-    np.random.seed(7)
-    torch.manual_seed(7)
-    expected = (random.random(), np.random.random(), torch.rand(1).item())
-    random.seed(7)
-    np.random.seed(7)
-    torch.manual_seed(7)
-    con.execute(GRID_SQL.format(extra=", threads = 1"))
-    assert _workers(con, "mlp_study") == {HERE}
-    assert (random.random(), np.random.random(), torch.rand(1).item()) == expected
-    assert torch.get_num_threads() == 2
+    try:
+        random.seed(7)
+        np.random.seed(7)
+        torch.manual_seed(7)
+        expected = (random.random(), np.random.random(), torch.rand(1).item())
+        random.seed(7)
+        np.random.seed(7)
+        torch.manual_seed(7)
+        con.execute(GRID_SQL.format(extra=", threads = 1"))
+        assert _workers(con, "mlp_study") == {HERE}
+        assert (random.random(), np.random.random(), torch.rand(1).item()) == expected
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)  # (the tests that run after this one in its process get theirs)
     con.close()
 
 
@@ -212,7 +216,19 @@ import modelsql
 from tune_fixtures import make_db
 con = make_db({db!r})
 con.execute("CREATE MODEL busy FROM PYTHON 'inproc_busy_mod:busy'")
-print("ready", flush=True)
+
+
+def announce():  # "ready" once the study runs (a busy machine can take longer than the test waits to bind it)
+    watcher = modelsql.connect({db!r})
+    watcher.autocommit = True  # each read a snapshot of its own
+    while not watcher.execute("SELECT count(*) FROM modelsql.studies WHERE status = 'running'").fetchall()[0][0]:
+        time.sleep(0.02)
+    watcher.close()
+    print("ready", flush=True)
+
+
+import threading
+threading.Thread(target=announce, daemon=True).start()
 try:
     con.execute("TUNE MODEL busy ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = CHOICE(0.1), "
                 "batch_size = 64) USING GRID WITH (max_epochs = 200, seed = 0)")
