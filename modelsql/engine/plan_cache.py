@@ -79,8 +79,9 @@ _INT32 = (int, True, True)
 
 
 def _elements_signature(values) -> tuple:
-    """The sorted distinct signatures of a list's elements; a list of one plain scalar type (an image row of
-    150,528 floats) is read by its element types alone, not element by element."""
+    """The sorted distinct signatures of a list's elements. A list of plain scalars only (None, bool, float, text,
+    bytes: an image row of 150,528 floats) or of ints in int32's range is read by its element types (and the ints'
+    least and greatest), not element by element: the same signature, in about 3 ms where that took 50 ms."""
     types = set(map(type, values))
     if types and types <= set(_SCALARS):
         return tuple(sorted(repr(t) for t in types))

@@ -404,3 +404,23 @@ def test_a_parameter_naming_the_file_plans_again_for_another_value(cached, tmp_p
     with pytest.raises(modelsql.ProgrammingError) as info:  # bound afresh: column a is text now
         cached.execute(q, [f2]).fetchall()
     assert info.value.code == "wrong_column_type"
+
+
+def test_a_lists_signature_read_by_its_element_types_equals_the_one_read_element_by_element():
+    """The plan cache's key of a list parameter: the shortcut for lists of plain scalars and int32 ints gives what
+    reading every element gives, on random mixed lists (the edges of int32 and int64, None, nested values)."""
+    import random
+
+    from modelsql.engine.plan_cache import param_signature
+
+    def by_element(values):
+        return (type(values), tuple(sorted({repr(param_signature(v)) for v in values})))
+
+    pool = [None, True, 0, 1, -(2**31), 2**31 - 1, 2**31, -(2**31) - 1, 2**63, 1.5, float("nan"), "a", b"b",
+            bytearray(b"c"), [1.0], [1, None], {"a": 1}, (2,), decimal.Decimal("1.25"), dt.date(2026, 1, 1)]
+    rng = random.Random(0)
+    for _ in range(2000):
+        values = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
+        for kind in (list, tuple):
+            assert param_signature(kind(values)) == by_element(kind(values)), values
+    assert param_signature([0.5] * 150_528) == (list, (repr(float),))
