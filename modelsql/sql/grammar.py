@@ -95,6 +95,19 @@ class GrammarParser(DuckDBParser):
         self.raise_error(message, token or self._curr or self._prev)
         raise ParseError(message)
 
+    def _fail_name(self, expected: str, token: Token | None) -> t.NoReturn:
+        """A name was expected at ``token`` (``expected``: "Expected a model name"); a reserved word there (``on``,
+        ``select``) is said to be one, with how to write it as a name.
+
+        Raises:
+            sqlglot.errors.ParseError: always.
+        """
+        word = token.text if token is not None and token.token_type != TokenType.STRING else ""
+        if word.isidentifier():
+            self._fail(f'{expected}: {word} is a reserved word; to use it as a name write it in double quotes '
+                       f'("{word}")', token)
+        self._fail(expected, token)
+
     def _match_word(self, word: str, advance: bool = True) -> bool:
         """Match one unquoted word (not a string or quoted identifier)."""
         return self._match_text_seq(word, advance=advance)
@@ -112,7 +125,7 @@ class GrammarParser(DuckDBParser):
         token = self._curr
         name = self._parse_id_var(any_token=False)
         if not isinstance(name, exp.Identifier):
-            self._fail("Expected a model name", token)
+            self._fail_name("Expected a model name", token)
 
         version = None
         if self._match_word("VERSION"):
@@ -131,7 +144,9 @@ class GrammarParser(DuckDBParser):
             token = self._curr
             alias = self._parse_id_var(any_token=False)
             if not isinstance(alias, exp.Identifier):
-                self._fail("Expected an alias name after ALIAS", token)
+                self._fail_name("Expected an alias name after ALIAS", token)
+            if self._match_word("VERSION", advance=False):
+                self._fail("VERSION cannot be given here: give VERSION n or ALIAS a, not both")
 
         ref = self.expression(ModelRef(this=name, version=version, alias=alias))
         if name is not None:

@@ -257,7 +257,7 @@ class ModelParsing(GrammarParser):
         token = self._curr
         name = self._parse_id_var(any_token=False)
         if not isinstance(name, exp.Identifier):
-            self._fail(f"Expected {'an alias' if kind == 'ALIAS' else 'a tag'} name after {kind}", token)
+            self._fail_name(f"Expected {'an alias' if kind == 'ALIAS' else 'a tag'} name after {kind}", token)
         node = AlterModel(this=ref, action=action, exists=exists, **{kind.lower(): name})
         if action == "set" and kind == "ALIAS":
             self._parse_alias_target(node)

@@ -74,6 +74,22 @@ def test_drop_alias_and_dropping_its_version(con):
     ("ALTER MODEL m SET ALIAS V2 = VERSION 1", modelsql.ProgrammingError, "invalid_name", "reserved"),
     ("SELECT * FROM PREDICT(MODEL mm ALIAS champion, TABLE iris)", modelsql.ProgrammingError, "model_not_found",
      'Did you mean "m"'),
+    # either order of VERSION and ALIAS gets the same reason, in every statement that takes a version
+    ("SELECT * FROM PREDICT(MODEL m ALIAS champion VERSION 1, TABLE iris)", modelsql.ProgrammingError,
+     "parse_error", "give VERSION n or ALIAS a, not both"),
+    ("EVALUATE MODEL m ALIAS champion VERSION 1 ON TABLE iris TARGET target", modelsql.ProgrammingError,
+     "parse_error", "give VERSION n or ALIAS a, not both"),
+    ("DESCRIBE MODEL m ALIAS champion VERSION 1", modelsql.ProgrammingError, "parse_error",
+     "give VERSION n or ALIAS a, not both"),
+    ("CREATE PIPELINE p AS (m ALIAS champion VERSION 1 AS head)", modelsql.ProgrammingError, "parse_error",
+     "give VERSION n or ALIAS a, not both"),
+    # a reserved word as a name: said to be one, with how to quote it
+    ("ALTER MODEL m SET ALIAS select = VERSION 1", modelsql.ProgrammingError, "parse_error",
+     'select is a reserved word; to use it as a name write it in double quotes ("select")'),
+    ("SELECT * FROM PREDICT(MODEL m ALIAS on, TABLE iris)", modelsql.ProgrammingError, "parse_error",
+     'on is a reserved word'),
+    ("ALTER MODEL m SET TAG select = 'x'", modelsql.ProgrammingError, "parse_error", "select is a reserved word"),
+    ("ALTER MODEL m SET TAG \"  \" = 'x'", modelsql.ProgrammingError, "invalid_name", "An empty tag name: name it."),
 ])
 def test_bad_aliases_are_clear_errors_and_change_nothing(con, sql, error, code, says):
     con.execute("ALTER MODEL m SET ALIAS champion = VERSION 1")

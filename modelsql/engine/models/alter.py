@@ -78,7 +78,8 @@ def _name(node: exp.Expression, what: str) -> str:
         ProgrammingError: ``invalid_name`` for an empty name, or an alias that is not a word.
     """
     if not node.name.strip():
-        raise ProgrammingError(f"An empty {what} name: name it (letters, digits, underscores).", code="invalid_name")
+        raise ProgrammingError(f"An empty {what} name: name it" + (" (letters, digits, underscores)." if what == "alias"
+                                                                   else "."), code="invalid_name")
     if what == "alias" and not _ALIAS.match(node.name):
         raise ProgrammingError(f"Alias name {node.name!r}: an alias is letters, digits and underscores, not starting "
                                "with a digit (champion, challenger_2).", code="invalid_name")
