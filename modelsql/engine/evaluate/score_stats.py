@@ -185,9 +185,9 @@ def _entries(i: int, x: np.ndarray, codes: np.ndarray, ranked: bool, count: int,
     rows = np.bincount(codes, minlength=count)
     wide = x.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        ln = np.bincount(codes, weights=np.log(np.clip(wide, EPS, 1 - EPS)), minlength=count)
         hits = (np.bincount(codes, weights=wide >= threshold, minlength=count) if threshold is not None
                 else np.zeros(count))
+        ln = np.bincount(codes, weights=np.log(np.clip(wide, EPS, 1 - EPS, out=wide), out=wide), minlength=count)
     r = rank_sums(x, codes, count) if ranked else None
     return [{"c": c, "i": i + 1, "n": int(rows[c]), "ln": float(ln[c]), "r": float(r[c]) if r is not None else None,
              "hits": int(hits[c])} for c in range(count) if rows[c]]
