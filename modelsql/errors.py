@@ -175,6 +175,12 @@ def position_of(sql: str, offset: int) -> tuple[int, int]:
     return line, column
 
 
+def offset_of(sql: str, line: int, column: int) -> int:
+    """The 0-based character offset of the 1-based ``line``, ``column`` of ``sql`` (lines at ``\n``): what
+    :func:`position_of` turns back into them."""
+    return sum(len(text) + 1 for text in sql.split("\n")[: line - 1]) + column - 1
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """Return ``' Did you mean "x"?'`` for the closest candidate, or ``''``."""
     matches = difflib.get_close_matches(name.lower(), [c.lower() for c in candidates], n=1, cutoff=0.6)

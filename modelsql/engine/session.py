@@ -487,9 +487,7 @@ def _placed(err: Error, piece: str, whole: str, at: int) -> Error:
     shown, column = m.group(2), len(m.group(3)) - len(f"LINE {line}: ") + 1
     if not 0 < line <= len(lines) or not shown or not lines[line - 1].startswith(shown):
         return _lines_moved(err, whole.count("\n", 0, at))
-    own_line, own_column = msql.original_position(piece, numbered, back, line, column)
-    offset = sum(len(text) + 1 for text in piece.split("\n")[: own_line - 1]) + own_column - 1
-    line, column = position_of(whole, at + offset)
+    line, column = position_of(whole, at + msql.original_offset(numbered, back, line, column))
     head = str(err)[: m.start()].rstrip()
     return err.retold(f"{head}\n{excerpt(whole, line, column, len(m.group(4)))}", line=line, column=column)
 

@@ -33,7 +33,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from modelsql.errors import InternalError, ProgrammingError, excerpt, position_of, text_lines
+from modelsql.errors import InternalError, ProgrammingError, excerpt, offset_of, position_of, text_lines
 from modelsql.sql.dialect import (ModelSQL, ModelSQLGenerator, ModelSQLParser, ModelSQLTokenizer, dotted_statement_at,
                                   statement_at)
 from modelsql.sql.evaluate import EVALUATION_FUNCTIONS, EvaluationTable, evaluation_shaped, ml_function_at
@@ -452,11 +452,16 @@ def numbered_offsets(sql: str) -> tuple[str, int, list[int]]:
     return "".join(parts), len(offsets), back
 
 
+def original_offset(numbered: str, back: list[int], line: int, column: int) -> int:
+    """The 0-based offset in the text as written of the position ``line``, ``column`` (1-based) of ``numbered``, its
+    text with the ``?`` numbered (``numbered`` and ``back`` from :func:`numbered_offsets`)."""
+    return back[min(offset_of(numbered, line, column), len(back) - 1)]
+
+
 def original_position(sql: str, numbered: str, back: list[int], line: int, column: int) -> tuple[int, int]:
-    """``(line, column)`` (1-based) in ``sql`` of the position ``line``, ``column`` of ``numbered``, its text with
-    the ``?`` numbered (``numbered`` and ``back`` from :func:`numbered_offsets`)."""
-    offset = sum(len(text) + 1 for text in numbered.split("\n")[: line - 1]) + column - 1
-    return position_of(sql, back[min(offset, len(back) - 1)])
+    """``(line, column)`` (1-based) in ``sql`` of the position ``line``, ``column`` of ``numbered`` (see
+    :func:`original_offset`)."""
+    return position_of(sql, original_offset(numbered, back, line, column))
 
 
 def parse_numbered(sql: str, numbered: str, back: list[int]) -> list[exp.Expression]:
@@ -586,6 +591,7 @@ __all__ = [
     "mentions_models",
     "number_placeholders",
     "numbered_offsets",
+    "original_offset",
     "original_position",
     "parse_numbered",
     "renumber_placeholders",
