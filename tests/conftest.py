@@ -31,26 +31,18 @@ def _signing_key(tmp_path_factory):
     """The tests sign the code they create with a key of their own (``MODELSQL_KEY_FILE``), never the user's
     ``~/.config/modelsql/key``; child processes inherit it."""
     path = tmp_path_factory.mktemp("modelsql-key") / "key"
-    old = os.environ.get("MODELSQL_KEY_FILE")
-    os.environ["MODELSQL_KEY_FILE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("MODELSQL_KEY_FILE", None)
-    else:
-        os.environ["MODELSQL_KEY_FILE"] = old
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MODELSQL_KEY_FILE", str(path))
+        yield path
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _cache_home(tmp_path_factory):
     """What modelsql caches under ``$XDG_CACHE_HOME`` (TVM's name of this CPU) goes to a folder of the test run's,
     never the user's ``~/.cache``; child processes inherit it."""
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
-    yield
-    if old is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
-    else:
-        os.environ["XDG_CACHE_HOME"] = old
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache-home")))
+        yield
 
 
 SLOW = "a long end-to-end test beyond its suite's representative in CI; run it with -m slow"
