@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import duckdb
 
 from modelsql import duckdb_errors, errors
-from modelsql.catalog import schema
+from modelsql.catalog import schema, template
 from modelsql.catalog.entries import Dim, ModelVersion, StoredTensor, TensorSpec
 from modelsql.catalog.families import Families
 from modelsql.catalog.studies import Studies
@@ -273,9 +273,13 @@ class Catalog:
             if self.read_only:
                 self._present = False
                 return
-            with self.transaction():
-                with _converted():
-                    schema.create(self._con, self._s, type(self).SCHEMA_VERSION)
+            with _converted():
+                copied = not self.in_transaction() and template.copy_into(
+                    self._con, self.database, type(self).SCHEMA_VERSION)
+            if not copied:
+                with self.transaction():
+                    with _converted():
+                        schema.create(self._con, self._s, type(self).SCHEMA_VERSION)
             self._present = True
             return
 

@@ -514,11 +514,11 @@ COMMENT ON TABLE {s}.model_tags IS 'Tags (ALTER MODEL m [VERSION n] SET TAG k = 
 CREATE VIEW {s}.lineage AS
 SELECT 'model' AS kind, o.name, o.version, o.origin AS relation, o.source, o.digest, o.study, o.trial,
        o.parent_kind, o.parent_name, o.parent_version, o.created_at
-FROM {s}.model_origins AS o
+FROM modelsql.model_origins AS o
 UNION ALL
 SELECT 'pipeline', s.name, s.version, 'step', s.step, NULL, NULL, NULL, 'model', s.model, s.model_version,
        p.created_at
-FROM {s}.pipeline_steps AS s JOIN {s}.pipeline_versions AS p ON p.name = s.name AND p.version = s.version;
+FROM modelsql.pipeline_steps AS s JOIN modelsql.pipeline_versions AS p ON p.name = s.name AND p.version = s.version;
 COMMENT ON VIEW {s}.lineage IS 'The lineage graph as edges: each model version from its origin (a file, a query, a study trial, the pipeline FINETUNE started from: parent_*), each pipeline version from the model versions of its steps.';
 """
 """The lineage and tags (schema 11), shared by :data:`DDL` and the migration to version 11."""
