@@ -111,6 +111,10 @@ def test_which_path_each_program_took(programs_db) -> None:
     assert "batch_range" in _properties(cur, "shape_branch")["whole_graph"]
     assert "mutates_state" in _properties(cur, "module_state")["whole_graph"]
     assert "non_tensor_input" in _properties(cur, "tokenizer")["whole_graph"]
+    # dynamo guards on the tokenizer's strings: co-execution compiles again on new rows and is timed no further
+    tokenizer = _properties(cur, "tokenizer")
+    assert tokenizer["execution"] == "eager" and "compiled again on a timed call" in tokenizer["timing"]
+    assert "compiled again" not in _properties(cur, "while_loop")["timing"]
 
 
 def test_a_stored_program_reloads_in_a_new_connection(tmp_path) -> None:

@@ -27,7 +27,7 @@ import copy
 import hashlib
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -314,17 +314,36 @@ def _choose_mode(prog: Program, execution: str, row_calls: bool) -> tuple[str, i
         for f in feeds:
             coexec.run(f[0])
         compile_s = time.perf_counter() - start
-        t_coexec = [_median_us(coexec, f) for f in feeds]
+        t_coexec = _coexecuted_us(coexec, feeds)
     stats = coexec.stats()
     breaks = (graph_breaks(prog.module, prog.example) + f"; {stats['graphs']} captured graphs compiled, "
               f"{stats['on_onnx']} on ONNX Runtime" + (f"; stayed FX: {stats['fallbacks'][0]}" if stats["fallbacks"]
                                                      else ""))
+    if t_coexec is None:  # it compiles again on new rows, as it would under PREDICT: eager, unless asked for
+        timing = (_timing(sizes, t_eager) + "; co-execution compiled again on a timed call of new rows of the same "
+                  f"shape (its guards test input values; compiled in {compile_s:.1f} s before timing)")
+        return ("coexecute", 1, timing, breaks) if execution == "coexecute" else ("eager", 1, timing, breaks)
     start_rows = 1 if execution == "coexecute" else _crossover(sizes, t_eager, t_coexec)
     mode = "eager" if start_rows is None else "coexecute"
     timing = (_timing(sizes, t_eager, t_coexec) + f" (compiled in {compile_s:.1f} s)"
               + (f"; co-executed from {start_rows} rows per call, eager below" if mode == "coexecute" and start_rows > 1
                  else ""))
     return mode, start_rows or 1, timing, breaks
+
+
+def _coexecuted_us(coexec: PythonProgramModel, feeds: list) -> Optional[list]:
+    """Median microseconds per co-executed call for each size's feeds, or None as soon as a timed call compiles
+    a new graph: a program whose dynamo guards test input values (a tokenizer's strings) compiles again on new
+    rows under PREDICT too, up to dynamo's recompile limit, seconds each, so its timing would only say
+    that it is slow (a tokenizer's import took 32 s of such compiles)."""
+    medians = []
+    for f in feeds:
+        graphs = coexec.stats()["graphs"]
+        times = _call_us(coexec, f, stop=lambda: coexec.stats()["graphs"] > graphs)
+        if times is None:
+            return None
+        medians.append(statistics.median(times))
+    return medians
 
 
 def _feeds(prog: Program, rows: int, draw: int = 0) -> dict:
@@ -357,10 +376,20 @@ def _timing(sizes: tuple, eager: list, coexec: Optional[list] = None) -> str:
 
 def _median_us(model: PythonProgramModel, feeds: list) -> float:
     """Median microseconds per call over ``feeds`` (one call each, after a warm-up call on the first)."""
+    times = _call_us(model, feeds)
+    assert times is not None  # no stop condition
+    return statistics.median(times)
+
+
+def _call_us(model: PythonProgramModel, feeds: list, stop: Optional[Callable[[], bool]] = None) -> Optional[list]:
+    """Microseconds of each call over ``feeds[1:]``, after a warm-up call on ``feeds[0]``; None as soon as
+    ``stop()`` is true after a timed call."""
     model.run(feeds[0])
     times = []
     for f in feeds[1:]:
         start = time.perf_counter()
         model.run(f)
         times.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times)
+        if stop is not None and stop():
+            return None
+    return times
