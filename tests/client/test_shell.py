@@ -523,6 +523,7 @@ def _tvm_missing() -> str | None:
     return tvm_backend.install_reason()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_tvm_missing() is not None, reason="TVM is not installed (modelsql[tvm])")
 def test_predict_of_a_compiled_model_that_onnx_runtime_runs_imports_neither_tvm_nor_torch(tmp_path):
     """The report: the first PREDICT of a compiled model in a new process imported TVM and torch (15-30 s) to

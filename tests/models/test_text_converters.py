@@ -245,7 +245,8 @@ HEAD_CASES = [(name, labels) for name in sorted(CLASSIFIERS) for labels in sorte
               and (labels != "strings" or name in STRING_LABELS)]
 
 
-@pytest.mark.parametrize("name,labels", HEAD_CASES)
+@pytest.mark.parametrize("name,labels", [pytest.param(*c, marks=pytest.mark.slow) if c == ("logistic_cv", "multiclass")
+                                         else c for c in HEAD_CASES])  # LogisticRegressionCV: the slowest fit
 def test_linear_classifier_head(name, labels, corpus, features):
     x_train, x_held, x_onnx = features
     y = LABELS[labels](corpus[1])

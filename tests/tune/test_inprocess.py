@@ -97,6 +97,7 @@ def test_an_edited_factory_trains_in_a_worker_from_the_file_as_it_is_now(tmp_pat
         c.close()
 
 
+@pytest.mark.slow
 def test_two_studies_in_two_threads_at_once_each_match_a_study_alone(tmp_path):
     """torch's RNGs are per process: while one study trains here, the other's stages go to a worker process;
     both equal the same study run alone."""
@@ -257,7 +258,7 @@ def busy(in_features, n_outputs):
 '''
 
 
-@pytest.mark.parametrize("delay", [0.0, 1.5])
+@pytest.mark.parametrize("delay", [0.0, pytest.param(1.5, marks=pytest.mark.slow)])
 def test_ctrl_c_in_a_script_stops_the_study_and_the_script_exits_normally(tmp_path, delay):
     """SIGINT while the script's own process trains (at once, possibly while torch's compiler front end is being
     imported, or later): the statement raises study_stopped, the study is stopped, and the script ends with

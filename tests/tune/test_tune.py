@@ -324,7 +324,8 @@ ALGORITHM_SQL = {
 }
 
 
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHM_SQL))
+@pytest.mark.parametrize("algorithm", [pytest.param(a, marks=pytest.mark.slow) if a == "asha" else a
+                                       for a in sorted(ALGORITHM_SQL)])  # ASHA: also in the faults' tests
 def test_every_algorithm_gives_identical_trials_in_stage_tree_and_trial_based_execution(con, algorithm):
     head = ("TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = STEP_DECAY("
             "initial => CHOICE(0.3, 0.1, 0.03), milestones => CHOICE((2,), (4,)), gamma => 0.1), "

@@ -236,6 +236,7 @@ def test_a_killed_study_is_interrupted_with_its_owner_recorded(tmp_path):
     con.close()
 
 
+@pytest.mark.slow
 def test_a_study_owned_elsewhere_fails_after_the_grace_period(tmp_path):
     db = str(tmp_path / "lost.duckdb")
     make_db(db).close()
