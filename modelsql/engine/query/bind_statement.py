@@ -215,7 +215,12 @@ def key_columns_of(session: PlanningContext, table: exp.Table) -> list[str]:
     """The PRIMARY KEY and UNIQUE columns of ``table`` (never fed to a model by position), resolved as
     DuckDB resolves the name: the database and schema written, else a temporary table of that name,
     else the current database and schema."""
-    try:
+    try:  # most tables have no key: one look at the constraints (1.5 ms) spares resolving the name (6 ms)
+        keyed = session.duck.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE lower(table_name) = lower(?) "
+            "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')", [table.name]).fetchall()[0][0]
+        if not keyed:
+            return []
         rows = session.duck.execute(
             "SELECT t.database_name, t.schema_name, c.constraint_column_names, current_database(), current_schema() "
             "FROM duckdb_tables() t LEFT JOIN duckdb_constraints() c ON c.table_oid = t.table_oid "
