@@ -311,9 +311,12 @@ def test_a_clusterer_is_not_evaluated_against_a_target(con) -> None:
 
 
 def test_every_version_records_its_origin(con) -> None:
-    origin = con.execute("SELECT origin, source, digest FROM modelsql.model_origins WHERE name = 'cancer_lr'").fetchone()
+    con.execute("CREATE MODEL cancer_origin WITH (model_type = 'logistic_reg', target = y, validation = 'none') "
+                "AS SELECT * FROM cancer ORDER BY id")
+    origin = con.execute("SELECT origin, source, digest FROM modelsql.model_origins "
+                         "WHERE name = 'cancer_origin'").fetchone()
     assert origin[:2] == ("query", "SELECT * FROM cancer ORDER BY id") and origin[2].startswith("rows:569:")
-    edges = con.execute("SELECT kind, relation FROM modelsql.lineage WHERE name = 'cancer_lr'").fetchall()
+    edges = con.execute("SELECT kind, relation FROM modelsql.lineage WHERE name = 'cancer_origin'").fetchall()
     assert edges == [("model", "query")]
 
 
