@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Optional
 
 from modelsql.errors import OperationalError
+from modelsql.xdg import config_home
 
 __all__ = ["KEY_ENV", "Key", "key_path", "load_key", "signature_of", "verifies"]
 
@@ -60,8 +61,7 @@ def key_path() -> Path:
     given = os.environ.get(KEY_ENV)
     if given:
         return Path(given).expanduser()
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(config) / "modelsql" / "key"
+    return Path(config_home()) / "modelsql" / "key"
 
 
 def load_key(*, create: bool = False) -> Optional[Key]:

@@ -280,6 +280,8 @@ class Catalog:
                 with self.transaction():
                     with _converted():
                         schema.create(self._con, self._s, type(self).SCHEMA_VERSION)
+                with _converted():
+                    template.learn(self._con, self.database, type(self).SCHEMA_VERSION)
             self._present = True
             return
 

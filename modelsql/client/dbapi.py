@@ -254,17 +254,17 @@ def resolve_database(database: str) -> str:
 
 
 CATALOG_ALIAS = "modelsql_db"
-"""DuckDB catalog name used for a database file whose stem is ``modelsql``.
+"""DuckDB catalog name used for a database file whose name up to its first dot is ``modelsql``.
 
-DuckDB names a database after its file, so ``modelsql.duckdb`` would be the
-catalog ``modelsql`` and ``modelsql.models`` (schema ``modelsql``) would be
-ambiguous; such a file is attached under this name instead and made the default."""
+DuckDB names a database after its file, up to the file name's first dot, so ``modelsql.duckdb`` (and
+``modelsql.v2.duckdb``) would be the catalog ``modelsql`` and ``modelsql.models`` (schema ``modelsql``)
+would be ambiguous; such a file is attached under this name instead and made the default."""
 
 
 def _open_duckdb(database: str, read_only: bool, config: dict) -> duckdb.DuckDBPyConnection:
     import os
 
-    stem = os.path.splitext(os.path.basename(database))[0].lower() if database != ":memory:" else ""
+    stem = os.path.basename(database).split(".")[0].lower() if database != ":memory:" else ""
     if stem != "modelsql":
         return duckdb.connect(database, read_only=read_only, config=config)
     duck = duckdb.connect(":memory:", config=config)

@@ -4,6 +4,7 @@ file, exactly the catalog the DDL makes; where no template can be used the DDL r
 from __future__ import annotations
 
 import os
+import time
 
 import duckdb
 import pytest
@@ -27,22 +28,23 @@ _DESCRIBE = {
 
 
 def describe(con: duckdb.DuckDBPyConnection) -> dict:
-    """Everything DuckDB says about the catalog in the current database, with the database's own name
-    (one that occurs nowhere else) taken out of stored SQL, so catalogs in files of different names compare."""
-    name = con.execute("SELECT current_database()").fetchall()[0][0]
+    """Everything DuckDB says about the catalog in the current database (its stored SQL names no database, so
+    catalogs in files of different names compare)."""
     out = {}
     for what, sql in _DESCRIBE.items():
         rows = con.execute(sql).fetchall()
-        out[what] = sorted(tuple(str(v).replace(f'"{name}".', "").replace(f"{name}.", "") for v in row)
-                           for row in rows)
+        out[what] = sorted(tuple(str(v) for v in row) for row in rows)
     return out
 
 
 def by_ddl(path: str) -> dict:
+    """The description of a catalog the DDL makes in a new file (which this process learns as its reference)."""
     con = duckdb.connect(path)
+    name = os.path.splitext(os.path.basename(path))[0]
     con.execute("BEGIN TRANSACTION")
-    schema.create(con, '"' + os.path.splitext(os.path.basename(path))[0] + '".modelsql')
+    schema.create(con, '"' + name + '".modelsql')
     con.execute("COMMIT")
+    template.learn(con, name)
     try:
         return describe(con)
     finally:
@@ -57,23 +59,30 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_copied_catalog_is_the_one_the_ddl_makes(tmp_path, cache):
+    expected = by_ddl(str(tmp_path / "ddl_catalog.duckdb"))
     con = duckdb.connect(str(tmp_path / "copied_catalog.duckdb"))
     assert template.copy_into(con, "copied_catalog")
     assert [p.name for p in cache.iterdir()] == [template.template_name()]
     copied = describe(con)
     con.close()
-    expected = by_ddl(str(tmp_path / "ddl_catalog.duckdb"))
     assert copied == expected
     assert len(copied["columns"]) > 200 and sum(1 for c in copied["columns"] if c[3] != "None") > 100
 
 
 def test_the_template_is_made_once_and_other_templates_are_removed(tmp_path, cache):
     cache.mkdir(parents=True)
-    stale = cache / (template._PREFIX + "11-0123456789abcdef.duckdb")
+    stale = cache / "catalog-template-11-0123456789abcdef.duckdb"
     stale.write_bytes(b"an older schema's template")
+    died = cache / ".building-dead.duckdb"  # a process died building the template two hours ago
+    died.write_bytes(b"half a database")
+    os.utime(died, (time.time() - 7200, time.time() - 7200))
+    building = cache / ".building-now.duckdb"  # another process is building it now
+    building.write_bytes(b"half a database")
     path = template.template_path()
-    assert path is not None and not stale.exists()
+    assert path is not None and not stale.exists() and not died.exists() and building.exists()
+    building.unlink()
     made = os.stat(path).st_mtime_ns
+    by_ddl(str(tmp_path / "ddl_catalog.duckdb"))
     for i in range(2):
         Catalog(duckdb.connect(str(tmp_path / f"db{i}.duckdb")))
     assert os.stat(path).st_mtime_ns == made
@@ -81,6 +90,7 @@ def test_the_template_is_made_once_and_other_templates_are_removed(tmp_path, cac
 
 
 def test_a_database_attached_under_another_name_gets_its_catalog(tmp_path, cache):
+    by_ddl(str(tmp_path / "ddl_catalog.duckdb"))
     con = duckdb.connect()
     con.execute(f"ATTACH '{tmp_path / 'other.duckdb'}' AS elsewhere")
     con.execute("USE elsewhere")
@@ -92,10 +102,26 @@ def test_a_database_attached_under_another_name_gets_its_catalog(tmp_path, cache
                        "AND schema_name = 'modelsql'").fetchall() == [(0,)]
 
 
-@pytest.mark.parametrize("how", ["cache_is_a_file", "damaged_template", "no_external_access"])
+@pytest.mark.parametrize("how", ["cache_is_a_file", "damaged_template", "no_external_access", "more_in_main",
+                                 "more_in_the_catalog", "a_macro", "only_the_meta_row"])
 def test_without_a_usable_template_the_ddl_makes_the_same_catalog(tmp_path, cache, how):
+    """A template is copied only when it holds exactly the catalog the DDL makes (the copy takes everything in
+    the file): one that holds more or less is removed, and the DDL makes the catalog."""
+    expected = by_ddl(str(tmp_path / "ddl_catalog.duckdb"))
     config = {}
-    if how == "cache_is_a_file":
+    foreign = {"more_in_main": "CREATE TABLE main.users AS SELECT 'injected' AS who",
+               "more_in_the_catalog": "CREATE TABLE modelsql.fake AS SELECT 1 AS x",
+               "a_macro": "CREATE MACRO main.lower(x) AS 'pwned'",
+               "only_the_meta_row": "DROP VIEW modelsql.lineage"}
+    if how in foreign:
+        path = template.template_path()
+        assert path is not None
+        os.unlink(path)
+        made = duckdb.connect(path)
+        schema.create(made, "modelsql")
+        made.execute(foreign[how])
+        made.close()
+    elif how == "cache_is_a_file":
         cache.parent.mkdir(parents=True)
         cache.write_text("not a folder")
     elif how == "damaged_template":
@@ -105,17 +131,55 @@ def test_without_a_usable_template_the_ddl_makes_the_same_catalog(tmp_path, cach
         config = {"enable_external_access": "false"}
     con = duckdb.connect(str(tmp_path / "fallback_catalog.duckdb"), config=config)
     assert not template.copy_into(con, "fallback_catalog")
+    if how in foreign or how == "damaged_template":
+        assert not (cache / template.template_name()).exists()  # removed: the next new database builds it again
+    if how == "no_external_access":
+        assert not cache.exists()  # nothing written that this connection could never read
     assert con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'modelsql'").fetchall() == [(0,)]
     assert [r[0] for r in con.execute("SELECT database_name FROM duckdb_databases() "
                                       "WHERE NOT internal ORDER BY 1").fetchall()] == ["fallback_catalog"]
     cat = Catalog(con)
     assert cat.present
     made = describe(con)
+    assert con.execute("SELECT lower('ABC')").fetchall() == [("abc",)]
     con.close()
-    assert made == by_ddl(str(tmp_path / "ddl_catalog.duckdb"))
+    assert made == expected
 
 
 def test_a_template_of_another_schema_version_is_not_used(tmp_path, cache):
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     assert not template.copy_into(con, "db", schema.SCHEMA_VERSION - 1)
     assert not cache.exists()
+
+
+def test_the_description_check_is_not_fooled_by_names(tmp_path, cache):
+    """Databases named like a view's alias or a table (``a``, ``model_versions``) describe alike."""
+    first = by_ddl(str(tmp_path / "a.duckdb"))
+    assert first == by_ddl(str(tmp_path / "ref.duckdb"))
+    con = duckdb.connect(str(tmp_path / "model_versions.b.duckdb"))  # (DuckDB names it up to the first dot)
+    assert template.copy_into(con, "model_versions")
+    assert describe(con) == first
+    con.close()
+
+
+def test_a_relative_cache_home_is_ignored_as_xdg_says(tmp_path, monkeypatch):
+    from modelsql.xdg import cache_home, config_home
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for value in ("relcache", "~/xdg", ""):
+        monkeypatch.setenv("XDG_CACHE_HOME", value)
+        monkeypatch.setenv("XDG_CONFIG_HOME", value)
+        assert cache_home() == str(tmp_path / ".cache") and config_home() == str(tmp_path / ".config")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "abs"))
+    assert cache_home() == str(tmp_path / "abs")
+
+
+@pytest.mark.parametrize("file", ["modelsql.duckdb", "modelsql.v2.duckdb", "MODELSQL.backup.db", "modelsql"])
+def test_a_file_named_modelsql_up_to_its_first_dot_gets_its_catalog_unambiguously(tmp_path, cache, file):
+    """DuckDB names a database after its file up to the first dot: ``modelsql.v2.duckdb`` would be the database
+    ``modelsql``, beside the schema ``modelsql``, and ``modelsql.models`` ambiguous."""
+    import modelsql
+
+    with modelsql.connect(str(tmp_path / file)) as con:
+        assert con.execute("SELECT count(*) FROM modelsql.models").fetchall() == [(0,)]
+        assert con.execute("SHOW MODELS").fetchall() == []

@@ -68,6 +68,7 @@ import onnx
 
 from modelsql.errors import DataError, NotSupportedError
 from modelsql.operators.backends.onnxruntime import default_threads
+from modelsql.xdg import cache_home
 
 __all__ = [
     "REQUIRED_TVM", "REQUIRED_FFI", "unavailable_reason", "cpu_target", "cuda_target", "cuda_unavailable_reason",
@@ -171,8 +172,7 @@ def remembered_cpu_target(threads: int) -> Optional[dict]:
 
 
 def _cpu_cache_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, CPU_CACHE_FILE)
+    return os.path.join(cache_home(), CPU_CACHE_FILE)
 
 
 @functools.lru_cache(maxsize=1)
