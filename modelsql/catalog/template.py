@@ -203,7 +203,7 @@ def copy_into(con: duckdb.DuckDBPyConnection, database: str, version: int = sche
     target = '"' + database.replace('"', '""') + '"'
     identity = _identity(path)
     attached = False
-    try:
+    try:  # (BEGIN inside: a KeyboardInterrupt just after it still rolls back)
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(f"ATTACH '{quoted_path}' AS {alias} (READ_ONLY)")
