@@ -43,6 +43,8 @@ CACHE_FOLDER = "modelsql"
 _PREFIX = "catalog-template-"
 _BUILDING = ".building-"
 _STALE_BUILD_S = 3600.0  # a file being built this long ago belongs to a process that died building it
+_STALE_TEMPLATE_S = 7 * 86400.0  # another template built this long ago: another install that shares the folder
+# (another DuckDB release) would build it again within a week of use, so both keep theirs meanwhile
 
 _DESCRIBE = (
     ("schemas", "SELECT schema_name, comment FROM duckdb_schemas() WHERE database_name = $db AND NOT internal"),
@@ -127,8 +129,8 @@ def _identity(path: str) -> Optional[tuple]:
 
 def _build(path: str, version: int) -> None:
     """Write the empty catalog to a fresh file beside ``path`` and move it into place (atomic: a reader
-    sees the whole file or none); other templates in the folder (older schemas, other DuckDB releases) and
-    files a process died building are removed."""
+    sees the whole file or none); other templates in the folder (older schemas, other DuckDB releases) built a
+    week ago or more and files a process died building are removed."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=_BUILDING, suffix=".duckdb", dir=folder)
@@ -149,14 +151,11 @@ def _build(path: str, version: int) -> None:
         for leftover in (tmp, tmp + ".wal"):
             with contextlib.suppress(OSError):
                 os.unlink(leftover)
-    old = [p for p in glob.glob(os.path.join(folder, _PREFIX + "*.duckdb")) if p != path]
-    for p in glob.glob(os.path.join(folder, _BUILDING + "*")):
-        with contextlib.suppress(OSError):
-            if time.time() - os.stat(p).st_mtime > _STALE_BUILD_S:
-                old.append(p)
-    for p in old:
-        with contextlib.suppress(OSError):
-            os.unlink(p)
+    for pattern, age in ((_PREFIX + "*.duckdb", _STALE_TEMPLATE_S), (_BUILDING + "*", _STALE_BUILD_S)):
+        for p in glob.glob(os.path.join(folder, pattern)):
+            with contextlib.suppress(OSError):
+                if p != path and time.time() - os.stat(p).st_mtime > age:
+                    os.unlink(p)
 
 
 def template_path(version: int = schema.SCHEMA_VERSION) -> Optional[str]:

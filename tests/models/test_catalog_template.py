@@ -71,16 +71,20 @@ def test_a_copied_catalog_is_the_one_the_ddl_makes(tmp_path, cache):
 
 def test_the_template_is_made_once_and_other_templates_are_removed(tmp_path, cache):
     cache.mkdir(parents=True)
-    stale = cache / "catalog-template-11-0123456789abcdef.duckdb"
+    stale = cache / "catalog-template-11-0123456789abcdef.duckdb"  # built eight days ago
     stale.write_bytes(b"an older schema's template")
+    os.utime(stale, (time.time() - 8 * 86400, time.time() - 8 * 86400))
+    other = cache / "catalog-template-12-fedcba9876543210.duckdb"  # another DuckDB release's, in use
+    other.write_bytes(b"another install's template")
     died = cache / ".building-dead.duckdb"  # a process died building the template two hours ago
     died.write_bytes(b"half a database")
     os.utime(died, (time.time() - 7200, time.time() - 7200))
     building = cache / ".building-now.duckdb"  # another process is building it now
     building.write_bytes(b"half a database")
     path = template.template_path()
-    assert path is not None and not stale.exists() and not died.exists() and building.exists()
+    assert path is not None and not stale.exists() and not died.exists() and building.exists() and other.exists()
     building.unlink()
+    other.unlink()
     made = os.stat(path).st_mtime_ns
     by_ddl(str(tmp_path / "ddl_catalog.duckdb"))
     for i in range(2):
