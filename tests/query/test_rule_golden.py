@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+import modelsql
 from conftest import linear_model, make_model
 from modelsql.engine.query.rules import RULES
 
@@ -44,19 +45,28 @@ def relu_model():
     )
 
 
-@pytest.fixture(autouse=True)
-def _cpu_only(monkeypatch):
+@pytest.fixture(scope="module")
+def _cpu_only():
     """Golden plans do not depend on the machine: a GPU, where there is one, is hidden
     (``MODELSQL_DEVICES=cpu``), so EXPLAIN weighs the CPU alone, as on CI."""
-    monkeypatch.setenv("MODELSQL_DEVICES", "cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MODELSQL_DEVICES", "cpu")
+        yield
 
 
-@pytest.fixture
-def ruled(con):
+@pytest.fixture(scope="module")
+def ruled(_cpu_only, tmp_path_factory):
     """Models ``m1`` (y = a+b+c), ``m2`` (y = 2(a+b+c)): one family; ``two`` (outputs y and z), ``relu``
     (y = relu(a+b+c)) over features a, b, c;
     pipelines ``p1`` = (front, h1), ``p2`` = (front, h2), ``p3`` = (front2, h1), where ``front`` and
-    ``front2`` are different [N,3] -> [N,3] maps; table ``t(id, a, b, c, tag)`` of 4 rows."""
+    ``front2`` are different [N,3] -> [N,3] maps; table ``t(id, a, b, c, tag)`` of 4 rows. One connection for
+    the module: the cases only EXPLAIN."""
+    con = modelsql.connect(str(tmp_path_factory.mktemp("golden") / "golden.duckdb"))
+    yield _models_and_pipelines(con)
+    con.close()
+
+
+def _models_and_pipelines(con):
     con.import_model("m1", linear_model(np.ones((3, 1), dtype=np.float32)), features=["a", "b", "c"])
     con.import_model("m2", linear_model(np.full((3, 1), 2.0, dtype=np.float32)), features=["a", "b", "c"])
     con.import_model("two", two_outputs_model(), features=["a", "b", "c"])
