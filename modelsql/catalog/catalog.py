@@ -69,10 +69,6 @@ def _converted() -> Iterator[None]:
         raise convert_duckdb_error(exc) from None
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _dim_text(dim: Dim) -> str:
     """One shape entry as stored: the int as text, the symbolic name, or '?' for unknown."""
     if dim is None:
@@ -208,7 +204,7 @@ class Catalog:
         self.database: str = row[0]
         """The DuckDB database (catalog) name the modelsql schema lives in."""
         self.read_only: bool = bool(read_only or row[1])
-        self._s = f"{_quote_ident(self.database)}.{schema.SCHEMA}"
+        self._s = f"{schema.quote_ident(self.database)}.{schema.SCHEMA}"
         self._present = False
         self._open()
         self.pipelines = Pipelines(self)

@@ -83,6 +83,11 @@ SCHEMA_VERSION = 12
 
 SCHEMA = "modelsql"
 
+
+def quote_ident(name: str) -> str:
+    """``name`` as a DuckDB identifier in double quotes (a database's name: ``"my db"``)."""
+    return '"' + name.replace('"', '""') + '"'
+
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 
 MIGRATIONS: Dict[int, Migration] = {}  # filled in below, after the DDL it shares

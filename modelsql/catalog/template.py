@@ -90,7 +90,7 @@ def describe(con: duckdb.DuckDBPyConnection, database: str) -> tuple[tuple, tupl
         rows = [tuple(str(v) for v in row) for row in con.execute(sql.replace("$db", "?"), [database]).fetchall()]
         catalog.append(tuple(sorted(r for r in rows if r[0] == schema.SCHEMA)))
         rest.append(tuple(sorted(r for r in rows if r[0] != schema.SCHEMA)))
-    target = '"' + database.replace('"', '""') + '"'
+    target = schema.quote_ident(database)
     with contextlib.suppress(duckdb.Error):
         catalog.append(tuple(sorted(con.execute(f"SELECT key, value FROM {target}.{schema.SCHEMA}.meta").fetchall())))
     return tuple(catalog), tuple(rest)
@@ -199,7 +199,7 @@ def copy_into(con: duckdb.DuckDBPyConnection, database: str, version: int = sche
         return False
     alias = f"modelsql_template_{secrets.token_hex(6)}"
     quoted_path = path.replace("'", "''")
-    target = '"' + database.replace('"', '""') + '"'
+    target = schema.quote_ident(database)
     identity = _identity(path)
     attached = False
     try:  # (BEGIN inside: a KeyboardInterrupt just after it still rolls back)
