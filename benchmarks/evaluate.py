@@ -1,8 +1,8 @@
 """Benchmark: EVALUATE of a classifier over many rows, against the PREDICT alone and the script a user writes.
 
 Claim (issue 25): EVALUATE runs as one query with its PREDICT (the model sees each row once; what leaves DuckDB
-is aggregates, and the probabilities with their rows' class numbers, handed to the NumPy function the query calls
-to rank them), so it costs at most 1.15x the PREDICT alone of the same rows, and less than the script a user
+is the target, the prediction, the probabilities and each input row's hash as Arrow columns, counted and ranked
+in NumPy), so it costs at most 1.15x the PREDICT alone of the same rows, and less than the script a user
 writes instead: read the rows with DuckDB, ``model.predict`` / ``predict_proba``, then ``sklearn.metrics``
 (accuracy, precision, recall, F1, log loss, ROC AUC, the confusion matrix: what EVALUATE returns).
 

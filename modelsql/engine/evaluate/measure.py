@@ -1,4 +1,4 @@
-"""Running an evaluation's one query and reading its row into metrics (:mod:`modelsql.metrics`'
+"""Running an evaluation's one query and reading its result into metrics (:mod:`modelsql.metrics`'
 definitions, BigQuery ML's names)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from modelsql.metrics import as_positive, classification_metrics, default_positi
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, where_of
-from modelsql.engine.evaluate.score_stats import registered
+from modelsql.engine.evaluate.class_counts import ClassCounts, class_counts
 from modelsql.engine.options.schema import option_error
 from modelsql.engine.query.predict_errors import NULL_HINT
 from modelsql.engine.query_handler import run_query
@@ -53,27 +53,26 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
         ProgrammingError: ``invalid_option`` (options that do not fit the classes found).
     """
     try:
-        row = run_sql(evaluation_query(plan), session, params)
+        if plan.task == "regression":
+            return _regression(stmt, plan, run_sql(evaluation_query(plan), session, params))
+        counts = class_counts(run_arrow(evaluation_query(plan), session, params), _needs_positions(plan),
+                              _ranked_position(plan), plan.options["threshold"], plan.classes)
     except DataError as err:
         if err.code != "null_input" or NULL_HINT not in str(err):
             raise
         raise DataError(f"{where_of(stmt)}: " + str(err).replace(NULL_HINT, ". Write on_null = 'skip' to leave those "
                         "rows out of the evaluation, or filter or fill them in the input."), code=err.code) from None
-    rows, null_targets, fingerprint = int(row[0]), int(row[1]), int(row[2])
-    scores = row[7] if plan.task == "classification" else None
-    _check_rows(stmt, plan, rows, null_targets, int(row[3]) + int(scores["bad"] if scores else 0))
-    if plan.task == "regression":
-        return Measured(rows, queries.fingerprint_text(rows, fingerprint), _regression(row))
-    metrics, where = _classification(stmt, plan, row)
-    return Measured(rows, queries.fingerprint_text(rows, fingerprint), metrics, where)
+    bad = int(counts.scores["bad"]) if counts.scores else 0
+    _check_rows(stmt, plan, counts.rows, counts.null_targets, bad)
+    metrics, where = _classification(stmt, plan, counts)
+    return Measured(counts.rows, queries.fingerprint_text(counts.rows, counts.digest), metrics, where)
 
 
 def evaluation_query(plan: EvaluatePlan) -> queries.Query:
     """The one query of an evaluation (:mod:`.queries`), by the plan's task."""
     if plan.task == "regression":
         return queries.regression_sql(plan.predicted)
-    return queries.classification_sql(plan.predicted, plan.options["threshold"], _needs_positions(plan),
-                                      _ranked_position(plan))
+    return queries.classification_sql(plan.predicted)
 
 
 def _needs_positions(plan: EvaluatePlan) -> bool:
@@ -96,15 +95,14 @@ def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
 
 def run_sql(query: queries.Query, session: Session, params: list) -> tuple[Any, ...]:
     """The first row of an evaluation's query: its predictions planned as a query whose every row is read (their
-    PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned), the
-    functions it calls registered meanwhile."""
+    PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned)."""
     row = _run(query, session, params, session.duck.fetchone)
     assert row is not None  # an aggregate query has one row
     return tuple(row)
 
 
 def run_arrow(query: queries.Query, session: Session, params: list) -> pa.Table:
-    """:func:`run_sql`'s query, its one row as an Arrow table (a list of many numbers, never made Python objects)."""
+    """:func:`run_sql`'s query, its rows as an Arrow table (never made Python objects)."""
     def fetch() -> pa.Table:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
@@ -115,14 +113,12 @@ def run_arrow(query: queries.Query, session: Session, params: list) -> pa.Table:
 
 def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[], Any]) -> Any:
     """Run ``query`` (see :func:`run_sql`) and ``fetch`` its result; the result is then finished and released."""
-    with registered(query.functions, session.duck):
-        out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
-                              suffix=query.tail)
-        try:
-            return fetch()
-        finally:
-            session.duck.fetchall()
-            out.release()
+    out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head, suffix=query.tail)
+    try:
+        return fetch()
+    finally:
+        session.duck.fetchall()
+        out.release()
 
 
 def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets: int, not_numbers: int) -> None:
@@ -191,10 +187,10 @@ def _index_of(option: Any, classes: Sequence[Any]) -> Optional[int]:
 
 
 def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
-                    row: tuple[Any, ...]) -> tuple[dict[str, Any], Optional[dict[Any, int]]]:
-    confusion, positions = queries.as_dicts(row[4]), queries.as_dicts(row[5])
-    scores = row[7] or {}
-    ranks = queries.score_entries(scores, row[6] or [])
+                    counts: ClassCounts) -> tuple[dict[str, Any], Optional[dict[Any, int]]]:
+    confusion, positions = counts.confusion, counts.positions
+    scores = counts.scores or {}
+    ranks = queries.score_entries(scores, counts.classes)
     labels = queries.labels_of(confusion)
     average, positive = _classes(stmt, plan, labels)
     width = max((int(e["i"]) for e in ranks), default=0)
@@ -209,7 +205,7 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
         labels = queries.labels_of(confusion)  # (rows of one class may now be predicted as the other)
     matrix = queries.confusion_matrix(confusion, labels)
     metrics: dict[str, Any] = classification_metrics(matrix, labels, average, positive)
-    rows = int(row[0])
+    rows = counts.rows
     metrics["log_loss"] = queries.log_loss(ranks, where, rows) if where is not None else None
     metrics["roc_auc"] = queries.roc_auc(ranks, where, labels, positive, average) if where is not None else None
     metrics.update(labels=labels, confusion_matrix=matrix, average=average,
@@ -218,10 +214,12 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
     return metrics, where
 
 
-def _regression(row: tuple[Any, ...]) -> dict[str, Any]:
-    rows, _, _, _, abs_sum, squared_sum, median_abs, target_var, error_var = row
-    return regression_metrics(rows=int(rows), abs_error_sum=float(abs_sum), squared_error_sum=float(squared_sum),
-                              median_abs_error=float(median_abs), target_var_pop=float(target_var),
-                              error_var_pop=float(error_var))
+def _regression(stmt: EvaluateModel, plan: EvaluatePlan, row: tuple[Any, ...]) -> Measured:
+    rows, null_targets, digest, not_numbers, abs_sum, squared_sum, median_abs, target_var, error_var = row
+    _check_rows(stmt, plan, int(rows), int(null_targets), int(not_numbers))
+    metrics = regression_metrics(rows=int(rows), abs_error_sum=float(abs_sum), squared_error_sum=float(squared_sum),
+                                 median_abs_error=float(median_abs), target_var_pop=float(target_var),
+                                 error_var_pop=float(error_var))
+    return Measured(int(rows), queries.fingerprint_text(rows, digest), metrics)
 
 

@@ -1,22 +1,19 @@
-"""The one query an EVALUATE runs, and the metrics read from its single row.
+"""The one query an EVALUATE runs, and the metrics read from what it returns.
 
-The model's predictions of the input's rows are a materialized CTE over ``PREDICT`` (computed once, never
-leaving DuckDB): a :class:`Query` is that CTE's body, the one part modelsql plans (its PREDICT), and the rest of
-the statement, which aggregates the predictions into what the metrics need, small whatever the row count, and
-goes to DuckDB as written:
+The query reads the model's predictions of the input's rows (its PREDICT, computed once, never a second pass over
+the input). The part modelsql plans is the predictions' query, :attr:`Query.predictions`:
 
-* classification: the confusion counts per (true, predicted) class; per probability position, each predicted
-  class's rows (which position a class is); the statistics of the probabilities per (true class, position),
-  computed by a NumPy function the query calls once over the list of every scored row
-  (:mod:`.score_stats`: the sums of the clipped log-probabilities for log loss, of the rows' average ranks for
-  ROC AUC by the Mann-Whitney statistic, the counts reaching a ``threshold``), since NumPy ranks a column about
-  ten times faster than DuckDB's windows;
-* regression: the sums of the errors, their median and the variances.
+* a classifier's query is that alone: its columns ``t`` (the TARGET), ``p`` (the prediction), ``s`` (the
+  probabilities, when the model gives them) and ``h`` (each input row's hash) are handed over as Arrow and
+  counted by :mod:`.class_counts`, since NumPy ranks a column (ROC AUC) about ten times faster than DuckDB's
+  windows;
+* a regressor's predictions are a materialized CTE, aggregated by the plain DuckDB SQL around it
+  (:attr:`Query.rest`): the sums of the errors, their median and the variances, small whatever the row count.
 
-Every query also counts the rows whose target is NULL, those with a number that is not one (NaN or infinite:
-a target or prediction of a regressor, a classifier's probability) and fingerprints the rows read (the sum of
-their hashes); a classifier's query gives its probabilities' range (probabilities lie in [0, 1]; scores that
-do not, such as a support vector machine's margins, give no log loss or ROC AUC). The metrics' definitions are
+Every evaluation counts the rows whose target is NULL, those with a number that is not one (NaN or infinite: a
+target or prediction of a regressor, a classifier's probability) and fingerprints the rows read (the sum of their
+hashes); a classifier's probabilities' range is checked too (probabilities lie in [0, 1]; scores that do not, such
+as a support vector machine's margins, give no log loss or ROC AUC). The metrics' definitions are
 :mod:`modelsql.metrics`'.
 """
 
@@ -25,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from modelsql.engine.evaluate.score_stats import EPS, ScoreFunction, score_function
+from modelsql.engine.evaluate.score_stats import EPS
 
 __all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS",
            "PREDICTIONS"]
@@ -65,24 +62,23 @@ class Predicted:
 
 @dataclass(frozen=True)
 class Query:
-    """An evaluation's statement, ``WITH __msql_eval AS MATERIALIZED (<predictions>)<rest>``: ``predictions``
-    is modelsql SQL (the PREDICT, planned as a query whose every row is read); ``rest`` plain DuckDB SQL over
-    the CTE, never parsed (it holds no PREDICT and no parameter)."""
+    """An evaluation's statement: ``predictions`` is modelsql SQL (the PREDICT, planned as a query whose every row
+    is read); ``rest`` plain DuckDB SQL over them, never parsed (it holds no PREDICT and no parameter), making the
+    statement ``WITH __msql_eval AS MATERIALIZED (<predictions>)<rest>``, or nothing: the predictions are the
+    statement's rows."""
 
     predictions: str
-    rest: str
-    functions: tuple[ScoreFunction, ...] = ()
-    """The functions ``rest`` calls, registered on the connection while it runs (:func:`.score_stats.registered`)."""
+    rest: str = ""
 
     @property
     def head(self) -> str:
         """What goes before the planned predictions' DuckDB SQL."""
-        return f"WITH {PREDICTIONS} AS MATERIALIZED ("
+        return f"WITH {PREDICTIONS} AS MATERIALIZED (" if self.rest else ""
 
     @property
     def tail(self) -> str:
         """What goes after it."""
-        return f"){self.rest}"
+        return f"){self.rest}" if self.rest else ""
 
 
 _HASH_SUM = "(coalesce(sum({0}::HUGEINT), 0) % 18446744073709551616)::UBIGINT"
@@ -106,38 +102,9 @@ def fingerprint_text(rows: int, digest: int) -> str:
     return f"{int(rows)}:{int(digest):016x}"
 
 
-def classification_sql(predicted: Predicted, threshold: Optional[float], positions: bool = True,
-                       ranked: Optional[int] = None) -> Query:
-    """The query of a classifier: one row ``(n, null_targets, fingerprint, not_numbers, confusion, positions,
-    classes, scores)``; ``not_numbers`` 0 (the probabilities' NaN are counted in ``scores``); ``positions`` NULL
-    without probabilities or when not asked for (the model names its classes), ``classes`` and ``scores`` NULL
-    without probabilities.
-
-    ``classes`` lists the TARGET's distinct values, the ``k``-th numbered ``k`` (0-based) in ``scores``, what the
-    query's function (:mod:`.score_stats`) returns over every row with a target and probabilities: per (class
-    number ``c``, probability position ``i``) the rows ``n``, the sum ``ln`` of their clipped log-probabilities,
-    the sum ``r`` of their average ranks by that position's probability (only at position ``ranked`` when given:
-    a binary model's positive class; NULL elsewhere) and the count ``hits`` reaching the ``threshold``; over all
-    the probabilities their range ``lo``, ``hi``, the count ``bad`` of rows with a NaN or infinite one, and
-    ``drift``, how far a row's probabilities sum from 1 at most (a classifier's sum to 1; decision scores, even in
-    [0, 1], do not)."""
-    confusion = ("(SELECT list({'t': t, 'p': p, 'n': n}) FROM (SELECT t, p, count(*) AS n FROM __msql_eval "
-                 "WHERE t IS NOT NULL GROUP BY ALL)) AS confusion")
-    common = _COMMON.format(not_numbers="0")
-    if predicted.probabilities is None:
-        return Query(predicted.select(), f" SELECT {common}, {confusion}, NULL AS positions, NULL AS classes, "
-                     "NULL AS scores")
-    function = score_function(predicted.probabilities_type)
-    where_positions = ("(SELECT list({'p': p, 'i': i, 'n': n}) FROM (SELECT p, list_position(s, list_max(s)) AS i, "
-                       "count(*) AS n FROM __msql_eval GROUP BY ALL)) AS positions" if positions else
-                       "NULL AS positions")
-    classes = ("__msql_classes AS MATERIALIZED (SELECT t, (row_number() OVER () - 1)::UINTEGER AS c FROM "
-               "(SELECT DISTINCT t FROM __msql_eval WHERE t IS NOT NULL))")
-    scores = (f"(SELECT {function.name}(list({{'c': c, 's': s}}), {int(ranked or 0)}, "
-              f"{'NULL' if threshold is None else repr(float(threshold))}::DOUBLE) FROM __msql_eval "
-              "JOIN __msql_classes USING (t) WHERE s IS NOT NULL) AS scores")
-    return Query(predicted.select(), f", {classes} SELECT {common}, {confusion}, {where_positions}, "
-                 f"(SELECT list(t ORDER BY c) FROM __msql_classes) AS classes, {scores}", (function,))
+def classification_sql(predicted: Predicted) -> Query:
+    """The query of a classifier: its predictions' rows ``(t, p[, s], h)``, counted by :mod:`.class_counts`."""
+    return Query(predicted.select())
 
 
 def regression_sql(predicted: Predicted) -> Query:
@@ -162,8 +129,8 @@ def as_dicts(value: Any) -> list[dict[str, Any]]:
 
 
 def score_entries(scores: dict[str, Any], classes: Sequence[Any]) -> list[dict[str, Any]]:
-    """The ``scores`` column's entries (see :func:`classification_sql`), each with its class ``t`` (from
-    ``classes``, the ``classes`` column) for its number ``c``: what :func:`log_loss`, :func:`roc_auc` and
+    """The entries of :func:`.score_stats.statistics`, each with its class ``t`` (from ``classes``, the TARGET's
+    distinct values of :class:`.class_counts.ClassCounts`) for its number ``c``: what :func:`log_loss`, :func:`roc_auc` and
     :func:`thresholded_confusion` read."""
     return [{**e, "t": classes[int(e["c"])]} for e in as_dicts(scores.get("entries"))]
 

@@ -1,115 +1,43 @@
-"""The statistics of a classifier's probabilities an evaluation needs, computed in NumPy by a function its query
-calls once, over the one list DuckDB aggregates of every scored row.
+"""The statistics of a classifier's probabilities an evaluation needs, computed in NumPy over every row with a
+TARGET and probabilities (:mod:`.class_counts` hands them over).
 
 Ranking is what ROC AUC costs: DuckDB ranks a column of a million rows by a window in about 70 ms on two cores,
-NumPy sorts it in about 7 (:mod:`modelsql.metrics.ranks`). The query hands the function
-``list({'c': class code, 's': probabilities})`` (the class codes number the TARGET's distinct values, so the
-function never sees a label's type) and reads back per (class code ``c``, probability position ``i``, 1-based)
-the rows ``n``, the sum ``ln`` of their clipped log-probabilities (log loss), the sum ``r`` of their average
-ranks by that position's probability (NULL where the position is not ranked) and the count ``hits`` reaching
-the threshold; and over every probability their range ``lo``, ``hi``, the count ``bad`` of rows with a NaN or
-infinite one and ``drift``, how far a row's probabilities sum from 1 at most.
+NumPy sorts it in about 7 (:mod:`modelsql.metrics.ranks`). Per (class code ``c``, probability position ``i``,
+1-based) the rows ``n``, the sum ``ln`` of their clipped log-probabilities (log loss), the sum ``r`` of their
+average ranks by that position's probability (None where the position is not ranked) and the count ``hits``
+reaching the threshold; and over every probability their range ``lo``, ``hi``, the count ``bad`` of rows with a
+NaN or infinite one and ``drift``, how far a row's probabilities sum from 1 at most.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
-import duckdb
 import numpy as np
 import pyarrow as pa
-from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from modelsql.metrics.ranks import rank_sums
 
-__all__ = ["ScoreFunction", "score_function", "registered", "statistics", "EPS"]
+__all__ = ["Scores", "statistics", "EPS"]
 
 EPS = 2.220446049250313e-16
 """The clip of probabilities in log loss: float64's machine epsilon (scikit-learn's ``log_loss``)."""
 
-_ENTRY = pa.struct([("c", pa.uint32()), ("i", pa.int32()), ("n", pa.int64()), ("ln", pa.float64()),
-                    ("r", pa.float64()), ("hits", pa.int64())])
-_RESULT = pa.struct([("entries", pa.list_(_ENTRY)), ("lo", pa.float64()), ("hi", pa.float64()),
-                     ("bad", pa.int64()), ("drift", pa.float64())])
-RESULT_SQL = ("STRUCT(entries STRUCT(c UINTEGER, i INTEGER, n BIGINT, ln DOUBLE, r DOUBLE, hits BIGINT)[], "
-              "lo DOUBLE, hi DOUBLE, bad BIGINT, drift DOUBLE)")
-_COUNTER = itertools.count(1)
 
-
-@dataclass(frozen=True)
-class ScoreFunction:
-    """A function an evaluation's query calls: ``name(list, ranked INTEGER, threshold DOUBLE)`` with ``list``
-    of type ``STRUCT(c UINTEGER, s <probabilities' type>)[]``; ``ranked`` 0 ranks every position, else that one
-    position; ``threshold`` NULL counts no hits."""
-
-    name: str
-    probabilities_type: str
-
-    def register(self, duck: duckdb.DuckDBPyConnection) -> None:
-        """Register on the connection (the caller removes it with ``duck.remove_function(name)``)."""
-        duck.create_function(
-            self.name, _call, [duckdb.sqltype(f"STRUCT(c UINTEGER, s {self.probabilities_type})[]"),
-                               duckdb.sqltype("INTEGER"), duckdb.sqltype("DOUBLE")],
-            duckdb.sqltype(RESULT_SQL), type=PythonUDFType.ARROW, null_handling=FunctionNullHandling.SPECIAL)
-
-
-def score_function(probabilities_type: str) -> ScoreFunction:
-    """A new function (a name of its own) for probabilities of DuckDB type ``probabilities_type``
-    (``FLOAT[3]``, ``DOUBLE[]``)."""
-    return ScoreFunction(f"__msql_score_stats_{next(_COUNTER)}", probabilities_type)
-
-
-@contextmanager
-def registered(functions: Sequence[ScoreFunction], duck: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """``functions`` registered on ``duck`` while the block runs."""
-    done: list[str] = []
-    try:
-        for function in functions:
-            function.register(duck)
-            done.append(function.name)
-        yield
-    finally:
-        for name in done:
-            try:
-                duck.remove_function(name)
-            except duckdb.Error:
-                pass  # (in a transaction a failure aborted: DuckDB refuses, as it does the stream PREDICT's)
-
-
-def _call(scored: Any, ranked: Any, threshold: Any) -> pa.Array:
-    """The Arrow function DuckDB calls (a chunk of rows; the query's one row, in practice)."""
-    scored, ranked, threshold = (_whole(a) for a in (scored, ranked, threshold))
-    out: list[Optional[dict[str, Any]]] = []
-    for k in range(len(scored)):
-        value = scored[k]
-        if not value.is_valid:
-            out.append(None)
-            continue
-        at, thr = ranked[k].as_py(), threshold[k].as_py()
-        out.append(statistics(value.values, at or None, thr))
-    return pa.array(out, type=_RESULT)
-
-
-def _whole(array: Any) -> pa.Array:
-    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
-
-
-def statistics(rows: pa.StructArray, ranked: Optional[int], threshold: Optional[float]) -> dict[str, Any]:
-    """The statistics of the scored rows ``rows`` (fields ``c``, ``s``); see the module. ``ranked``: the one
-    position ranked (1-based), None for every one. The positions are worked on in threads (NumPy's sorts let go
-    of the GIL)."""
-    scores = _Scores.of(rows)
-    codes, values = scores.codes, scores.values
-    count = int(codes.max()) + 1 if len(codes) else 0
-    work = [(i, ranked in (None, i + 1)) for i in range(scores.positions)]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(work), os.cpu_count() or 1))) as pool:
-        parts = pool.map(lambda w: _entries(w[0], *scores.position(w[0]), w[1], count, threshold), work)
-        entries = [e for part in parts for e in part]
+def statistics(scores: "Scores", count: int, ranked: Optional[int], threshold: Optional[float],
+               logged: Optional[dict[int, int]] = None) -> dict[str, Any]:
+    """The statistics of the rows ``scores`` whose class codes lie in ``[0, count)`` (see the module):
+    ``{"entries": [{"c", "i", "n", "ln", "r", "hits"}, ...], "lo", "hi", "bad", "drift"}``. ``ranked``: the one
+    position ranked (1-based), None for every one; ``threshold`` None counts no hits; ``logged``, when the class
+    of each position is known before (the model names its classes), maps a position (1-based) to the one class
+    code whose ``ln`` log loss reads there (the others' are None; a position not in it has none). The positions are worked on
+    one after the other in the calling thread: in threads of their own, the large arrays each allocates and frees
+    were given back to the system and faulted in again, twice as slow on a virtual machine."""
+    values = scores.values
+    entries = [e for i in range(scores.positions)
+               for e in _entries(i, *scores.position(i), ranked in (None, i + 1), count, threshold,
+                                 None if logged is None else logged.get(i + 1, -1))]
     sums = scores.row_sums()
     return {"entries": entries, "lo": float(values.min()) if len(values) else None,
             "hi": float(values.max()) if len(values) else None, "bad": scores.rows_not_finite(),
@@ -117,7 +45,7 @@ def statistics(rows: pa.StructArray, ranked: Optional[int], threshold: Optional[
 
 
 @dataclass(frozen=True)
-class _Scores:
+class Scores:
     """The rows' class codes ``(n,)`` and probabilities: ``values`` flat, row ``j`` at
     ``values[offsets[j]:offsets[j + 1]]``, or at ``values[j * width:(j + 1) * width]`` when every row has
     ``width`` (then ``offsets`` is None)."""
@@ -128,18 +56,18 @@ class _Scores:
     offsets: Optional[np.ndarray]
 
     @staticmethod
-    def of(rows: pa.StructArray) -> "_Scores":
-        code_array, lists = rows.flatten()  # (respects the struct's offset, as .field() does not)
-        codes = code_array.to_numpy(zero_copy_only=False).astype(np.intp)
-        values = lists.flatten().to_numpy(zero_copy_only=False)
+    def of(codes: np.ndarray, lists: pa.Array) -> "Scores":
+        """The rows' class codes ``(n,)`` and their probabilities: ``lists`` an Arrow list or fixed-size list
+        array of ``n`` rows, none of them NULL."""
+        values = lists.flatten().to_numpy(zero_copy_only=False)  # (respects a sliced array's offset)
         if isinstance(lists, pa.FixedSizeListArray):
-            return _Scores(codes, values, lists.type.list_size, None)
+            return Scores(codes, values, lists.type.list_size, None)
         offsets = lists.offsets.to_numpy()
         offsets = offsets - offsets[0]
         lengths = np.diff(offsets)
         if len(lengths) and lengths[0] > 0 and (lengths == lengths[0]).all():
-            return _Scores(codes, values, int(lengths[0]), None)
-        return _Scores(codes, values, None, offsets)
+            return Scores(codes, values, int(lengths[0]), None)
+        return Scores(codes, values, None, offsets)
 
     @property
     def positions(self) -> int:
@@ -154,6 +82,27 @@ class _Scores:
             return np.ascontiguousarray(self.values.reshape(-1, self.width or 1)[:, i]), self.codes
         have = np.diff(self.offsets) > i
         return self.values[self.offsets[:-1][have] + i], self.codes[have]
+
+    def first_largest(self) -> np.ndarray:
+        """Each row's 0-based position of its largest probability, the first of equal ones (a NaN is the largest,
+        as DuckDB's ``list_position(s, list_max(s))`` has it); -1 for a row with none."""
+        if self.offsets is None:
+            if not self.width:
+                return np.full(len(self.codes), -1, dtype=np.intp)
+            return np.argmax(self.values.reshape(-1, self.width), axis=1)  # (the first NaN, where a row has one)
+        lengths = np.diff(self.offsets)
+        out = np.full(len(lengths), -1, dtype=np.intp)
+        rows = np.flatnonzero(lengths > 0)
+        if not len(rows):
+            return out
+        starts = self.offsets[:-1][rows]
+        best = np.maximum.reduceat(self.values, starts)  # (NaN where a row has one: maximum propagates it)
+        for i in range(int(lengths.max())):
+            open_ = (lengths[rows] > i) & (out[rows] < 0)
+            value, top = self.values[starts[open_] + i], best[open_]
+            hit = (value == top) | (np.isnan(value) & np.isnan(top))
+            out[rows[open_][hit]] = i
+        return out
 
     def rows_not_finite(self) -> int:
         """The rows with a NaN or infinite probability."""
@@ -179,15 +128,27 @@ class _Scores:
         return np.add.reduceat(self.values.astype(np.float64), starts) if len(starts) else np.zeros(0)
 
 
-def _entries(i: int, x: np.ndarray, codes: np.ndarray, ranked: bool, count: int,
-             threshold: Optional[float]) -> list[dict[str, Any]]:
-    """The entries of position ``i`` (0-based), one per class present."""
+def _entries(i: int, x: np.ndarray, codes: np.ndarray, ranked: bool, count: int, threshold: Optional[float],
+             logged: Optional[int]) -> list[dict[str, Any]]:
+    """The entries of position ``i`` (0-based), one per class present; ``ln`` of the class ``logged`` only when
+    given (-1: of none), else of every class."""
     rows = np.bincount(codes, minlength=count)
+    with np.errstate(invalid="ignore"):
+        hits = (np.bincount(codes, weights=x >= np.float64(threshold), minlength=count) if threshold is not None
+                else np.zeros(count))
+    if logged is None:
+        ln: list[Optional[float]] = np.bincount(codes, weights=_log(x), minlength=count).tolist()
+    else:
+        ln = [None] * count
+        if logged >= 0:
+            ln[logged] = float(_log(x[codes == logged]).sum())
+    r = rank_sums(x, codes, count) if ranked else None
+    return [{"c": c, "i": i + 1, "n": int(rows[c]), "ln": ln[c], "r": float(r[c]) if r is not None else None,
+             "hits": int(hits[c])} for c in range(count) if rows[c]]
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    """ln of the probabilities ``x`` clipped to [EPS, 1 - EPS], float64."""
     wide = x.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        hits = (np.bincount(codes, weights=wide >= threshold, minlength=count) if threshold is not None
-                else np.zeros(count))
-        ln = np.bincount(codes, weights=np.log(np.clip(wide, EPS, 1 - EPS, out=wide), out=wide), minlength=count)
-    r = rank_sums(x, codes, count) if ranked else None
-    return [{"c": c, "i": i + 1, "n": int(rows[c]), "ln": float(ln[c]), "r": float(r[c]) if r is not None else None,
-             "hits": int(hits[c])} for c in range(count) if rows[c]]
+        return np.log(np.clip(wide, EPS, 1 - EPS, out=wide), out=wide)

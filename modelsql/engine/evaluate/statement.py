@@ -1,7 +1,7 @@
 """EVALUATE MODEL | PIPELINE: the metrics of a version's predictions against a TARGET column, as one row,
 recorded in the catalog (``modelsql.evaluations``) in the user's transaction.
 
-Binding (:mod:`.binding`), then one query (:mod:`.queries`) whose row :mod:`.measure` reads into the metrics,
+Binding (:mod:`.binding`), then one query (:mod:`.queries`) whose result :mod:`.measure` reads into the metrics,
 as scikit-learn defines them, with BigQuery ML's ``ML.EVALUATE`` names.
 """
 

@@ -23,7 +23,6 @@ from modelsql.sql.scopes import with_enclosing_ctes
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
 from modelsql.engine.evaluate.measure import Measured, evaluation_query, measure, run_arrow
-from modelsql.engine.evaluate.score_stats import registered
 from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.explain import render_plan
 from modelsql.engine.handlers import computes, explains
@@ -113,13 +112,12 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
     except Error as err:  # an error about an option points at it in the SQL
         raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     query = evaluation_query(plan)
-    with registered(query.functions, session.duck):
-        out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params,
-                                     prefix="EXPLAIN " + query.head, suffix=query.tail, dry=True)
-        try:
-            session.duck.fetchall()
-        finally:
-            out.release()
+    out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params,
+                                 prefix="EXPLAIN " + query.head, suffix=query.tail, dry=True)
+    try:
+        session.duck.fetchall()
+    finally:
+        out.release()
     function = node.args["function"]
     passes = ("two passes over the input (the evaluation's query, then the curve's)" if function == "ROC_CURVE"
               else "one pass over the input")
