@@ -16,6 +16,7 @@ from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression, Ridge
 
 import modelsql
+from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
 
 
 def _table(con, name: str, x: np.ndarray, y: np.ndarray, target: str = "y") -> list[str]:
@@ -225,6 +226,10 @@ def test_each_evaluation_is_recorded_and_describe_model_shows_the_latest(con):
     fingerprints = con.execute("SELECT DISTINCT fingerprint FROM modelsql.evaluations WHERE evaluation IN (?, ?)",
                                [got["evaluation"], again["evaluation"]]).fetchall()
     assert len(fingerprints) == 1  # the same rows, the same fingerprint
+    # the fingerprint is the one every statement records of rows: the sum of the hashes of the input's rows
+    columns = [f'"{d[0]}"' for d in con.execute("SELECT * FROM iris LIMIT 0").description]
+    rows, digest = con.execute(fingerprint_sql(columns, "(SELECT * FROM iris WHERE y < 2)")).fetchone()
+    assert row[8] == fingerprint_text(rows, digest)
 
 
 def test_the_predict_runs_once(con):

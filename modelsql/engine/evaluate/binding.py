@@ -116,9 +116,12 @@ def _target(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], ses
     return found[0]
 
 
-def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]], on_null: str) -> PredictTable:
+def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]], on_null: str,
+                  hashed: list[str]) -> PredictTable:
     """The PREDICT of the evaluation: the version bound (whatever is added meanwhile), its features and
-    ``on_null`` (PREDICT's: ``'skip'`` leaves rows with a NULL feature out)."""
+    ``on_null`` (PREDICT's: ``'skip'`` leaves rows with a NULL feature out); its input the statement's with each
+    row's hash over the columns ``hashed`` added (:data:`.queries.HASH_COLUMN`: a model bound by name ignores it,
+    one fed by position is given its ``features``), unless there are none."""
     ref = stmt.this.copy()
     ref.set("version", exp.Literal.number(version))
     ref.set("alias", None)
@@ -128,7 +131,13 @@ def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str
             expressions=[exp.to_identifier(f, quoted=True) for f in features])))
     if on_null != "error":
         options.append(exp.EQ(this=exp.to_identifier("on_null"), expression=exp.Literal.string(on_null)))
-    return PredictTable(this=ref, expression=stmt.args["source"].copy(), options=options or None)
+    source = stmt.args["source"].copy()
+    if hashed:
+        row_hash = exp.Anonymous(this="hash", expressions=[exp.column(exp.to_identifier(n, quoted=True))
+                                                           for n in hashed])
+        source = exp.Subquery(this=exp.select(exp.Star(), exp.alias_(row_hash, queries.HASH_COLUMN, quoted=True))
+                              .from_(source))
+    return PredictTable(this=ref, expression=source, options=options or None)
 
 
 def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], target: str,
@@ -241,16 +250,16 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
                         "true value.", code="null_target")
     features = _features(stmt, entry, columns, target, options, session)
     _check_target_not_fed(stmt, entry, features, target)
-    predict = _predict_node(stmt, entry.version, features, options["on_null"])
+    quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
+    predict = _predict_node(stmt, entry.version, features, options["on_null"], [n for n, _ in columns])
     predict_sql = predict.sql(dialect=msql.DIALECT)
     predicted_columns = columns_of(f"SELECT * FROM {predict_sql}", session, params)
-    inputs = {n for n, _ in columns}
+    inputs = {n for n, _ in columns} | {queries.HASH_COLUMN}
     task, prediction, probabilities, cast = _prediction(stmt, [c for c in predicted_columns if c[0] not in inputs],
                                                         target_type)
     _check_task_options(stmt, task, options)
-    quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  probabilities, quoted, cast, _width(predicted_columns, probabilities),
+                                  probabilities, f'"{queries.HASH_COLUMN}"' if quoted else "0", cast, _width(predicted_columns, probabilities),
                                   _type_of(predicted_columns, probabilities),
                                   task == "classification" and _type_of(predicted_columns, prediction) == "VARCHAR")
     classes = _model_classes(session, entry) if task == "classification" else None

@@ -25,7 +25,11 @@ from typing import Any, Optional, Sequence
 from modelsql.engine.evaluate.score_stats import EPS
 
 __all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS",
-           "PREDICTIONS"]
+           "PREDICTIONS", "HASH_COLUMN"]
+
+HASH_COLUMN = "__msql_h"
+"""The column of each input row's hash that an evaluation's PREDICT input adds (computed as DuckDB reads the input,
+so the input's other columns need not travel with the predictions to be fingerprinted)."""
 
 PREDICTIONS = "__msql_eval"
 """The name of the materialized CTE of the predictions, every row of which the query reads."""
@@ -33,14 +37,15 @@ PREDICTIONS = "__msql_eval"
 @dataclass(frozen=True)
 class Predicted:
     """What EVALUATE reads of ``PREDICT``: the PREDICT table function's SQL, the TARGET and the prediction
-    columns (quoted SQL), the probabilities column (or None) and the input's columns (for the fingerprint), the
+    columns (quoted SQL), the probabilities column (or None) and each input row's hash (SQL: a column the PREDICT's
+    input adds, :data:`HASH_COLUMN`, or ``0`` for an input of no columns; the fingerprint sums it), the
     target's cast, the probabilities' width when their type fixes it (``FLOAT[k]``) and their DuckDB type."""
 
     predict_sql: str
     target: str
     prediction: str
     probabilities: Optional[str]
-    input_columns: Sequence[str]
+    row_hash: str
     target_cast: str = ""
     width: Optional[int] = None
     probabilities_type: str = "DOUBLE[]"
@@ -53,10 +58,9 @@ class Predicted:
         whatever collation the input's column or the connection has (NOCASE would make ``'A'`` and ``'a'`` one
         class in some aggregates and two in others)."""
         probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
-        fingerprint = f"hash({', '.join(self.input_columns)})" if self.input_columns else "0"
         exact = " COLLATE c" if self.text_labels and not cast else ""
         target = f"({self.target}{cast or self.target_cast}){exact}"
-        return (f"SELECT {target} AS t, ({self.prediction}{cast}){exact} AS p{probabilities}, {fingerprint} AS h "
+        return (f"SELECT {target} AS t, ({self.prediction}{cast}){exact} AS p{probabilities}, {self.row_hash} AS h "
                 f"FROM {self.predict_sql}")
 
 
