@@ -199,3 +199,20 @@ def test_first_largest_takes_the_first_of_equal_values_and_a_nan_as_the_largest(
     assert fixed.first_largest().tolist() == [1, 0, 1, 0]
     ragged = Scores.of(np.zeros(4, dtype=np.intp), _lists([[0.2, 0.5, 0.5], [], [0.1, np.nan], [0.7]], False))
     assert ragged.first_largest().tolist() == [1, -1, 1, 0]
+
+
+def test_statistics_in_a_process_forked_after_their_threads_started():
+    """The threads statistics work in do not survive a fork: a forked child starts its own instead of waiting on
+    threads it does not have."""
+    import multiprocessing
+
+    rows = _rows([0, 1, 1], [[0.6, 0.4], [0.3, 0.7], [0.2, 0.8]], fixed=True)
+    here = statistics(rows, 2, None, None)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        there = pool.apply_async(_statistics_of_three_rows).get(timeout=60)
+    assert there == here
+
+
+def _statistics_of_three_rows():
+    return statistics(_rows([0, 1, 1], [[0.6, 0.4], [0.3, 0.7], [0.2, 0.8]], fixed=True), 2, None, None)

@@ -11,6 +11,9 @@ NaN or infinite one and ``drift``, how far a row's probabilities sum from 1 at m
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -31,17 +34,36 @@ def statistics(scores: "Scores", count: int, ranked: Optional[int], threshold: O
     ``{"entries": [{"c", "i", "n", "ln", "r", "hits"}, ...], "lo", "hi", "bad", "drift"}``. ``ranked``: the one
     position ranked (1-based), None for every one; ``threshold`` None counts no hits; ``logged``, when the class
     of each position is known before (the model names its classes), maps a position (1-based) to the one class
-    code whose ``ln`` log loss reads there (the others' are None; a position not in it has none). The positions are worked on
-    one after the other in the calling thread: in threads of their own, the large arrays each allocates and frees
-    were given back to the system and faulted in again, twice as slow on a virtual machine."""
+    code whose ``ln`` log loss reads there (the others' are None; a position not in it has none).
+
+    The positions are worked on in the process's few threads kept for it (NumPy's sorts let go of the GIL): threads
+    started per call got their large arrays from memory the system had taken back, and faulting it in again
+    cost more than the work (two to four times the time, in system time, on a virtual machine)."""
     values = scores.values
-    entries = [e for i in range(scores.positions)
-               for e in _entries(i, *scores.position(i), ranked in (None, i + 1), count, threshold,
-                                 None if logged is None else logged.get(i + 1, -1))]
+    parts = _pool().map(lambda i: _entries(i, *scores.position(i), ranked in (None, i + 1), count, threshold,
+                                           None if logged is None else logged.get(i + 1, -1)),
+                        range(scores.positions))
+    entries = [e for part in parts for e in part]
     sums = scores.row_sums()
     return {"entries": entries, "lo": float(values.min()) if len(values) else None,
             "hi": float(values.max()) if len(values) else None, "bad": scores.rows_not_finite(),
             "drift": float(np.abs(sums - 1.0).max()) if len(sums) else None}
+
+
+_POOL: dict[int, ThreadPoolExecutor] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The threads :func:`statistics` works in: as many as the cores, at most four, started on first use in this
+    process (a process forked from one that had them has none of its threads: it starts its own)."""
+    with _POOL_LOCK:
+        pid = os.getpid()
+        if pid not in _POOL:
+            _POOL.clear()
+            _POOL[pid] = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+                                            thread_name_prefix="modelsql-scores")
+        return _POOL[pid]
 
 
 @dataclass(frozen=True)
