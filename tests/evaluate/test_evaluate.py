@@ -232,6 +232,37 @@ def test_each_evaluation_is_recorded_and_describe_model_shows_the_latest(con):
     assert row[8] == fingerprint_text(rows, digest)
 
 
+def test_an_input_column_named_as_the_row_hash_changes_neither_fingerprint_nor_task(con):
+    """The input's rows are hashed in a column EVALUATE adds to them: a column of the user's of that name is a
+    column like any other (the hash gets a name of its own), and PREDICT's errors do not list the added one."""
+    got = [_evaluate(con, f"EVALUATE MODEL iris_lr ON (SELECT *, 1 AS __msql_h, 'x' AS __MSQL_H_1 FROM iris WHERE "
+                          f"{where}) TARGET y WITH (features = (f0, f1, f2, f3))") for where in ("y < 2", "y > 0")]
+    fingerprints = con.execute("SELECT fingerprint FROM modelsql.evaluations WHERE evaluation IN (?, ?)",
+                               [g["evaluation"] for g in got]).fetchall()
+    columns = [f'"{n}"' for n in ("f0", "f1", "f2", "f3", "y", "__msql_h", "__MSQL_H_1")]
+    expected = [fingerprint_text(*con.execute(fingerprint_sql(columns, f"(SELECT *, 1 AS __msql_h, 'x' AS __MSQL_H_1 "
+                                                                       f"FROM iris WHERE {where})")).fetchone())
+                for where in ("y < 2", "y > 0")]
+    assert sorted(f[0] for f in fingerprints) == sorted(expected) and expected[0] != expected[1]
+    regression = _evaluate(con, "EVALUATE MODEL diabetes_ridge ON (SELECT *, 1 AS __msql_h FROM diabetes) TARGET y "
+                                "WITH (features = (f0, f1, f2, f3, f4, f5, f6, f7, f8, f9))")
+    assert regression["task"] == "regression"
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        con.execute("EVALUATE MODEL iris_lr ON (SELECT f0, y FROM iris) TARGET y WITH (features = (f0, f9))")
+    assert "__msql_h" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["TINYINT", "HUGEINT", "UHUGEINT"])
+def test_integer_targets_of_every_width_give_the_classes_as_integers(con, kind):
+    """Labels far apart in a narrow type (a table of offsets must not wrap) and 128-bit ones (read as decimals)."""
+    y, p, _ = _predictions(con, "iris_lr", "iris", "y", 4)
+    got = _evaluate(con, f"EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN y = 1 THEN 2 ELSE y END::{kind} "
+                         "AS y) FROM iris) TARGET y")
+    truth = np.where(y == 1, 2, y)
+    assert got["labels"] == ["0", "1", "2"]
+    assert got["confusion_matrix"] == M.confusion_matrix(truth, p, labels=[0, 1, 2]).tolist()
+
+
 def test_the_predict_runs_once(con):
     seen: list[dict] = []
     con.progress = seen.append

@@ -148,6 +148,9 @@ def _direct_confusion(t, p) -> dict:
     ([True, False, None, True], [True, True, False, None], pa.bool_()),
     ([1.0, -0.0, 0.0, 2.5], [0.0, -0.0, 1.0, 2.5], pa.float64()),  # -0.0 is the class 0.0
     ([None, None], [1, 2], pa.int64()),
+    ([-100, 0, 100, 0], [100, 100, -100, 0], pa.int8()),  # a table of offsets past the type's own range
+    ([2**64 - 1, 2**64 - 3, 2**64 - 1], [2**64 - 3, 2**64 - 3, 2**64 - 1], pa.uint64()),  # past int64
+    ([-2**63, -2**63 + 2, -2**63], [-2**63 + 2, -2**63, -2**63], pa.int64()),
 ])
 def test_class_counts_confusion_and_classes_equal_direct_counting(t, p, kind):
     got = class_counts(_predictions(t, p, t_type=kind, p_type=kind), False, None, None)
@@ -159,6 +162,15 @@ def test_class_counts_confusion_and_classes_equal_direct_counting(t, p, kind):
     assert got.rows == len(t) and got.null_targets == sum(v is None for v in t)
     assert got.digest == sum(i * 2**62 + 7 for i in range(len(t))) % 2**64
     assert got.scores is None and got.positions == []
+
+
+def test_class_counts_give_hugeint_classes_read_as_decimals_as_integers():
+    from decimal import Decimal
+
+    t = pa.array([Decimal(2**100), Decimal(1), Decimal(1)], pa.decimal128(38, 0))
+    got = class_counts(_predictions(t, [1, 1, 1]), False, None, None)
+    assert sorted(got.classes) == [1, 2**100] and all(type(c) is int for c in got.classes)
+    assert {(e["t"], e["p"]): e["n"] for e in got.confusion} == {(1, 1): 2, (2**100, 1): 1}
 
 
 @pytest.mark.parametrize("fixed", [True, False])

@@ -20,7 +20,7 @@ from modelsql import sql as msql
 from modelsql.analyses.class_labels import class_labels, label_table
 from modelsql.catalog.entries import ModelVersion
 from modelsql.duckdb_errors import translate
-from modelsql.errors import DataError, ProgrammingError, did_you_mean
+from modelsql.errors import DataError, Error, ProgrammingError, did_you_mean
 from modelsql.onnxformat.split import initializer_value
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.predict import PredictTable
@@ -117,11 +117,11 @@ def _target(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], ses
 
 
 def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]], on_null: str,
-                  hashed: list[str]) -> PredictTable:
+                  hashed: list[str], row_hash: str) -> PredictTable:
     """The PREDICT of the evaluation: the version bound (whatever is added meanwhile), its features and
     ``on_null`` (PREDICT's: ``'skip'`` leaves rows with a NULL feature out); its input the statement's with each
-    row's hash over the columns ``hashed`` added (:data:`.queries.HASH_COLUMN`: a model bound by name ignores it,
-    one fed by position is given its ``features``), unless there are none."""
+    row's hash over the columns ``hashed`` added as column ``row_hash`` (:func:`.queries.hash_column`: a model bound
+    by name ignores it, one fed by position is given its ``features``), unless there are none."""
     ref = stmt.this.copy()
     ref.set("version", exp.Literal.number(version))
     ref.set("alias", None)
@@ -133,9 +133,9 @@ def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str
         options.append(exp.EQ(this=exp.to_identifier("on_null"), expression=exp.Literal.string(on_null)))
     source = stmt.args["source"].copy()
     if hashed:
-        row_hash = exp.Anonymous(this="hash", expressions=[exp.column(exp.to_identifier(n, quoted=True))
-                                                           for n in hashed])
-        source = exp.Subquery(this=exp.select(exp.Star(), exp.alias_(row_hash, queries.HASH_COLUMN, quoted=True))
+        hashing = exp.Anonymous(this="hash", expressions=[exp.column(exp.to_identifier(n, quoted=True))
+                                                          for n in hashed])
+        source = exp.Subquery(this=exp.select(exp.Star(), exp.alias_(hashing, row_hash, quoted=True))
                               .from_(source))
     return PredictTable(this=ref, expression=source, options=options or None)
 
@@ -208,6 +208,12 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
                                       if probabilities else None), cast
 
 
+def _read_as(task: str, target_type: str) -> str:
+    """How a classifier's TARGET of 128-bit integers is read: as a decimal of 38 digits (Arrow has no 128-bit
+    integer; DuckDB would hand it over as one, or as raw bytes with ``arrow_lossless_conversion``)."""
+    return "::DECIMAL(38,0)" if task == "classification" and target_type in ("HUGEINT", "UHUGEINT") else ""
+
+
 def _width(outputs: list[tuple[str, str]], probabilities: Optional[str]) -> Optional[int]:
     """The probabilities' width when their type fixes it (``FLOAT[3]``), else None."""
     vector = _VECTOR.match(_type_of(outputs, probabilities))
@@ -251,15 +257,19 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     features = _features(stmt, entry, columns, target, options, session)
     _check_target_not_fed(stmt, entry, features, target)
     quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
-    predict = _predict_node(stmt, entry.version, features, options["on_null"], [n for n, _ in columns])
+    row_hash = queries.hash_column([n for n, _ in columns])
+    predict = _predict_node(stmt, entry.version, features, options["on_null"], [n for n, _ in columns], row_hash)
     predict_sql = predict.sql(dialect=msql.DIALECT)
-    predicted_columns = columns_of(f"SELECT * FROM {predict_sql}", session, params)
-    inputs = {n for n, _ in columns} | {queries.HASH_COLUMN}
+    try:
+        predicted_columns = columns_of(f"SELECT * FROM {predict_sql}", session, params)
+    except Error as err:  # (PREDICT's errors list the input's columns: the user's, not the hash added to them)
+        raise err.retold(str(err).replace(f", {row_hash}", "")) from None
+    inputs = {n for n, _ in columns} | {row_hash}
     task, prediction, probabilities, cast = _prediction(stmt, [c for c in predicted_columns if c[0] not in inputs],
                                                         target_type)
     _check_task_options(stmt, task, options)
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  probabilities, f'"{queries.HASH_COLUMN}"' if quoted else "0", cast, _width(predicted_columns, probabilities),
+                                  probabilities, f'"{row_hash}"' if quoted else "0", cast or _read_as(task, target_type), _width(predicted_columns, probabilities),
                                   _type_of(predicted_columns, probabilities),
                                   task == "classification" and _type_of(predicted_columns, prediction) == "VARCHAR")
     classes = _model_classes(session, entry) if task == "classification" else None

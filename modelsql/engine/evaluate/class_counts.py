@@ -67,7 +67,7 @@ def class_counts(table: pa.Table, positions: bool, ranked: Optional[int], thresh
     everyone = bool(valid.all())
     confusion = _pairs(target_codes if everyone else target_codes[valid],
                        predicted_codes if everyone else predicted_codes[valid], len(classes), len(values))
-    labels, predictions = classes.to_pylist(), values.to_pylist()
+    labels, predictions = _python(classes), _python(values)
     found = [{"t": labels[a], "p": predictions[b] if b < len(values) else None, "n": n} for a, b, n in confusion]
     scores, where = None, []
     if "s" in table.column_names:
@@ -119,16 +119,27 @@ def _codes(array: pa.Array) -> tuple[pa.Array, np.ndarray]:
         numbers = array.to_numpy()
         low, high = int(numbers.min()), int(numbers.max())
         if high - low <= len(numbers) + 1024:
-            offsets = (numbers - numbers.dtype.type(low)).astype(np.intp)
+            # in uint64, where subtraction wraps: a value's distance from the lowest, whatever its type's width
+            base = np.uint64(low % 2**64)
+            offsets = (numbers.astype(np.uint64) - base).astype(np.intp)
             present = np.flatnonzero(np.bincount(offsets, minlength=high - low + 1))
             table = np.zeros(high - low + 1, dtype=np.intp)
             table[present] = np.arange(len(present))
-            return pa.array(present + low, type=array.type), table[offsets]
+            values = (present.astype(np.uint64) + base).astype(numbers.dtype)  # (the wrap undone)
+            return pa.array(values, type=array.type), table[offsets]
     values = pc.unique(array.drop_null()) if array.null_count else pc.unique(array)
     codes = pc.index_in(array, value_set=values)
     if codes.null_count:
         codes = pc.fill_null(codes, len(values))
     return values, codes.to_numpy().astype(np.intp)
+
+
+def _python(values: pa.Array) -> list[Any]:
+    """Class values as Python values, as DuckDB gives them: a HUGEINT's (read as a decimal of scale 0) an int."""
+    found = values.to_pylist()
+    if pa.types.is_decimal(values.type) and values.type.scale == 0:
+        return [None if v is None else int(v) for v in found]
+    return found
 
 
 def _pairs(first: np.ndarray, second: np.ndarray, firsts: int, seconds: int) -> list[tuple[int, int, int]]:

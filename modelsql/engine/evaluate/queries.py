@@ -25,11 +25,15 @@ from typing import Any, Optional, Sequence
 from modelsql.engine.evaluate.score_stats import EPS
 
 __all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS",
-           "PREDICTIONS", "HASH_COLUMN"]
+           "PREDICTIONS", "hash_column"]
 
-HASH_COLUMN = "__msql_h"
-"""The column of each input row's hash that an evaluation's PREDICT input adds (computed as DuckDB reads the input,
-so the input's other columns need not travel with the predictions to be fingerprinted)."""
+def hash_column(columns: Sequence[str]) -> str:
+    """The name of the column of each input row's hash that an evaluation's PREDICT input adds (computed as DuckDB
+    reads the input, so the input's other columns need not travel with the predictions to be fingerprinted):
+    ``__msql_h``, or ``__msql_h_<k>`` when the input has a column of that name (DuckDB's names ignore case)."""
+    taken = {c.lower() for c in columns}
+    return next(name for name in ("__msql_h", *(f"__msql_h_{k}" for k in range(1, len(taken) + 2)))
+                if name not in taken)
 
 PREDICTIONS = "__msql_eval"
 """The name of the materialized CTE of the predictions, every row of which the query reads."""
@@ -38,7 +42,7 @@ PREDICTIONS = "__msql_eval"
 class Predicted:
     """What EVALUATE reads of ``PREDICT``: the PREDICT table function's SQL, the TARGET and the prediction
     columns (quoted SQL), the probabilities column (or None) and each input row's hash (SQL: a column the PREDICT's
-    input adds, :data:`HASH_COLUMN`, or ``0`` for an input of no columns; the fingerprint sums it), the
+    input adds, :func:`hash_column`, or ``0`` for an input of no columns; the fingerprint sums it), the
     target's cast, the probabilities' width when their type fixes it (``FLOAT[k]``) and their DuckDB type."""
 
     predict_sql: str
