@@ -252,6 +252,27 @@ def test_an_input_column_named_as_the_row_hash_changes_neither_fingerprint_nor_t
     assert "__msql_h" not in str(err.value)
 
 
+def test_errors_of_the_evaluations_predict_point_at_its_input_not_into_generated_sql(tmp_path):
+    c = modelsql.connect(str(tmp_path / "p.duckdb"))
+    x, y = load_iris(return_X_y=True)
+    _table(c, "iris", x, y)
+    c.execute("CREATE TABLE narrow AS SELECT f0, f1, y FROM iris")
+    c.import_model("lr", LogisticRegression(max_iter=500).fit(x, y), features=["f0", "f1", "f2", "f3"])
+    c.commit()
+    sql = "EVALUATE MODEL lr ON TABLE narrow TARGET y"
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        c.execute(sql)
+    assert err.value.code == "column_not_found" and "Columns: f0, f1, y." in str(err.value)
+    assert (err.value.line, err.value.column) == (1, sql.index("narrow") + 1)
+    c.rollback()
+    sql = "SELECT * FROM EVALUATE(MODEL lr, (SELECT f0, f1, y FROM iris), target = y)"
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        c.execute(sql)
+    assert "Columns: f0, f1, y." in str(err.value) and "PREDICT(MODEL lr VERSION" not in str(err.value)
+    assert err.value.column is None  # (no caret drawn under the user's text from offsets in the generated SQL)
+    c.close()
+
+
 @pytest.mark.parametrize("kind", ["TINYINT", "HUGEINT", "UHUGEINT"])
 def test_integer_targets_of_every_width_give_the_classes_as_integers(con, kind):
     """Labels far apart in a narrow type (a table of offsets must not wrap) and 128-bit ones (read as decimals)."""

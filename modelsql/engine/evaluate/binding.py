@@ -20,14 +20,14 @@ from modelsql import sql as msql
 from modelsql.analyses.class_labels import class_labels, label_table
 from modelsql.catalog.entries import ModelVersion
 from modelsql.duckdb_errors import translate
-from modelsql.errors import DataError, Error, ProgrammingError, did_you_mean
+from modelsql.errors import DataError, ProgrammingError, did_you_mean
 from modelsql.onnxformat.split import initializer_value
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.sql.predict import PredictTable
 from modelsql.engine.evaluate import queries
 from modelsql.engine.options.declared import EVALUATE
 from modelsql.engine.options.schema import OptionValues, option_error
-from modelsql.engine.query.bind_predict import row_shape, row_width
+from modelsql.engine.query.bind_predict import bind_outputs, row_shape, row_width
 from modelsql.engine.query_handler import columns_of
 from modelsql.engine.training_features import feature_option, input_keys, training_features
 
@@ -256,22 +256,19 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
                         "true value.", code="null_target")
     features = _features(stmt, entry, columns, target, options, session)
     _check_target_not_fed(stmt, entry, features, target)
-    quoted = [exp.to_identifier(n, quoted=True).sql("duckdb") for n, _ in columns]
-    row_hash = queries.hash_column([n for n, _ in columns])
-    predict = _predict_node(stmt, entry.version, features, options["on_null"], [n for n, _ in columns], row_hash)
+    names = [n for n, _ in columns]
+    row_hash = queries.hash_column(names)
+    predict = _predict_node(stmt, entry.version, features, options["on_null"], names, row_hash)
     predict_sql = predict.sql(dialect=msql.DIALECT)
-    try:
-        predicted_columns = columns_of(f"SELECT * FROM {predict_sql}", session, params)
-    except Error as err:  # (PREDICT's errors list the input's columns: the user's, not the hash added to them)
-        raise err.retold(str(err).replace(f", {row_hash}", "")) from None
-    inputs = {n for n, _ in columns} | {row_hash}
-    task, prediction, probabilities, cast = _prediction(stmt, [c for c in predicted_columns if c[0] not in inputs],
-                                                        target_type)
+    # the PREDICT's columns as its binding names them (nothing planned: the query plans it once, and raises its
+    # binding errors then)
+    outputs = [(o.column, o.duckdb_type) for o in bind_outputs(entry, [*names, row_hash])]
+    task, prediction, probabilities, cast = _prediction(stmt, outputs, target_type)
     _check_task_options(stmt, task, options)
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  probabilities, f'"{row_hash}"' if quoted else "0", cast or _read_as(task, target_type), _width(predicted_columns, probabilities),
-                                  _type_of(predicted_columns, probabilities),
-                                  task == "classification" and _type_of(predicted_columns, prediction) == "VARCHAR")
+                                  probabilities, f'"{row_hash}"' if names else "0", cast or _read_as(task, target_type),
+                                  _width(outputs, probabilities), _type_of(outputs, probabilities),
+                                  task == "classification" and _type_of(outputs, prediction) == "VARCHAR")
     classes = _model_classes(session, entry) if task == "classification" else None
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
                         input_text(source), predicted, options, classes, cast[2:] if cast else target_type)

@@ -4,13 +4,15 @@ definitions, BigQuery ML's names)."""
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
+from sqlglot import exp
 
 from modelsql import sql as msql
-from modelsql.errors import DataError, ProgrammingError
+from modelsql.errors import DataError, Error, ProgrammingError, without_excerpt
 from modelsql.metrics import as_positive, classification_metrics, default_positive, regression_metrics
 from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate import queries
@@ -23,7 +25,7 @@ from modelsql.engine.query_handler import run_query
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["Measured", "evaluation_query", "measure", "run_arrow", "run_sql"]
+__all__ = ["Measured", "evaluation_query", "measure", "run_arrow", "run_sql", "about_the_input"]
 
 _SLACK = 1e-5
 """How far past [0, 1] a probability may lie and still be one: a tree ensemble's float32 sums reach 1.0000001."""
@@ -54,8 +56,9 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
     """
     try:
         if plan.task == "regression":
-            return _regression(stmt, plan, run_sql(evaluation_query(plan), session, params))
-        counts = class_counts(run_arrow(evaluation_query(plan), session, params), _needs_positions(plan),
+            return _regression(stmt, plan, run_sql(evaluation_query(plan), session, params, stmt.args["source"]))
+        counts = class_counts(run_arrow(evaluation_query(plan), session, params, stmt.args["source"]),
+                              _needs_positions(plan),
                               _ranked_position(plan), plan.options["threshold"], plan.classes)
     except DataError as err:
         if err.code != "null_input" or NULL_HINT not in str(err):
@@ -93,32 +96,54 @@ def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
     return None if index is None else index + 1
 
 
-def run_sql(query: queries.Query, session: Session, params: list) -> tuple[Any, ...]:
+def run_sql(query: queries.Query, session: Session, params: list,
+            source: Optional[exp.Expression] = None) -> tuple[Any, ...]:
     """The first row of an evaluation's query: its predictions planned as a query whose every row is read (their
     PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned)."""
-    row = _run(query, session, params, session.duck.fetchone)
+    row = _run(query, session, params, session.duck.fetchone, source)
     assert row is not None  # an aggregate query has one row
     return tuple(row)
 
 
-def run_arrow(query: queries.Query, session: Session, params: list) -> pa.Table:
+def run_arrow(query: queries.Query, session: Session, params: list,
+              source: Optional[exp.Expression] = None) -> pa.Table:
     """:func:`run_sql`'s query, its rows as an Arrow table (never made Python objects)."""
     def fetch() -> pa.Table:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
             return session.duck.to_arrow_table()
 
-    return _run(query, session, params, fetch)
+    return _run(query, session, params, fetch, source)
 
 
-def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[], Any]) -> Any:
-    """Run ``query`` (see :func:`run_sql`) and ``fetch`` its result; the result is then finished and released."""
-    out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head, suffix=query.tail)
+def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[], Any],
+         source: Optional[exp.Expression]) -> Any:
+    """Run ``query`` (see :func:`run_sql`) and ``fetch`` its result; the result is then finished and released; its
+    errors are about ``source`` (:func:`about_the_input`)."""
+    with about_the_input(query, session, source):
+        out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
+                              suffix=query.tail)
+        try:
+            return fetch()
+        finally:
+            session.duck.fetchall()
+            out.release()
+
+
+@contextmanager
+def about_the_input(query: queries.Query, session: Session, source: Optional[exp.Expression]) -> Iterator[None]:
+    """Errors raised in the block, by the PREDICT of the evaluation's input (SQL the statement generated), point at
+    the statement's input ``source`` instead of into that SQL, and list the input's columns without the one the
+    query added (``query.added``)."""
     try:
-        return fetch()
-    finally:
-        session.duck.fetchall()
-        out.release()
+        yield
+    except Error as err:
+        told = without_excerpt(str(err))
+        if query.added:
+            told = told.replace(f", {query.added}", "")
+        if told == str(err) and source is None:
+            raise
+        raise session.pointed(err.retold(told), source) from None
 
 
 def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets: int, not_numbers: int) -> None:

@@ -55,6 +55,11 @@ class Predicted:
     probabilities_type: str = "DOUBLE[]"
     text_labels: bool = False
 
+    @property
+    def added(self) -> str:
+        """The name of the row hash's column the PREDICT's input gains ("" for none)."""
+        return self.row_hash.strip('"') if self.row_hash.startswith('"') else ""
+
     def select(self, cast: str = "") -> str:
         """The predictions' query: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each cast
         to ``cast`` when given; a target read as a class label of integers is cast to BIGINT), ``h`` a hash of
@@ -77,6 +82,8 @@ class Query:
 
     predictions: str
     rest: str = ""
+    added: str = ""
+    """A column the predictions' input gains (the row hash, :func:`hash_column`), named in no message."""
 
     @property
     def head(self) -> str:
@@ -112,7 +119,7 @@ def fingerprint_text(rows: int, digest: int) -> str:
 
 def classification_sql(predicted: Predicted) -> Query:
     """The query of a classifier: its predictions' rows ``(t, p[, s], h)``, counted by :mod:`.class_counts`."""
-    return Query(predicted.select())
+    return Query(predicted.select(), added=predicted.added)
 
 
 def regression_sql(predicted: Predicted) -> Query:
@@ -125,8 +132,8 @@ def regression_sql(predicted: Predicted) -> Query:
     centred = f"FROM __msql_eval, (SELECT favg(t) AS mt, favg(t - p) AS md {where}) WHERE t IS NOT NULL"
     not_numbers = (f"(SELECT count(*) FROM __msql_eval WHERE {_NOT_A_NUMBER.format('t')} OR "
                    f"{_NOT_A_NUMBER.format('p')})")
-    return Query(predicted.select("::DOUBLE"), f" SELECT {_COMMON.format(not_numbers=not_numbers)}, "
-                 f"(SELECT fsum(abs(t - p)) {where}), (SELECT fsum((t - p) * (t - p)) {where}), "
+    return Query(predicted.select("::DOUBLE"), added=predicted.added,
+                 rest=f" SELECT {_COMMON.format(not_numbers=not_numbers)}, (SELECT fsum(abs(t - p)) {where}), (SELECT fsum((t - p) * (t - p)) {where}), "
                  f"(SELECT median(abs(t - p)) {where}), (SELECT favg((t - mt) * (t - mt)) {centred}), "
                  f"(SELECT favg((t - p - md) * (t - p - md)) {centred})")
 
@@ -256,7 +263,7 @@ def roc_sql(predicted: Predicted, position: int, positive: Any) -> Query:
         label = "'" + positive.replace("'", "''") + "'"
     else:
         label = str(positive).upper() if isinstance(positive, bool) else str(int(positive))
-    return Query(predicted.select(), f", __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
+    return Query(predicted.select(), added=predicted.added, rest=f", __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
                  "FROM __msql_eval WHERE t IS NOT NULL), __msql_points AS (SELECT x, count(*) FILTER (WHERE y) AS tp, "
                  "count(*) FILTER (WHERE NOT y) AS fp FROM __msql_scores GROUP BY x), __msql_totals AS (SELECT "
                  "sum(tp) AS p, sum(fp) AS n FROM __msql_points), __msql_curve AS (SELECT x, sum(tp) OVER w AS tp, "

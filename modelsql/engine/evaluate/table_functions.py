@@ -22,7 +22,8 @@ from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
 from modelsql.sql.scopes import with_enclosing_ctes
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
-from modelsql.engine.evaluate.measure import Measured, evaluation_query, measure, run_arrow
+from modelsql.engine.evaluate.measure import (Measured, about_the_input, evaluation_query, measure,
+                                                run_arrow)
 from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.explain import render_plan
 from modelsql.engine.handlers import computes, explains
@@ -88,7 +89,7 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
         if function == "CONFUSION_MATRIX":
             return _confusion_table(plan, done)
         if function == "ROC_CURVE":
-            return _roc_table(plan, done, session, params)
+            return _roc_table(plan, done, session, params, stmt.args["source"])
     except Error as err:  # an error about an option points at it in the SQL
         raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     columns, row = result_row(EvaluationRow(plan.kind, plan.name, plan.version, plan.task, plan.target,
@@ -112,8 +113,9 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
     except Error as err:  # an error about an option points at it in the SQL
         raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     query = evaluation_query(plan)
-    out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params,
-                                 prefix="EXPLAIN " + query.head, suffix=query.tail, dry=True)
+    with about_the_input(query, session, stmt.args["source"]):
+        out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params,
+                                     prefix="EXPLAIN " + query.head, suffix=query.tail, dry=True)
     try:
         session.duck.fetchall()
     finally:
@@ -170,7 +172,8 @@ def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
     return pa.table([pa.array([p[k] for p in pairs], schema.field(k).type) for k in range(3)], schema=schema)
 
 
-def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: list) -> pa.Table:
+def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: list,
+               source: exp.Expression) -> pa.Table:
     if done.where is None:
         raise ProgrammingError(f"ROC_CURVE(...): {plan.name} gives no probabilities of each class (scores outside "
                                "[0, 1], or none)", code="invalid_target")
@@ -185,7 +188,7 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes and {plan.name} "
                                f"probabilities of each (classes: {', '.join(map(repr, true)) or 'none'})",
                                code="invalid_target")
-    table = run_arrow(queries.roc_sql(plan.predicted, where[positive], positive), session, params)
+    table = run_arrow(queries.roc_sql(plan.predicted, where[positive], positive), session, params, source)
     points = table.column(0).combine_chunks().flatten() if table.column(0).null_count == 0 else None
     if points is None or len(points) == 0:
         return _ROC_SCHEMA.empty_table()
