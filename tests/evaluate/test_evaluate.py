@@ -273,6 +273,71 @@ def test_errors_of_the_evaluations_predict_point_at_its_input_not_into_generated
     c.close()
 
 
+def _two_class_net(outputs: list[tuple[str, str]]):
+    """A two-class ONNX classifier of inputs (a, b): ``z = x W``, outputs named as ``outputs`` says from its
+    tensors ``p`` (softmax of z), ``q`` (softmax of z / 5: another vector, not the probabilities) and ``am`` (the
+    arg-max class)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("MatMul", ["input", "W"], ["z"]), helper.make_node("Softmax", ["z"], ["p"], axis=1),
+             helper.make_node("Mul", ["z", "k"], ["zk"]), helper.make_node("Softmax", ["zk"], ["q"], axis=1),
+             helper.make_node("ArgMax", ["z"], ["am"], axis=1, keepdims=0)]
+    nodes += [helper.make_node("Identity", [tensor], [name]) for name, tensor in outputs]
+    kinds = {"am": (TensorProto.INT64, ["N"]), "p": (TensorProto.FLOAT, ["N", 2]), "q": (TensorProto.FLOAT, ["N", 2])}
+    graph = helper.make_graph(
+        nodes, "net", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info(name, *kinds[tensor]) for name, tensor in outputs],
+        [numpy_helper.from_array(np.array([[-2, 2], [0.1, -0.1]], np.float32), "W"),
+         numpy_helper.from_array(np.array(0.2, np.float32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_the_prediction_and_probabilities_are_chosen_by_the_models_output_names(tmp_path):
+    """Whatever order the model gives its outputs in, whatever case it names them, and whatever an input's clashing
+    column names make of them (``predicted_label``), its ``label`` is the prediction and its ``probabilities`` the
+    probabilities."""
+    c = modelsql.connect(str(tmp_path / "n.duckdb"))
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-0.5, 0.5, 300), rng.uniform(-0.5, 0.5, 300)
+    y = (a + 0.1 * rng.normal(size=300) > 0).astype(np.int64)
+    c.register("d_arrow", pa.table({"a": a, "b": b, "y": y}))
+    c.execute("CREATE TABLE d AS SELECT * FROM d_arrow")
+    c.import_model("rev", _two_class_net([("probabilities", "p"), ("label", "am")]), features=["a", "b"])
+    c.import_model("caps", _two_class_net([("Probabilities", "p"), ("Label", "am")]), features=["a", "b"])
+    c.import_model("two", _two_class_net([("label", "am"), ("calibrated", "q"), ("probabilities", "p")]),
+                   features=["a", "b"])
+    c.commit()
+    p = c.execute("SELECT probabilities FROM PREDICT(MODEL two, TABLE d)").fetchall()
+    want = M.log_loss(y, np.array([r[0] for r in p], dtype=np.float64))
+    for sql in ("EVALUATE MODEL rev ON (SELECT a, b, y AS label FROM d) TARGET label",
+                "EVALUATE MODEL caps ON TABLE d TARGET y",
+                "EVALUATE MODEL two ON (SELECT a, b, y AS probabilities FROM d) TARGET probabilities"):
+        got = _evaluate(c, sql)
+        assert got["log_loss"] == pytest.approx(want, rel=1e-9), sql
+    c.close()
+
+
+def test_a_model_feature_named_as_the_row_hash_is_never_fed_the_hash(tmp_path):
+    """The hash column gets a name neither the input nor the model has: a feature missing from the input is the
+    error PREDICT gives, not a model fed each row's hash."""
+    c = modelsql.connect(str(tmp_path / "f.duckdb"))
+    x, y = load_iris(return_X_y=True)
+    _table(c, "iris", x, y)
+    c.import_model("lr", LogisticRegression(max_iter=500).fit(x[:, :2], y), features=["f0", "__msql_h"])
+    c.commit()
+    with pytest.raises(modelsql.ProgrammingError) as err:
+        c.execute("EVALUATE MODEL lr ON (SELECT f0, y FROM iris) TARGET y")
+    assert err.value.code == "column_not_found" and '"__msql_h"' in str(err.value)
+    assert "__msql_h_" not in str(err.value) and str(err.value).count("Columns: f0, y.") == 1
+    c.rollback()
+    with pytest.raises(modelsql.ProgrammingError) as err:  # a column of the user's is listed whatever its name
+        c.execute("EVALUATE MODEL lr ON (SELECT f1 AS g, y, 1 AS __msql_hello FROM iris) TARGET y")
+    assert "Columns: g, y, __msql_hello." in str(err.value)
+    c.close()
+
+
 @pytest.mark.parametrize("kind", ["TINYINT", "HUGEINT", "UHUGEINT"])
 def test_integer_targets_of_every_width_give_the_classes_as_integers(con, kind):
     """Labels far apart in a narrow type (a table of offsets must not wrap) and 128-bit ones (read as decimals)."""

@@ -175,10 +175,13 @@ def _check_target_not_fed(stmt: EvaluateModel, entry: Any, features: Optional[li
                                 "model's features (SELECT ..., x AS truth)")
 
 
-def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
+def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
                 target_type: str) -> tuple[str, str, Optional[str], str]:
-    """``(task, prediction SQL, probabilities SQL or None, the target's cast)`` from the PREDICT's output
-    columns (a BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
+    """``(task, prediction SQL, probabilities SQL or None, the target's cast)`` from the PREDICT's outputs
+    ``(the model's output name, its column, its DuckDB type)``: the prediction is the output the model names
+    ``label`` (any case), else its first; the probabilities the vector it names as such (:data:`_PROBABILITY_NAMES`),
+    else its first other vector; by the model's names, whatever columns an input's clashing names made of them (a
+    BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
     booleans predicts; a FLOAT, DOUBLE or DECIMAL one as a number, so 1.0 is the class 1 and 0.5 a class the
     model never predicts; an ENUM target of a classifier of text labels as its text).
 
@@ -186,8 +189,7 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
         ProgrammingError: ``invalid_target``: a prediction of no class and no number, or a TARGET whose type
             does not fit the task.
     """
-    named = dict(outputs)
-    name, kind = ("label", named["label"]) if "label" in named else outputs[0]
+    _, name, kind = next((o for o in outputs if o[0].lower() == "label"), outputs[0])
     column = exp.to_identifier(name, quoted=True).sql("duckdb")
     vector = _VECTOR.match(kind)
     if kind in ("FLOAT", "DOUBLE") or (vector and vector.group(2) == "1"):
@@ -202,8 +204,8 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str]],
     if _family(kind) != _family(target_type) and not cast:
         raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
                                 f"{target_type}")
-    vectors = [n for n, t in outputs if n != name and _VECTOR.match(t)]  # the one named so, else the first
-    probabilities = next((n for n in vectors if n.lower() in _PROBABILITY_NAMES), vectors[0] if vectors else None)
+    vectors = [(o, n) for o, n, t in outputs if n != name and _VECTOR.match(t)]  # the one named so, else the first
+    probabilities = next((n for o, n in vectors if o.lower() in _PROBABILITY_NAMES), vectors[0][1] if vectors else None)
     return "classification", column, (exp.to_identifier(probabilities, quoted=True).sql("duckdb")
                                       if probabilities else None), cast
 
@@ -257,13 +259,15 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     features = _features(stmt, entry, columns, target, options, session)
     _check_target_not_fed(stmt, entry, features, target)
     names = [n for n, _ in columns]
-    row_hash = queries.hash_column(names)
+    row_hash = queries.hash_column([*names, *(i.name for i in entry.inputs), *(entry.features or ())])
     predict = _predict_node(stmt, entry.version, features, options["on_null"], names, row_hash)
     predict_sql = predict.sql(dialect=msql.DIALECT)
     # the PREDICT's columns as its binding names them (nothing planned: the query plans it once, and raises its
     # binding errors then)
-    outputs = [(o.column, o.duckdb_type) for o in bind_outputs(entry, [*names, row_hash])]
-    task, prediction, probabilities, cast = _prediction(stmt, outputs, target_type)
+    bound = bind_outputs(entry, [*names, row_hash])
+    outputs = [(o.column, o.duckdb_type) for o in bound]
+    task, prediction, probabilities, cast = _prediction(stmt, [(o.output_name, o.column, o.duckdb_type) for o in bound],
+                                                        target_type)
     _check_task_options(stmt, task, options)
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
                                   probabilities, f'"{row_hash}"' if names else "0", cast or _read_as(task, target_type),

@@ -3,13 +3,13 @@ definitions, BigQuery ML's names)."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
-from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.errors import DataError, Error, ProgrammingError, without_excerpt
@@ -56,8 +56,8 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
     """
     try:
         if plan.task == "regression":
-            return _regression(stmt, plan, run_sql(evaluation_query(plan), session, params, stmt.args["source"]))
-        counts = class_counts(run_arrow(evaluation_query(plan), session, params, stmt.args["source"]),
+            return _regression(stmt, plan, run_sql(evaluation_query(plan), session, params, stmt))
+        counts = class_counts(run_arrow(evaluation_query(plan), session, params, stmt),
                               _needs_positions(plan),
                               _ranked_position(plan), plan.options["threshold"], plan.classes)
     except DataError as err:
@@ -97,30 +97,30 @@ def _ranked_position(plan: EvaluatePlan) -> Optional[int]:
 
 
 def run_sql(query: queries.Query, session: Session, params: list,
-            source: Optional[exp.Expression] = None) -> tuple[Any, ...]:
+            stmt: Optional[EvaluateModel] = None) -> tuple[Any, ...]:
     """The first row of an evaluation's query: its predictions planned as a query whose every row is read (their
     PREDICT may run in batch mode), the rest of its plain SQL put around them (never parsed nor planned)."""
-    row = _run(query, session, params, session.duck.fetchone, source)
+    row = _run(query, session, params, session.duck.fetchone, stmt)
     assert row is not None  # an aggregate query has one row
     return tuple(row)
 
 
 def run_arrow(query: queries.Query, session: Session, params: list,
-              source: Optional[exp.Expression] = None) -> pa.Table:
+              stmt: Optional[EvaluateModel] = None) -> pa.Table:
     """:func:`run_sql`'s query, its rows as an Arrow table (never made Python objects)."""
     def fetch() -> pa.Table:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
             return session.duck.to_arrow_table()
 
-    return _run(query, session, params, fetch, source)
+    return _run(query, session, params, fetch, stmt)
 
 
 def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[], Any],
-         source: Optional[exp.Expression]) -> Any:
+         stmt: Optional[EvaluateModel]) -> Any:
     """Run ``query`` (see :func:`run_sql`) and ``fetch`` its result; the result is then finished and released; its
-    errors are about ``source`` (:func:`about_the_input`)."""
-    with about_the_input(query, session, source):
+    errors are about ``stmt``'s input or model (:func:`about_the_input`)."""
+    with about_the_input(query, session, stmt):
         out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
                               suffix=query.tail)
         try:
@@ -130,20 +130,31 @@ def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[
             out.release()
 
 
+_ABOUT_THE_INPUT = frozenset({"column_not_found", "feature_mismatch", "wrong_column_type", "wrong_input_shape",
+                               "ragged_input", "null_input", "invalid_value", "duplicate_column",
+                               "input_type_not_supported", "catalog_error", "binder_error"})
+"""Codes of the errors of an evaluation's PREDICT that are about its input (its columns, a row's values); the
+others are about the model."""
+
+
 @contextmanager
-def about_the_input(query: queries.Query, session: Session, source: Optional[exp.Expression]) -> Iterator[None]:
+def about_the_input(query: queries.Query, session: Session, stmt: Optional[EvaluateModel]) -> Iterator[None]:
     """Errors raised in the block, by the PREDICT of the evaluation's input (SQL the statement generated), point at
-    the statement's input ``source`` instead of into that SQL, and list the input's columns without the one the
-    query added (``query.added``)."""
+    the statement's input (an error about its columns or rows) or its model (any other) instead of into that SQL,
+    and list the input's columns without the one the query added (``query.added``)."""
     try:
         yield
     except Error as err:
         told = without_excerpt(str(err))
-        if query.added:
-            told = told.replace(f", {query.added}", "")
-        if told == str(err) and source is None:
-            raise
-        raise session.pointed(err.retold(told), source) from None
+        if query.added:  # (the added column is the list's last, and never a "did you mean")
+            told = re.sub(rf", {re.escape(query.added)}(?=\.|$)", "", told, flags=re.M)
+            told = re.sub(rf' ?\(?Did you mean "{re.escape(query.added)}"\?\)?', "", told)
+        if stmt is None:
+            if told == str(err):
+                raise
+            raise err.retold(told) from None
+        about = stmt.args["source"] if err.code in _ABOUT_THE_INPUT else stmt.this
+        raise session.pointed(err.retold(told), about) from None
 
 
 def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets: int, not_numbers: int) -> None:

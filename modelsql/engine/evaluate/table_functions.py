@@ -89,7 +89,7 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
         if function == "CONFUSION_MATRIX":
             return _confusion_table(plan, done)
         if function == "ROC_CURVE":
-            return _roc_table(plan, done, session, params, stmt.args["source"])
+            return _roc_table(plan, done, session, params, stmt)
     except Error as err:  # an error about an option points at it in the SQL
         raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     columns, row = result_row(EvaluationRow(plan.kind, plan.name, plan.version, plan.task, plan.target,
@@ -113,7 +113,7 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
     except Error as err:  # an error about an option points at it in the SQL
         raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     query = evaluation_query(plan)
-    with about_the_input(query, session, stmt.args["source"]):
+    with about_the_input(query, session, stmt):
         out, inner, phys = run_query(msql.parse(query.predictions)[0], session, params,
                                      prefix="EXPLAIN " + query.head, suffix=query.tail, dry=True)
     try:
@@ -173,7 +173,7 @@ def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
 
 
 def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: list,
-               source: exp.Expression) -> pa.Table:
+               stmt: EvaluateModel) -> pa.Table:
     if done.where is None:
         raise ProgrammingError(f"ROC_CURVE(...): {plan.name} gives no probabilities of each class (scores outside "
                                "[0, 1], or none)", code="invalid_target")
@@ -188,7 +188,7 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes and {plan.name} "
                                f"probabilities of each (classes: {', '.join(map(repr, true)) or 'none'})",
                                code="invalid_target")
-    table = run_arrow(queries.roc_sql(plan.predicted, where[positive], positive), session, params, source)
+    table = run_arrow(queries.roc_sql(plan.predicted, where[positive], positive), session, params, stmt)
     points = table.column(0).combine_chunks().flatten() if table.column(0).null_count == 0 else None
     if points is None or len(points) == 0:
         return _ROC_SCHEMA.empty_table()
