@@ -23,6 +23,7 @@ from modelsql import sql as msql
 from modelsql.catalog.entries import RoutedModels
 from modelsql.errors import NotSupportedError, ProgrammingError
 from modelsql.sql.registry import STATEMENT_NODES
+from modelsql.sql.evaluate import EvaluateModel, as_table_function
 from modelsql.sql.tune import TuneModel
 from modelsql.engine.query import cost
 from modelsql.engine.handlers import handles, run_default
@@ -84,7 +85,13 @@ def _explain(stmt: exp.Command, session: Session, params: list) -> Result:
                                     "result and modelsql.stages give what was trained) or EXPLAIN TUNE for the plan.",
                                     code="explain_not_supported")
         return explain_tune(inner[0], session, params)
-    if isinstance(inner[0], tuple(STATEMENT_NODES)):
+    if isinstance(inner[0], EvaluateModel):
+        if "ANALYZE" in prefix.upper():
+            raise NotSupportedError("EXPLAIN ANALYZE EVALUATE is not supported: it would run and record the evaluation; "
+                                    "run EVALUATE, or EXPLAIN ANALYZE SELECT * FROM EVALUATE(...), which computes the "
+                                    "metrics and records nothing.", code="explain_not_supported")
+        inner = [as_table_function(inner[0])]  # the plan of its predictions, as EXPLAIN shows the table function's
+    elif isinstance(inner[0], tuple(STATEMENT_NODES)):
         written = body.upper().split()
         forms = getattr(type(inner[0]), "WORDS")
         words = next((w for w in forms if written[:len(w)] == list(w)), forms[0])  # as the user wrote it

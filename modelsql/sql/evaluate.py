@@ -135,6 +135,19 @@ class EvaluationTable(exp.Expression):
         return option_dict(self.args.get("options"))
 
 
+def as_table_function(stmt: "EvaluateModel") -> exp.Select:
+    """``SELECT * FROM EVALUATE(...)`` of the statement's model, input, TARGET (its ``target`` option) and options:
+    the query whose one row is the statement's (what EXPLAIN EVALUATE shows the plan of; nothing is recorded)."""
+    options = [o.copy() for o in stmt.args.get("options") or []]
+    target = stmt.args.get("target")
+    if target is not None:
+        options.append(exp.EQ(this=exp.to_identifier("target"), expression=target.copy()))
+    call = EvaluationTable(this=stmt.this.copy(), expression=stmt.args["source"].copy(), function="EVALUATE",
+                           options=options or None)
+    call.meta["source_text"] = "EVALUATE"
+    return exp.select(exp.Star()).from_(exp.Table(this=call))
+
+
 class EvaluateParsing(GrammarParser):
     """Parser entry ``_parse_evaluatemodel(words)`` (the words consumed)."""
 

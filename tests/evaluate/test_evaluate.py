@@ -349,6 +349,23 @@ def test_integer_targets_of_every_width_give_the_classes_as_integers(con, kind):
     assert got["confusion_matrix"] == M.confusion_matrix(truth, p, labels=[0, 1, 2]).tolist()
 
 
+def test_explain_evaluate_shows_the_plan_of_its_predictions_and_records_nothing(con):
+    before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]
+    rows = dict(con.execute("EXPLAIN EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE y < 2) TARGET y "
+                            "WITH (average = 'weighted')").fetchall())
+    plan = rows["modelsql_plan"]
+    assert "EVALUATE(MODEL iris_lr VERSION 1, (SELECT * FROM iris WHERE y < 2))" in plan
+    assert "classification against TARGET y, one pass over the input" in plan and 'model "iris_lr" version 1' in plan
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0] == before
+    with pytest.raises(modelsql.NotSupportedError) as err:
+        con.execute("EXPLAIN ANALYZE EVALUATE MODEL iris_lr ON TABLE iris TARGET y")
+    assert err.value.code == "explain_not_supported" and "EXPLAIN ANALYZE SELECT * FROM EVALUATE" in str(err.value)
+    with pytest.raises(modelsql.ProgrammingError) as err:  # binding errors as EVALUATE's own
+        con.execute("EXPLAIN EVALUATE MODEL iris_lr ON TABLE iris TARGET nope")
+    assert err.value.code == "column_not_found"
+    con.rollback()
+
+
 def test_the_predict_runs_once(con):
     seen: list[dict] = []
     con.progress = seen.append
