@@ -338,14 +338,16 @@ def test_a_model_feature_named_as_the_row_hash_is_never_fed_the_hash(tmp_path):
     c.close()
 
 
-@pytest.mark.parametrize("kind", ["TINYINT", "HUGEINT", "UHUGEINT"])
+@pytest.mark.parametrize("kind", ["TINYINT", "HUGEINT", "UHUGEINT", "DOUBLE", "DECIMAL(4,1)"])
 def test_integer_targets_of_every_width_give_the_classes_as_integers(con, kind):
-    """Labels far apart in a narrow type (a table of offsets must not wrap) and 128-bit ones (read as decimals)."""
+    """Labels far apart in a narrow type (a table of offsets must not wrap) and 128-bit ones (read as decimals);
+    a target of numbers makes the integer predictions numbers too (a class only predicted, 1, among the rows'
+    0.0 and 2.0), as scikit-learn's ``unique_labels`` does."""
     y, p, _ = _predictions(con, "iris_lr", "iris", "y", 4)
     got = _evaluate(con, f"EVALUATE MODEL iris_lr ON (SELECT * REPLACE (CASE WHEN y = 1 THEN 2 ELSE y END::{kind} "
                          "AS y) FROM iris) TARGET y")
     truth = np.where(y == 1, 2, y)
-    assert got["labels"] == ["0", "1", "2"]
+    assert got["labels"] == (["0.0", "1.0", "2.0"] if kind in ("DOUBLE", "DECIMAL(4,1)") else ["0", "1", "2"])
     assert got["confusion_matrix"] == M.confusion_matrix(truth, p, labels=[0, 1, 2]).tolist()
 
 
@@ -364,6 +366,27 @@ def test_explain_evaluate_shows_the_plan_of_its_predictions_and_records_nothing(
         con.execute("EXPLAIN EVALUATE MODEL iris_lr ON TABLE iris TARGET nope")
     assert err.value.code == "column_not_found"
     con.rollback()
+
+
+def test_table_functions_of_wide_integer_classes_and_lossless_arrow_output(con):
+    """A UBIGINT class past BIGINT in CONFUSION_MATRIX (its labels are DECIMAL(38,0)), and ROC_CURVE's counts
+    under ``arrow_lossless_conversion`` (DuckDB hands 128-bit sums over as raw bytes there): answers, never a raw
+    library error."""
+    y, p, _ = _predictions(con, "iris_lr", "iris", "y", 4)
+    got = con.execute("SELECT expected_label, predicted_label, rows FROM CONFUSION_MATRIX(MODEL iris_lr, (SELECT * "
+                      "REPLACE ((CASE WHEN y = 2 THEN 18446744073709551615 ELSE y END)::UBIGINT AS y) FROM iris), "
+                      "target = y)").fetchall()
+    counts = {(int(a), int(b)): n for a, b, n in got}
+    assert counts[(2**64 - 1, 2)] == int(((y == 2) & (p == 2)).sum()) and counts[(2, 2)] == 0
+    assert sum(n for (a, _), n in counts.items() if a == 2**64 - 1) == 50
+    expected = con.execute("SELECT * FROM ROC_CURVE(MODEL cancer_rf, TABLE cancer, target = malignant)").fetchall()
+    con.execute("SET arrow_lossless_conversion = true")
+    try:
+        assert con.execute("SELECT * FROM ROC_CURVE(MODEL cancer_rf, TABLE cancer, target = malignant)").fetchall() \
+            == expected
+    finally:
+        con.execute("RESET arrow_lossless_conversion")
+    con.commit()
 
 
 def test_the_predict_runs_once(con):

@@ -62,14 +62,16 @@ class Predicted:
 
     def select(self, cast: str = "") -> str:
         """The predictions' query: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each cast
-        to ``cast`` when given; a target read as a class label of integers is cast to BIGINT), ``h`` a hash of
-        the input row. Text labels are compared byte for byte (``COLLATE c``), as scikit-learn compares them,
+        to ``cast`` when given; a target read as a class label of integers is cast to BIGINT; a prediction of
+        integer classes against a target of numbers is read as numbers too, so the labels are all of one kind, as
+        scikit-learn's ``unique_labels`` of the two makes them), ``h`` a hash of the input row. Text labels are compared byte for byte (``COLLATE c``), as scikit-learn compares them,
         whatever collation the input's column or the connection has (NOCASE would make ``'A'`` and ``'a'`` one
         class in some aggregates and two in others)."""
         probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
         exact = " COLLATE c" if self.text_labels and not cast else ""
         target = f"({self.target}{cast or self.target_cast}){exact}"
-        return (f"SELECT {target} AS t, ({self.prediction}{cast}){exact} AS p{probabilities}, {self.row_hash} AS h "
+        predicted = cast or (self.target_cast if self.target_cast == "::DOUBLE" else "")
+        return (f"SELECT {target} AS t, ({self.prediction}{predicted}){exact} AS p{probabilities}, {self.row_hash} AS h "
                 f"FROM {self.predict_sql}")
 
 
@@ -266,8 +268,9 @@ def roc_sql(predicted: Predicted, position: int, positive: Any) -> Query:
     return Query(predicted.select(), added=predicted.added, rest=f", __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
                  "FROM __msql_eval WHERE t IS NOT NULL), __msql_points AS (SELECT x, count(*) FILTER (WHERE y) AS tp, "
                  "count(*) FILTER (WHERE NOT y) AS fp FROM __msql_scores GROUP BY x), __msql_totals AS (SELECT "
-                 "sum(tp) AS p, sum(fp) AS n FROM __msql_points), __msql_curve AS (SELECT x, sum(tp) OVER w AS tp, "
-                 "sum(fp) OVER w AS fp FROM __msql_points WINDOW w AS (ORDER BY x DESC)) "
+                 "sum(tp)::BIGINT AS p, sum(fp)::BIGINT AS n FROM __msql_points), __msql_curve AS (SELECT x, "
+                 "(sum(tp) OVER w)::BIGINT AS tp, (sum(fp) OVER w)::BIGINT AS fp FROM __msql_points "
+                 "WINDOW w AS (ORDER BY x DESC)) "
                  "SELECT list({'threshold': x, 'recall': CASE WHEN p > 0 THEN tp / p END, 'false_positive_rate': "
                  "CASE WHEN n > 0 THEN fp / n END, 'true_positives': tp, 'false_positives': fp, 'true_negatives': n - fp, "
                  "'false_negatives': p - tp} ORDER BY x DESC) FROM __msql_curve, __msql_totals")

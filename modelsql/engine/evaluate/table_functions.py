@@ -150,6 +150,8 @@ def _label_type(plan: EvaluatePlan) -> pa.DataType:
         return pa.float64()
     if kind == "BOOLEAN":
         return pa.bool_()
+    if kind in ("UBIGINT", "HUGEINT", "UHUGEINT"):  # (past BIGINT, with a model's BIGINT predictions beside them)
+        return pa.decimal128(38, 0)
     if kind in _INTEGERS:
         return pa.int64()
     return pa.string()
