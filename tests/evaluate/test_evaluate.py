@@ -389,6 +389,33 @@ def test_table_functions_of_wide_integer_classes_and_lossless_arrow_output(con):
     con.commit()
 
 
+@pytest.mark.parametrize("text", [False, True])
+def test_a_zipmap_classifiers_probabilities_give_log_loss_and_roc_auc(tmp_path, text):
+    """skl2onnx's default conversion gives each row's probabilities as a map from class to probability (ZipMap):
+    read in the order of the model's classes, they score as a vector's do."""
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+
+    c = modelsql.connect(str(tmp_path / "z.duckdb"))
+    x, y = load_iris(return_X_y=True)
+    labels = np.array(["setosa", "versicolor", "virginica"])[y] if text else y
+    c.register("iris_arrow", pa.table({**{f"f{i}": x[:, i] for i in range(4)}, "y": labels}))
+    c.execute("CREATE TABLE iris AS SELECT * FROM iris_arrow")
+    fitted = LogisticRegression(max_iter=500).fit(x, labels)
+    proto = convert_sklearn(fitted, initial_types=[("input", FloatTensorType([None, 4]))],
+                            target_opset={"": 17, "ai.onnx.ml": 3})
+    c.import_model("zm", proto, features=["f0", "f1", "f2", "f3"])
+    c.commit()
+    rows = c.execute("SELECT output_probability FROM PREDICT(MODEL zm, TABLE iris)").fetchall()
+    s = np.array([[r[0][k] for k in fitted.classes_.tolist()] for r in rows], dtype=np.float64)
+    got = _evaluate(c, "EVALUATE MODEL zm ON TABLE iris TARGET y")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # float32 probabilities do not sum to 1 exactly
+        _close(got, {"log_loss": M.log_loss(labels, s, labels=fitted.classes_),
+                     "roc_auc": M.roc_auc_score(labels, s, multi_class="ovr", labels=fitted.classes_)})
+    c.close()
+
+
 def test_the_predict_runs_once(con):
     seen: list[dict] = []
     con.progress = seen.append

@@ -39,6 +39,8 @@ __all__ = ["EvaluatePlan", "bind_evaluate", "input_text", "where_of"]
 _INTEGER = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT)$")
 _NUMBER = re.compile(r"^(FLOAT|DOUBLE|DECIMAL.*|" + _INTEGER.pattern[2:-2] + r")$")
 _VECTOR = re.compile(r"^(FLOAT|DOUBLE)\[(\d*)\]$")
+_MAP = re.compile(r"^MAP\((BIGINT|VARCHAR), (FLOAT|DOUBLE)\)$")
+"""A classifier's probabilities as a map from each class to its probability (skl2onnx's ZipMap)."""
 _PROBABILITY_NAMES = ("probabilities", "probability", "probs", "proba")
 """Names of a classifier's output of class probabilities, preferred to its other vectors (a network's logits)."""
 
@@ -204,10 +206,23 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
     if _family(kind) != _family(target_type) and not cast:
         raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
                                 f"{target_type}")
-    vectors = [(o, n) for o, n, t in outputs if n != name and _VECTOR.match(t)]  # the one named so, else the first
+    vectors = [(o, n) for o, n, t in outputs if n != name and (_VECTOR.match(t) or _MAP.match(t))]  # as named, or the first
     probabilities = next((n for o, n in vectors if o.lower() in _PROBABILITY_NAMES), vectors[0][1] if vectors else None)
     return "classification", column, (exp.to_identifier(probabilities, quoted=True).sql("duckdb")
                                       if probabilities else None), cast
+
+
+def _probabilities_read(probabilities: Optional[str], outputs: list[tuple[str, str]],
+                        classes: Optional[list[Any]]) -> tuple[Optional[str], Optional[int]]:
+    """How the probabilities column (quoted SQL) is read, and its width when fixed: a vector as it is; a map of
+    each class's probability (ZipMap) as the list of its values in the order of the model's classes when it names
+    them (integers or text: the map's keys), else in the map's own order."""
+    if probabilities is None or not _MAP.match(_type_of(outputs, probabilities)):
+        return probabilities, _width(outputs, probabilities)
+    if classes and all(isinstance(c, str) or (isinstance(c, int) and not isinstance(c, bool)) for c in classes):
+        keys = ["'" + c.replace("'", "''") + "'" if isinstance(c, str) else str(c) for c in classes]
+        return f"list_value({', '.join(f'{probabilities}[{k}]' for k in keys)})", len(classes)
+    return f"map_values({probabilities})", None
 
 
 def _read_as(task: str, target_type: str) -> str:
@@ -269,11 +284,12 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     task, prediction, probabilities, cast = _prediction(stmt, [(o.output_name, o.column, o.duckdb_type) for o in bound],
                                                         target_type)
     _check_task_options(stmt, task, options)
-    predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  probabilities, f'"{row_hash}"' if names else "0", cast or _read_as(task, target_type),
-                                  _width(outputs, probabilities), _type_of(outputs, probabilities),
-                                  task == "classification" and _type_of(outputs, prediction) == "VARCHAR")
     classes = _model_classes(session, entry) if task == "classification" else None
+    read, width = _probabilities_read(probabilities, outputs, classes)
+    predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
+                                  read, f'"{row_hash}"' if names else "0", cast or _read_as(task, target_type),
+                                  width, _type_of(outputs, probabilities),
+                                  task == "classification" and _type_of(outputs, prediction) == "VARCHAR")
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
                         input_text(source), predicted, options, classes, cast[2:] if cast else target_type)
 
