@@ -89,6 +89,18 @@ def test_boosted_trials_share_trees_and_equal_each_trial_trained_alone(con):
         assert metrics[-1] == M.log_loss(y_valid, model.predict_proba(x_valid.to_numpy()))
 
 
+def test_a_validation_table_encoding_a_column_otherwise_is_refused_naming_it(con):
+    con.execute("CREATE TABLE coded_fit AS SELECT f0, f1, (f2 > 10)::INTEGER AS band, y FROM cancer")
+    con.execute("CREATE TABLE coded_check AS SELECT f0, f1, (f2 > 10)::VARCHAR AS band, y FROM cancer")
+    before = con.execute("SELECT count(*) FROM modelsql.studies").fetchone()
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("TUNE MODEL coded ON TABLE coded_fit VALIDATE ON TABLE coded_check TARGET y "
+                    "SEARCH (C = CHOICE(0.1, 1.0)) USING GRID WITH (model_type = 'logistic_reg')")
+    assert info.value.code == "invalid_feature"
+    assert 'column "band" is text or a category (one-hot encoded) in VALIDATE ON but a number' in str(info.value)
+    assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == before
+
+
 def test_a_study_validated_on_a_table_is_compared_with_evaluations_of_that_table(con):
     """FROM STUDY records its evaluation with the fingerprint of the VALIDATE ON table's rows (every column, as
     EVALUATE ON TABLE records them), so BEST BY ON TABLE compares it; and its lineage keeps the fingerprint of the

@@ -40,7 +40,7 @@ from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.catalog.study_parameters import kept_parameters
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, without_excerpt
-from modelsql.estimators import (ModelType, Transform, build_pipeline, conversion_tolerance, hyperparameters_from_text,
+from modelsql.estimators import (ColumnKinds, ModelType, Transform, build_pipeline, conversion_tolerance, hyperparameters_from_text,
                                  hyperparameters_text, imputed_columns, resolve_model_type,
                                  transform_columns, transforms_from_json, transforms_json, transforms_text,
                                  validation_rows)
@@ -183,13 +183,28 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
         valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON",
                               rows.imputed)
         if valid_rows.kinds != rows.kinds:
-            raise ProgrammingError(f"TUNE: VALIDATE ON's columns {valid_rows.kinds.columns} are not encoded as ON's "
-                                   f"{rows.kinds.columns}.", code="invalid_feature")
+            raise ProgrammingError(f"TUNE: {_encoding_mismatch(rows.kinds, valid_rows.kinds)}", code="invalid_feature")
         data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows))
     data.rows.check_imputed(data.train, "TUNE ON")
     data.fingerprint = rows_digest(data.rows.table.take(pa.array(data.train, pa.int64())),
                                    data.valid_rows.table.take(pa.array(data.valid, pa.int64())))
     return data
+
+
+_ENCODED = {"numeric": "a number (scaled as one)", "categorical": "text or a category (one-hot encoded)",
+            None: "not a feature"}
+
+
+def _encoding_mismatch(on: ColumnKinds, validate: ColumnKinds) -> str:
+    """Why VALIDATE ON's rows cannot be scored by models fitted on ON's: the first column encoded otherwise (its
+    type in each), else the order of the columns."""
+    for column in on.columns:
+        if on.kind_of(column) != validate.kind_of(column):
+            return (f'column "{column}" is {_ENCODED[validate.kind_of(column)]} in VALIDATE ON but '
+                    f"{_ENCODED[on.kind_of(column)]} in ON: the models fitted on ON's rows encode it so; cast it to one "
+                    "type in both queries.")
+    return (f"VALIDATE ON's columns {validate.columns} are not in ON's order {on.columns}: select them in the same "
+            "order.")
 
 
 def _check_classes(data: _Data, model_type: ModelType) -> None:
