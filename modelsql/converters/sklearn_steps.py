@@ -264,6 +264,14 @@ def _convert_cached(est: Any, x: Any, input_name: str, features) -> onnx.ModelPr
     return model
 
 
+def _labels_differ(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """The rows whose labels differ: numbers by value (a classifier fitted on 0.0 / 1.0 predicts those, its graph
+    the int64 0 / 1: the same classes, as ``import_model`` holds them), anything else by its text."""
+    if np.issubdtype(got.dtype, np.number) and np.issubdtype(want.dtype, np.number):
+        return np.flatnonzero(got.astype(np.float64) != want.astype(np.float64))
+    return np.flatnonzero(got.astype(str) != want.astype(str))
+
+
 def _check_step(est: Any, model: onnx.ModelProto, x: Any, path: str) -> tuple[int, float, int]:
     """The converted step against its estimator on the example rows (ONNX Runtime vs scikit-learn):
     a predictor's labels (or predictions) and a transformer's output, within :data:`STEP_TOLERANCE`.
@@ -282,7 +290,7 @@ def _check_step(est: Any, model: onnx.ModelProto, x: Any, path: str) -> tuple[in
     got = outputs[0]
     if hasattr(est, "classes_") and _is_predictor(est):
         want = np.asarray(est.predict(x))
-        differ = np.flatnonzero(got.reshape(want.shape).astype(str) != want.astype(str))
+        differ = _labels_differ(got.reshape(want.shape), want)
         bad = len(differ)
         ok, err = bad == 0, 0.0
         diff = f"{bad} of {len(want)} labels differ; first row {differ[0]}: {got.reshape(want.shape)[differ[0]]!r} " \
@@ -337,7 +345,7 @@ def check_chain(estimator: Any, steps: list[SplitStep], example_input: Any, inpu
     if _is_predictor(estimator) and hasattr(estimator, "classes_") and "label" in got:
         want = np.asarray(estimator.predict(example_input))
         labels = got["label"].reshape(want.shape)
-        differ = np.flatnonzero(labels.astype(str) != want.astype(str))
+        differ = _labels_differ(labels, want)
         bad = len(differ)
         if bad and not accept_mismatch:
             r = int(differ[0])

@@ -256,6 +256,16 @@ def test_identical_models_under_two_names_share_one_session(con):
     assert len(keys) == 1, keys
 
 
+def test_a_pipeline_fitted_on_float_class_labels_imports_as_the_model_does(con):
+    """A classifier fitted on 0.0 / 1.0 / 2.0 predicts those; its converted graph the int64 0 / 1 / 2: the same
+    classes by value (import_model held them so; the pipeline's checks compared their text, "0" with "0.0")."""
+    est = Pipeline([("std", StandardScaler()), ("clf", LogisticRegression(max_iter=1000))]).fit(
+        IRIS_X, IRIS_Y.astype(float))
+    con.import_pipeline("float_labels", est, example_input=IRIS_X, features=IRIS_COLS)
+    got = _labels(con.cursor(), "SELECT label FROM PREDICT(PIPELINE float_labels, TABLE iris)")
+    assert (got == est.predict(IRIS_X)).all()
+
+
 @pytest.mark.parametrize("kind", ["union", "columns"])
 def test_import_union_and_column_transformer(con, kind, tmp_path):
     if kind == "union":
