@@ -206,7 +206,8 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
     if _family(kind) != _family(target_type) and not cast:
         raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
                                 f"{target_type}")
-    vectors = [(o, n) for o, n, t in outputs if n != name and (_VECTOR.match(t) or _MAP.match(t))]  # as named, or the first
+    # the vector named as probabilities, else the first
+    vectors = [(o, n) for o, n, t in outputs if n != name and (_VECTOR.match(t) or _MAP.match(t))]
     probabilities = next((n for o, n in vectors if o.lower() in _PROBABILITY_NAMES), vectors[0][1] if vectors else None)
     return "classification", column, (exp.to_identifier(probabilities, quoted=True).sql("duckdb")
                                       if probabilities else None), cast
@@ -281,14 +282,13 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     # binding errors then)
     bound = bind_outputs(entry, [*names, row_hash])
     outputs = [(o.column, o.duckdb_type) for o in bound]
-    task, prediction, probabilities, cast = _prediction(stmt, [(o.output_name, o.column, o.duckdb_type) for o in bound],
-                                                        target_type)
+    named = [(o.output_name, o.column, o.duckdb_type) for o in bound]
+    task, prediction, probabilities, cast = _prediction(stmt, named, target_type)
     _check_task_options(stmt, task, options)
     classes = _model_classes(session, entry) if task == "classification" else None
     read, width = _probabilities_read(probabilities, outputs, classes)
     predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
-                                  read, f'"{row_hash}"' if names else "0", cast or _read_as(task, target_type),
-                                  width, _type_of(outputs, probabilities),
+                                  read, row_hash if names else "", cast or _read_as(task, target_type), width,
                                   task == "classification" and _type_of(outputs, prediction) == "VARCHAR")
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
                         input_text(source), predicted, options, classes, cast[2:] if cast else target_type)

@@ -41,37 +41,33 @@ PREDICTIONS = "__msql_eval"
 @dataclass(frozen=True)
 class Predicted:
     """What EVALUATE reads of ``PREDICT``: the PREDICT table function's SQL, the TARGET and the prediction
-    columns (quoted SQL), the probabilities column (or None) and each input row's hash (SQL: a column the PREDICT's
-    input adds, :func:`hash_column`, or ``0`` for an input of no columns; the fingerprint sums it), the
-    target's cast, the probabilities' width when their type fixes it (``FLOAT[k]``) and their DuckDB type."""
+    columns (quoted SQL), the probabilities column (or None), the column of each input row's hash the PREDICT's
+    input gains (:func:`hash_column`; "" for an input of no columns, whose rows hash to 0; the fingerprint sums
+    them), the target's cast and the probabilities' width when their type fixes it (``FLOAT[k]``)."""
 
     predict_sql: str
     target: str
     prediction: str
     probabilities: Optional[str]
-    row_hash: str
+    added: str
     target_cast: str = ""
     width: Optional[int] = None
-    probabilities_type: str = "DOUBLE[]"
     text_labels: bool = False
-
-    @property
-    def added(self) -> str:
-        """The name of the row hash's column the PREDICT's input gains ("" for none)."""
-        return self.row_hash.strip('"') if self.row_hash.startswith('"') else ""
 
     def select(self, cast: str = "") -> str:
         """The predictions' query: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each cast
         to ``cast`` when given; a target read as a class label of integers is cast to BIGINT; a prediction of
         integer classes against a target of numbers is read as numbers too, so the labels are all of one kind, as
-        scikit-learn's ``unique_labels`` of the two makes them), ``h`` a hash of the input row. Text labels are compared byte for byte (``COLLATE c``), as scikit-learn compares them,
-        whatever collation the input's column or the connection has (NOCASE would make ``'A'`` and ``'a'`` one
-        class in some aggregates and two in others)."""
+        scikit-learn's ``unique_labels`` of the two makes them), ``h`` a hash of the input row. Text labels are
+        compared byte for byte (``COLLATE c``), as scikit-learn compares them, whatever collation the input's
+        column or the connection has (NOCASE would make ``'A'`` and ``'a'`` one class in some aggregates and two
+        in others)."""
         probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
         exact = " COLLATE c" if self.text_labels and not cast else ""
         target = f"({self.target}{cast or self.target_cast}){exact}"
         predicted = cast or (self.target_cast if self.target_cast == "::DOUBLE" else "")
-        return (f"SELECT {target} AS t, ({self.prediction}{predicted}){exact} AS p{probabilities}, {self.row_hash} AS h "
+        row_hash = f'"{self.added}"' if self.added else "0"
+        return (f"SELECT {target} AS t, ({self.prediction}{predicted}){exact} AS p{probabilities}, {row_hash} AS h "
                 f"FROM {self.predict_sql}")
 
 
@@ -135,21 +131,17 @@ def regression_sql(predicted: Predicted) -> Query:
     not_numbers = (f"(SELECT count(*) FROM __msql_eval WHERE {_NOT_A_NUMBER.format('t')} OR "
                    f"{_NOT_A_NUMBER.format('p')})")
     return Query(predicted.select("::DOUBLE"), added=predicted.added,
-                 rest=f" SELECT {_COMMON.format(not_numbers=not_numbers)}, (SELECT fsum(abs(t - p)) {where}), (SELECT fsum((t - p) * (t - p)) {where}), "
+                 rest=f" SELECT {_COMMON.format(not_numbers=not_numbers)}, (SELECT fsum(abs(t - p)) {where}), "
+                 f"(SELECT fsum((t - p) * (t - p)) {where}), "
                  f"(SELECT median(abs(t - p)) {where}), (SELECT favg((t - mt) * (t - mt)) {centred}), "
                  f"(SELECT favg((t - p - md) * (t - p - md)) {centred})")
 
 
-def as_dicts(value: Any) -> list[dict[str, Any]]:
-    """A list of structs from DuckDB as a list of dicts (``[]`` for NULL)."""
-    return [dict(v) for v in value or []]
-
-
 def score_entries(scores: dict[str, Any], classes: Sequence[Any]) -> list[dict[str, Any]]:
     """The entries of :func:`.score_stats.statistics`, each with its class ``t`` (from ``classes``, the TARGET's
-    distinct values of :class:`.class_counts.ClassCounts`) for its number ``c``: what :func:`log_loss`, :func:`roc_auc` and
-    :func:`thresholded_confusion` read."""
-    return [{**e, "t": classes[int(e["c"])]} for e in as_dicts(scores.get("entries"))]
+    distinct values of :class:`.class_counts.ClassCounts`) for its number ``c``: what :func:`log_loss`,
+    :func:`roc_auc` and :func:`thresholded_confusion` read."""
+    return [{**e, "t": classes[int(e["c"])]} for e in scores.get("entries") or []]
 
 
 # ---------------------------------------------------------------- reading the row
@@ -265,7 +257,8 @@ def roc_sql(predicted: Predicted, position: int, positive: Any) -> Query:
         label = "'" + positive.replace("'", "''") + "'"
     else:
         label = str(positive).upper() if isinstance(positive, bool) else str(int(positive))
-    return Query(predicted.select(), added=predicted.added, rest=f", __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
+    return Query(predicted.select(), added=predicted.added,
+                 rest=f", __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
                  "FROM __msql_eval WHERE t IS NOT NULL), __msql_points AS (SELECT x, count(*) FILTER (WHERE y) AS tp, "
                  "count(*) FILTER (WHERE NOT y) AS fp FROM __msql_scores GROUP BY x), __msql_totals AS (SELECT "
                  "sum(tp)::BIGINT AS p, sum(fp)::BIGINT AS n FROM __msql_points), __msql_curve AS (SELECT x, "
