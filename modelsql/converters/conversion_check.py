@@ -27,7 +27,7 @@ import onnx
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
 
 __all__ = ["ConversionCheck", "check_conversion", "DEFAULT_SAMPLE_ROWS", "DEFAULT_SAMPLE_SEED", "MAX_SAMPLE_ROWS",
-           "PROBABILITY_TOLERANCE"]
+           "PROBABILITY_TOLERANCE", "same_labels"]
 
 DEFAULT_SAMPLE_ROWS = 256
 """Rows of the default sample (see :func:`check_conversion`)."""
@@ -438,7 +438,7 @@ def _compare(answers: list, outs: dict, ok: np.ndarray, errors: dict, what: str)
             onnx_labels = np.full(expected.shape, None, dtype=object)
             onnx_labels[ran] = got
             labels = (expected, onnx_labels)
-            mismatch[ran] |= ~_same_labels(expected[ran], got)
+            mismatch[ran] |= ~same_labels(expected[ran], got)
         else:
             diff = _max_abs_diff(expected[ran].astype(np.float64), got.astype(np.float64))
             max_diff = max(max_diff, diff)
@@ -478,7 +478,7 @@ def _first_mismatch(mismatch: np.ndarray, labels: tuple, errors: dict) -> Option
     return r, _label(labels[0][r]), got
 
 
-def _same_labels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def same_labels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Bool ``[rows]``: whether each row's labels agree (as numbers where both are, else as strings)."""
     if a.dtype.kind in "biuf" and b.dtype.kind in "biuf":
         return (a == b).all(axis=1)

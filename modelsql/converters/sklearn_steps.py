@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from modelsql.converters.conversion_check import same_labels
 from modelsql.errors import DataError, NotSupportedError, ProgrammingError
 
 __all__ = ["SplitStep", "split_pipeline", "check_chain", "concat_model", "select_model", "STEP_TOLERANCE"]
@@ -265,11 +266,9 @@ def _convert_cached(est: Any, x: Any, input_name: str, features) -> onnx.ModelPr
 
 
 def _labels_differ(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """The rows whose labels differ: numbers by value (a classifier fitted on 0.0 / 1.0 predicts those, its graph
-    the int64 0 / 1: the same classes, as ``import_model`` holds them), anything else by its text."""
-    if np.issubdtype(got.dtype, np.number) and np.issubdtype(want.dtype, np.number):
-        return np.flatnonzero(got.astype(np.float64) != want.astype(np.float64))
-    return np.flatnonzero(got.astype(str) != want.astype(str))
+    """The rows whose labels differ, as the whole model's check compares them (:func:`.conversion_check.same_labels`:
+    numbers by value, so a classifier fitted on 0.0 / 1.0 agrees with its graph's int64 0 / 1)."""
+    return np.flatnonzero(~same_labels(got.reshape(len(got), -1), want.reshape(len(want), -1)))
 
 
 def _check_step(est: Any, model: onnx.ModelProto, x: Any, path: str) -> tuple[int, float, int]:
