@@ -35,6 +35,7 @@ from modelsql.catalog.evaluations import Evaluations, latest_evaluation_sql
 from modelsql.catalog.lineage import Lineage
 from modelsql.catalog.tags import Tags
 from modelsql.catalog.traces import Traces
+from modelsql.catalog.version_cache import VersionCache
 from modelsql.catalog.pipelines import Pipelines
 
 BLOB_KINDS = ("graph", "tensor")
@@ -112,6 +113,13 @@ model's name, ``$2`` its number: a subquery correlated to the row instead is ten
 _TENSORS = ("(SELECT list({'n': tensor_name, 'd': digest, 'e': elem_type, 's': dims, 'b': nbytes} ORDER BY position) "
             "FROM {s}.model_tensors WHERE name = $1 AND version = $2)")
 """A version's stored tensors, in order, as a list of structs in the version's row."""
+
+_STAMP = "SELECT version, created_at, graph_digest, content_digest FROM {s}.model_versions WHERE name = ? AND version = ?"
+"""A version's stamp (:mod:`modelsql.catalog.version_cache`): its number, ``created_at`` and digests."""
+
+_LATEST_STAMP = ("SELECT max(version), arg_max(created_at, version), arg_max(graph_digest, version), "
+                 "arg_max(content_digest, version) FROM {s}.model_versions WHERE name = ?")
+"""The latest version's stamp (a NULL number where the model has none; an aggregate: faster than a top-1 sort)."""
 
 
 def _spec_values(specs: Optional[Sequence[dict]]) -> tuple[TensorSpec, ...]:
@@ -206,6 +214,7 @@ class Catalog:
         self.read_only: bool = bool(read_only or row[1])
         self._s = f"{schema.quote_ident(self.database)}.{schema.SCHEMA}"
         self._present = False
+        self._versions_read = VersionCache()
         self._open()
         self.pipelines = Pipelines(self)
         """The catalog's pipelines (:class:`~modelsql.catalog.pipelines.Pipelines`)."""
@@ -512,30 +521,37 @@ class Catalog:
                 plus a "Did you mean" over existing names), ``"version_not_found"``
                 (listing the existing versions), ``"invalid_name"``, ``"invalid_version"``.
         """
-        with self.snapshot():
-            return self._get(name, version)
-
-    def _get(self, name: str, version: Optional[int]) -> ModelVersion:
-        """One query reads the version with its inputs, outputs and tensors (after one for the number of the latest);
-        when it finds none, :meth:`_resolve` says why (no such model, no such version)."""
         key = _normalize_name(name)
         number = _normalize_version(version) if version is not None else None
-        if number is None or not 0 < number < 2**31:  # (a number past the column's type: no such version)
-            key, number = self._resolve(name, version)
+        if self._present and (number is None or 0 < number < 2**31):
+            stamps = (self._rows(_STAMP, [key, number]) if number is not None  # (one statement: one snapshot)
+                      else [r for r in self._rows(_LATEST_STAMP, [key]) if r[0] is not None])
+            if stamps:
+                found = self._versions_read.get(key, stamps[0]) or self._read_version(key, stamps[0][0])
+                if found is not None:
+                    return found
+        with self.snapshot():  # none, or dropped since: say why, from one snapshot
+            found = self._read_version(*self._resolve(name, version))
+            if found is None:
+                raise self._not_found(name)
+            return found
+
+    def _read_version(self, key: str, number: int) -> Optional[ModelVersion]:
+        """Version ``number`` of model ``key`` with its inputs, outputs and tensors, in one query (kept in
+        :attr:`_versions_read` with its stamp); None where there is none."""
         found = self._rows(
             "SELECT kind, source, graph_digest, graph_bytes, opset, param_count, features, options, "
             "created_at, batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, "
             f"fingerprint, flops, conv_flops, gemm_flops, nodes, {_SPECS.format(table='model_inputs')}, "
             f"{_SPECS.format(table='model_outputs')}, {_TENSORS} FROM {{s}}.model_versions WHERE name = $1 AND "
-            "version = $2", [key, number]) if self._present else []
+            "version = $2", [key, number])
         if not found:
-            self._resolve(name, version)  # raises model_not_found or version_not_found (one snapshot: it does)
-            raise self._not_found(name)
+            return None
         row = found[0]
         kind, source, graph_digest, graph_bytes, opset, param_count, features, options, created_at = row[:9]
         batch_dependence, check_rows, check_max_abs_diff, check_label_mismatches, content_digest, fp = row[9:15]
         flops, conv_flops, gemm_flops, nodes, inputs, outputs, tensors = row[15:]
-        return ModelVersion(
+        read = ModelVersion(
             name=key,
             version=number,
             graph_digest=graph_digest,
@@ -562,6 +578,8 @@ class Catalog:
             gemm_flops=gemm_flops,
             nodes=nodes,
         )
+        self._versions_read.put(key, (number, created_at, graph_digest, content_digest), read)
+        return read
 
     def find_content(self, content_digest: str, features: Optional[Sequence[str]] = None) -> Optional[ModelVersion]:
         """The latest model version whose content digest is ``content_digest`` and whose feature names

@@ -40,7 +40,8 @@ def plan_query(stmt: exp.Expression, session: Session, params: list[object]) -> 
 
 
 def run_query(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str = "", suffix: str = "",
-              dry: bool = False, cache_key: Optional[tuple[object, ...]] = None) -> tuple[Result, QueryPlan, Physical]:
+              dry: bool = False, cache_key: Optional[tuple[object, ...]] = None,
+              arrow: bool = False) -> tuple[Result, QueryPlan, Physical]:
     """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement and
     ``suffix`` after it (plain DuckDB SQL without parameters: EVALUATE's aggregates around its predictions' query,
     which is then a CTE's body; the plan is made for the statement alone, as if its rows were all read).
@@ -54,13 +55,16 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
     (EXPLAIN) they are not computed: an empty table of their columns stands in, and the plan's notes say what
     each would run.
 
+    With ``arrow`` every row is read at once into the result's :attr:`~modelsql.engine.result.Result.table` (the
+    statement's resources released).
+
     Returns the result (streaming when it has rows), the plan and its operators. On failure everything
     registered is released and a snapshot begun for the statement rolled back; the error is the modelsql error.
     """
     stmt, computed, notes = computed_tables(stmt, session, params, dry=dry)
     try:
         out, plan, phys = _plan_and_run(stmt, session, params, prefix=prefix, suffix=suffix, dry=dry,
-                                        cache_key=None if computed or suffix else cache_key)
+                                        cache_key=None if computed or suffix else cache_key, arrow=arrow)
     except BaseException:
         release_computed(session, computed)
         raise
@@ -85,7 +89,8 @@ def columns_of(sql: str, session: Session, params: list[object]) -> list[tuple[s
 
 
 def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str, suffix: str,
-                  dry: bool, cache_key: Optional[tuple[object, ...]]) -> tuple[Result, QueryPlan, Physical]:
+                  dry: bool, cache_key: Optional[tuple[object, ...]],
+                  arrow: bool = False) -> tuple[Result, QueryPlan, Physical]:
     generation = session.generation()
     plan = plan_query(stmt, session, params)
     choices = choose(plan)
@@ -97,7 +102,7 @@ def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], 
                            tuple(params[k - 1] for k in by_value))
     keep: Optional[dict[str, StreamOperator[PredictScan]]] = (
         {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None)
-    out, phys = _run(plan, choices, session, params, prefix=prefix, suffix=suffix, dry=dry, keep=keep)
+    out, phys = _run(plan, choices, session, params, prefix=prefix, suffix=suffix, dry=dry, keep=keep, arrow=arrow)
     if entry is not None and cache_key is not None:  # (an entry is made only with a key)
         if keep is not None:
             entry.persistent, entry.sql, entry.params = keep, phys.sql, phys.params
@@ -168,7 +173,8 @@ def run_cached(entry: CachedPlan, session: Session, params: list[object]) -> Res
 
 
 def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: list[object], *, prefix: str = "",
-         suffix: str = "", dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None) -> tuple[Result, Physical]:
+         suffix: str = "", dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None,
+         arrow: bool = False) -> tuple[Result, Physical]:
     session.begin_if_needed()
     held = Result(session.duck)
 
@@ -188,7 +194,13 @@ def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: 
                 except Exception:
                     pass
             raise err from (None if err is exc else exc)
-        session.run(prefix + phys.sql + suffix, [params[k - 1] for k in phys.params], failed)
+        text, values = prefix + phys.sql + suffix, [params[k - 1] for k in phys.params]
+        if arrow:
+            out = Result(session.duck, table=session.run_arrow(text, values, failed))
+            out.adopt(held)
+            out.release()
+            return out, phys
+        session.run(text, values, failed)
         out = session.duckdb_result("SELECT" if prefix or suffix else plan.kind)
         out.adopt(held)
         out.translate = lambda exc: predict_error(exc, out.operators, session.duck)

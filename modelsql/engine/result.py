@@ -11,7 +11,7 @@ failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import duckdb
 
@@ -27,6 +27,8 @@ class Result:
         description: PEP 249 ``cursor.description`` (None: no rows).
         rowcount: rows changed (INSERT/UPDATE/DELETE), else -1.
         rows: the rows, when built in Python (SHOW, VACUUM, EXPLAIN); None when streaming.
+        table: the rows as a ``pyarrow.Table``, when the query was run for Arrow
+            (:func:`~modelsql.engine.query_handler.run_query` with ``arrow``).
         streaming: DuckDB's connection holds a pending result to fetch from.
         operators: the physical operators of the statement (EXPLAIN ANALYZE reads their counters).
         functions: names of the Python functions registered on the connection.
@@ -39,6 +41,7 @@ class Result:
     description: Optional[list[tuple]] = None
     rowcount: int = -1
     rows: Optional[list[tuple]] = None
+    table: Any = None
     streaming: bool = False
     operators: list = field(default_factory=list)
     functions: list[str] = field(default_factory=list)

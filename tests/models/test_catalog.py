@@ -316,6 +316,23 @@ def test_drop_and_readd_in_one_transaction(cat):
     assert cat.get("digits").opset == 9 and cat.versions("digits") == [2]
 
 
+def test_get_hands_out_a_version_read_before_only_while_its_row_is_the_same(cat, con):
+    """A version read once is handed out again (its stamp read, not the whole version), and never after a
+    rolled-back version's number was written again with other content."""
+    add(cat, make_mv())
+    first = cat.get("digits", 1)
+    assert cat.get("DIGITS") is first and cat.get("digits", 1) is first
+    con.execute("BEGIN TRANSACTION")
+    cat.add_version(make_mv(version=2, opset=9), {})
+    assert cat.get("digits").opset == 9 and cat.get("digits", 2).opset == 9
+    con.execute("ROLLBACK")
+    assert cat.get("digits") is first
+    with pytest.raises(errors.ProgrammingError, match="has no version 2"):
+        cat.get("digits", 2)
+    add(cat, make_mv(version=2, opset=11, graph="other"))
+    assert cat.get("digits").opset == 11 and cat.get("digits", 2).graph_digest == "other-2"
+
+
 def test_drop_missing(cat):
     with pytest.raises(errors.ProgrammingError) as ei:
         cat.drop("nope")

@@ -119,13 +119,17 @@ def _codes(array: pa.Array) -> tuple[pa.Array, np.ndarray]:
         numbers = array.to_numpy()
         low, high = int(numbers.min()), int(numbers.max())
         if high - low <= len(numbers) + 1024:
-            # in uint64, where subtraction wraps: a value's distance from the lowest, whatever its type's width
             base = np.uint64(low % 2**64)
-            offsets = (numbers.astype(np.uint64) - base).astype(np.intp)
+            if low == 0 and numbers.dtype == np.int64:
+                offsets = numbers.view(np.intp)  # (classes 0, 1, ...: their own offsets)
+            else:  # in uint64, where subtraction wraps: a value's distance from the lowest, whatever its width
+                offsets = (numbers.astype(np.uint64) - base).astype(np.intp)
             present = np.flatnonzero(np.bincount(offsets, minlength=high - low + 1))
+            values = (present.astype(np.uint64) + base).astype(numbers.dtype)  # (the wrap undone)
+            if len(present) == high - low + 1:
+                return pa.array(values, type=array.type), offsets  # every value between: offsets are codes
             table = np.zeros(high - low + 1, dtype=np.intp)
             table[present] = np.arange(len(present))
-            values = (present.astype(np.uint64) + base).astype(numbers.dtype)  # (the wrap undone)
             return pa.array(values, type=array.type), table[offsets]
     values = pc.unique(array.drop_null()) if array.null_count else pc.unique(array)
     codes = pc.index_in(array, value_set=values)

@@ -4,7 +4,6 @@ definitions, BigQuery ML's names)."""
 from __future__ import annotations
 
 import re
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
@@ -107,13 +106,11 @@ def run_sql(query: queries.Query, session: Session, params: list,
 
 def run_arrow(query: queries.Query, session: Session, params: list,
               stmt: Optional[EvaluateModel] = None) -> pa.Table:
-    """:func:`run_sql`'s query, its rows as an Arrow table (never made Python objects)."""
-    def fetch() -> pa.Table:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
-            return session.duck.to_arrow_table()
-
-    return _run(query, session, params, fetch, stmt)
+    """:func:`run_sql`'s query, its rows as an Arrow table written by DuckDB (never made Python objects)."""
+    with about_the_input(query, session, stmt):
+        out, _, _ = run_query(msql.parse(query.predictions)[0], session, params, prefix=query.head,
+                              suffix=query.tail, arrow=True)
+        return out.table
 
 
 def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[], Any],

@@ -34,20 +34,27 @@ def statistics(scores: "Scores", count: int, ranked: Optional[int], threshold: O
     ``{"entries": [{"c", "i", "n", "ln", "r", "hits"}, ...], "lo", "hi", "bad", "drift"}``. ``ranked``: the one
     position ranked (1-based), None for every one; ``threshold`` None counts no hits; ``logged``, when the class
     of each position is known before (the model names its classes), maps a position (1-based) to the one class
-    code whose ``ln`` log loss reads there (the others' are None; a position not in it has none).
+    code whose ``ln`` log loss and ``r`` one-vs-rest ROC AUC read there (the others' are None; a position not in
+    it has none).
 
-    The positions are worked on in the process's few threads kept for it (NumPy's sorts let go of the GIL): threads
+    Each position's ranking and its counting are two tasks for the process's few threads kept for them (NumPy
+    lets go of the GIL), the overall figures worked out meanwhile: threads
     started per call got their large arrays from memory the system had taken back, and faulting it in again
     cost more than the work (two to four times the time, in system time, on a virtual machine)."""
-    values = scores.values
-    parts = _pool().map(lambda i: _entries(i, *scores.position(i), ranked in (None, i + 1), count, threshold,
-                                           None if logged is None else logged.get(i + 1, -1)),
-                        range(scores.positions))
-    entries = [e for part in parts for e in part]
-    sums = scores.row_sums()
-    return {"entries": entries, "lo": float(values.min()) if len(values) else None,
-            "hi": float(values.max()) if len(values) else None, "bad": scores.rows_not_finite(),
-            "drift": float(np.abs(sums - 1.0).max()) if len(sums) else None}
+    pool = _pool()
+    shared = np.bincount(scores.codes, minlength=count) if scores.offsets is None else None  # (every position's)
+    ranks, counts = {}, []
+    for i in range(scores.positions):
+        x, codes = scores.position(i)
+        of = None if logged is None else logged.get(i + 1, -1)
+        if ranked in (None, i + 1):
+            ranks[i] = pool.submit(_rank_sums, x, codes, count, of)
+        counts.append(pool.submit(_counted, x, codes, count, threshold, of, shared))
+    overall = _overall(scores)  # (here, while the threads work)
+    entries = []
+    for i, counted in enumerate(counts):
+        entries += _entries(i, *counted.result(), ranks[i].result() if i in ranks else None)
+    return {"entries": entries, **overall}
 
 
 _POOL: dict[int, ThreadPoolExecutor] = {}
@@ -150,23 +157,50 @@ class Scores:
         return np.add.reduceat(self.values.astype(np.float64), starts) if len(starts) else np.zeros(0)
 
 
-def _entries(i: int, x: np.ndarray, codes: np.ndarray, ranked: bool, count: int, threshold: Optional[float],
-             logged: Optional[int]) -> list[dict[str, Any]]:
-    """The entries of position ``i`` (0-based), one per class present; ``ln`` of the class ``logged`` only when
-    given (-1: of none), else of every class."""
-    rows = np.bincount(codes, minlength=count)
+def _counted(x: np.ndarray, codes: np.ndarray, count: int, threshold: Optional[float], logged: Optional[int],
+             rows: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[Optional[float]]]:
+    """Per class: the rows having probabilities ``x`` (``rows`` when counted already), those reaching
+    ``threshold`` and the sum of their log-probabilities (of the class ``logged`` only when given; -1: of
+    none)."""
+    if rows is None:
+        rows = np.bincount(codes, minlength=count)
     with np.errstate(invalid="ignore"):
         hits = (np.bincount(codes, weights=x >= np.float64(threshold), minlength=count) if threshold is not None
                 else np.zeros(count))
     if logged is None:
-        ln: list[Optional[float]] = np.bincount(codes, weights=_log(x), minlength=count).tolist()
-    else:
-        ln = [None] * count
-        if logged >= 0:
-            ln[logged] = float(_log(x[codes == logged]).sum())
-    r = rank_sums(x, codes, count) if ranked else None
-    return [{"c": c, "i": i + 1, "n": int(rows[c]), "ln": ln[c], "r": float(r[c]) if r is not None else None,
-             "hits": int(hits[c])} for c in range(count) if rows[c]]
+        return rows, hits, np.bincount(codes, weights=_log(x), minlength=count).tolist()
+    ln: list[Optional[float]] = [None] * count
+    if logged >= 0:
+        ln[logged] = float(_log(x[codes == logged]).sum())
+    return rows, hits, ln
+
+
+def _rank_sums(x: np.ndarray, codes: np.ndarray, count: int, logged: Optional[int]) -> list[Optional[float]]:
+    """Per class the sum of its rows' average ranks by ``x``; of the class ``logged`` alone when given (-1: of
+    none; the others None), ranked against the rest: probabilities sort in 32 bits whatever the number of
+    classes (:func:`~modelsql.metrics.ranks.rank_sums` packs up to four)."""
+    if logged is None:
+        return rank_sums(x, codes, count).tolist()
+    out: list[Optional[float]] = [None] * count
+    if logged >= 0:
+        mine = rank_sums(x, codes, count)[logged] if count <= 4 else rank_sums(x, (codes == logged).view(np.int8), 2)[1]
+        out[logged] = float(mine)
+    return out
+
+
+def _entries(i: int, rows: np.ndarray, hits: np.ndarray, ln: list[Optional[float]],
+             r: Optional[list[Optional[float]]]) -> list[dict[str, Any]]:
+    """The entries of position ``i`` (0-based), one per class present."""
+    return [{"c": c, "i": i + 1, "n": int(rows[c]), "ln": ln[c], "r": r[c] if r is not None else None,
+             "hits": int(hits[c])} for c in range(len(rows)) if rows[c]]
+
+
+def _overall(scores: "Scores") -> dict[str, Any]:
+    """Over every probability: their range ``lo``, ``hi``, the rows ``bad`` with a NaN or infinite one and
+    ``drift``, how far a row's probabilities sum from 1 at most."""
+    values, sums = scores.values, scores.row_sums()
+    return {"lo": float(values.min()) if len(values) else None, "hi": float(values.max()) if len(values) else None,
+            "bad": scores.rows_not_finite(), "drift": float(np.abs(sums - 1.0).max()) if len(sums) else None}
 
 
 def _log(x: np.ndarray) -> np.ndarray:
