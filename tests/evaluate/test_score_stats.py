@@ -13,7 +13,7 @@ from scipy.stats import rankdata
 
 from modelsql.engine.evaluate.class_counts import class_counts
 from modelsql.engine.evaluate.score_stats import EPS, Scores, statistics
-from modelsql.metrics.ranks import rank_sums
+from modelsql.metrics.ranks import rank_sum_of, rank_sums
 
 
 def _reference(scores: np.ndarray, classes: np.ndarray, count: int) -> np.ndarray:
@@ -56,6 +56,22 @@ def test_rank_sums_of_probabilities_equal_scipys_whichever_packing(count):
             if not len(scores):
                 continue
         assert np.array_equal(rank_sums(scores, classes, count), _reference(scores, classes, count)), trial
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rank_sum_of_one_class_equals_scipys_whichever_path(dtype):
+    """Probabilities (float32 in [0, 1], -0.0 among them) sort shifted with the row's flag; anything else by
+    rank_sums of two classes: both equal SciPy's average ranks, ties included."""
+    rng = np.random.default_rng(11)
+    pool = np.array([0.0, -0.0, 1e-45, 0.25, 0.5, 1.0], dtype=dtype)
+    for trial in range(120):
+        n = int(rng.integers(1, 300))
+        scores = (rng.choice(pool, n) if trial % 2 else rng.random(n)).astype(dtype)
+        if trial % 7 == 0:
+            scores[0] = -1.5 if trial % 14 else 2.0  # not probabilities
+        mine = rng.random(n) < 0.4
+        expected = rankdata(scores.astype(np.float64), method="average")[mine].sum()
+        assert rank_sum_of(scores, mine) == expected, trial
 
 
 def test_rank_sums_count_classes_with_no_rows_as_zero():

@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from modelsql.metrics.ranks import rank_sums
+from modelsql.metrics.ranks import rank_sum_of, rank_sums
 
 __all__ = ["Scores", "statistics", "EPS"]
 
@@ -177,14 +177,13 @@ def _counted(x: np.ndarray, codes: np.ndarray, count: int, threshold: Optional[f
 
 def _rank_sums(x: np.ndarray, codes: np.ndarray, count: int, logged: Optional[int]) -> list[Optional[float]]:
     """Per class the sum of its rows' average ranks by ``x``; of the class ``logged`` alone when given (-1: of
-    none; the others None), ranked against the rest: probabilities sort in 32 bits whatever the number of
-    classes (:func:`~modelsql.metrics.ranks.rank_sums` packs up to four)."""
+    none; the others None), ranked against the rest (:func:`~modelsql.metrics.ranks.rank_sum_of`: probabilities
+    sort in 32 bits whatever the number of classes)."""
     if logged is None:
         return rank_sums(x, codes, count).tolist()
     out: list[Optional[float]] = [None] * count
     if logged >= 0:
-        mine = rank_sums(x, codes, count)[logged] if count <= 4 else rank_sums(x, (codes == logged).view(np.int8), 2)[1]
-        out[logged] = float(mine)
+        out[logged] = rank_sum_of(x, codes == logged)
     return out
 
 
