@@ -270,6 +270,15 @@ def test_errors_of_the_evaluations_predict_point_at_its_input_not_into_generated
         c.execute(sql)
     assert "Columns: f0, f1, y." in str(err.value) and "PREDICT(MODEL lr VERSION" not in str(err.value)
     assert err.value.column is None  # (no caret drawn under the user's text from offsets in the generated SQL)
+    c.rollback()
+    # a value of the input DuckDB fails to compute is about the input too, not the model
+    c.execute("CREATE VIEW broken AS SELECT f0, f1, f2, f3, (CASE WHEN f0 > 7 THEN 'x' ELSE '1' END)::INT AS z, y "
+              "FROM iris")
+    sql = "EVALUATE MODEL lr ON TABLE broken TARGET y"
+    with pytest.raises(modelsql.DataError) as err:
+        c.execute(sql)
+    assert err.value.code == "conversion_error" and "'x'" in str(err.value)
+    assert (err.value.line, err.value.column) == (1, sql.index("broken") + 1)
     c.close()
 
 

@@ -129,9 +129,10 @@ def _run(query: queries.Query, session: Session, params: list, fetch: Callable[[
 
 _ABOUT_THE_INPUT = frozenset({"column_not_found", "feature_mismatch", "wrong_column_type", "wrong_input_shape",
                                "ragged_input", "null_input", "invalid_value", "duplicate_column",
-                               "input_type_not_supported", "catalog_error", "binder_error"})
-"""Codes of the errors of an evaluation's PREDICT that are about its input (its columns, a row's values); the
-others are about the model."""
+                               "input_type_not_supported", "catalog_error", "binder_error", "conversion_error",
+                               "out_of_range", "invalid_input", "data_error"})
+"""Codes of the errors of an evaluation's PREDICT that are about its input (its columns, a row's values, DuckDB
+computing them: a failed cast, a value out of range); the others are about the model."""
 
 
 @contextmanager
