@@ -261,6 +261,26 @@ def test_a_failure_leaves_the_open_transaction_to_the_user(con) -> None:
     assert con.execute("SELECT count(*) FROM journal").fetchone() == (0,)
 
 
+def test_the_query_runs_once_and_its_rows_are_what_the_origin_fingerprints(con) -> None:
+    """The training rows' fingerprint is taken of the rows read, not of the query run again: a sequence in the
+    query moves once per row, a query that would fail a second time trains (in an open transaction too, which a
+    failed second run used to abort), and the recorded fingerprint is that of an EVALUATE of the rows."""
+    con.execute("CREATE TABLE once AS SELECT i AS id, (i % 7) / 7.0 AS a, (i % 3 = 0)::INT AS y FROM range(90) r(i)")
+    con.execute("CREATE SEQUENCE reads START 1")
+    con.commit()
+    con.execute("INSERT INTO once VALUES (1000, 0.5, 1)")  # an open transaction the statement joins
+    con.execute("CREATE MODEL once_m WITH (model_type = 'logistic_reg', target = y, validation = 'none') AS "
+                "SELECT a, CASE WHEN nextval('reads') > 91 THEN error('read twice') ELSE y END AS y FROM once")
+    assert con.execute("SELECT currval('reads')").fetchone() == (91,)
+    digest = con.execute("SELECT digest FROM modelsql.model_origins WHERE name = 'once_m'").fetchone()[0]
+    con.execute("EVALUATE MODEL once_m ON (SELECT a, y FROM once) TARGET y")
+    evaluated = con.execute("SELECT fingerprint FROM modelsql.evaluations WHERE name = 'once_m' "
+                            "ORDER BY evaluation DESC LIMIT 1").fetchone()[0]
+    assert digest.startswith("rows:91:") and digest == "rows:" + evaluated
+    con.commit()
+    assert con.execute("SELECT count(*) FROM once").fetchone() == (91,)
+
+
 def test_enum_features_and_whole_number_float_targets(con) -> None:
     con.execute("CREATE TYPE shade AS ENUM ('red', 'green', 'blue')")
     con.execute("CREATE TABLE shaded AS SELECT id, f0, f2, colour::shade AS colour, y::DOUBLE AS y FROM iris")

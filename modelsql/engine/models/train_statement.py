@@ -35,7 +35,7 @@ from modelsql.estimators import (ModelType, Transform, build_pipeline, column_ki
                                  validation_rows)
 from modelsql.sql.models import ImportModel
 from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
-from modelsql.engine.evaluate.recording import fingerprint_of, lineage_digest, record_evaluation
+from modelsql.engine.evaluate.recording import lineage_digest, record_evaluation
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
@@ -193,8 +193,8 @@ def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> 
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
                          on_null=plan.on_null, statement=plan.where,
                          imputed=imputed_columns(transforms) if transforms else ())
-    digest = (_fingerprint(session, stmt.args["query"], params, table, types) if rows.positions is None else
-              lineage_digest(_rows_fingerprint(session, table.take(pa.array(rows.positions, pa.int64())), types)))
+    kept = table if rows.positions is None else table.take(pa.array(rows.positions, pa.int64()))
+    digest = lineage_digest(_rows_fingerprint(session, kept, types))  # (of the rows read: the query runs once)
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
     rows.check_imputed(train, plan.where)
     pipeline = _fit(plan, rows, train, transforms)
@@ -274,23 +274,13 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
     return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
 
 
-def _fingerprint(session: Session, query: exp.Expression, params: list, table: pa.Table, types: dict[str, str]) -> str:
-    """``rows:<count>:<hash>`` of the query's rows, every column as DuckDB gives them: EVALUATE's fingerprint of ``ON
-    (query)`` (the sum of the rows' hashes, order-independent), trained on and validated with. A query of plain SQL
-    is fingerprinted as it is; one with a PREDICT, as the rows it gave (``table``, :func:`_rows_fingerprint`)."""
-    if not msql.mentions_models(query.sql(dialect=msql.DIALECT)):
-        try:
-            return lineage_digest(fingerprint_of(session.duck, query, params))
-        except Exception:  # (the rows were read once: fall back on them)
-            pass
-    return lineage_digest(_rows_fingerprint(session, table, types))
-
-
 def _rows_fingerprint(session: Session, table: pa.Table, types: dict[str, str]) -> str:
-    """EVALUATE's fingerprint (``<count>:<hash>``) of rows of the query held in ``table`` (every column), hashed by
+    """EVALUATE's fingerprint (``<count>:<hash>``, the sum of the rows' hashes: order-independent) of rows of the
+    query held in ``table`` (every column): what ``EVALUATE ... ON (query)`` records of the same rows. Hashed by
     DuckDB over Arrow, each column cast back to its DuckDB type (``types``: an ENUM or a UUID arrives in Arrow as
     text, which hashes otherwise; a BIT's bytes do not cast back, so its rows match no EVALUATE's); without the
-    casts when one fails."""
+    casts when one fails. The rows read, never the query run again: a query of ``random()`` or ``nextval`` would
+    give other rows, and a failure of a second run would abort the caller's transaction."""
     cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
     try:
         cursor.register("__msql_rows", table)
