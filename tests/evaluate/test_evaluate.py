@@ -746,6 +746,12 @@ def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):
     assert [c[2] for c in curve] == pytest.approx(list(fpr), rel=1e-12)
     area = np.trapezoid([c[1] for c in curve], [c[2] for c in curve])  # the curve's area is the ROC AUC
     assert area == pytest.approx(M.roc_auc_score(y, s[:, 1]), rel=1e-9)
+    # one pass over the input: a sequence read in it moves once per row
+    con.execute("CREATE SEQUENCE roc_reads START 1")
+    again = con.execute("SELECT threshold, recall, false_positive_rate, true_positives, false_positives FROM "
+                        "ROC_CURVE(MODEL cancer_rf, (SELECT * FROM cancer WHERE nextval('roc_reads') > 0), "
+                        "target = malignant)").fetchall()
+    assert again == curve and con.execute("SELECT currval('roc_reads')").fetchone() == (len(y),)
 
 
 def test_explain_of_a_table_function_computes_nothing_and_shows_its_plan(con):

@@ -12,6 +12,7 @@ import pytest
 from scipy.stats import rankdata
 
 from modelsql.engine.evaluate.class_counts import class_counts
+from modelsql.engine.evaluate.roc_points import roc_points
 from modelsql.engine.evaluate.score_stats import EPS, Scores, statistics
 from modelsql.metrics.ranks import rank_sum_of, rank_sums
 
@@ -263,3 +264,39 @@ def test_statistics_in_a_process_forked_after_their_threads_started():
 
 def _statistics_of_three_rows():
     return statistics(_rows([0, 1, 1], [[0.6, 0.4], [0.3, 0.7], [0.2, 0.8]], fixed=True), 2, None, None)
+
+
+@pytest.mark.parametrize("value", [pa.float32(), pa.float64()])
+@pytest.mark.parametrize("fixed", [True, False])
+def test_roc_points_equal_scikit_learns_curve(value, fixed):
+    """Ties, -0.0 beside 0.0, text classes, rows without a TARGET and (ragged) rows without the position: the
+    points of sklearn.metrics.roc_curve(drop_intermediate=False) over the rows counted, its first point first."""
+    from sklearn.metrics import roc_curve
+
+    rng = np.random.default_rng(5)
+    n = 400
+    first = rng.choice(np.array([0.0, -0.0, 0.1, 0.25, 0.5, 0.75, 1.0]), n) if value == pa.float32() else rng.random(n)
+    lists = [[float(a), 1.0 - float(a)] for a in first]
+    t = list(rng.choice(["yes", "no"], n))
+    t[3] = t[7] = None
+    if not fixed:
+        lists[5] = [0.3]  # no second position: not counted
+    table = pa.table({"t": pa.array(t, pa.string()),
+                      "s": pa.array(lists, pa.list_(value, 2) if fixed else pa.list_(value))})
+    got = roc_points(table, 2, "yes").to_pydict()
+    counted = [k for k in range(n) if t[k] is not None and len(lists[k]) >= 2]
+    scores = np.array([lists[k][1] for k in counted], dtype=np.float32 if value == pa.float32() else np.float64)
+    fpr, tpr, thresholds = roc_curve([t[k] == "yes" for k in counted], scores, drop_intermediate=False)
+    assert got["threshold"] == pytest.approx(list(thresholds.astype(np.float64)), rel=0, abs=0)
+    assert got["recall"] == pytest.approx(list(tpr), rel=1e-15) and got["false_positive_rate"] == pytest.approx(
+        list(fpr), rel=1e-15)
+    positives = sum(t[k] == "yes" for k in counted)
+    assert [a + b for a, b in zip(got["true_positives"], got["false_negatives"])] == [positives] * len(fpr)
+    assert got["true_negatives"][0] == len(counted) - positives and got["false_positives"][-1] == len(counted) - positives
+
+
+def test_roc_points_of_one_class_have_no_rate_for_the_other():
+    got = roc_points(pa.table({"t": pa.array([1, 1]), "s": pa.array([[0.2, 0.8], [0.6, 0.4]], pa.list_(pa.float32(), 2))}),
+                     2, 1).to_pydict()
+    assert got["false_positive_rate"] == [None, None, None] and got["recall"] == [0.0, 0.5, 1.0]
+    assert roc_points(pa.table({"t": pa.array([None], pa.int64()), "s": pa.array([[0.5, 0.5]])}), 1, 1).num_rows == 0

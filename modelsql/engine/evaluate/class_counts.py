@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from modelsql.engine.evaluate.score_stats import Scores, statistics
 
-__all__ = ["ClassCounts", "class_counts"]
+__all__ = ["ClassCounts", "class_counts", "class_codes"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,13 @@ def class_counts(table: pa.Table, positions: bool, ranked: Optional[int], thresh
             where = _where(_with_scores(predicted_codes, np.ones(len(valid), dtype=bool), lists), predictions)
     digest = int(np.add.reduce(table.column("h").to_numpy(), dtype=np.uint64)) if table.num_rows else 0
     return ClassCounts(table.num_rows, int(len(valid) - valid.sum()), digest, found, where, labels, scores)
+
+
+def class_codes(column: pa.ChunkedArray) -> tuple[list[Any], np.ndarray]:
+    """A column of class values' distinct values (Python values, as :attr:`ClassCounts.classes` gives them) and
+    each row's number among them (their count for NULL)."""
+    values, codes = _codes(_labels(column))
+    return _python(values), codes
 
 
 def _with_scores(codes: np.ndarray, valid: np.ndarray, lists: pa.Array) -> Scores:

@@ -36,17 +36,21 @@ softmax or of a forest's votes is about 1e-7); decision scores that happen to li
 
 @dataclass(frozen=True)
 class Measured:
-    """An evaluation's result: the rows evaluated, their fingerprint, the metrics, and (a classifier with
-    probabilities) which probability position is each class."""
+    """An evaluation's result: the rows evaluated, their fingerprint, the metrics, (a classifier with
+    probabilities) which probability position is each class, and (a classifier's, when kept) the predictions read:
+    :mod:`.class_counts`' columns ``t``, ``p``, ``s``, ``h``."""
 
     rows: int
     fingerprint: str
     metrics: dict[str, Any]
     where: Optional[dict[Any, int]] = None
+    predictions: Optional[pa.Table] = None
 
 
-def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: list) -> Measured:
-    """Run the plan's query and read its metrics.
+def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: list,
+            keep: bool = False) -> Measured:
+    """Run the plan's query and read its metrics; with ``keep``, a classifier's predictions are kept in the result
+    (ROC_CURVE draws its curve from them).
 
     Raises:
         DataError: ``null_target``, ``not_a_number``, ``too_few_rows``, ``null_input`` (a NULL fed to the model,
@@ -56,9 +60,9 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
     try:
         if plan.task == "regression":
             return _regression(stmt, plan, run_sql(evaluation_query(plan), session, params, stmt))
-        counts = class_counts(run_arrow(evaluation_query(plan), session, params, stmt),
-                              _needs_positions(plan),
-                              _ranked_position(plan), plan.options["threshold"], plan.classes)
+        predictions = run_arrow(evaluation_query(plan), session, params, stmt)
+        counts = class_counts(predictions, _needs_positions(plan), _ranked_position(plan),
+                              plan.options["threshold"], plan.classes)
     except DataError as err:
         if err.code != "null_input" or NULL_HINT not in str(err):
             raise
@@ -67,7 +71,8 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
     bad = int(counts.scores["bad"]) if counts.scores else 0
     _check_rows(stmt, plan, counts.rows, counts.null_targets, bad)
     metrics, where = _classification(stmt, plan, counts)
-    return Measured(counts.rows, queries.fingerprint_text(counts.rows, counts.digest), metrics, where)
+    return Measured(counts.rows, queries.fingerprint_text(counts.rows, counts.digest), metrics, where,
+                    predictions if keep else None)
 
 
 def evaluation_query(plan: EvaluatePlan) -> queries.Query:

@@ -248,22 +248,3 @@ def thresholded_confusion(ranks: list[dict[str, Any]], classes: Sequence[Any], p
     return ([{"t": e["t"], "p": positive, "n": e["hits"]} for e in at if e["hits"]]
             + [{"t": e["t"], "p": negative, "n": e["n"] - e["hits"]} for e in at if e["n"] - e["hits"]])
 
-
-def roc_sql(predicted: Predicted, position: int, positive: Any) -> Query:
-    """The query of ROC_CURVE: one row whose list holds, per distinct probability of the positive class at
-    ``position`` (highest first), the counts of rows at or above it (``sklearn.metrics.roc_curve``'s points,
-    none dropped): threshold, recall (true positive rate), false positive rate and the four counts."""
-    if isinstance(positive, str):
-        label = "'" + positive.replace("'", "''") + "'"
-    else:
-        label = str(positive).upper() if isinstance(positive, bool) else str(int(positive))
-    return Query(predicted.select(), added=predicted.added,
-                 rest=f", __msql_scores AS (SELECT s[{int(position)}]::DOUBLE AS x, t = {label} AS y "
-                 "FROM __msql_eval WHERE t IS NOT NULL), __msql_points AS (SELECT x, count(*) FILTER (WHERE y) AS tp, "
-                 "count(*) FILTER (WHERE NOT y) AS fp FROM __msql_scores GROUP BY x), __msql_totals AS (SELECT "
-                 "sum(tp)::BIGINT AS p, sum(fp)::BIGINT AS n FROM __msql_points), __msql_curve AS (SELECT x, "
-                 "(sum(tp) OVER w)::BIGINT AS tp, (sum(fp) OVER w)::BIGINT AS fp FROM __msql_points "
-                 "WINDOW w AS (ORDER BY x DESC)) "
-                 "SELECT list({'threshold': x, 'recall': CASE WHEN p > 0 THEN tp / p END, 'false_positive_rate': "
-                 "CASE WHEN n > 0 THEN fp / n END, 'true_positives': tp, 'false_positives': fp, 'true_negatives': n - fp, "
-                 "'false_negatives': p - tp} ORDER BY x DESC) FROM __msql_curve, __msql_totals")

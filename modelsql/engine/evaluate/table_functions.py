@@ -20,10 +20,9 @@ from modelsql.errors import Error, ProgrammingError
 from modelsql.metrics import as_positive, default_positive
 from modelsql.sql.evaluate import EvaluateModel, EvaluationTable
 from modelsql.sql.scopes import with_enclosing_ctes
-from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, bind_evaluate
-from modelsql.engine.evaluate.measure import (Measured, about_the_input, evaluation_query, measure,
-                                                run_arrow)
+from modelsql.engine.evaluate.measure import Measured, about_the_input, evaluation_query, measure
+from modelsql.engine.evaluate.roc_points import ROC_SCHEMA, roc_points
 from modelsql.engine.evaluate.statement import result_row
 from modelsql.engine.explain import render_plan
 from modelsql.engine.handlers import computes, explains
@@ -39,9 +38,6 @@ _ARROW = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "
           "VARCHAR[]": pa.list_(pa.string()), "BIGINT[][]": pa.list_(pa.list_(pa.int64()))}
 _INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
              "UHUGEINT")
-_ROC_COLUMNS = ("threshold", "recall", "false_positive_rate", "true_positives", "false_positives",
-                "true_negatives", "false_negatives")
-_ROC_SCHEMA = pa.schema([(c, pa.float64() if k < 3 else pa.int64()) for k, c in enumerate(_ROC_COLUMNS)])
 
 
 def _as_statement(node: EvaluationTable) -> EvaluateModel:
@@ -85,11 +81,11 @@ def evaluation_table(node: EvaluationTable, session: Session, params: list) -> p
         plan = bind_evaluate(stmt, session, params)
         function = node.args["function"]
         _check_task(function, plan)
-        done = measure(stmt, plan, session, params)
+        done = measure(stmt, plan, session, params, keep=function == "ROC_CURVE")
         if function == "CONFUSION_MATRIX":
             return _confusion_table(plan, done)
         if function == "ROC_CURVE":
-            return _roc_table(plan, done, session, params, stmt)
+            return _roc_table(plan, done)
     except Error as err:  # an error about an option points at it in the SQL
         raise session.pointed_at_option(err, option_of(node.args.get("options"), err)) from None
     columns, row = result_row(EvaluationRow(plan.kind, plan.name, plan.version, plan.task, plan.target,
@@ -121,8 +117,7 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
     finally:
         out.release()
     function = node.args["function"]
-    passes = ("two passes over the input (the evaluation's query, then the curve's)" if function == "ROC_CURVE"
-              else "one pass over the input")
+    passes = "one pass over the input"
     plan_lines = render_plan(inner, phys).splitlines()
     note = (f"{function}({plan.kind.upper()} {plan.name} VERSION {plan.version}, {plan.input_text}) is computed "
             f"before the query when it runs (EXPLAIN computes nothing): {plan.task} against TARGET {plan.target}, "
@@ -134,7 +129,7 @@ def explain_evaluation_table(node: EvaluationTable, session: Session, params: li
 def _schema(function: str, plan: EvaluatePlan) -> pa.Schema:
     """The columns of a table function's rows."""
     if function == "ROC_CURVE":
-        return _ROC_SCHEMA
+        return ROC_SCHEMA
     if function == "CONFUSION_MATRIX":
         label = _label_type(plan)
         return pa.schema([("expected_label", label), ("predicted_label", label), ("rows", pa.int64())])
@@ -174,8 +169,7 @@ def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
     return pa.table([pa.array([p[k] for p in pairs], schema.field(k).type) for k in range(3)], schema=schema)
 
 
-def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: list,
-               stmt: EvaluateModel) -> pa.Table:
+def _roc_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
     if done.where is None:
         raise ProgrammingError(f"ROC_CURVE(...): {plan.name} gives no probabilities of each class (scores outside "
                                "[0, 1], or none)", code="invalid_target")
@@ -190,16 +184,5 @@ def _roc_table(plan: EvaluatePlan, done: Measured, session: Session, params: lis
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes and {plan.name} "
                                f"probabilities of each (classes: {', '.join(map(repr, true)) or 'none'})",
                                code="invalid_target")
-    table = run_arrow(queries.roc_sql(plan.predicted, where[positive], positive), session, params, stmt)
-    points = table.column(0).combine_chunks().flatten() if table.column(0).null_count == 0 else None
-    if points is None or len(points) == 0:
-        return _ROC_SCHEMA.empty_table()
-    columns = {c: points.field(c).cast(_ROC_SCHEMA.field(c).type) for c in _ROC_COLUMNS}
-    first = columns["true_positives"][0].as_py() + columns["false_negatives"][0].as_py()  # the positives
-    negatives = columns["false_positives"][0].as_py() + columns["true_negatives"][0].as_py()
-    # scikit-learn's first point: above every probability (threshold infinity), nothing predicted positive
-    start = {"threshold": float("inf"), "recall": 0.0 if first else None,
-             "false_positive_rate": 0.0 if negatives else None, "true_positives": 0, "false_positives": 0,
-             "true_negatives": negatives, "false_negatives": first}
-    return pa.table([pa.concat_arrays([pa.array([start[c]], _ROC_SCHEMA.field(c).type), columns[c]])
-                     for c in _ROC_COLUMNS], schema=_ROC_SCHEMA)
+    assert done.predictions is not None  # (measured with keep)
+    return roc_points(done.predictions, where[positive], positive)
