@@ -255,6 +255,23 @@ def test_a_study_whose_on_holds_a_predict_records_its_training_rows(con):
     assert digest == f"rows:{fingerprint}"  # what BEST BY knows as the version's training rows
 
 
+def test_tune_reads_its_on_rows_once_and_keeps_their_fingerprint(con):
+    """The training rows' fingerprint is taken of the rows TUNE read (a sequence in ON moves once per row; it was
+    read a second time to be hashed), and it is what an EVALUATE of the same rows records."""
+    con.execute("CREATE SEQUENCE tune_reads START 1")
+    rows = con.execute("SELECT count(*) FROM cancer").fetchone()[0]
+    on = "(SELECT f0, f1, y FROM cancer WHERE nextval('tune_reads') > 0)"
+    con.execute(f"TUNE MODEL once ON {on} TARGET y SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = "
+                "'decision_tree_classifier', metric = 'accuracy')")
+    assert con.execute("SELECT currval('tune_reads')").fetchone() == (rows,)
+    con.execute("CREATE MODEL once FROM STUDY once_study")
+    digest = con.execute("SELECT digest FROM modelsql.model_origins WHERE name = 'once'").fetchone()[0]
+    evaluated = con.execute("EVALUATE MODEL once ON (SELECT f0, f1, y FROM cancer) TARGET y").fetchone()
+    fingerprint = con.execute("SELECT fingerprint FROM modelsql.evaluations WHERE evaluation = ?",
+                              [evaluated[0]]).fetchone()[0]
+    assert digest == f"rows:{fingerprint}"
+
+
 def test_two_connections_tuning_one_study_never_merge_it(tmp_path):
     import threading
 

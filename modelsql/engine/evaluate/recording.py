@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
+import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
@@ -27,8 +28,8 @@ from modelsql.engine.handlers import catalog_write
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["record_evaluation", "fingerprint_of", "query_fingerprint", "lineage_digest", "study_query", "study_fingerprint",
-           "rows_fingerprint", "study_lineage", "study_origin"]
+__all__ = ["record_evaluation", "fingerprint_of", "arrow_fingerprint", "read_fingerprint", "query_fingerprint", "lineage_digest", "study_query",
+           "study_fingerprint", "study_lineage", "study_origin"]
 
 def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> str:
     """The fingerprint EVALUATE records of the rows of ``query`` (plain SQL) run on the DuckDB connection ``duck``
@@ -44,6 +45,41 @@ def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> s
     columns = [exp.to_identifier(str(r[0]), quoted=True).sql("duckdb") for r in described]
     rows = duck.execute(fingerprint_sql(columns, f"({sql})"), values).fetchall()  # (all: no result left open)
     return fingerprint_text(rows[0][0], rows[0][1])
+
+
+def arrow_fingerprint(session: Session, table: pa.Table, types: Mapping[str, str]) -> str:
+    """EVALUATE's fingerprint (``<count>:<hash>``, the sum of the rows' hashes: order-independent) of rows of a query
+    a statement read into ``table`` (every column): what ``EVALUATE ... ON (query)`` records of the same rows. Hashed
+    by DuckDB over Arrow, each column cast back to its DuckDB type (``types``: an ENUM or a UUID arrives in Arrow as
+    text, which hashes otherwise; a BIT's bytes do not cast back, so its rows match no EVALUATE's); without the
+    casts when one fails. The rows read, never the query run again: a query of ``random()`` or ``nextval`` would
+    give other rows, and a failure of a second run would abort the caller's transaction.
+
+    Raises:
+        duckdb.Error: a column DuckDB's ``hash()`` refuses.
+    """
+    cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
+    try:
+        cursor.register("__msql_rows", table)
+        names = [exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
+        cast = [f"CAST({n} AS {types[c]})" if c in types else n for n, c in zip(names, table.column_names)]
+        try:
+            row = cursor.execute(fingerprint_sql(cast, '"__msql_rows"')).fetchone()
+        except duckdb.Error:  # a type DuckDB does not read back from its own name
+            row = cursor.execute(fingerprint_sql(names, '"__msql_rows"')).fetchone()
+        assert row is not None  # an aggregate has one row
+    finally:
+        cursor.close()
+    return fingerprint_text(row[0], row[1])
+
+
+def read_fingerprint(session: Session, table: pa.Table, types: Mapping[str, str]) -> Optional[str]:
+    """:func:`arrow_fingerprint` of rows a statement read, or None where DuckDB's ``hash()`` refuses a column (the
+    lineage then has no digest)."""
+    try:
+        return arrow_fingerprint(session, table, types)
+    except duckdb.Error:
+        return None
 
 
 def query_fingerprint(session: Session, query: exp.Expression, params: Sequence[Any]) -> str:
@@ -97,16 +133,6 @@ def study_fingerprint(session: Session, sql: Optional[str], params: Sequence[Any
         return None
     finally:
         cursor.close()
-
-
-def rows_fingerprint(session: Session, sql: str, params: Sequence[Any] = ()) -> Optional[str]:
-    """:func:`query_fingerprint` of a study's input (:func:`study_query`) read by the statement now (TUNE, once it
-    has read the rows: what a version made FROM STUDY records as its training rows), or None where its rows do not
-    hash."""
-    try:
-        return query_fingerprint(session, study_query(sql), params)
-    except Exception:  # (a column type DuckDB's hash() refuses: the lineage then has no digest)
-        return None
 
 
 def study_lineage(session: Session, sql: str, params: Sequence[Any] = ()) -> Optional[str]:

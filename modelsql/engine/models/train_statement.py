@@ -21,7 +21,6 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
@@ -34,8 +33,7 @@ from modelsql.estimators import (ModelType, Transform, build_pipeline, column_ki
                                  imputed_columns, resolve_model_type, transform_columns, transforms_json,
                                  validation_rows)
 from modelsql.sql.models import ImportModel
-from modelsql.engine.evaluate.queries import fingerprint_sql, fingerprint_text
-from modelsql.engine.evaluate.recording import lineage_digest, record_evaluation
+from modelsql.engine.evaluate.recording import arrow_fingerprint, lineage_digest, record_evaluation
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
@@ -194,7 +192,7 @@ def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> 
                          on_null=plan.on_null, statement=plan.where,
                          imputed=imputed_columns(transforms) if transforms else ())
     kept = table if rows.positions is None else table.take(pa.array(rows.positions, pa.int64()))
-    digest = lineage_digest(_rows_fingerprint(session, kept, types))  # (of the rows read: the query runs once)
+    digest = lineage_digest(arrow_fingerprint(session, kept, types))  # (of the rows read: the query runs once)
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
     rows.check_imputed(train, plan.where)
     pipeline = _fit(plan, rows, train, transforms)
@@ -274,28 +272,6 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
     return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
 
 
-def _rows_fingerprint(session: Session, table: pa.Table, types: dict[str, str]) -> str:
-    """EVALUATE's fingerprint (``<count>:<hash>``, the sum of the rows' hashes: order-independent) of rows of the
-    query held in ``table`` (every column): what ``EVALUATE ... ON (query)`` records of the same rows. Hashed by
-    DuckDB over Arrow, each column cast back to its DuckDB type (``types``: an ENUM or a UUID arrives in Arrow as
-    text, which hashes otherwise; a BIT's bytes do not cast back, so its rows match no EVALUATE's); without the
-    casts when one fails. The rows read, never the query run again: a query of ``random()`` or ``nextval`` would
-    give other rows, and a failure of a second run would abort the caller's transaction."""
-    cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
-    try:
-        cursor.register("__msql_rows", table)
-        names = [exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
-        cast = [f"CAST({n} AS {types[c]})" if c in types else n for n, c in zip(names, table.column_names)]
-        try:
-            row = cursor.execute(fingerprint_sql(cast, '"__msql_rows"')).fetchone()
-        except duckdb.Error:  # a type DuckDB does not read back from its own name
-            row = cursor.execute(fingerprint_sql(names, '"__msql_rows"')).fetchone()
-        assert row is not None  # an aggregate has one row
-    finally:
-        cursor.close()
-    return fingerprint_text(row[0], row[1])
-
-
 def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, valid: np.ndarray,
                      seconds: float) -> dict[str, str]:
     """What the catalog keeps of the training (``DESCRIBE MODEL``'s options): the query, the estimator and its
@@ -333,7 +309,7 @@ def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows,
                              rows.target, input_text=plan.query,
                              options={"rows": which, "validation": plan.validation, "seed": plan.seed},
                              called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE",
-                             fingerprint=_rows_fingerprint(session, read, query[1]))
+                             fingerprint=arrow_fingerprint(session, read, query[1]))
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

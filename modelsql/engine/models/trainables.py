@@ -23,13 +23,13 @@ from sqlglot import exp
 
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import Trainable
-from modelsql.errors import IntegrityError, NotSupportedError, ProgrammingError
+from modelsql.errors import Error, IntegrityError, NotSupportedError, ProgrammingError
 from modelsql.converters import from_torch
 from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.factories import factory_digest, resolve_factory
 from modelsql.tuning.training import for_inference, load_trained
-from modelsql.engine.evaluate.recording import (record_evaluation, rows_fingerprint, study_fingerprint, study_origin,
+from modelsql.engine.evaluate.recording import (record_evaluation, study_fingerprint, study_origin,
                                                 study_query)
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.models import statements as ddl
@@ -209,10 +209,15 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
                 study_query(sql).find(exp.Placeholder) for sql in (study.train_sql, study.validate_sql) if sql)):
         return None  # (a study made before studies kept their parameters: its rows cannot be read again)
     kept = options.get("train_fingerprint")
-    if kept is not None and rows_fingerprint(session, study.train_sql, params) != kept:
-        return None  # the ON rows changed (or are gone) since the TUNE: split again, "held-out" rows were trained on
-    data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
-                           fraction or 0.2, study.seed, params)
+    try:
+        data = load_study_data(session, study.train_sql, study.validate_sql, study.target, options["features"],
+                               fraction or 0.2, study.seed, params)
+    except Error:
+        if kept is None:
+            raise
+        return None  # the ON rows are gone or changed shape since the TUNE
+    if kept is not None and data.train_fingerprint != kept:
+        return None  # the ON rows changed since the TUNE: split again, "held-out" rows were trained on
     x_val, y_val = data.data.x_val, data.data.y_val
     truth = [data.labels[i] for i in y_val.tolist()] if data.labels is not None else y_val.astype("float64")
     rows = pa.table({**{f: x_val[:, i] for i, f in enumerate(data.features)}, study.target: truth})

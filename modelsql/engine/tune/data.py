@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from modelsql import sql as msql
 from modelsql.errors import DataError, ProgrammingError
+from modelsql.engine.evaluate.recording import read_fingerprint
 from modelsql.engine.tune.columns import column_numpy
 from modelsql.engine.query.bind_statement import renumber
 from modelsql.recursive.trees import Trees
@@ -33,19 +34,22 @@ from modelsql.engine.training_features import training_features
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["StudyData", "load_study_data", "read_table", "feature_columns", "feature_matrix", "target_values",
+__all__ = ["StudyData", "load_study_data", "read_table", "read_rows", "feature_columns", "feature_matrix", "target_values",
            "split_rows"]
 
 
 @dataclass(frozen=True)
 class StudyData:
     """The arrays and what they came from: ``features`` (column names, or the array column's name),
-    ``labels`` (classification) and ``digest`` (SHA-256 of every array, in the tree key)."""
+    ``labels`` (classification), ``digest`` (SHA-256 of every array, in the tree key) and ``train_fingerprint``
+    (EVALUATE's fingerprint of the ON rows read, :func:`~modelsql.engine.evaluate.recording.read_fingerprint`;
+    None where DuckDB's ``hash()`` refuses a column)."""
 
     data: TrainData
     features: tuple[str, ...]
     labels: Optional[tuple]
     digest: str
+    train_fingerprint: Optional[str] = None
 
 
 def read_table(session: Session, sql: str, params: Sequence, what: str) -> pa.Table:
@@ -54,12 +58,19 @@ def read_table(session: Session, sql: str, params: Sequence, what: str) -> pa.Ta
     Raises:
         the DuckDB error, translated and named for ``what`` (``ON``, ``VALIDATE ON``).
     """
+    return read_rows(session, sql, params, what)[0]
+
+
+def read_rows(session: Session, sql: str, params: Sequence, what: str) -> tuple[pa.Table, dict[str, str]]:
+    """:func:`read_table`'s rows and each column's DuckDB type."""
     try:
         values: list = []
         if params:
             sql, used = renumber(msql.parse(sql)[0])
             values = [params[k - 1] for k in used]
-        return session.duck.sql(sql, params=values or None).to_arrow_table()
+        relation = session.duck.sql(sql, params=values or None)
+        types = {str(c): str(t) for c, t in zip(relation.columns, relation.types)}
+        return relation.to_arrow_table(), types
     except Exception as exc:  # noqa: BLE001 - the DuckDB error, named for the clause it came from
         from modelsql.duckdb_errors import translate
 
@@ -79,7 +90,7 @@ def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str
         DataError: ``null_value`` (a NULL feature or target, naming the column and row),
             ``unknown_label`` (a validation label not among the training labels), ``too_few_rows``.
     """
-    train = read_table(session, train_sql, params, "ON")
+    train, types = read_rows(session, train_sql, params, "ON")
     if train.num_rows < 2:
         raise DataError(f"TUNE: ON gives {train.num_rows} row(s): too few to train on", code="too_few_rows")
     cols = feature_columns(train, target, features, keys)
@@ -113,7 +124,7 @@ def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str
         y, y_val = y.astype(np.float32), y_val.astype(np.float32)
         task, n_outputs = "regression", 1
     data = TrainData(x, y, x_val, y_val, task, n_outputs)
-    return StudyData(data, tuple(cols), labels, _digest(data, labels))
+    return StudyData(data, tuple(cols), labels, _digest(data, labels), read_fingerprint(session, train, types))
 
 
 def _about_target(err):

@@ -48,7 +48,7 @@ from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_f
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Piecewise, Space, StepDecay
-from modelsql.engine.evaluate.recording import record_evaluation, rows_fingerprint, study_fingerprint, study_origin
+from modelsql.engine.evaluate.recording import read_fingerprint, record_evaluation, study_fingerprint, study_origin
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
@@ -118,6 +118,7 @@ class _Data:
     x_train: Any = None
     x_valid: Any = None
     fingerprint: str = ""
+    train_fingerprint: Optional[str] = None  # EVALUATE's fingerprint of the ON rows read (None: hash() refuses one)
 
 
 @dataclass
@@ -157,10 +158,13 @@ class _Study:
 
 
 def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
-             where: str, imputed: Sequence[str], on_null: str = "refuse") -> TrainingRows:
+             where: str, imputed: Sequence[str], on_null: str = "refuse") -> tuple[TrainingRows, Optional[str]]:
+    """The rows of ``source`` as the estimator takes them, and EVALUATE's fingerprint of every row read (None where
+    DuckDB's ``hash()`` refuses a column)."""
     table, types = input_rows(session, source, params)
-    return training_rows(table, types=types, task=task, target=target, features=features, on_null=on_null,
+    rows = training_rows(table, types=types, task=task, target=target, features=features, on_null=on_null,
                          statement=where, imputed=imputed)
+    return rows, read_fingerprint(session, table, types)
 
 
 def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType, features, fraction: float,
@@ -172,20 +176,21 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
         DataError: training_rows's, and ``null_value`` for an imputed column NULL in every training row.
     """
     target = stmt.args["target"].name
-    rows = _rows_of(session, stmt.args["train"], params, target, features, model_type.task, "TUNE ON", imputed,
-                    on_null)
+    rows, read = _rows_of(session, stmt.args["train"], params, target, features, model_type.task, "TUNE ON",
+                          imputed, on_null)
     validate = stmt.args.get("validate")
     if validate is None:
         train, valid = validation_rows(rows.table.num_rows, "random", fraction, seed)
         data = _Data(rows, train, rows, valid)
     else:
         chosen = rows.features
-        valid_rows = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON",
-                              rows.imputed)
+        valid_rows, _ = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON",
+                                 rows.imputed)
         if valid_rows.kinds != rows.kinds:
             raise ProgrammingError(f"TUNE: {_encoding_mismatch(rows.kinds, valid_rows.kinds)}", code="invalid_feature")
         data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows))
     data.rows.check_imputed(data.train, "TUNE ON")
+    data.train_fingerprint = read
     data.fingerprint = rows_digest(data.rows.table.take(pa.array(data.train, pa.int64())),
                                    data.valid_rows.table.take(pa.array(data.valid, pa.int64())))
     return data
@@ -459,7 +464,7 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
     """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
     study = bind_estimator_study(stmt, session, params, options, model_type, base, transforms, imputed)
     study.parameters = list(params)
-    study.train_fingerprint = rows_fingerprint(session, study.train_sql, params)
+    study.train_fingerprint = study.data.train_fingerprint
     existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
         return study_result(session, existing)

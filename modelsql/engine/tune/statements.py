@@ -35,7 +35,6 @@ from modelsql.engine.models.trainables import register, trainable_for_tune
 from modelsql.engine.training_features import feature_option, input_keys
 from modelsql.engine.tune.checks import check_space_values, check_threads, probe_factory, training_device
 from modelsql.engine.tune.data import load_study_data
-from modelsql.engine.evaluate.recording import rows_fingerprint
 from modelsql.engine.tune.estimators import estimator_type, tune_estimator
 from modelsql.engine.tune.objective import tune_objective
 from modelsql.engine.tune.result import study_result
@@ -192,7 +191,7 @@ def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
                              execution),
         change_points=frozenset(space.change_points(max_epochs)), device=device,
         validation_fraction=options["validation_fraction"], parameters=tuple(params),
-        train_fingerprint=rows_fingerprint(session, train_sql, params))
+        train_fingerprint=data.train_fingerprint)
     return dataclasses.replace(spec, search=_build_algorithm(spec))
 
 
