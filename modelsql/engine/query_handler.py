@@ -196,7 +196,8 @@ def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: 
             raise err from (None if err is exc else exc)
         text, values = prefix + phys.sql + suffix, [params[k - 1] for k in phys.params]
         if arrow:
-            out = Result(session.duck, table=session.run_arrow(text, values, failed))
+            table, description = session.run_arrow(text, values, failed)
+            out = Result(session.duck, description=description, table=table)
             out.adopt(held)
             out.release()
             return out, phys

@@ -354,12 +354,16 @@ class Session:
         except Exception as exc:
             raise (on_error or translate)(exc) from exc
 
-    def run_arrow(self, text: str, params: Optional[Sequence], on_error=None) -> Any:
-        """Run the query ``text`` on DuckDB and return its rows as a ``pyarrow.Table``, written by DuckDB's Arrow
-        result collector (half the time of fetching a DB-API result as Arrow: no second copy of the rows); a
-        failure becomes ``on_error(exc)`` (default: the PEP 249 mapping)."""
+    def run_arrow(self, text: str, params: Optional[Sequence], on_error=None) -> tuple[Any, list[tuple]]:
+        """Run the query ``text`` on DuckDB: its rows as a ``pyarrow.Table``, written by DuckDB's Arrow result
+        collector (half the time of fetching a DB-API result as Arrow: no second copy of the rows), and its PEP 249
+        ``description`` (each column's name and DuckDB type); a failure becomes ``on_error(exc)`` (default: the
+        PEP 249 mapping)."""
         try:
-            return self.duck.sql(text, params=list(params) if params else None).to_arrow_table()
+            relation = self.duck.sql(text, params=list(params) if params else None)
+            description = [(str(c), str(t), None, None, None, None, True)
+                           for c, t in zip(relation.columns, relation.types)]
+            return relation.to_arrow_table(), description
         except Exception as exc:
             raise (on_error or translate)(exc) from exc
 

@@ -13,7 +13,6 @@ preprocessing fills (:mod:`modelsql.estimators.preprocessing`).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -115,17 +114,10 @@ def _check_names(columns: list[str], statement: str) -> None:
 
 def query_rows(session: Session, query: exp.Expression, params: list) -> tuple[pa.Table, dict[str, str]]:
     """The query's rows (PREDICT in it too) and each column's DuckDB type, read in the connection's transaction
-    (as a query is: a statement that trains commits only once it writes a version, as IMPORT MODEL does)."""
-    out, _, _ = run_query(query, session, params)
-    try:
-        types = {str(d[0]): str(d[1]) for d in out.description or []}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DuckDB: "Arrow output on a DB-API result makes an extra copy"
-            table = session.duck.to_arrow_table()
-        session.duck.fetchall()  # DuckDB keeps the result open until a fetch returns nothing
-        return table, types
-    finally:
-        out.release()
+    (as a query is: a statement that trains commits only once it writes a version, as IMPORT MODEL does), written
+    as Arrow by DuckDB (:func:`~modelsql.engine.query_handler.run_query` with ``arrow``)."""
+    out, _, _ = run_query(query, session, params, arrow=True)
+    return out.table, {str(d[0]): str(d[1]) for d in out.description or []}
 
 
 def find_column(columns: Sequence[str], name: str, statement: str, what: str) -> str:
