@@ -41,7 +41,7 @@ def plan_query(stmt: exp.Expression, session: Session, params: list[object]) -> 
 
 def run_query(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str = "", suffix: str = "",
               dry: bool = False, cache_key: Optional[tuple[object, ...]] = None,
-              arrow: bool = False) -> tuple[Result, QueryPlan, Physical]:
+              arrow: bool = False, row_hash: bool = False) -> tuple[Result, QueryPlan, Physical]:
     """Plan and run one statement; ``prefix`` (``EXPLAIN [ANALYZE] ``) is put before the DuckDB statement and
     ``suffix`` after it (plain DuckDB SQL without parameters: EVALUATE's aggregates around its predictions' query,
     which is then a CTE's body; the plan is made for the statement alone, as if its rows were all read).
@@ -56,7 +56,8 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
     each would run.
 
     With ``arrow`` every row is read at once into the result's :attr:`~modelsql.engine.result.Result.table` (the
-    statement's resources released).
+    statement's resources released); with ``row_hash`` too, the table's last column is each row's hash
+    (:meth:`~modelsql.engine.session.Session.run_arrow`).
 
     Returns the result (streaming when it has rows), the plan and its operators. On failure everything
     registered is released and a snapshot begun for the statement rolled back; the error is the modelsql error.
@@ -64,7 +65,8 @@ def run_query(stmt: exp.Expression, session: Session, params: list[object], *, p
     stmt, computed, notes = computed_tables(stmt, session, params, dry=dry)
     try:
         out, plan, phys = _plan_and_run(stmt, session, params, prefix=prefix, suffix=suffix, dry=dry,
-                                        cache_key=None if computed or suffix else cache_key, arrow=arrow)
+                                        cache_key=None if computed or suffix else cache_key, arrow=arrow,
+                                        row_hash=row_hash)
     except BaseException:
         release_computed(session, computed)
         raise
@@ -90,7 +92,7 @@ def columns_of(sql: str, session: Session, params: list[object]) -> list[tuple[s
 
 def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], *, prefix: str, suffix: str,
                   dry: bool, cache_key: Optional[tuple[object, ...]],
-                  arrow: bool = False) -> tuple[Result, QueryPlan, Physical]:
+                  arrow: bool = False, row_hash: bool = False) -> tuple[Result, QueryPlan, Physical]:
     generation = session.generation()
     plan = plan_query(stmt, session, params)
     choices = choose(plan)
@@ -102,7 +104,8 @@ def _plan_and_run(stmt: exp.Expression, session: Session, params: list[object], 
                            tuple(params[k - 1] for k in by_value))
     keep: Optional[dict[str, StreamOperator[PredictScan]]] = (
         {} if entry is not None and all(c.execution == "stream" for c in choices.values()) else None)
-    out, phys = _run(plan, choices, session, params, prefix=prefix, suffix=suffix, dry=dry, keep=keep, arrow=arrow)
+    out, phys = _run(plan, choices, session, params, prefix=prefix, suffix=suffix, dry=dry, keep=keep, arrow=arrow,
+                     row_hash=row_hash)
     if entry is not None and cache_key is not None:  # (an entry is made only with a key)
         if keep is not None:
             entry.persistent, entry.sql, entry.params = keep, phys.sql, phys.params
@@ -174,7 +177,7 @@ def run_cached(entry: CachedPlan, session: Session, params: list[object]) -> Res
 
 def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: list[object], *, prefix: str = "",
          suffix: str = "", dry: bool = False, keep: Optional[dict[str, StreamOperator[PredictScan]]] = None,
-         arrow: bool = False) -> tuple[Result, Physical]:
+         arrow: bool = False, row_hash: bool = False) -> tuple[Result, Physical]:
     session.begin_if_needed()
     held = Result(session.duck)
 
@@ -196,7 +199,7 @@ def _run(plan: QueryPlan, choices: dict[int, Choice], session: Session, params: 
             raise err from (None if err is exc else exc)
         text, values = prefix + phys.sql + suffix, [params[k - 1] for k in phys.params]
         if arrow:
-            table, description = session.run_arrow(text, values, failed)
+            table, description = session.run_arrow(text, values, failed, row_hash=row_hash)
             out = Result(session.duck, description=description, table=table)
             out.adopt(held)
             out.release()

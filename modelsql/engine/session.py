@@ -354,16 +354,26 @@ class Session:
         except Exception as exc:
             raise (on_error or translate)(exc) from exc
 
-    def run_arrow(self, text: str, params: Optional[Sequence], on_error=None) -> tuple[Any, list[tuple]]:
+    def run_arrow(self, text: str, params: Optional[Sequence], on_error=None,
+                  row_hash: bool = False) -> tuple[Any, list[tuple]]:
         """Run the query ``text`` on DuckDB: its rows as a ``pyarrow.Table``, written by DuckDB's Arrow result
         collector (half the time of fetching a DB-API result as Arrow: no second copy of the rows), and its PEP 249
         ``description`` (each column's name and DuckDB type); a failure becomes ``on_error(exc)`` (default: the
-        PEP 249 mapping)."""
+        PEP 249 mapping). With ``row_hash`` the table has one more column, last: each row's ``hash()`` over every
+        column (UBIGINT), computed by DuckDB as it reads the rows, in their own types (the fingerprint EVALUATE
+        records of rows, :func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`)."""
         try:
             relation = self.duck.sql(text, params=list(params) if params else None)
             description = [(str(c), str(t), None, None, None, None, True)
                            for c, t in zip(relation.columns, relation.types)]
-            return relation.to_arrow_table(), description
+            if not row_hash:
+                return relation.to_arrow_table(), description
+            names = [str(c) for c in relation.columns]
+            taken = {n.lower() for n in names}
+            name = next(f"__msql_row_hash{k or ''}" for k in range(len(taken) + 2)
+                        if f"__msql_row_hash{k or ''}" not in taken)
+            hashed = relation.project(f'*, hash(*COLUMNS(*)) AS "{name}"').to_arrow_table()
+            return hashed.rename_columns([*names, name]), description  # (names a projection made unique restored)
         except Exception as exc:
             raise (on_error or translate)(exc) from exc
 

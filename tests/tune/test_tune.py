@@ -179,6 +179,21 @@ def test_explain_tune_shows_the_planned_tree_and_estimate(con):
     assert "resumes it" in text and "16 already trained" in text and "nothing to train" in text
 
 
+def test_from_study_evaluates_the_held_out_rows_only_while_the_on_rows_are_as_read(con):
+    """Without VALIDATE ON, the rows held out are chosen by position: the same rows in another order would hold
+    out rows the trial trained on, so CREATE MODEL ... FROM STUDY records no evaluation then (the rows'
+    fingerprint ignores their order; the arrays' digest does not)."""
+    sql = ("TUNE MODEL mlp ON TABLE train TARGET label SEARCH (lr = CHOICE(0.1, 0.2), batch_size = 64) USING GRID "
+           "WITH (max_epochs = 1, seed = 0, study_name = 'held')")
+    _tune(con, sql)
+    con.execute("CREATE MODEL kept FROM STUDY held")
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'kept'").fetchone() == (1,)
+    con.execute("CREATE OR REPLACE TABLE train AS SELECT * FROM train ORDER BY hash(label, p0, p1) DESC")
+    con.commit()
+    con.execute("CREATE MODEL shuffled FROM STUDY held")
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'shuffled'").fetchone() == (0,)
+
+
 def test_another_connection_reads_progress_while_the_study_runs(tmp_path):
     path = str(tmp_path / "live.duckdb")
     con = make_db(path)

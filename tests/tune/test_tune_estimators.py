@@ -270,6 +270,17 @@ def test_tune_reads_its_on_rows_once_and_keeps_their_fingerprint(con):
     fingerprint = con.execute("SELECT fingerprint FROM modelsql.evaluations WHERE evaluation = ?",
                               [evaluated[0]]).fetchone()[0]
     assert digest == f"rows:{fingerprint}"
+    # VALIDATE ON too: read once by TUNE, once by CREATE MODEL ... FROM STUDY (which fingerprints what it read)
+    con.execute("CREATE SEQUENCE validate_reads START 1")
+    held = con.execute("SELECT count(*) FROM cancer WHERE f0 > 15").fetchone()[0]
+    con.execute("TUNE MODEL twice ON (SELECT f0, f1, y FROM cancer WHERE f0 <= 15) VALIDATE ON (SELECT f0, f1, y "
+                "FROM cancer WHERE f0 > 15 AND nextval('validate_reads') > 0) TARGET y SEARCH (max_depth = CHOICE(1, "
+                "2)) USING GRID WITH (model_type = 'decision_tree_classifier', metric = 'accuracy')")
+    assert con.execute("SELECT currval('validate_reads')").fetchone() == (held,)
+    con.execute("CREATE MODEL twice FROM STUDY twice_study")
+    assert con.execute("SELECT currval('validate_reads')").fetchone() == (2 * held,)
+    recorded = con.execute("SELECT fingerprint FROM modelsql.evaluations WHERE name = 'twice'").fetchone()[0]
+    assert recorded.startswith(f"{held}:")
 
 
 def test_two_connections_tuning_one_study_never_merge_it(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-import duckdb
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -28,7 +28,7 @@ from modelsql.engine.handlers import catalog_write
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["record_evaluation", "fingerprint_of", "arrow_fingerprint", "read_fingerprint", "query_fingerprint", "lineage_digest", "study_query",
+__all__ = ["record_evaluation", "fingerprint_of", "split_row_hash", "hashes_fingerprint", "query_fingerprint", "lineage_digest", "study_query",
            "study_fingerprint", "study_lineage", "study_origin"]
 
 def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> str:
@@ -47,39 +47,20 @@ def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> s
     return fingerprint_text(rows[0][0], rows[0][1])
 
 
-def arrow_fingerprint(session: Session, table: pa.Table, types: Mapping[str, str]) -> str:
-    """EVALUATE's fingerprint (``<count>:<hash>``, the sum of the rows' hashes: order-independent) of rows of a query
-    a statement read into ``table`` (every column): what ``EVALUATE ... ON (query)`` records of the same rows. Hashed
-    by DuckDB over Arrow, each column cast back to its DuckDB type (``types``: an ENUM or a UUID arrives in Arrow as
-    text, which hashes otherwise; a BIT's bytes do not cast back, so its rows match no EVALUATE's); without the
-    casts when one fails. The rows read, never the query run again: a query of ``random()`` or ``nextval`` would
-    give other rows, and a failure of a second run would abort the caller's transaction.
-
-    Raises:
-        duckdb.Error: a column DuckDB's ``hash()`` refuses.
-    """
-    cursor = session.duck.cursor()  # its own: the statement's connection may hold a result open
-    try:
-        cursor.register("__msql_rows", table)
-        names = [exp.to_identifier(c, quoted=True).sql("duckdb") for c in table.column_names]
-        cast = [f"CAST({n} AS {types[c]})" if c in types else n for n, c in zip(names, table.column_names)]
-        try:
-            row = cursor.execute(fingerprint_sql(cast, '"__msql_rows"')).fetchone()
-        except duckdb.Error:  # a type DuckDB does not read back from its own name
-            row = cursor.execute(fingerprint_sql(names, '"__msql_rows"')).fetchone()
-        assert row is not None  # an aggregate has one row
-    finally:
-        cursor.close()
-    return fingerprint_text(row[0], row[1])
+def split_row_hash(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """A table read with its rows' hashes as its last column (``run_query(..., row_hash=True)``), and the hashes
+    apart: ``(rows without the column, uint64 (n,))``."""
+    last = table.num_columns - 1
+    hashes = table.column(last).to_numpy() if table.num_rows else np.zeros(0, dtype=np.uint64)
+    return table.remove_column(last), np.asarray(hashes, dtype=np.uint64)
 
 
-def read_fingerprint(session: Session, table: pa.Table, types: Mapping[str, str]) -> Optional[str]:
-    """:func:`arrow_fingerprint` of rows a statement read, or None where DuckDB's ``hash()`` refuses a column (the
-    lineage then has no digest)."""
-    try:
-        return arrow_fingerprint(session, table, types)
-    except duckdb.Error:
-        return None
+def hashes_fingerprint(hashes: np.ndarray) -> str:
+    """EVALUATE's fingerprint (``<count>:<hash>``, the sum of the rows' hashes modulo 2**64: order-independent) of
+    rows whose ``hash()`` over every column DuckDB computed as a statement read them (:func:`split_row_hash`; a
+    subset of them taken by position for rows left out): what ``EVALUATE ... ON (query)`` records of the same rows,
+    whatever their types, with the query run once."""
+    return fingerprint_text(len(hashes), int(np.add.reduce(hashes, dtype=np.uint64)) if len(hashes) else 0)
 
 
 def query_fingerprint(session: Session, query: exp.Expression, params: Sequence[Any]) -> str:

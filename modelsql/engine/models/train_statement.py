@@ -33,7 +33,7 @@ from modelsql.estimators import (ModelType, Transform, build_pipeline, column_ki
                                  imputed_columns, resolve_model_type, transform_columns, transforms_json,
                                  validation_rows)
 from modelsql.sql.models import ImportModel
-from modelsql.engine.evaluate.recording import arrow_fingerprint, lineage_digest, record_evaluation
+from modelsql.engine.evaluate.recording import hashes_fingerprint, lineage_digest, record_evaluation
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.handlers import catalog_write_retrying
 from modelsql.engine.models import statements as ddl
@@ -185,14 +185,13 @@ def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> 
     if ddl.existing_model(session, plan.name, plan.replace, plan.if_not_exists):
         return Result(session.duck, rowcount=0)
     started = time.perf_counter()
-    table, types = query_rows(session, stmt.args["query"], params)
+    table, types, hashes = query_rows(session, stmt.args["query"], params)
     transforms = _transforms(session, plan, table)
     features = transform_columns(transforms) if transforms else plan.features
     rows = training_rows(table, types=types, task=plan.model_type.task, target=plan.target, features=features,
                          on_null=plan.on_null, statement=plan.where,
                          imputed=imputed_columns(transforms) if transforms else ())
-    kept = table if rows.positions is None else table.take(pa.array(rows.positions, pa.int64()))
-    digest = lineage_digest(arrow_fingerprint(session, kept, types))  # (of the rows read: the query runs once)
+    digest = lineage_digest(hashes_fingerprint(hashes if rows.positions is None else hashes[rows.positions]))
     train, valid = validation_rows(rows.table.num_rows, plan.validation, plan.fraction, plan.seed)
     rows.check_imputed(train, plan.where)
     pipeline = _fit(plan, rows, train, transforms)
@@ -215,7 +214,7 @@ def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> 
         raise DataError(f"{plan.where}: {err}".replace("of the Pipeline", f"of the {plan.model_type.name} model"),
                         code=err.code) from None
     try:
-        record = _record_evaluation(session, plan, rows, (table, types), version.version,
+        record = _record_evaluation(session, plan, rows, hashes, version.version,
                                     valid if len(valid) else train, "validation" if len(valid) else "training")
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, version.version, missing_ok=True))
@@ -297,19 +296,18 @@ def _catalog_options(plan: TrainingPlan, rows: TrainingRows, train: np.ndarray, 
     return out
 
 
-def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows, query: tuple[pa.Table, dict[str, str]],
+def _record_evaluation(session: Session, plan: TrainingPlan, rows: TrainingRows, hashes: np.ndarray,
                        version: int, part: np.ndarray, which: str) -> Optional[EvaluationRow]:
     """EVALUATE of the new version on ``part`` of the rows, recorded with the training query as its input,
     ``{"rows": which, ...}`` among its options and the fingerprint of those rows of the query, every column
-    (``query``: its rows and their DuckDB types), as an EVALUATE of them records it; None for a clusterer."""
+    (``hashes``: each query row's hash), as an EVALUATE of them records it; None for a clusterer."""
     if rows.target is None:
         return None
-    read = query[0].take(pa.array(rows.query_rows(part), pa.int64()))
     return record_evaluation(session, "model", plan.name, version, rows.table.take(pa.array(part, pa.int64())),
                              rows.target, input_text=plan.query,
                              options={"rows": which, "validation": plan.validation, "seed": plan.seed},
                              called_as=f"CREATE MODEL {plan.name}, evaluating its {which} rows with EVALUATE",
-                             fingerprint=arrow_fingerprint(session, read, query[1]))
+                             fingerprint=hashes_fingerprint(hashes[rows.query_rows(part)]))
 
 
 def _result(session: Session, plan: TrainingPlan, version: int, trained: int, validated: int,

@@ -29,7 +29,7 @@ from modelsql.converters.label_values import with_label_values
 from modelsql.sql.models import ImportModel
 from modelsql.tuning.factories import factory_digest, resolve_factory
 from modelsql.tuning.training import for_inference, load_trained
-from modelsql.engine.evaluate.recording import (record_evaluation, study_fingerprint, study_origin,
+from modelsql.engine.evaluate.recording import (record_evaluation, study_origin,
                                                 study_query)
 from modelsql.engine.evaluate.statement import result_with_evaluation
 from modelsql.engine.models import statements as ddl
@@ -216,8 +216,8 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
         if kept is None:
             raise
         return None  # the ON rows are gone or changed shape since the TUNE
-    if kept is not None and data.train_fingerprint != kept:
-        return None  # the ON rows changed since the TUNE: split again, "held-out" rows were trained on
+    if (kept is not None and data.train_fingerprint != kept) or options.get("data_digest", data.digest) != data.digest:
+        return None  # the ON rows changed (or their order) since the TUNE: split again, "held-out" rows were trained on
     x_val, y_val = data.data.x_val, data.data.y_val
     truth = [data.labels[i] for i in y_val.tolist()] if data.labels is not None else y_val.astype("float64")
     rows = pa.table({**{f: x_val[:, i] for i, f in enumerate(data.features)}, study.target: truth})
@@ -227,7 +227,7 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
                              input_text=f"STUDY {study.name} ({held} {source.removeprefix('SELECT * FROM ')})",
                              options={"study": study.name, "trial": trial.trial},
                              called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
-                             fingerprint=study_fingerprint(session, study.validate_sql, params))
+                             fingerprint=data.validate_fingerprint)
 
 
 def _import_trained(session: Session, stmt: ImportModel, study, trial) -> None:

@@ -24,6 +24,7 @@ from modelsql.errors import DataError, NotSupportedError, ProgrammingError, did_
 from modelsql.estimators import NULL_CATEGORY, ColumnKinds, column_kind
 from modelsql.estimators.transforms import null_category_rows
 from modelsql.estimators.preprocessing import MAX_CATEGORIES
+from modelsql.engine.evaluate.recording import split_row_hash
 from modelsql.engine.query_handler import run_query
 from modelsql.engine.training_features import feature_option, training_features
 
@@ -112,12 +113,16 @@ def _check_names(columns: list[str], statement: str) -> None:
         seen[c.lower()] = c
 
 
-def query_rows(session: Session, query: exp.Expression, params: list) -> tuple[pa.Table, dict[str, str]]:
-    """The query's rows (PREDICT in it too) and each column's DuckDB type, read in the connection's transaction
-    (as a query is: a statement that trains commits only once it writes a version, as IMPORT MODEL does), written
-    as Arrow by DuckDB (:func:`~modelsql.engine.query_handler.run_query` with ``arrow``)."""
-    out, _, _ = run_query(query, session, params, arrow=True)
-    return out.table, {str(d[0]): str(d[1]) for d in out.description or []}
+def query_rows(session: Session, query: exp.Expression,
+               params: list) -> tuple[pa.Table, dict[str, str], np.ndarray]:
+    """The query's rows (PREDICT in it too), each column's DuckDB type and each row's hash over every column
+    (uint64, :func:`~modelsql.engine.evaluate.recording.split_row_hash`: what the fingerprint of rows is summed
+    from), read once in the connection's transaction (as a query is: a statement that trains commits only once it
+    writes a version, as IMPORT MODEL does), written as Arrow by DuckDB
+    (:func:`~modelsql.engine.query_handler.run_query` with ``arrow``)."""
+    out, _, _ = run_query(query, session, params, arrow=True, row_hash=True)
+    table, hashes = split_row_hash(out.table)
+    return table, {str(d[0]): str(d[1]) for d in out.description or []}, hashes
 
 
 def find_column(columns: Sequence[str], name: str, statement: str, what: str) -> str:

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from modelsql import sql as msql
 from modelsql.errors import DataError, ProgrammingError
-from modelsql.engine.evaluate.recording import read_fingerprint
+from modelsql.engine.evaluate.recording import hashes_fingerprint, split_row_hash
 from modelsql.engine.tune.columns import column_numpy
 from modelsql.engine.query.bind_statement import renumber
 from modelsql.recursive.trees import Trees
@@ -41,15 +41,16 @@ __all__ = ["StudyData", "load_study_data", "read_table", "read_rows", "feature_c
 @dataclass(frozen=True)
 class StudyData:
     """The arrays and what they came from: ``features`` (column names, or the array column's name),
-    ``labels`` (classification), ``digest`` (SHA-256 of every array, in the tree key) and ``train_fingerprint``
-    (EVALUATE's fingerprint of the ON rows read, :func:`~modelsql.engine.evaluate.recording.read_fingerprint`;
-    None where DuckDB's ``hash()`` refuses a column)."""
+    ``labels`` (classification), ``digest`` (SHA-256 of every array, in the tree key), ``train_fingerprint`` and
+    ``validate_fingerprint``: EVALUATE's fingerprint of the ON and VALIDATE ON rows read
+    (:func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`; None without VALIDATE ON)."""
 
     data: TrainData
     features: tuple[str, ...]
     labels: Optional[tuple]
     digest: str
     train_fingerprint: Optional[str] = None
+    validate_fingerprint: Optional[str] = None
 
 
 def read_table(session: Session, sql: str, params: Sequence, what: str) -> pa.Table:
@@ -61,21 +62,27 @@ def read_table(session: Session, sql: str, params: Sequence, what: str) -> pa.Ta
     return read_rows(session, sql, params, what)[0]
 
 
-def read_rows(session: Session, sql: str, params: Sequence, what: str) -> tuple[pa.Table, dict[str, str]]:
-    """:func:`read_table`'s rows and each column's DuckDB type."""
-    try:
-        values: list = []
-        if params:
-            sql, used = renumber(msql.parse(sql)[0])
-            values = [params[k - 1] for k in used]
-        relation = session.duck.sql(sql, params=values or None)
-        types = {str(c): str(t) for c, t in zip(relation.columns, relation.types)}
-        return relation.to_arrow_table(), types
-    except Exception as exc:  # noqa: BLE001 - the DuckDB error, named for the clause it came from
+def read_rows(session: Session, sql: str, params: Sequence, what: str,
+              row_hash: bool = False) -> tuple[pa.Table, dict[str, str], np.ndarray]:
+    """:func:`read_table`'s rows, each column's DuckDB type and (``row_hash``) each row's hash over every column,
+    computed by DuckDB as it reads them (uint64; empty without ``row_hash``)."""
+    values: list = []
+    if params:
+        sql, used = renumber(msql.parse(sql)[0])
+        values = [params[k - 1] for k in used]
+
+    def named(exc: BaseException):  # the DuckDB error, named for the clause it came from
         from modelsql.duckdb_errors import translate
 
         err = translate(exc)
-        raise type(err)(f"TUNE {what}: {err}", code=err.code) from None
+        return type(err)(f"TUNE {what}: {err}", code=err.code)
+
+    table, description = session.run_arrow(sql, values, named, row_hash=row_hash)
+    types = {str(d[0]): str(d[1]) for d in description}
+    if not row_hash:
+        return table, types, np.zeros(0, dtype=np.uint64)
+    rows, hashes = split_row_hash(table)
+    return rows, types, hashes
 
 
 def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str], target: str,
@@ -90,13 +97,13 @@ def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str
         DataError: ``null_value`` (a NULL feature or target, naming the column and row),
             ``unknown_label`` (a validation label not among the training labels), ``too_few_rows``.
     """
-    train, types = read_rows(session, train_sql, params, "ON")
+    train, _, hashes = read_rows(session, train_sql, params, "ON", row_hash=True)
     if train.num_rows < 2:
         raise DataError(f"TUNE: ON gives {train.num_rows} row(s): too few to train on", code="too_few_rows")
     cols = feature_columns(train, target, features, keys)
     x, y = feature_matrix(train, cols, "training"), target_values(train, target, "training")
     if validate_sql is not None:
-        val = read_table(session, validate_sql, params, "VALIDATE ON")
+        val, _, validate_hashes = read_rows(session, validate_sql, params, "VALIDATE ON", row_hash=True)
         feature_columns(val, target, cols)
         if val.num_rows == 0:
             raise DataError("TUNE: VALIDATE ON gives no rows", code="too_few_rows")
@@ -124,7 +131,8 @@ def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str
         y, y_val = y.astype(np.float32), y_val.astype(np.float32)
         task, n_outputs = "regression", 1
     data = TrainData(x, y, x_val, y_val, task, n_outputs)
-    return StudyData(data, tuple(cols), labels, _digest(data, labels), read_fingerprint(session, train, types))
+    return StudyData(data, tuple(cols), labels, _digest(data, labels), hashes_fingerprint(hashes),
+                     hashes_fingerprint(validate_hashes) if validate_sql is not None else None)
 
 
 def _about_target(err):

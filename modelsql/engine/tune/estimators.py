@@ -48,7 +48,7 @@ from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_f
 from modelsql.sql.tune import TuneModel
 from modelsql.tuning.algorithms import make_algorithm
 from modelsql.tuning.space import Piecewise, Space, StepDecay
-from modelsql.engine.evaluate.recording import read_fingerprint, record_evaluation, study_fingerprint, study_origin
+from modelsql.engine.evaluate.recording import hashes_fingerprint, record_evaluation, study_origin
 from modelsql.engine.handlers import catalog_write, catalog_write_retrying
 from modelsql.engine.models import statements as ddl
 from modelsql.engine.models.training_rows import TrainingRows, training_rows
@@ -118,7 +118,8 @@ class _Data:
     x_train: Any = None
     x_valid: Any = None
     fingerprint: str = ""
-    train_fingerprint: Optional[str] = None  # EVALUATE's fingerprint of the ON rows read (None: hash() refuses one)
+    train_fingerprint: Optional[str] = None  # EVALUATE's fingerprint of the ON rows read
+    valid_fingerprint: Optional[str] = None  # and of the VALIDATE ON rows (None without)
 
 
 @dataclass
@@ -158,13 +159,12 @@ class _Study:
 
 
 def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
-             where: str, imputed: Sequence[str], on_null: str = "refuse") -> tuple[TrainingRows, Optional[str]]:
-    """The rows of ``source`` as the estimator takes them, and EVALUATE's fingerprint of every row read (None where
-    DuckDB's ``hash()`` refuses a column)."""
-    table, types = input_rows(session, source, params)
+             where: str, imputed: Sequence[str], on_null: str = "refuse") -> tuple[TrainingRows, str]:
+    """The rows of ``source`` as the estimator takes them, and EVALUATE's fingerprint of every row read."""
+    table, types, hashes = input_rows(session, source, params)
     rows = training_rows(table, types=types, task=task, target=target, features=features, on_null=on_null,
                          statement=where, imputed=imputed)
-    return rows, read_fingerprint(session, table, types)
+    return rows, hashes_fingerprint(hashes)
 
 
 def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType, features, fraction: float,
@@ -184,11 +184,12 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
         data = _Data(rows, train, rows, valid)
     else:
         chosen = rows.features
-        valid_rows, _ = _rows_of(session, validate, params, target, chosen, model_type.task, "TUNE VALIDATE ON",
-                                 rows.imputed)
+        valid_rows, valid_read = _rows_of(session, validate, params, target, chosen, model_type.task,
+                                          "TUNE VALIDATE ON", rows.imputed)
         if valid_rows.kinds != rows.kinds:
             raise ProgrammingError(f"TUNE: {_encoding_mismatch(rows.kinds, valid_rows.kinds)}", code="invalid_feature")
-        data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows))
+        data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows),
+                     valid_fingerprint=valid_read)
     data.rows.check_imputed(data.train, "TUNE ON")
     data.train_fingerprint = read
     data.fingerprint = rows_digest(data.rows.table.take(pa.array(data.train, pa.int64())),
@@ -589,7 +590,7 @@ def create_from_estimator_study(session: Session, stmt: Any, study: Any, trial: 
             input_text=f"STUDY {study.name} ({held} {study.validate_sql or study.train_sql})",
             options={"study": study.name, "trial": trial.trial},
             called_as=f"CREATE MODEL {name} FROM STUDY {study.name}, evaluating it with EVALUATE",
-            fingerprint=study_fingerprint(session, study.validate_sql, study.parameters))
+            fingerprint=data.valid_fingerprint)
     except BaseException:
         catalog_write_retrying(session, lambda: session.catalog.drop(name, version.version, missing_ok=True))
         raise

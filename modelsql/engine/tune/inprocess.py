@@ -9,6 +9,7 @@ import typing
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["claim_study", "release_study", "input_rows", "rows_digest"]
 
 
-def input_rows(session: Session, source: exp.Expression, params: list) -> tuple[pa.Table, dict[str, str]]:
-    """The rows of a statement's input, ``TABLE t`` or ``(query)`` (:func:`~.training_rows.query_rows`)."""
+def input_rows(session: Session, source: exp.Expression,
+               params: list) -> tuple[pa.Table, dict[str, str], np.ndarray]:
+    """The rows of a statement's input, ``TABLE t`` or ``(query)``, their types and each row's hash
+    (:func:`~.training_rows.query_rows`)."""
     query = typing.cast(exp.Expression, exp.select("*").from_(source.copy()) if isinstance(source, exp.Table)
                         else source.unnest().copy())
     return query_rows(session, query, params)

@@ -69,7 +69,10 @@ class StudySpec:
         device: where the stages train, ``"cpu"`` or ``"cuda:N"`` (the ``device`` option, ``'auto'`` resolved).
         parameters: the statement's ``?`` values (ON / VALIDATE ON read them), kept so the rows can be read again.
         train_fingerprint: EVALUATE's fingerprint of the ON rows as TUNE read them (a version made FROM STUDY
-            records it as the rows it was trained on), or None when they could not be hashed.
+            records it as the rows it was trained on).
+        data_digest: SHA-256 of the study's arrays, training and validation, in order (the data part of the tree
+            key): CREATE MODEL ... FROM STUDY evaluates the held-out rows again only while the rows read give the
+            same arrays (the fingerprint ignores the rows' order, which decides the held-out rows).
         search: the search algorithm, built once when the statement is bound (building it checks its options);
             the study's run asks and tells this object.
     """
@@ -105,6 +108,7 @@ class StudySpec:
     search: Optional[Algorithm] = field(default=None, compare=False, repr=False)
     parameters: tuple = ()
     train_fingerprint: Optional[str] = None
+    data_digest: str = ""
 
     def factory_params_of(self, hp: EpochHP) -> tuple[tuple[str, Any], ...]:
         """The factory's keyword arguments for an epoch: the trainable's defaults, then the search's."""
@@ -122,7 +126,8 @@ class StudySpec:
                        **({"validation_fraction": self.validation_fraction} if self.validate_sql is None else {}),
                        **({"device": self.device} if self.device != "cpu" else {}),
                        **({"parameters": kept_parameters(self.parameters)} if self.parameters else {}),
-                       **({"train_fingerprint": self.train_fingerprint} if self.train_fingerprint else {}))
+                       **({"train_fingerprint": self.train_fingerprint} if self.train_fingerprint else {}),
+                       **({"data_digest": self.data_digest} if self.data_digest else {}))
         return StudyRow(self.name, self.trainable.name, self.trainable.version, self.algorithm, self.metric, self.mode,
                         self.max_epochs, self.seed, self.space.to_json(), json.dumps(options, default=str),
                         self.train_sql, self.validate_sql, self.target, self.tree, self.definition, "running")

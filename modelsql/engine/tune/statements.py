@@ -191,7 +191,7 @@ def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
                              execution),
         change_points=frozenset(space.change_points(max_epochs)), device=device,
         validation_fraction=options["validation_fraction"], parameters=tuple(params),
-        train_fingerprint=data.train_fingerprint)
+        train_fingerprint=data.train_fingerprint, data_digest=data.digest)
     return dataclasses.replace(spec, search=_build_algorithm(spec))
 
 
