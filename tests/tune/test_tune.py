@@ -192,6 +192,13 @@ def test_from_study_evaluates_the_held_out_rows_only_while_the_on_rows_are_as_re
     con.commit()
     con.execute("CREATE MODEL shuffled FROM STUDY held")
     assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'shuffled'").fetchone() == (0,)
+    # with VALIDATE ON, the rows evaluated do not depend on the order: reordered rows are evaluated again
+    _tune(con, "TUNE MODEL mlp ON TABLE train VALIDATE ON TABLE val TARGET label SEARCH (lr = CHOICE(0.1), "
+               "batch_size = 64) USING GRID WITH (max_epochs = 1, seed = 0, study_name = 'apart')")
+    con.execute("CREATE OR REPLACE TABLE val AS SELECT * FROM val ORDER BY hash(label, p0, p1) DESC")
+    con.commit()
+    con.execute("CREATE MODEL apart FROM STUDY apart")
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'apart'").fetchone() == (1,)
 
 
 def test_another_connection_reads_progress_while_the_study_runs(tmp_path):

@@ -283,6 +283,21 @@ def test_tune_reads_its_on_rows_once_and_keeps_their_fingerprint(con):
     assert recorded.startswith(f"{held}:")
 
 
+def test_the_held_out_rows_fingerprint_over_every_column_as_create_model_records_them(con):
+    """FROM STUDY of a study without VALIDATE ON records the fingerprint of the rows held out over every column of
+    ON (a column that is not a feature too), as CREATE MODEL ... AS records its random validation rows with the
+    same seed: BEST BY knows them as the same rows."""
+    q = "SELECT f0, f1, y, f5 AS extra FROM cancer"
+    con.execute(f"TUNE MODEL held ON ({q}) TARGET y SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = "
+                "'decision_tree_classifier', features = (f0, f1), metric = 'accuracy', seed = 4)")
+    con.execute("CREATE MODEL held FROM STUDY held_study")
+    con.execute(f"CREATE MODEL held_sql WITH (model_type = 'decision_tree_classifier', target = y, features = (f0, f1), "
+                f"validation = 'random', seed = 4) AS {q}")
+    studied, trained = (con.execute(f"SELECT fingerprint FROM modelsql.evaluations WHERE name = '{name}'").fetchone()[0]
+                        for name in ("held", "held_sql"))
+    assert studied == trained
+
+
 def test_two_connections_tuning_one_study_never_merge_it(tmp_path):
     import threading
 

@@ -216,8 +216,10 @@ def _record_validation(session: Session, name: str, version: int, study, trial) 
         if kept is None:
             raise
         return None  # the ON rows are gone or changed shape since the TUNE
-    if (kept is not None and data.train_fingerprint != kept) or options.get("data_digest", data.digest) != data.digest:
-        return None  # the ON rows changed (or their order) since the TUNE: split again, "held-out" rows were trained on
+    if kept is not None and data.train_fingerprint != kept:
+        return None  # the ON rows changed since the TUNE: split again, "held-out" rows were trained on
+    if study.validate_sql is None and options.get("data_digest", data.digest) != data.digest:
+        return None  # the same rows in another order: the rows held out by position were trained on
     x_val, y_val = data.data.x_val, data.data.y_val
     truth = [data.labels[i] for i in y_val.tolist()] if data.labels is not None else y_val.astype("float64")
     rows = pa.table({**{f: x_val[:, i] for i, f in enumerate(data.features)}, study.target: truth})

@@ -42,8 +42,8 @@ __all__ = ["StudyData", "load_study_data", "read_table", "read_rows", "feature_c
 class StudyData:
     """The arrays and what they came from: ``features`` (column names, or the array column's name),
     ``labels`` (classification), ``digest`` (SHA-256 of every array, in the tree key), ``train_fingerprint`` and
-    ``validate_fingerprint``: EVALUATE's fingerprint of the ON and VALIDATE ON rows read
-    (:func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`; None without VALIDATE ON)."""
+    ``validate_fingerprint``: EVALUATE's fingerprint of the ON rows read and of the validation rows (VALIDATE ON's,
+    or those held out of ON), every column (:func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`)."""
 
     data: TrainData
     features: tuple[str, ...]
@@ -131,8 +131,9 @@ def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str
         y, y_val = y.astype(np.float32), y_val.astype(np.float32)
         task, n_outputs = "regression", 1
     data = TrainData(x, y, x_val, y_val, task, n_outputs)
+    held = validate_hashes if validate_sql is not None else hashes[held_out(len(hashes), validation_fraction, seed)[0]]
     return StudyData(data, tuple(cols), labels, _digest(data, labels), hashes_fingerprint(hashes),
-                     hashes_fingerprint(validate_hashes) if validate_sql is not None else None)
+                     hashes_fingerprint(held))
 
 
 def _about_target(err):
@@ -278,15 +279,25 @@ def target_values(table: pa.Table, target: str, what: str) -> np.ndarray:
 
 
 def split_rows(x, y, fraction: float, seed: int):
+    """The rows ``x``, ``y`` split into training and validation rows (:func:`held_out`)."""
+    val, train = held_out(len(x), fraction, seed)
+    return x[train], y[train], x[val], y[val]
+
+
+def held_out(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the validation rows and of the training rows among ``n``: ``fraction`` of them drawn with
+    ``seed`` (NumPy's ``RandomState(seed).permutation``).
+
+    Raises:
+        ProgrammingError: ``invalid_option`` (a fraction outside (0, 1)); DataError: ``too_few_rows``.
+    """
     if not 0 < fraction < 1:
         raise ProgrammingError(f"TUNE: validation_fraction must be in (0, 1), got {fraction}", code="invalid_option")
-    n = len(x)
     n_val = int(round(n * fraction))
     if n_val < 1 or n - n_val < 1:
         raise DataError(f"TUNE: {n} rows cannot be split into training and validation rows", code="too_few_rows")
     order = np.random.RandomState(seed).permutation(n)
-    val, train = order[:n_val], order[n_val:]
-    return x[train], y[train], x[val], y[val]
+    return order[:n_val], order[n_val:]
 
 
 def _digest(data: TrainData, labels) -> str:

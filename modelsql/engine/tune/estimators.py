@@ -119,7 +119,7 @@ class _Data:
     x_valid: Any = None
     fingerprint: str = ""
     train_fingerprint: Optional[str] = None  # EVALUATE's fingerprint of the ON rows read
-    valid_fingerprint: Optional[str] = None  # and of the VALIDATE ON rows (None without)
+    valid_fingerprint: Optional[str] = None  # and of the rows validated on (VALIDATE ON's, or those held out)
 
 
 @dataclass
@@ -159,12 +159,13 @@ class _Study:
 
 
 def _rows_of(session: Session, source: exp.Expression, params: list, target: str, features, task: str,
-             where: str, imputed: Sequence[str], on_null: str = "refuse") -> tuple[TrainingRows, str]:
-    """The rows of ``source`` as the estimator takes them, and EVALUATE's fingerprint of every row read."""
+             where: str, imputed: Sequence[str], on_null: str = "refuse") -> tuple[TrainingRows, np.ndarray]:
+    """The rows of ``source`` as the estimator takes them, and each row read's hash over every column (what
+    EVALUATE's fingerprint of rows is summed from)."""
     table, types, hashes = input_rows(session, source, params)
     rows = training_rows(table, types=types, task=task, target=target, features=features, on_null=on_null,
                          statement=where, imputed=imputed)
-    return rows, hashes_fingerprint(hashes)
+    return rows, hashes
 
 
 def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType, features, fraction: float,
@@ -181,7 +182,7 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
     validate = stmt.args.get("validate")
     if validate is None:
         train, valid = validation_rows(rows.table.num_rows, "random", fraction, seed)
-        data = _Data(rows, train, rows, valid)
+        data = _Data(rows, train, rows, valid, valid_fingerprint=hashes_fingerprint(read[rows.query_rows(valid)]))
     else:
         chosen = rows.features
         valid_rows, valid_read = _rows_of(session, validate, params, target, chosen, model_type.task,
@@ -189,9 +190,9 @@ def _data(session: Session, stmt: TuneModel, params: list, model_type: ModelType
         if valid_rows.kinds != rows.kinds:
             raise ProgrammingError(f"TUNE: {_encoding_mismatch(rows.kinds, valid_rows.kinds)}", code="invalid_feature")
         data = _Data(rows, np.arange(rows.table.num_rows), valid_rows, np.arange(valid_rows.table.num_rows),
-                     valid_fingerprint=valid_read)
+                     valid_fingerprint=hashes_fingerprint(valid_read))
     data.rows.check_imputed(data.train, "TUNE ON")
-    data.train_fingerprint = read
+    data.train_fingerprint = hashes_fingerprint(read)
     data.fingerprint = rows_digest(data.rows.table.take(pa.array(data.train, pa.int64())),
                                    data.valid_rows.table.take(pa.array(data.valid, pa.int64())))
     return data
