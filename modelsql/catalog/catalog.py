@@ -114,7 +114,8 @@ _TENSORS = ("(SELECT list({'n': tensor_name, 'd': digest, 'e': elem_type, 's': d
             "FROM {s}.model_tensors WHERE name = $1 AND version = $2)")
 """A version's stored tensors, in order, as a list of structs in the version's row."""
 
-_STAMP = "SELECT version, created_at, graph_digest, content_digest FROM {s}.model_versions WHERE name = ? AND version = ?"
+_STAMP = ("SELECT version, created_at, graph_digest, content_digest FROM {s}.model_versions WHERE name = ? "
+          "AND version = ?")
 """A version's stamp (:mod:`modelsql.catalog.version_cache`): its number, ``created_at`` and digests."""
 
 _LATEST_STAMP = ("SELECT max(version), arg_max(created_at, version), arg_max(graph_digest, version), "

@@ -292,11 +292,12 @@ def test_roc_points_equal_scikit_learns_curve(value, fixed):
         list(fpr), rel=1e-15)
     positives = sum(t[k] == "yes" for k in counted)
     assert [a + b for a, b in zip(got["true_positives"], got["false_negatives"])] == [positives] * len(fpr)
-    assert got["true_negatives"][0] == len(counted) - positives and got["false_positives"][-1] == len(counted) - positives
+    negatives = len(counted) - positives
+    assert got["true_negatives"][0] == negatives and got["false_positives"][-1] == negatives
 
 
 def test_roc_points_of_one_class_have_no_rate_for_the_other():
-    got = roc_points(pa.table({"t": pa.array([1, 1]), "s": pa.array([[0.2, 0.8], [0.6, 0.4]], pa.list_(pa.float32(), 2))}),
-                     2, 1).to_pydict()
+    scores = pa.array([[0.2, 0.8], [0.6, 0.4]], pa.list_(pa.float32(), 2))
+    got = roc_points(pa.table({"t": pa.array([1, 1]), "s": scores}), 2, 1).to_pydict()
     assert got["false_positive_rate"] == [None, None, None] and got["recall"] == [0.0, 0.5, 1.0]
     assert roc_points(pa.table({"t": pa.array([None], pa.int64()), "s": pa.array([[0.5, 0.5]])}), 1, 1).num_rows == 0

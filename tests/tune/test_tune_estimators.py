@@ -291,8 +291,8 @@ def test_the_held_out_rows_fingerprint_over_every_column_as_create_model_records
     con.execute(f"TUNE MODEL held ON ({q}) TARGET y SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH (model_type = "
                 "'decision_tree_classifier', features = (f0, f1), metric = 'accuracy', seed = 4)")
     con.execute("CREATE MODEL held FROM STUDY held_study")
-    con.execute(f"CREATE MODEL held_sql WITH (model_type = 'decision_tree_classifier', target = y, features = (f0, f1), "
-                f"validation = 'random', seed = 4) AS {q}")
+    con.execute(f"CREATE MODEL held_sql WITH (model_type = 'decision_tree_classifier', target = y, "
+                f"features = (f0, f1), validation = 'random', seed = 4) AS {q}")
     studied, trained = (con.execute(f"SELECT fingerprint FROM modelsql.evaluations WHERE name = '{name}'").fetchone()[0]
                         for name in ("held", "held_sql"))
     assert studied == trained

@@ -28,8 +28,8 @@ from modelsql.engine.handlers import catalog_write
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["record_evaluation", "fingerprint_of", "split_row_hash", "hashes_fingerprint", "query_fingerprint", "lineage_digest", "study_query",
-           "study_fingerprint", "study_lineage", "study_origin"]
+__all__ = ["record_evaluation", "fingerprint_of", "split_row_hash", "hashes_fingerprint", "query_fingerprint",
+           "lineage_digest", "study_query", "study_fingerprint", "study_lineage", "study_origin"]
 
 def fingerprint_of(duck: Any, query: exp.Expression, params: Sequence[Any]) -> str:
     """The fingerprint EVALUATE records of the rows of ``query`` (plain SQL) run on the DuckDB connection ``duck``

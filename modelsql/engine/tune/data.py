@@ -34,8 +34,8 @@ from modelsql.engine.training_features import training_features
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["StudyData", "load_study_data", "read_table", "read_rows", "feature_columns", "feature_matrix", "target_values",
-           "split_rows"]
+__all__ = ["StudyData", "load_study_data", "read_table", "read_rows", "feature_columns", "feature_matrix",
+           "target_values", "split_rows", "held_out"]
 
 
 @dataclass(frozen=True)
