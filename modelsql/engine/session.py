@@ -360,8 +360,9 @@ class Session:
         collector (half the time of fetching a DB-API result as Arrow: no second copy of the rows), and its PEP 249
         ``description`` (each column's name and DuckDB type); a failure becomes ``on_error(exc)`` (default: the
         PEP 249 mapping). With ``row_hash`` the table has one more column, last: each row's ``hash()`` over every
-        column (UBIGINT), computed by DuckDB as it reads the rows, in their own types (the fingerprint EVALUATE
-        records of rows, :func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`)."""
+        column (UBIGINT; DuckDB's own, named whole, whatever macro a user named ``hash``), computed by DuckDB as it
+        reads the rows, in their own types (the fingerprint EVALUATE records of rows,
+        :func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`)."""
         try:
             relation = self.duck.sql(text, params=list(params) if params else None)
             description = [(str(c), str(t), None, None, None, None, True)
@@ -372,7 +373,7 @@ class Session:
             taken = {n.lower() for n in names}
             name = next(f"__msql_row_hash{k or ''}" for k in range(len(taken) + 2)
                         if f"__msql_row_hash{k or ''}" not in taken)
-            hashed = relation.project(f'*, hash(*COLUMNS(*)) AS "{name}"').to_arrow_table()
+            hashed = relation.project(f'*, system.main.hash(*COLUMNS(*)) AS "{name}"').to_arrow_table()
             return hashed.rename_columns([*names, name]), description  # (names a projection made unique restored)
         except Exception as exc:
             raise (on_error or translate)(exc) from exc

@@ -299,6 +299,21 @@ def test_the_origin_fingerprint_equals_evaluates_whatever_the_columns_types(con)
     con.commit()
 
 
+def test_a_users_macro_named_hash_does_not_replace_the_rows_hash(tmp_path) -> None:
+    """The row hash of fingerprints is DuckDB's own function named whole: a macro named hash changes nothing (it
+    made CREATE MODEL ... AS and EVALUATE fail with a binder error)."""
+    c = modelsql.connect(str(tmp_path / "macro.duckdb"))
+    c.autocommit = True
+    c.execute("CREATE TABLE t AS SELECT (i % 7)::DOUBLE AS a, (i % 3 = 0)::INT AS y FROM range(60) r(i)")
+    c.execute("CREATE MACRO hash(a) AS 42")
+    c.execute("CREATE MODEL m WITH (model_type = 'logistic_reg', target = y, validation = 'none') AS SELECT * FROM t")
+    c.execute("EVALUATE MODEL m ON (SELECT * FROM t) TARGET y")
+    digest = c.execute("SELECT digest FROM modelsql.model_origins").fetchone()[0]
+    fingerprints = {r[0] for r in c.execute("SELECT fingerprint FROM modelsql.evaluations").fetchall()}
+    assert fingerprints == {digest.removeprefix("rows:")} and digest.startswith("rows:60:")
+    c.close()
+
+
 def test_enum_features_and_whole_number_float_targets(con) -> None:
     con.execute("CREATE TYPE shade AS ENUM ('red', 'green', 'blue')")
     con.execute("CREATE TABLE shaded AS SELECT id, f0, f2, colour::shade AS colour, y::DOUBLE AS y FROM iris")

@@ -204,6 +204,18 @@ def test_bad_estimator_studies_are_clear_errors_and_record_nothing(con, sql, cod
     assert con.execute("SELECT count(*) FROM modelsql.studies").fetchone() == before
 
 
+@pytest.mark.parametrize("inputs, says", [
+    ("ON (SELECT f0, f1, CASE WHEN f0 > 20 THEN error('boom') ELSE y END AS y FROM cancer)", "TUNE ON: "),
+    ("ON TABLE cancer VALIDATE ON (SELECT f0, nosuch AS y FROM cancer)", "TUNE VALIDATE ON: "),
+])
+def test_a_failing_input_query_is_named_by_its_clause(con, inputs, says):
+    """As a trainable's TUNE says which of ON and VALIDATE ON failed, a model type's does."""
+    with pytest.raises(modelsql.Error) as info:
+        con.execute(f"TUNE MODEL bad {inputs} TARGET y SEARCH (max_depth = CHOICE(1, 2)) USING GRID WITH ("
+                    "model_type = 'decision_tree_classifier')")
+    assert str(info.value).startswith(says), str(info.value)
+
+
 def test_failed_trials_one_class_and_the_study_s_rows(con):
     # a configuration scikit-learn refuses fails its trial; the others run
     row = con.execute("TUNE MODEL dt ON TABLE cancer TARGET y SEARCH (max_depth = CHOICE(-1, 2)) USING GRID "

@@ -135,7 +135,7 @@ def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str
         options.append(exp.EQ(this=exp.to_identifier("on_null"), expression=exp.Literal.string(on_null)))
     source = stmt.args["source"].copy()
     if hashed:
-        hashing = exp.Anonymous(this="hash", expressions=[exp.column(exp.to_identifier(n, quoted=True))
+        hashing = exp.Anonymous(this=queries.ROW_HASH, expressions=[exp.column(exp.to_identifier(n, quoted=True))
                                                           for n in hashed])
         source = exp.Subquery(this=exp.select(exp.Star(), exp.alias_(hashing, row_hash, quoted=True))
                               .from_(source))

@@ -24,8 +24,8 @@ from typing import Any, Optional, Sequence
 
 from modelsql.engine.evaluate.score_stats import EPS
 
-__all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text", "EPS",
-           "PREDICTIONS", "hash_column"]
+__all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text",
+           "ROW_HASH", "EPS", "PREDICTIONS", "hash_column"]
 
 def hash_column(columns: Sequence[str]) -> str:
     """The name of the column of each input row's hash that an evaluation's PREDICT input adds (computed as DuckDB
@@ -104,10 +104,14 @@ _COMMON = ("(SELECT count(*) FROM __msql_eval) AS n, "
 _NOT_A_NUMBER = "isnan({0}) OR isinf({0})"
 
 
+ROW_HASH = "system.main.hash"
+"""DuckDB's ``hash()`` of a row's columns, named whole: a user's macro named ``hash`` does not replace it."""
+
+
 def fingerprint_sql(columns: Sequence[str], relation: str) -> str:
     """``SELECT count(*), digest`` of the rows of ``relation`` over ``columns`` (quoted SQL): the fingerprint an
     EVALUATE of those rows records (:func:`fingerprint_text`)."""
-    return f"SELECT count(*), {_HASH_SUM.format('hash(' + ', '.join(columns) + ')')} FROM {relation}"
+    return f"SELECT count(*), {_HASH_SUM.format(ROW_HASH + '(' + ', '.join(columns) + ')')} FROM {relation}"
 
 
 def fingerprint_text(rows: int, digest: int) -> str:

@@ -162,7 +162,10 @@ def _rows_of(session: Session, source: exp.Expression, params: list, target: str
              where: str, imputed: Sequence[str], on_null: str = "refuse") -> tuple[TrainingRows, np.ndarray]:
     """The rows of ``source`` as the estimator takes them, and each row read's hash over every column (what
     EVALUATE's fingerprint of rows is summed from)."""
-    table, types, hashes = input_rows(session, source, params)
+    try:
+        table, types, hashes = input_rows(session, source, params)
+    except Error as err:  # the query's error, named for the clause it came from (as a trainable's TUNE names it)
+        raise err.retold(f"{where}: {err}", line=err.line, column=err.column) from None
     rows = training_rows(table, types=types, task=task, target=target, features=features, on_null=on_null,
                          statement=where, imputed=imputed)
     return rows, hashes
