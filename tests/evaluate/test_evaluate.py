@@ -754,6 +754,14 @@ def test_confusion_matrix_and_roc_curve_equal_scikit_learn(con):
     assert again == curve and con.execute("SELECT currval('roc_reads')").fetchone() == (len(y),)
 
 
+def test_roc_curve_of_a_class_the_model_does_not_know_names_it(con):
+    """A TARGET class the binary model never learned is named as such, not as probabilities the model lacks."""
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM ROC_CURVE(MODEL cancer_rf, (SELECT * REPLACE (CASE WHEN f0 > 20 THEN 7 ELSE "
+                    "malignant END AS malignant) FROM cancer), target = malignant)")
+    assert info.value.code == "invalid_target" and "the class 7, which cancer_rf does not know" in str(info.value)
+
+
 def test_explain_of_a_table_function_computes_nothing_and_shows_its_plan(con):
     """EXPLAIN binds a table function but never runs it (its input's NULL target would fail the run), shows the
     plan of its predictions, and keeps the columns and their types, so the query around it binds as it would run;

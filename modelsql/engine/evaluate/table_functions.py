@@ -170,11 +170,17 @@ def _confusion_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
 
 
 def _roc_table(plan: EvaluatePlan, done: Measured) -> pa.Table:
+    matrix, labels = done.metrics.get("confusion_matrix") or [], done.metrics.get("labels") or []
+    true = [label for label, counts in zip(labels, matrix) if sum(counts)]  # the TARGET's classes
+    unknown = [label for label in true if plan.classes is not None and label not in plan.classes]
+    if done.where is None and unknown:
+        raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} has the class {unknown[0]!r}, which "
+                               f"{plan.name} does not know (its classes: {', '.join(map(repr, plan.classes or []))})",
+                               code="invalid_target")
     if done.where is None:
         raise ProgrammingError(f"ROC_CURVE(...): {plan.name} gives no probabilities of each class (scores outside "
                                "[0, 1], or none)", code="invalid_target")
-    matrix, labels, where = done.metrics.get("confusion_matrix") or [], done.metrics.get("labels") or [], done.where
-    true = [label for label, counts in zip(labels, matrix) if sum(counts)]  # the TARGET's classes
+    where = done.where
     if len(true) != 2:
         raise ProgrammingError(f"ROC_CURVE(...): the TARGET {plan.target} must have two classes; its rows have "
                                f"{', '.join(map(repr, true)) or 'none'}", code="invalid_target")
