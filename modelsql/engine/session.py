@@ -373,6 +373,8 @@ class Session:
             taken = {n.lower() for n in names}
             name = next(f"__msql_row_hash{k or ''}" for k in range(len(taken) + 2)
                         if f"__msql_row_hash{k or ''}" not in taken)
+            # (DuckDB's own hash named whole, as evaluate.queries.ROW_HASH: not imported, which would load pyarrow
+            # at start-up)
             hashed = relation.project(f'*, system.main.hash(*COLUMNS(*)) AS "{name}"').to_arrow_table()
             return hashed.rename_columns([*names, name]), description  # (names a projection made unique restored)
         except Exception as exc:

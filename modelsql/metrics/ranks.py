@@ -10,9 +10,11 @@ the score and the class into one integer where the score is float32: 32 bits whe
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
-__all__ = ["rank_sums", "rank_sum_of"]
+__all__ = ["rank_sums", "rank_sum_of", "flagged_ascending"]
 
 _LOW32 = np.uint64(0xFFFFFFFF)
 
@@ -45,22 +47,35 @@ def rank_sum_of(scores: np.ndarray, mine: np.ndarray) -> float:
         scores: shape ``(n,)``, float32 or float64, no NaN.
         mine: shape ``(n,)``, bool.
 
-    Probabilities (float32 in [0, 1]: the sign bit and bit 30 are 0) sort shifted one bit left with the row's
-    flag in bit 0 (the shift also drops -0.0's sign: it sorts as 0.0), and the flagged rows' positions are summed
-    as a dot product of float64 integers (exact below 2**53: ``n`` up to 10**8; ``einsum``, not ``dot``: BLAS's
+    Probabilities sort packed with the row's flag in 32 bits (:func:`flagged_ascending`), and the flagged rows'
+    positions are summed as a dot product of float64 integers (exact below 2**53: ``n`` up to 10**8; ``einsum``, not ``dot``: BLAS's
     threads would fight the caller's)."""
     mine = np.asarray(mine, dtype=bool)
-    if scores.dtype != np.float32 or not len(scores) or not _probabilities(scores):
+    packed = flagged_ascending(scores, mine)
+    if packed is None:
         return float(rank_sums(scores, mine.view(np.int8), 2)[1])
-    packed = scores.view(np.uint32) << np.uint32(1)
-    np.bitwise_or(packed, mine, out=packed)
-    packed.sort()
     flags = packed & np.uint32(1)
     total = float(np.einsum("i,i->", flags.astype(np.float64), np.arange(1, len(packed) + 1, dtype=np.float64)))
     tied = (packed[1:] ^ packed[:-1]) < 2
     if tied.any():
         total += float(_tie_correction(tied, flags.view(np.int32).astype(np.intp), 2)[1])
     return total
+
+
+def flagged_ascending(scores: np.ndarray, flags: np.ndarray) -> Optional[np.ndarray]:
+    """Probabilities (float32 in [0, 1]: the sign bit and bit 30 are 0) with a flag per row, sorted ascending in one
+    uint32 each: the score's bits shifted one left (which drops -0.0's sign: it sorts as 0.0), the flag in bit 0.
+    None for other scores (float64, outside [0, 1], NaN) or none.
+
+    Args:
+        scores: shape ``(n,)``; flags: shape ``(n,)``, bool.
+    """
+    if scores.dtype != np.float32 or not len(scores) or not _probabilities(scores):
+        return None
+    packed = scores.view(np.uint32) << np.uint32(1)
+    np.bitwise_or(packed, flags, out=packed)
+    packed.sort()
+    return packed
 
 
 def _sorted(scores: np.ndarray, classes: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from modelsql.engine.evaluate.class_counts import class_codes
+from modelsql.metrics.ranks import flagged_ascending
 
 __all__ = ["ROC_COLUMNS", "ROC_SCHEMA", "roc_points"]
 
@@ -63,13 +64,11 @@ def _scores(predictions: pa.Table, position: int, positive: Any) -> tuple[np.nda
 
 
 def _descending(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The scores highest first and each one's flag. Probabilities (float32 in [0, 1]) sort shifted one bit left
-    with the flag in bit 0, as :func:`~modelsql.metrics.ranks.rank_sum_of` ranks them (-0.0 becomes 0.0); anything
-    else by an argsort."""
-    if x.dtype == np.float32 and x.min() >= 0 and x.max() <= 1:
-        packed = x.view(np.uint32) << np.uint32(1)
-        np.bitwise_or(packed, y, out=packed)
-        packed.sort()
+    """The scores highest first and each one's flag. Probabilities (float32 in [0, 1]) sort packed with their flag
+    (:func:`~modelsql.metrics.ranks.flagged_ascending`, as the ranks of ROC AUC do; -0.0 becomes 0.0); anything else
+    by an argsort."""
+    packed = flagged_ascending(x, y)
+    if packed is not None:
         packed = packed[::-1]
         return (packed >> np.uint32(1)).view(np.float32), (packed & np.uint32(1)).astype(np.int64)
     x = x + 0.0  # (-0.0 is 0.0)

@@ -40,8 +40,8 @@ from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.studies import StudyRow, TrialRow
 from modelsql.catalog.study_parameters import kept_parameters
 from modelsql.errors import DataError, Error, NotSupportedError, ProgrammingError, without_excerpt
-from modelsql.estimators import (ColumnKinds, ModelType, Transform, build_pipeline, conversion_tolerance, hyperparameters_from_text,
-                                 hyperparameters_text, imputed_columns, resolve_model_type,
+from modelsql.estimators import (ColumnKinds, ModelType, Transform, build_pipeline, conversion_tolerance,
+                                 hyperparameters_from_text, hyperparameters_text, imputed_columns, resolve_model_type,
                                  transform_columns, transforms_from_json, transforms_json, transforms_text,
                                  validation_rows)
 from modelsql.estimators.scoring import HIGHER_IS_BETTER, checked_mode, metric_for, score, staged_scores
@@ -148,7 +148,6 @@ class _Study:
     parameters: list = field(default_factory=list)  # the statement's ? values (ON / VALIDATE ON read them)
     transforms: Optional[tuple[Transform, ...]] = None  # the model's TRANSFORM items (None: automatic preprocessing)
     model_version: int = 0  # the version of the model tuned (its hyper-parameters, TRANSFORM), 0: none
-    train_fingerprint: Optional[str] = None  # EVALUATE's fingerprint of the ON rows as TUNE read them
 
     @property
     def boosted(self) -> bool:
@@ -454,7 +453,7 @@ def _study_row(study: _Study, status: str, best: Optional[int], value: Optional[
                    base=study.base, features=list(study.data.rows.features), validation_fraction=study.fraction,
                    in_features=len(study.data.rows.kinds.columns), data=study.data.fingerprint,
                    parameters=kept_parameters(study.parameters),
-                   **({"train_fingerprint": study.train_fingerprint} if study.train_fingerprint else {}),
+                   **({"train_fingerprint": study.data.train_fingerprint} if study.data.train_fingerprint else {}),
                    **({"transforms": transforms_json(study.transforms)} if study.transforms is not None else {}),
                    **({"imputed": list(study.data.rows.imputed)} if study.data.rows.imputed else {}))
     return StudyRow(study.name, study.model, study.model_version, study.algorithm, study.metric, study.mode, study.max_epochs,
@@ -469,7 +468,6 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
     """Run an estimator study (see the module) and record it; one row, TUNE's columns."""
     study = bind_estimator_study(stmt, session, params, options, model_type, base, transforms, imputed)
     study.parameters = list(params)
-    study.train_fingerprint = study.data.train_fingerprint
     existing = _existing(session, study, bool(stmt.args.get("resume")))
     if existing is not None:
         return study_result(session, existing)
