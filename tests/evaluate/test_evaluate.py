@@ -328,6 +328,33 @@ def test_the_prediction_and_probabilities_are_chosen_by_the_models_output_names(
     c.close()
 
 
+def test_a_target_named_label_beside_a_column_named_predicted_label_is_evaluated(tmp_path):
+    """A TARGET ``label`` in an input that also has a column ``predicted_label`` left both names of PREDICT's
+    ``label`` output taken, and EVALUATE, its table functions and CREATE MODEL's evaluation of its validation rows
+    failed with ``duplicate_column``; the TARGET is never fed to the model, so it goes by a free name inside the
+    evaluation, and the metrics and the rows' fingerprint are those of the same rows under other names."""
+    c = modelsql.connect(str(tmp_path / "l.duckdb"))
+    c.autocommit = True
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(-0.5, 0.5, 300), rng.uniform(-0.5, 0.5, 300)
+    y = (a + 0.1 * rng.normal(size=300) > 0).astype(np.int64)
+    c.register("d_arrow", pa.table({"a": a, "b": b, "label": y, "predicted_label": y[::-1].copy()}))
+    c.execute("CREATE TABLE d AS SELECT * FROM d_arrow")
+    c.import_model("net", _two_class_net([("label", "am"), ("probabilities", "p")]), features=["a", "b"])
+    got = _evaluate(c, "EVALUATE MODEL net ON TABLE d TARGET label")
+    renamed = _evaluate(c, "EVALUATE MODEL net ON (SELECT a, b, label AS y, predicted_label AS z FROM d) TARGET y")
+    assert got["accuracy"] == renamed["accuracy"] and got["log_loss"] == renamed["log_loss"]
+    prints = c.execute("SELECT fingerprint FROM modelsql.evaluations ORDER BY evaluation").fetchall()
+    assert prints[0] == prints[1]
+    cells = c.execute("SELECT sum(rows) FROM CONFUSION_MATRIX(MODEL net, TABLE d, target = label)").fetchone()[0]
+    assert cells == 300
+    assert c.execute("SELECT count(*) FROM ROC_CURVE(MODEL net, TABLE d, target = label)").fetchone()[0] > 2
+    row = c.execute("CREATE MODEL lr WITH (model_type = 'logistic_reg', target = label) "
+                    "AS SELECT a, predicted_label, label FROM d").fetchone()
+    assert row[0] == "lr" and c.execute("SELECT count(*) FROM modelsql.evaluations WHERE name = 'lr'").fetchone()[0] == 1
+    c.close()
+
+
 def test_a_model_feature_named_as_the_row_hash_is_never_fed_the_hash(tmp_path):
     """The hash column gets a name neither the input nor the model has: a feature missing from the input is the
     error PREDICT gives, not a model fed each row's hash."""

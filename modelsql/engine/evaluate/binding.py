@@ -119,11 +119,12 @@ def _target(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], ses
 
 
 def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str]], on_null: str,
-                  hashed: list[str], row_hash: str) -> PredictTable:
+                  hashed: list[str], row_hash: str, renamed: Optional[tuple[str, str]] = None) -> PredictTable:
     """The PREDICT of the evaluation: the version bound (whatever is added meanwhile), its features and
     ``on_null`` (PREDICT's: ``'skip'`` leaves rows with a NULL feature out); its input the statement's with each
     row's hash over the columns ``hashed`` added as column ``row_hash`` (:func:`.queries.hash_column`: a model bound
-    by name ignores it, one fed by position is given its ``features``), unless there are none."""
+    by name ignores it, one fed by position is given its ``features``), unless there are none; ``renamed``: the
+    TARGET column and the name it goes by (:func:`_target_column`)."""
     ref = stmt.this.copy()
     ref.set("version", exp.Literal.number(version))
     ref.set("alias", None)
@@ -137,8 +138,11 @@ def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str
     if hashed:
         hashing = exp.Anonymous(this=queries.ROW_HASH, expressions=[exp.column(exp.to_identifier(n, quoted=True))
                                                           for n in hashed])
-        source = exp.Subquery(this=exp.select(exp.Star(), exp.alias_(hashing, row_hash, quoted=True))
-                              .from_(source))
+        star: list[exp.Expression] = [exp.Star()]
+        if renamed is not None:
+            star = [exp.Star(except_=[exp.column(exp.to_identifier(renamed[0], quoted=True))]),
+                    exp.alias_(exp.column(exp.to_identifier(renamed[0], quoted=True)), renamed[1], quoted=True)]
+        source = exp.Subquery(this=exp.select(*star, exp.alias_(hashing, row_hash, quoted=True)).from_(source))
     return PredictTable(this=ref, expression=source, options=options or None)
 
 
@@ -275,23 +279,35 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     features = _features(stmt, entry, columns, target, options, session)
     _check_target_not_fed(stmt, entry, features, target)
     names = [n for n, _ in columns]
-    row_hash = queries.hash_column([*names, *(i.name for i in entry.inputs), *(entry.features or ())])
-    predict = _predict_node(stmt, entry.version, features, options["on_null"], names, row_hash)
+    taken = [*names, *(i.name for i in entry.inputs), *(entry.features or ())]
+    row_hash = queries.hash_column(taken)
+    read_target = _target_column(entry, target, [*taken, row_hash])
+    renamed = (target, read_target) if read_target != target else None
+    predict = _predict_node(stmt, entry.version, features, options["on_null"], names, row_hash, renamed)
     predict_sql = predict.sql(dialect=msql.DIALECT)
     # the PREDICT's columns as its binding names them (nothing planned: the query plans it once, and raises its
     # binding errors then)
-    bound = bind_outputs(entry, [*names, row_hash])
+    bound = bind_outputs(entry, [read_target if n == target else n for n in names] + [row_hash])
     outputs = [(o.column, o.duckdb_type) for o in bound]
     named = [(o.output_name, o.column, o.duckdb_type) for o in bound]
     task, prediction, probabilities, cast = _prediction(stmt, named, target_type)
     _check_task_options(stmt, task, options)
     classes = _model_classes(session, entry) if task == "classification" else None
     read, width = _probabilities_read(probabilities, outputs, classes)
-    predicted = queries.Predicted(predict_sql, exp.to_identifier(target, quoted=True).sql("duckdb"), prediction,
+    predicted = queries.Predicted(predict_sql, exp.to_identifier(read_target, quoted=True).sql("duckdb"), prediction,
                                   read, row_hash if names else "", cast or _read_as(task, target_type), width,
                                   task == "classification" and _type_of(outputs, prediction) == "VARCHAR")
     return EvaluatePlan("pipeline" if pipeline else "model", entry.name, entry.version, task, target,
                         input_text(source), predicted, options, classes, cast[2:] if cast else target_type)
+
+
+def _target_column(entry: Any, target: str, taken: list[str]) -> str:
+    """The name the TARGET goes by in the PREDICT's input: its own, unless a model output of that name (or
+    ``predicted_<output>``, the name PREDICT gives an output whose name an input column has) would clash with it:
+    then a free name (``__msql_t``). The TARGET is never fed to the model (:func:`_check_target_not_fed`), so a
+    target named ``label`` beside a feature named ``predicted_label`` is evaluated as any other."""
+    clashing = {n for o in entry.outputs for n in (o.name.lower(), f"predicted_{o.name}".lower())}
+    return queries.hash_column(taken, base="__msql_t") if target.lower() in clashing else target
 
 
 def input_text(source: exp.Expression) -> str:

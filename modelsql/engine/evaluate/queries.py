@@ -27,12 +27,13 @@ from modelsql.engine.evaluate.score_stats import EPS
 __all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text",
            "ROW_HASH", "EPS", "PREDICTIONS", "hash_column"]
 
-def hash_column(columns: Sequence[str]) -> str:
+def hash_column(columns: Sequence[str], base: str = "__msql_h") -> str:
     """The name of the column of each input row's hash that an evaluation's PREDICT input adds (computed as DuckDB
     reads the input, so the input's other columns need not travel with the predictions to be fingerprinted):
-    ``__msql_h``, or ``__msql_h_<k>`` when the input has a column of that name (DuckDB's names ignore case)."""
+    ``__msql_h``, or ``__msql_h_<k>`` when the input has a column of that name (DuckDB's names ignore case); with
+    ``base``, a free name of that stem (the TARGET's, where the input's name clashes with the PREDICT's outputs)."""
     taken = {c.lower() for c in columns}
-    return next(name for name in ("__msql_h", *(f"__msql_h_{k}" for k in range(1, len(taken) + 2)))
+    return next(name for name in (base, *(f"{base}_{k}" for k in range(1, len(taken) + 2)))
                 if name not in taken)
 
 PREDICTIONS = "__msql_eval"
