@@ -241,3 +241,30 @@ def test_an_option_error_of_explain_tune_points_at_the_option(con):
         con.cursor().execute(sql)
     line = sql.splitlines()[1]
     assert (info.value.line, info.value.column) == (2, line.index("max_epochs = 0") + 1)
+
+
+@pytest.mark.parametrize("on, validate", [
+    ('(SELECT sepal_length, sepal_length AS "SEPAL_LENGTH", label FROM flowers)', "TABLE flowers_val"),
+    ("TABLE flowers", '(SELECT sepal_length, petal_width AS "Sepal_Length", label FROM flowers_val)'),
+])
+def test_tune_refuses_an_input_with_two_columns_of_one_name_in_two_cases(con, on, validate):
+    """Read as ``SELECT * FROM (query)``, DuckDB renamed the second spelling (``SEPAL_LENGTH_1``) and TUNE trained on a
+    column no PREDICT input has; it is refused as CREATE MODEL ... AS refuses it, naming the clause, before any
+    trial, and the catalog keeps no study."""
+    cur = con.cursor()
+    clause = "VALIDATE ON" if validate.startswith("(") else "ON"
+    with pytest.raises(ProgrammingError, match=f'TUNE {clause}: the query has two columns named "sepal_length"') as e:
+        cur.execute(TUNE.format(on=f"{on} VALIDATE ON {validate}", extra=""))
+    assert e.value.code == "duplicate_column"
+    assert cur.execute("SELECT count(*) FROM modelsql.studies").fetchone()[0] == 0
+
+
+def test_finetune_refuses_an_input_with_two_columns_of_one_name_in_two_cases(con):
+    _pipeline(con)
+    cur = con.cursor()
+    on = ('(SELECT sepal_length, sepal_width, petal_length, petal_width, petal_width AS "Petal_Width", label '
+          "FROM flowers)")
+    with pytest.raises(ProgrammingError, match='FINETUNE ON: the query has two columns named "petal_width"') as e:
+        cur.execute(FINETUNE.format(extra="").replace("ON TABLE flowers VALIDATE", f"ON {on} VALIDATE"))
+    assert e.value.code == "duplicate_column"
+    assert cur.execute("SELECT count(*) FROM modelsql.models WHERE name = 'pl_finetuned'").fetchone()[0] == 0

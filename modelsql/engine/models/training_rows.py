@@ -102,8 +102,12 @@ RESERVED = ("label", "probabilities", "prediction", "scores", "variable")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _check_names(columns: list[str], statement: str) -> None:
-    """Column names are unique whatever their case (DuckDB's names are case-insensitive; PREDICT binds by name)."""
+def check_column_names(columns: Sequence[str], statement: str) -> None:
+    """Column names are unique whatever their case (DuckDB's names are case-insensitive; PREDICT binds by name).
+
+    Raises:
+        ProgrammingError: ``duplicate_column``, naming both spellings.
+    """
     seen: dict[str, str] = {}
     for c in columns:
         if c.lower() in seen:
@@ -320,7 +324,7 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
             float32 would round), ``invalid_training_data`` (too many categories), ``too_few_rows`` (no row left).
     """
     columns = table.column_names
-    _check_names(columns, statement)
+    check_column_names(columns, statement)
     target_name = find_column(columns, target, statement, "TARGET") if target is not None else None
     chosen = training_features(columns, target_name or "", feature_option(features, target_name or "", statement)
                                if features is not None else None, (), statement)

@@ -34,7 +34,7 @@ from modelsql.engine.tune.stage_tree import tune_stage_tree
 from modelsql.engine.models.trainables import register, trainable_for_tune
 from modelsql.engine.training_features import feature_option, input_keys
 from modelsql.engine.tune.checks import check_space_values, check_threads, probe_factory, training_device
-from modelsql.engine.tune.data import load_study_data
+from modelsql.engine.tune.data import check_input_columns, load_study_data
 from modelsql.engine.tune.estimators import estimator_type, tune_estimator
 from modelsql.engine.tune.objective import tune_objective
 from modelsql.engine.tune.result import study_result
@@ -166,6 +166,9 @@ def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
     validate = stmt.args.get("validate")
     train_sql = relation_sql(stmt.args["train"], "ON")
     validate_sql = relation_sql(validate, "VALIDATE ON") if validate is not None else None
+    check_input_columns(session, stmt.args["train"], params, "ON")
+    if validate is not None:
+        check_input_columns(session, validate, params, "VALIDATE ON")
     data = load_study_data(session, train_sql, validate_sql, target, features, options["validation_fraction"], seed,
                            params, input_keys(session, stmt.args["train"]))
     metric, mode = _metric(options, data.data.task)
