@@ -138,7 +138,7 @@ def _predict_node(stmt: EvaluateModel, version: int, features: Optional[list[str
     if hashed:
         hashing = exp.Anonymous(this=queries.ROW_HASH, expressions=[exp.column(exp.to_identifier(n, quoted=True))
                                                           for n in hashed])
-        star: list[exp.Expression] = [exp.Star()]
+        star: list[Any] = [exp.Star()]
         if renamed is not None:
             star = [exp.Star(except_=[exp.column(exp.to_identifier(renamed[0], quoted=True))]),
                     exp.alias_(exp.column(exp.to_identifier(renamed[0], quoted=True)), renamed[1], quoted=True)]

@@ -16,6 +16,7 @@ same rows in another order, train in another tree.
 from __future__ import annotations
 
 import hashlib
+import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -98,8 +99,7 @@ def check_input_columns(session: Session, node: Any, params: Sequence, what: str
     """
     if not isinstance(node, exp.Subquery):
         return
-    query = node.unnest()
-    sql, used = renumber(query)
+    sql, used = renumber(typing.cast(exp.Expression, node.unnest()))
     try:
         names = session.duck.sql(sql, params=[params[k - 1] for k in used] or None).columns
     except Exception as exc:  # noqa: BLE001 - DuckDB's error, translated and named for the clause
