@@ -340,6 +340,14 @@ class Studies:
             self._write("UPDATE {s}.stages SET checkpoint = NULL, checkpoint_bytes = NULL "
                         "WHERE tree = ? AND list_contains(?::BIGINT[], stage)", [tree, list(stages)])
 
+    def live_trial_checkpoints(self) -> set[str]:
+        """Digests of the checkpoints trials of every study reference, but pruned and failed trials' (one
+        statement, however many studies the catalog holds)."""
+        if not self._catalog.present:
+            return set()
+        return {r[0] for r in self._rows("SELECT DISTINCT checkpoint FROM {s}.trials WHERE checkpoint <> '' "
+                                         "AND status NOT IN ('pruned', 'failed')")}
+
     def checkpoint_digests(self) -> set[str]:
         """Digests of every checkpoint a stage or a trial references."""
         if not self._catalog.present:

@@ -456,9 +456,7 @@ class StudyRun:
         pruned or failed (in any study of the tree). Their blobs go once nothing references them."""
         with self._txn():
             self._flush_trials()  # this study's rows are read below
-        keep = {r.checkpoint for name in self.catalog.studies.study_names()
-                for r in self.catalog.studies.trials(name)
-                if r.checkpoint and r.status not in ("pruned", "failed")}
+        keep = self.catalog.studies.live_trial_checkpoints()
         dropped: list[str] = []
         with self._txn():
             for key, tree in self.trees.items():
