@@ -466,7 +466,8 @@ def test_the_predict_runs_once(con):
 @pytest.mark.parametrize("sql, code, says", [
     ("EVALUATE MODEL nope ON TABLE iris TARGET y", "model_not_found", 'Model "nope"'),
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET yy", "column_not_found", 'Did you mean "y"'),
-    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'binary')", "invalid_option", "3 classes"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'binary')", "invalid_option",
+     "3 classes (the TARGET's and the predicted ones together: 0, 1, 2)"),
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (average = 'most')", "invalid_option", "average"),
     ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (threshold = 0.5)", "invalid_option", "two classes"),
     ("EVALUATE MODEL cancer_rf ON TABLE cancer TARGET malignant WITH (positive = 'yes')", "invalid_option",
@@ -481,7 +482,8 @@ def test_the_predict_runs_once(con):
     ("EVALUATE MODEL iris_lr ON (SELECT * FROM iris WHERE false) TARGET y", "too_few_rows", "no rows"),
     ("EVALUATE MODEL cancer_rf ON (SELECT * REPLACE (malignant + 0.5 AS malignant) FROM cancer) TARGET malignant",
      "invalid_target", "no class"),
-    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (positive = 2)", "invalid_option", "two classes"),
+    ("EVALUATE MODEL iris_lr ON TABLE iris TARGET y WITH (positive = 2)", "invalid_option",
+     "two classes; the rows have 3 (the TARGET's and the predicted ones together: 0, 1, 2)"),
 ])
 def test_bad_input_is_a_clear_error_and_records_nothing(con, sql, code, says):
     before = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()[0]

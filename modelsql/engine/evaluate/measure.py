@@ -185,7 +185,7 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
     average = plan.options["average"] or ("binary" if len(known) <= 2 and len(labels) <= 2 else "macro")
     if average == "binary" and len(labels) > 2:
         raise option_error("average", f"{where_of(stmt)} option average is 'binary' but the rows have {len(labels)} "
-                                      f"classes: use 'macro', 'weighted' or 'micro'.")
+                                      f"classes ({_classes_text(labels)}): use 'macro', 'weighted' or 'micro'.")
     positive = as_positive(plan.options["positive"], labels)
     if positive is None:
         positive = as_positive(default_positive(known), labels)
@@ -204,8 +204,15 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
     for name in ("threshold", "positive"):
         if plan.options[name] is not None and wrong[name]:
             raise option_error(name, f"{where_of(stmt)} option {name} applies to two classes; the rows have "
-                                     f"{len(labels)}.")
+                                     f"{len(labels)} ({_classes_text(labels)}).")
     return average, positive
+
+
+def _classes_text(labels: Sequence[Any]) -> str:
+    """The rows' classes for a message: what their TARGET holds and what the model predicts for them, together
+    (scikit-learn's ``unique_labels`` of the two, which its metrics count)."""
+    shown = ", ".join(map(repr, labels[:10])) + (", ..." if len(labels) > 10 else "")
+    return f"the TARGET's and the predicted ones together: {shown}"
 
 
 def _two_classes(plan: EvaluatePlan, labels: Sequence[Any]) -> list[Any]:
