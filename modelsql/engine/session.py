@@ -362,14 +362,20 @@ class Session:
         PEP 249 mapping). With ``row_hash`` the table has one more column, last: each row's ``hash()`` over every
         column (UBIGINT; DuckDB's own, named whole, whatever macro a user named ``hash``), computed by DuckDB as it
         reads the rows, in their own types (the fingerprint EVALUATE records of rows,
-        :func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`)."""
+        :func:`~modelsql.engine.evaluate.recording.hashes_fingerprint`), and the columns are named as the query
+        names them, two that differ only in case too (DuckDB's ``DESCRIBE``: a relation of a query holding
+        ``nextval`` is run at once, its second ``A`` beside ``a`` renamed ``A_1``, which statements that train
+        refuse to take for another column)."""
+        values = list(params) if params else None
         try:
-            relation = self.duck.sql(text, params=list(params) if params else None)
-            description = [(str(c), str(t), None, None, None, None, True)
-                           for c, t in zip(relation.columns, relation.types)]
             if not row_hash:
-                return relation.to_arrow_table(), description
-            names = [str(c) for c in relation.columns]
+                relation = self.duck.sql(text, params=values)
+                return relation.to_arrow_table(), [(str(c), str(t), None, None, None, None, True)
+                                                   for c, t in zip(relation.columns, relation.types)]
+            described = self.duck.execute(f"DESCRIBE {text}", values).fetchall()  # (binds; runs nothing)
+            description = [(str(r[0]), str(r[1]), None, None, None, None, True) for r in described]
+            names = [str(r[0]) for r in described]
+            relation = self.duck.sql(text, params=values)
             taken = {n.lower() for n in names}
             name = next(f"__msql_row_hash{k or ''}" for k in range(len(taken) + 2)
                         if f"__msql_row_hash{k or ''}" not in taken)

@@ -16,19 +16,20 @@ those columns by name.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+import typing
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sqlglot import exp
 
 from modelsql.errors import ProgrammingError, did_you_mean
 from modelsql.engine.query.bind_predict import looks_like_key
-from modelsql.engine.query.bind_statement import key_columns_of
+from modelsql.engine.query.bind_statement import key_columns_of, renumber
 from modelsql.engine.options.schema import option_error
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["feature_option", "input_keys", "training_features"]
+__all__ = ["check_column_names", "check_query_columns", "feature_option", "input_keys", "training_features"]
 
 
 def feature_option(names: Optional[tuple[str, ...]], target: str, statement: str = "TUNE") -> Optional[tuple[str, ...]]:
@@ -90,3 +91,46 @@ def training_features(columns: Sequence[str], target: str, given: Optional[Seque
         raise ProgrammingError(f"{statement}: no feature columns: {why}", code="invalid_feature")
     return chosen
 
+
+def check_column_names(columns: Sequence[str], statement: str) -> None:
+    """Column names are unique whatever their case (DuckDB's names are case-insensitive; PREDICT binds by name).
+
+    Raises:
+        ProgrammingError: ``duplicate_column``, naming both spellings.
+    """
+    seen: dict[str, str] = {}
+    for c in columns:
+        if c.lower() in seen:
+            raise ProgrammingError(f'{statement}: the query has two columns named "{seen[c.lower()]}" and "{c}" '
+                                   "(names are case-insensitive): give one another name (AS ...).",
+                                   code="duplicate_column")
+        seen[c.lower()] = c
+
+
+def check_query_columns(session: Session, node: Any, params: Sequence, where: str) -> None:
+    """The columns of an input ``(query)`` (``node``: TUNE's or FINETUNE's ``ON`` / ``VALIDATE ON``, EVALUATE's
+    ``ON``) are unique whatever their case (:func:`check_column_names`): read as ``SELECT * FROM (query)``, DuckDB
+    renames the second ``A`` beside ``a`` to ``A_1``, a name no PREDICT input has, and a TARGET ``A`` would bind
+    to ``a``. The names are DuckDB's ``DESCRIBE`` of the query, which binds it and runs nothing (a relation of a
+    query holding ``nextval`` would run it, its sequence's side effect too). A table's names are unique already; a
+    query holding one of modelsql's table functions (PREDICT, EVALUATE ...), which DuckDB alone cannot describe, is
+    left to the statement.
+
+    Raises:
+        ProgrammingError: ``duplicate_column``; DuckDB's error binding the query, prefixed with ``where``.
+    """
+    from modelsql.sql.evaluate import EvaluationTable
+    from modelsql.sql.predict import PredictTable
+    from modelsql.sql.statement_tables import StatementTable
+
+    if not isinstance(node, exp.Subquery) or node.find(PredictTable, EvaluationTable, StatementTable) is not None:
+        return
+    sql, used = renumber(typing.cast(exp.Expression, node.unnest()))
+    try:
+        described = session.duck.execute(f"DESCRIBE {sql}", [params[k - 1] for k in used] or None).fetchall()
+    except Exception as exc:  # noqa: BLE001 - DuckDB's error, translated and named for the clause
+        from modelsql.duckdb_errors import translate
+
+        err = translate(exc)
+        raise type(err)(f"{where}: {err}", code=err.code) from None
+    check_column_names([str(r[0]) for r in described], where)

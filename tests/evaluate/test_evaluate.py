@@ -328,6 +328,27 @@ def test_the_prediction_and_probabilities_are_chosen_by_the_models_output_names(
     c.close()
 
 
+@pytest.mark.parametrize("sql", [
+    "EVALUATE MODEL net ON (SELECT a, b, label, 1 - label AS \"LABEL\" FROM d) TARGET \"LABEL\"",
+    "SELECT * FROM EVALUATE(MODEL net, (SELECT a, b, label, 1 - label AS \"Label\" FROM d), target = label)",
+])
+def test_a_target_beside_a_column_of_its_name_in_another_case_is_refused(tmp_path, sql):
+    """Read as SELECT * FROM (query), DuckDB renamed the second spelling (LABEL_1) and the TARGET "LABEL" bound to
+    label: the metrics were those of the other column (accuracy 0.995 where the TARGET's is 0.005)."""
+    c = modelsql.connect(str(tmp_path / "c.duckdb"))
+    rng = np.random.default_rng(2)
+    a, b = rng.uniform(-0.5, 0.5, 200), rng.uniform(-0.5, 0.5, 200)
+    c.register("d_arrow", pa.table({"a": a, "b": b, "label": (a > 0).astype(np.int64)}))
+    c.execute("CREATE TABLE d AS SELECT * FROM d_arrow")
+    c.import_model("net", _two_class_net([("label", "am"), ("probabilities", "p")]), features=["a", "b"])
+    c.commit()
+    with pytest.raises(modelsql.ProgrammingError, match="the query has two columns named") as e:
+        c.execute(sql)
+    assert e.value.code == "duplicate_column"
+    assert c.execute("SELECT count(*) FROM modelsql.evaluations").fetchone() == (0,)
+    c.close()
+
+
 def test_a_target_named_label_beside_a_column_named_predicted_label_is_evaluated(tmp_path):
     """A TARGET ``label`` in an input that also has a column ``predicted_label`` left both names of PREDICT's
     ``label`` output taken, and EVALUATE, its table functions and CREATE MODEL's evaluation of its validation rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import textwrap
 
 import numpy as np
@@ -268,3 +269,39 @@ def test_finetune_refuses_an_input_with_two_columns_of_one_name_in_two_cases(con
         cur.execute(FINETUNE.format(extra="").replace("ON TABLE flowers VALIDATE", f"ON {on} VALIDATE"))
     assert e.value.code == "duplicate_column"
     assert cur.execute("SELECT count(*) FROM modelsql.models WHERE name = 'pl_finetuned'").fetchone()[0] == 0
+
+
+def test_the_column_check_runs_no_query_and_sees_names_a_sequence_would_hide(con):
+    """The names of an ON query are DuckDB's DESCRIBE of it: a query with nextval is read once (a relation of it
+    ran it once more, its sequence moving twice per row) and its two spellings of one name are refused (run, DuckDB
+    had already renamed the second); a CTE that writes is refused before it runs."""
+    cur = con.cursor()
+    cur.execute("CREATE SEQUENCE reads; CREATE TABLE journal (i INTEGER)")
+    con.commit()
+    cur.execute(TUNE.format(on="(SELECT nextval('reads') AS row_id, sepal_length, petal_width, label FROM flowers)",
+                            extra=""))
+    assert cur.execute("SELECT currval('reads')").fetchone() == (100,)
+    with pytest.raises(ProgrammingError, match='two columns named "sepal_length" and "Sepal_Length"'):
+        cur.execute(TUNE.format(on="(SELECT nextval('reads') AS row_id, sepal_length, petal_width AS "
+                                   '"Sepal_Length", label FROM flowers)', extra=""))
+    with pytest.raises(ProgrammingError, match="TUNE ON: .*data-modifying"):
+        cur.execute(TUNE.format(on="(WITH w AS (INSERT INTO journal VALUES (1) RETURNING i) SELECT sepal_length, "
+                                   "label FROM flowers, w)", extra=""))
+    assert cur.execute("SELECT count(*) FROM journal").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("on, says", [
+    ("(SELECT * FROM PREDICT(PIPELINE pl, TABLE flowers))", "PREDICT"),
+    ("(SELECT * FROM EVALUATE(MODEL pl_finetuned, TABLE flowers, target = label))", "EVALUATE(...)"),
+    ("(SELECT * FROM (SHOW MODELS))", "a listing of modelsql's (SHOW ..., DESCRIBE ...)"),
+])
+def test_a_table_function_of_modelsqls_in_the_input_is_refused_before_anything_reads_it(con, on, says):
+    """FINETUNE checked the input's column names before it refused a PREDICT in it, and failed with an InternalError
+    (sqlglot asked for DuckDB SQL of a PREDICT); an EVALUATE(...) in TUNE's input was a bare ValueError."""
+    _pipeline(con)
+    cur = con.cursor()
+    for statement in (FINETUNE.format(extra="").replace("ON TABLE flowers VALIDATE", f"ON {on} VALIDATE"),
+                      TUNE.format(on=on, extra="")):
+        with pytest.raises(modelsql.NotSupportedError, match=f"ON: an input with {re.escape(says)} is not") as e:
+            cur.execute(statement)
+        assert e.value.code == "tune_input_predict"

@@ -95,6 +95,12 @@ def test_names_values_and_restatements(con, tmp_path):
     again = con.execute("tune model n on table diabetes target Y search (alpha = choice(1.0, 3.0)) using grid "
                         "with (mode = 'max', seed = 0, objective = 'tune_fixtures:numpy_objective')").fetchone()
     assert again == row
+    for on in ('(SELECT f0, f0 AS "F0", y FROM diabetes)', "TABLE diabetes VALIDATE ON (SELECT f0, f0 AS \"F0\", y "
+               "FROM diabetes)"):  # the objective was handed both spellings
+        with pytest.raises(modelsql.ProgrammingError, match='two columns named "f0" and "F0"') as info:
+            con.execute(f"TUNE MODEL x ON {on} TARGET y SEARCH (alpha = CHOICE(1.0)) USING GRID "
+                        "WITH (objective = 'tune_fixtures:ridge_objective', mode = 'max')")
+        assert info.value.code == "duplicate_column"
     (tmp_path / "raising_module.py").write_text("raise RuntimeError('not importable today')\n")
     import sys
     sys.path.insert(0, str(tmp_path))

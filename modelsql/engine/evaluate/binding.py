@@ -29,7 +29,7 @@ from modelsql.engine.options.declared import EVALUATE
 from modelsql.engine.options.schema import OptionValues, option_error
 from modelsql.engine.query.bind_predict import bind_outputs, row_shape, row_width
 from modelsql.engine.query_handler import columns_of
-from modelsql.engine.training_features import feature_option, input_keys, training_features
+from modelsql.engine.training_features import check_query_columns, feature_option, input_keys, training_features
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -271,6 +271,7 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
         raise _bad_target(stmt, f"{entry.name} version {entry.version} is a clusterer: its labels number clusters, "
                                 "not classes, so there is no TARGET to compare them with")
     source = stmt.args["source"]
+    check_query_columns(session, source, params, where_of(stmt))  # a TARGET "A" beside a column a: which?
     columns = _input_columns(session, source, params)
     target, target_type = _target(stmt, entry, columns, session)
     if target_type.strip('"') == "NULL":

@@ -19,10 +19,10 @@ import numpy as np
 
 from modelsql.errors import DataError, Error, ProgrammingError
 from modelsql.engine.options.declared import FINETUNE
-from modelsql.engine.training_features import feature_option, input_keys
+from modelsql.engine.training_features import check_query_columns, feature_option, input_keys
 from modelsql.engine.tune.statements import relation_sql
 from modelsql.engine.tune.checks import training_device
-from modelsql.engine.tune.data import check_input_columns, feature_columns, feature_matrix, read_table, split_rows, target_values
+from modelsql.engine.tune.data import feature_columns, feature_matrix, read_table, split_rows, target_values
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -104,15 +104,17 @@ def read_data(session: Session, stmt, pv, options: dict, params: list, classes: 
     """
     target = stmt.args["target"].name
     try:
-        check_input_columns(session, stmt.args["train"], params, "ON")
-        train = read_table(session, relation_sql(stmt.args["train"], "ON", "FINETUNE"), params, "ON")
+        train_sql = relation_sql(stmt.args["train"], "ON", "FINETUNE")  # (refuses a PREDICT in it first)
+        check_query_columns(session, stmt.args["train"], params, "FINETUNE ON")
+        train = read_table(session, train_sql, params, "ON")
         features = feature_columns(train, target, options["features"] or pv.steps[0].model.features,
                                    input_keys(session, stmt.args["train"]))
         x, raw = feature_matrix(train, features, "training"), target_values(train, target, "training")
         validate = stmt.args.get("validate")
         if validate is not None:
-            check_input_columns(session, validate, params, "VALIDATE ON")
-            val = read_table(session, relation_sql(validate, "VALIDATE ON", "FINETUNE"), params, "VALIDATE ON")
+            validate_sql = relation_sql(validate, "VALIDATE ON", "FINETUNE")
+            check_query_columns(session, validate, params, "FINETUNE VALIDATE ON")
+            val = read_table(session, validate_sql, params, "VALIDATE ON")
             feature_columns(val, target, features)
             x_val, raw_val = feature_matrix(val, features, "validation"), target_values(val, target, "validation")
         else:

@@ -26,7 +26,7 @@ from modelsql.estimators.transforms import null_category_rows
 from modelsql.estimators.preprocessing import MAX_CATEGORIES
 from modelsql.engine.evaluate.recording import split_row_hash
 from modelsql.engine.query_handler import run_query
-from modelsql.engine.training_features import feature_option, training_features
+from modelsql.engine.training_features import check_column_names, feature_option, training_features
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -100,21 +100,6 @@ RESERVED = ("label", "probabilities", "prediction", "scores", "variable")
 """Names a feature column may not have: the trained graph's outputs and skl2onnx's inner values."""
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def check_column_names(columns: Sequence[str], statement: str) -> None:
-    """Column names are unique whatever their case (DuckDB's names are case-insensitive; PREDICT binds by name).
-
-    Raises:
-        ProgrammingError: ``duplicate_column``, naming both spellings.
-    """
-    seen: dict[str, str] = {}
-    for c in columns:
-        if c.lower() in seen:
-            raise ProgrammingError(f'{statement}: the query has two columns named "{seen[c.lower()]}" and "{c}" '
-                                   "(names are case-insensitive): give one another name (AS ...).",
-                                   code="duplicate_column")
-        seen[c.lower()] = c
 
 
 def query_rows(session: Session, query: exp.Expression,

@@ -16,18 +16,15 @@ same rows in another order, train in another tree.
 from __future__ import annotations
 
 import hashlib
-import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-from sqlglot import exp
 
 from modelsql import sql as msql
 from modelsql.errors import DataError, ProgrammingError
 from modelsql.engine.evaluate.recording import hashes_fingerprint, split_row_hash
-from modelsql.engine.models.training_rows import check_column_names
 from modelsql.engine.tune.columns import column_numpy
 from modelsql.engine.query.bind_statement import renumber
 from modelsql.recursive.trees import Trees
@@ -37,7 +34,7 @@ from modelsql.engine.training_features import training_features
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
 
-__all__ = ["StudyData", "check_input_columns", "load_study_data", "read_table", "read_rows", "feature_columns", "feature_matrix",
+__all__ = ["StudyData", "load_study_data", "read_table", "read_rows", "feature_columns", "feature_matrix",
            "target_values", "split_rows", "held_out"]
 
 
@@ -86,28 +83,6 @@ def read_rows(session: Session, sql: str, params: Sequence, what: str,
         return table, types, np.zeros(0, dtype=np.uint64)
     rows, hashes = split_row_hash(table)
     return rows, types, hashes
-
-
-def check_input_columns(session: Session, node: Any, params: Sequence, what: str, statement: str = "TUNE") -> None:
-    """The columns of an input ``(query)`` (``node``, the statement's ``ON`` or ``VALIDATE ON``) are unique whatever
-    their case, as ``CREATE MODEL ... AS`` requires (:func:`~modelsql.engine.models.training_rows.check_column_names`):
-    read as ``SELECT * FROM (query)``, DuckDB would rename the second ``A`` beside ``a`` to ``A_1``, a name no
-    PREDICT input has. DuckDB binds the query (no row is read); a table's names are unique already.
-
-    Raises:
-        ProgrammingError: ``duplicate_column``; the query's binding error, named for ``what``.
-    """
-    if not isinstance(node, exp.Subquery):
-        return
-    sql, used = renumber(typing.cast(exp.Expression, node.unnest()))
-    try:
-        names = session.duck.sql(sql, params=[params[k - 1] for k in used] or None).columns
-    except Exception as exc:  # noqa: BLE001 - DuckDB's error, translated and named for the clause
-        from modelsql.duckdb_errors import translate
-
-        err = translate(exc)
-        raise type(err)(f"{statement} {what}: {err}", code=err.code) from None
-    check_column_names([str(n) for n in names], f"{statement} {what}")
 
 
 def load_study_data(session: Session, train_sql: str, validate_sql: Optional[str], target: str,

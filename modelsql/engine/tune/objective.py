@@ -36,6 +36,7 @@ from modelsql.engine.options import OptionValues, option_error
 from modelsql.engine.result import Result
 from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.inprocess import claim_study, input_rows, release_study, rows_digest
+from modelsql.engine.training_features import check_column_names
 from modelsql.engine.tune.spec import bind_space
 
 if TYPE_CHECKING:
@@ -91,10 +92,19 @@ def _check(stmt: TuneModel, options: OptionValues, where: str) -> str:
 
 
 def _data(session: Session, stmt: TuneModel, params: list, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
+    """The ON rows and the validation rows (VALIDATE ON's, or a fraction held out of ON's).
+
+    Raises:
+        ProgrammingError: ``duplicate_column`` (two columns of one name in two cases: the objective would be handed
+            both, where every other statement refuses them); the queries' errors.
+    """
     train = input_rows(session, stmt.args["train"], params)[0]
+    check_column_names(train.column_names, "TUNE ON")
     validate = stmt.args.get("validate")
     if validate is not None:
-        return train, input_rows(session, validate, params)[0]
+        rows = input_rows(session, validate, params)[0]
+        check_column_names(rows.column_names, "TUNE VALIDATE ON")
+        return train, rows
     keep, held = validation_rows(train.num_rows, "random", fraction, seed)
     return train.take(pa.array(keep, pa.int64())), train.take(pa.array(held, pa.int64()))
 

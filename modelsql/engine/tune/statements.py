@@ -21,7 +21,9 @@ from sqlglot import exp
 from modelsql.estimators.scoring import checked_mode
 from modelsql.recursive.trees import Trees
 from modelsql.errors import Error, NotSupportedError, ProgrammingError
+from modelsql.sql.evaluate import EvaluationTable
 from modelsql.sql.predict import PredictTable
+from modelsql.sql.statement_tables import StatementTable
 from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import ALGORITHMS, Algorithm, check_algorithm, make_algorithm
 from modelsql.tuning.space import Space
@@ -32,9 +34,9 @@ from modelsql.engine.tune.round_plan import RoundPlan
 from modelsql.engine.result import Result
 from modelsql.engine.tune.stage_tree import tune_stage_tree
 from modelsql.engine.models.trainables import register, trainable_for_tune
-from modelsql.engine.training_features import feature_option, input_keys
+from modelsql.engine.training_features import check_query_columns, feature_option, input_keys
 from modelsql.engine.tune.checks import check_space_values, check_threads, probe_factory, training_device
-from modelsql.engine.tune.data import check_input_columns, load_study_data
+from modelsql.engine.tune.data import load_study_data
 from modelsql.engine.tune.estimators import estimator_type, tune_estimator
 from modelsql.engine.tune.objective import tune_objective
 from modelsql.engine.tune.result import study_result
@@ -59,10 +61,15 @@ def relation_sql(node: exp.Expression, what: str, statement: str = "TUNE") -> st
     """``SELECT * FROM <the input>`` of ``ON TABLE t`` / ``ON (query)`` (TUNE's and FINETUNE's training data).
 
     Raises:
-        NotSupportedError: ``tune_input_predict`` for an input with a PREDICT in it.
+        NotSupportedError: ``tune_input_predict`` for an input with a PREDICT in it, or another table function of
+            modelsql's (``EVALUATE(...)``, ``CONFUSION_MATRIX(...)``, ``ROC_CURVE(...)``, ``(SHOW MODELS)``), which
+            DuckDB alone cannot read.
     """
-    if node.find(PredictTable) is not None:
-        raise NotSupportedError(f"{statement} {what}: an input with PREDICT is not supported; materialize it with "
+    found = node.find(PredictTable, EvaluationTable, StatementTable)
+    if found is not None:
+        name = ("PREDICT" if isinstance(found, PredictTable) else
+                f"{found.args['function']}(...)" if isinstance(found, EvaluationTable) else "a listing of modelsql's (SHOW ..., DESCRIBE ...)")
+        raise NotSupportedError(f"{statement} {what}: an input with {name} is not supported; materialize it with "
                                 "CREATE TABLE ... AS first.", code="tune_input_predict")
     return f"SELECT * FROM {node.sql(dialect='duckdb')}"
 
@@ -166,9 +173,9 @@ def _bind_tune(stmt: TuneModel, session: Session, params: list) -> StudySpec:
     validate = stmt.args.get("validate")
     train_sql = relation_sql(stmt.args["train"], "ON")
     validate_sql = relation_sql(validate, "VALIDATE ON") if validate is not None else None
-    check_input_columns(session, stmt.args["train"], params, "ON")
+    check_query_columns(session, stmt.args["train"], params, "TUNE ON")
     if validate is not None:
-        check_input_columns(session, validate, params, "VALIDATE ON")
+        check_query_columns(session, validate, params, "TUNE VALIDATE ON")
     data = load_study_data(session, train_sql, validate_sql, target, features, options["validation_fraction"], seed,
                            params, input_keys(session, stmt.args["train"]))
     metric, mode = _metric(options, data.data.task)
