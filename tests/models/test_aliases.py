@@ -409,3 +409,24 @@ def test_best_by_says_why_evaluations_made_with_on_null_skip_are_not_on_every_ro
     row = con.execute("ALTER MODEL m SET ALIAS a = BEST BY accuracy ON (SELECT * FROM holes WHERE f1 IS NOT NULL)"
                       ).fetchone()
     assert row[2] == 1 and row[7] == 2  # version 1 (C = 1) beats version 2 (C = 0.001), both compared
+
+
+@pytest.mark.parametrize("sql", [
+    "ALTER MODEL m SET ALIAS a = VERSION 99",
+    "ALTER MODEL m VERSION 99 SET TAG k = 'v'",
+    "ALTER MODEL m SET ALIAS a = BEST BY accuracy",
+    "ALTER MODEL m DROP ALIAS nope",
+    "DROP MODEL m VERSION 99",
+])
+def test_a_refused_model_statement_leaves_the_users_transaction_open(con, sql):
+    """A statement that writes the catalog commits the user's open transaction first; one refused (a version that
+    is not there, no evaluation to choose by) committed it too, for some statements and not others: the checks now
+    come before, and ROLLBACK undoes the user's INSERT."""
+    con.autocommit = False  # PEP 249's implicit transaction
+    con.execute("CREATE TABLE audit (x INTEGER)")
+    con.commit()
+    con.execute("INSERT INTO audit VALUES (1)")
+    with pytest.raises(modelsql.ProgrammingError):
+        con.execute(sql)
+    con.rollback()
+    assert con.execute("SELECT count(*) FROM audit").fetchone() == (0,)

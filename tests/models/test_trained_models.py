@@ -215,6 +215,16 @@ BAD = [
 BAD += [
     ("WITH (model_type = 'logistic_reg', target = y) AS SELECT f0 AS a, f1 AS \"A\", y FROM iris",
      modelsql.ProgrammingError, "duplicate_column", 'two columns named "a" and "A"'),
+    # predicted as float32, 1e8 + (0, 1, 2) are all 1e8: r2 -1.5 where the estimator by hand had 1.0
+    ("WITH (model_type = 'linear_reg', target = big) AS SELECT f0, f2, y + 1e8 AS big FROM iris", modelsql.DataError,
+     "precision_loss", "TARGET big loses precision as float32"),
+    # class labels a 64-bit integer cannot hold became INT64_MIN (a class no row had), or a raw ArrowInvalid
+    ("WITH (model_type = 'logistic_reg', target = big) AS SELECT f0, (y::INT % 2 * 1e30)::HUGEINT AS big FROM iris",
+     modelsql.DataError, "invalid_target", "past the 64-bit integer range (1e+30)"),
+    ("WITH (model_type = 'logistic_reg', target = big) AS SELECT f0, y::INT % 2 * 1e20 AS big FROM iris",
+     modelsql.DataError, "invalid_target", "past the 64-bit integer range (1e+20)"),
+    ("WITH (model_type = 'logistic_reg', target = big) AS SELECT f0, (y::INT % 2 * 1e19)::UBIGINT AS big FROM iris",
+     modelsql.DataError, "invalid_target", "past the 64-bit integer range (1e+19)"),
     # a query holding nextval is run (not only bound) when DuckDB makes a relation of it, and its second "A" comes
     # back renamed A_1: the names are DESCRIBE's
     ("WITH (model_type = 'logistic_reg', target = y) AS SELECT nextval('bad_ids') AS id, f0 AS a, f1 AS \"A\", y "
@@ -576,3 +586,43 @@ def test_hyperparameters_are_kept_as_json_and_read_back_as_sql_wrote_them():
     assert hyperparameters_from_text(text) == written  # a parenthesised list comes back a tuple
     assert hyperparameters_from_text("{'C': 0.5, 'hidden_layer_sizes': (16,)}") == {  # as catalogs before kept them
         "C": 0.5, "hidden_layer_sizes": (16,)}
+
+
+def test_a_model_trained_on_one_column_is_never_fed_another_by_position(con) -> None:
+    """A model trained in SQL on one numeric column has one input of one value per row, which PREDICT's third rule
+    (the input's numeric columns, by position) fed with any column, income as age; it binds by name, as a model
+    of several columns does, and a missing column is column_not_found (EVALUATE records nothing)."""
+    con.execute("CREATE TABLE people AS SELECT i AS person_id, (20 + i % 50)::DOUBLE AS age, "
+                "(i * 997 % 100000)::DOUBLE AS income, (20 + i % 50 > 45) AS retired FROM range(300) t(i)")
+    con.execute("CREATE MODEL retire WITH (model_type = 'logistic_reg', target = retired) AS SELECT age, retired "
+                "FROM people")
+    con.execute("CREATE MODEL retire_t TRANSFORM (ML.STANDARD_SCALER(age) OVER () AS age) "
+                "WITH (model_type = 'logistic_reg', target = retired) AS SELECT age, retired FROM people")
+    con.commit()
+    evaluations = con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone()
+    for model in ("retire", "retire_t"):
+        assert len(con.execute(f"SELECT label FROM PREDICT(MODEL {model}, (SELECT age FROM people))").fetchall()) == 300
+        for sql in (f"SELECT label FROM PREDICT(MODEL {model}, (SELECT income FROM people))",
+                    f"EVALUATE MODEL {model} ON (SELECT income, retired FROM people) TARGET retired"):
+            with pytest.raises(modelsql.ProgrammingError, match='missing column\\(s\\) "age"') as err:
+                con.execute(sql)
+            assert err.value.code == "column_not_found"
+            con.rollback()
+    assert con.execute("SELECT count(*) FROM modelsql.evaluations").fetchone() == evaluations
+
+
+def test_integers_past_float64s_exact_range_train_as_numbers(con) -> None:
+    """A BIGINT feature past 2**53 and a UBIGINT regression target past 2**63 are read as float64 (rounded, as the
+    model reads them anyway), where pyarrow's checked cast raised its own ArrowInvalid; a HUGEINT class label within
+    int64 stays exact."""
+    con.execute("CREATE TABLE wide_ints AS SELECT (i % 10)::DOUBLE AS a, (i % 2)::BIGINT * 1152921504606846976 + i "
+                "AS big, ((i % 2) * 1e19)::UBIGINT + i AS far, (i % 3)::HUGEINT * 2305843009213693952 AS cls "
+                "FROM range(300) t(i)")
+    con.commit()
+    row = con.execute("CREATE MODEL wide_f WITH (model_type = 'logistic_reg', target = cls) "
+                      "AS SELECT big, a, cls FROM wide_ints").fetchone()
+    labels = dict(zip([d[0] for d in con.description], row))["labels"]
+    assert sorted(int(v) for v in labels) == [0, 2 ** 61, 2 ** 62]
+    assert con.execute("CREATE MODEL wide_r WITH (model_type = 'linear_reg', target = far) "
+                       "AS SELECT a, far FROM wide_ints").fetchone()[0] == "wide_r"
+    con.commit()

@@ -27,7 +27,7 @@ from modelsql.sql.predict import PredictTable
 from modelsql.engine.evaluate import queries
 from modelsql.engine.options.declared import EVALUATE
 from modelsql.engine.options.schema import OptionValues, option_error
-from modelsql.engine.query.bind_predict import bind_outputs, row_shape, row_width
+from modelsql.engine.query.bind_predict import bind_outputs, row_shape, row_width, trained_in_sql
 from modelsql.engine.query_handler import columns_of
 from modelsql.engine.training_features import check_query_columns, feature_option, input_keys, training_features
 
@@ -150,13 +150,14 @@ def _features(stmt: EvaluateModel, entry: Any, columns: list[tuple[str, str]], t
               options: OptionValues, session: Session) -> Optional[list[str]]:
     """The ``features`` PREDICT is given: the option's; for a model of one input whose feature names are
     unknown and that no column names (fed by position), every column but the TARGET and the keys; else None
-    (bound by name, as PREDICT binds a column named as the input: a model trained in SQL on one column)."""
+    (bound by name, as PREDICT binds a column named as the input: a model trained in SQL, whose inputs are its
+    training columns, is never fed by position)."""
     given = feature_option(options["features"], target, where_of(stmt))
     names = [n for n, _ in columns]
     if given is not None:
         return training_features(names, target, given, statement=where_of(stmt))
     named = entry.inputs[0].name.lower() in {n.lower() for n in names} if len(entry.inputs) == 1 else True
-    if not entry.features and not named:  # a model or pipeline fed by position
+    if not entry.features and not named and not trained_in_sql(entry):  # a model or pipeline fed by position
         chosen = training_features(names, target, None, input_keys(session, stmt.args["source"]), where_of(stmt))
         width = row_width(row_shape(entry.inputs[0])) if len(entry.inputs) == 1 else None
         if width is not None and width != len(chosen):

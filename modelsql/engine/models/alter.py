@@ -46,6 +46,7 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     session.get_model(ref.model_name, None, ref)  # model_not_found, pointed
     if stmt.args.get("metric") is None:
         version = int(stmt.args["version"].this)
+        session.get_model(ref.model_name, version, ref)  # before the write commits the user's transaction
         with catalog_write(session) as catalog:  # checked in the write's own snapshot: no alias to a dropped version
             session.get_model(ref.model_name, version, ref)  # version_not_found, pointed
             catalog.aliases.set(name, alias, version)
@@ -53,8 +54,10 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     metric = stmt.args["metric"].name.lower()
     source = stmt.args.get("source")
     fingerprint = _fingerprint(session, source, params) if source is not None else None
-    with catalog_write(session) as catalog:
-        chosen = best_version(session, name, metric, fingerprint, input_text(source) if source is not None else None)
+    text = input_text(source) if source is not None else None
+    best_version(session, name, metric, fingerprint, text)  # no_evaluation ... before the write commits the user's
+    with catalog_write(session) as catalog:  # chosen again in the write's own snapshot (an evaluation may have come)
+        chosen = best_version(session, name, metric, fingerprint, text)
         catalog.aliases.set(name, alias, chosen["version"])
     columns = [("model", "VARCHAR"), ("alias", "VARCHAR"), ("version", "INTEGER"), ("metric", "VARCHAR"),
                ("value", "DOUBLE"), ("input", "VARCHAR"), ("evaluation", "BIGINT"), ("versions_compared", "INTEGER"),
@@ -257,6 +260,7 @@ def _tag(stmt: AlterModel, session: Session, params: list) -> Result:
         if not isinstance(text, str):
             raise ProgrammingError(f"ALTER MODEL {name} SET TAG {tag}: a tag's value is text, not {text!r}.",
                                    code="invalid_argument")
+        session.get_model(ref.model_name, version, ref)  # before the write commits the user's transaction
         with catalog_write(session) as catalog:
             session.get_model(ref.model_name, version, ref)  # model_not_found / version_not_found, pointed
             catalog.tags.set(name, number, tag, text)

@@ -87,7 +87,7 @@ class TrainingRows:
         """The feature columns of ``rows`` (positions) as a ``pandas.DataFrame``: numbers as float64 (NULL as NaN),
         text as ``str`` (NULL as :data:`~modelsql.estimators.NULL_CATEGORY`): what the pipeline is fitted on."""
         part = self.table.take(pa.array(rows, pa.int64()))
-        columns = {c: pc.cast(part.column(c), pa.float64()) for c in self.kinds.numeric}
+        columns = {c: pc.cast(part.column(c), pa.float64(), safe=False) for c in self.kinds.numeric}
         columns.update({c: pc.fill_null(part.column(c).cast(pa.string()), NULL_CATEGORY)
                         for c in self.kinds.categorical})
         frame = pa.table({c: columns[c] for c in self.kinds.columns}).to_pandas()
@@ -159,7 +159,7 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     Raises:
         DataError: ``invalid_value`` (NaN, infinite, past float32's range), ``precision_loss``.
     """
-    values = np.asarray(pc.cast(pc.drop_null(table.column(name)), pa.float64()).to_numpy(), dtype=np.float64)
+    values = _as_float64(pc.drop_null(table.column(name)))
     if not len(values):
         raise DataError(f'{statement}: column "{name}" is NULL in every row: the model has nothing to learn from it '
                         "(nor a value to impute): leave it out of the features (features = (...), or the TRANSFORM "
@@ -168,16 +168,24 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
     if bad.any():
         raise DataError(f'{statement}: column "{name}" is NaN, infinite or past float32\'s range in {int(bad.sum())} '
                         "rows: filter or fill them in the query.", code="invalid_value")
+    loss = _float32_loss(values)
+    if loss is not None:
+        raise DataError(f'{statement}: column "{name}" loses precision as float32, the type the model reads ({loss}): '
+                        f"subtract an offset or scale it in the query ({name} - {float(values.min()):.6g}).",
+                        code="precision_loss")
+
+
+def _float32_loss(values: np.ndarray) -> Optional[str]:
+    """What rounding finite float64 ``values`` to float32 costs, for a message, when it exceeds a thousandth of their
+    spread or merges more than 1% of their distinct values; None when it does not."""
     single = values.astype(np.float32)
     spread = float(values.std())
     error = float(np.abs(single.astype(np.float64) - values).max())
-    if (spread > 0 and error > 1e-3 * spread) or (error and _merges(values, single)):
-        distinct, kept = _distinct_counts(values)
-        raise DataError(f'{statement}: column "{name}" loses precision as float32, the type the model reads '
-                        f"(values up to {float(np.abs(values).max()):.6g} round by up to {error:.3g}, against a spread "
-                        f"of {spread:.3g}; {distinct} distinct values become {kept}): subtract an offset or scale it "
-                        f"in the query ({name} - "
-                        f"{float(values.min()):.6g}).", code="precision_loss")
+    if not ((spread > 0 and error > 1e-3 * spread) or (error and _merges(values, single))):
+        return None
+    distinct, kept = _distinct_counts(values)
+    return (f"values up to {float(np.abs(values).max()):.6g} round by up to {error:.3g}, against a spread of "
+            f"{spread:.3g}; {distinct} distinct values become {kept}")
 
 
 def _merges(values: np.ndarray, single: np.ndarray) -> bool:
@@ -264,17 +272,49 @@ def _classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
     if pa.types.is_boolean(arrow_type):  # the model then predicts BOOLEAN labels, as BigQuery ML's does
         return np.asarray(values.to_numpy(), dtype=bool)
     if pa.types.is_integer(arrow_type):
-        return np.asarray(pc.cast(values, pa.int64()).to_numpy(), dtype=np.int64)
+        return _int64_classes(values, target, statement)
     if pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type):
-        numbers = np.asarray(pc.cast(values, pa.float64()).to_numpy(), dtype=np.float64)
+        numbers = _as_float64(values)
         fractional = numbers[~np.isfinite(numbers) | (numbers != np.round(numbers))]
         if fractional.size:
             raise DataError(f"{statement}: TARGET {target} has values that are not class labels ({fractional[0].item()} "
                             "is not a whole number): a classifier predicts classes; train a regressor "
                             "(model_type = 'linear_reg', ...) to predict numbers.", code="invalid_target")
+        if pa.types.is_decimal(arrow_type):  # (a HUGEINT is read as DECIMAL(38, 0)): exactly, or refused
+            return _int64_classes(values, target, statement)
+        past = numbers[np.abs(numbers) >= 2.0 ** 63]
+        if past.size:
+            raise _past_int64(target, statement, past[0].item())
         return numbers.astype(np.int64)
     raise DataError(f"{statement}: TARGET {target} is {arrow_type}; a classifier's classes are integers, text or "
                     "booleans.", code="invalid_target")
+
+
+def _int64_classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray:
+    """Integer (or whole-number DECIMAL) class labels as int64, exactly (a UBIGINT past 2**63 or a HUGEINT past
+    int64 cannot be one of the model's classes, which ONNX keeps as int64: it would become another class).
+
+    Raises:
+        DataError: ``invalid_target``, naming a label past the range.
+    """
+    try:
+        return np.asarray(pc.cast(values, pa.int64()).to_numpy(), dtype=np.int64)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        numbers = _as_float64(values)
+        raise _past_int64(target, statement, numbers[np.abs(numbers) >= 2.0 ** 63][:1].tolist() or "?") from None
+
+
+def _past_int64(target: str, statement: str, example: object) -> DataError:
+    shown = example[0] if isinstance(example, list) else example
+    return DataError(f"{statement}: TARGET {target} has a class label past the 64-bit integer range ({shown:.6g}), "
+                     "which a classifier's classes cannot hold exactly (ONNX keeps them as int64): cast it to "
+                     "VARCHAR in the query to train on text classes.", code="invalid_target")
+
+
+def _as_float64(values: pa.ChunkedArray) -> np.ndarray:
+    """Numbers as float64, rounded where they must be (an integer past 2**53, a wide DECIMAL), as NumPy rounds
+    them: the checks that follow judge what the rounding does (pyarrow's checked cast raised its own error)."""
+    return np.asarray(pc.cast(values, pa.float64(), safe=False).to_numpy(), dtype=np.float64)
 
 
 def _numbers(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray:
@@ -282,11 +322,16 @@ def _numbers(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
     if not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type)):
         raise DataError(f"{statement}: TARGET {target} is {arrow_type}; a regressor predicts numbers (train a "
                         "classifier for classes).", code="invalid_target")
-    numbers = np.asarray(pc.cast(values, pa.float64()).to_numpy(), dtype=np.float64)
+    numbers = _as_float64(values)
     bad = ~np.isfinite(numbers) | (np.abs(numbers) > _FLOAT32_MAX)
     if bad.any():
         raise DataError(f"{statement}: TARGET {target} is NaN, infinite or past float32's range (the type the model "
                         f"predicts) in {int(bad.sum())} rows: filter or scale them in the query.", code="invalid_value")
+    loss = _float32_loss(numbers)
+    if loss is not None:  # the model's predictions are float32: they could not tell these values apart
+        raise DataError(f"{statement}: TARGET {target} loses precision as float32, the type the model predicts "
+                        f"({loss}): subtract an offset or scale it in the query ({target} - "
+                        f"{float(numbers.min()):.6g}).", code="precision_loss")
     return numbers
 
 

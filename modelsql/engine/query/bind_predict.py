@@ -13,7 +13,10 @@ which model input. The rules, in order:
    (case-insensitive): a scalar column for an input of shape ``[N]`` or
    ``[N, 1]``, an array or list column for wider inputs.
 3. Otherwise, for a single input of ``F`` elements per row, the query's numeric
-   columns, in order, must number exactly ``F``. Key-like columns (``id``,
+   columns, in order, must number exactly ``F`` (never for a model trained in
+   SQL, whose inputs are its training columns, one each: a column of another
+   name is not its feature, and a missing one is ``column_not_found``, as rule 2
+   says of several inputs). Key-like columns (``id``,
    ``*_id``, ``key``, and primary-key or unique columns of the table) are never
    fed to a model: they only pass through.
 
@@ -297,6 +300,8 @@ def bind_predict(
         _bind_features(inputs, features, columns, by_name, fed, imputed_inputs(model))
     elif all(i.name.lower() in by_name for i in inputs):
         _bind_by_name(inputs, by_name, fed, imputed_inputs(model))
+    elif fed.finite:  # trained in SQL: its inputs are the columns it was trained on, one each, fed by name alone
+        raise _missing_columns(inputs, columns, by_name, fed.where)
     elif len(inputs) == 1 and inputs[0].elem_type == "STRING":
         raise _no_text_column(inputs[0], columns, fed.where)
     elif len(inputs) == 1:
