@@ -75,8 +75,7 @@ def test_multiclass_metrics_equal_scikit_learn(con, average):
         log_loss = M.log_loss(y, s)
     _close(got, {"accuracy": M.accuracy_score(y, p), "precision": M.precision_score(y, p, **kw),
                  "recall": M.recall_score(y, p, **kw), "f1_score": M.f1_score(y, p, **kw), "log_loss": log_loss,
-                 "roc_auc": M.roc_auc_score(y, s, multi_class="ovr",
-                                            average="macro" if average == "micro" else average)})
+                 "roc_auc": M.roc_auc_score(y, s, multi_class="ovr", average=average)})  # (micro: pooled)
     assert got["confusion_matrix"] == M.confusion_matrix(y, p).tolist()
     assert got["labels"] == ["0", "1", "2"] and got["task"] == "classification" and got["rows"] == 150
 
@@ -90,6 +89,10 @@ def test_a_class_predicted_but_absent_from_the_rows_weighs_nothing_in_weighted_r
     assert got["roc_auc"] == pytest.approx(M.roc_auc_score(y, s, multi_class="ovr", average="weighted",
                                                            labels=[0, 1, 2]), rel=1e-9)
     assert _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris_no1 TARGET y")["roc_auc"] is None  # (macro: undefined)
+    # micro pools every probability, a class of no row's counting as negatives (it was the macro mean, NULL here)
+    got = _evaluate(con, "EVALUATE MODEL iris_lr ON TABLE iris_no1 TARGET y WITH (average = 'micro')")
+    assert got["roc_auc"] == pytest.approx(M.roc_auc_score(y, s, multi_class="ovr", average="micro",
+                                                           labels=[0, 1, 2]), rel=1e-9)
     con.rollback()
 
 

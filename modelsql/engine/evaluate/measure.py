@@ -17,6 +17,7 @@ from modelsql.sql.evaluate import EvaluateModel
 from modelsql.engine.evaluate import queries
 from modelsql.engine.evaluate.binding import EvaluatePlan, where_of
 from modelsql.engine.evaluate.class_counts import ClassCounts, class_counts
+from modelsql.engine.evaluate.roc_points import pooled_roc_auc
 from modelsql.engine.options.schema import option_error
 from modelsql.engine.query.predict_errors import NULL_HINT
 from modelsql.engine.query_handler import run_query
@@ -71,6 +72,8 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
     bad = int(counts.scores["bad"]) if counts.scores else 0
     _check_rows(stmt, plan, counts.rows, counts.null_targets, bad)
     metrics, where = _classification(stmt, plan, counts)
+    if metrics["average"] == "micro" and where is not None and not queries.binary_auc(metrics["labels"], where):
+        metrics["roc_auc"] = pooled_roc_auc(predictions, where)  # every probability ranked together
     return Measured(counts.rows, queries.fingerprint_text(counts.rows, counts.digest), metrics, where,
                     predictions if keep else None)
 

@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 from modelsql.engine.evaluate.score_stats import EPS
 
 __all__ = ["Predicted", "Query", "classification_sql", "regression_sql", "fingerprint_sql", "fingerprint_text",
-           "ROW_HASH", "EPS", "PREDICTIONS", "hash_column"]
+           "ROW_HASH", "EPS", "PREDICTIONS", "binary_auc", "hash_column"]
 
 def hash_column(columns: Sequence[str], base: str = "__msql_h") -> str:
     """The name of the column of each input row's hash that an evaluation's PREDICT input adds (computed as DuckDB
@@ -232,16 +232,24 @@ def roc_auc(ranks: list[dict[str, Any]], where: dict[Any, int], labels: Sequence
             average: str) -> Optional[float]:
     """Binary (two classes, with ``average = 'binary'`` or a model of two probabilities): the positive class's AUC.
     Otherwise one-vs-rest, the mean over the rows' classes, each by its own probability (``weighted``: by their
-    rows, so a class no row has counts for nothing; ``roc_auc_score(multi_class='ovr')``). None when a class that
-    counts has no rows or all of them."""
+    rows; ``roc_auc_score(multi_class='ovr')``); ``micro`` is worked out from every probability
+    (:func:`~.roc_points.pooled_roc_auc`), this macro mean standing for it meanwhile. None when a class that
+    counts has no rows or all of them (scikit-learn's NaN; ``weighted`` gives a class of no rows no weight, as
+    scikit-learn does)."""
     index = _Ranks(ranks)
-    if len(labels) == 2 and (average == "binary" or len(where) <= 2):
+    if binary_auc(labels, where) or (len(labels) == 2 and average == "binary"):
         return index.auc(positive, where[positive])
     weights = [index.true_rows(label) for label in labels] if average == "weighted" else [1] * len(labels)
     each = [index.auc(label, where[label]) if w else None for label, w in zip(labels, weights)]
     if any(a is None for a, w in zip(each, weights) if w) or not sum(weights):
         return None
     return sum(w * a for w, a in zip(weights, each) if a is not None) / sum(weights)
+
+
+def binary_auc(labels: Sequence[Any], where: dict[Any, int]) -> bool:
+    """Whether ROC AUC is one class's alone, whatever the averaging: two classes in the rows and at most two
+    positions known (scikit-learn's binary case, where ``average`` is not read)."""
+    return len(labels) == 2 and len(where) <= 2
 
 
 def thresholded_confusion(ranks: list[dict[str, Any]], classes: Sequence[Any], positive: Any,

@@ -5,6 +5,8 @@ One point per distinct probability of the positive class (highest first), with t
 ``sklearn.metrics.roc_curve(..., drop_intermediate=False)``'s points, preceded by its first point (threshold
 infinity, nothing predicted positive); BigQuery ML's ``ML.ROC_CURVE`` columns. Rows without a TARGET, or without
 a probability at the positive class's position, are not counted (as the evaluation's ROC AUC counts them).
+
+Also the micro-averaged one-vs-rest ROC AUC (:func:`pooled_roc_auc`), which pools every row's every probability.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from modelsql.engine.evaluate.class_counts import class_codes
-from modelsql.metrics.ranks import flagged_ascending
+from modelsql.metrics.ranks import flagged_ascending, rank_sum_of
 
-__all__ = ["ROC_COLUMNS", "ROC_SCHEMA", "roc_points"]
+__all__ = ["ROC_COLUMNS", "ROC_SCHEMA", "pooled_roc_auc", "roc_points"]
 
 ROC_COLUMNS = ("threshold", "recall", "false_positive_rate", "true_positives", "false_positives", "true_negatives",
                "false_negatives")
@@ -44,6 +46,40 @@ def roc_points(predictions: pa.Table, position: int, positive: Any) -> pa.Table:
         "true_negatives": n - fp, "false_negatives": p - tp}
     return pa.table([pa.nulls(len(tp), ROC_SCHEMA.field(c).type) if columns[c] is None
                      else pa.array(columns[c], ROC_SCHEMA.field(c).type) for c in ROC_COLUMNS], schema=ROC_SCHEMA)
+
+def pooled_roc_auc(predictions: pa.Table, where: dict[Any, int]) -> Optional[float]:
+    """ROC AUC micro-averaged one-vs-rest: every row's probability at each position is one score, positive where the
+    position is the row's TARGET class (``where``: class -> position, 1-based; a position of no class of the rows
+    holds only negatives), ranked all together: ``sklearn.metrics.roc_auc_score(y, p, multi_class='ovr',
+    average='micro', labels=classes)``, which ranks ``label_binarize(y)`` against ``p``, both flattened. None when
+    the rows have no probabilities of one width, or the pooled scores are all of one side.
+
+    Args:
+        predictions: columns ``t`` (the TARGET) and ``s`` (a list or fixed-size list of float or double per row).
+        where: the position of each class of the rows.
+    """
+    classes, codes = class_codes(predictions.column("t"))
+    lists = predictions.column("s").combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+    counted = codes < len(classes)
+    width = int(lengths[counted].max()) if counted.any() else 0
+    if not width or (lengths[counted] != width).any():
+        return None
+    if not counted.all():
+        lists, codes = lists.filter(pa.array(counted)), codes[counted]
+    x = lists.flatten().to_numpy(zero_copy_only=False).reshape(len(lists), width)
+    position_class = np.full(width, -1, dtype=np.int64)
+    for k, label in enumerate(classes):
+        if label in where and 1 <= where[label] <= width:
+            position_class[where[label] - 1] = k
+    flags = codes[:, None] == position_class[None, :]
+    positives = int(flags.sum())
+    negatives = flags.size - positives
+    if not positives or not negatives:
+        return None
+    ranks = rank_sum_of(np.ascontiguousarray(x).ravel(), flags.ravel())
+    return (ranks - positives * (positives + 1) / 2) / (positives * negatives)
+
 
 def _scores(predictions: pa.Table, position: int, positive: Any) -> tuple[np.ndarray, np.ndarray]:
     """The probabilities at ``position`` of the counted rows, and whether each row is of the positive class."""

@@ -63,7 +63,7 @@ EVALUATE = OptionSet(
            doc="how precision, recall, F1 and ROC AUC combine over classes, as scikit-learn's `average`: "
                "`'binary'` scores the positive class alone; `'macro'` the unweighted mean over the classes; "
                "`'weighted'` the mean weighted by each class's rows; `'micro'` pools every class's counts "
-               "(ROC AUC: `'macro'` for `'micro'`)"),
+               "(ROC AUC: every row's every probability ranked together, one-vs-rest)"),
     Option("positive", "label", default_doc="`true` for booleans; for integers `1` if a class (or the only class is "
                                             "`0`), else the greatest; else the last class in sorted order",
            doc="the positive class of a binary task (precision, recall, F1, ROC AUC, `threshold`)"),
