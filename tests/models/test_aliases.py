@@ -430,3 +430,41 @@ def test_a_refused_model_statement_leaves_the_users_transaction_open(con, sql):
         con.execute(sql)
     con.rollback()
     assert con.execute("SELECT count(*) FROM audit").fetchone() == (0,)
+
+
+def test_two_connections_moving_one_alias_at_once_both_succeed(tmp_path):
+    """Real threads, one connection each, moving one alias (and one tag) at once: the loser of a write-write conflict
+    tries again, where it failed with DuckDB's "Conflict on tuple deletion" and no advice."""
+    import threading
+
+    path = str(tmp_path / "race.duckdb")
+    first = modelsql.connect(path)
+    x, y = load_iris(return_X_y=True)
+    first.import_model("m", LogisticRegression(max_iter=200).fit(x, y))
+    first.import_model("m", LogisticRegression(max_iter=200, C=0.1).fit(x, y), replace=True)
+    first.commit()
+    first.close()
+    errors: list = []
+
+    def mover(version: int) -> None:
+        con = modelsql.connect(path)
+        con.autocommit = True
+        try:
+            for _ in range(15):
+                con.execute(f"ALTER MODEL m SET ALIAS champion = VERSION {version}")
+                con.execute(f"ALTER MODEL m SET TAG stage = 'v{version}'")
+        except Exception as exc:  # noqa: BLE001 - collected: the assertion below names it
+            errors.append(exc)
+        finally:
+            con.close()
+
+    threads = [threading.Thread(target=mover, args=(v,)) for v in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    check = modelsql.connect(path)
+    assert check.execute("SELECT version FROM modelsql.model_aliases WHERE name = 'm' AND alias = 'champion'"
+                         ).fetchone()[0] in (1, 2)
+    check.close()

@@ -619,10 +619,25 @@ def test_integers_past_float64s_exact_range_train_as_numbers(con) -> None:
                 "AS big, ((i % 2) * 1e19)::UBIGINT + i AS far, (i % 3)::HUGEINT * 2305843009213693952 AS cls "
                 "FROM range(300) t(i)")
     con.commit()
-    row = con.execute("CREATE MODEL wide_f WITH (model_type = 'logistic_reg', target = cls) "
-                      "AS SELECT big, a, cls FROM wide_ints").fetchone()
-    labels = dict(zip([d[0] for d in con.description], row))["labels"]
+    cur = con.execute("CREATE MODEL wide_f WITH (model_type = 'logistic_reg', target = cls) "
+                      "AS SELECT big, a, cls FROM wide_ints")
+    labels = dict(zip([d[0] for d in cur.description], cur.fetchone()))["labels"]
     assert sorted(int(v) for v in labels) == [0, 2 ** 61, 2 ** 62]
     assert con.execute("CREATE MODEL wide_r WITH (model_type = 'linear_reg', target = far) "
                        "AS SELECT a, far FROM wide_ints").fetchone()[0] == "wide_r"
+    con.commit()
+
+
+def test_a_uuid_target_is_evaluated_as_the_text_classes_it_was_trained_on(con) -> None:
+    """A UUID TARGET trains text classes; EVALUATE of its own training rows refused it (VARCHAR against UUID)."""
+    con.execute("CREATE TABLE by_uuid AS SELECT (i % 10)::DOUBLE AS a, (CASE WHEN i % 10 > 4 THEN "
+                "'00000000-0000-0000-0000-00000000000a' ELSE 'A0000000-0000-0000-0000-000000000001' END)::UUID AS u "
+                "FROM range(200) t(i)")
+    con.commit()
+    created = con.execute("CREATE MODEL by_uuid_m WITH (model_type = 'logistic_reg', target = u, validation = 'none') "
+                          "AS SELECT a, u FROM by_uuid").fetchone()
+    cur = con.execute("EVALUATE MODEL by_uuid_m ON TABLE by_uuid")
+    evaluated = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    assert evaluated["accuracy"] == 1.0 and evaluated["rows"] == 200
+    assert "a0000000-0000-0000-0000-000000000001" in created[-2]  # labels as DuckDB writes a UUID
     con.commit()

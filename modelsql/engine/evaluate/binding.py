@@ -190,7 +190,7 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
     else its first other vector; by the model's names, whatever columns an input's clashing names made of them (a
     BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
     booleans predicts; a FLOAT, DOUBLE or DECIMAL one as a number, so 1.0 is the class 1 and 0.5 a class the
-    model never predicts; an ENUM target of a classifier of text labels as its text).
+    model never predicts; an ENUM or UUID target of a classifier of text labels as its text, as training read it).
 
     Raises:
         ProgrammingError: ``invalid_target``: a prediction of no class and no number, or a TARGET whose type
@@ -207,7 +207,7 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
         raise _bad_target(stmt, f"the model's prediction {name} is {kind}: neither a class label nor a number")
     cast = ("::BIGINT" if _INTEGER.match(kind) and target_type == "BOOLEAN" else
             "::DOUBLE" if _INTEGER.match(kind) and _NUMBER.match(target_type) and not _INTEGER.match(target_type) else
-            "::VARCHAR" if kind == "VARCHAR" and target_type.startswith("ENUM(") else "")
+            "::VARCHAR" if kind == "VARCHAR" and (target_type.startswith("ENUM(") or target_type == "UUID") else "")
     if _family(kind) != _family(target_type) and not cast:
         raise _bad_target(stmt, f"the model predicts class labels of type {kind} ({name}), but TARGET is "
                                 f"{target_type}")

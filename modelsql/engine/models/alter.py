@@ -25,7 +25,7 @@ from modelsql.estimators.scoring import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from modelsql.sql.models import AlterModel
 from modelsql.engine.evaluate.binding import input_text
 from modelsql.engine.evaluate.recording import query_fingerprint
-from modelsql.engine.handlers import catalog_write, handles
+from modelsql.engine.handlers import catalog_write_retrying, handles
 from modelsql.engine.options import value
 from modelsql.engine.result import Result
 
@@ -47,18 +47,24 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     if stmt.args.get("metric") is None:
         version = int(stmt.args["version"].this)
         session.get_model(ref.model_name, version, ref)  # before the write commits the user's transaction
-        with catalog_write(session) as catalog:  # checked in the write's own snapshot: no alias to a dropped version
+
+        def set_alias() -> None:  # checked in the write's own snapshot: no alias to a dropped version
             session.get_model(ref.model_name, version, ref)  # version_not_found, pointed
-            catalog.aliases.set(name, alias, version)
+            session.catalog.aliases.set(name, alias, version)
+
+        catalog_write_retrying(session, set_alias)  # (another connection moving the alias at once: tried again)
         return Result(session.duck, rowcount=1)
     metric = stmt.args["metric"].name.lower()
     source = stmt.args.get("source")
     fingerprint = _fingerprint(session, source, params) if source is not None else None
     text = input_text(source) if source is not None else None
     best_version(session, name, metric, fingerprint, text)  # no_evaluation ... before the write commits the user's
-    with catalog_write(session) as catalog:  # chosen again in the write's own snapshot (an evaluation may have come)
-        chosen = best_version(session, name, metric, fingerprint, text)
-        catalog.aliases.set(name, alias, chosen["version"])
+    def set_best() -> dict:  # chosen again in the write's own snapshot (an evaluation may have come)
+        best = best_version(session, name, metric, fingerprint, text)
+        session.catalog.aliases.set(name, alias, best["version"])
+        return best
+
+    chosen = catalog_write_retrying(session, set_best)
     columns = [("model", "VARCHAR"), ("alias", "VARCHAR"), ("version", "INTEGER"), ("metric", "VARCHAR"),
                ("value", "DOUBLE"), ("input", "VARCHAR"), ("evaluation", "BIGINT"), ("versions_compared", "INTEGER"),
                ("versions_left_out", "VARCHAR")]
@@ -235,8 +241,7 @@ def _drop_alias(stmt: AlterModel, session: Session) -> Result:
         if stmt.args.get("exists"):
             return Result(session.duck, rowcount=0)
         raise session.pointed(_alias_error(session, name, alias), ref)
-    with catalog_write(session) as catalog:
-        catalog.aliases.drop(name, alias)
+    catalog_write_retrying(session, lambda: session.catalog.aliases.drop(name, alias))
     return Result(session.duck, rowcount=1)
 
 
@@ -261,9 +266,12 @@ def _tag(stmt: AlterModel, session: Session, params: list) -> Result:
             raise ProgrammingError(f"ALTER MODEL {name} SET TAG {tag}: a tag's value is text, not {text!r}.",
                                    code="invalid_argument")
         session.get_model(ref.model_name, version, ref)  # before the write commits the user's transaction
-        with catalog_write(session) as catalog:
+
+        def set_tag() -> None:
             session.get_model(ref.model_name, version, ref)  # model_not_found / version_not_found, pointed
-            catalog.tags.set(name, number, tag, text)
+            session.catalog.tags.set(name, number, tag, text)
+
+        catalog_write_retrying(session, set_tag)
         return Result(session.duck, rowcount=1)
     session.get_model(ref.model_name, version, ref)
     tags = session.catalog.tags.of(name, number)
@@ -274,6 +282,5 @@ def _tag(stmt: AlterModel, session: Session, params: list) -> Result:
         raise session.pointed(ProgrammingError(
             f'{whose} has no tag "{tag}".{did_you_mean(tag, list(tags))} Its tags: {", ".join(tags) or "none"}.',
             code="tag_not_found"), ref)
-    with catalog_write(session) as catalog:
-        catalog.tags.drop(name, number, tag)
+    catalog_write_retrying(session, lambda: session.catalog.tags.drop(name, number, tag))
     return Result(session.duck, rowcount=1)
