@@ -5,11 +5,15 @@ SQL through :meth:`Catalog.query` and never begins or commits."""
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from typing import Any, Optional
 
 from modelsql.errors import ProgrammingError, did_you_mean
 
 __all__ = ["Aliases"]
+
+_RESERVED = re.compile(r"^(latest|v(\d+))$", re.I)
+"""The alias names MLflow's registry reserves for versions (``models:/m/latest``): ``latest`` and ``v1``, ``v2`` ..."""
 
 
 class Aliases:
@@ -38,12 +42,17 @@ class Aliases:
         return dict(self._catalog.query("SELECT alias, version FROM {s}.model_aliases WHERE name = ? ORDER BY alias",
                                         [name]))
 
-    def resolve(self, name: str, alias: str) -> int:
-        """The version ``alias`` of model ``name`` names.
+    def resolve(self, name: str, alias: str) -> Optional[int]:
+        """The version ``alias`` of model ``name`` names: one set with ``SET ALIAS``, or one of the names MLflow's
+        registry reserves for versions, which no alias may take: ``latest`` (None: the latest version, whichever
+        it is when the statement runs) and ``v<n>`` (version ``n``).
 
         Raises:
             ProgrammingError: ``alias_not_found``, naming the model's aliases (with a "did you mean").
         """
+        reserved = _RESERVED.match(alias)
+        if reserved is not None:
+            return None if reserved.group(2) is None else int(reserved.group(2))
         known = self.of(name)
         version: Optional[int] = known.get(alias.lower())
         if version is None:

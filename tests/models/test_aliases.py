@@ -468,3 +468,17 @@ def test_two_connections_moving_one_alias_at_once_both_succeed(tmp_path):
     assert check.execute("SELECT version FROM modelsql.model_aliases WHERE name = 'm' AND alias = 'champion'"
                          ).fetchone()[0] in (1, 2)
     check.close()
+
+
+def test_the_reserved_alias_names_name_versions(con):
+    """``latest`` and ``v<n>``, which no alias may take (as in MLflow's registry), name the latest version and version
+    n wherever an alias is read; ALIAS latest said alias_not_found."""
+    assert con.execute("EVALUATE MODEL m ALIAS latest ON TABLE iris TARGET y").fetchone()[2] == 2
+    assert con.execute("EVALUATE MODEL m ALIAS V1 ON TABLE iris TARGET y").fetchone()[2] == 1
+    assert con.execute("SELECT count(*) FROM PREDICT(MODEL m ALIAS latest, TABLE iris)").fetchone() == (150,)
+    with pytest.raises(modelsql.ProgrammingError) as info:
+        con.execute("SELECT * FROM PREDICT(MODEL m ALIAS v7, TABLE iris)")
+    assert info.value.code == "version_not_found"
+    with pytest.raises(modelsql.ProgrammingError, match="is no alias to drop") as info:
+        con.execute("ALTER MODEL m DROP ALIAS latest")
+    assert info.value.code == "invalid_name"

@@ -246,6 +246,9 @@ def _drop_alias(stmt: AlterModel, session: Session) -> Result:
 
 
 def _alias_error(session: Session, name: str, alias: str) -> Error:
+    if _RESERVED_ALIAS.match(alias):
+        return ProgrammingError(f"Alias name {alias!r} is reserved, as in MLflow's registry: it names the latest "
+                                "version or a version number, and is no alias to drop.", code="invalid_name")
     try:
         session.catalog.aliases.resolve(name, alias)
     except Error as err:
