@@ -15,7 +15,9 @@ result is first fetched into memory, so both stay valid.
 from __future__ import annotations
 
 import datetime as _dt
+import functools as _functools
 import re as _re
+import threading as _threading
 import time as _time
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -278,6 +280,20 @@ def _open_duckdb(database: str, read_only: bool, config: dict) -> duckdb.DuckDBP
     return duck
 
 
+
+def _one_at_a_time(method):
+    """``method`` run holding its connection's lock: the calls of one connection run one at a time, whatever
+    threads (cursors) make them. PEP 249's ``threadsafety = 1`` says a connection is not shared between threads;
+    one shared anyway has each statement wait for the one running (the session, its DuckDB connection and the
+    result streaming on it are one), where statements from two threads used to get each other's rows."""
+
+    @_functools.wraps(method)
+    def one_at_a_time(self, *args, **kwargs):
+        with (self._lock if isinstance(self, Connection) else self.connection._lock):
+            return method(self, *args, **kwargs)
+
+    return one_at_a_time
+
 class Connection:
     """A PEP 249 connection to a DuckDB database with a modelsql catalog."""
 
@@ -304,6 +320,7 @@ class Connection:
             raise OperationalError(f'Cannot open database "{database}": {err}', code="cannot_open") from exc
         self._closed = False
         self._streaming: Optional[Cursor] = None
+        self._lock = _threading.RLock()  # (see _one_at_a_time)
         try:
             self._session = Session(self._duck, database, read_only=read_only)
         except BaseException:
@@ -319,18 +336,21 @@ class Connection:
         self._check_open()
         return Cursor(self)
 
+    @_one_at_a_time
     def commit(self) -> None:
         """Commit the current transaction (a no-op when none is open)."""
         self._check_open()
         self._settle()
         self._session.commit()
 
+    @_one_at_a_time
     def rollback(self) -> None:
         """Roll back the current transaction (a no-op when none is open)."""
         self._check_open()
         self._settle()
         self._session.rollback()
 
+    @_one_at_a_time
     def close(self) -> None:
         """Close the connection; an open transaction is rolled back (PEP 249).
 
@@ -463,6 +483,7 @@ class Connection:
         cur.execute(operation, parameters)
         return cur
 
+    @_one_at_a_time
     def import_model(
         self,
         name: str,
@@ -528,6 +549,7 @@ class Connection:
         except OSError as exc:  # a file-system call failed (a full disk): never a raw OSError
             raise _os_error(exc, f"import model {name!r}") from exc
 
+    @_one_at_a_time
     def import_pipeline(
         self,
         name: str,
@@ -582,6 +604,7 @@ class Connection:
         except OSError as exc:  # a file-system call failed (a full disk): never a raw OSError
             raise _os_error(exc, f"import pipeline {name!r}") from exc
 
+    @_one_at_a_time
     def register(self, name: str, data: Any) -> None:
         """Make a Python object queryable as a view ``name`` on this connection (extension).
 
@@ -606,6 +629,7 @@ class Connection:
         except Exception as exc:
             raise ProgrammingError(f'Cannot register "{name}": {translate_duckdb_error(exc)}', code="register_failed") from exc
 
+    @_one_at_a_time
     def unregister(self, name: str) -> None:
         """Remove a view made by :meth:`register`."""
         self._check_open()
@@ -669,6 +693,7 @@ class Cursor:
 
     # -- PEP 249 methods --------------------------------------------------------
 
+    @_one_at_a_time
     def close(self) -> None:
         """Close the cursor; every later call, ``close()`` included, raises InterfaceError."""
         if self._closed:
@@ -678,6 +703,7 @@ class Cursor:
         self._buffer = None
         self._closed = True
 
+    @_one_at_a_time
     def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
         """Prepare and execute one or more ``;``-separated statements.
 
@@ -726,6 +752,7 @@ class Cursor:
             self._result = outcome
         return self
 
+    @_one_at_a_time
     def executemany(self, operation: str, seq_of_parameters) -> "Cursor":
         """Execute ``operation`` once per parameter sequence; rowcount is the total changed.
 
@@ -754,6 +781,7 @@ class Cursor:
         self._rowcount = total if counted else -1
         return self
 
+    @_one_at_a_time
     def fetchone(self) -> Optional[tuple]:
         """Next row as a tuple, or None when the result is exhausted."""
         self._check_result()
@@ -768,6 +796,7 @@ class Cursor:
             self._finish_stream()
         return row
 
+    @_one_at_a_time
     def fetchmany(self, size: Optional[int] = None) -> list[tuple]:
         """Up to ``size`` (default :attr:`arraysize`) next rows."""
         self._check_result()
@@ -783,6 +812,7 @@ class Cursor:
             self._finish_stream()
         return rows
 
+    @_one_at_a_time
     def fetchall(self) -> list[tuple]:
         """All remaining rows."""
         self._check_result()
@@ -794,6 +824,7 @@ class Cursor:
         self._finish_stream()
         return rows
 
+    @_one_at_a_time
     def fetch_arrow(self):
         """All remaining rows as a ``pyarrow.Table`` (extension; streams without Python rows)."""
         self._check_result()

@@ -523,6 +523,39 @@ def test_connections_in_threads(db):
     assert errors == []
 
 
+
+def test_one_connection_shared_by_threads_runs_their_statements_one_at_a_time(db):
+    """threadsafety = 1 says not to share a connection; one shared anyway (a cursor per thread, as with DuckDB's
+    own cursor()) gives each statement its own rows: they came back as another thread's, empty, or as raw
+    IndexError / TypeError, about a third of them (a helper's finding)."""
+    import threading
+
+    con = modelsql.connect(db)
+    con.import_model("m", linear_model(np.array([[1.0], [1000.0]])))
+    con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS a, (i % 7)::DOUBLE AS b FROM range(2000) r(i)")
+    con.commit()
+    wrong: list = []
+
+    def work(k: int) -> None:
+        for _ in range(25):
+            try:
+                cur = con.cursor()
+                cur.execute(f"SELECT {k}, count(*) FROM PREDICT(MODEL m, (SELECT * FROM t WHERE a < {k * 100}))")
+                rows = cur.fetchall()
+                if rows != [(k, k * 100)]:
+                    wrong.append(rows)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                wrong.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    con.close()
+    assert wrong == []
+
+
 # ------------------------------------------------------------------ rowcount: the rows a statement changed
 
 
