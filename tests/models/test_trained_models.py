@@ -215,6 +215,14 @@ BAD = [
 BAD += [
     ("WITH (model_type = 'logistic_reg', target = y) AS SELECT f0 AS a, f1 AS \"A\", y FROM iris",
      modelsql.ProgrammingError, "duplicate_column", 'two columns named "a" and "A"'),
+    # the TARGET's type as DuckDB names it (it was Arrow's: date32[day], list<l: int64>)
+    ("WITH (model_type = 'logistic_reg', target = d) AS SELECT f0, DATE '2020-01-01' + y::INT AS d FROM iris",
+     modelsql.DataError, "invalid_target", "TARGET d is DATE;"),
+    # values scikit-learn's parameter validation lets through, refused by the fit: training_failed before
+    ("WITH (model_type = 'random_forest_classifier', target = y, max_depth = 99999999999999999999) AS SELECT * "
+     "FROM iris", modelsql.ProgrammingError, "invalid_hyperparameter", "cannot use the hyper-parameters"),
+    ("WITH (model_type = 'mlp_classifier', target = y, hidden_layer_sizes = (4, 'a')) AS SELECT * FROM iris",
+     modelsql.ProgrammingError, "invalid_hyperparameter", '{"hidden_layer_sizes": [4, "a"]}'),
     # predicted as float32, 1e8 + (0, 1, 2) are all 1e8: r2 -1.5 where the estimator by hand had 1.0
     ("WITH (model_type = 'linear_reg', target = big) AS SELECT f0, f2, y + 1e8 AS big FROM iris", modelsql.DataError,
      "precision_loss", "TARGET big loses precision as float32"),

@@ -369,7 +369,7 @@ def existing_model(session: Session, name: str, replace: bool, if_not_exists: bo
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ProgrammingError(
-            f'Invalid model name "{name}": use letters, digits and underscores, starting with a letter.',
+            f'Invalid model name "{name}": use letters, digits and underscores, not starting with a digit.',
             code="invalid_name",
         )
     key = name.lower()

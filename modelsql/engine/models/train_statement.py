@@ -268,6 +268,12 @@ def _fit_error(plan: TrainingPlan, exc: Exception) -> Error:
         named = re.match(r"The '(\w+)' parameter", text)  # scikit-learn's wording: "The 'C' parameter of ..."
         err.option = named.group(1) if named else None
         return err
+    if isinstance(exc, (OverflowError, TypeError)) and plan.hyperparameters:  # a value scikit-learn did not check:
+        # the rows are numbers and text already (max_depth = 10**20, hidden_layer_sizes = (4, 'a'))
+        err = ProgrammingError(f"{plan.where}: {estimator} cannot use the hyper-parameters "
+                               f"{hyperparameters_text(plan.hyperparameters)}: {text}", code="invalid_hyperparameter")
+        err.option = None
+        return err
     return DataError(f"{plan.where}: {estimator} failed to fit: {text}", code="training_failed")
 
 

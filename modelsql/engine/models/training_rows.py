@@ -263,7 +263,8 @@ def _drop_nulls(table: pa.Table, columns: list[str], on_null: str,
     return table.filter(keep), np.flatnonzero(keep.to_numpy(zero_copy_only=False))
 
 
-def _classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray:
+def _classes(values: pa.ChunkedArray, target: str, statement: str, sql_type: str = "") -> np.ndarray:
+    """A classifier's TARGET as class labels (``sql_type``: its DuckDB type, as messages name it)."""
     arrow_type = values.type
     if pa.types.is_dictionary(arrow_type):
         values, arrow_type = values.cast(arrow_type.value_type), arrow_type.value_type
@@ -286,7 +287,7 @@ def _classes(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray
         if past.size:
             raise _past_int64(target, statement, past[0].item())
         return numbers.astype(np.int64)
-    raise DataError(f"{statement}: TARGET {target} is {arrow_type}; a classifier's classes are integers, text or "
+    raise DataError(f"{statement}: TARGET {target} is {sql_type or arrow_type}; a classifier's classes are integers, text or "
                     "booleans.", code="invalid_target")
 
 
@@ -317,10 +318,11 @@ def _as_float64(values: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(pc.cast(values, pa.float64(), safe=False).to_numpy(), dtype=np.float64)
 
 
-def _numbers(values: pa.ChunkedArray, target: str, statement: str) -> np.ndarray:
+def _numbers(values: pa.ChunkedArray, target: str, statement: str, sql_type: str = "") -> np.ndarray:
+    """A regressor's TARGET as float64 (``sql_type``: its DuckDB type, as messages name it)."""
     arrow_type = values.type
     if not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type)):
-        raise DataError(f"{statement}: TARGET {target} is {arrow_type}; a regressor predicts numbers (train a "
+        raise DataError(f"{statement}: TARGET {target} is {sql_type or arrow_type}; a regressor predicts numbers (train a "
                         "classifier for classes).", code="invalid_target")
     numbers = _as_float64(values)
     bad = ~np.isfinite(numbers) | (np.abs(numbers) > _FLOAT32_MAX)
@@ -372,8 +374,9 @@ def training_rows(table: pa.Table, *, types: dict[str, str], task: str, target: 
     y = None
     if target_name is not None:
         values = table.column(target_name)
-        y = _classes(values, target_name, statement) if task == "classification" else _numbers(values, target_name,
-                                                                                                 statement)
+        shown = types.get(target_name, "")
+        y = (_classes(values, target_name, statement, shown) if task == "classification"
+             else _numbers(values, target_name, statement, shown))
         if y.dtype != object:
             table = table.set_column(table.column_names.index(target_name), target_name, pa.array(y))
     return TrainingRows(table, kinds, target_name, y, read - table.num_rows, nullable, positions)

@@ -176,7 +176,7 @@ def create_pipeline(session: Session, plan: CreatePipelinePlan, explicit: Option
     session.check_writable()
     if not _NAME_RE.match(plan.name):
         raise ProgrammingError(
-            f'Invalid pipeline name "{plan.name}": use letters, digits and underscores, starting with a letter.',
+            f'Invalid pipeline name "{plan.name}": use letters, digits and underscores, not starting with a digit.',
             code="invalid_name",
         )
     key = plan.name.lower()
