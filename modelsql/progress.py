@@ -28,7 +28,8 @@ Kind-specific keys are listed in :data:`KINDS` (TUNE's are the ones its hook alw
 Messages are throttled (:data:`MIN_INTERVAL_S`) except TUNE's (after every stage and round), CREATE MODEL's
 (as each stage begins) and a job's final one. PREDICT's messages come from DuckDB's worker threads while
 the statement runs or, for a query whose rows are fetched as they are made, while the cursor fetches
-them; one job's calls never overlap. A hook must not use the connection. An exception the hook raises
+them; one job's calls never overlap. A hook must not use the connection (the connection refuses it: InterfaceError
+``used_from_hook``). An exception the hook raises
 ends the statement with it (on a failed job's final message it is dropped: the job's own error stands).
 """
 

@@ -289,10 +289,31 @@ def _one_at_a_time(method):
 
     @_functools.wraps(method)
     def one_at_a_time(self, *args, **kwargs):
-        with (self._lock if isinstance(self, Connection) else self.connection._lock):
+        conn = self if isinstance(self, Connection) else self.connection
+        conn._refuse_from_hook()
+        with conn._lock:
             return method(self, *args, **kwargs)
 
     return one_at_a_time
+
+
+class _HookGuard:
+    """A progress hook (``Connection.progress``) run with its thread marked as inside a hook of ``conn``, whose
+    calls from that thread are then refused (:meth:`Connection._refuse_from_hook`): a hook runs while a statement
+    of the connection runs (on its thread, or on one of DuckDB's), and a statement of the same connection from it
+    could only wait for itself (a hang) or run inside the other's transaction (TUNE failed with
+    ``transaction_aborted`` and left its study ``running``)."""
+
+    def __init__(self, conn: "Connection", callback) -> None:
+        self.conn, self.callback = conn, callback
+
+    def __call__(self, message: dict) -> Any:
+        me = _threading.get_ident()
+        self.conn._hook_threads.add(me)
+        try:
+            return self.callback(message)
+        finally:
+            self.conn._hook_threads.discard(me)
 
 class Connection:
     """A PEP 249 connection to a DuckDB database with a modelsql catalog."""
@@ -321,6 +342,7 @@ class Connection:
         self._closed = False
         self._streaming: Optional[Cursor] = None
         self._lock = _threading.RLock()  # (see _one_at_a_time)
+        self._hook_threads: set[int] = set()  # threads inside a progress hook of this connection (_HookGuard)
         try:
             self._session = Session(self._duck, database, read_only=read_only)
         except BaseException:
@@ -437,26 +459,28 @@ class Connection:
 
         Raises:
             InterfaceError: ``invalid_argument`` when set to something neither callable nor None."""
-        return self._session.progress
+        hook = self._session.progress
+        return hook.callback if isinstance(hook, _HookGuard) else hook
 
     @progress.setter
     def progress(self, callback) -> None:
         if callback is not None and not callable(callback):
             raise InterfaceError("progress must be a callable or None.", code="invalid_argument")
-        self._session.progress = callback
+        self._session.progress = None if callback is None else _HookGuard(self, callback)
 
     @property
     def tune_progress(self):
         """The older hook of TUNE's progress alone: a callable called with TUNE's messages only (see
         :attr:`progress`, whose hook it replaces); None for none."""
         hook = self._session.progress
-        return hook.callback if isinstance(hook, OnlyKinds) else hook
+        hook = hook.callback if isinstance(hook, OnlyKinds) else hook
+        return hook.callback if isinstance(hook, _HookGuard) else hook
 
     @tune_progress.setter
     def tune_progress(self, callback) -> None:
         if callback is not None and not callable(callback):
             raise InterfaceError("tune_progress must be a callable or None.", code="invalid_argument")
-        self._session.progress = None if callback is None else OnlyKinds(("tune",), callback)
+        self._session.progress = None if callback is None else OnlyKinds(("tune",), _HookGuard(self, callback))
 
     @property
     def duckdb_progress_bar(self) -> bool:
@@ -468,14 +492,31 @@ class Connection:
         Raises:
             InterfaceError: ``connection_closed``."""
         self._check_open()
-        rows = self._duck.execute("SELECT current_setting('enable_progress_bar_print')").fetchall()  # (none left open)
-        return bool(rows[0][0])  # (a SELECT without FROM gives one row)
+        return self._progress_bar_setting()
 
     @duckdb_progress_bar.setter
     def duckdb_progress_bar(self, on: bool) -> None:
         self._check_open()
+        self._set_progress_bar(on)
+
+    @_one_at_a_time
+    def _progress_bar_setting(self) -> bool:
+        self._settle()  # a result streaming on the DuckDB connection is kept (the query below would end it)
+        rows = self._duck.execute("SELECT current_setting('enable_progress_bar_print')").fetchall()  # (none left open)
+        return bool(rows[0][0])  # (a SELECT without FROM gives one row)
+
+    @_one_at_a_time
+    def _set_progress_bar(self, on: bool) -> None:
         self._settle()
         self._duck.execute(f"SET enable_progress_bar_print = {'true' if on else 'false'}")
+
+    def _refuse_from_hook(self) -> None:
+        """Raises InterfaceError (``used_from_hook``) when this thread is inside a progress hook of this
+        connection (:class:`_HookGuard`)."""
+        if _threading.get_ident() in self._hook_threads:
+            raise InterfaceError("A progress hook must not use the connection it reports on (its statement is "
+                                 "running): use another connection (modelsql.connect) in the hook.",
+                                 code="used_from_hook")
 
     def execute(self, operation: str, parameters: Optional[Sequence[Any]] = None) -> "Cursor":
         """Create a cursor, execute ``operation`` on it and return it (as sqlite3 does)."""

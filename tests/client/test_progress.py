@@ -108,6 +108,60 @@ def test_the_old_tune_hook_gets_tune_messages_only(lin):
         lin.progress = 3
 
 
+def test_a_hook_that_uses_its_own_connection_is_refused_not_hung(lin, every_message):
+    """A hook runs while its connection's statement runs (for a streaming PREDICT, on DuckDB's threads): a statement
+    of the same connection from it hung (waiting for the one running) or cut the result short; it is refused with
+    InterfaceError ``used_from_hook``, which ends the statement."""
+    import threading
+
+    lin.progress = lambda message: lin.execute("SELECT 42").fetchall()
+    outcome: list = []
+
+    def work() -> None:
+        try:
+            cur = lin.cursor()
+            cur.execute("SELECT c0 FROM PREDICT(MODEL lin, TABLE t, execution = 'stream', batch_size = 256)")
+            outcome.append(len(cur.fetchall()))
+        except modelsql.Error as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the statement hung"
+    assert isinstance(outcome[0], modelsql.InterfaceError) and outcome[0].code == "used_from_hook", outcome
+    lin.progress = None
+    assert lin.execute("SELECT count(*) FROM PREDICT(MODEL lin, TABLE t)").fetchone() == (5000,)
+
+
+def test_a_tune_hook_that_uses_its_connection_stops_the_study_resumably(tmp_path):
+    """TUNE's hook running a statement on the same connection made TUNE fail with transaction_aborted (the real
+    cause hidden) and left its study and trials ``running``."""
+    con = modelsql.connect(str(tmp_path / "h.duckdb"))
+    con.execute("CREATE TABLE d AS SELECT (i % 7)::FLOAT AS a, (i % 5)::FLOAT AS b, i % 2 AS y FROM range(120) r(i)")
+    con.execute("CREATE MODEL mlp FROM PYTHON 'modelsql.zoo:mlp' WITH (hidden = 8)")
+    con.commit()
+    con.tune_progress = lambda message: con.execute("SELECT 1").fetchall()
+    with pytest.raises(modelsql.InterfaceError, match="must not use the connection") as info:
+        con.execute("TUNE MODEL mlp ON TABLE d TARGET y SEARCH (lr = CHOICE(0.01, 0.05)) USING GRID "
+                    "WITH (max_epochs = 2)")
+    assert info.value.code == "used_from_hook"
+    con.tune_progress = None
+    con.rollback()
+    assert con.execute("SELECT status FROM modelsql.studies").fetchall() == [("interrupted",)]
+    con.close()
+
+
+def test_reading_duckdbs_progress_bar_setting_keeps_a_streaming_result(lin):
+    """The setting's getter ran its own query on the DuckDB connection a cursor was streaming from, and the cursor
+    then gave 10 of its rows."""
+    cur = lin.cursor()
+    cur.execute("SELECT * FROM range(100000)")
+    first = cur.fetchmany(10)
+    assert lin.duckdb_progress_bar in (True, False)
+    lin.duckdb_progress_bar = True
+    assert len(first) + len(cur.fetchall()) == 100000
+
 def test_profile_reports_runs_and_queries(lin, every_message):
     messages = _hooked(lin)
     lin.execute("PROFILE MODEL lin WITH (batch_sizes = (1, 8), threads = (1, 2), repeat = 5, warmup = 1, "

@@ -1144,3 +1144,43 @@ def test_an_error_in_a_later_statement_points_at_its_own_line_not_an_earlier_one
         con.execute(sql)
     assert info.value.code == "invalid_option" and (info.value.line, info.value.column) == (4, 3)
     con.rollback()
+
+
+def test_whole_decimal_classes_past_2_53_stay_apart(tmp_path):
+    """A DECIMAL(38,0) TARGET of labels 2**62 + k (which CREATE MODEL trains on exactly) was read as DOUBLE against the
+    integer predictions: the three classes became one and a TARGET wrong on every row scored accuracy 1.0."""
+    c = modelsql.connect(str(tmp_path / "d.duckdb"))
+    c.autocommit = True
+    c.execute("CREATE TABLE base AS SELECT (i % 3)::DOUBLE + (i % 7) / 70.0 AS x1, i % 3 AS k FROM range(300) r(i)")
+    c.execute("CREATE TABLE d AS SELECT x1, (4611686018427387904 + k)::DECIMAL(38,0) AS y FROM base")
+    c.execute("CREATE MODEL m WITH (model_type = 'logistic_reg', target = y, validation = 'none') AS SELECT * FROM d")
+    c.execute("CREATE TABLE wrong AS SELECT x1, (4611686018427387904 + (k + 1) % 3)::DECIMAL(38,0) AS y FROM base")
+    truth = c.execute("SELECT avg((label = y)::INT) FROM PREDICT(MODEL m, TABLE wrong)").fetchone()[0]
+    got = c.execute("SELECT accuracy, labels FROM EVALUATE(MODEL m, TABLE wrong, target = y)").fetchone()
+    assert got[0] == truth and len(got[1]) == 3
+    c.close()
+
+
+def test_micro_roc_auc_of_a_model_of_unnamed_classes_over_rows_of_two_of_its_three(tmp_path):
+    """A float64 skl2onnx graph names no classes; over rows of two of its three classes micro ROC AUC was the binary
+    AUC of one class, where scikit-learn, given three probabilities, ranks all of them (roc_auc_score(...,
+    average='micro', labels=[0, 1, 2]))."""
+    from skl2onnx import to_onnx
+
+    c = modelsql.connect(str(tmp_path / "u.duckdb"))
+    c.autocommit = True
+    x, y = load_iris(return_X_y=True)
+    _table(c, "iris", x, y)
+    lr = LogisticRegression(max_iter=1000).fit(x, y)
+    features = [f"f{i}" for i in range(4)]
+    c.import_model("named", lr, features=features)
+    c.import_model("unnamed", to_onnx(lr, x[:1], options={"zipmap": False}), features=features)
+    for model in ("named", "unnamed"):
+        rows = c.execute(f"SELECT y, probabilities FROM PREDICT(MODEL {model}, (SELECT * FROM iris WHERE y <> 0))"
+                         ).fetchall()
+        want = M.roc_auc_score([r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64),
+                               multi_class="ovr", average="micro", labels=[0, 1, 2])
+        got = c.execute(f"SELECT roc_auc FROM EVALUATE(MODEL {model}, (SELECT * FROM iris WHERE y <> 0), "
+                        "target = y, average = 'micro')").fetchone()[0]
+        assert got == pytest.approx(want, rel=1e-9), model
+    c.close()

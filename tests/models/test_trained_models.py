@@ -649,3 +649,16 @@ def test_a_uuid_target_is_evaluated_as_the_text_classes_it_was_trained_on(con) -
     assert evaluated["accuracy"] == 1.0 and evaluated["rows"] == 200
     assert "a0000000-0000-0000-0000-000000000001" in created[-2]  # labels as DuckDB writes a UUID
     con.commit()
+
+
+def test_regression_targets_that_float32_keeps_within_a_thousandth_of_their_spread_train(con) -> None:
+    """Prices near 1e7 in cents and latitudes in a 1 km box round in float32 by under a thousandth of their spread:
+    they train (the rule that refuses a feature merging 1% of its distinct values refused them as targets)."""
+    con.execute("CREATE TABLE near AS SELECT (i % 13)::DOUBLE AS a, 9999000 + (i * 7919 % 200000) / 100.0 AS price, "
+                "37 + (i * 7919 % 10000) / 1e6 AS lat FROM range(2000) t(i)")
+    con.commit()
+    for target in ("price", "lat"):
+        row = con.execute(f"CREATE MODEL near_{target} WITH (model_type = 'linear_reg', target = {target}) "
+                          f"AS SELECT a, {target} FROM near").fetchone()
+        assert row[0] == f"near_{target}"
+    con.commit()

@@ -38,6 +38,9 @@ __all__ = ["EvaluatePlan", "bind_evaluate", "input_text", "where_of"]
 
 _INTEGER = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT)$")
 _NUMBER = re.compile(r"^(FLOAT|DOUBLE|DECIMAL.*|" + _INTEGER.pattern[2:-2] + r")$")
+_WHOLE_DECIMAL = re.compile(r"^DECIMAL\(\d+,\s*0\)$")
+"""A DECIMAL of whole numbers: class labels read exactly as BIGINT (as DOUBLE, two past 2**53 would be one class;
+training read them as int64, and refused what int64 cannot hold)."""
 _VECTOR = re.compile(r"^(FLOAT|DOUBLE)\[(\d*)\]$")
 _MAP = re.compile(r"^MAP\((BIGINT|VARCHAR), (FLOAT|DOUBLE)\)$")
 """A classifier's probabilities as a map from each class to its probability (skl2onnx's ZipMap)."""
@@ -189,7 +192,8 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
     ``label`` (any case), else its first; the probabilities the vector it names as such (:data:`_PROBABILITY_NAMES`),
     else its first other vector; by the model's names, whatever columns an input's clashing names made of them (a
     BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
-    booleans predicts; a FLOAT, DOUBLE or DECIMAL one as a number, so 1.0 is the class 1 and 0.5 a class the
+    booleans predicts; a DECIMAL of whole numbers as BIGINT; a FLOAT, DOUBLE or other DECIMAL one as a number, so
+    1.0 is the class 1 and 0.5 a class the
     model never predicts; an ENUM or UUID target of a classifier of text labels as its text, as training read it).
 
     Raises:
@@ -205,7 +209,7 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
         return "regression", column + ("[1]" if vector else ""), None, ""
     if not (_INTEGER.match(kind) or kind in ("VARCHAR", "BOOLEAN")):
         raise _bad_target(stmt, f"the model's prediction {name} is {kind}: neither a class label nor a number")
-    cast = ("::BIGINT" if _INTEGER.match(kind) and target_type == "BOOLEAN" else
+    cast = ("::BIGINT" if _INTEGER.match(kind) and (target_type == "BOOLEAN" or _WHOLE_DECIMAL.match(target_type)) else
             "::DOUBLE" if _INTEGER.match(kind) and _NUMBER.match(target_type) and not _INTEGER.match(target_type) else
             "::VARCHAR" if kind == "VARCHAR" and (target_type.startswith("ENUM(") or target_type == "UUID") else "")
     if _family(kind) != _family(target_type) and not cast:

@@ -71,9 +71,7 @@ def measure(stmt: EvaluateModel, plan: EvaluatePlan, session: Session, params: l
                         "rows out of the evaluation, or filter or fill them in the input."), code=err.code) from None
     bad = int(counts.scores["bad"]) if counts.scores else 0
     _check_rows(stmt, plan, counts.rows, counts.null_targets, bad)
-    metrics, where = _classification(stmt, plan, counts)
-    if metrics["average"] == "micro" and where is not None and not queries.binary_auc(metrics["labels"], where):
-        metrics["roc_auc"] = pooled_roc_auc(predictions, where)  # every probability ranked together
+    metrics, where = _classification(stmt, plan, counts, predictions)
     return Measured(counts.rows, queries.fingerprint_text(counts.rows, counts.digest), metrics, where,
                     predictions if keep else None)
 
@@ -203,11 +201,13 @@ def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tupl
                            f"has (the rows' classes: {', '.join(map(repr, labels))}): name one with positive = ..., "
                            "or use average = 'macro', 'weighted' or 'micro'.")
     # a threshold needs two classes: the model's two (rows of one of them too), or the rows' two
-    wrong = {"threshold": len(labels) > 2 or len(_two_classes(plan, labels)) != 2, "positive": len(labels) > 2}
+    both = _two_classes(plan, labels)
+    wrong = {"threshold": len(labels) > 2 or len(both) != 2, "positive": len(labels) > 2}
     for name in ("threshold", "positive"):
         if plan.options[name] is not None and wrong[name]:
-            raise option_error(name, f"{where_of(stmt)} option {name} applies to two classes; the rows have "
-                                     f"{len(labels)} ({_classes_text(labels)}).")
+            counted = (f"the rows have {len(labels)} ({_classes_text(labels)})" if len(labels) > 2 else
+                       f"the rows' and the model's are {len(both)} ({', '.join(map(repr, both[:10]))})")
+            raise option_error(name, f"{where_of(stmt)} option {name} applies to two classes; {counted}.")
     return average, positive
 
 
@@ -235,8 +235,8 @@ def _index_of(option: Any, classes: Sequence[Any]) -> Optional[int]:
     return next((k for k, c in enumerate(classes) if type(c) is type(positive) and c == positive), None)
 
 
-def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
-                    counts: ClassCounts) -> tuple[dict[str, Any], Optional[dict[Any, int]]]:
+def _classification(stmt: EvaluateModel, plan: EvaluatePlan, counts: ClassCounts,
+                    predictions: pa.Table) -> tuple[dict[str, Any], Optional[dict[Any, int]]]:
     confusion, positions = counts.confusion, counts.positions
     scores = counts.scores or {}
     ranks = queries.score_entries(scores, counts.classes)
@@ -257,6 +257,8 @@ def _classification(stmt: EvaluateModel, plan: EvaluatePlan,
     rows = counts.rows
     metrics["log_loss"] = queries.log_loss(ranks, where, rows) if where is not None else None
     metrics["roc_auc"] = queries.roc_auc(ranks, where, labels, positive, average) if where is not None else None
+    if average == "micro" and where is not None and not queries.binary_auc(labels, where, width):
+        metrics["roc_auc"] = pooled_roc_auc(predictions, where)  # every probability ranked together
     metrics.update(labels=labels, confusion_matrix=matrix, average=average,
                    positive=positive if average == "binary" or plan.options["threshold"] is not None else None,
                    positive_class=positive)  # (averaged metrics do not depend on it, but the threshold's class does)

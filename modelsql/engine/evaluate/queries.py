@@ -237,7 +237,8 @@ def roc_auc(ranks: list[dict[str, Any]], where: dict[Any, int], labels: Sequence
     counts has no rows or all of them (scikit-learn's NaN; ``weighted`` gives a class of no rows no weight, as
     scikit-learn does)."""
     index = _Ranks(ranks)
-    if binary_auc(labels, where) or (len(labels) == 2 and average == "binary"):
+    if binary_auc(labels, where, max((int(e["i"]) for e in ranks), default=0)) or (len(labels) == 2 and
+                                                                                 average == "binary"):
         return index.auc(positive, where[positive])
     weights = [index.true_rows(label) for label in labels] if average == "weighted" else [1] * len(labels)
     each = [index.auc(label, where[label]) if w else None for label, w in zip(labels, weights)]
@@ -246,10 +247,11 @@ def roc_auc(ranks: list[dict[str, Any]], where: dict[Any, int], labels: Sequence
     return sum(w * a for w, a in zip(weights, each) if a is not None) / sum(weights)
 
 
-def binary_auc(labels: Sequence[Any], where: dict[Any, int]) -> bool:
+def binary_auc(labels: Sequence[Any], where: dict[Any, int], width: int) -> bool:
     """Whether ROC AUC is one class's alone, whatever the averaging: two classes in the rows and at most two
-    positions known (scikit-learn's binary case, where ``average`` is not read)."""
-    return len(labels) == 2 and len(where) <= 2
+    probabilities per row (``width``) and positions known (scikit-learn's binary case, where ``average`` is not
+    read; a model of three probabilities is multiclass whatever classes the rows hold)."""
+    return len(labels) == 2 and len(where) <= 2 and width <= 2
 
 
 def thresholded_confusion(ranks: list[dict[str, Any]], classes: Sequence[Any], positive: Any,

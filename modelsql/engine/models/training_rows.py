@@ -175,13 +175,14 @@ def _check_numbers(table: pa.Table, name: str, statement: str) -> None:
                         code="precision_loss")
 
 
-def _float32_loss(values: np.ndarray) -> Optional[str]:
+def _float32_loss(values: np.ndarray, merges: bool = True) -> Optional[str]:
     """What rounding finite float64 ``values`` to float32 costs, for a message, when it exceeds a thousandth of their
-    spread or merges more than 1% of their distinct values; None when it does not."""
+    spread or (``merges``: a feature's values, each a distinct input) merges more than 1% of their distinct values;
+    None when it does not."""
     single = values.astype(np.float32)
     spread = float(values.std())
     error = float(np.abs(single.astype(np.float64) - values).max())
-    if not ((spread > 0 and error > 1e-3 * spread) or (error and _merges(values, single))):
+    if not ((spread > 0 and error > 1e-3 * spread) or (merges and error and _merges(values, single))):
         return None
     distinct, kept = _distinct_counts(values)
     return (f"values up to {float(np.abs(values).max()):.6g} round by up to {error:.3g}, against a spread of "
@@ -329,7 +330,7 @@ def _numbers(values: pa.ChunkedArray, target: str, statement: str, sql_type: str
     if bad.any():
         raise DataError(f"{statement}: TARGET {target} is NaN, infinite or past float32's range (the type the model "
                         f"predicts) in {int(bad.sum())} rows: filter or scale them in the query.", code="invalid_value")
-    loss = _float32_loss(numbers)
+    loss = _float32_loss(numbers, merges=False)  # (a prediction off by a thousandth of the spread is no loss)
     if loss is not None:  # the model's predictions are float32: they could not tell these values apart
         raise DataError(f"{statement}: TARGET {target} loses precision as float32, the type the model predicts "
                         f"({loss}): subtract an offset or scale it in the query ({target} - "
