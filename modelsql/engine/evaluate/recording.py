@@ -14,6 +14,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from modelsql import sql as msql
+from modelsql.arrow_numpy import numbers
 from modelsql.catalog.evaluations import EvaluationRow
 from modelsql.catalog.lineage import Origin
 from modelsql.sql.evaluate import EvaluateModel
@@ -51,7 +52,7 @@ def split_row_hash(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """A table read with its rows' hashes as its last column (``run_query(..., row_hash=True)``), and the hashes
     apart: ``(rows without the column, uint64 (n,))``."""
     last = table.num_columns - 1
-    hashes = table.column(last).to_numpy() if table.num_rows else np.zeros(0, dtype=np.uint64)
+    hashes = numbers(table.column(last)) if table.num_rows else np.zeros(0, dtype=np.uint64)
     return table.remove_column(last), np.asarray(hashes, dtype=np.uint64)
 
 
