@@ -246,6 +246,7 @@ CODES: dict[str, str] = {
     "cannot_open": "the database cannot be opened",
     "connection_closed": "the connection is closed",
     "cursor_closed": "the cursor is closed",
+    "used_from_hook": "a progress hook ran a statement on the connection whose statement it reports on",
     "no_result": "a fetch without a result to fetch from",
     "register_failed": "Connection.register could not register the object",
     "udf_register": "PREDICT's function could not be registered with DuckDB",
