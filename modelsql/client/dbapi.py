@@ -952,10 +952,12 @@ class Cursor:
             # Translate before finishing: finishing releases the PREDICT functions,
             # whose recorded errors (NULL inputs, corrupt blobs) the translation reads.
             err = self._result.error(exc) if self._result is not None else translate_duckdb_error(exc)
-            self._finish_stream()
+            self._finish_stream(failed=True)
             raise point_into(err, self._operation) from exc
 
-    def _finish_stream(self) -> None:
+    def _finish_stream(self, failed: bool = False) -> None:
+        """End the streaming result: released, or (``failed``) released as a failed statement's is (its progress
+        jobs end with ``ok`` False, a transaction begun for it is rolled back)."""
         if self._streaming:
             self._streaming = False
             self._buffer = []
@@ -963,7 +965,7 @@ class Cursor:
             if self.connection._streaming is self:
                 self.connection._streaming = None
             if self._result is not None:
-                self._result.release()
+                (self._result.rollback if failed else self._result.release)()
 
     def _materialize(self) -> None:
         if self._streaming:

@@ -162,6 +162,30 @@ def test_reading_duckdbs_progress_bar_setting_keeps_a_streaming_result(lin):
     lin.duckdb_progress_bar = True
     assert len(first) + len(cur.fetchall()) == 100000
 
+
+@pytest.mark.parametrize("execution", ["stream", "batch"])
+def test_a_hook_that_raises_ends_the_job_not_ok(lin, every_message, execution):
+    """The hook's exception ends the statement; the job's final message says it failed (a streaming PREDICT's said
+    ``ok`` True, with ``done`` short of its rows)."""
+    messages: list = []
+
+    def hook(message: dict) -> None:
+        messages.append(message)
+        if not message["final"] and message["done"] >= 100000:  # (half the rows: a stream is being fetched)
+            raise ValueError("a hook that fails")
+
+    lin.execute("CREATE TABLE many AS SELECT t.* FROM t, range(40)")  # 200,000 rows: a stream fails as it is read
+    lin.progress = hook
+    cur = lin.cursor()
+    with pytest.raises(modelsql.Error, match="a hook that fails"):  # (a streaming one's, as its rows are fetched)
+        cur.execute(f"SELECT y FROM PREDICT(MODEL lin, TABLE many, execution = '{execution}', batch_size = 256)")
+        while cur.fetchmany(10000):
+            pass
+    lin.progress = None
+    lin.rollback()
+    assert messages[-1]["final"] is True and messages[-1]["ok"] is False
+
+
 def test_profile_reports_runs_and_queries(lin, every_message):
     messages = _hooked(lin)
     lin.execute("PROFILE MODEL lin WITH (batch_sizes = (1, 8), threads = (1, 2), repeat = 5, warmup = 1, "

@@ -1184,3 +1184,25 @@ def test_micro_roc_auc_of_a_model_of_unnamed_classes_over_rows_of_two_of_its_thr
                         "target = y, average = 'micro')").fetchone()[0]
         assert got == pytest.approx(want, rel=1e-9), model
     c.close()
+
+
+def test_labels_past_2_53_against_a_fractional_decimal_or_a_float_target(tmp_path):
+    """A classifier of labels 2**62 + {0, 1} against a DECIMAL(38,2) TARGET is compared exactly (as the DECIMAL's
+    scale); against a FLOAT or DOUBLE one, which cannot tell them apart, it is invalid_target. Both were read as
+    DOUBLE: one class, and a TARGET wrong on every row scored accuracy 1.0."""
+    c = modelsql.connect(str(tmp_path / "b.duckdb"))
+    c.autocommit = True
+    x = np.random.default_rng(0).normal(size=(40, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    c.import_model("big", LogisticRegression().fit(x, y + 2 ** 62), features=["f0", "f1"])
+    _table(c, "base", x, y)
+    sql = "EVALUATE MODEL big ON (SELECT f0, f1, (1 - y + 4611686018427387904)::{} AS y FROM base) TARGET y"
+    got = _evaluate(c, sql.format("DECIMAL(38,2)"))
+    assert got["accuracy"] == pytest.approx(M.accuracy_score(1 - y, (c.execute(
+        "SELECT label FROM PREDICT(MODEL big, TABLE base)").fetch_arrow().column(0).to_numpy() - 2 ** 62)))
+    assert len(got["labels"]) == 2
+    for kind in ("FLOAT", "DOUBLE"):
+        with pytest.raises(modelsql.ProgrammingError, match="cannot tell big's class labels apart") as info:
+            c.execute(sql.format(kind))
+        assert info.value.code == "invalid_target"
+    c.close()

@@ -662,3 +662,16 @@ def test_regression_targets_that_float32_keeps_within_a_thousandth_of_their_spre
                           f"AS SELECT a, {target} FROM near").fetchone()
         assert row[0] == f"near_{target}"
     con.commit()
+
+
+def test_a_constant_column_of_a_value_float32_rounds_is_no_precision_loss(con) -> None:
+    """A constant 0.1 (as a regression TARGET, and as a feature) has no spread; the standard deviation's own rounding
+    (2.8e-17) was taken for one, and the float32 rounding of 0.1 for a loss against it."""
+    con.execute("CREATE TABLE constant AS SELECT (i * 0.37 % 1)::FLOAT AS a, 0.1::DOUBLE AS c, i % 2 AS k "
+                "FROM range(50) r(i)")
+    con.commit()
+    assert con.execute("CREATE MODEL constant_r WITH (model_type = 'linear_reg', target = c) "
+                       "AS SELECT a, c FROM constant").fetchone()[0] == "constant_r"
+    assert con.execute("CREATE MODEL constant_c WITH (model_type = 'logistic_reg', target = k) "
+                       "AS SELECT a, c, k FROM constant").fetchone()[0] == "constant_c"
+    con.commit()

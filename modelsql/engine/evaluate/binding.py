@@ -39,6 +39,7 @@ __all__ = ["EvaluatePlan", "bind_evaluate", "input_text", "where_of"]
 _INTEGER = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT)$")
 _NUMBER = re.compile(r"^(FLOAT|DOUBLE|DECIMAL.*|" + _INTEGER.pattern[2:-2] + r")$")
 _WHOLE_DECIMAL = re.compile(r"^DECIMAL\(\d+,\s*0\)$")
+_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 """A DECIMAL of whole numbers: class labels read exactly as BIGINT (as DOUBLE, two past 2**53 would be one class;
 training read them as int64, and refused what int64 cannot hold)."""
 _VECTOR = re.compile(r"^(FLOAT|DOUBLE)\[(\d*)\]$")
@@ -209,7 +210,9 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
         return "regression", column + ("[1]" if vector else ""), None, ""
     if not (_INTEGER.match(kind) or kind in ("VARCHAR", "BOOLEAN")):
         raise _bad_target(stmt, f"the model's prediction {name} is {kind}: neither a class label nor a number")
+    scale = _DECIMAL.match(target_type)
     cast = ("::BIGINT" if _INTEGER.match(kind) and (target_type == "BOOLEAN" or _WHOLE_DECIMAL.match(target_type)) else
+            f"::DECIMAL(38,{scale.group(2)})" if _INTEGER.match(kind) and scale else  # (exact, as the target is)
             "::DOUBLE" if _INTEGER.match(kind) and _NUMBER.match(target_type) and not _INTEGER.match(target_type) else
             "::VARCHAR" if kind == "VARCHAR" and (target_type.startswith("ENUM(") or target_type == "UUID") else "")
     if _family(kind) != _family(target_type) and not cast:
@@ -299,6 +302,10 @@ def bind_evaluate(stmt: EvaluateModel, session: Session, params: list) -> Evalua
     task, prediction, probabilities, cast = _prediction(stmt, named, target_type)
     _check_task_options(stmt, task, options)
     classes = _model_classes(session, entry) if task == "classification" else None
+    if cast == "::DOUBLE" and any(isinstance(c, int) and abs(c) > 2 ** 53 for c in classes or ()):
+        raise _bad_target(stmt, f"TARGET {target} is {target_type}, which cannot tell {entry.name}'s class labels "
+                                f"apart (past 2**53: {next(c for c in classes or () if abs(c) > 2 ** 53)}); cast it "
+                                "to BIGINT in the input")
     read, width = _probabilities_read(probabilities, outputs, classes)
     predicted = queries.Predicted(predict_sql, exp.to_identifier(read_target, quoted=True).sql("duckdb"), prediction,
                                   read, row_hash if names else "", cast or _read_as(task, target_type), width,

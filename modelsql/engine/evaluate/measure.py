@@ -3,6 +3,7 @@ definitions, BigQuery ML's names)."""
 
 from __future__ import annotations
 
+import decimal
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -177,7 +178,8 @@ def _check_rows(stmt: EvaluateModel, plan: EvaluatePlan, rows: int, null_targets
 def _classes(stmt: EvaluateModel, plan: EvaluatePlan, labels: list[Any]) -> tuple[str, Any]:
     """The ``average`` and the positive class, the options' or their defaults (from the model's classes when
     its graph names them, else the rows'), checked against the classes."""
-    fractional = next((v for v in labels if isinstance(v, float) and not v.is_integer()), None)
+    fractional = next((v for v in labels if (isinstance(v, float) and not v.is_integer())
+                       or (isinstance(v, decimal.Decimal) and v != v.to_integral_value())), None)
     if fractional is not None:
         raise ProgrammingError(f"{where_of(stmt)}: TARGET {plan.target} holds numbers that are no class ({fractional!r} "
                                "...): a classifier is scored against class labels (scikit-learn refuses a continuous "

@@ -58,7 +58,8 @@ class Predicted:
     def select(self, cast: str = "") -> str:
         """The predictions' query: ``t`` the target, ``p`` the prediction, ``s`` the probabilities (each cast
         to ``cast`` when given; a target read as a class label of integers is cast to BIGINT; a prediction of
-        integer classes against a target of numbers is read as numbers too, so the labels are all of one kind, as
+        integer classes against a target of numbers is read as numbers too (as the target's DECIMAL scale, in 38
+        digits, against a DECIMAL), so the labels are all of one kind, as
         scikit-learn's ``unique_labels`` of the two makes them), ``h`` a hash of the input row. Text labels are
         compared byte for byte (``COLLATE c``), as scikit-learn compares them, whatever collation the input's
         column or the connection has (NOCASE would make ``'A'`` and ``'a'`` one class in some aggregates and two
@@ -66,7 +67,8 @@ class Predicted:
         probabilities = f", {self.probabilities} AS s" if self.probabilities else ""  # ranked in its own type
         exact = " COLLATE c" if self.text_labels and not cast else ""
         target = f"({self.target}{cast or self.target_cast}){exact}"
-        predicted = cast or (self.target_cast if self.target_cast == "::DOUBLE" else "")
+        predicted = cast or (self.target_cast if self.target_cast == "::DOUBLE" or self.target_cast.startswith(
+            "::DECIMAL(38,") else "")
         row_hash = f'"{self.added}"' if self.added else "0"
         return (f"SELECT {target} AS t, ({self.prediction}{predicted}){exact} AS p{probabilities}, {row_hash} AS h "
                 f"FROM {self.predict_sql}")

@@ -181,6 +181,8 @@ def _float32_loss(values: np.ndarray, merges: bool = True) -> Optional[str]:
     None when it does not."""
     single = values.astype(np.float32)
     spread = float(values.std())
+    if spread <= 8 * np.finfo(np.float64).eps * float(np.abs(values).max()):
+        spread = 0.0  # one value (std's own rounding of identical values, 2.8e-17 for 0.1, is no spread)
     error = float(np.abs(single.astype(np.float64) - values).max())
     if not ((spread > 0 and error > 1e-3 * spread) or (merges and error and _merges(values, single))):
         return None
