@@ -280,7 +280,6 @@ def _open_duckdb(database: str, read_only: bool, config: dict) -> duckdb.DuckDBP
     return duck
 
 
-
 def _one_at_a_time(method):
     """``method`` run holding its connection's lock: the calls of one connection run one at a time, whatever
     threads (cursors) make them. PEP 249's ``threadsafety = 1`` says a connection is not shared between threads;
@@ -314,6 +313,7 @@ class _HookGuard:
             return self.callback(message)
         finally:
             self.conn._hook_threads.discard(me)
+
 
 class Connection:
     """A PEP 249 connection to a DuckDB database with a modelsql catalog."""
