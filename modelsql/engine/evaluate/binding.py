@@ -39,9 +39,10 @@ __all__ = ["EvaluatePlan", "bind_evaluate", "input_text", "where_of"]
 _INTEGER = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT)$")
 _NUMBER = re.compile(r"^(FLOAT|DOUBLE|DECIMAL.*|" + _INTEGER.pattern[2:-2] + r")$")
 _WHOLE_DECIMAL = re.compile(r"^DECIMAL\(\d+,\s*0\)$")
-_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 """A DECIMAL of whole numbers: class labels read exactly as BIGINT (as DOUBLE, two past 2**53 would be one class;
 training read them as int64, and refused what int64 cannot hold)."""
+_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
+"""Any DECIMAL (precision, scale): integer labels are compared with it as DECIMAL(38, its scale), exactly."""
 _VECTOR = re.compile(r"^(FLOAT|DOUBLE)\[(\d*)\]$")
 _MAP = re.compile(r"^MAP\((BIGINT|VARCHAR), (FLOAT|DOUBLE)\)$")
 """A classifier's probabilities as a map from each class to its probability (skl2onnx's ZipMap)."""
@@ -193,9 +194,10 @@ def _prediction(stmt: EvaluateModel, outputs: list[tuple[str, str, str]],
     ``label`` (any case), else its first; the probabilities the vector it names as such (:data:`_PROBABILITY_NAMES`),
     else its first other vector; by the model's names, whatever columns an input's clashing names made of them (a
     BOOLEAN target of a classifier of integer labels is read as 0 / 1, as scikit-learn fitted on
-    booleans predicts; a DECIMAL of whole numbers as BIGINT; a FLOAT, DOUBLE or other DECIMAL one as a number, so
-    1.0 is the class 1 and 0.5 a class the
-    model never predicts; an ENUM or UUID target of a classifier of text labels as its text, as training read it).
+    booleans predicts; a DECIMAL of whole numbers as BIGINT, another DECIMAL as itself (the labels as its scale); a
+    FLOAT or DOUBLE one as a number, so 1.0 is the class 1 and 0.5 a class the model never predicts, unless the
+    model's labels pass 2**53; an ENUM or UUID target of a classifier of text labels as its text, as training read
+    it).
 
     Raises:
         ProgrammingError: ``invalid_target``: a prediction of no class and no number, or a TARGET whose type
