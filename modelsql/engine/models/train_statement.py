@@ -211,8 +211,8 @@ def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> 
     except DataError as err:
         if err.code != "conversion_mismatch":
             raise
-        raise DataError(f"{plan.where}: {err}".replace("of the Pipeline", f"of the {plan.model_type.name} model"),
-                        code=err.code) from None
+        text = f"{plan.where}: {err}".replace("of the Pipeline", f"of the {plan.model_type.name} model")
+        raise DataError(text + _large_labels_hint(rows), code=err.code) from None
     try:
         record = _record_evaluation(session, plan, rows, hashes, version.version,
                                     valid if len(valid) else train, "validation" if len(valid) else "training")
@@ -220,6 +220,18 @@ def _create_trained_model(stmt: ImportModel, session: Session, params: list) -> 
         catalog_write_retrying(session, lambda: session.catalog.drop(plan.name, version.version, missing_ok=True))
         raise
     return _result(session, plan, version.version, len(train), len(valid), record)
+
+
+def _large_labels_hint(rows: TrainingRows) -> str:
+    """What a conversion mismatch of integer class labels past 2**24 says more (skl2onnx's graphs of some estimators,
+    an MLP's or naive Bayes', carry the labels as 32-bit integers or floats, and predict other ones): the labels as
+    text would convert, accepting the mismatch would store a model that predicts wrong labels."""
+    y = rows.y
+    if y is None or y.dtype.kind not in "iu" or not len(y) or int(np.abs(y).max()) < 2 ** 24:
+        return ""
+    return (f" (the converted graph cannot hold class labels as large as {int(np.abs(y).max())}: cast the TARGET to "
+            "VARCHAR in the query to train on text classes; accepting the mismatch would store a model that "
+            "predicts other labels)")
 
 
 def _transforms(session: Session, plan: TrainingPlan, table: pa.Table) -> Optional[tuple[Transform, ...]]:
