@@ -186,6 +186,19 @@ def test_a_hook_that_raises_ends_the_job_not_ok(lin, every_message, execution):
     assert messages[-1]["final"] is True and messages[-1]["ok"] is False
 
 
+def test_tune_of_a_model_type_reports_its_trials(tmp_path):
+    """TUNE of a scikit-learn model type sent no progress message at all (a torch study sends one per stage)."""
+    con = modelsql.connect(str(tmp_path / "e.duckdb"))
+    con.execute("CREATE TABLE d AS SELECT (i % 7)::DOUBLE AS a, (i % 5)::DOUBLE AS b, (i % 7 > 3) AS y "
+                "FROM range(200) r(i)")
+    messages = _hooked(con)
+    row = con.execute("TUNE MODEL lr ON TABLE d TARGET y SEARCH (C = CHOICE(0.1, 1.0, 10.0)) USING GRID "
+                      "WITH (model_type = 'logistic_reg')").fetchone()
+    last = _check_job(messages, "tune")
+    assert last["trials_done"] == last["done"] == 3 and last["study"] == row[0]
+    assert last["best_trial"] == row[3] and last["best_metric"] == pytest.approx(row[4])
+    con.close()
+
 def test_profile_reports_runs_and_queries(lin, every_message):
     messages = _hooked(lin)
     lin.execute("PROFILE MODEL lin WITH (batch_sizes = (1, 8), threads = (1, 2), repeat = 5, warmup = 1, "

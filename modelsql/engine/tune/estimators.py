@@ -29,7 +29,7 @@ import re
 import json
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +58,7 @@ from modelsql.engine.models.transform_clause import check_transform
 from modelsql.engine.tune.inprocess import claim_study, release_study, input_rows, rows_digest
 from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.spec import bind_space
+from modelsql.progress import Meter
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -399,8 +400,21 @@ def _train(study: _Study, config: dict, epochs: int) -> tuple[list[float], int]:
         return metrics[:epochs], epochs - grown
 
 
-def run_study(study: _Study) -> tuple[Any, dict, int, int]:
-    """Drive the algorithm to the end: (the algorithm, trial -> (config, metrics), epochs trained, requested)."""
+def run_study(study: _Study, progress: Optional[Callable[[dict], Any]] = None) -> tuple[Any, dict, int, int]:
+    """Drive the algorithm to the end: (the algorithm, trial -> (config, metrics), epochs trained, requested).
+    ``progress``: the connection's hook, sent TUNE's messages (:mod:`modelsql.progress`) after every trial."""
+    meter = Meter(progress, "tune", label=f"study {study.name}", interval=0, study=study.name, trials=0,
+                  trials_done=0, best_trial=None, best_metric=None, epochs_trained=0, epochs_requested=0)
+    ok = False
+    try:
+        out = _run(study, meter)
+        ok = True
+        return out
+    finally:
+        meter.finish(ok=ok)
+
+
+def _run(study: _Study, meter: Meter) -> tuple[Any, dict, int, int]:
     algorithm = make_algorithm(study.algorithm, study.space, max_epochs=study.max_epochs, mode=study.mode,
                                seed=study.seed, study_name=study.name, options=study.algorithm_options)
     _preprocess(study)
@@ -426,6 +440,9 @@ def run_study(study: _Study) -> tuple[Any, dict, int, int]:
             trained += fitted
             trials[request.trial] = (config, metrics)
             algorithm.tell(request.trial, metrics)
+        best, value = _best(study, trials)
+        meter.update(len(trials), len(trials), trials=len(trials), trials_done=len(trials), best_trial=best,
+                     best_metric=value, epochs_trained=trained, epochs_requested=requested)
     if trials and len(study.errors) == len(trials):
         first = study.errors[min(study.errors)]
         raise ProgrammingError(f"TUNE: every trial failed; the first: {first}", code="invalid_hyperparameter")
@@ -485,7 +502,7 @@ def tune_estimator(stmt: TuneModel, session: Session, params: list, options: Opt
 
 def _run_and_write(session: Session, study: _Study) -> None:
     """Run the claimed study and write its trials and its finished row."""
-    algorithm, trials, trained, requested = run_study(study)
+    algorithm, trials, trained, requested = run_study(study, session.progress)
     best, value = _best(study, trials)
     with catalog_write(session) as catalog:
         for trial, (config, metrics) in sorted(trials.items()):
