@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-__all__ = ["KINDS", "MIN_INTERVAL_S", "Kind", "Meter", "OnlyKinds", "problem"]
+__all__ = ["KINDS", "MIN_INTERVAL_S", "Kind", "Meter", "OnlyKinds", "problem", "tune_meter"]
 
 MIN_INTERVAL_S = 0.25
 """Seconds between two messages of one job, at least (its final message excepted)."""
@@ -176,6 +176,12 @@ class Meter:
         self.last = time.perf_counter()
         assert self.hook is not None  # every caller returns early without a hook
         self.hook({**self.message(final), **extra})
+
+
+def tune_meter(hook: Optional[Callable[[dict], Any]], study: str) -> Meter:
+    """The meter of TUNE's study ``study`` (its keys in :data:`KINDS`, none known yet), sending every update."""
+    return Meter(hook, "tune", label=f"study {study}", interval=0, study=study, trials=0, trials_done=0,
+                 best_trial=None, best_metric=None, epochs_trained=0, epochs_requested=0)
 
 
 class OnlyKinds:

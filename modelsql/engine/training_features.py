@@ -119,11 +119,9 @@ def check_query_columns(session: Session, node: Any, params: Sequence, where: st
     Raises:
         ProgrammingError: ``duplicate_column``; DuckDB's error binding the query, prefixed with ``where``.
     """
-    from modelsql.sql.evaluate import EvaluationTable
-    from modelsql.sql.predict import PredictTable
-    from modelsql.sql.statement_tables import StatementTable
+    from modelsql.sql import TABLE_FUNCTIONS
 
-    if not isinstance(node, exp.Subquery) or node.find(PredictTable, EvaluationTable, StatementTable) is not None:
+    if not isinstance(node, exp.Subquery) or node.find(*TABLE_FUNCTIONS) is not None:
         return
     sql, used = renumber(typing.cast(exp.Expression, node.unnest()))
     try:

@@ -569,7 +569,12 @@ def to_duckdb_sql(expression: exp.Expression, copy: bool = True) -> str:
     return expression.sql(dialect="duckdb", copy=copy)
 
 
+TABLE_FUNCTIONS = (PredictTable, EvaluationTable, StatementTable)
+"""The nodes of modelsql's table functions (PREDICT, EVALUATE / CONFUSION_MATRIX / ROC_CURVE, ``(SHOW ...)``):
+what DuckDB alone can neither read nor describe, so a query holding one goes through modelsql's planner."""
+
 __all__ = [
+    "TABLE_FUNCTIONS",
     "ModelSQL",
     "ModelSQLTokenizer",
     "ModelSQLParser",

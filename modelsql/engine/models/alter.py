@@ -59,6 +59,7 @@ def _alter(stmt: AlterModel, session: Session, params: list) -> Result:
     fingerprint = _fingerprint(session, source, params) if source is not None else None
     text = input_text(source) if source is not None else None
     best_version(session, name, metric, fingerprint, text)  # no_evaluation ... before the write commits the user's
+
     def set_best() -> dict:  # chosen again in the write's own snapshot (an evaluation may have come)
         best = best_version(session, name, metric, fingerprint, text)
         session.catalog.aliases.set(name, alias, best["version"])

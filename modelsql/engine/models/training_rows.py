@@ -304,13 +304,12 @@ def _int64_classes(values: pa.ChunkedArray, target: str, statement: str) -> np.n
     try:
         return np.asarray(pc.cast(values, pa.int64()).to_numpy(), dtype=np.int64)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        numbers = _as_float64(values)
-        raise _past_int64(target, statement, numbers[np.abs(numbers) >= 2.0 ** 63][:1].tolist() or "?") from None
+        raise _past_int64(target, statement, float(np.abs(_as_float64(values)).max())) from None
 
 
-def _past_int64(target: str, statement: str, example: object) -> DataError:
-    shown = example[0] if isinstance(example, list) else example
-    return DataError(f"{statement}: TARGET {target} has a class label past the 64-bit integer range ({shown:.6g}), "
+def _past_int64(target: str, statement: str, label: float) -> DataError:
+    """The refusal of a class label past int64 (``label``: one, or the largest in magnitude, as float64)."""
+    return DataError(f"{statement}: TARGET {target} has a class label past the 64-bit integer range ({label:.6g}), "
                      "which a classifier's classes cannot hold exactly (ONNX keeps them as int64): cast it to "
                      "VARCHAR in the query to train on text classes.", code="invalid_target")
 

@@ -58,7 +58,7 @@ from modelsql.engine.models.transform_clause import check_transform
 from modelsql.engine.tune.inprocess import claim_study, release_study, input_rows, rows_digest
 from modelsql.engine.tune.result import study_result
 from modelsql.engine.tune.spec import bind_space
-from modelsql.progress import Meter
+from modelsql.progress import Meter, tune_meter
 
 if TYPE_CHECKING:
     from modelsql.engine.session import Session
@@ -403,8 +403,7 @@ def _train(study: _Study, config: dict, epochs: int) -> tuple[list[float], int]:
 def run_study(study: _Study, progress: Optional[Callable[[dict], Any]] = None) -> tuple[Any, dict, int, int]:
     """Drive the algorithm to the end: (the algorithm, trial -> (config, metrics), epochs trained, requested).
     ``progress``: the connection's hook, sent TUNE's messages (:mod:`modelsql.progress`) after every trial."""
-    meter = Meter(progress, "tune", label=f"study {study.name}", interval=0, study=study.name, trials=0,
-                  trials_done=0, best_trial=None, best_metric=None, epochs_trained=0, epochs_requested=0)
+    meter = tune_meter(progress, study.name)
     ok = False
     try:
         out = _run(study, meter)

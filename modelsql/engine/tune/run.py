@@ -33,7 +33,7 @@ from modelsql.catalog.owners import HEARTBEAT_SECONDS
 from modelsql.catalog.studies import StageRow, StudyRow, TrialRow
 from modelsql import errors as errors_module
 from modelsql.errors import OperationalError
-from modelsql.progress import Meter
+from modelsql.progress import tune_meter
 from modelsql.tuning.algorithms import Request
 from modelsql.tuning.executor import TaskOutcome, TaskSpec
 from modelsql.tuning.stage_tree import EpochHP, Node, StageTree
@@ -92,8 +92,7 @@ class StudyRun:
 
     def __init__(self, session: Session, spec: StudySpec, executor, progress: Optional[Callable[[dict], None]] = None):
         self.session, self.spec, self.executor, self.progress = session, spec, executor, progress
-        self.meter = Meter(progress, "tune", label=f"study {spec.name}", interval=0, study=spec.name, trials=0, trials_done=0,
-                           best_trial=None, best_metric=None, epochs_trained=0, epochs_requested=0)
+        self.meter = tune_meter(progress, spec.name)
         self.catalog, self.store = session.catalog, session.store
         self.trees: dict[str, StageTree] = {}
         self.next_stage: dict[str, int] = {}

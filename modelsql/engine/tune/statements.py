@@ -21,9 +21,9 @@ from sqlglot import exp
 from modelsql.estimators.scoring import checked_mode
 from modelsql.recursive.trees import Trees
 from modelsql.errors import Error, NotSupportedError, ProgrammingError
+from modelsql.sql import TABLE_FUNCTIONS
 from modelsql.sql.evaluate import EvaluationTable
 from modelsql.sql.predict import PredictTable
-from modelsql.sql.statement_tables import StatementTable
 from modelsql.sql.tune import DescribeStudy, DropStudy, ShowStudies, TuneModel
 from modelsql.tuning.algorithms import ALGORITHMS, Algorithm, check_algorithm, make_algorithm
 from modelsql.tuning.space import Space
@@ -65,10 +65,10 @@ def relation_sql(node: exp.Expression, what: str, statement: str = "TUNE") -> st
             modelsql's (``EVALUATE(...)``, ``CONFUSION_MATRIX(...)``, ``ROC_CURVE(...)``, ``(SHOW MODELS)``), which
             DuckDB alone cannot read.
     """
-    found = node.find(PredictTable, EvaluationTable, StatementTable)
+    found = node.find(*TABLE_FUNCTIONS)
     if found is not None:
-        name = ("PREDICT" if isinstance(found, PredictTable) else
-                f"{found.args['function']}(...)" if isinstance(found, EvaluationTable) else "a listing of modelsql's (SHOW ..., DESCRIBE ...)")
+        name = ("PREDICT" if isinstance(found, PredictTable) else f"{found.args['function']}(...)"
+                if isinstance(found, EvaluationTable) else "a listing of modelsql's (SHOW ..., DESCRIBE ...)")
         raise NotSupportedError(f"{statement} {what}: an input with {name} is not supported; materialize it with "
                                 "CREATE TABLE ... AS first.", code="tune_input_predict")
     return f"SELECT * FROM {node.sql(dialect='duckdb')}"
